@@ -1,0 +1,90 @@
+"""Playback clock: when does this listener's buffered audio run out? (DESIGN.md §2)
+
+All times are `time.monotonic()` seconds; audio amounts are milliseconds.
+
+- Before the first chunk the deadline is `arrival + ttfa_target_ms`.
+- Without client reports, playback is assumed to start when the first chunk is
+  delivered and to run at 1x (the VoxServe assumption).
+- With a report `(played_ms, playing)` taken at time `t`, the client is extrapolated at
+  1x while playing: `played(now) = played_ms + (now - t)`, so the buffer runs dry at
+  `t + (delivered_ms - played_ms)`; a paused client has no deadline.
+- A stall is counted when a chunk (not the first) is delivered after that moment.
+
+Between events the deadline is constant, which is why the scheduler can keep it as a
+plain number and only recompute it when a chunk is delivered or a report arrives.
+"""
+
+from __future__ import annotations
+
+
+class PlaybackClock:
+    __slots__ = (
+        "arrival_s", "ttfa_target_ms", "delivered_ms", "first_delivery_s",
+        "num_chunks", "stalls", "stall_ms", "_report",
+    )
+
+    def __init__(self, arrival_s: float, ttfa_target_ms: float) -> None:
+        self.arrival_s = arrival_s
+        self.ttfa_target_ms = ttfa_target_ms
+        self.delivered_ms = 0.0
+        self.first_delivery_s: float | None = None
+        self.num_chunks = 0
+        self.stalls = 0
+        self.stall_ms = 0.0
+        self._report: tuple[float, float, bool] | None = None  # (at_s, played_ms, playing)
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        if self.first_delivery_s is None:
+            return None
+        return 1000.0 * (self.first_delivery_s - self.arrival_s)
+
+    def deadline_s(self) -> float | None:
+        """Monotonic time at which the next chunk must be delivered, None if paused."""
+        if self.first_delivery_s is None:
+            return self.arrival_s + self.ttfa_target_ms / 1000.0
+        if self._report is None:
+            return self.first_delivery_s + self.delivered_ms / 1000.0
+        at_s, played_ms, playing = self._report
+        if not playing:
+            return None
+        return at_s + (self.delivered_ms - played_ms) / 1000.0
+
+    def played_ms(self, now: float) -> float:
+        """Audio the client has played by `now` (extrapolated, never past delivered)."""
+        if self.first_delivery_s is None:
+            return 0.0
+        if self._report is None:
+            played = 1000.0 * (now - self.first_delivery_s)
+        else:
+            at_s, played_ms, playing = self._report
+            played = played_ms + (1000.0 * (now - at_s) if playing else 0.0)
+        return max(0.0, min(played, self.delivered_ms))
+
+    def buffered_ms(self, now: float) -> float:
+        return self.delivered_ms - self.played_ms(now)
+
+    def on_delivery(self, now: float, duration_ms: float) -> float:
+        """Record a delivered chunk of `duration_ms`; returns how late it was (ms, >= 0)."""
+        late_ms = 0.0
+        if self.first_delivery_s is None:
+            self.first_delivery_s = now
+        else:
+            deadline = self.deadline_s()
+            if deadline is not None and now > deadline:
+                late_ms = 1000.0 * (now - deadline)
+                self.stalls += 1
+                self.stall_ms += late_ms
+                # The client sat silent for late_ms; playback resumes from here.
+                if self._report is not None:
+                    at_s, played_ms, playing = self._report
+                    self._report = (now, self.delivered_ms, playing)
+                else:
+                    self.first_delivery_s += late_ms / 1000.0
+        self.delivered_ms += duration_ms
+        self.num_chunks += 1
+        return late_ms
+
+    def on_report(self, now: float, played_ms: float, playing: bool) -> None:
+        """A client's `playback.position` report: `played_ms` of audio played so far."""
+        self._report = (now, max(0.0, min(float(played_ms), self.delivered_ms)), bool(playing))

