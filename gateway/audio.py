@@ -6,11 +6,12 @@ at 24 kHz, like OpenAI's, so the same text gives the same duration in every form
 
 Streaming: `StreamEncoder.feed(pcm)` returns the bytes that are final so far. WAV is
 written by hand (a 44-byte RIFF header whose sizes say "unknown length", 0xFFFFFFFF,
-which players accept for streams) followed by PCM16. FLAC, MP3 and Ogg Opus go through
-libsndfile writing into a sink; libsndfile appends sequentially and at close seeks back
-to patch header fields (FLAC's total-sample count, MP3's Xing frame). A streamed copy
-keeps the first-written header, which decoders accept (FLAC treats a zero sample count
-as unknown); `finish()` of a whole-file encode returns the patched bytes.
+which players accept for streams) followed by PCM16. MP3 and Ogg Opus go through
+libsndfile writing into a sink that it appends to sequentially; at close it seeks back
+to patch MP3's Xing frame, which a streamed copy goes without (decoders don't need it).
+FLAC is the exception: its STREAMINFO header carries the total length and an MD5 that
+libsndfile patches at close, and a FLAC with "unknown length" trips common readers
+(soundfile among them), so FLAC is delivered whole when synthesis ends.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class StreamEncoder:
         if fmt not in FORMATS:
             raise InvalidInput(f"response_format must be one of {', '.join(FORMATS)}", field="response_format")
         self.fmt = fmt
+        self.streams = fmt != "flac"  # see the module docstring
         self.out_rate = out_rate
         self._resample = Resampler(in_rate, out_rate)
         self._header_sent = False
@@ -125,7 +127,7 @@ class StreamEncoder:
         if self._file is not None and self._sink is not None:
             if len(pcm):
                 self._file.write(pcm)
-            return self._sink.take()
+            return self._sink.take() if self.streams else b""
         out = b""
         if self.fmt == "wav" and not self._header_sent:
             out = wav_header(self.out_rate)
@@ -142,7 +144,7 @@ class StreamEncoder:
         if self._file is not None and self._sink is not None:
             self._file.close()
             self._file = None
-            out += self._sink.take()
+            out += self._sink.take() if self.streams else bytes(self._sink.buffer)
         return out
 
 
@@ -153,7 +155,7 @@ def encode_whole(pcm: np.ndarray, in_rate: int, fmt: str) -> bytes:
     if fmt == "wav":
         return wav_header(encoder.out_rate, encoder.num_samples) + body[44:]
     if encoder._sink is not None:
-        return bytes(encoder._sink.buffer)
+        return bytes(encoder._sink.buffer)  # with the headers patched at close
     return body
 
 
