@@ -103,9 +103,18 @@ class Scheduler:
     # -- policy -----------------------------------------------------------------------
 
     def admit(
-        self, now: float, *, can_admit: Callable[[SpeechRequest], bool], ready: list[str]
+        self,
+        now: float,
+        *,
+        can_admit: Callable[[SpeechRequest], bool],
+        admit: Callable[[SpeechRequest], None],
+        ready: list[str],
     ) -> list[Request]:
-        """Move waiting requests to running, EDF, while the runner has room."""
+        """Move waiting requests to running, EDF, while the runner has room.
+
+        `can_admit`/`admit` are the runner's ask/do pair, called one request at a time
+        so that each answer sees the memory the previous admissions took.
+        """
         if not self.waiting:
             return []
         if self.has_backbone and self.running:
@@ -121,6 +130,7 @@ class Scheduler:
             request = self.waiting[0]
             if not can_admit(request.spec):
                 break
+            admit(request.spec)
             self.waiting.pop(0)
             request.status = RequestStatus.RUNNING
             request.admitted_s = now

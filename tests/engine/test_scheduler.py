@@ -16,8 +16,7 @@ def spec(rid: str, arrival_s: float, segments: int = 3) -> SpeechRequest:
 
 
 def step(s: Scheduler, runner: FakeRunner, now: float):
-    for r in s.admit(now, can_admit=runner.can_admit, ready=runner.ready_chunks()):
-        runner.admit(r.spec)
+    s.admit(now, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())
     return s.plan(now, needs_backbone=runner.needs_backbone, ready=runner.ready_chunks(),
                   is_first_chunk=runner.is_first_chunk)
 
@@ -114,6 +113,6 @@ def test_prefill_is_deferred_while_a_running_chunk_is_about_to_miss() -> None:
     s.running["a"].clock.on_delivery(0.0, 60)  # buffer runs dry at 0.06 s
     runner.step_backbone(["a"])
     s.add(spec("b", 0.04))
-    assert s.admit(0.04, can_admit=runner.can_admit, ready=runner.ready_chunks()) == []
-    admitted = s.admit(0.2, can_admit=runner.can_admit, ready=runner.ready_chunks())  # waited > 100 ms
+    assert s.admit(0.04, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks()) == []
+    admitted = s.admit(0.2, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())  # waited > 100 ms
     assert [r.request_id for r in admitted] == ["b"]
