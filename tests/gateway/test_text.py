@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.types import InputTooLong, InvalidInput
-from gateway.text import SentenceBuffer, check_input, normalize, split_segments
+from gateway.text import SentenceBuffer, check_input, normalize, split_first, split_segments
 
 
 def test_normalize_collapses_whitespace_and_drops_control_characters() -> None:
@@ -47,3 +47,14 @@ def test_sentence_buffer_releases_sentences_as_they_complete() -> None:
     assert buffer.pending == "He sat down."
     assert buffer.flush() == ["He sat down."]
     assert buffer.flush() == []
+
+
+def test_the_first_segment_is_cut_short_for_a_fast_first_chunk() -> None:
+    segments = split_segments("It was a bright cold day in April, and the clocks were striking thirteen. Then.")
+    assert split_first(segments, 60) == ["It was a bright cold day in April,",
+                                         "and the clocks were striking thirteen.", "Then."]
+    no_clause = ["one two three four five six seven eight nine ten eleven twelve thirteen fourteen."]
+    cut = split_first(no_clause, 40)
+    assert len(cut[0]) <= 40 and " ".join(cut).split() == no_clause[0].split()
+    assert split_first(["Short one."], 60) == ["Short one."]
+    assert split_first(segments, 0) == segments
