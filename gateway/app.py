@@ -19,6 +19,7 @@ from starlette.staticfiles import StaticFiles
 from engine.config import EngineConfig
 from engine.engine import Engine
 from gateway import models_api, pages, presets, realtime, speech
+from gateway import stats, takes
 from gateway.errors import exception_handlers
 from gateway.library import Library
 from gateway.metrics import Metrics
@@ -74,6 +75,9 @@ def create_app(settings: Settings) -> Starlette:
 
     routes = [
         Route("/", pages.index),
+        Route("/library", pages.library),
+        Route("/voices", pages.voices),
+        Route("/live", pages.live),
         Route("/health", models_api.health),
         Route("/metrics", models_api.metrics),
         Route("/v1/models", models_api.list_models),
@@ -84,6 +88,12 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/presets/{name}", presets.get_preset, methods=["GET"]),
         Route("/v1/presets/{name}", presets.update_preset, methods=["PUT", "PATCH"]),
         Route("/v1/presets/{name}", presets.delete_preset, methods=["DELETE"]),
+        Route("/v1/takes", takes.list_takes, methods=["GET"]),
+        Route("/v1/takes", takes.create_take, methods=["POST"]),
+        Route("/v1/takes/{take_id}", takes.get_take, methods=["GET"]),
+        Route("/v1/takes/{take_id}", takes.delete_take, methods=["DELETE"]),
+        Route("/v1/takes/{take_id}/audio", takes.take_audio, methods=["GET"]),
+        Route("/v1/stats", stats.stats),
         WebSocketRoute("/v1/realtime", realtime.realtime),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
     ]

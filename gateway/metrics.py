@@ -1,10 +1,19 @@
-"""Prometheus metrics (prometheus-client), one registry per app so tests can build many."""
+"""Prometheus metrics (prometheus-client), one registry per app so tests can build many.
+
+`recent` also keeps the last `MAX_RECENT` completed utterances (TTFA, lateness, ...) for
+the live page (`GET /v1/stats`); Prometheus histograms cannot give single utterances.
+"""
 
 from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _MS_BUCKETS = (25, 50, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000)
+MAX_RECENT = 500
 
 
 class Metrics:
@@ -22,16 +31,26 @@ class Metrics:
                              buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2), registry=self.registry)
         self.sessions = Gauge("voxgate_realtime_sessions", "Open /v1/realtime sessions",
                               registry=self.registry)
+        self.recent: deque[dict[str, Any]] = deque(maxlen=MAX_RECENT)
 
     def observe_first_chunk(self, model_id: str, ttfa_ms: float) -> None:
         self.ttfa_ms.labels(model_id).observe(ttfa_ms)
 
-    def observe_done(self, model_id: str, audio_ms: float, elapsed_s: float, stalls: int) -> None:
+    def observe_done(self, model_id: str, audio_ms: float, elapsed_s: float, stalls: int, *,
+                     ttfa_ms: float | None = None, late_ms: float = 0.0, source: str = "") -> None:
+        """A completed utterance; `late_ms`: total time its listener's buffer sat dry."""
+        self.recent.append({"at": time.time(), "model": model_id, "source": source,
+                            "ttfa_ms": None if ttfa_ms is None else round(ttfa_ms, 1),
+                            "late_ms": round(late_ms, 1), "stalls": stalls, "audio_ms": round(audio_ms, 1),
+                            "rtf": round(elapsed_s / (audio_ms / 1000.0), 3) if audio_ms > 0 else None})
         self.requests.labels(model_id).inc()
         self.audio_seconds.labels(model_id).inc(audio_ms / 1000.0)
         self.stalls.labels(model_id).inc(stalls)
         if audio_ms > 0:
             self.rtf.labels(model_id).observe(elapsed_s / (audio_ms / 1000.0))
+
+    def open_sessions(self) -> int:
+        return int(self.registry.get_sample_value("voxgate_realtime_sessions") or 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

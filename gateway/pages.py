@@ -1,8 +1,12 @@
-"""HTML pages (Jinja2 templates in webui/, assets in static/)."""
+"""HTML pages (Jinja2 templates in webui/, assets in static/): studio, library, voices, live.
+
+Handlers only pick what a template shows; the pages fetch everything else from the API.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import static
 import webui
@@ -10,14 +14,37 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from gateway.state import AppState
+
 TEMPLATES_DIR = Path(webui.__file__).parent
 STATIC_DIR = Path(static.__file__).parent
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+SAMPLE_SENTENCE = "Hello! This is how I sound. Shall we record something together?"
+
+
+def _render(request: Request, template: str, page: str, **context: Any) -> Response:
+    state: AppState = request.app.state.voxgate
+    return templates.TemplateResponse(request, template, {
+        "page": page, "default_model": state.settings.default_model, **context})
 
 
 async def index(request: Request) -> Response:
-    state = request.app.state.voxgate
-    return templates.TemplateResponse(request, "index.html", {
-        "default_model": state.settings.default_model,
-        "max_input_chars": state.settings.max_input_chars,
-    })
+    state: AppState = request.app.state.voxgate
+    return _render(request, "index.html", "studio", max_input_chars=state.settings.max_input_chars)
+
+
+async def library(request: Request) -> Response:
+    settings = request.app.state.voxgate.settings
+    limits = [(label, getattr(settings, name)) for name, label in (
+        ("max_loaded_models", "Models loaded at most"), ("idle_unload_s", "Unload after idle (s)"),
+        ("min_free_memory_mb", "Keep free memory (MB)"), ("busy_timeout_ms", "Wait for room at most (ms)"),
+    ) if hasattr(settings, name)]
+    return _render(request, "library.html", "library", limits=limits, device=settings.device)
+
+
+async def voices(request: Request) -> Response:
+    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE)
+
+
+async def live(request: Request) -> Response:
+    return _render(request, "live.html", "live")

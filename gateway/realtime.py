@@ -284,7 +284,8 @@ class Session:
         audio_ms = clock.delivered_ms
         if audio_ms and not cancelled:
             elapsed = time.monotonic() - (utterance.ready_s or clock.arrival_s)
-            self.state.metrics.observe_done(self.choice.model_id, audio_ms, elapsed, clock.stalls)
+            self.state.metrics.observe_done(self.choice.model_id, audio_ms, elapsed, clock.stalls,
+                                            ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source="realtime")
         if clock.ttfa_ms is not None:
             self.state.metrics.observe_first_chunk(self.choice.model_id, clock.ttfa_ms)
         await self.send({

@@ -93,11 +93,13 @@ async def _audio_body(state: AppState, spec: SpeechRequest, stream: AudioStream,
     state.metrics.observe_first_chunk(spec.model_id, 1000.0 * (t_start - spec.arrival_s))
     audio_ms = 0.0
     stalls = 0
+    late_ms = 0.0
     try:
         chunk: AudioChunk | None = first
         while chunk is not None:
             audio_ms += chunk.duration_ms
             stalls += chunk.late_ms > 0
+            late_ms += chunk.late_ms
             data = encoder.feed(chunk.pcm)
             if data:
                 yield data
@@ -105,7 +107,8 @@ async def _audio_body(state: AppState, spec: SpeechRequest, stream: AudioStream,
         tail = encoder.close()
         if tail:
             yield tail
-        state.metrics.observe_done(spec.model_id, audio_ms, time.monotonic() - spec.arrival_s, stalls)
+        state.metrics.observe_done(spec.model_id, audio_ms, time.monotonic() - spec.arrival_s, stalls,
+                                   ttfa_ms=1000.0 * (t_start - spec.arrival_s), late_ms=late_ms, source="speech")
     except StopAsyncIteration:
         tail = encoder.close()
         if tail:

@@ -1,0 +1,230 @@
+"""Studio takes (`/v1/takes`): an utterance kept with its settings, replayed or downloaded.
+
+  POST   /v1/takes                   JSON: text, model, voice, speed, sample_rate, ttfa_ms,
+                                     stalls, audio (base64 PCM16 LE mono) -> 201 the take
+  GET    /v1/takes                   newest first (`?limit=N`, default 100)
+  GET    /v1/takes/{id}              one take
+  GET    /v1/takes/{id}/audio        `?format=wav|mp3|flac` (default wav)
+  DELETE /v1/takes/{id}              204
+
+The browser uploads what it received over /v1/realtime, with the `ttfa_ms` and `stalls`
+of that utterance's `utterance.done`: the server keeps no audio of realtime sessions, so
+agents' sessions cost nothing and the studio keeps exactly the audio it played.
+
+The audio is stored as a PCM16 WAV file under `<data_dir>/takes/`, not as a BLOB: the
+library's one SQLite connection is shared by every request, and multi-megabyte BLOB
+writes and reads would hold it; a file is also served with Range requests, which the
+page's `<audio>` element uses to seek. A file is written under a temporary name and
+renamed before its row is inserted, and deleted after its row, so a row always has a file.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+
+from engine.types import InvalidInput, UnknownModel
+from gateway.audio import MEDIA_TYPES, encode_whole, wav_header
+from gateway.errors import ApiError, read_json
+from gateway.library import Library
+from gateway.realtime import SAMPLE_RATES
+from gateway.state import AppState
+from gateway.text import check_input
+from gateway.voices import check_speed
+
+MAX_TAKE_AUDIO_BYTES = 64 * 1024 * 1024  # PCM16: about 23 minutes at 24 kHz
+MAX_TAKE_BODY_BYTES = 4 * math.ceil(MAX_TAKE_AUDIO_BYTES / 3) + 1024 * 1024  # base64 + the rest
+DOWNLOAD_FORMATS = ("wav", "mp3", "flac")
+_FIELDS = {"text", "model", "voice", "speed", "sample_rate", "ttfa_ms", "stalls", "audio"}
+_TAKE_ID = re.compile(r"^take-[0-9a-f]{12}$")
+_WAV_HEADER_BYTES = 44
+
+
+class TakeStore:
+    """Rows in the `takes` table (migrations/0002_takes.sql) and their WAV files."""
+
+    def __init__(self, library: Library, folder: Path) -> None:
+        self.library = library
+        self.folder = folder
+
+    async def add(self, take: dict[str, Any], pcm16: bytes) -> dict[str, Any]:
+        take_id = f"take-{uuid.uuid4().hex[:12]}"
+        name = f"{take_id}.wav"
+        await run_in_threadpool(self._write, name, take["sample_rate"], pcm16)
+        row = {**take, "id": take_id, "audio_file": name, "created_at": time.time(),
+               "audio_ms": 1000.0 * (len(pcm16) // 2) / take["sample_rate"]}
+        try:
+            async with self.library.transaction() as db:
+                await db.execute(
+                    "INSERT INTO takes (id, text, model_id, voice, speed, sample_rate, ttfa_ms, stalls,"
+                    " audio_ms, audio_file, created_at) VALUES (:id, :text, :model_id, :voice, :speed,"
+                    " :sample_rate, :ttfa_ms, :stalls, :audio_ms, :audio_file, :created_at)", row)
+        except BaseException:
+            (self.folder / name).unlink(missing_ok=True)
+            raise
+        return row
+
+    def _write(self, name: str, sample_rate: int, pcm16: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f"{name}.part"
+        with open(partial, "wb") as fh:
+            fh.write(wav_header(sample_rate, len(pcm16) // 2))
+            fh.write(pcm16)
+        os.replace(partial, self.folder / name)
+
+    async def list(self, limit: int) -> list[dict[str, Any]]:
+        async with self.library.db.execute(
+                "SELECT * FROM takes ORDER BY created_at DESC, id LIMIT ?", (limit,)) as cur:
+            return [dict(row) for row in await cur.fetchall()]
+
+    async def get(self, take_id: str) -> dict[str, Any] | None:
+        async with self.library.db.execute("SELECT * FROM takes WHERE id = ?", (take_id,)) as cur:
+            row = await cur.fetchone()
+        return dict(row) if row else None
+
+    async def delete(self, take_id: str) -> bool:
+        take = await self.get(take_id)
+        if take is None:
+            return False
+        async with self.library.transaction() as db:
+            cur = await db.execute("DELETE FROM takes WHERE id = ?", (take_id,))
+        if cur.rowcount:
+            (self.folder / take["audio_file"]).unlink(missing_ok=True)
+        return cur.rowcount > 0
+
+    def path(self, take: dict[str, Any]) -> Path:
+        return self.folder / take["audio_file"]
+
+
+def _store(request: Request) -> tuple[AppState, TakeStore]:
+    state: AppState = request.app.state.voxgate
+    return state, TakeStore(state.library, state.settings.data_dir / "takes")
+
+
+def _public(take: dict[str, Any]) -> dict[str, Any]:
+    return {"id": take["id"], "object": "take", "text": take["text"], "model": take["model_id"],
+            "voice": take["voice"], "speed": take["speed"], "sample_rate": take["sample_rate"],
+            "ttfa_ms": take["ttfa_ms"], "stalls": take["stalls"], "audio_ms": round(take["audio_ms"], 1),
+            "created_at": take["created_at"], "audio_url": f"/v1/takes/{take['id']}/audio"}
+
+
+def _number(data: dict[str, Any], key: str, *, integer: bool = False, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0:
+        kind = "an integer" if integer else "a number"
+        raise InvalidInput(f"{key} must be {kind} >= 0{' or null' if optional else ''}", field=key)
+    return value
+
+
+async def _validated(state: AppState, data: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    unknown = set(data) - _FIELDS
+    if unknown:
+        field = sorted(unknown)[0]
+        raise InvalidInput(f"unknown field {field!r}; takes have {', '.join(sorted(_FIELDS))}", field=field)
+    text = data.get("text")
+    check_input(text, state.settings.max_input_chars, field="text")
+    model_id = data.get("model")
+    if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
+        raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    voice = data.get("voice")
+    if not isinstance(voice, str) or not voice.strip() or len(voice) > 128:
+        raise InvalidInput("voice must be a voice or preset name (1-128 characters)", field="voice")
+    speed = check_speed(data.get("speed", 1.0))
+    sample_rate = data.get("sample_rate")
+    if sample_rate not in SAMPLE_RATES or isinstance(sample_rate, bool):
+        raise InvalidInput(f"sample_rate must be one of {SAMPLE_RATES}", field="sample_rate")
+    ttfa_ms = _number(data, "ttfa_ms", optional=True)
+    stalls = _number(data, "stalls", integer=True) if "stalls" in data else 0
+    audio = data.get("audio")
+    if not isinstance(audio, str) or not audio:
+        raise InvalidInput("audio must be base64 PCM16 little-endian mono", field="audio")
+    try:
+        pcm16 = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise InvalidInput(f"audio is not valid base64: {error}", field="audio") from error
+    if len(pcm16) < 2 or len(pcm16) % 2:
+        raise InvalidInput("audio must hold whole 16-bit samples", field="audio")
+    if len(pcm16) > MAX_TAKE_AUDIO_BYTES:
+        raise ApiError(413, "audio_too_large", f"audio is over {MAX_TAKE_AUDIO_BYTES} bytes", field="audio")
+    take = {"text": text, "model_id": model_id, "voice": voice, "speed": speed, "sample_rate": sample_rate,
+            "ttfa_ms": ttfa_ms, "stalls": stalls}
+    return take, pcm16
+
+
+def _take_id(request: Request) -> str:
+    take_id = request.path_params["take_id"]
+    if not _TAKE_ID.match(take_id):
+        raise ApiError(404, "take_not_found", f"no take {take_id!r}", field="id")
+    return take_id
+
+
+async def _existing(store: TakeStore, request: Request) -> dict[str, Any]:
+    take_id = _take_id(request)
+    take = await store.get(take_id)
+    if take is None:
+        raise ApiError(404, "take_not_found", f"no take {take_id!r}", field="id")
+    return take
+
+
+async def create_take(request: Request) -> JSONResponse:
+    state, store = _store(request)
+    take, pcm16 = await _validated(state, await read_json(request, MAX_TAKE_BODY_BYTES))
+    return JSONResponse(_public(await store.add(take, pcm16)), status_code=201)
+
+
+async def list_takes(request: Request) -> JSONResponse:
+    _, store = _store(request)
+    raw = request.query_params.get("limit", "100")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise InvalidInput("limit must be an integer from 1 to 1000", field="limit")
+    return JSONResponse({"object": "list", "data": [_public(t) for t in await store.list(int(raw))]})
+
+
+async def get_take(request: Request) -> JSONResponse:
+    _, store = _store(request)
+    return JSONResponse(_public(await _existing(store, request)))
+
+
+async def take_audio(request: Request) -> Response:
+    _, store = _store(request)
+    fmt = request.query_params.get("format", "wav")
+    if fmt not in DOWNLOAD_FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(DOWNLOAD_FORMATS)}; got {fmt!r}", field="format")
+    take = await _existing(store, request)
+    path = store.path(take)
+    if not path.is_file():
+        raise ApiError(404, "take_audio_missing", f"the audio file of {take['id']} is gone", field="id")
+    filename = f"{take['id']}.{fmt}"
+    if fmt == "wav":  # served from disk, with Range for seeking
+        return FileResponse(path, media_type=MEDIA_TYPES["wav"], filename=filename, content_disposition_type="inline")
+    data = await run_in_threadpool(_encode, path, take["sample_rate"], fmt)
+    return Response(data, media_type=MEDIA_TYPES[fmt],
+                    headers={"Content-Disposition": f'inline; filename="{filename}"'})
+
+
+def _encode(path: Path, sample_rate: int, fmt: str) -> bytes:
+    pcm16 = np.frombuffer(path.read_bytes()[_WAV_HEADER_BYTES:], dtype="<i2")
+    return encode_whole(pcm16.astype(np.float32) / 32768.0, sample_rate, fmt)
+
+
+async def delete_take(request: Request) -> Response:
+    _, store = _store(request)
+    take_id = _take_id(request)
+    if not await store.delete(take_id):
+        raise ApiError(404, "take_not_found", f"no take {take_id!r}", field="id")
+    return Response(status_code=204)

@@ -1,0 +1,193 @@
+// Library: the catalog with Install and live progress (SSE), installed models with
+// load / unload / delete and their memory, and the resident set.
+import { $, api, say, sayError, el, fmtBytes, fmtEta } from "./common.js";
+
+const FINAL = new Set(["done", "failed", "cancelled"]);
+const catalogItems = new Map();  // model id -> {li, progress, text, install, cancel, status}
+let events = null;
+let lastModels = "";
+
+function unavailable(err, what) {
+  return err.status === 404 && err.code === "not_found"
+    ? `${what} is not available on this server (${err.message || "404"}).`
+    : null;
+}
+
+// -- installed models ---------------------------------------------------------------
+
+function stateOf(m) {
+  if (m.loading) return ["loading", "busy"];
+  if (m.busy) return ["busy", "busy"];
+  return m.loaded ? ["loaded", "on"] : ["not loaded", ""];
+}
+
+function modelRow(m) {
+  const rowStatus = el("p", { class: "status small", role: "status" });
+  const [label, kind] = stateOf(m);
+  const act = (text, handler, extra = {}) => {
+    const b = el("button", { type: "button", class: `small ${extra.class || ""}`, text,
+                             "aria-label": `${text} ${m.id}` });
+    b.addEventListener("click", async () => {
+      b.disabled = true;
+      say(rowStatus, `${text}…`, "busy");
+      try {
+        await handler();
+        say(rowStatus, "");
+        lastModels = "";
+        await loadModels();
+      } catch (err) {
+        b.disabled = false;
+        sayError(rowStatus, err, unavailable(err, `${text}`) ? "Not available" : `Could not ${text.toLowerCase()}`);
+      }
+    });
+    return b;
+  };
+  const actions = [
+    m.loaded ? act("Unload", () => api("POST", `/v1/models/${encodeURIComponent(m.id)}/unload`))
+             : act("Load", () => api("POST", `/v1/models/${encodeURIComponent(m.id)}/load`)),
+  ];
+  if (m.source !== "embedded") {
+    actions.push(act("Delete", async () => {
+      if (!confirm(`Delete ${m.id}? Its files are removed if the library installed them.`)) return;
+      await api("DELETE", `/v1/library/models/${encodeURIComponent(m.id)}`);
+      await loadCatalog();
+    }, { class: "danger" }));
+  }
+  return el("tr", { "data-model": m.id },
+    el("th", { scope: "row" }, el("span", { text: m.name }), el("br"), el("span", { class: "muted small", text: m.id })),
+    el("td", { class: "hide-narrow", text: m.family }),
+    el("td", { class: "hide-narrow", text: m.source }),
+    el("td", {}, el("span", { class: `pill ${kind}`, text: label })),
+    el("td", { text: m.loaded ? fmtBytes(m.memory_bytes) : "–" }),
+    el("td", {}, el("div", { class: "row-actions" }, ...actions), rowStatus));
+}
+
+async function loadModels() {
+  try {
+    const { data } = await api("GET", "/v1/models");
+    const key = JSON.stringify(data.map(({ last_used, ...m }) => m));
+    if (key === lastModels) return;  // re-rendering would take the keyboard focus away
+    lastModels = key;
+    $("installed").replaceChildren(...data.map(modelRow));
+    const resident = data.filter((m) => m.loaded || m.loading);
+    const total = resident.reduce((sum, m) => sum + (m.memory_bytes || 0), 0);
+    $("resident").textContent = resident.length
+      ? `${resident.length} loaded (${fmtBytes(total)}): ${resident.map((m) => `${m.id}${m.busy ? " (busy)" : ""}`).join(", ")}`
+      : "No model is loaded; the first request to a model loads it.";
+  } catch (err) {
+    sayError($("installed-status"), err, "Could not load the installed models");
+  }
+}
+
+// -- catalog and downloads ----------------------------------------------------------
+
+function catalogItem(model) {
+  const status = el("p", { class: "status small", role: "status", "aria-live": "polite" });
+  const progress = el("progress", { max: "100", value: "0", "aria-label": `Download of ${model.name}` });
+  const text = el("span", { class: "muted small" });
+  const box = el("div", { class: "progress", hidden: true }, progress, text);
+  const install = el("button", { type: "button", class: "primary", text: "Install", "aria-label": `Install ${model.name}` });
+  const cancel = el("button", { type: "button", text: "Cancel", hidden: true, "aria-label": `Cancel the download of ${model.name}` });
+  const item = { model, progress, text, box, install, cancel, status, downloadId: null };
+  install.addEventListener("click", async () => {
+    install.disabled = true;
+    say(status, "Starting…", "busy");
+    try {
+      const download = await api("POST", "/v1/library/install", { id: model.id });
+      showDownload(item, download);
+    } catch (err) {
+      install.disabled = false;
+      sayError(status, err, "Install failed");
+    }
+  });
+  cancel.addEventListener("click", async () => {
+    if (!item.downloadId) return;
+    cancel.disabled = true;
+    try {
+      showDownload(item, await api("DELETE", `/v1/library/downloads/${encodeURIComponent(item.downloadId)}`));
+    } catch (err) {
+      cancel.disabled = false;
+      sayError(status, err, "Could not cancel");
+    }
+  });
+  const meta = [model.family, fmtBytes(model.size_bytes) + (model.size_is_approximate ? " (about)" : ""),
+                (model.languages || []).join(", "), model.licence].filter(Boolean).join(" · ");
+  item.li = el("li", { "data-catalog": model.id },
+    el("div", {}, el("h3", { text: model.name }), el("p", { class: "muted small", text: meta }),
+       model.notes ? el("p", { class: "small", text: model.notes }) : null),
+    el("div", { class: "row-actions" }, install, cancel),
+    box, status);
+  setInstalled(item, model.installed);
+  catalogItems.set(model.id, item);
+  if (model.download) showDownload(item, model.download);
+  return item.li;
+}
+
+function setInstalled(item, installed) {
+  item.install.textContent = installed ? "Installed" : "Install";
+  item.install.disabled = installed;
+}
+
+function showDownload(item, d) {
+  item.downloadId = d.id;
+  item.box.hidden = false;
+  item.progress.value = d.percent;
+  item.progress.setAttribute("aria-valuetext", `${d.percent}%`);
+  const parts = [`${d.percent}%`, `${fmtBytes(d.bytes_done)} of ${fmtBytes(d.bytes_total)}`];
+  if (d.state === "downloading") parts.push(`${fmtBytes(d.rate_bps)}/s`, `ETA ${fmtEta(d.eta_s)}`);
+  else parts.push(d.state);
+  item.text.textContent = parts.join(" · ");
+  const active = !FINAL.has(d.state);
+  item.cancel.hidden = !active;
+  item.cancel.disabled = false;
+  item.install.disabled = active || d.state === "done";
+  if (d.state === "done") {
+    item.progress.value = 100;
+    setInstalled(item, true);
+    say(item.status, "Installed.", "ok");
+    loadModels();
+  } else if (d.state === "failed") {
+    item.install.disabled = false;
+    sayError(item.status, d.error ? d.error.message : "failed", "Install failed");
+  } else if (d.state === "cancelled") {
+    item.install.disabled = false;
+    say(item.status, "Cancelled.");
+  } else {
+    say(item.status, "");
+  }
+  window.voxgateDownloads = { ...(window.voxgateDownloads || {}), [d.model_id]: d };
+}
+
+function listen() {
+  if (events) return;
+  events = new EventSource("/v1/library/downloads/events");
+  events.addEventListener("download", (e) => {
+    const d = JSON.parse(e.data);
+    const item = catalogItems.get(d.model_id);
+    if (item) showDownload(item, d);
+  });
+  events.onerror = () => {
+    if (events.readyState === EventSource.CLOSED) {
+      say($("catalog-status"), "Live progress is unavailable; reload the page to retry.", "error");
+    }
+  };
+}
+
+async function loadCatalog() {
+  try {
+    const { data } = await api("GET", "/v1/library/catalog");
+    const installable = data.filter((m) => (m.kind || "model") === "model");
+    catalogItems.clear();
+    $("catalog").replaceChildren(...installable.map(catalogItem));
+    if (!installable.length) say($("catalog-status"), "The catalog is empty.");
+    listen();
+  } catch (err) {
+    const missing = unavailable(err, "The model catalog");
+    if (missing) say($("catalog-status"), `${missing} Installing from the page needs the library API.`, "error");
+    else sayError($("catalog-status"), err, "Could not load the catalog");
+  }
+}
+
+loadModels();
+loadCatalog();
+setInterval(loadModels, 3000);  // load state and memory change under traffic

@@ -1,0 +1,158 @@
+// One realtime session over /v1/realtime, played through the pcm-player AudioWorklet.
+// speak() resolves with the utterance's `utterance.done` and the PCM16 it received;
+// stop() cancels at once (response.cancel + the worklet's buffer dropped). The worklet's
+// position goes back to the server as `playback.position` a few times a second.
+import { ApiError } from "./common.js";
+
+export const SAMPLE_RATE = 24000;
+const PREBUFFER_MS = 80;  // jitter buffer before playback starts (and after an underrun)
+const REPORT_MS = 200;    // playback.position five times a second
+
+export class Speaker {
+  constructor({ onAudio = () => {}, onPosition = () => {}, onStart = () => {} } = {}) {
+    this.onAudio = onAudio;
+    this.onPosition = onPosition;
+    this.onStart = onStart;
+    this.ctx = null;
+    this.node = null;
+    this.ws = null;
+    this.waiters = [];      // {types, resolve, reject}: the next matching server event
+    this.current = null;    // the utterance being spoken
+    this.playedMs = 0;
+    this.playerState = "idle";
+    this.numReports = 0;
+  }
+
+  async ensureAudio() {
+    if (!this.ctx) {
+      this.ctx = new AudioContext({ sampleRate: SAMPLE_RATE, latencyHint: "interactive" });
+      await this.ctx.audioWorklet.addModule(new URL("./pcm-player.js", import.meta.url));
+      this.node = new AudioWorkletNode(this.ctx, "pcm-player", {
+        numberOfInputs: 0, outputChannelCount: [1],
+        processorOptions: { prebufferMs: PREBUFFER_MS, reportMs: REPORT_MS },
+      });
+      this.node.connect(this.ctx.destination);
+      this.node.port.onmessage = (e) => this.onWorklet(e.data);
+    }
+    if (this.ctx.state !== "running") await this.ctx.resume();
+  }
+
+  onWorklet(msg) {
+    const wasActive = this.playerState !== "idle";
+    this.playerState = msg.state;
+    this.playedMs = (1000 * msg.played) / this.ctx.sampleRate;
+    const active = msg.state !== "idle";
+    // playing: true while buffering too: an empty buffer is a deadline, not a pause.
+    if ((active || wasActive) && this.current && this.ws && this.ws.readyState === WebSocket.OPEN) {
+      this.send({ type: "playback.position", played_ms: this.playedMs, playing: active });
+      this.numReports += 1;
+    }
+    this.onPosition(this.playedMs, msg);
+  }
+
+  connect() {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) return Promise.resolve();
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime`);
+    ws.binaryType = "arraybuffer";
+    this.ws = ws;
+    ws.onmessage = (e) => this.onMessage(e.data);
+    ws.onclose = () => {
+      if (this.ws === ws) this.ws = null;
+      this.fail(new ApiError(0, "connection_closed", "The realtime connection closed"));
+    };
+    return this.expect(["session.created"]);
+  }
+
+  send(msg) { this.ws.send(JSON.stringify(msg)); }
+
+  expect(types) {
+    return new Promise((resolve, reject) => this.waiters.push({ types, resolve, reject }));
+  }
+
+  fail(err) {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w.reject(err);
+    if (this.current) {
+      const { reject } = this.current;
+      this.current = null;
+      this.node && this.node.port.postMessage({ type: "end" });
+      reject(err);
+    }
+  }
+
+  onMessage(data) {
+    if (typeof data !== "string") {
+      const cur = this.current;
+      if (!cur || cur.stopped) return;
+      const pcm = new Int16Array(data);
+      const samples = new Float32Array(pcm.length);
+      for (let i = 0; i < pcm.length; i++) samples[i] = pcm[i] / 32768;
+      this.node.port.postMessage({ type: "audio", samples }, [samples.buffer]);
+      cur.chunks.push(pcm);
+      if (cur.firstAudioAt == null) cur.firstAudioAt = performance.now();
+      this.onAudio(pcm);
+      return;
+    }
+    const msg = JSON.parse(data);
+    if (msg.type === "error") {
+      const err = new ApiError(400, msg.error.code, msg.error.message, msg.error.field);
+      if (this.waiters.length) { this.fail(err); return; }
+      if (this.current) { this.fail(err); return; }
+      return;
+    }
+    const i = this.waiters.findIndex((w) => w.types.includes(msg.type));
+    if (i >= 0) { this.waiters.splice(i, 1)[0].resolve(msg); return; }
+    if (msg.type === "audio.start" && this.current) {
+      this.current.sampleRate = msg.sample_rate;
+      this.onStart(msg);
+    } else if (msg.type === "utterance.done" && this.current) {
+      const cur = this.current;
+      this.current = null;
+      this.node.port.postMessage({ type: "end" });
+      cur.resolve({ done: msg, chunks: cur.chunks, sampleRate: cur.sampleRate,
+                    clientTtfaMs: cur.firstAudioAt == null ? null : cur.firstAudioAt - cur.sentAt });
+    }
+  }
+
+  // Speak `text`; resolves {done, chunks (Int16Array[]), sampleRate, clientTtfaMs}.
+  async speak({ text, model, voice, speed }) {
+    if (this.current) throw new ApiError(0, "busy", "Already speaking: stop first");
+    await this.ensureAudio();
+    await this.connect();
+    const session = { model, voice, sample_rate: this.ctx.sampleRate, format: "pcm16" };
+    if (speed != null) session.speed = speed;
+    this.send({ type: "session.update", session });
+    await this.expect(["session.updated"]);
+    this.node.port.postMessage({ type: "start" });
+    const result = new Promise((resolve, reject) => {
+      this.current = { resolve, reject, chunks: [], sampleRate: this.ctx.sampleRate, sentAt: performance.now(),
+                       firstAudioAt: null, stopped: false };
+    });
+    this.send({ type: "text.append", text });
+    this.send({ type: "text.flush" });
+    return result;
+  }
+
+  // Cancel the utterance now: the worklet drops its buffer, the server stops the engine.
+  stop() {
+    if (this.node) this.node.port.postMessage({ type: "clear" });
+    if (this.current) {
+      this.current.stopped = true;
+      if (this.ws && this.ws.readyState === WebSocket.OPEN) this.send({ type: "response.cancel" });
+    }
+  }
+}
+
+// Int16Array chunks -> base64 of their little-endian bytes (for POST /v1/takes).
+export function pcmToBase64(chunks) {
+  let total = 0;
+  for (const c of chunks) total += c.byteLength;
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) { bytes.set(new Uint8Array(c.buffer, c.byteOffset, c.byteLength), at); at += c.byteLength; }
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(binary);
+}

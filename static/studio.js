@@ -1,0 +1,170 @@
+// Studio: speak text over /v1/realtime, watch the waveform arrive, keep takes.
+import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices } from "./common.js";
+import { Speaker, pcmToBase64 } from "./speaker.js";
+import { Waveform } from "./waveform.js";
+
+const status = $("status");
+const wave = new Waveform($("wave"));
+let presetSpeeds = {};
+
+// For tests and the curious: the take in progress and the last one done.
+window.voxgate = { playedMs: 0, positionReports: 0, lastDone: null, playerState: "idle", takes: 0 };
+
+const speaker = new Speaker({
+  onStart: () => say(status, "Playing…", "busy"),
+  onAudio: (pcm) => wave.add(pcm),
+  onPosition: (playedMs, msg) => {
+    window.voxgate.playedMs = playedMs;
+    window.voxgate.playerState = msg.state;
+    window.voxgate.positionReports = speaker.numReports;
+    window.voxgate.underruns = msg.underruns;
+    wave.setPlayhead((playedMs / 1000) * speaker.ctx.sampleRate);
+    $("played").textContent = fmtDuration(playedMs);
+    if (msg.state === "idle" && !speaker.current) setBusy(false);
+  },
+});
+
+function updateCount() {
+  const n = $("text").value.length;
+  const max = Number($("text").dataset.max);
+  $("count-n").textContent = n;
+  $("count").dataset.kind = n >= max ? "error" : "";
+}
+
+function setBusy(busy) {
+  $("speak").disabled = busy;
+  $("stop").disabled = !busy;
+}
+
+async function loadVoices() {
+  const data = await fillVoices($("voice"), $("model").value);
+  presetSpeeds = Object.fromEntries(data.filter((v) => v.kind === "preset").map((v) => [v.id, v.speed]));
+}
+
+function setSpeed(value) {
+  $("speed").value = value;
+  $("speed-out").textContent = `${Number(value).toFixed(2)}×`;
+}
+
+async function speak() {
+  const text = $("text").value;
+  if (!text.trim()) { say(status, "Type some text to speak first.", "error"); $("text").focus(); return; }
+  const settings = { text, model: $("model").value, voice: $("voice").value, speed: Number($("speed").value) };
+  setBusy(true);
+  wave.reset();
+  for (const id of ["ttfa", "stalls", "audio-ms", "played"]) $(id).textContent = "–";
+  say(status, "Synthesising…", "busy");
+  let result;
+  try {
+    result = await speaker.speak(settings);
+  } catch (err) {
+    setBusy(false);
+    sayError(status, err, err.field ? `Error (${err.field})` : "Error");
+    return;
+  }
+  const { done } = result;
+  window.voxgate.lastDone = done;
+  $("ttfa").textContent = fmtMs(done.ttfa_ms);
+  $("stalls").textContent = String(done.stalls);
+  $("audio-ms").textContent = fmtDuration(done.audio_ms);
+  if (done.cancelled) {
+    setBusy(false);
+    say(status, `Stopped after ${fmtDuration(done.audio_ms)} of audio.`);
+    return;
+  }
+  say(status, `Done: ${fmtDuration(done.audio_ms)} of audio, TTFA ${fmtMs(done.ttfa_ms)}, ${done.stalls} stall${done.stalls === 1 ? "" : "s"}.`, "ok");
+  if (speaker.playerState === "idle") setBusy(false);
+  if ($("keep").checked && result.chunks.length) await keepTake(settings, result);
+}
+
+function stop() {
+  speaker.stop();
+  setBusy(false);
+  say(status, "Stopped.");
+}
+
+// -- takes --------------------------------------------------------------------------
+
+async function keepTake(settings, { done, chunks, sampleRate }) {
+  const takesStatus = $("takes-status");
+  say(takesStatus, "Saving the take…", "busy");
+  try {
+    await api("POST", "/v1/takes", {
+      ...settings, sample_rate: sampleRate, ttfa_ms: done.ttfa_ms, stalls: done.stalls, audio: pcmToBase64(chunks),
+    });
+    say(takesStatus, "");
+    await loadTakes();
+  } catch (err) {
+    sayError(takesStatus, err, "Could not save the take");
+  }
+}
+
+function takeItem(take) {
+  const when = new Date(take.created_at * 1000);
+  const text = take.text.length > 160 ? `${take.text.slice(0, 160)}…` : take.text;
+  const audio = el("audio", { controls: true, preload: "none", src: `${take.audio_url}?format=wav`,
+                              "aria-label": `Replay take from ${when.toLocaleTimeString()}` });
+  const itemStatus = el("p", { class: "status", role: "status" });
+  const del = el("button", { type: "button", class: "danger", text: "Delete",
+                             "aria-label": `Delete take from ${when.toLocaleTimeString()}` });
+  del.addEventListener("click", async () => {
+    del.disabled = true;
+    try {
+      await api("DELETE", `/v1/takes/${take.id}`);
+      await loadTakes();
+      $("takes-h").focus();
+    } catch (err) {
+      del.disabled = false;
+      sayError(itemStatus, err, "Could not delete");
+    }
+  });
+  const downloads = ["wav", "mp3", "flac"].map((fmt) =>
+    el("a", { href: `${take.audio_url}?format=${fmt}`, download: `${take.id}.${fmt}`, class: "button",
+              text: fmt.toUpperCase(), "aria-label": `Download as ${fmt.toUpperCase()}` }));
+  return el("li", { class: "take", "data-take-id": take.id },
+    el("p", { class: "take-text", text }),
+    el("p", { class: "muted small",
+              text: `${take.model} · ${take.voice} · ${take.speed}× · ${fmtDuration(take.audio_ms)} · TTFA ${fmtMs(take.ttfa_ms)} · ${take.stalls} stall${take.stalls === 1 ? "" : "s"} · ${when.toLocaleString()}` }),
+    el("div", { class: "take-actions" }, audio, el("span", { class: "downloads" }, ...downloads), del),
+    itemStatus);
+}
+
+async function loadTakes() {
+  try {
+    const { data } = await api("GET", "/v1/takes");
+    $("takes").replaceChildren(...data.map(takeItem));
+    $("takes-empty").hidden = data.length > 0;
+    window.voxgate.takes = data.length;
+  } catch (err) {
+    sayError($("takes-status"), err, "Could not load takes");
+  }
+}
+
+// -- wiring -------------------------------------------------------------------------
+
+$("takes-h").tabIndex = -1;
+$("text").addEventListener("input", updateCount);
+$("speed").addEventListener("input", () => setSpeed($("speed").value));
+$("model").addEventListener("change", () => loadVoices().catch((err) => sayError(status, err, "Could not load voices")));
+$("voice").addEventListener("change", () => {
+  if ($("voice").value in presetSpeeds) setSpeed(presetSpeeds[$("voice").value]);
+});
+$("speak").addEventListener("click", () => speak().catch((err) => { setBusy(false); sayError(status, err); }));
+$("stop").addEventListener("click", stop);
+$("text").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("speak").disabled) { e.preventDefault(); $("speak").click(); }
+});
+updateCount();
+setSpeed(1);
+new ResizeObserver(() => wave.draw()).observe($("wave"));
+fillModels($("model"), new URLSearchParams(location.search).get("model") || $("model").dataset.default)
+  .then(loadVoices)
+  .then(() => {
+    const preset = new URLSearchParams(location.search).get("voice");
+    if (preset && [...$("voice").options].some((o) => o.value === preset)) {
+      $("voice").value = preset;
+      $("voice").dispatchEvent(new Event("change"));
+    }
+  })
+  .catch((err) => sayError(status, err, "Could not load models"));
+loadTakes();

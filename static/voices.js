@@ -1,0 +1,148 @@
+// Voices and presets: create, edit, try and delete speaker presets (/v1/presets).
+import { $, api, say, sayError, el, fillModels, fillVoices, fmtMs } from "./common.js";
+import { Speaker } from "./speaker.js";
+
+const formStatus = $("form-status");
+const listStatus = $("list-status");
+const speaker = new Speaker();
+let editing = null;  // the preset name being edited, or null when creating
+
+function setSpeed(value) {
+  $("p-speed").value = value;
+  $("p-speed-out").textContent = `${Number(value).toFixed(2)}×`;
+}
+
+async function loadVoiceChoices(selected) {
+  await fillVoices($("p-voice"), $("p-model").value, { presets: false });
+  if (selected) $("p-voice").value = selected;
+}
+
+function formData() {
+  return { name: $("p-name").value.trim(), model: $("p-model").value, voice: $("p-voice").value,
+           speed: Number($("p-speed").value) };
+}
+
+function fieldInput(field) {
+  return { name: $("p-name"), model: $("p-model"), voice: $("p-voice"), speed: $("p-speed") }[field];
+}
+
+function showFieldError(err, prefix) {
+  sayError(formStatus, err, prefix);
+  const input = err.field && fieldInput(err.field);
+  if (input) { input.setAttribute("aria-invalid", "true"); input.focus(); }
+}
+
+function clearInvalid() {
+  for (const input of document.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+}
+
+async function save(e) {
+  e.preventDefault();
+  clearInvalid();
+  const data = formData();
+  try {
+    if (editing) {
+      const { name, ...rest } = data;
+      await api("PUT", `/v1/presets/${encodeURIComponent(editing)}`, rest);
+      say(formStatus, `Saved “${editing}”.`, "ok");
+    } else {
+      await api("POST", "/v1/presets", data);
+      say(formStatus, `Created “${data.name}”.`, "ok");
+    }
+    endEdit();
+    await loadPresets();
+  } catch (err) {
+    showFieldError(err, editing ? "Could not save" : "Could not create");
+  }
+}
+
+async function startEdit(preset) {
+  editing = preset.name;
+  $("form-h").textContent = `Edit preset “${preset.name}”`;
+  $("p-name").value = preset.name;
+  $("p-name").readOnly = true;
+  $("p-save").textContent = "Save changes";
+  $("p-cancel").hidden = false;
+  $("p-model").value = preset.model;
+  await loadVoiceChoices(preset.voice);
+  setSpeed(preset.speed);
+  say(formStatus, "");
+  $("p-model").focus();
+}
+
+function endEdit() {
+  editing = null;
+  $("form-h").textContent = "New preset";
+  $("p-name").readOnly = false;
+  $("p-name").value = "";
+  $("p-save").textContent = "Create preset";
+  $("p-cancel").hidden = true;
+}
+
+// Speak the sample sentence with a preset name or explicit settings; report in `where`.
+async function tryVoice(settings, where, button) {
+  const text = $("sample").value.trim() || $("sample").defaultValue;
+  if (speaker.current) { speaker.stop(); }
+  button.disabled = true;
+  say(where, "Speaking…", "busy");
+  try {
+    const { done } = await speaker.speak({ text, ...settings });
+    say(where, `Spoke ${(done.audio_ms / 1000).toFixed(1)} s, TTFA ${fmtMs(done.ttfa_ms)}.`, "ok");
+  } catch (err) {
+    sayError(where, err, "Could not speak");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function presetRow(preset) {
+  const rowStatus = el("p", { class: "status small", role: "status" });
+  const tryBtn = el("button", { type: "button", class: "small", text: "Try", "aria-label": `Try ${preset.name}` });
+  tryBtn.addEventListener("click", () => tryVoice({ model: preset.model, voice: preset.name }, rowStatus, tryBtn));
+  const editBtn = el("button", { type: "button", class: "small", text: "Edit", "aria-label": `Edit ${preset.name}` });
+  editBtn.addEventListener("click", () => startEdit(preset).catch((err) => sayError(rowStatus, err)));
+  const delBtn = el("button", { type: "button", class: "small danger", text: "Delete", "aria-label": `Delete ${preset.name}` });
+  delBtn.addEventListener("click", async () => {
+    if (!confirm(`Delete the preset “${preset.name}”?`)) return;
+    try {
+      await api("DELETE", `/v1/presets/${encodeURIComponent(preset.name)}`);
+      if (editing === preset.name) endEdit();
+      say(listStatus, `Deleted “${preset.name}”.`, "ok");
+      await loadPresets();
+      $("list-h").focus();
+    } catch (err) {
+      sayError(rowStatus, err, "Could not delete");
+    }
+  });
+  const studio = el("a", { class: "button small", href: `/?voice=${encodeURIComponent(preset.name)}&model=${encodeURIComponent(preset.model)}`,
+                           text: "Use in studio" });
+  return el("tr", { "data-preset": preset.name },
+    el("th", { scope: "row", text: preset.name }),
+    el("td", { text: preset.model }),
+    el("td", { text: preset.voice }),
+    el("td", { text: `${preset.speed}×` }),
+    el("td", {}, el("div", { class: "row-actions" }, tryBtn, editBtn, studio, delBtn), rowStatus));
+}
+
+async function loadPresets() {
+  try {
+    const { data } = await api("GET", "/v1/presets");
+    $("presets").replaceChildren(...data.map(presetRow));
+    $("presets-empty").hidden = data.length > 0;
+  } catch (err) {
+    sayError(listStatus, err, "Could not load presets");
+  }
+}
+
+$("preset-form").addEventListener("submit", save);
+$("p-cancel").addEventListener("click", () => { endEdit(); say(formStatus, ""); });
+$("p-speed").addEventListener("input", () => setSpeed($("p-speed").value));
+$("p-model").addEventListener("change", () => loadVoiceChoices().catch((err) => sayError(formStatus, err)));
+$("p-try").addEventListener("click", () => {
+  const { model, voice, speed } = formData();
+  tryVoice({ model, voice, speed }, formStatus, $("p-try"));
+});
+fillModels($("p-model"), $("p-model").dataset.default)
+  .then(() => loadVoiceChoices())
+  .catch((err) => sayError(formStatus, err, "Could not load models"));
+loadPresets();
