@@ -1,0 +1,132 @@
+"""Studio takes (/v1/takes) and live stats (/v1/stats) through a real uvicorn server."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from gateway import takes
+from tests.conftest import LiveServer
+
+RATE = 24000
+
+
+def tone(seconds: float = 0.5, rate: int = RATE) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes()
+
+
+def take_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"text": "Hello there.", "model": "piper-joe", "voice": "default", "speed": 1.25,
+                            "sample_rate": RATE, "ttfa_ms": 123.4, "stalls": 1,
+                            "audio": base64.b64encode(tone()).decode("ascii")}
+    body.update(overrides)
+    return {k: v for k, v in body.items() if v is not ...}
+
+
+def test_a_take_is_kept_listed_downloaded_and_deleted(server: LiveServer, client: httpx.Client) -> None:
+    created = client.post("/v1/takes", json=take_body())
+    assert created.status_code == 201, created.text
+    take = created.json()
+    assert take["text"] == "Hello there." and take["model"] == "piper-joe" and take["voice"] == "default"
+    assert take["speed"] == 1.25 and take["ttfa_ms"] == 123.4 and take["stalls"] == 1
+    assert take["audio_ms"] == 500.0 and take["sample_rate"] == RATE
+    assert (server.settings.data_dir / "takes" / f"{take['id']}.wav").is_file()
+
+    listed = client.get("/v1/takes").json()["data"]
+    assert listed[0]["id"] == take["id"]
+    assert client.get(f"/v1/takes/{take['id']}").json() == take
+
+    wav = client.get(take["audio_url"])
+    assert wav.status_code == 200 and wav.headers["content-type"] == "audio/wav"
+    assert wav.content[44:] == tone()  # exactly what was uploaded
+    ranged = client.get(take["audio_url"], headers={"Range": "bytes=44-99"})
+    assert ranged.status_code == 206 and ranged.content == tone()[:56]
+    for fmt in ("mp3", "flac"):
+        response = client.get(take["audio_url"], params={"format": fmt})
+        assert response.status_code == 200, response.text
+        audio, rate = sf.read(io.BytesIO(response.content), dtype="float32")
+        assert rate == RATE and abs(len(audio) / rate - 0.5) < 0.1
+        assert np.sqrt(np.mean(audio ** 2)) > 0.1
+
+    assert client.delete(f"/v1/takes/{take['id']}").status_code == 204
+    assert not (server.settings.data_dir / "takes" / f"{take['id']}.wav").exists()
+    assert all(t["id"] != take["id"] for t in client.get("/v1/takes").json()["data"])
+    assert client.delete(f"/v1/takes/{take['id']}").status_code == 404
+
+
+@pytest.mark.parametrize("overrides, status, code, field", [
+    ({"text": ...}, 400, "invalid_input", "text"),
+    ({"text": "   "}, 400, "invalid_input", "text"),
+    ({"text": "x" * 5000}, 422, "input_too_long", "text"),
+    ({"model": "no-such-model"}, 404, "unknown_model", "model"),
+    ({"voice": ""}, 400, "invalid_input", "voice"),
+    ({"voice": 7}, 400, "invalid_input", "voice"),
+    ({"speed": 9}, 400, "invalid_input", "speed"),
+    ({"speed": "fast"}, 400, "invalid_input", "speed"),
+    ({"sample_rate": 12345}, 400, "invalid_input", "sample_rate"),
+    ({"sample_rate": True}, 400, "invalid_input", "sample_rate"),
+    ({"ttfa_ms": -1}, 400, "invalid_input", "ttfa_ms"),
+    ({"stalls": 1.5}, 400, "invalid_input", "stalls"),
+    ({"audio": ...}, 400, "invalid_input", "audio"),
+    ({"audio": "not base64!"}, 400, "invalid_input", "audio"),
+    ({"audio": base64.b64encode(b"\x01\x02\x03").decode()}, 400, "invalid_input", "audio"),
+    ({"colour": "blue"}, 400, "invalid_input", "colour"),
+])
+def test_bad_take_is_a_4xx_naming_the_field(client: httpx.Client, overrides: dict[str, Any], status: int,
+                                            code: str, field: str) -> None:
+    response = client.post("/v1/takes", json=take_body(**overrides))
+    assert response.status_code == status, response.text
+    assert response.json() == {"error": {"code": code, "message": response.json()["error"]["message"],
+                                         "field": field}}
+
+
+def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(takes, "MAX_TAKE_AUDIO_BYTES", 1000)
+    response = client.post("/v1/takes", json=take_body())
+    assert response.status_code == 413 and response.json()["error"]["code"] == "audio_too_large"
+
+
+def test_take_body_errors(client: httpx.Client) -> None:
+    response = client.post("/v1/takes", content=b"{", headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    response = client.post("/v1/takes", content=tone(), headers={"Content-Type": "audio/pcm"})
+    assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_missing_takes_and_bad_queries(client: httpx.Client) -> None:
+    for path in ("/v1/takes/take-000000000000", "/v1/takes/take-000000000000/audio", "/v1/takes/../etc"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json()["error"]["code"] in ("take_not_found", "not_found")
+    assert client.delete("/v1/takes/nonsense").json()["error"] == {
+        "code": "take_not_found", "message": "no take 'nonsense'", "field": "id"}
+    take = client.post("/v1/takes", json=take_body()).json()
+    response = client.get(take["audio_url"], params={"format": "ogg"})
+    assert response.status_code == 400 and response.json()["error"]["field"] == "format"
+    for limit in ("0", "abc", "5000"):
+        response = client.get("/v1/takes", params={"limit": limit})
+        assert response.status_code == 400 and response.json()["error"]["field"] == "limit"
+    assert len(client.get("/v1/takes", params={"limit": "1"}).json()["data"]) == 1
+
+
+def test_stats_has_engine_state_and_recent_utterances(client: httpx.Client) -> None:
+    before = client.get("/v1/stats").json()
+    response = client.post("/v1/audio/speech", json={"input": "Counting the milliseconds.", "response_format": "pcm"})
+    assert response.status_code == 200
+    stats = client.get("/v1/stats", params={"since": before["time"]}).json()
+    assert stats["sessions"] == 0 and stats["requests"] == 0
+    assert stats["models"]["piper-joe"]["waiting"] == 0
+    assert set(stats["models"]["piper-joe"]["last_batch"]) == {"backbone", "codec"}
+    [recent] = stats["recent"]
+    assert recent["source"] == "speech" and recent["model"] == "piper-joe"
+    assert recent["ttfa_ms"] > 0 and recent["late_ms"] >= 0 and recent["audio_ms"] > 500
+    assert client.get("/v1/stats", params={"since": stats["time"]}).json()["recent"] == []
+    response = client.get("/v1/stats", params={"since": "soon"})
+    assert response.status_code == 400 and response.json()["error"]["field"] == "since"
