@@ -43,7 +43,8 @@ export class Speaker {
     this.playedMs = (1000 * msg.played) / this.ctx.sampleRate;
     const active = msg.state !== "idle";
     // playing: true while buffering too: an empty buffer is a deadline, not a pause.
-    if ((active || wasActive) && this.current && this.ws && this.ws.readyState === WebSocket.OPEN) {
+    // Reports go on until the audio has played out (the server ignores them after done).
+    if ((active || wasActive) && this.ws && this.ws.readyState === WebSocket.OPEN) {
       this.send({ type: "playback.position", played_ms: this.playedMs, playing: active });
       this.numReports += 1;
     }

@@ -115,7 +115,7 @@ function presetRow(preset) {
     }
   });
   const studio = el("a", { class: "button small", href: `/?voice=${encodeURIComponent(preset.name)}&model=${encodeURIComponent(preset.model)}`,
-                           text: "Use in studio" });
+                           text: "Use in studio", "aria-label": `Use ${preset.name} in the studio` });
   return el("tr", { "data-preset": preset.name },
     el("th", { scope: "row", text: preset.name }),
     el("td", { text: preset.model }),

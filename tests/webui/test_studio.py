@@ -1,0 +1,202 @@
+"""The browser studio in headless Chromium (Debian's /usr/bin/chromium via Playwright).
+
+One browser per module against one live server. The pages are driven as a user would,
+and checked against what the server saw (playback reports, engine jobs, takes, presets).
+Screenshots of every page land in docs/screenshots/ (README.md links them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.realtime import Session
+from tests.conftest import LiveServer
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--autoplay-policy=no-user-gesture-required"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+LONG_TEXT = " ".join([
+    "The quick brown fox jumps over the lazy dog.", "It was a bright cold day in April, and the clocks were striking thirteen.",
+    "Call me Ishmael.", "Some years ago, never mind how long precisely, I thought I would sail about a little.",
+] * 4)
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium (scripts/test.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sync_api.BrowserContext]:
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, args=ARGS,
+            headless=True, viewport=DESKTOP)
+        context.set_default_timeout(30_000)
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser: sync_api.BrowserContext) -> Iterator[sync_api.Page]:
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+@pytest.fixture
+def reports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, bool]]:
+    """Every `playback.position` the server receives, as (played_ms, playing)."""
+    seen: list[tuple[float, bool]] = []
+    original = Session.playback
+
+    def playback(self: Session, event: dict[str, Any]) -> None:
+        seen.append((event["played_ms"], event["playing"]))
+        original(self, event)
+
+    monkeypatch.setattr(Session, "playback", playback)
+    return seen
+
+
+def open_studio(page: sync_api.Page, server: LiveServer, query: str = "") -> None:
+    page.goto(f"{server.url}/{query}")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+
+
+def test_speak_streams_plays_and_reports_position(server: LiveServer, page: sync_api.Page,
+                                                  reports: list[tuple[float, bool]]) -> None:
+    open_studio(page, server)
+    text = "Hello from the studio. This sentence is long enough to play for more than a second."
+    page.fill("#text", text)
+    assert page.inner_text("#count-n") == str(len(text))
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
+    page.wait_for_function("window.voxgate.playedMs > 1000")  # the worklet's own position
+    done = page.evaluate("window.voxgate.lastDone")
+    assert not done["cancelled"] and done["audio_ms"] > 2000
+    assert page.inner_text("#ttfa").endswith("ms") and page.inner_text("#ttfa") != "–"
+    assert page.inner_text("#status").startswith("Done:")
+    deadline = time.monotonic() + 10
+    while max((p for p, _ in reports), default=0) <= 1000 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the report for > 1 s may still be in flight
+    assert max(p for p, _ in reports) > 1000, reports  # the server heard the worklet
+    assert len(reports) >= 5 and all(playing for _, playing in reports[:-1])
+
+    # The take is kept, listed, replayable and downloadable.
+    page.wait_for_selector("#takes li.take")
+    take_id = page.get_attribute("#takes li.take", "data-take-id")
+    take = httpx.get(f"{server.url}/v1/takes/{take_id}").json()
+    assert take["ttfa_ms"] == done["ttfa_ms"] and take["stalls"] == done["stalls"]
+    assert abs(take["audio_ms"] - done["audio_ms"]) < 1
+    assert page.get_attribute("#takes li.take audio", "src") == f"/v1/takes/{take_id}/audio?format=wav"
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download as MP3").first.click()
+    assert download.value.suggested_filename == f"{take_id}.mp3"
+
+
+def test_stop_mid_utterance_silences_the_page_and_frees_the_engine(server: LiveServer,
+                                                                   page: sync_api.Page) -> None:
+    open_studio(page, server)
+    page.uncheck("#keep")
+    page.fill("#text", LONG_TEXT)
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.playedMs > 300", timeout=60_000)
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_function("window.voxgate.playerState === 'idle'")
+    page.wait_for_function("window.voxgate.lastDone && window.voxgate.lastDone.cancelled")
+    assert server.wait_idle() == 0
+    played = page.evaluate("window.voxgate.playedMs")
+    page.wait_for_timeout(500)
+    assert page.evaluate("window.voxgate.playedMs") == played  # no more audio
+    assert page.evaluate("window.voxgate.lastDone.audio_ms") < 60_000
+    assert page.inner_text("#status").startswith("Stopped")
+    assert page.is_enabled("#speak") and page.is_disabled("#stop")
+
+
+def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, page: sync_api.Page) -> None:
+    page.goto(f"{server.url}/voices")
+    page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
+    page.get_by_label("Name").fill("Narrator")
+    page.get_by_label("Voice", exact=True).select_option("default")
+    page.locator("#p-speed").fill("1.5")
+    page.get_by_label("Name").press("Enter")  # the form submits from the keyboard
+    page.wait_for_selector("tr[data-preset='Narrator']")
+    assert httpx.get(f"{server.url}/v1/presets/Narrator").json()["speed"] == 1.5
+
+    page.get_by_label("Name").fill("Narrator")  # a duplicate is refused, in the page
+    page.get_by_role("button", name="Create preset").click()
+    page.wait_for_selector("#form-status[data-kind='error']")
+    assert "exists" in page.inner_text("#form-status")
+
+    page.get_by_role("button", name="Try Narrator").click()
+    row_status = page.locator("tr[data-preset='Narrator'] .status")
+    row_status.filter(has_text="Spoke").wait_for(timeout=60_000)
+
+    page.get_by_role("link", name="Use Narrator in the studio").click()
+    page.wait_for_function("document.querySelector('#voice').value === 'Narrator'")
+    assert page.input_value("#speed") == "1.5"
+    page.fill("#text", "Presets keep a voice and its speed.")
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
+    assert not page.evaluate("window.voxgate.lastDone.cancelled")
+    page.wait_for_function("window.voxgate.takes > 0")
+    assert httpx.get(f"{server.url}/v1/takes").json()["data"][0]["voice"] == "Narrator"
+
+    # A preset deleted behind the page's back: the error shows where Speak was pressed.
+    assert httpx.delete(f"{server.url}/v1/presets/Narrator").status_code == 204
+    page.click("#speak")
+    page.wait_for_selector("#status[data-kind='error']")
+    assert "Narrator" in page.inner_text("#status")
+
+
+def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.Page) -> None:
+    open_studio(page, server)
+    page.focus("#text")
+    order = []
+    for _ in range(5):
+        page.keyboard.press("Tab")
+        order.append(page.evaluate("document.activeElement.id"))
+    assert order == ["model", "voice", "speed", "keep", "speak"]
+
+
+def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.BrowserContext) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for name, voice, speed in (("Narrator", "default", 0.9), ("Quick read", "default", 1.4)):
+        httpx.post(f"{server.url}/v1/presets", json={"name": name, "voice": voice, "speed": speed})
+    page = browser.new_page()  # a take in progress for the studio's picture
+    open_studio(page, server)
+    page.fill("#text", "Every chunk is scheduled for the moment the listener's buffer would run dry.")
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.lastDone !== null && window.voxgate.playedMs > 1500", timeout=60_000)
+    page.screenshot(path=str(SCREENSHOTS / "studio-desktop.png"))
+    page.close()
+    for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
+        page = browser.new_page()
+        page.set_viewport_size(size)
+        for path, slug, ready in (
+            ("/", "studio", "#takes li.take"),
+            ("/library", "library", "#installed tr"),
+            ("/voices", "voices", "#p-voice option"),
+            ("/live", "live", "#models tr"),
+        ):
+            if (slug, name) == ("studio", "desktop"):
+                continue
+            page.goto(server.url + path)
+            page.wait_for_selector(ready, state="attached")
+            page.wait_for_timeout(600)  # charts, fonts
+            page.screenshot(path=str(SCREENSHOTS / f"{slug}-{name}.png"), full_page=name == "phone")
+        page.close()
+    assert len(list(SCREENSHOTS.glob("*.png"))) >= 8
