@@ -109,12 +109,17 @@ export class Speaker {
       this.current.sampleRate = msg.sample_rate;
       this.onStart(msg);
     } else if (msg.type === "utterance.done" && this.current) {
-      const cur = this.current;
-      this.current = null;
-      this.node.port.postMessage({ type: "end" });
-      cur.resolve({ done: msg, chunks: cur.chunks, sampleRate: cur.sampleRate,
-                    clientTtfaMs: cur.firstAudioAt == null ? null : cur.firstAudioAt - cur.sentAt });
+      this.finish(msg);
     }
+  }
+
+  finish(done) {
+    const cur = this.current;
+    this.current = null;
+    clearTimeout(cur.stopTimer);
+    this.node.port.postMessage({ type: "end" });
+    cur.resolve({ done, chunks: cur.chunks, sampleRate: cur.sampleRate,
+                  clientTtfaMs: cur.firstAudioAt == null ? null : cur.firstAudioAt - cur.sentAt });
   }
 
   // Speak `text`; resolves {done, chunks (Int16Array[]), sampleRate, clientTtfaMs}.
@@ -139,9 +144,19 @@ export class Speaker {
   // Cancel the utterance now: the worklet drops its buffer, the server stops the engine.
   stop() {
     if (this.node) this.node.port.postMessage({ type: "clear" });
-    if (this.current) {
-      this.current.stopped = true;
+    const cur = this.current;
+    if (cur && !cur.stopped) {
+      cur.stopped = true;
       if (this.ws && this.ws.readyState === WebSocket.OPEN) this.send({ type: "response.cancel" });
+      // The server answers with utterance.done (cancelled); if nothing was speakable yet it
+      // has no utterance to end, so don't wait for it for long.
+      const receivedMs = (1000 * cur.chunks.reduce((n, c) => n + c.length, 0)) / cur.sampleRate;
+      cur.stopTimer = setTimeout(() => {
+        if (this.current === cur) {
+          this.finish({ type: "utterance.done", utterance_id: null, audio_ms: receivedMs, ttfa_ms: null,
+                        stalls: 0, cancelled: true });
+        }
+      }, 1500);
     }
   }
 }

@@ -48,7 +48,11 @@ function setSpeed(value) {
 
 async function speak() {
   const text = $("text").value;
-  if (!text.trim()) { say(status, "Type some text to speak first.", "error"); $("text").focus(); return; }
+  if (!/[\p{L}\p{N}]/u.test(text)) {
+    say(status, "Type some text to speak first (letters or digits).", "error");
+    $("text").focus();
+    return;
+  }
   const settings = { text, model: $("model").value, voice: $("voice").value, speed: Number($("speed").value) };
   setBusy(true);
   wave.reset();
