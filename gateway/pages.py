@@ -33,12 +33,19 @@ async def index(request: Request) -> Response:
     return _render(request, "index.html", "studio", max_input_chars=state.settings.max_input_chars)
 
 
+_LIMITS = (  # residency settings shown on the library page: (setting, label, format)
+    ("max_loaded_models", "Models loaded at most", "{:d}"),
+    ("idle_unload_s", "Unload when idle for", "{:g} s"),
+    ("min_free_memory_mb", "Memory kept free", "{:g} MB"),
+    ("busy_timeout_ms", "Longest wait for room", "{:g} ms"),
+)
+
+
 async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
-    limits = [(label, getattr(settings, name)) for name, label in (
-        ("max_loaded_models", "Models loaded at most"), ("idle_unload_s", "Unload after idle (s)"),
-        ("min_free_memory_mb", "Keep free memory (MB)"), ("busy_timeout_ms", "Wait for room at most (ms)"),
-    ) if hasattr(settings, name)]
+    limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
+               else fmt.format(getattr(settings, name)))
+              for name, label, fmt in _LIMITS if hasattr(settings, name)]
     return _render(request, "library.html", "library", limits=limits, device=settings.device)
 
 

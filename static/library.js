@@ -6,6 +6,7 @@ const FINAL = new Set(["done", "failed", "cancelled"]);
 const catalogItems = new Map();  // model id -> {li, progress, text, install, cancel, status}
 let events = null;
 let lastModels = "";
+window.voxgate = { downloads: {}, progress: [] };  // for tests: every download update seen
 
 function unavailable(err, what) {
   return err.status === 404 && err.code === "not_found"
@@ -129,7 +130,10 @@ function setInstalled(item, installed) {
 }
 
 function showDownload(item, d) {
+  // The install's answer can arrive after the SSE events it started: never go back from an end.
+  if (item.downloadId === d.id && FINAL.has(item.downloadState) && !FINAL.has(d.state)) return;
   item.downloadId = d.id;
+  item.downloadState = d.state;
   item.box.hidden = false;
   item.progress.value = d.percent;
   item.progress.setAttribute("aria-valuetext", `${d.percent}%`);
@@ -155,7 +159,8 @@ function showDownload(item, d) {
   } else {
     say(item.status, "");
   }
-  window.voxgateDownloads = { ...(window.voxgateDownloads || {}), [d.model_id]: d };
+  window.voxgate.downloads[d.model_id] = d;
+  window.voxgate.progress.push([d.model_id, d.state, d.percent]);
 }
 
 function listen() {

