@@ -215,6 +215,22 @@ def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, pa
     assert "Narrator" in page.inner_text("#status")
 
 
+def test_a_preset_is_edited_and_deleted(server: LiveServer, page: sync_api.Page) -> None:
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Editor", "speed": 1.0}).status_code == 201
+    page.goto(f"{server.url}/voices")
+    page.get_by_role("button", name="Edit Editor").click()
+    assert page.input_value("#p-name") == "Editor" and page.is_editable("#p-name") is False
+    page.locator("#p-speed").fill("0.75")
+    page.get_by_role("button", name="Save changes").click()
+    page.locator("#form-status[data-kind='ok']").wait_for()
+    assert httpx.get(f"{server.url}/v1/presets/Editor").json()["speed"] == 0.75
+    assert page.inner_text("tr[data-preset='Editor'] td:nth-of-type(3)") == "0.75×"
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete Editor").click()
+    page.wait_for_selector("tr[data-preset='Editor']", state="detached")
+    assert httpx.get(f"{server.url}/v1/presets/Editor").status_code == 404
+
+
 @pytest.mark.skipif(not HAS_LIBRARY_API, reason="the library API is not merged yet")
 def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: sync_api.Page) -> None:
     page.goto(f"{server.url}/library")
@@ -279,6 +295,8 @@ def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.Browser
             page.goto(server.url + path)
             page.wait_for_selector(ready, state="attached")
             page.wait_for_timeout(600)  # charts, fonts
+            if slug == "live":  # the utterances of the tests above are plotted
+                page.wait_for_function("document.querySelector('#ttfa-p').textContent.includes('ms')")
             page.screenshot(path=str(SCREENSHOTS / f"{slug}-{name}.png"), full_page=name == "phone")
         page.close()
     assert len(list(SCREENSHOTS.glob("*.png"))) >= 8
