@@ -118,7 +118,7 @@ function presetRow(preset) {
                            text: "Use in studio", "aria-label": `Use ${preset.name} in the studio` });
   return el("tr", { "data-preset": preset.name },
     el("th", { scope: "row", text: preset.name }),
-    el("td", { text: preset.model }),
+    el("td", { class: "hide-narrow", text: preset.model }),
     el("td", { text: preset.voice }),
     el("td", { text: `${preset.speed}×` }),
     el("td", {}, el("div", { class: "row-actions" }, tryBtn, editBtn, studio, delBtn), rowStatus));
