@@ -86,5 +86,9 @@ class PlaybackClock:
         return late_ms
 
     def on_report(self, now: float, played_ms: float, playing: bool) -> None:
-        """A client's `playback.position` report: `played_ms` of audio played so far."""
-        self._report = (now, max(0.0, min(float(played_ms), self.delivered_ms)), bool(playing))
+        """A client's `playback.position` report: `played_ms` of this stream played so far.
+
+        A negative `played_ms` means the client is still playing audio queued before this
+        stream (e.g. an earlier sentence of the same utterance): the deadline moves later.
+        """
+        self._report = (now, min(float(played_ms), self.delivered_ms), bool(playing))

@@ -28,6 +28,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 from engine.engine import Engine
 from engine.runner import Runner
 from engine.types import EngineError, Overloaded, UnknownModel
+from gateway.library import Library
 from models import family
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,9 @@ class ModelBusy(EngineError):
     status = 409
 
 
-class ModelLoadFailed(EngineError):
+class LoadFailed(EngineError):
     code = "model_load_failed"
-    status = 500
+    status = 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,32 @@ class ModelSpec:
 Lookup = Callable[[str], Awaitable[ModelSpec | None]]
 Loader = Callable[[ModelSpec, str], Runner]
 FreeMemory = Callable[[], int | None]
+
+# Options the gateway reads from a model's row; the rest go to the family's load().
+RESIDENCY_OPTIONS = ("busy_timeout_ms",)
+# A Lease dropped unheld (`await residency.acquire(m)` with the result ignored, then
+# `engine.submit`) keeps its model busy this long: the engine counts a submitted request
+# only once its thread has read it, and an eviction must not come in between.
+SUBMIT_GRACE_S = 1.0
+
+
+def library_lookup(library: Library) -> Lookup:
+    """ModelSpecs from the library's `models` rows."""
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        record = await library.get_model(model_id)
+        if record is None:
+            return None
+        options = dict(record.get("options") or {})
+        timeout = options.get("busy_timeout_ms")
+        return ModelSpec(
+            model_id=record["id"], family=record["family"],
+            path=Path(record["path"]) if record.get("path") else None,
+            options={k: v for k, v in options.items() if k not in RESIDENCY_OPTIONS},
+            size_bytes=int(record.get("size_bytes") or 0),
+            busy_timeout_ms=float(timeout) if isinstance(timeout, (int, float)) else None)
+
+    return lookup
 
 
 def load_runner(spec: ModelSpec, device: str) -> Runner:
@@ -125,7 +152,9 @@ class Resident:
     error: BaseException | None = None
     num_leases: int = 0
     last_used_s: float = 0.0
+    grace_until_s: float = float("-inf")  # busy until then (see SUBMIT_GRACE_S)
     loaded_s: float | None = None
+    load_seconds: float | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -143,9 +172,9 @@ class Lease:
         assert resident.runner is not None
         self.runner: Runner = resident.runner
 
-    def release(self) -> None:
+    def release(self, grace: bool = False) -> None:
         if self._resident is not None:
-            self._residency._release(self._resident)
+            self._residency._release(self._resident, grace)
             self._resident = None
 
     async def __aenter__(self) -> Lease:
@@ -154,10 +183,10 @@ class Lease:
     async def __aexit__(self, *exc: object) -> None:
         self.release()
 
-    def __del__(self) -> None:  # a forgotten lease must not pin its model forever
+    def __del__(self) -> None:  # a dropped lease must not pin its model forever
         if self._resident is not None:
             try:
-                self.release()
+                self.release(grace=True)
             except RuntimeError:  # event loop already closed
                 pass
 
@@ -166,9 +195,9 @@ class Residency:
     def __init__(
         self,
         engine: Engine,
-        lookup: Lookup,
-        *,
+        library: Library | Lookup,
         device: str = "cpu",
+        *,
         max_loaded_models: int = 2,
         idle_unload_s: float = 0.0,
         busy_timeout_ms: float = 5000.0,
@@ -181,7 +210,8 @@ class Residency:
         assert max_loaded_models >= 1, "max_loaded_models must be >= 1"
         assert busy_timeout_ms >= 0 and idle_unload_s >= 0 and memory_factor > 0
         self.engine = engine
-        self._lookup = lookup
+        self.library = library if isinstance(library, Library) else None
+        self._lookup = library_lookup(library) if isinstance(library, Library) else library
         self.device = device
         self.max_loaded_models = max_loaded_models
         self.idle_unload_s = idle_unload_s
@@ -204,11 +234,18 @@ class Residency:
         if self.idle_unload_s > 0 and self._idle_task is None:
             self._idle_task = asyncio.create_task(self._idle_loop(), name="residency-idle-unload")
         for model_id in preload:
-            lease = await self.acquire(model_id, keep_loaded=True)
-            lease.release()
+            try:
+                lease = await self.acquire(model_id, keep_loaded=True)
+            except EngineError as error:  # the server still starts; the model loads on use
+                log.warning("preloading model %s failed: %s", model_id, error.message)
+            else:
+                lease.release()
 
-    async def stop(self) -> None:
-        """Stop the idle task and unload everything (requests in flight are cancelled)."""
+    async def close(self) -> None:
+        """Stop the idle task and unload everything (requests in flight are cancelled).
+
+        Call before `engine.stop()`: unloading goes through the engine thread.
+        """
         if self._idle_task is not None:
             self._idle_task.cancel()
             await asyncio.gather(self._idle_task, return_exceptions=True)
@@ -229,12 +266,26 @@ class Residency:
         resident = self._residents.get(model_id)
         return resident is not None and self._busy(resident)
 
-    def status(self) -> list[dict[str, Any]]:
-        return [{
-            "id": r.model_id, "state": str(r.state), "busy": self._busy(r),
-            "requests": self.engine.num_requests(r.model_id), "leases": r.num_leases,
-            "memory_bytes": r.footprint_bytes, "idle_s": round(time.monotonic() - r.last_used_s, 1),
-        } for r in self._residents.values()]
+    def status(self, model_id: str) -> dict[str, Any]:
+        """Residency fields of one model, for GET /v1/models."""
+        resident = self._residents.get(model_id)
+        if resident is None:
+            return {"loaded": False, "loading": False, "busy": False, "memory_bytes": 0, "last_used": None,
+                    "state": "unloaded"}
+        return {
+            "loaded": resident.state is ResidentState.LOADED,
+            "loading": resident.state is ResidentState.LOADING,
+            "busy": self._busy(resident), "state": str(resident.state),
+            "memory_bytes": resident.footprint_bytes if resident.state is ResidentState.LOADED else 0,
+            "last_used": time.time() - (time.monotonic() - resident.last_used_s),
+            "load_seconds": resident.load_seconds,
+        }
+
+    def residents(self) -> list[dict[str, Any]]:
+        """Every model loaded, loading or unloading, least recently used first."""
+        ordered = sorted(self._residents.values(), key=lambda r: r.last_used_s)
+        return [{"id": r.model_id, **self.status(r.model_id), "requests": self.engine.num_requests(r.model_id),
+                 "leases": r.num_leases} for r in ordered]
 
     # -- acquire / load / unload ------------------------------------------------------
 
@@ -244,7 +295,7 @@ class Residency:
 
         Waits at most the busy timeout (server default, capped by the model's own and by
         `timeout_ms`) for room; raises UnknownModel, ServerBusy, InsufficientMemory or
-        ModelLoadFailed.
+        LoadFailed.
         """
         spec: ModelSpec | None = None
         started = time.monotonic()
@@ -257,7 +308,7 @@ class Residency:
             if resident is not None and resident.state is ResidentState.LOADING:
                 await resident.ready.wait()  # loads are not cut short by the busy timeout
                 if resident.error is not None:
-                    raise ModelLoadFailed(f"model {model_id!r} failed to load: {_describe(resident.error)}",
+                    raise LoadFailed(f"model {model_id!r} failed to load: {_describe(resident.error)}",
                                           field="model") from resident.error
                 continue
             if spec is None:
@@ -295,7 +346,7 @@ class Residency:
         """Load without holding it (POST /v1/models/{id}/load); returns its status."""
         lease = await self.acquire(model_id, timeout_ms)
         lease.release()
-        return next(s for s in self.status() if s["id"] == model_id)
+        return self.status(model_id)
 
     async def unload(self, model_id: str) -> bool:
         """Unload an idle model; False if it was not loaded. Raises ModelBusy (409) while busy."""
@@ -324,7 +375,8 @@ class Residency:
         return min(bounds) / 1000.0
 
     def _busy(self, resident: Resident) -> bool:
-        return resident.num_leases > 0 or self.engine.num_requests(resident.model_id) > 0
+        return (resident.num_leases > 0 or self.engine.num_requests(resident.model_id) > 0
+                or time.monotonic() < resident.grace_until_s)
 
     def _plan(self, footprint: int) -> tuple[list[Resident], str | None]:
         """Idle models to evict so one more of `footprint` bytes fits; or why it cannot now.
@@ -383,8 +435,9 @@ class Residency:
             resident.state = ResidentState.LOADED
             resident.loaded_s = time.monotonic()
             resident.last_used_s = resident.loaded_s
+            resident.load_seconds = time.perf_counter() - t0
             self.num_loads += 1
-            log.info("model %s loaded in %.2fs (%.0f MB)", resident.model_id, time.perf_counter() - t0,
+            log.info("model %s loaded in %.2fs (%.0f MB)", resident.model_id, resident.load_seconds,
                      resident.footprint_bytes / MB)
         except BaseException as error:
             resident.error = error
@@ -397,6 +450,11 @@ class Residency:
         finally:
             resident.ready.set()
             self._notify()
+        if self.library is not None and resident.error is None:
+            try:
+                await self.library.touch_model(resident.model_id)
+            except Exception:
+                log.exception("could not record the use of model %s", resident.model_id)
 
     async def _unload(self, resident: Resident, reason: str) -> None:
         resident.state = ResidentState.UNLOADING  # no new lease from here on
@@ -409,9 +467,11 @@ class Residency:
             self._notify()
         log.info("model %s unloaded: %s", resident.model_id, reason)
 
-    def _release(self, resident: Resident) -> None:
+    def _release(self, resident: Resident, grace: bool) -> None:
         resident.num_leases = max(0, resident.num_leases - 1)
         resident.last_used_s = time.monotonic()
+        if grace:
+            resident.grace_until_s = resident.last_used_s + SUBMIT_GRACE_S
         self._notify()
 
     def _notify(self) -> None:

@@ -22,6 +22,9 @@ from models import InvalidModel
 
 FAMILY = "piper"
 DEFAULT_VOICE = "default"
+# Request options (from presets' settings): VITS sampling noise. noise_w_scale = 0 makes
+# phoneme durations, hence the audio length, deterministic (Kim et al. 2021, VITS §2.3).
+NOISE_OPTIONS = ("noise_scale", "noise_w_scale")
 SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
 
 
@@ -75,6 +78,8 @@ class _State:
     segments: list[str]
     speaker_id: int | None
     length_scale: float
+    noise_scale: float | None
+    noise_w_scale: float | None
     num_chunks: int = 0
     done: bool = False
 
@@ -112,6 +117,11 @@ class PiperRunner:
                 f"voices: {', '.join(self.voices())}", field="voice")
         if not request.segments:
             raise InvalidInput("nothing to speak", field="input")
+        for key in NOISE_OPTIONS:
+            value = request.options.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0.0 <= value <= 2.0):
+                raise InvalidInput(f"{key} must be a number in [0, 2]", field=key)
 
     def can_admit(self, request: SpeechRequest) -> bool:
         return True
@@ -120,7 +130,8 @@ class PiperRunner:
         speaker = self._speakers.get(request.voice)
         self._states[request.request_id] = _State(
             segments=list(request.segments), speaker_id=speaker,
-            length_scale=float(self._voice.config.length_scale) / request.speed)
+            length_scale=float(self._voice.config.length_scale) / request.speed,
+            noise_scale=request.options.get("noise_scale"), noise_w_scale=request.options.get("noise_w_scale"))
 
     def step_backbone(self, request_ids: Sequence[str]) -> list[ChunkOut]:
         return []
@@ -142,7 +153,8 @@ class PiperRunner:
         for rid in request_ids:
             state = self._states[rid]
             text = state.segments.pop(0)
-            config = SynthesisConfig(speaker_id=state.speaker_id, length_scale=state.length_scale)
+            config = SynthesisConfig(speaker_id=state.speaker_id, length_scale=state.length_scale,
+                                     noise_scale=state.noise_scale, noise_w_scale=state.noise_w_scale)
             pieces = [c.audio_float_array for c in self._voice.synthesize(text, config)]
             is_last = not state.segments
             if not is_last:

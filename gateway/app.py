@@ -1,0 +1,90 @@
+"""The Starlette application: routes as one list, errors mapped once, a lifespan that
+applies migrations, registers the embedded voice and config models, and runs the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from gateway import models_api, pages, presets, realtime, speech
+from gateway.errors import exception_handlers
+from gateway.library import Library
+from gateway.metrics import Metrics
+from gateway.residency import Residency
+from gateway.settings import Settings
+from gateway.state import AppState
+from models import family
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_MODEL = {"id": "piper-joe", "family": "piper", "name": "Joe (en_US, Piper medium, embedded)"}
+SHUTDOWN_GRACE_S = 5.0
+
+
+async def register_models(library: Library, settings: Settings) -> None:
+    """The embedded voice on first start; `[[models]]` from the config file every start."""
+    if await library.get_model(EMBEDDED_MODEL["id"]) is None:
+        info = await run_in_threadpool(lambda: family("piper").validate(family("piper").embedded_model_path()))
+        await library.add_model(EMBEDDED_MODEL["id"], "piper", EMBEDDED_MODEL["name"], None,
+                                info["voices"], size_bytes=info["size_bytes"], source="embedded")
+    for entry in settings.models:
+        options = {k: v for k, v in entry.items() if k not in ("id", "family", "path", "name")}
+        path = Path(str(entry["path"])).expanduser()
+        info = await run_in_threadpool(family(str(entry["family"])).validate, path, options)
+        await library.add_model(str(entry["id"]), str(entry["family"]), str(entry.get("name", entry["id"])),
+                                str(path), info["voices"], options, info.get("size_bytes", 0),
+                                source="config", replace=True)
+
+
+def create_app(settings: Settings) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        library = await Library.open(settings.db_path)
+        engine = Engine(EngineConfig(ttfa_target_ms=settings.ttfa_target_ms,
+                                     urgent_slack_ms=settings.urgent_slack_ms,
+                                     max_waiting=settings.max_waiting))
+        engine.start()
+        residency = Residency(engine, library, settings.device)
+        state = AppState(settings, engine, library, residency, Metrics())
+        app.state.voxgate = state
+        try:
+            await register_models(library, settings)
+            yield
+        finally:
+            # Like uvicorn: stop admitting, let running requests drain, then cancel.
+            state.draining = True
+            deadline = time.monotonic() + SHUTDOWN_GRACE_S
+            while engine.num_requests() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await residency.close()
+            await run_in_threadpool(engine.stop)
+            await library.close()
+
+    routes = [
+        Route("/", pages.index),
+        Route("/health", models_api.health),
+        Route("/metrics", models_api.metrics),
+        Route("/v1/models", models_api.list_models),
+        Route("/v1/audio/voices", models_api.list_voices),
+        Route("/v1/audio/speech", speech.speech, methods=["POST"]),
+        Route("/v1/presets", presets.list_presets, methods=["GET"]),
+        Route("/v1/presets", presets.create_preset, methods=["POST"]),
+        Route("/v1/presets/{name}", presets.get_preset, methods=["GET"]),
+        Route("/v1/presets/{name}", presets.update_preset, methods=["PUT", "PATCH"]),
+        Route("/v1/presets/{name}", presets.delete_preset, methods=["DELETE"]),
+        WebSocketRoute("/v1/realtime", realtime.realtime),
+        Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
+    ]
+    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)

@@ -1,0 +1,165 @@
+"""Audio output: resampling (soxr) and encoding (soundfile / libsndfile), whole or streamed.
+
+Formats follow OpenAI's `response_format`: `wav`, `flac`, `mp3`, `opus` (Ogg Opus) and
+`pcm` = raw signed 16-bit little-endian mono at 24 kHz. Every REST format is produced
+at 24 kHz, like OpenAI's, so the same text gives the same duration in every format.
+
+Streaming: `StreamEncoder.feed(pcm)` returns the bytes that are final so far. WAV is
+written by hand (a 44-byte RIFF header whose sizes say "unknown length", 0xFFFFFFFF,
+which players accept for streams) followed by PCM16. MP3 and Ogg Opus go through
+libsndfile writing into a sink that it appends to sequentially; at close it seeks back
+to patch MP3's Xing frame, which a streamed copy goes without (decoders don't need it).
+FLAC is the exception: its STREAMINFO header carries the total length and an MD5 that
+libsndfile patches at close, and a FLAC with "unknown length" trips common readers
+(soundfile among them), so FLAC is delivered whole when synthesis ends.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from engine.types import InvalidInput
+
+OUTPUT_RATE = 24_000  # Hz, OpenAI's rate for every format
+FORMATS = ("wav", "pcm", "flac", "mp3", "opus")
+MEDIA_TYPES = {
+    "wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac",
+    "mp3": "audio/mpeg", "opus": "audio/ogg; codecs=opus",
+}
+_SNDFILE = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
+
+
+def to_pcm16(pcm: np.ndarray) -> bytes:
+    """float32 [samples] in [-1, 1] -> int16 little-endian bytes (clipped)."""
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+class Resampler:
+    """Streaming resampler (soxr, HQ) from `in_rate` to `out_rate` Hz; float32 mono."""
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self.in_rate, self.out_rate = in_rate, out_rate
+        self._stream = None if in_rate == out_rate else soxr.ResampleStream(
+            in_rate, out_rate, 1, dtype="float32", quality="HQ")
+
+    def __call__(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
+        if self._stream is None:
+            return pcm.astype(np.float32, copy=False)
+        return self._stream.resample_chunk(pcm.astype(np.float32, copy=False), last=last)
+
+
+def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
+    """RIFF/WAVE header for PCM16 mono; `num_samples=None` writes streaming sizes."""
+    if num_samples is None:
+        data_size = riff_size = 0xFFFFFFFF
+    else:
+        data_size = 2 * num_samples
+        riff_size = 36 + data_size
+    return (b"RIFF" + struct.pack("<I", riff_size) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, 2 * sample_rate, 2, 16)
+            + b"data" + struct.pack("<I", data_size))
+
+
+class _Sink:
+    """File-like object for libsndfile that remembers how far bytes are final."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.pos = 0
+        self.sent = 0
+
+    def write(self, data: bytes) -> int:
+        data = bytes(data)
+        self.buffer[self.pos:self.pos + len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self.buffer) if size < 0 else self.pos + size
+        data = bytes(self.buffer[self.pos:end])
+        self.pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: len(self.buffer)}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        data = bytes(self.buffer[self.sent:])
+        self.sent = len(self.buffer)
+        return data
+
+
+class StreamEncoder:
+    """Encode float32 PCM at `in_rate` Hz into `fmt` at 24 kHz, piece by piece."""
+
+    def __init__(self, fmt: str, in_rate: int, out_rate: int = OUTPUT_RATE) -> None:
+        if fmt not in FORMATS:
+            raise InvalidInput(f"response_format must be one of {', '.join(FORMATS)}", field="response_format")
+        self.fmt = fmt
+        self.streams = fmt != "flac"  # see the module docstring
+        self.out_rate = out_rate
+        self._resample = Resampler(in_rate, out_rate)
+        self._header_sent = False
+        self._sink: _Sink | None = None
+        self._file: sf.SoundFile | None = None
+        if fmt in _SNDFILE:
+            container, subtype = _SNDFILE[fmt]
+            self._sink = _Sink()
+            self._file = sf.SoundFile(self._sink, "w", samplerate=out_rate, channels=1,
+                                      format=container, subtype=subtype)
+        self.num_samples = 0
+
+    def _encode(self, pcm: np.ndarray) -> bytes:
+        self.num_samples += len(pcm)
+        if self._file is not None and self._sink is not None:
+            if len(pcm):
+                self._file.write(pcm)
+            return self._sink.take() if self.streams else b""
+        out = b""
+        if self.fmt == "wav" and not self._header_sent:
+            out = wav_header(self.out_rate)
+            self._header_sent = True
+        return out + to_pcm16(pcm)
+
+    def feed(self, pcm: np.ndarray) -> bytes:
+        """Encoded bytes for this piece that are final (possibly b"" while buffering)."""
+        return self._encode(self._resample(pcm))
+
+    def close(self) -> bytes:
+        """Flush the resampler and the encoder; the stream's last bytes."""
+        out = self._encode(self._resample(np.zeros(0, np.float32), last=True))
+        if self._file is not None and self._sink is not None:
+            self._file.close()
+            self._file = None
+            out += self._sink.take() if self.streams else bytes(self._sink.buffer)
+        return out
+
+
+def encode_whole(pcm: np.ndarray, in_rate: int, fmt: str) -> bytes:
+    """A complete file of `fmt` (headers with exact sizes) from float32 [samples]."""
+    encoder = StreamEncoder(fmt, in_rate)
+    body = encoder.feed(pcm) + encoder.close()
+    if fmt == "wav":
+        return wav_header(encoder.out_rate, encoder.num_samples) + body[44:]
+    if encoder._sink is not None:
+        return bytes(encoder._sink.buffer)  # with the headers patched at close
+    return body
+
+
+def decode(data: bytes) -> tuple[np.ndarray, int]:
+    """Decode any container soundfile reads -> (float32 [samples], sample rate)."""
+    audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    return audio, rate

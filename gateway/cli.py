@@ -1,0 +1,135 @@
+"""The `voxgate` command.
+
+  voxgate serve [--host H] [--port P] [--data-dir D] [--config FILE]
+  voxgate models list [--data-dir D] [--config FILE]
+  voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
+  voxgate checkpoint random --family orpheus --size tiny|full DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from gateway.settings import Settings, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(getattr(args, "config", None), host=getattr(args, "host", None),
+                         port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None))
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    settings = _settings(args)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_level=settings.log_level, timeout_graceful_shutdown=10)
+    return 0
+
+
+async def _models_add(args: argparse.Namespace) -> int:
+    from gateway.library import Library
+    from models import InvalidModel, family
+
+    settings = _settings(args)
+    path = Path(args.path).expanduser().resolve()
+    try:
+        module = family(args.family)
+    except KeyError:
+        print(f"error: unknown family {args.family!r}", file=sys.stderr)
+        return 2
+    try:
+        info = module.validate(path, {})
+    except InvalidModel as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    model_id = args.id or path.name
+    library = await Library.open(settings.db_path)
+    try:
+        if await library.get_model(model_id) is not None:
+            print(f"error: a model with id {model_id!r} exists; pass --id", file=sys.stderr)
+            return 2
+        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"],
+                                size_bytes=info.get("size_bytes", 0), source="local")
+    finally:
+        await library.close()
+    print(f"added {model_id} ({args.family}, voices: {', '.join(info['voices'])})")
+    return 0
+
+
+async def _models_list(args: argparse.Namespace) -> int:
+    from gateway.library import Library
+
+    library = await Library.open(_settings(args).db_path)
+    try:
+        for record in await library.list_models():
+            voices = await library.voices(record["id"])
+            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{', '.join(voices)}")
+    finally:
+        await library.close()
+    return 0
+
+
+def checkpoint(args: argparse.Namespace) -> int:
+    from models.checkpoint import write_random
+
+    out = write_random(args.family, args.size, Path(args.dir), seed=args.seed)
+    print(f"wrote a random {args.size} {args.family} checkpoint to {out}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="voxgate", description="Realtime text-to-speech gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--data-dir", help="where the library database and models live")
+        q.add_argument("--config", help="TOML config file (also VOXGATE_CONFIG)")
+
+    s = sub.add_parser("serve", help="start the server")
+    s.add_argument("--host", help="bind address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default 8000)")
+    common(s)
+    s.set_defaults(func=serve)
+
+    m = sub.add_parser("models", help="manage the model library").add_subparsers(dest="action", required=True)
+    a = m.add_parser("add", help="register a model folder")
+    a.add_argument("--family", required=True)
+    a.add_argument("--path", required=True)
+    a.add_argument("--id")
+    a.add_argument("--name")
+    common(a)
+    a.set_defaults(func=lambda args: asyncio.run(_models_add(args)))
+    ls = m.add_parser("list", help="list installed models")
+    common(ls)
+    ls.set_defaults(func=lambda args: asyncio.run(_models_list(args)))
+
+    c = sub.add_parser("checkpoint", help="write checkpoints").add_subparsers(dest="action", required=True)
+    r = c.add_parser("random", help="a random checkpoint in the family's on-disk format")
+    r.add_argument("--family", required=True)
+    r.add_argument("--size", choices=["tiny", "full"], default="tiny")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("dir")
+    r.set_defaults(func=checkpoint)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""One error shape for the whole API: `{"error": {"code", "message", "field"}}`.
+
+Engine errors (engine/types.py) carry their own code and status; `ApiError` covers what
+only the gateway knows (malformed JSON, wrong content type, body too large). Both are
+mapped once, in `exception_handlers`, and become `error` events on /v1/realtime.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine.types import EngineError, Overloaded
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def as_api_error(error: Exception) -> ApiError:
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, EngineError):
+        headers = {"Retry-After": "1"} if isinstance(error, Overloaded) else None
+        status = error.status if error.status < 500 or error.status == 503 else 500
+        return ApiError(status, error.code, error.message, error.field, headers)
+    raise error
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    error = as_api_error(exc)
+    return JSONResponse(error_body(error.code, error.message, error.field), error.status,
+                        headers=error.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+
+
+exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error}
+
+
+async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
+    """The request body as a JSON object; ApiError 413/415/400 otherwise."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise ApiError(415, "unsupported_media_type",
+                       f"Content-Type must be application/json, got {content_type or 'none'!r}")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_body_bytes:
+        raise ApiError(413, "body_too_large", f"request body is over {max_body_bytes} bytes")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > max_body_bytes:
+            raise ApiError(413, "body_too_large", f"request body is over {max_body_bytes} bytes")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(400, "invalid_json", f"body is not valid JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_json", "body must be a JSON object")
+    return data

@@ -1,0 +1,191 @@
+"""The model library in SQLite (aiosqlite): installed models, voices, speaker presets.
+
+Schema changes are numbered SQL files in migrations/ (`NNNN_name.sql`), applied in
+order at start-up, each in its own transaction, and recorded in `schema_version`.
+Every write here is one transaction: a failed request leaves the database unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import sqlite3
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiosqlite
+
+_MIGRATION = re.compile(r"^(\d{4})_[\w-]+\.sql$")
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """(version, filename, sql) for every packaged migration, in order."""
+    found = []
+    for entry in resources.files("migrations").iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    assert len(set(versions)) == len(versions), f"duplicate migration numbers: {versions}"
+    return found
+
+
+class Library:
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db = db
+        self._lock = asyncio.Lock()  # one connection: transactions must not interleave
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN ... COMMIT, or ROLLBACK if the block raises (then re-raise)."""
+        async with self._lock:
+            await self.db.execute("BEGIN")
+            try:
+                yield self.db
+            except BaseException:
+                await self.db.execute("ROLLBACK")
+                raise
+            await self.db.execute("COMMIT")
+
+    @classmethod
+    async def open(cls, path: Path) -> Library:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(path, isolation_level=None)  # explicit BEGIN/COMMIT
+        db.row_factory = aiosqlite.Row
+        await db.execute("PRAGMA foreign_keys = ON")
+        await db.execute("PRAGMA journal_mode = WAL")
+        library = cls(db)
+        await library.migrate()
+        return library
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    # -- migrations -------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; returns the versions applied now."""
+        await self.db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+            "name TEXT NOT NULL, applied_at REAL NOT NULL)")
+        async with self.db.execute("SELECT version FROM schema_version") as cur:
+            done = {row[0] for row in await cur.fetchall()}
+        applied = []
+        for version, name, sql in migration_files():
+            if version in done:
+                continue
+            # executescript would COMMIT on its own; run statements inside our transaction.
+            async with self.transaction() as db:
+                for statement in _statements(sql):
+                    await db.execute(statement)
+                await db.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (version, name, time.time()))
+            applied.append(version)
+        return applied
+
+    async def schema_version(self) -> int:
+        async with self.db.execute("SELECT MAX(version) FROM schema_version") as cur:
+            row = await cur.fetchone()
+        return int(row[0] or 0) if row else 0
+
+    # -- models -----------------------------------------------------------------------
+
+    async def add_model(self, model_id: str, family: str, name: str, path: str | None,
+                        voices: list[str], options: dict[str, Any] | None = None,
+                        size_bytes: int = 0, source: str = "local", replace: bool = False) -> None:
+        """Register a model and its voices in one transaction (IntegrityError if it exists)."""
+        async with self.transaction() as db:
+            if replace:
+                await db.execute("DELETE FROM models WHERE id = ?", (model_id,))
+            await db.execute(
+                "INSERT INTO models (id, family, name, path, options, size_bytes, source, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (model_id, family, name, path, json.dumps(options or {}), size_bytes, source, time.time()))
+            await db.executemany(
+                "INSERT INTO voices (model_id, name, position) VALUES (?, ?, ?)",
+                [(model_id, voice, i) for i, voice in enumerate(voices)])
+
+    async def remove_model(self, model_id: str) -> bool:
+        async with self.transaction() as db:
+            cur = await db.execute("DELETE FROM models WHERE id = ?", (model_id,))
+        return cur.rowcount > 0
+
+    async def get_model(self, model_id: str) -> dict[str, Any] | None:
+        async with self.db.execute("SELECT * FROM models WHERE id = ?", (model_id,)) as cur:
+            row = await cur.fetchone()
+        return _model(row) if row else None
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        async with self.db.execute("SELECT * FROM models ORDER BY created_at, id") as cur:
+            return [_model(row) for row in await cur.fetchall()]
+
+    async def voices(self, model_id: str) -> list[str]:
+        async with self.db.execute(
+                "SELECT name FROM voices WHERE model_id = ? ORDER BY position, name", (model_id,)) as cur:
+            return [row[0] for row in await cur.fetchall()]
+
+    async def touch_model(self, model_id: str) -> None:
+        async with self.transaction() as db:
+            await db.execute("UPDATE models SET last_used = ? WHERE id = ?", (time.time(), model_id))
+
+    # -- presets ----------------------------------------------------------------------
+
+    async def list_presets(self) -> list[dict[str, Any]]:
+        async with self.db.execute("SELECT * FROM presets ORDER BY name") as cur:
+            return [_preset(row) for row in await cur.fetchall()]
+
+    async def get_preset(self, name: str) -> dict[str, Any] | None:
+        async with self.db.execute("SELECT * FROM presets WHERE name = ?", (name,)) as cur:
+            row = await cur.fetchone()
+        return _preset(row) if row else None
+
+    async def put_preset(self, name: str, model_id: str, voice: str, speed: float,
+                         settings: dict[str, Any], create: bool) -> bool:
+        """Create (create=True; False if the name is taken) or update (False if missing)."""
+        now = time.time()
+        async with self.transaction() as db:
+            if create:
+                cur = await db.execute(
+                    "INSERT OR IGNORE INTO presets (name, model_id, voice, speed, settings, created_at,"
+                    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (name, model_id, voice, speed, json.dumps(settings), now, now))
+            else:
+                cur = await db.execute(
+                    "UPDATE presets SET model_id = ?, voice = ?, speed = ?, settings = ?, updated_at = ?"
+                    " WHERE name = ?", (model_id, voice, speed, json.dumps(settings), now, name))
+        return cur.rowcount > 0
+
+    async def delete_preset(self, name: str) -> bool:
+        async with self.transaction() as db:
+            cur = await db.execute("DELETE FROM presets WHERE name = ?", (name,))
+        return cur.rowcount > 0
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements (sqlite3.complete_statement knows quoting)."""
+    statements, current = [], ""
+    for line in sql.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                statements.append(current.strip())
+            current = ""
+    if current.strip() and not all(l.strip().startswith("--") or not l.strip() for l in current.splitlines()):
+        raise ValueError(f"incomplete SQL statement at the end of a migration: {current[:80]!r}")
+    return statements
+
+
+def _model(row: aiosqlite.Row) -> dict[str, Any]:
+    data = dict(row)
+    data["options"] = json.loads(data["options"] or "{}")
+    return data
+
+
+def _preset(row: aiosqlite.Row) -> dict[str, Any]:
+    data = dict(row)
+    data["settings"] = json.loads(data["settings"] or "{}")
+    return data

@@ -1,0 +1,37 @@
+"""Prometheus metrics (prometheus-client), one registry per app so tests can build many."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_MS_BUCKETS = (25, 50, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.ttfa_ms = Histogram("voxgate_ttfa_ms", "Server-side time to first audio chunk (ms)",
+                                 ["model"], buckets=_MS_BUCKETS, registry=self.registry)
+        self.requests = Counter("voxgate_requests_total", "Utterances completed", ["model"],
+                                registry=self.registry)
+        self.audio_seconds = Counter("voxgate_audio_seconds_total", "Audio produced (s)", ["model"],
+                                     registry=self.registry)
+        self.stalls = Counter("voxgate_stalls_total", "Chunks delivered after the listener's buffer ran dry",
+                              ["model"], registry=self.registry)
+        self.rtf = Histogram("voxgate_rtf", "Synthesis time / audio duration per utterance", ["model"],
+                             buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2), registry=self.registry)
+        self.sessions = Gauge("voxgate_realtime_sessions", "Open /v1/realtime sessions",
+                              registry=self.registry)
+
+    def observe_first_chunk(self, model_id: str, ttfa_ms: float) -> None:
+        self.ttfa_ms.labels(model_id).observe(ttfa_ms)
+
+    def observe_done(self, model_id: str, audio_ms: float, elapsed_s: float, stalls: int) -> None:
+        self.requests.labels(model_id).inc()
+        self.audio_seconds.labels(model_id).inc(audio_ms / 1000.0)
+        self.stalls.labels(model_id).inc(stalls)
+        if audio_ms > 0:
+            self.rtf.labels(model_id).observe(elapsed_s / (audio_ms / 1000.0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

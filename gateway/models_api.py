@@ -1,0 +1,57 @@
+"""`GET /v1/models`, `GET /v1/audio/voices`, `GET /health`, `GET /metrics`."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine.types import UnknownModel
+from gateway.state import AppState
+
+
+async def list_models(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    data = []
+    for record in await state.library.list_models():
+        data.append({
+            "id": record["id"], "object": "model", "created": int(record["created_at"]),
+            "owned_by": "voxgate", "family": record["family"], "name": record["name"],
+            "source": record["source"], "installed": True,
+            "voices": await state.library.voices(record["id"]),
+            "default": record["id"] == state.settings.default_model,
+            **state.residency.status(record["id"]),
+        })
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def list_voices(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    model_id = request.query_params.get("model")
+    models = await state.library.list_models()
+    if model_id is not None:
+        models = [m for m in models if m["id"] == model_id]
+        if not models:
+            raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    data = []
+    for record in models:
+        for i, name in enumerate(await state.library.voices(record["id"])):
+            data.append({"id": name, "name": name, "model": record["id"], "kind": "builtin",
+                         "default": i == 0})
+    for preset in await state.library.list_presets():
+        if model_id is None or preset["model_id"] == model_id:
+            data.append({"id": preset["name"], "name": preset["name"], "model": preset["model_id"],
+                         "kind": "preset", "voice": preset["voice"], "speed": preset["speed"]})
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def health(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    status = "draining" if state.draining else "ok"
+    return JSONResponse({"status": status, "engine": state.engine.stats(),
+                         "schema_version": await state.library.schema_version()},
+                        status_code=503 if state.draining else 200)
+
+
+async def metrics(request: Request) -> Response:
+    state: AppState = request.app.state.voxgate
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -1,0 +1,97 @@
+"""Speaker presets (`/v1/presets`): a name for a model + voice + speed + settings.
+
+A request's `voice` may name a preset. Presets survive restarts (SQLite) and outlive
+the model they point at: using one whose model is gone is a clear 404, not a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine.types import InvalidInput, UnknownModel, UnknownVoice
+from gateway.errors import ApiError, read_json
+from gateway.state import AppState
+from gateway.voices import check_speed
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+_FIELDS = {"name", "model", "voice", "speed", "settings"}
+
+
+def _public(preset: dict[str, Any]) -> dict[str, Any]:
+    return {"name": preset["name"], "model": preset["model_id"], "voice": preset["voice"],
+            "speed": preset["speed"], "settings": preset["settings"],
+            "created_at": preset["created_at"], "updated_at": preset["updated_at"]}
+
+
+async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(data) - _FIELDS
+    if unknown:
+        field = sorted(unknown)[0]
+        raise InvalidInput(f"unknown field {field!r}; presets have {', '.join(sorted(_FIELDS))}", field=field)
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput("name must be 1-64 characters: letters, digits, space, '_', '.', '-'", field="name")
+    model_id = data.get("model", state.settings.default_model)
+    if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
+        raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    voices = await state.library.voices(model_id)
+    voice = data.get("voice", voices[0] if voices else None)
+    if voice not in voices:
+        raise UnknownVoice(f"model {model_id!r} has no voice {voice!r}; voices: {', '.join(voices)}",
+                           field="voice")
+    speed = check_speed(data.get("speed", 1.0))
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise InvalidInput("settings must be an object", field="settings")
+    return {"name": name, "model_id": model_id, "voice": voice, "speed": speed, "settings": settings}
+
+
+async def list_presets(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    return JSONResponse({"object": "list", "data": [_public(p) for p in await state.library.list_presets()]})
+
+
+async def create_preset(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    preset = await _validated(state, await read_json(request, state.settings.max_body_bytes))
+    if not await state.library.put_preset(**preset, create=True):
+        raise ApiError(409, "preset_exists", f"a preset named {preset['name']!r} exists", field="name")
+    return JSONResponse(_public(await state.library.get_preset(preset["name"]) or {}), status_code=201)
+
+
+async def get_preset(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    preset = await state.library.get_preset(request.path_params["name"])
+    if preset is None:
+        raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
+    return JSONResponse(_public(preset))
+
+
+async def update_preset(request: Request) -> JSONResponse:
+    """PUT replaces, PATCH changes only the fields given; the name in the path wins."""
+    state: AppState = request.app.state.voxgate
+    name = request.path_params["name"]
+    current = await state.library.get_preset(name)
+    if current is None:
+        raise ApiError(404, "preset_not_found", f"no preset named {name!r}", field="name")
+    data = await read_json(request, state.settings.max_body_bytes)
+    if "name" in data and data["name"] != name:
+        raise InvalidInput("a preset cannot be renamed; create a new one", field="name")
+    if request.method == "PATCH":
+        data = {"model": current["model_id"], "voice": current["voice"], "speed": current["speed"],
+                "settings": current["settings"], **data}
+    preset = await _validated(state, {**data, "name": name})
+    await state.library.put_preset(**preset, create=False)
+    return JSONResponse(_public(await state.library.get_preset(name) or {}))
+
+
+async def delete_preset(request: Request) -> Response:
+    state: AppState = request.app.state.voxgate
+    name = request.path_params["name"]
+    if not await state.library.delete_preset(name):
+        raise ApiError(404, "preset_not_found", f"no preset named {name!r}", field="name")
+    return Response(status_code=204)

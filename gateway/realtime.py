@@ -1,0 +1,321 @@
+"""`WS /v1/realtime`: one session per connection, one utterance at a time (DESIGN.md §6).
+
+Client → server (JSON text frames): `session.update`, `text.append`, `text.flush`,
+`response.cancel`, `playback.position`. Server → client: `session.created`,
+`session.updated`, `audio.start`, binary PCM16 frames, `utterance.done`, `error`.
+docs/realtime.md is the protocol reference, with a client example.
+
+Text arriving in pieces goes through a SentenceBuffer: each completed sentence is
+queued for synthesis at once; an incomplete tail is spoken after `text_buffer_ms`
+without new text, or on `text.flush`, which also ends the utterance once its audio is
+done. Sentences queued while one engine request runs are sent as the next request.
+
+The utterance's PlaybackClock (engine/clock.py) turns the client's `playback.position`
+reports into stall counts, and each engine request gets the same reports shifted by
+the audio that preceded it, so its deadlines match what the listener hears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from engine.clock import PlaybackClock
+from engine.engine import AudioStream
+from engine.types import EngineError, InputTooLong, InvalidInput, SpeechRequest
+from gateway.audio import Resampler, to_pcm16
+from gateway.errors import ApiError, as_api_error
+from gateway.state import AppState
+from gateway.text import SentenceBuffer, normalize
+from gateway.voices import Choice, check_speed, resolve
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+
+
+class Utterance:
+    def __init__(self, sample_rate: int, ttfa_target_ms: float) -> None:
+        self.utterance_id = f"utt-{uuid.uuid4().hex[:12]}"
+        self.segments: list[str] = []  # complete, not yet submitted
+        self.clock = PlaybackClock(time.monotonic(), ttfa_target_ms)
+        self.sample_rate = sample_rate
+        self.started = False  # audio.start sent
+        self.flushed = False  # text.flush received: end when everything is spoken
+        self.ready_s: float | None = None  # when its first text became speakable
+        self.request_id: str | None = None  # engine request in flight
+        self.request_offset_ms = 0.0  # utterance audio before that request's first sample
+        self.pump: asyncio.Task[None] | None = None
+
+
+class Session:
+    def __init__(self, state: AppState, ws: WebSocket) -> None:
+        self.state = state
+        self.ws = ws
+        self.settings = state.settings
+        self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
+        self.sample_rate = 24000
+        self.buffer = SentenceBuffer()
+        self.utterance: Utterance | None = None
+        self.tail_timer: asyncio.TimerHandle | None = None
+        self._send_lock = asyncio.Lock()
+
+    # -- sending ----------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.choice.model_id, "voice": self.choice.preset or self.choice.voice,
+                "speed": self.choice.speed, "sample_rate": self.sample_rate, "format": "pcm16"}
+
+    async def send(self, event: dict[str, Any]) -> None:
+        async with self._send_lock:
+            if self.ws.client_state == WebSocketState.CONNECTED:
+                await self.ws.send_text(json.dumps(event))
+
+    async def send_error(self, error: Exception) -> None:
+        api = as_api_error(error)
+        await self.send({"type": "error", "error": {"code": api.code, "message": api.message, "field": api.field}})
+
+    # -- main loop --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.send({"type": "session.created", "session": self.describe()})
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("text") is None:
+                await self.send_error(ApiError(400, "invalid_message", "send JSON text frames, not binary"))
+                continue
+            try:
+                event = json.loads(message["text"])
+                if not isinstance(event, dict):
+                    raise ValueError("not an object")
+            except ValueError as error:
+                await self.send_error(ApiError(400, "invalid_json", f"message is not a JSON object: {error}"))
+                continue
+            try:
+                await self.handle(event)
+            except (ApiError, EngineError) as error:
+                await self.send_error(error)
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "session.update":
+            await self.update(event.get("session"))
+        elif kind == "text.append":
+            await self.append(event.get("text"))
+        elif kind == "text.flush":
+            await self.flush()
+        elif kind == "response.cancel":
+            await self.cancel()
+        elif kind == "playback.position":
+            self.playback(event)
+        else:
+            raise ApiError(400, "unknown_type", f"unknown message type {kind!r}", field="type")
+
+    # -- client messages --------------------------------------------------------------
+
+    async def update(self, session: Any) -> None:
+        if not isinstance(session, dict):
+            raise InvalidInput("session must be an object", field="session")
+        fmt = session.get("format", "pcm16")
+        if fmt != "pcm16":
+            raise InvalidInput(f"format must be 'pcm16', got {fmt!r}", field="session.format")
+        rate = session.get("sample_rate", self.sample_rate)
+        if rate not in SAMPLE_RATES:
+            raise InvalidInput(f"sample_rate must be one of {SAMPLE_RATES}", field="session.sample_rate")
+        if "speed" in session:
+            check_speed(session["speed"], "session.speed")
+        model = session.get("model", self.choice.model_id)
+        if "voice" in session:
+            voice = session["voice"]
+        elif model == self.choice.model_id:
+            voice = self.choice.preset or self.choice.voice
+        else:
+            voice = None  # a new model starts on its default voice
+        speed = session.get("speed", None if "voice" in session else self.choice.speed)
+        choice = await resolve(self.state.library, model=model, voice=voice, speed=speed,
+                               default_model=self.settings.default_model,
+                               default_voice=self.settings.default_voice)
+        self.choice, self.sample_rate = choice, rate  # applies from the next utterance
+        await self.send({"type": "session.updated", "session": self.describe()})
+
+    async def append(self, text: Any) -> None:
+        if not isinstance(text, str):
+            raise InvalidInput("text must be a string", field="text")
+        pending = len(self.buffer.pending) + sum(len(s) for s in (self.utterance.segments if self.utterance else []))
+        if pending + len(text) > self.settings.max_input_chars:
+            raise InputTooLong(f"more than {self.settings.max_input_chars} characters of text are waiting "
+                               "to be spoken", field="text")
+        await self.queue(self.buffer.append(text))
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+        if normalize(self.buffer.pending):
+            loop = asyncio.get_running_loop()
+            self.tail_timer = loop.call_later(self.settings.text_buffer_ms / 1000.0,
+                                              lambda: asyncio.ensure_future(self._speak_tail()))
+
+    async def _speak_tail(self) -> None:
+        self.tail_timer = None
+        try:
+            await self.queue(self.buffer.flush())
+        except (ApiError, EngineError) as error:
+            await self.send_error(error)
+
+    async def flush(self) -> None:
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+            self.tail_timer = None
+        await self.queue(self.buffer.flush())
+        if self.utterance is not None:
+            self.utterance.flushed = True
+            await self.advance()
+
+    async def cancel(self) -> None:
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+            self.tail_timer = None
+        self.buffer.flush()
+        utterance, self.utterance = self.utterance, None
+        if utterance is None:
+            return
+        if utterance.request_id is not None:
+            self.state.engine.cancel(utterance.request_id)
+        if utterance.pump is not None and utterance.pump is not asyncio.current_task():
+            utterance.pump.cancel()
+        await self.done(utterance, cancelled=True)
+
+    def playback(self, event: dict[str, Any]) -> None:
+        played, playing = event.get("played_ms"), event.get("playing", True)
+        if isinstance(played, bool) or not isinstance(played, (int, float)) or played < 0:
+            raise InvalidInput("played_ms must be a number >= 0", field="played_ms")
+        if not isinstance(playing, bool):
+            raise InvalidInput("playing must be true or false", field="playing")
+        utterance = self.utterance
+        if utterance is None:
+            return
+        utterance.clock.on_report(time.monotonic(), float(played), playing)
+        if utterance.request_id is not None:
+            self.state.engine.report_playback(
+                utterance.request_id, float(played) - utterance.request_offset_ms, playing)
+
+    # -- utterance lifecycle ----------------------------------------------------------
+
+    async def queue(self, segments: list[str]) -> None:
+        if not segments:
+            return
+        if self.utterance is None:
+            self.utterance = Utterance(self.sample_rate, self.settings.ttfa_target_ms)
+        if self.utterance.ready_s is None:
+            self.utterance.ready_s = time.monotonic()
+            self.utterance.clock = PlaybackClock(self.utterance.ready_s, self.settings.ttfa_target_ms)
+        self.utterance.segments.extend(segments)
+        await self.advance()
+
+    async def advance(self) -> None:
+        """Submit queued sentences if no request is in flight; end a flushed utterance."""
+        utterance = self.utterance
+        if utterance is None or utterance.request_id is not None:
+            return
+        if utterance.segments:
+            choice = self.choice
+            segments, utterance.segments = utterance.segments, []
+            spec = SpeechRequest(
+                request_id=f"rt-{uuid.uuid4().hex[:16]}", model_id=choice.model_id, segments=tuple(segments),
+                voice=choice.voice, speed=choice.speed, options=choice.options,
+                ttfa_target_ms=self.settings.ttfa_target_ms)
+            utterance.request_id = spec.request_id
+            try:
+                await self.state.residency.acquire(choice.model_id)
+                stream = self.state.engine.submit(spec)
+            except BaseException:
+                utterance.request_id = None
+                self.utterance = None
+                raise
+            utterance.request_offset_ms = utterance.clock.delivered_ms
+            utterance.pump = asyncio.create_task(self.pump(utterance, stream))
+        elif utterance.flushed and utterance.started:
+            self.utterance = None
+            await self.done(utterance, cancelled=False)
+        elif utterance.flushed:
+            self.utterance = None  # flushed before anything was speakable: nothing to end
+
+    async def pump(self, utterance: Utterance, stream: AudioStream) -> None:
+        resample: Resampler | None = None
+        try:
+            async for chunk in stream:
+                if resample is None:
+                    resample = Resampler(chunk.sample_rate, utterance.sample_rate)
+                pcm = resample(chunk.pcm, last=chunk.is_last)
+                if not utterance.started:
+                    utterance.started = True
+                    await self.send({"type": "audio.start", "utterance_id": utterance.utterance_id,
+                                     "sample_rate": utterance.sample_rate})
+                if len(pcm):
+                    async with self._send_lock:
+                        await self.ws.send_bytes(to_pcm16(pcm))
+                    utterance.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / utterance.sample_rate)
+        except EngineError as error:
+            if self.utterance is utterance:
+                self.utterance = None
+                await self.send_error(error)
+                await self.done(utterance, cancelled=True)
+            return
+        finally:
+            if not stream.done:
+                self.state.engine.cancel(stream.request_id)
+        if self.utterance is utterance:
+            utterance.request_id = None
+            utterance.pump = None
+            try:
+                await self.advance()
+            except (ApiError, EngineError) as error:
+                await self.send_error(error)
+
+    async def done(self, utterance: Utterance, cancelled: bool) -> None:
+        clock = utterance.clock
+        audio_ms = clock.delivered_ms
+        if audio_ms and not cancelled:
+            elapsed = time.monotonic() - (utterance.ready_s or clock.arrival_s)
+            self.state.metrics.observe_done(self.choice.model_id, audio_ms, elapsed, clock.stalls)
+        if clock.ttfa_ms is not None:
+            self.state.metrics.observe_first_chunk(self.choice.model_id, clock.ttfa_ms)
+        await self.send({
+            "type": "utterance.done", "utterance_id": utterance.utterance_id,
+            "audio_ms": round(audio_ms, 1),
+            "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
+            "stalls": clock.stalls, "cancelled": cancelled,
+        })
+
+    async def close(self) -> None:
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+        utterance, self.utterance = self.utterance, None
+        if utterance is not None:
+            if utterance.request_id is not None:
+                self.state.engine.cancel(utterance.request_id)
+            if utterance.pump is not None:
+                utterance.pump.cancel()
+
+
+async def realtime(ws: WebSocket) -> None:
+    state: AppState = ws.app.state.voxgate
+    await ws.accept()
+    if state.draining:
+        await ws.close(code=1013, reason="server is shutting down")
+        return
+    session = Session(state, ws)
+    state.metrics.sessions.inc()
+    try:
+        await session.run()
+    except WebSocketDisconnect:
+        pass
+    finally:
+        state.metrics.sessions.dec()
+        await session.close()

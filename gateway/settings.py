@@ -1,0 +1,88 @@
+"""Server settings, read once: defaults < config file (TOML) < VOXGATE_* env < command line.
+
+The config file is TOML; keys are the field names below, plus `[[models]]` tables
+(`id`, `family`, `path`, and any family options) that register model folders at start.
+Every scalar field also reads from `VOXGATE_<FIELD>` (e.g. `VOXGATE_PORT=9000`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("~/.local/share/voxgate")
+    default_model: str = "piper-joe"  # the embedded voice, registered on first start
+    default_voice: str = "default"  # what OpenAI voice names (alloy, nova, ...) map to
+    max_input_chars: int = 4096
+    max_body_bytes: int = 65536
+    ttfa_target_ms: float = 200.0
+    urgent_slack_ms: float = 150.0
+    max_waiting: int = 64
+    text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
+    device: str = "cpu"
+    log_level: str = "info"
+    models: tuple[Mapping[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser())
+        object.__setattr__(self, "models", tuple(self.models))
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be 1..65535, got {self.port}")
+        if self.max_input_chars < 1 or self.max_body_bytes < 1:
+            raise ValueError("max_input_chars and max_body_bytes must be positive")
+        for entry in self.models:
+            missing = {"id", "family", "path"} - set(entry)
+            if missing:
+                raise ValueError(f"[[models]] entry {dict(entry)} lacks {', '.join(sorted(missing))}")
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "voxgate.db"
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = _FIELDS[name].type
+    if name == "models":
+        return tuple(value)
+    if isinstance(value, str) and kind in ("int", "float"):
+        return int(value) if kind == "int" else float(value)
+    return value
+
+
+def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] | None = None,
+                  **overrides: Any) -> Settings:
+    """Merge the layers; `overrides` (the command line) win. None values are ignored.
+
+    Raises ValueError naming the bad key or value.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    config_file = config_file or env.get("VOXGATE_CONFIG")
+    if config_file:
+        with open(config_file, "rb") as fh:
+            data = tomllib.load(fh)
+        unknown = set(data) - set(_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
+        values.update(data)
+    for name in _FIELDS:
+        key = f"VOXGATE_{name.upper()}"
+        if name != "models" and key in env:
+            values[name] = env[key]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**{k: _coerce(k, v) for k, v in values.items()})
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"invalid settings: {error}") from error

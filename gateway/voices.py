@@ -1,0 +1,78 @@
+"""Which model, voice and settings a request means.
+
+Resolution order for `voice`: a speaker preset of that name (its model, voice, speed
+and settings apply), a voice of the requested model, or an OpenAI voice name, which
+maps to the configured default voice so OpenAI clients work unchanged. OpenAI model
+names (`tts-1`, ...) map to the default model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.types import InvalidInput, UnknownModel, UnknownVoice
+from gateway.library import Library
+
+OPENAI_MODELS = frozenset({"tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-tts"})
+OPENAI_VOICES = frozenset({
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
+    "verse", "marin", "cedar",
+})
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    model_id: str
+    voice: str
+    speed: float
+    options: dict[str, Any] = field(default_factory=dict)
+    preset: str | None = None
+
+
+def check_speed(speed: object, field_name: str = "speed") -> float:
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)):
+        raise InvalidInput(f"{field_name} must be a number", field=field_name)
+    if not MIN_SPEED <= float(speed) <= MAX_SPEED:
+        raise InvalidInput(f"{field_name} must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}",
+                           field=field_name)
+    return float(speed)
+
+
+async def resolve(library: Library, *, model: object, voice: object, speed: object | None,
+                  default_model: str, default_voice: str) -> Choice:
+    """Raises InvalidInput, UnknownModel or UnknownVoice naming the field."""
+    if model is None or model == "":
+        model = default_model
+    if not isinstance(model, str):
+        raise InvalidInput("model must be a string", field="model")
+    if voice is None or voice == "":
+        voice = default_voice
+    if not isinstance(voice, str):
+        raise InvalidInput("voice must be a string", field="voice")
+    speed_value = None if speed is None else check_speed(speed)
+
+    preset = await library.get_preset(voice)
+    if preset is not None:
+        record = await library.get_model(preset["model_id"])
+        if record is None:
+            raise UnknownModel(f"preset {voice!r} uses model {preset['model_id']!r}, which is not installed; "
+                               "edit or delete the preset", field="voice")
+        return Choice(preset["model_id"], preset["voice"],
+                      speed_value if speed_value is not None else float(preset["speed"]),
+                      dict(preset["settings"]), preset=voice)
+
+    model_id = default_model if model in OPENAI_MODELS else model
+    record = await library.get_model(model_id)
+    if record is None:
+        known = ", ".join(m["id"] for m in await library.list_models())
+        raise UnknownModel(f"unknown model {model!r}; installed: {known}", field="model")
+    voices = await library.voices(model_id)
+    if voice not in voices:
+        if voice in OPENAI_VOICES:
+            voice = default_voice if default_voice in voices else (voices[0] if voices else voice)
+        else:
+            raise UnknownVoice(f"model {model_id!r} has no voice or preset {voice!r}; "
+                               f"voices: {', '.join(voices)}", field="voice")
+    return Choice(model_id, voice, speed_value if speed_value is not None else 1.0)

@@ -1,0 +1,69 @@
+"""Shared fixtures: a real uvicorn server on a free loopback port, per test module."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import Settings, load_settings
+from gateway.state import AppState
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+@dataclass
+class LiveServer:
+    url: str
+    ws_url: str
+    app_state: AppState
+    settings: Settings
+
+    def wait_idle(self, timeout_s: float = 10.0) -> int:
+        """Wait until the engine holds no request; returns how many it still holds."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.app_state.engine.num_requests() == 0:
+                return 0
+            time.sleep(0.02)
+        return self.app_state.engine.num_requests()
+
+def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
+    port = free_port()
+    settings = load_settings(env={}, data_dir=data_dir, port=port, **overrides)
+    app = create_app(settings)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    try:
+        yield LiveServer(url, f"ws://127.0.0.1:{port}", app.state.voxgate, settings)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"))
+
+@pytest.fixture
+def client(server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c

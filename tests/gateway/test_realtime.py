@@ -1,0 +1,162 @@
+"""WS /v1/realtime through a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import LiveServer
+
+PIECES = ["The quick brown fox ", "jumps over the lazy dog. It was ", "a bright cold day in April, ",
+          "and the clocks were striking", " thirteen. Nobody noticed."]
+
+
+def recv_event(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
+    """Next JSON event, skipping binary audio frames."""
+    deadline = time.monotonic() + timeout
+    while True:
+        message = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        if isinstance(message, str):
+            return json.loads(message)
+
+
+def collect_utterance(ws: ClientConnection, timeout: float = 60) -> tuple[list[dict[str, Any]], bytes]:
+    """Events and PCM bytes until utterance.done (or an error)."""
+    events, audio = [], bytearray()
+    deadline = time.monotonic() + timeout
+    while True:
+        message = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        if isinstance(message, bytes):
+            audio += message
+            continue
+        event = json.loads(message)
+        events.append(event)
+        if event["type"] in ("utterance.done", "error"):
+            return events, bytes(audio)
+
+
+@contextlib.contextmanager
+def open_session(server: LiveServer, **session: Any) -> Iterator[ClientConnection]:
+    with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
+        created = recv_event(ws)
+        assert created["type"] == "session.created"
+        assert created["session"]["model"] == "piper-joe"
+        if session:
+            ws.send(json.dumps({"type": "session.update", "session": session}))
+            updated = recv_event(ws)
+            assert updated["type"] == "session.updated", updated
+        yield ws
+
+
+def test_text_in_five_pieces_is_spoken_whole(server: LiveServer) -> None:
+    with open_session(server, sample_rate=16000, voice="default") as ws:
+        for piece in PIECES:
+            ws.send(json.dumps({"type": "text.append", "text": piece}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, audio = collect_utterance(ws)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "audio.start" and kinds[-1] == "utterance.done", kinds
+    assert events[0]["sample_rate"] == 16000
+    done = events[-1]
+    assert done["cancelled"] is False and done["ttfa_ms"] > 0
+    seconds = len(audio) / 2 / 16000
+    assert abs(done["audio_ms"] / 1000 - seconds) < 0.05
+    # Three sentences of ~18 words: well over 5 s of speech, all of it delivered.
+    assert seconds > 5.0
+    assert server.wait_idle() == 0
+
+
+def test_a_complete_sentence_is_spoken_before_the_flush(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "Here is the first sentence. And a sec"}))
+        start = recv_event(ws)  # audio arrives without text.flush
+        assert start["type"] == "audio.start"
+        ws.send(json.dumps({"type": "text.append", "text": "ond one."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, audio = collect_utterance(ws)
+    assert events[-1]["type"] == "utterance.done" and len(audio) > 24000 * 2
+
+
+def test_an_unfinished_sentence_is_spoken_after_the_buffer_delay(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "no punctuation at the end"}))
+        assert recv_event(ws, timeout=10)["type"] == "audio.start"
+
+
+def test_cancel_stops_audio(server: LiveServer) -> None:
+    text = " ".join(f"This is sentence number {i} of a long text." for i in range(30))
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": text}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        assert recv_event(ws)["type"] == "audio.start"
+        ws.send(json.dumps({"type": "response.cancel"}))
+        events, audio = collect_utterance(ws)
+        done = events[-1]
+        assert done["type"] == "utterance.done" and done["cancelled"] is True
+        assert done["audio_ms"] < 15_000  # far less than the ~90 s the text would take
+        assert server.wait_idle() == 0
+        # The session stays usable and nothing more of the old utterance arrives.
+        ws.send(json.dumps({"type": "text.append", "text": "Next."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, _ = collect_utterance(ws)
+        assert events[0]["type"] == "audio.start" and events[-1]["cancelled"] is False
+
+
+def test_disconnect_mid_stream_leaves_no_job(server: LiveServer) -> None:
+    text = " ".join(f"This is sentence number {i} of a long text." for i in range(30))
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": text}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        assert recv_event(ws)["type"] == "audio.start"
+        assert server.app_state.engine.num_requests() == 1
+    assert server.wait_idle() == 0
+
+
+def test_playback_reports_are_accepted(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "One sentence. Then another one."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        assert recv_event(ws)["type"] == "audio.start"
+        ws.send(json.dumps({"type": "playback.position", "played_ms": 0, "playing": False}))
+        ws.send(json.dumps({"type": "playback.position", "played_ms": 50.5, "playing": True}))
+        events, _ = collect_utterance(ws)
+        assert events[-1]["type"] == "utterance.done"
+
+
+@pytest.mark.parametrize(("message", "code", "field"), [
+    ("not json", "invalid_json", None),
+    ("[1, 2]", "invalid_json", None),
+    ('{"type": "dance"}', "unknown_type", "type"),
+    ('{"type": "text.append", "text": 5}', "invalid_input", "text"),
+    ('{"type": "text.append", "text": "' + "x" * 5000 + '"}', "input_too_long", "text"),
+    ('{"type": "session.update", "session": {"model": "nope"}}', "unknown_model", "model"),
+    ('{"type": "session.update", "session": {"voice": "nope"}}', "unknown_voice", "voice"),
+    ('{"type": "session.update", "session": {"speed": 9}}', "invalid_input", "session.speed"),
+    ('{"type": "session.update", "session": {"sample_rate": 12345}}', "invalid_input", "session.sample_rate"),
+    ('{"type": "session.update", "session": {"format": "mp3"}}', "invalid_input", "session.format"),
+    ('{"type": "session.update", "session": 3}', "invalid_input", "session"),
+    ('{"type": "playback.position", "played_ms": -1}', "invalid_input", "played_ms"),
+    ('{"type": "playback.position", "played_ms": 1, "playing": "yes"}', "invalid_input", "playing"),
+])
+def test_bad_messages_get_error_events_and_the_session_lives_on(
+        server: LiveServer, message: str, code: str, field: str | None) -> None:
+    with open_session(server) as ws:
+        ws.send(message)
+        error = recv_event(ws)
+        assert error["type"] == "error", error
+        assert error["error"]["code"] == code and error["error"]["field"] == field
+        ws.send(json.dumps({"type": "session.update", "session": {"speed": 1.5}}))
+        assert recv_event(ws)["type"] == "session.updated"
+    assert server.wait_idle() == 0
+
+
+def test_binary_frames_from_the_client_are_an_error(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(b"\x00\x01")
+        assert recv_event(ws)["error"]["code"] == "invalid_message"

@@ -1,0 +1,166 @@
+"""POST /v1/audio/speech through a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.conftest import LiveServer
+
+TWO_SENTENCES = "The quick brown fox jumps over the lazy dog. It was a bright, cold day in April."
+
+
+def speak(client: httpx.Client, **body: object) -> httpx.Response:
+    return client.post("/v1/audio/speech", json={"input": TWO_SENTENCES, **body})
+
+
+def decode(data: bytes, fmt: str) -> tuple[np.ndarray, int]:
+    if fmt == "pcm":
+        return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0, 24000
+    with sf.SoundFile(io.BytesIO(data)) as f:  # streamed WAV says "unknown length": read blocks
+        blocks = list(f.blocks(blocksize=4096, dtype="float32"))
+        return np.concatenate(blocks), f.samplerate
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
+def test_each_format_decodes_to_speech(client: httpx.Client, fmt: str) -> None:
+    response = speak(client, model="piper-joe", voice="default", response_format=fmt)
+    assert response.status_code == 200, response.text
+    audio, rate = decode(response.content, fmt)
+    assert rate == 24000
+    assert len(audio) / rate > 1.0
+    assert np.sqrt(np.mean(audio ** 2)) > 0.01  # not silence
+
+
+def test_wav_has_a_header_players_accept(client: httpx.Client) -> None:
+    data = speak(client, response_format="wav").content
+    assert data[:4] == b"RIFF" and data[8:16] == b"WAVEfmt "
+    info = sf.info(io.BytesIO(data))
+    assert info.samplerate == 24000 and info.channels == 1 and info.subtype == "PCM_16"
+
+
+def test_sse_audio_concatenates_to_the_plain_response(client: httpx.Client) -> None:
+    # VITS draws phoneme durations at random; a preset with noise_w_scale=0 fixes them,
+    # so two syntheses of the same text have the same length.
+    steady = {"name": "steady", "model": "piper-joe", "voice": "default", "settings": {"noise_w_scale": 0}}
+    assert client.post("/v1/presets", json=steady).status_code in (201, 409)
+    plain = speak(client, voice="steady", response_format="pcm").content
+    events = []
+    with client.stream("POST", "/v1/audio/speech", json={
+            "input": TWO_SENTENCES, "voice": "steady", "response_format": "pcm",
+            "stream_format": "sse"}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert events[-1]["type"] == "speech.audio.done"
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2  # one per sentence at least: it really streamed
+    audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert len(audio) == len(plain)
+
+
+def test_openai_names_map_to_the_defaults(client: httpx.Client) -> None:
+    response = speak(client, model="tts-1", voice="nova", response_format="pcm")
+    assert response.status_code == 200
+    assert response.headers["x-voxgate-model"] == "piper-joe"
+    assert response.headers["x-voxgate-voice"] == "default"
+
+
+def test_instructions_are_accepted_and_flagged_as_ignored(client: httpx.Client) -> None:
+    response = speak(client, response_format="pcm", instructions="Speak cheerfully.")
+    assert response.status_code == 200
+    assert response.headers["x-voxgate-instructions"] == "ignored"
+
+
+def test_speed_changes_duration(client: httpx.Client) -> None:
+    slow = len(speak(client, response_format="pcm", speed=0.5).content)
+    fast = len(speak(client, response_format="pcm", speed=2.0).content)
+    assert slow > 2.5 * fast
+
+
+@pytest.mark.parametrize(("body", "status", "field"), [
+    ({"input": ""}, 400, "input"),
+    ({"input": "   \n\t "}, 400, "input"),
+    ({"input": "!!! ... ???"}, 400, "input"),
+    ({"input": 42}, 400, "input"),
+    ({}, 400, "input"),
+    ({"input": "x" * 4097}, 422, "input"),
+    ({"input": "Hello.", "model": "no-such-model"}, 404, "model"),
+    ({"input": "Hello.", "voice": "no-such-voice"}, 404, "voice"),
+    ({"input": "Hello.", "response_format": "ogg"}, 400, "response_format"),
+    ({"input": "Hello.", "stream_format": "chunks"}, 400, "stream_format"),
+    ({"input": "Hello.", "speed": 0.1}, 400, "speed"),
+    ({"input": "Hello.", "speed": 4.5}, 400, "speed"),
+    ({"input": "Hello.", "speed": "fast"}, 400, "speed"),
+    ({"input": "Hello.", "instructions": ["x"]}, 400, "instructions"),
+])
+def test_bad_input_is_a_4xx_naming_the_field(server: LiveServer, client: httpx.Client,
+                                             body: dict, status: int, field: str) -> None:
+    response = client.post("/v1/audio/speech", json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["field"] == field and error["code"] and error["message"]
+    assert server.wait_idle() == 0
+
+
+def test_malformed_json_is_400(client: httpx.Client) -> None:
+    response = client.post("/v1/audio/speech", content=b'{"input": "Hello', headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_a_json_array_is_400(client: httpx.Client) -> None:
+    response = client.post("/v1/audio/speech", json=["Hello"])
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_wrong_content_type_is_415(client: httpx.Client) -> None:
+    response = client.post("/v1/audio/speech", content=b"input=Hello", headers={"content-type": "text/plain"})
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_body_over_the_maximum_is_413(server: LiveServer, client: httpx.Client) -> None:
+    big = json.dumps({"input": "Hello.", "pad": "x" * server.settings.max_body_bytes}).encode()
+    response = client.post("/v1/audio/speech", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "body_too_large"
+
+
+def test_unknown_route_and_method_are_json_errors(client: httpx.Client) -> None:
+    assert client.get("/v1/nothing").json()["error"]["code"] == "not_found"
+    response = client.get("/v1/audio/speech")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_disconnect_mid_stream_leaves_no_job(server: LiveServer) -> None:
+    text = " ".join(f"This is sentence number {i} of a long text." for i in range(30))
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        with client.stream("POST", "/v1/audio/speech", json={"input": text, "response_format": "pcm"}) as response:
+            assert response.status_code == 200
+            next(response.iter_bytes())  # audio has started, then we hang up
+            assert server.app_state.engine.num_requests() == 1
+    assert server.wait_idle() == 0
+
+
+def test_models_voices_and_health(client: httpx.Client) -> None:
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list"
+    joe = next(m for m in models["data"] if m["id"] == "piper-joe")
+    assert joe["family"] == "piper" and joe["object"] == "model" and "loaded" in joe
+    voices = client.get("/v1/audio/voices", params={"model": "piper-joe"}).json()["data"]
+    assert {"id": "default", "model": "piper-joe"}.items() <= voices[0].items()
+    assert client.get("/v1/audio/voices", params={"model": "nope"}).status_code == 404
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["schema_version"] >= 1
+    assert b"voxgate_ttfa_ms" in client.get("/metrics").content
