@@ -359,8 +359,9 @@ class Residency:
             if resident.state is ResidentState.UNLOADING:
                 return True
             if self._busy(resident):
-                raise ModelBusy(f"model {model_id!r} is serving {self.engine.num_requests(model_id)} "
-                                "request(s); try again when they have finished", field="model")
+                num_requests = self.engine.num_requests(model_id)
+                doing = f"serving {num_requests} request(s)" if num_requests else "starting a request"
+                raise ModelBusy(f"model {model_id!r} is {doing}; try again when it is idle", field="model")
             await self._unload(resident, "unloaded on request")
             return True
 
