@@ -371,7 +371,12 @@ class DownloadManager:
     async def _get(self, download: Download, f: CatalogFile, url: str, part: Path, hasher: _Hasher) -> int:
         meta = _read_meta(part, url)
         offset = _size(part)
-        if offset and offset == meta.get("total"):
+        known_total = meta.get("total")
+        if isinstance(known_total, int) and offset > known_total:  # cannot be right: start over
+            _truncate(part)
+            hasher.reset()
+            offset = 0
+        if offset and offset == known_total:
             await hasher.catch_up(part, offset)
             return offset  # complete before the interruption
         headers = {"Accept-Encoding": "identity"}

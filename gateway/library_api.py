@@ -133,7 +133,7 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     if await state.library.get_model(model_id) is not None:
         raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
                        field="id")
-    name = data.get("name") if isinstance(data.get("name"), str) else model_id
+    name = data["name"] if isinstance(data.get("name"), str) else model_id
     await state.library.add_model(model_id, family_name, name, str(path), list(info["voices"]), options,
                                   int(info.get("size_bytes") or 0), source="local")
     log.info("model %s registered from %s (%s)", model_id, path, family_name)

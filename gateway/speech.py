@@ -5,7 +5,9 @@ voice name), `response_format` (wav|pcm|flac|mp3|opus, default mp3 as OpenAI),
 `speed` (0.25..4.0), `instructions` (accepted; ignored by families without
 instruction following, and the `X-Voxgate-Instructions: ignored` header says so),
 `stream_format` (`audio`: encoded bytes, chunked as produced; `sse`:
-`speech.audio.delta` events with base64 audio, then `speech.audio.done`).
+`speech.audio.delta` events with base64 audio, then `speech.audio.done`),
+`busy_timeout_ms` (Voxgate: wait at most this long for the model to find room; it can
+only shorten the server's `busy_timeout_ms` and the model's own, then 503 `server_busy`).
 
 The first chunk is awaited before the response starts, so any error up to then is a
 proper JSON error; a client that disconnects cancels the request in the engine.
@@ -62,7 +64,11 @@ async def speech(request: Request) -> StreamingResponse:
     choice = await resolve(state.library, model=data.get("model"), voice=data.get("voice"),
                            speed=data.get("speed"), default_model=state.settings.default_model,
                            default_voice=state.settings.default_voice)
-    lease = await state.residency.acquire(choice.model_id)  # held until the stream ends
+    busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's
+    if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
+                                        or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
+        raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
+    lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)  # held until the stream ends
     spec = SpeechRequest(
         request_id=f"speech-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
         segments=tuple(split_segments(text)), voice=choice.voice, speed=choice.speed,

@@ -171,7 +171,7 @@ def _live(tmp_path: Path, **overrides: Any) -> Iterator[str]:
 
 def test_busy_model_answers_503_over_http(tmp_path: Path) -> None:
     a, b = _voice(tmp_path, "a"), _voice(tmp_path, "b")
-    with _live(tmp_path, max_loaded_models=1, busy_timeout_ms=300) as url, httpx.Client(base_url=url,
+    with _live(tmp_path, max_loaded_models=1, busy_timeout_ms=1000) as url, httpx.Client(base_url=url,
                                                                                         timeout=60) as client:
         for folder in (a, b):
             assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 201
@@ -180,9 +180,12 @@ def test_busy_model_answers_503_over_http(tmp_path: Path) -> None:
             assert stream.status_code == 200
             pieces = stream.iter_bytes()  # kept: a dropped iterator closes the connection
             next(pieces)  # a is streaming: busy
-            busy = client.post("/v1/audio/speech", json={"model": "b", "input": "Hello."})
+            t0 = time.monotonic()
+            busy = client.post("/v1/audio/speech", json={"model": "b", "input": "Hello.", "busy_timeout_ms": 50})
             assert busy.status_code == 503 and busy.headers.get("retry-after")
-            assert busy.json()["error"]["code"] == "server_busy"
+            assert busy.json()["error"]["code"] == "server_busy" and time.monotonic() - t0 < 0.6
+            busy = client.post("/v1/audio/speech", json={"model": "b", "input": "Hello."})  # the server's 1000 ms
+            assert busy.status_code == 503 and busy.json()["error"]["code"] == "server_busy"
             assert client.post("/v1/models/b/load", json={"timeout_ms": 0}).status_code == 503
             refused = client.delete("/v1/library/models/a")
             assert refused.status_code == 409 and refused.json()["error"]["code"] == "model_busy"
