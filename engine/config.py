@@ -13,6 +13,7 @@ class EngineConfig:
     max_waiting: int = 64  # queued (not yet admitted) requests per model before Overloaded
     max_running: int = 64  # requests admitted at once per model
     max_prefill_defer_ms: float = 100.0  # longest a prefill waits for running chunks
+    policy: str = "edf"  # "edf": deadline-aware; "fifo": arrival order, the baseline for bench/
 
     def __post_init__(self) -> None:
         assert self.ttfa_target_ms > 0, "ttfa_target_ms must be positive"
@@ -20,3 +21,4 @@ class EngineConfig:
         assert self.codec_batch >= 1, "codec_batch must be >= 1"
         assert self.max_waiting >= 1 and self.max_running >= 1
         assert self.max_prefill_defer_ms >= 0
+        assert self.policy in ("edf", "fifo"), f"policy must be 'edf' or 'fifo', got {self.policy!r}"

@@ -281,8 +281,7 @@ class Engine:
         if not scheduler.num_requests:
             return False
         now = time.monotonic()
-        for request in scheduler.admit(now, can_admit=runner.can_admit, ready=runner.ready_chunks()):
-            runner.admit(request.spec)
+        scheduler.admit(now, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())
         plan = scheduler.plan(
             now,
             needs_backbone=runner.needs_backbone,

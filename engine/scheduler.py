@@ -46,6 +46,7 @@ class Scheduler:
         self.max_running = config.max_running
         self.max_prefill_defer_ms = config.max_prefill_defer_ms
         self.has_backbone = has_backbone
+        self.policy = config.policy
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
         # Cost model, measured as we go (exponential moving averages, ms).
@@ -103,9 +104,18 @@ class Scheduler:
     # -- policy -----------------------------------------------------------------------
 
     def admit(
-        self, now: float, *, can_admit: Callable[[SpeechRequest], bool], ready: list[str]
+        self,
+        now: float,
+        *,
+        can_admit: Callable[[SpeechRequest], bool],
+        admit: Callable[[SpeechRequest], None],
+        ready: list[str],
     ) -> list[Request]:
-        """Move waiting requests to running, EDF, while the runner has room."""
+        """Move waiting requests to running, EDF, while the runner has room.
+
+        `can_admit`/`admit` are the runner's ask/do pair, called one request at a time
+        so that each answer sees the memory the previous admissions took.
+        """
         if not self.waiting:
             return []
         if self.has_backbone and self.running:
@@ -121,6 +131,7 @@ class Scheduler:
             request = self.waiting[0]
             if not can_admit(request.spec):
                 break
+            admit(request.spec)
             self.waiting.pop(0)
             request.status = RequestStatus.RUNNING
             request.admitted_s = now
@@ -146,11 +157,14 @@ class Scheduler:
     def _pick_codec(
         self, now: float, plan: Plan, ready: list[str], is_first_chunk: Callable[[str], bool]
     ) -> None:
-        candidates = sorted(
-            (self.running[i] for i in ready if i in self.running), key=lambda r: r.deadline_s()
-        )
+        candidates = [self.running[i] for i in ready if i in self.running]
         if not candidates:
             return
+        if self.policy == "fifo":  # baseline: oldest request first, no notion of deadlines
+            candidates.sort(key=lambda r: r.spec.arrival_s)
+            plan.codec = candidates[: self.max_codec_batch]
+            return
+        candidates.sort(key=lambda r: r.deadline_s())
         urgent, relaxed = [], []
         for request in candidates:
             if is_first_chunk(request.request_id) or self.slack_ms(request, now) < self.urgent_slack_ms:

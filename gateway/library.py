@@ -56,11 +56,15 @@ class Library:
     async def open(cls, path: Path) -> Library:
         path.parent.mkdir(parents=True, exist_ok=True)
         db = await aiosqlite.connect(path, isolation_level=None)  # explicit BEGIN/COMMIT
-        db.row_factory = aiosqlite.Row
-        await db.execute("PRAGMA foreign_keys = ON")
-        await db.execute("PRAGMA journal_mode = WAL")
-        library = cls(db)
-        await library.migrate()
+        try:
+            db.row_factory = aiosqlite.Row
+            await db.execute("PRAGMA foreign_keys = ON")
+            await db.execute("PRAGMA journal_mode = WAL")
+            library = cls(db)
+            await library.migrate()
+        except BaseException:
+            await db.close()
+            raise
         return library
 
     async def close(self) -> None:

@@ -33,7 +33,7 @@ from gateway.audio import Resampler, to_pcm16
 from gateway.errors import ApiError, as_api_error
 from gateway.residency import Lease
 from gateway.state import AppState
-from gateway.text import SentenceBuffer, normalize
+from gateway.text import SentenceBuffer, normalize, split_first
 from gateway.voices import Choice, check_speed, resolve
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ class Session:
         if self.utterance.ready_s is None:
             self.utterance.ready_s = time.monotonic()
             self.utterance.clock = PlaybackClock(self.utterance.ready_s, self.settings.ttfa_target_ms)
+            segments = split_first(segments, self.settings.first_segment_chars)
         self.utterance.segments.extend(segments)
         await self.advance()
 

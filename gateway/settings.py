@@ -27,7 +27,9 @@ class Settings:
     ttfa_target_ms: float = 200.0
     urgent_slack_ms: float = 150.0
     max_waiting: int = 64
+    policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
+    first_segment_chars: int = 60  # cut an utterance's first segment to this for TTFA (0: off)
     device: str = "cpu"
     log_level: str = "info"
     models: tuple[Mapping[str, Any], ...] = ()
@@ -49,6 +51,8 @@ class Settings:
         object.__setattr__(self, "models", tuple(self.models))
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be 1..65535, got {self.port}")
+        if self.policy not in ("edf", "fifo"):
+            raise ValueError(f"policy must be 'edf' or 'fifo', got {self.policy!r}")
         if self.max_input_chars < 1 or self.max_body_bytes < 1:
             raise ValueError("max_input_chars and max_body_bytes must be positive")
         object.__setattr__(self, "preload_models", tuple(self.preload_models))

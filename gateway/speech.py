@@ -31,7 +31,7 @@ from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
 from gateway.errors import ApiError, read_json
 from gateway.residency import Lease
 from gateway.state import AppState
-from gateway.text import check_input, split_segments
+from gateway.text import check_input, split_first, split_segments
 from gateway.voices import resolve
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ async def speech(request: Request) -> StreamingResponse:
     lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)  # held until the stream ends
     spec = SpeechRequest(
         request_id=f"speech-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
-        segments=tuple(split_segments(text)), voice=choice.voice, speed=choice.speed,
+        segments=tuple(split_first(split_segments(text), state.settings.first_segment_chars)), voice=choice.voice, speed=choice.speed,
         options=choice.options, ttfa_target_ms=state.settings.ttfa_target_ms)
     try:
         stream = state.engine.submit(spec)

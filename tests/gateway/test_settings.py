@@ -1,0 +1,38 @@
+"""Settings layering: defaults < config file < VOXGATE_* env < command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.settings import load_settings
+
+
+def test_layers_and_precedence(tmp_path: Path) -> None:
+    config = tmp_path / "voxgate.toml"
+    config.write_text('port = 9001\nhost = "0.0.0.0"\ndefault_voice = "x"\n'
+                      '[[models]]\nid = "a"\nfamily = "piper"\npath = "/tmp/a"\n')
+    assert load_settings(env={}).host == "127.0.0.1"
+    settings = load_settings(config, env={"VOXGATE_PORT": "9002", "VOXGATE_TTFA_TARGET_MS": "150"})
+    assert (settings.host, settings.port, settings.ttfa_target_ms) == ("0.0.0.0", 9002, 150.0)
+    assert settings.models[0]["id"] == "a"
+    assert load_settings(config, env={"VOXGATE_PORT": "9002"}, port=9003).port == 9003
+
+
+def test_bad_settings_name_the_problem(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("prot = 1\n")
+    with pytest.raises(ValueError, match="prot"):
+        load_settings(config, env={})
+    with pytest.raises(ValueError, match="port"):
+        load_settings(env={"VOXGATE_PORT": "70000"})
+
+
+def test_models_add_validates_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["models", "add", "--family", "piper", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
+    assert "exactly one .onnx" in capsys.readouterr().err
+    assert main(["models", "add", "--family", "nope", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
