@@ -246,15 +246,17 @@ class Residency:
 
         Call before `engine.stop()`: unloading goes through the engine thread.
         """
-        if self._idle_task is not None:
-            self._idle_task.cancel()
-            await asyncio.gather(self._idle_task, return_exceptions=True)
-            self._idle_task = None
+        async with self._lock:  # lets an unload in progress finish first
+            if self._idle_task is not None:
+                self._idle_task.cancel()
+                await asyncio.gather(self._idle_task, return_exceptions=True)
+                self._idle_task = None
         for resident in list(self._residents.values()):
             if resident.state is ResidentState.LOADING:
                 await resident.ready.wait()
             if resident.state is ResidentState.LOADED:
-                await self._unload(resident, "shutdown")
+                async with self._lock:
+                    await self._unload(resident, "shutdown")
 
     # -- queries ----------------------------------------------------------------------
 
