@@ -105,6 +105,8 @@ def test_install_from_catalog_then_speak_and_delete(tmp_path: Path) -> None:
         assert deleted.json()["presets_unusable"] == ["narrator"] and deleted.json()["files_removed"]
         assert not (tmp_path / "data" / "models" / "amy").exists()
         assert "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
+        listed = client.get("/v1/presets").json()["data"]
+        assert listed[0]["usable"] is False and "'amy' is not installed" in listed[0]["problem"]
         unusable = client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "narrator"})
         assert unusable.status_code == 404 and "not installed" in unusable.json()["error"]["message"]
         assert client.delete("/v1/library/models/amy").status_code == 404

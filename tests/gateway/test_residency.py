@@ -225,3 +225,32 @@ def test_failed_load_is_reported_and_not_resident(tmp_path: Path) -> None:
             engine.stop()
 
     asyncio.run(main())
+
+
+def test_library_rows_become_specs_with_a_per_model_busy_ceiling(tmp_path: Path) -> None:
+    from gateway.library import Library
+    from gateway.residency import library_lookup
+
+    async def main() -> None:
+        library = await Library.open(tmp_path / "voxgate.db")
+        try:
+            await library.add_model("slow", "piper", "Slow", str(tmp_path), ["default"],
+                                    {"busy_timeout_ms": 100, "num_threads": 1}, size_bytes=1234)
+            spec = await library_lookup(library)("slow")
+            assert spec is not None and spec.busy_timeout_ms == 100 and spec.size_bytes == 1234
+            assert dict(spec.options) == {"num_threads": 1} and spec.path == tmp_path
+            assert await library_lookup(library)("nope") is None
+        finally:
+            await library.close()
+
+    asyncio.run(main())
+    engine = Engine()
+    residency = Residency(engine, library_lookup_stub, busy_timeout_ms=5000)
+    spec = ModelSpec("m", "piper", None, busy_timeout_ms=100)
+    assert residency._timeout_s(spec, None) == 0.1
+    assert residency._timeout_s(spec, 20) == 0.02
+    assert residency._timeout_s(ModelSpec("m", "piper", None), 9000) == 5.0  # a request cannot wait longer
+
+
+async def library_lookup_stub(model_id: str) -> ModelSpec | None:
+    return None
