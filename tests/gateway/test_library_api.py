@@ -201,3 +201,37 @@ def test_busy_model_answers_503_over_http(tmp_path: Path) -> None:
         assert response.status_code == 200
         models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
         assert models["b"]["loaded"] and not models["a"]["loaded"]  # a was evicted for b
+
+
+def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
+    from tests.gateway.test_downloads import FileServer
+
+    files = {"voices/amy.onnx": ONNX.read_bytes(), "voices/amy.onnx.json": CONFIG.read_bytes()}
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"version": 1, "models": [
+        {"id": "amy", "family": "piper", "name": "Amy", "files": [
+            {"url": url, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for url, data in files.items()]}]}))
+    with FileServer(files) as server:
+        server.delay_s = 0.002
+        settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
+                                 download_base_url=server.url, min_free_disk_mb=0)
+        with TestClient(create_app(settings)) as client:
+            assert client.post("/v1/library/install", json={"id": "amy"}).status_code == 202
+            deadline = time.monotonic() + 30
+            while client.get("/v1/library/downloads").json()["data"][0]["bytes_done"] < 1_000_000:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        # The server stopped mid-download: the partial file waits for the next start.
+        part = tmp_path / "data" / "downloads" / "amy" / "amy.onnx.part"
+        kept = part.stat().st_size
+        assert 1_000_000 <= kept < len(files["voices/amy.onnx"])
+        server.delay_s = 0.0
+        with TestClient(create_app(settings)) as client:
+            deadline = time.monotonic() + 60
+            while "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}:
+                assert time.monotonic() < deadline, client.get("/v1/library/downloads").json()
+                time.sleep(0.05)
+            download = client.get("/v1/library/downloads").json()["data"][0]
+            assert download["state"] == "done" and download["resumed_bytes"] == kept
+        assert [r["range"] for r in server.gets("voices/amy.onnx")] == [None, f"bytes={kept}-"]
