@@ -56,13 +56,14 @@ class Scheduler:
     # -- membership -------------------------------------------------------------------
 
     def can_add(self) -> bool:
-        return len(self.waiting) < self.max_waiting
+        """Room in the queue: at most `max_waiting` beyond the `max_running` admitted."""
+        return len(self.waiting) + len(self.running) < self.max_running + self.max_waiting
 
     def add(self, spec: SpeechRequest) -> Request:
         if not self.can_add():
             raise Overloaded(
-                f"model {spec.model_id!r} has {len(self.waiting)} requests queued "
-                f"(max_waiting={self.max_waiting}); retry shortly"
+                f"model {spec.model_id!r} has {self.num_requests} requests (max_running="
+                f"{self.max_running} + max_waiting={self.max_waiting}); retry shortly"
             )
         request = Request(spec)
         self.waiting.append(request)

@@ -57,7 +57,8 @@ def create_app(settings: Settings) -> Starlette:
         library = await Library.open(settings.db_path)
         engine = Engine(EngineConfig(ttfa_target_ms=settings.ttfa_target_ms,
                                      urgent_slack_ms=settings.urgent_slack_ms,
-                                     max_waiting=settings.max_waiting, policy=settings.policy))
+                                     max_running=settings.max_running, max_waiting=settings.max_waiting,
+                                     policy=settings.policy))
         engine.start()
         residency = Residency(
             engine, library, settings.device, max_loaded_models=settings.max_loaded_models,

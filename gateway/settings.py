@@ -26,7 +26,8 @@ class Settings:
     max_body_bytes: int = 65536
     ttfa_target_ms: float = 200.0
     urgent_slack_ms: float = 150.0
-    max_waiting: int = 64
+    max_running: int = 64  # requests a model serves at once (its batch)
+    max_waiting: int = 64  # queued beyond those before 503 overloaded
     policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
     first_segment_chars: int = 60  # cut an utterance's first segment to this for TTFA (0: off)

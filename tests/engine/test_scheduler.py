@@ -82,11 +82,23 @@ def test_a_chunk_near_its_deadline_is_urgent() -> None:
 
 
 def test_waiting_beyond_the_limit_is_overloaded() -> None:
-    s = Scheduler(EngineConfig(max_waiting=2), has_backbone=False, max_codec_batch=1)
+    s = Scheduler(EngineConfig(max_running=1, max_waiting=2), has_backbone=False, max_codec_batch=1)
     s.add(spec("a", 0.0))
     s.add(spec("b", 0.0))
+    s.add(spec("c", 0.0))
     with pytest.raises(Overloaded):
-        s.add(spec("c", 0.0))
+        s.add(spec("d", 0.0))
+
+
+def test_fifo_baseline_serves_in_arrival_order_regardless_of_deadlines() -> None:
+    runner = FakeRunner(max_codec_batch=1)
+    s = Scheduler(EngineConfig(policy="fifo"), has_backbone=False, max_codec_batch=1)
+    s.add(spec("old", 0.0))
+    step(s, runner, 0.0)
+    runner.decode_chunks(["old"])
+    s.running["old"].clock.on_delivery(0.05, 5000)
+    s.add(spec("new", 0.1))
+    assert [r.request_id for r in step(s, runner, 0.1).codec] == ["old"]
 
 
 def test_requests_that_do_not_fit_stay_queued_until_memory_frees() -> None:

@@ -164,3 +164,25 @@ def test_models_voices_and_health(client: httpx.Client) -> None:
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["schema_version"] >= 1
     assert b"voxgate_ttfa_ms" in client.get("/metrics").content
+
+
+def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
+    import concurrent.futures
+
+    from tests.conftest import run_server
+
+    text = " ".join(f"This is sentence number {i} of a long text." for i in range(20))
+    for server in run_server(tmp_path, max_running=1, max_waiting=1):
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            assert client.post("/v1/audio/speech", json={"input": "Warm up.", "response_format": "pcm"}).is_success
+
+            def post(_: int) -> httpx.Response:
+                return client.post("/v1/audio/speech", json={"input": text, "response_format": "pcm"})
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                responses = list(pool.map(post, range(4)))
+        statuses = sorted(r.status_code for r in responses)
+        assert statuses.count(200) >= 2 and 503 in statuses, statuses
+        busy = next(r for r in responses if r.status_code == 503)
+        assert busy.json()["error"]["code"] == "overloaded" and busy.headers["retry-after"] == "1"
+        assert server.wait_idle() == 0
