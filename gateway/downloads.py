@@ -301,7 +301,6 @@ class DownloadManager:
         try:
             work.mkdir(parents=True, exist_ok=True)
             await asyncio.to_thread(self._check_disk, download, work)
-            self._set_state(download, DownloadState.DOWNLOADING)
             for f in model.files:
                 await self._fetch(download, f, work / (f.dest + ".part"))
             self._set_state(download, DownloadState.INSTALLING)
@@ -346,6 +345,7 @@ class DownloadManager:
     async def _fetch(self, download: Download, f: CatalogFile, part: Path) -> None:
         """Bring `part` to the complete, verified content of `f`."""
         download.current_file = f.dest
+        self._set_state(download, DownloadState.DOWNLOADING)
         part.parent.mkdir(parents=True, exist_ok=True)
         source = resolve(self.base_url, f)
         hasher = _Hasher()
@@ -484,7 +484,6 @@ class DownloadManager:
             log.info("%s/%s has no published SHA-256; accepted by size (%d bytes, sha256 %s)",
                      download.model_id, f.dest, size, digest)
         await asyncio.to_thread(_fsync, part)
-        self._set_state(download, DownloadState.DOWNLOADING)
 
     async def _install(self, download: Download, work: Path) -> Path:
         model = download.model

@@ -235,3 +235,20 @@ def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
             download = client.get("/v1/library/downloads").json()["data"][0]
             assert download["state"] == "done" and download["resumed_bytes"] == kept
         assert [r["range"] for r in server.gets("voices/amy.onnx")] == [None, f"bytes={kept}-"]
+
+
+def test_cli_lists_the_catalog_and_installs(tmp_path: Path, capsys: Any) -> None:
+    from gateway.cli import main
+
+    mirror, catalog = _mirror(tmp_path)
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'catalog_path = "{catalog}"\ndownload_base_url = "{mirror}"\nmin_free_disk_mb = 0\n')
+    data = ["--data-dir", str(tmp_path / "data"), "--config", str(config)]
+    assert main(["models", "catalog", "--config", str(config)]) == 0
+    assert "amy\tpiper" in capsys.readouterr().out
+    assert main(["models", "install", "amy", *data]) == 0
+    assert "installed amy" in capsys.readouterr().out
+    assert main(["models", "install", "amy", *data]) == 1
+    assert "already installed" in capsys.readouterr().err
+    assert main(["models", "list", *data]) == 0
+    assert "amy\tpiper" in capsys.readouterr().out
