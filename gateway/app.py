@@ -72,7 +72,9 @@ def create_app(settings: Settings) -> Starlette:
             settings.data_dir, library_api.catalog_registrar(library), is_registered=is_registered,
             base_url=settings.download_base_url, token=settings.download_token or None,
             min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
-        state = AppState(settings, engine, library, residency, Metrics(), catalog=catalog, downloads=downloads)
+        metrics = Metrics()
+        metrics.watch(residency)
+        state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads)
         app.state.voxgate = state
         try:
             await register_models(library, settings)

@@ -142,6 +142,8 @@ def test_install_local_folder_validates_and_registers(tmp_path: Path) -> None:
         assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 409
         loaded = client.post("/v1/models/bob/load")
         assert loaded.status_code == 200 and loaded.json()["loaded"] is True
+        metrics = client.get("/metrics").text
+        assert 'voxgate_loaded_models{state="loaded"} 1.0' in metrics and "voxgate_model_loads_total 1.0" in metrics
         assert client.post("/v1/models/bob/unload").json()["unloaded"] is True
         assert client.post("/v1/models/nope/load").status_code == 404
         assert client.delete("/v1/library/models/bob").json()["files_removed"] is False
