@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
-import json
 import logging
 import os
 import shutil
@@ -32,6 +30,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import httpx
 
 from gateway.catalog import DEFAULT_BASE_URL, CatalogFile, CatalogModel, resolve
+from gateway.partials import (
+    Hasher, discard, fsync, fsync_dir, part_size, read_meta, truncate, write_meta,
+)
+from gateway.pubsub import Broker, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -138,51 +140,6 @@ class Download:
         if self.error is not None:
             raise self.error
         return self
-
-
-class Subscription:
-    """Async iterator of progress events; a slow reader loses old events, never new ones."""
-
-    def __init__(self, broker: Broker, max_events: int) -> None:
-        self._broker = broker
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_events)
-
-    def put(self, event: dict[str, Any]) -> None:
-        if self.queue.full():
-            self.queue.get_nowait()
-        self.queue.put_nowait(event)
-
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        return await self.queue.get()
-
-    def close(self) -> None:
-        self._broker.subscribers.discard(self)
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Broker:
-    """Fan-out of events to subscribers on the event loop (SSE, WebSocket, tests)."""
-
-    def __init__(self, max_events: int = 256) -> None:
-        self.subscribers: set[Subscription] = set()
-        self.max_events = max_events
-
-    def subscribe(self) -> Subscription:
-        subscription = Subscription(self, self.max_events)
-        self.subscribers.add(subscription)
-        return subscription
-
-    def publish(self, event: dict[str, Any]) -> None:
-        for subscription in list(self.subscribers):
-            subscription.put(event)
 
 
 class DownloadManager:
@@ -331,7 +288,7 @@ class DownloadManager:
             self._active.pop(model.id, None)
 
     def _check_disk(self, download: Download, work: Path) -> None:
-        on_disk = {f.dest: _size(work / (f.dest + ".part")) for f in download.model.files}
+        on_disk = {f.dest: part_size(work / (f.dest + ".part")) for f in download.model.files}
         download.resumed_bytes = sum(on_disk.values())
         download._done.update(on_disk)
         needed = sum(max(0, download._total[d] - n) for d, n in on_disk.items())
@@ -348,7 +305,7 @@ class DownloadManager:
         self._set_state(download, DownloadState.DOWNLOADING)
         part.parent.mkdir(parents=True, exist_ok=True)
         source = resolve(self.base_url, f)
-        hasher = _Hasher()
+        hasher = Hasher()
         failures = 0
         while True:
             download.num_attempts += 1
@@ -368,12 +325,12 @@ class DownloadManager:
                 await asyncio.sleep(self.retry_backoff_s * failures)
         await self._verify(download, f, part, hasher, total)
 
-    async def _get(self, download: Download, f: CatalogFile, url: str, part: Path, hasher: _Hasher) -> int:
-        meta = _read_meta(part, url)
-        offset = _size(part)
+    async def _get(self, download: Download, f: CatalogFile, url: str, part: Path, hasher: Hasher) -> int:
+        meta = read_meta(part, url)
+        offset = part_size(part)
         known_total = meta.get("total")
         if isinstance(known_total, int) and offset > known_total:  # cannot be right: start over
-            _truncate(part)
+            truncate(part)
             hasher.reset()
             offset = 0
         if offset and offset == known_total:
@@ -392,7 +349,7 @@ class DownloadManager:
             async with client.stream("GET", url, headers=headers) as response:
                 status = response.status_code
                 if status == 416 and offset:  # asked past the end: our partial is suspicious
-                    _truncate(part)
+                    truncate(part)
                     raise _Retry("the server refused the range; starting this file over")
                 if status in (401, 403):
                     raise DownloadError(
@@ -411,8 +368,8 @@ class DownloadManager:
                     log.info("%s: server sent the whole file, starting over", f.dest)
                     offset = 0
                     hasher.reset()
-                    _truncate(part)
-                _write_meta(part, {"source": url, "etag": response.headers.get("etag"),
+                    truncate(part)
+                write_meta(part, {"source": url, "etag": response.headers.get("etag"),
                                    "last_modified": response.headers.get("last-modified"), "total": total})
                 if total is not None:
                     download._total[f.dest] = total
@@ -425,18 +382,18 @@ class DownloadManager:
             raise _Retry(f"connection closed at {written} of {total} bytes")
         return written
 
-    async def _copy(self, download: Download, f: CatalogFile, source: Path, part: Path, hasher: _Hasher) -> int:
+    async def _copy(self, download: Download, f: CatalogFile, source: Path, part: Path, hasher: Hasher) -> int:
         try:
             stat = source.stat()
         except FileNotFoundError:
             raise DownloadError("not_found", f"{source} does not exist; check the base folder", 502) from None
-        meta = _read_meta(part, str(source))
-        offset = _size(part)
+        meta = read_meta(part, str(source))
+        offset = part_size(part)
         if meta.get("mtime_ns") != stat.st_mtime_ns or offset > stat.st_size:
             offset = 0
             hasher.reset()
-            _truncate(part)
-        _write_meta(part, {"source": str(source), "mtime_ns": stat.st_mtime_ns, "total": stat.st_size})
+            truncate(part)
+        write_meta(part, {"source": str(source), "mtime_ns": stat.st_mtime_ns, "total": stat.st_size})
         download._total[f.dest] = stat.st_size
         await hasher.catch_up(part, offset)
         with open(source, "rb") as src:
@@ -449,7 +406,7 @@ class DownloadManager:
             return await self._receive(download, f, chunks(), part, offset, hasher)
 
     async def _receive(self, download: Download, f: CatalogFile, chunks: AsyncIterator[bytes], part: Path,
-                       offset: int, hasher: _Hasher) -> int:
+                       offset: int, hasher: Hasher) -> int:
         """Append `chunks` to `part` from `offset`; returns the file's size after."""
         download._done[f.dest] = offset
         with open(part, "r+b" if part.exists() else "wb") as out:
@@ -466,24 +423,24 @@ class DownloadManager:
                 out.flush()  # what was received survives a kill of this process
         return offset
 
-    async def _verify(self, download: Download, f: CatalogFile, part: Path, hasher: _Hasher, size: int) -> None:
+    async def _verify(self, download: Download, f: CatalogFile, part: Path, hasher: Hasher, size: int) -> None:
         self._set_state(download, DownloadState.VERIFYING)
         if not f.size_is_approximate and size != f.size_bytes:
-            _discard(part)
+            discard(part)
             download._done[f.dest] = 0
             raise DownloadError("size_mismatch", f"{f.dest} has {size} bytes, the catalog says {f.size_bytes}; "
                                 "the file was discarded")
         await hasher.catch_up(part, size)
         digest = hasher.hexdigest()
         if f.sha256 is not None and digest != f.sha256:
-            _discard(part)
+            discard(part)
             download._done[f.dest] = 0
             raise DownloadError("hash_mismatch", f"{f.dest} is corrupt: SHA-256 {digest} differs from the "
                                 f"catalog's {f.sha256}; the file was discarded")
         if f.sha256 is None:
             log.info("%s/%s has no published SHA-256; accepted by size (%d bytes, sha256 %s)",
                      download.model_id, f.dest, size, digest)
-        await asyncio.to_thread(_fsync, part)
+        await asyncio.to_thread(fsync, part)
 
     async def _install(self, download: Download, work: Path) -> Path:
         model = download.model
@@ -501,7 +458,7 @@ class DownloadManager:
                 os.replace(final, trash)
                 shutil.rmtree(trash, ignore_errors=True)
             os.replace(staging, final)
-            _fsync_dir(self.models_dir)
+            fsync_dir(self.models_dir)
             shutil.rmtree(work, ignore_errors=True)
 
         try:
@@ -563,80 +520,6 @@ class DownloadManager:
             shutil.rmtree(path, ignore_errors=True)
 
 
-class _Hasher:
-    """SHA-256 of a file's first `num_bytes`, fed as bytes arrive; catches up from disk on resume."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self._sha = hashlib.sha256()
-        self.num_bytes = 0
-
-    def update(self, data: bytes) -> None:
-        self._sha.update(data)
-        self.num_bytes += len(data)
-
-    async def catch_up(self, path: Path, size: int) -> None:
-        if self.num_bytes == size:
-            return
-        if self.num_bytes > size:
-            self.reset()
-        await asyncio.to_thread(self._read, path, size)
-
-    def _read(self, path: Path, size: int) -> None:
-        with open(path, "rb") as fh:
-            fh.seek(self.num_bytes)
-            while self.num_bytes < size:
-                data = fh.read(min(1 << 20, size - self.num_bytes))
-                if not data:
-                    raise OSError(f"{path} is shorter than {size} bytes")
-                self.update(data)
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _meta_path(part: Path) -> Path:
-    return part.with_name(part.name + ".meta")
-
-
-def _read_meta(part: Path, source: str) -> dict[str, Any]:
-    """The sidecar of `part`, or {} (and no partial) when it belongs to another source."""
-    try:
-        meta = json.loads(_meta_path(part).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = {}
-    if meta.get("source") != source:
-        _truncate(part)
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def _write_meta(part: Path, meta: dict[str, Any]) -> None:
-    tmp = _meta_path(part).with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta), encoding="utf-8")
-    os.replace(tmp, _meta_path(part))
-
-
-def _truncate(part: Path) -> None:
-    if part.exists():
-        with open(part, "r+b") as fh:
-            fh.truncate(0)
-
-
-def _discard(part: Path) -> None:
-    part.unlink(missing_ok=True)
-    _meta_path(part).unlink(missing_ok=True)
-
-
 def _content_range(response: httpx.Response, status: int) -> tuple[int, int | None]:
     """(first byte, total size or None) of a 200 or 206 response."""
     if status == 206:
@@ -650,21 +533,3 @@ def _content_range(response: httpx.Response, status: int) -> tuple[int, int | No
             raise DownloadError("download_failed", f"bad Content-Range {value!r}") from None
     length = response.headers.get("content-length")
     return 0, int(length) if length and length.isdigit() else None
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -68,7 +68,8 @@ async def speech(request: Request) -> StreamingResponse:
     if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
         raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
-    lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)  # held until the stream ends
+    # The lease keeps the model resident (never evicted) until the stream ends.
+    lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)
     spec = SpeechRequest(
         request_id=f"speech-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
         segments=tuple(split_first(split_segments(text), state.settings.first_segment_chars)), voice=choice.voice, speed=choice.speed,
