@@ -18,12 +18,14 @@ from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import models_api, pages, presets, realtime, speech
+from gateway import library_api, models_api, pages, presets, realtime, speech
+from gateway.catalog import load_catalog
+from gateway.downloads import DownloadManager
 from gateway import stats, takes
 from gateway.errors import exception_handlers
 from gateway.library import Library
 from gateway.metrics import Metrics
-from gateway.residency import Residency
+from gateway.residency import MB, Residency
 from gateway.settings import Settings
 from gateway.state import AppState
 from models import family
@@ -52,19 +54,40 @@ async def register_models(library: Library, settings: Settings) -> None:
 def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        catalog = load_catalog(settings.catalog_path or None)  # a bad catalog stops the start here
         library = await Library.open(settings.db_path)
         engine = Engine(EngineConfig(ttfa_target_ms=settings.ttfa_target_ms,
                                      urgent_slack_ms=settings.urgent_slack_ms,
                                      max_running=settings.max_running, max_waiting=settings.max_waiting,
                                      policy=settings.policy))
         engine.start()
-        residency = Residency(engine, library, settings.device)
-        state = AppState(settings, engine, library, residency, Metrics())
+        residency = Residency(
+            engine, library, settings.device, max_loaded_models=settings.max_loaded_models,
+            idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
+            min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)
+
+        async def is_registered(model_id: str) -> bool:
+            return await library.get_model(model_id) is not None
+
+        downloads = DownloadManager(
+            settings.data_dir, library_api.catalog_registrar(library), is_registered=is_registered,
+            base_url=settings.download_base_url, token=settings.download_token or None,
+            min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
+        metrics = Metrics()
+        metrics.watch(residency)
+        state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads)
         app.state.voxgate = state
         try:
             await register_models(library, settings)
+            await residency.start(settings.preload_models)
+            for model_id in downloads.pending_model_ids():  # interrupted by the last shutdown
+                model = catalog.get(model_id)
+                if model is not None and not await is_registered(model_id):
+                    log.info("resuming the download of %s", model_id)
+                    await downloads.install(model)
             yield
         finally:
+            await downloads.aclose()  # keeps partial files for the next start
             # Like uvicorn: stop admitting, let running requests drain, then cancel.
             state.draining = True
             deadline = time.monotonic() + SHUTDOWN_GRACE_S
@@ -84,6 +107,14 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/models", models_api.list_models),
         Route("/v1/audio/voices", models_api.list_voices),
         Route("/v1/audio/speech", speech.speech, methods=["POST"]),
+        Route("/v1/models/{model_id}/load", library_api.load_model, methods=["POST"]),
+        Route("/v1/models/{model_id}/unload", library_api.unload_model, methods=["POST"]),
+        Route("/v1/library/catalog", library_api.catalog),
+        Route("/v1/library/install", library_api.install, methods=["POST"]),
+        Route("/v1/library/downloads", library_api.list_downloads),
+        Route("/v1/library/downloads/events", library_api.download_events),
+        Route("/v1/library/downloads/{download_id}", library_api.cancel_download, methods=["DELETE"]),
+        Route("/v1/library/models/{model_id}", library_api.delete_model, methods=["DELETE"]),
         Route("/v1/presets", presets.list_presets, methods=["GET"]),
         Route("/v1/presets", presets.create_preset, methods=["POST"]),
         Route("/v1/presets/{name}", presets.get_preset, methods=["GET"]),

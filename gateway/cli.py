@@ -3,6 +3,8 @@
   voxgate serve [--host H] [--port P] [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
+  voxgate models catalog [--config FILE]
+  voxgate models install ID [--data-dir D] [--config FILE]
   voxgate checkpoint random --family orpheus --size tiny|full DIR
 """
 
@@ -78,6 +80,58 @@ async def _models_list(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _models_catalog(args: argparse.Namespace) -> int:
+    from gateway.catalog import load_catalog
+
+    settings = _settings(args)
+    for model in load_catalog(settings.catalog_path or None).models:
+        size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
+        gated = "  (gated: needs download_token)" if model.gated else ""
+        print(f"{model.id}\t{model.family}\t{size}\t{', '.join(model.languages)}\t{model.name}{gated}")
+    return 0
+
+
+async def _models_install(args: argparse.Namespace) -> int:
+    """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume."""
+    from gateway.catalog import load_catalog
+    from gateway.downloads import DownloadError, DownloadManager
+    from gateway.library import Library
+    from gateway.library_api import catalog_registrar
+
+    settings = _settings(args)
+    model = load_catalog(settings.catalog_path or None).get(args.id)
+    if model is None:
+        print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
+        return 2
+    library = await Library.open(settings.db_path)
+
+    async def is_registered(model_id: str) -> bool:
+        return await library.get_model(model_id) is not None
+
+    manager = DownloadManager(settings.data_dir, catalog_registrar(library), is_registered=is_registered,
+                              base_url=settings.download_base_url, token=settings.download_token or None,
+                              min_free_disk_bytes=int(settings.min_free_disk_mb * (1 << 20)),
+                              progress_interval_s=1.0)
+    try:
+        with manager.subscribe() as events:
+            download = await manager.install(model)
+            async for event in events:
+                eta = f", {event['eta_s']:.0f} s left" if event["eta_s"] is not None else ""
+                print(f"{event['state']}: {event['bytes_done'] / 1e6:.1f} of {event['bytes_total'] / 1e6:.1f} MB "
+                      f"({event['percent']:.0f}%{eta})", file=sys.stderr)
+                if event["state"] in ("done", "failed", "cancelled"):
+                    break
+            await download.wait()
+    except DownloadError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 1
+    finally:
+        await manager.aclose()
+        await library.close()
+    print(f"installed {model.id} in {download.path}")
+    return 0
+
+
 def checkpoint(args: argparse.Namespace) -> int:
     from models.checkpoint import write_random
 
@@ -111,6 +165,13 @@ def parser() -> argparse.ArgumentParser:
     ls = m.add_parser("list", help="list installed models")
     common(ls)
     ls.set_defaults(func=lambda args: asyncio.run(_models_list(args)))
+    cat = m.add_parser("catalog", help="list installable models")
+    common(cat)
+    cat.set_defaults(func=lambda args: asyncio.run(_models_catalog(args)))
+    ins = m.add_parser("install", help="download a catalog model (resumes an interrupted one)")
+    ins.add_argument("id")
+    common(ins)
+    ins.set_defaults(func=lambda args: asyncio.run(_models_install(args)))
 
     c = sub.add_parser("checkpoint", help="write checkpoints").add_subparsers(dest="action", required=True)
     r = c.add_parser("random", help="a random checkpoint in the family's on-disk format")

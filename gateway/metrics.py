@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 _MS_BUCKETS = (25, 50, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000)
 MAX_RECENT = 500
@@ -52,5 +53,24 @@ class Metrics:
     def open_sessions(self) -> int:
         return int(self.registry.get_sample_value("voxgate_realtime_sessions") or 0)
 
+    def watch(self, residency: Any) -> None:
+        """Export residency counts, read at scrape time (gateway/residency.py)."""
+        self.registry.register(_ResidencyCollector(residency))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _ResidencyCollector:
+    def __init__(self, residency: Any) -> None:
+        self.residency = residency
+
+    def collect(self) -> Iterator[Any]:
+        loaded = GaugeMetricFamily("voxgate_loaded_models", "Models resident now, by state", labels=["state"])
+        states = [r["state"] for r in self.residency.residents()]
+        for state in ("loading", "loaded", "unloading"):
+            loaded.add_metric([state], states.count(state))
+        yield loaded
+        yield CounterMetricFamily("voxgate_model_loads", "Models loaded since start", value=self.residency.num_loads)
+        yield CounterMetricFamily("voxgate_model_evictions", "Idle models unloaded to make room (LRU)",
+                                  value=self.residency.num_evictions)

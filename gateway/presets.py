@@ -51,8 +51,15 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_presets(request: Request) -> JSONResponse:
+    """Presets whose model was deleted are listed with `usable: false` and the reason."""
     state: AppState = request.app.state.voxgate
-    return JSONResponse({"object": "list", "data": [_public(p) for p in await state.library.list_presets()]})
+    installed = {m["id"] for m in await state.library.list_models()}
+    data = []
+    for preset in await state.library.list_presets():
+        usable = preset["model_id"] in installed
+        data.append({**_public(preset), "usable": usable,
+                     "problem": None if usable else f"model {preset['model_id']!r} is not installed"})
+    return JSONResponse({"object": "list", "data": data})
 
 
 async def create_preset(request: Request) -> JSONResponse:

@@ -31,6 +31,7 @@ from engine.engine import AudioStream
 from engine.types import EngineError, InputTooLong, InvalidInput, SpeechRequest
 from gateway.audio import Resampler, to_pcm16
 from gateway.errors import ApiError, as_api_error
+from gateway.residency import Lease
 from gateway.state import AppState
 from gateway.text import SentenceBuffer, normalize, split_first
 from gateway.voices import Choice, check_speed, resolve
@@ -232,22 +233,26 @@ class Session:
                 voice=choice.voice, speed=choice.speed, options=choice.options,
                 ttfa_target_ms=self.settings.ttfa_target_ms)
             utterance.request_id = spec.request_id
+            lease: Lease | None = None
             try:
-                await self.state.residency.acquire(choice.model_id)
+                lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
                 stream = self.state.engine.submit(spec)
             except BaseException:
+                if lease is not None:
+                    lease.release()
                 utterance.request_id = None
                 self.utterance = None
                 raise
             utterance.request_offset_ms = utterance.clock.delivered_ms
-            utterance.pump = asyncio.create_task(self.pump(utterance, stream))
+            assert lease is not None
+            utterance.pump = asyncio.create_task(self.pump(utterance, stream, lease))
         elif utterance.flushed and utterance.started:
             self.utterance = None
             await self.done(utterance, cancelled=False)
         elif utterance.flushed:
             self.utterance = None  # flushed before anything was speakable: nothing to end
 
-    async def pump(self, utterance: Utterance, stream: AudioStream) -> None:
+    async def pump(self, utterance: Utterance, stream: AudioStream, lease: Lease) -> None:
         resample: Resampler | None = None
         try:
             async for chunk in stream:
@@ -271,6 +276,7 @@ class Session:
         finally:
             if not stream.done:
                 self.state.engine.cancel(stream.request_id)
+            lease.release()
         if self.utterance is utterance:
             utterance.request_id = None
             utterance.pump = None

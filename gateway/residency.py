@@ -1,25 +1,52 @@
-"""Which models are resident: loaded lazily on first use, off the event loop.
+"""Which models are loaded (DESIGN.md §5): lazy loads, LRU eviction, idle unload, memory guard.
 
-Loading runs in a worker thread (never on the event loop, never on the engine thread),
-so requests to models already resident keep streaming while another one loads.
+- A model loads on first use (`acquire`), or at start (`start(preload=...)`).
+- At most `max_loaded_models` are resident (loading ones count). When a load needs room,
+  the least recently used *idle* model goes first. A model is busy while the engine has
+  requests for it or a `Lease` on it is held; a busy model is never evicted, so in-flight
+  requests finish on the model they started with.
+- The memory guard estimates a model's footprint before loading (size on disk ×
+  `memory_factor`) and keeps `min_free_memory_mb` free (GPU memory for CUDA devices,
+  host `MemAvailable` otherwise); it evicts idle models to make room, or refuses.
+- A request waits at most its busy timeout for room, then gets 503 `server_busy` or
+  `insufficient_memory`. Once its model is loading, it waits for the load to finish.
+- Loads run in a worker thread (`asyncio.to_thread`), off the event loop and off the
+  engine thread, so other resident models keep streaming meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import importlib.util
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from starlette.concurrency import run_in_threadpool
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from engine.engine import Engine
-from engine.types import EngineError, UnknownModel
+from engine.runner import Runner
+from engine.types import EngineError, Overloaded, UnknownModel
 from gateway.library import Library
 from models import family
 
 log = logging.getLogger(__name__)
+
+MB = 1 << 20
+
+
+class ServerBusy(Overloaded):
+    code = "server_busy"
+
+
+class InsufficientMemory(Overloaded):
+    code = "insufficient_memory"
+
+
+class ModelBusy(EngineError):
+    code = "model_busy"
+    status = 409
 
 
 class LoadFailed(EngineError):
@@ -27,67 +54,461 @@ class LoadFailed(EngineError):
     status = 503
 
 
-class Residency:
-    def __init__(self, engine: Engine, library: Library, device: str = "cpu") -> None:
-        self.engine = engine
-        self.library = library
-        self.device = device
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.loading: set[str] = set()
-        self.load_seconds: dict[str, float] = {}
-        self.last_used: dict[str, float] = {}
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What residency needs to load one model; built by the library from its `models` row."""
 
-    async def acquire(self, model_id: str) -> None:
-        """Return once `model_id` is attached to the engine, loading it if needed.
+    model_id: str
+    family: str
+    path: Path | None  # None: the family's embedded model
+    options: Mapping[str, Any] = field(default_factory=dict)
+    size_bytes: int = 0  # on disk; 0 = measure the folder
+    busy_timeout_ms: float | None = None  # this model's ceiling on waiting for room
+    keep_loaded: bool = False  # exempt from idle unload (preloaded models)
 
-        Raises UnknownModel (not in the library) or LoadFailed.
-        """
-        self.last_used[model_id] = time.time()
-        if self.engine.is_attached(model_id):
-            return
-        lock = self._locks.setdefault(model_id, asyncio.Lock())
-        async with lock:
-            if self.engine.is_attached(model_id):
-                return
-            record = await self.library.get_model(model_id)
-            if record is None:
-                raise UnknownModel(f"model {model_id!r} is not installed", field="model")
-            self.loading.add(model_id)
-            t0 = time.perf_counter()
+
+Lookup = Callable[[str], Awaitable[ModelSpec | None]]
+Loader = Callable[[ModelSpec, str], Runner]
+FreeMemory = Callable[[], int | None]
+
+# Options the gateway reads from a model's row; the rest go to the family's load().
+RESIDENCY_OPTIONS = ("busy_timeout_ms",)
+# A Lease dropped unheld (`await residency.acquire(m)` with the result ignored, then
+# `engine.submit`) keeps its model busy this long: the engine counts a submitted request
+# only once its thread has read it, and an eviction must not come in between.
+SUBMIT_GRACE_S = 1.0
+
+
+def library_lookup(library: Library) -> Lookup:
+    """ModelSpecs from the library's `models` rows."""
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        record = await library.get_model(model_id)
+        if record is None:
+            return None
+        options = dict(record.get("options") or {})
+        timeout = options.get("busy_timeout_ms")
+        return ModelSpec(
+            model_id=record["id"], family=record["family"],
+            path=Path(record["path"]) if record.get("path") else None,
+            options={k: v for k, v in options.items() if k not in RESIDENCY_OPTIONS},
+            size_bytes=int(record.get("size_bytes") or 0),
+            busy_timeout_ms=float(timeout) if isinstance(timeout, (int, float)) else None)
+
+    return lookup
+
+
+def load_runner(spec: ModelSpec, device: str) -> Runner:
+    """The default loader: the family module's `load` (runs in a worker thread)."""
+    runner: Runner = family(spec.family).load(spec.model_id, spec.path, dict(spec.options), device)
+    return runner
+
+
+def free_memory_bytes(device: str) -> int | None:
+    """Free memory where `device` keeps weights, or None when it cannot be measured."""
+    if device.startswith("cuda"):
+        if importlib.util.find_spec("torch") is None:
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if importlib.util.find_spec("psutil") is not None:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    return None
+
+
+def folder_size(path: Path | None) -> int:
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+class ResidentState(enum.StrEnum):
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADING = "unloading"
+
+
+@dataclass(eq=False)
+class Resident:
+    spec: ModelSpec
+    footprint_bytes: int  # estimated before loading, runner.memory_bytes() after
+    state: ResidentState = ResidentState.LOADING
+    runner: Runner | None = None
+    error: BaseException | None = None
+    num_leases: int = 0
+    last_used_s: float = 0.0
+    grace_until_s: float = float("-inf")  # busy until then (see SUBMIT_GRACE_S)
+    loaded_s: float | None = None
+    load_seconds: float | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def model_id(self) -> str:
+        return self.spec.model_id
+
+
+class Lease:
+    """Keeps a model resident while held. Release it when the request's stream ends."""
+
+    def __init__(self, residency: Residency, resident: Resident) -> None:
+        self._residency = residency
+        self._resident: Resident | None = resident
+        self.model_id = resident.model_id
+        assert resident.runner is not None
+        self.runner: Runner = resident.runner
+
+    def release(self, grace: bool = False) -> None:
+        if self._resident is not None:
+            self._residency._release(self._resident, grace)
+            self._resident = None
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # a dropped lease must not pin its model forever
+        if self._resident is not None:
             try:
-                runner = await run_in_threadpool(self._load, record)
-            except Exception as error:
-                log.exception("loading model %s failed", model_id)
-                raise LoadFailed(f"model {model_id!r} failed to load: {error}", field="model") from error
-            finally:
-                self.loading.discard(model_id)
-            await asyncio.wrap_future(self.engine.attach(model_id, runner))
-            self.load_seconds[model_id] = time.perf_counter() - t0
-            log.info("model %s loaded in %.2f s", model_id, self.load_seconds[model_id])
-        await self.library.touch_model(model_id)
+                self.release(grace=True)
+            except RuntimeError:  # event loop already closed
+                pass
 
-    def _load(self, record: dict[str, Any]) -> Any:
-        path = Path(record["path"]) if record["path"] else None
-        return family(record["family"]).load(record["id"], path, record["options"], self.device)
 
-    async def unload(self, model_id: str) -> bool:
-        runner = await asyncio.wrap_future(self.engine.detach(model_id))
-        if runner is None:
-            return False
-        await run_in_threadpool(runner.close)
-        return True
+class Residency:
+    def __init__(
+        self,
+        engine: Engine,
+        library: Library | Lookup,
+        device: str = "cpu",
+        *,
+        max_loaded_models: int = 2,
+        idle_unload_s: float = 0.0,
+        busy_timeout_ms: float = 5000.0,
+        min_free_memory_mb: float = 0.0,
+        memory_factor: float = 1.5,
+        loader: Loader = load_runner,
+        free_memory: FreeMemory | None = None,
+        poll_s: float = 0.05,
+    ) -> None:
+        assert max_loaded_models >= 1, "max_loaded_models must be >= 1"
+        assert busy_timeout_ms >= 0 and idle_unload_s >= 0 and memory_factor > 0
+        self.engine = engine
+        self.library = library if isinstance(library, Library) else None
+        self._lookup = library_lookup(library) if isinstance(library, Library) else library
+        self.device = device
+        self.max_loaded_models = max_loaded_models
+        self.idle_unload_s = idle_unload_s
+        self.busy_timeout_ms = busy_timeout_ms
+        self.min_free_bytes = int(min_free_memory_mb * MB)
+        self.memory_factor = memory_factor
+        self._loader = loader
+        self._free_memory = free_memory or (lambda: free_memory_bytes(device))
+        self.poll_s = poll_s
+        self._residents: dict[str, Resident] = {}
+        self._lock = asyncio.Lock()  # one eviction/load plan at a time
+        self._changed = asyncio.Event()
+        self._idle_task: asyncio.Task[None] | None = None
+        self.num_loads = 0
+        self.num_evictions = 0
 
-    def status(self, model_id: str) -> dict[str, Any]:
-        runner = self.engine.runner(model_id)
-        return {
-            "loaded": runner is not None,
-            "loading": model_id in self.loading,
-            "busy": self.engine.num_requests(model_id) > 0,
-            "memory_bytes": runner.memory_bytes() if runner is not None else 0,
-            "last_used": self.last_used.get(model_id),
-        }
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self, preload: Iterable[str] = ()) -> None:
+        if self.idle_unload_s > 0 and self._idle_task is None:
+            self._idle_task = asyncio.create_task(self._idle_loop(), name="residency-idle-unload")
+        for model_id in preload:
+            try:
+                lease = await self.acquire(model_id, keep_loaded=True)
+            except EngineError as error:  # the server still starts; the model loads on use
+                log.warning("preloading model %s failed: %s", model_id, error.message)
+            else:
+                lease.release()
 
     async def close(self) -> None:
-        for model_id in list(self.last_used):
-            if self.engine.is_attached(model_id):
-                await self.unload(model_id)
+        """Stop the idle task and unload everything (requests in flight are cancelled).
+
+        Call before `engine.stop()`: unloading goes through the engine thread.
+        """
+        async with self._lock:  # lets an unload in progress finish first
+            if self._idle_task is not None:
+                self._idle_task.cancel()
+                await asyncio.gather(self._idle_task, return_exceptions=True)
+                self._idle_task = None
+        for resident in list(self._residents.values()):
+            if resident.state is ResidentState.LOADING:
+                await resident.ready.wait()
+            if resident.state is ResidentState.LOADED:
+                async with self._lock:
+                    await self._unload(resident, "shutdown")
+
+    # -- queries ----------------------------------------------------------------------
+
+    def is_loaded(self, model_id: str) -> bool:
+        resident = self._residents.get(model_id)
+        return resident is not None and resident.state is ResidentState.LOADED
+
+    def is_busy(self, model_id: str) -> bool:
+        resident = self._residents.get(model_id)
+        return resident is not None and self._busy(resident)
+
+    def status(self, model_id: str) -> dict[str, Any]:
+        """Residency fields of one model, for GET /v1/models."""
+        resident = self._residents.get(model_id)
+        if resident is None:
+            return {"loaded": False, "loading": False, "busy": False, "memory_bytes": 0, "last_used": None,
+                    "state": "unloaded"}
+        return {
+            "loaded": resident.state is ResidentState.LOADED,
+            "loading": resident.state is ResidentState.LOADING,
+            "busy": self._busy(resident), "state": str(resident.state),
+            "memory_bytes": resident.footprint_bytes if resident.state is ResidentState.LOADED else 0,
+            "last_used": time.time() - (time.monotonic() - resident.last_used_s),
+            "load_seconds": resident.load_seconds,
+        }
+
+    def residents(self) -> list[dict[str, Any]]:
+        """Every model loaded, loading or unloading, least recently used first."""
+        ordered = sorted(self._residents.values(), key=lambda r: r.last_used_s)
+        return [{"id": r.model_id, **self.status(r.model_id), "requests": self.engine.num_requests(r.model_id),
+                 "leases": r.num_leases} for r in ordered]
+
+    # -- acquire / load / unload ------------------------------------------------------
+
+    async def acquire(self, model_id: str, timeout_ms: float | None = None, *,
+                      keep_loaded: bool = False) -> Lease:
+        """Return once `model_id` is attached to the engine, holding a Lease on it.
+
+        Waits at most the busy timeout (server default, capped by the model's own and by
+        `timeout_ms`) for room; raises UnknownModel, ServerBusy, InsufficientMemory or
+        LoadFailed.
+        """
+        spec: ModelSpec | None = None
+        started = time.monotonic()
+        while True:
+            resident = self._residents.get(model_id)
+            if resident is not None and resident.state is ResidentState.LOADED:
+                resident.num_leases += 1
+                resident.last_used_s = time.monotonic()
+                return Lease(self, resident)
+            if resident is not None and resident.state is ResidentState.LOADING:
+                await resident.ready.wait()  # loads are not cut short by the busy timeout
+                if resident.error is not None:
+                    raise LoadFailed(f"model {model_id!r} failed to load: {_describe(resident.error)}",
+                                          field="model") from resident.error
+                continue
+            if spec is None:
+                spec = await self._lookup(model_id)
+                if spec is None:
+                    raise UnknownModel(f"model {model_id!r} is not installed", field="model")
+                if keep_loaded and not spec.keep_loaded:
+                    spec = _replace_keep(spec)
+                footprint = int((spec.size_bytes or await asyncio.to_thread(folder_size, spec.path))
+                                * self.memory_factor)
+                timeout_s = self._timeout_s(spec, timeout_ms)
+            async with self._lock:
+                if model_id in self._residents:
+                    continue
+                victims, blocked = self._plan(footprint)
+                if blocked is None:
+                    for victim in victims:
+                        self.num_evictions += 1
+                        await self._unload(victim, f"evicted (LRU) to load {model_id!r}")
+                    self._begin_load(spec, footprint)
+                    continue
+            remaining = timeout_s - (time.monotonic() - started)
+            if blocked == "never":
+                raise InsufficientMemory(self._memory_message(model_id, footprint), field="model")
+            if remaining <= 0:
+                if blocked == "memory":
+                    raise InsufficientMemory(self._memory_message(model_id, footprint), field="model")
+                raise ServerBusy(
+                    f"cannot load {model_id!r}: {self.max_loaded_models} model(s) are loaded and busy "
+                    f"({', '.join(self._residents)}); waited {1000 * timeout_s:.0f} ms. Retry later, or "
+                    "raise max_loaded_models", field="model")
+            await self._wait_change(min(remaining, self.poll_s))
+
+    async def load(self, model_id: str, timeout_ms: float | None = None) -> dict[str, Any]:
+        """Load without holding it (POST /v1/models/{id}/load); returns its status."""
+        lease = await self.acquire(model_id, timeout_ms)
+        lease.release()
+        return self.status(model_id)
+
+    async def unload(self, model_id: str) -> bool:
+        """Unload an idle model; False if it was not loaded. Raises ModelBusy (409) while busy."""
+        async with self._lock:
+            resident = self._residents.get(model_id)
+            if resident is None:
+                return False
+            if resident.state is ResidentState.LOADING:
+                raise ModelBusy(f"model {model_id!r} is loading; unload it once it has loaded", field="model")
+            if resident.state is ResidentState.UNLOADING:
+                return True
+            if self._busy(resident):
+                num_requests = self.engine.num_requests(model_id)
+                doing = f"serving {num_requests} request(s)" if num_requests else "starting a request"
+                raise ModelBusy(f"model {model_id!r} is {doing}; try again when it is idle", field="model")
+            await self._unload(resident, "unloaded on request")
+            return True
+
+    # -- internals --------------------------------------------------------------------
+
+    def _timeout_s(self, spec: ModelSpec, timeout_ms: float | None) -> float:
+        bounds = [self.busy_timeout_ms]
+        if spec.busy_timeout_ms is not None:
+            bounds.append(spec.busy_timeout_ms)
+        if timeout_ms is not None:
+            bounds.append(max(0.0, timeout_ms))
+        return min(bounds) / 1000.0
+
+    def _busy(self, resident: Resident) -> bool:
+        return (resident.num_leases > 0 or self.engine.num_requests(resident.model_id) > 0
+                or time.monotonic() < resident.grace_until_s)
+
+    def _plan(self, footprint: int) -> tuple[list[Resident], str | None]:
+        """Idle models to evict so one more of `footprint` bytes fits; or why it cannot now.
+
+        The reason is "count" (too many loaded and busy), "memory" (busy models hold
+        what is needed) or "never" (it would not fit even with nothing loaded).
+        """
+        now = time.monotonic()
+        for resident in self._residents.values():
+            if resident.state is ResidentState.LOADED and self._busy(resident):
+                resident.last_used_s = now
+        excess_count = len(self._residents) + 1 - self.max_loaded_models
+        free = self._free_memory()
+        missing = 0
+        if free is not None:
+            loading = sum(r.footprint_bytes for r in self._residents.values() if r.state is ResidentState.LOADING)
+            missing = footprint + self.min_free_bytes - (free - loading)
+            if missing - sum(r.footprint_bytes for r in self._residents.values()) > 0:
+                return [], "never"
+        idle = sorted((r for r in self._residents.values()
+                       if r.state is ResidentState.LOADED and not self._busy(r)), key=lambda r: r.last_used_s)
+        victims: list[Resident] = []
+        for resident in idle:
+            if excess_count <= 0 and missing <= 0:
+                break
+            victims.append(resident)
+            excess_count -= 1
+            missing -= resident.footprint_bytes
+        if excess_count > 0:
+            return [], "count"
+        if missing > 0:
+            return [], "memory"
+        return victims, None
+
+    def _memory_message(self, model_id: str, footprint: int) -> str:
+        free = self._free_memory()
+        return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
+                f"(size on disk x {self.memory_factor}) and {self.min_free_bytes / MB:.0f} MB must stay free; "
+                f"{'unknown' if free is None else f'{free / MB:.0f} MB'} free on {self.device}"
+                + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
+
+    def _begin_load(self, spec: ModelSpec, footprint: int) -> None:
+        resident = Resident(spec, footprint, last_used_s=time.monotonic())
+        self._residents[spec.model_id] = resident
+        # A task of its own: a waiter that goes away does not abandon a half-done load.
+        asyncio.create_task(self._load(resident), name=f"load-{spec.model_id}")
+
+    async def _load(self, resident: Resident) -> None:
+        t0 = time.perf_counter()
+        runner: Runner | None = None
+        try:
+            runner = await asyncio.to_thread(self._loader, resident.spec, self.device)
+            await asyncio.wrap_future(self.engine.attach(resident.model_id, runner))
+            resident.runner = runner
+            resident.footprint_bytes = max(int(runner.memory_bytes()), 1)
+            resident.state = ResidentState.LOADED
+            resident.loaded_s = time.monotonic()
+            resident.last_used_s = resident.loaded_s
+            resident.load_seconds = time.perf_counter() - t0
+            self.num_loads += 1
+            log.info("model %s loaded in %.2fs (%.0f MB)", resident.model_id, resident.load_seconds,
+                     resident.footprint_bytes / MB)
+        except BaseException as error:
+            resident.error = error
+            self._residents.pop(resident.model_id, None)
+            if runner is not None:
+                await asyncio.to_thread(runner.close)
+            log.warning("model %s failed to load: %s", resident.model_id, _describe(error))
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            resident.ready.set()
+            self._notify()
+        if self.library is not None and resident.error is None:
+            try:
+                await self.library.touch_model(resident.model_id)
+            except Exception:
+                log.exception("could not record the use of model %s", resident.model_id)
+
+    async def _unload(self, resident: Resident, reason: str) -> None:
+        resident.state = ResidentState.UNLOADING  # no new lease from here on
+        try:
+            runner = await asyncio.wrap_future(self.engine.detach(resident.model_id))
+            if runner is not None:
+                await asyncio.to_thread(runner.close)
+        finally:
+            self._residents.pop(resident.model_id, None)
+            self._notify()
+        log.info("model %s unloaded: %s", resident.model_id, reason)
+
+    def _release(self, resident: Resident, grace: bool) -> None:
+        resident.num_leases = max(0, resident.num_leases - 1)
+        resident.last_used_s = time.monotonic()
+        if grace:
+            resident.grace_until_s = resident.last_used_s + SUBMIT_GRACE_S
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_change(self, timeout_s: float) -> None:
+        # Polls too: the engine does not tell us when a model's last request ends.
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _idle_loop(self) -> None:
+        interval = min(1.0, max(0.02, self.idle_unload_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for resident in list(self._residents.values()):
+                if resident.state is not ResidentState.LOADED or resident.spec.keep_loaded:
+                    continue
+                if self._busy(resident):
+                    resident.last_used_s = now
+                elif now - resident.last_used_s >= self.idle_unload_s:
+                    async with self._lock:
+                        if (self._residents.get(resident.model_id) is resident and not self._busy(resident)
+                                and resident.state is ResidentState.LOADED):
+                            await self._unload(resident, f"idle for {self.idle_unload_s:g}s")
+
+
+def _replace_keep(spec: ModelSpec) -> ModelSpec:
+    return ModelSpec(spec.model_id, spec.family, spec.path, spec.options, spec.size_bytes,
+                     spec.busy_timeout_ms, keep_loaded=True)
+
+
+def _describe(error: BaseException) -> str:
+    return getattr(error, "message", None) or str(error) or type(error).__name__

@@ -34,6 +34,18 @@ class Settings:
     device: str = "cpu"
     log_level: str = "info"
     models: tuple[Mapping[str, Any], ...] = ()
+    # Residency (gateway/residency.py).
+    preload_models: tuple[str, ...] = ()  # loaded at start and never idle-unloaded
+    max_loaded_models: int = 2
+    idle_unload_s: float = 0.0  # 0: never unload for idleness
+    busy_timeout_ms: float = 5000.0  # longest a request waits for room before a 503
+    min_free_memory_mb: float = 256.0  # GPU memory on CUDA devices, else host MemAvailable
+    memory_factor: float = 1.5  # footprint estimate = size on disk x this
+    # Downloads (gateway/downloads.py) and the catalog (models/catalog.json).
+    catalog_path: str = ""  # empty: the packaged catalog
+    download_base_url: str = "https://huggingface.co/"  # or a mirror, file:///dir, or /dir
+    download_token: str = field(default="", repr=False)  # Bearer token for gated models
+    min_free_disk_mb: float = 256.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser())
@@ -44,6 +56,13 @@ class Settings:
             raise ValueError(f"policy must be 'edf' or 'fifo', got {self.policy!r}")
         if self.max_input_chars < 1 or self.max_body_bytes < 1:
             raise ValueError("max_input_chars and max_body_bytes must be positive")
+        object.__setattr__(self, "preload_models", tuple(self.preload_models))
+        if self.max_loaded_models < 1:
+            raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
+        if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb) < 0:
+            raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb and min_free_disk_mb must be >= 0")
+        if self.memory_factor <= 0:
+            raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         for entry in self.models:
             missing = {"id", "family", "path"} - set(entry)
             if missing:
@@ -61,6 +80,8 @@ def _coerce(name: str, value: Any) -> Any:
     kind = _FIELDS[name].type
     if name == "models":
         return tuple(value)
+    if name == "preload_models":
+        return tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else tuple(value)
     if isinstance(value, str) and kind in ("int", "float"):
         return int(value) if kind == "int" else float(value)
     return value

@@ -5,7 +5,9 @@ voice name), `response_format` (wav|pcm|flac|mp3|opus, default mp3 as OpenAI),
 `speed` (0.25..4.0), `instructions` (accepted; ignored by families without
 instruction following, and the `X-Voxgate-Instructions: ignored` header says so),
 `stream_format` (`audio`: encoded bytes, chunked as produced; `sse`:
-`speech.audio.delta` events with base64 audio, then `speech.audio.done`).
+`speech.audio.delta` events with base64 audio, then `speech.audio.done`),
+`busy_timeout_ms` (Voxgate: wait at most this long for the model to find room; it can
+only shorten the server's `busy_timeout_ms` and the model's own, then 503 `server_busy`).
 
 The first chunk is awaited before the response starts, so any error up to then is a
 proper JSON error; a client that disconnects cancels the request in the engine.
@@ -27,6 +29,7 @@ from engine.engine import AudioStream
 from engine.types import AudioChunk, EngineError, InvalidInput, SpeechRequest
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
 from gateway.errors import ApiError, read_json
+from gateway.residency import Lease
 from gateway.state import AppState
 from gateway.text import check_input, split_first, split_segments
 from gateway.voices import resolve
@@ -61,16 +64,26 @@ async def speech(request: Request) -> StreamingResponse:
     choice = await resolve(state.library, model=data.get("model"), voice=data.get("voice"),
                            speed=data.get("speed"), default_model=state.settings.default_model,
                            default_voice=state.settings.default_voice)
-    await state.residency.acquire(choice.model_id)
+    busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's
+    if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
+                                        or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
+        raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
+    # The lease keeps the model resident (never evicted) until the stream ends.
+    lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)
     spec = SpeechRequest(
         request_id=f"speech-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
         segments=tuple(split_first(split_segments(text), state.settings.first_segment_chars)), voice=choice.voice, speed=choice.speed,
         options=choice.options, ttfa_target_ms=state.settings.ttfa_target_ms)
-    stream = state.engine.submit(spec)
+    try:
+        stream = state.engine.submit(spec)
+    except BaseException:
+        lease.release()
+        raise
     try:
         first = await stream.__anext__()
     except BaseException:
         state.engine.cancel(spec.request_id)
+        lease.release()
         raise
 
     family = (await state.library.get_model(choice.model_id) or {}).get("family", "")
@@ -81,14 +94,14 @@ async def speech(request: Request) -> StreamingResponse:
     encoder = StreamEncoder(fmt, first.sample_rate)
     log.info("request %s: %s/%s %d chars -> %s (%s)", spec.request_id, choice.model_id,
              choice.voice, len(text), fmt, stream_format)
-    body = _audio_body(state, spec, stream, first, encoder)
+    body = _audio_body(state, spec, stream, first, encoder, lease)
     if stream_format == "sse":
         return StreamingResponse(_sse(body), media_type="text/event-stream", headers=headers)
     return StreamingResponse(_plain(body, spec.request_id), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 async def _audio_body(state: AppState, spec: SpeechRequest, stream: AudioStream,
-                      first: AudioChunk, encoder: StreamEncoder) -> AsyncIterator[bytes]:
+                      first: AudioChunk, encoder: StreamEncoder, lease: Lease) -> AsyncIterator[bytes]:
     t_start = time.monotonic()
     state.metrics.observe_first_chunk(spec.model_id, 1000.0 * (t_start - spec.arrival_s))
     audio_ms = 0.0
@@ -116,6 +129,7 @@ async def _audio_body(state: AppState, spec: SpeechRequest, stream: AudioStream,
     finally:
         if not stream.done:
             state.engine.cancel(spec.request_id)
+        lease.release()
 
 
 async def _plain(body: AsyncIterator[bytes], request_id: str) -> AsyncIterator[bytes]:

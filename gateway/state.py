@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.engine import Engine
+from gateway.catalog import Catalog
+from gateway.downloads import DownloadManager
 from gateway.library import Library
 from gateway.metrics import Metrics
 from gateway.residency import Residency
@@ -19,3 +21,5 @@ class AppState:
     residency: Residency
     metrics: Metrics
     draining: bool = False
+    catalog: Catalog | None = None
+    downloads: DownloadManager | None = None

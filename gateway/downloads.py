@@ -1,0 +1,535 @@
+"""Model downloads: resumable, verified, installed atomically, progress pushed to subscribers.
+
+Layout under `data_dir`:
+- `downloads/<model_id>/<dest>.part` holds the bytes fetched so far, and `<dest>.part.meta`
+  the source URL, ETag and total size. Both survive a crash or a kill; the next install of
+  the same model resumes with `Range` (+ `If-Range`, so a changed file starts over).
+- when every file is complete and verified (SHA-256 where the catalog has one, else size),
+  the files move into `models/.tmp-<id>-<hex>/`, which `os.replace` renames to
+  `models/<id>/`; then `register(model, path)` records it (the library does that in one
+  transaction). A failed registration removes the folder, so nothing broken is registered.
+
+One `Download` per model at a time: a second request for the same model gets the running
+one. Progress events go to every `subscribe()`r and `downloads()` returns the same data
+for polling. Cancelling removes the partial files; stopping the server keeps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import httpx
+
+from gateway.catalog import DEFAULT_BASE_URL, CatalogFile, CatalogModel, resolve
+from gateway.partials import (
+    Hasher, discard, fsync, fsync_dir, part_size, read_meta, truncate, write_meta,
+)
+from gateway.pubsub import Broker, Subscription
+
+log = logging.getLogger(__name__)
+
+Register = Callable[[CatalogModel, Path], Awaitable[None]]
+IsRegistered = Callable[[str], Awaitable[bool]]
+
+CHUNK_BYTES = 1 << 16
+MAX_FINISHED = 50  # finished downloads kept for polling
+
+
+class DownloadState(enum.StrEnum):
+    QUEUED = "queued"
+    DOWNLOADING = "downloading"
+    VERIFYING = "verifying"
+    INSTALLING = "installing"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATES = (DownloadState.DONE, DownloadState.FAILED, DownloadState.CANCELLED)
+
+
+class DownloadError(Exception):
+    """Why a download failed. `status` is the HTTP status the API answers with."""
+
+    def __init__(self, code: str, message: str, status: int = 502, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+
+    def as_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+
+class _Retry(Exception):
+    """A transient failure: try again from what is on disk."""
+
+
+@dataclass(eq=False)
+class Download:
+    download_id: str
+    model: CatalogModel
+    state: DownloadState = DownloadState.QUEUED
+    error: DownloadError | None = None
+    path: Path | None = None  # the installed folder, once done
+    current_file: str | None = None
+    resumed_bytes: int = 0  # bytes found on disk when this download started
+    rate_bps: float = 0.0
+    started_s: float = field(default_factory=time.time)
+    finished_s: float | None = None
+    num_attempts: int = 0
+    task: asyncio.Task[None] | None = None
+    _done: dict[str, int] = field(default_factory=dict)  # dest -> bytes on disk
+    _total: dict[str, int] = field(default_factory=dict)  # dest -> expected bytes
+    _last_emit_s: float = 0.0
+    _window_s: float = field(default_factory=time.monotonic)
+    _window_bytes: int = 0
+    _cancel_keeps_partials: bool = False
+
+    @property
+    def model_id(self) -> str:
+        return self.model.id
+
+    @property
+    def bytes_done(self) -> int:
+        return sum(self._done.values())
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(self._total.values())
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.state in FINAL_STATES or self.rate_bps <= 0:
+            return None
+        return max(0.0, (self.bytes_total - self.bytes_done) / self.rate_bps)
+
+    def as_json(self) -> dict[str, Any]:
+        total = self.bytes_total
+        return {
+            "id": self.download_id, "model_id": self.model_id, "state": str(self.state),
+            "bytes_done": self.bytes_done, "bytes_total": total,
+            "percent": round(100.0 * self.bytes_done / total, 1) if total else 0.0,
+            "rate_bps": round(self.rate_bps, 1),
+            "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
+            "current_file": self.current_file, "resumed_bytes": self.resumed_bytes,
+            "attempts": self.num_attempts, "path": str(self.path) if self.path else None,
+            "error": self.error.as_json() if self.error else None,
+            "started_at": self.started_s, "finished_at": self.finished_s,
+        }
+
+    async def wait(self) -> Download:
+        """Wait for the end; raises DownloadError if it failed or was cancelled.
+
+        Shielded: a waiter that goes away (client disconnect) does not stop the download.
+        """
+        assert self.task is not None
+        await asyncio.shield(self.task)
+        if self.state is DownloadState.CANCELLED:
+            raise DownloadError("cancelled", f"download of {self.model_id!r} was cancelled", 409)
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+class DownloadManager:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        register: Register,
+        *,
+        is_registered: IsRegistered | None = None,
+        base_url: str = DEFAULT_BASE_URL,
+        token: str | None = None,
+        max_retries: int = 3,
+        retry_backoff_s: float = 0.5,
+        min_free_disk_bytes: int = 256 << 20,
+        progress_interval_s: float = 0.1,
+        http_timeout_s: float = 30.0,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.downloads_dir = self.data_dir / "downloads"
+        self.models_dir = self.data_dir / "models"
+        self.base_url = base_url
+        self._register = register
+        self._is_registered = is_registered
+        self._token = token
+        self.max_retries = max_retries
+        self.retry_backoff_s = retry_backoff_s
+        self.min_free_disk_bytes = min_free_disk_bytes
+        self.progress_interval_s = progress_interval_s
+        self.chunk_bytes = chunk_bytes
+        self._timeout = httpx.Timeout(http_timeout_s, connect=min(10.0, http_timeout_s))
+        self._client: httpx.AsyncClient | None = None
+        self._active: dict[str, Download] = {}  # model_id -> running download
+        self._all: dict[str, Download] = {}  # download_id -> download, newest last
+        self.events = Broker()
+        self.downloads_dir.mkdir(parents=True, exist_ok=True)
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self._sweep()
+
+    # -- public -----------------------------------------------------------------------
+
+    async def install(self, model: CatalogModel) -> Download:
+        """Start (or join) the download of `model`; await `.wait()` on the result for the end.
+
+        Raises DownloadError `already_installed` (409) when the library has it.
+        """
+        running = self._active.get(model.id)
+        if running is not None:
+            return running
+        if self._is_registered is not None and await self._is_registered(model.id):
+            raise DownloadError("already_installed", f"model {model.id!r} is already installed", 409)
+        running = self._active.get(model.id)  # another caller may have started it meanwhile
+        if running is not None:
+            return running
+        download = Download(f"dl_{uuid.uuid4().hex[:12]}", model)
+        for f in model.files:
+            download._total[f.dest] = f.size_bytes
+            download._done[f.dest] = 0
+        self._active[model.id] = download
+        self._all[download.download_id] = download
+        self._trim_finished()
+        download.task = asyncio.create_task(self._run(download), name=f"download-{model.id}")
+        download.task.add_done_callback(lambda _: self._on_done(download))
+        self._emit(download, force=True)
+        return download
+
+    def _on_done(self, download: Download) -> None:
+        # A task cancelled before its first step never runs _run's cleanup.
+        if self._active.get(download.model_id) is download:
+            del self._active[download.model_id]
+        if download.state not in FINAL_STATES:
+            download.finished_s = time.time()
+            self._set_state(download, DownloadState.CANCELLED)
+
+    def get(self, download_id: str) -> Download | None:
+        return self._all.get(download_id)
+
+    def active(self, model_id: str) -> Download | None:
+        return self._active.get(model_id)
+
+    def downloads(self) -> list[dict[str, Any]]:
+        return [d.as_json() for d in self._all.values()]
+
+    def subscribe(self) -> Subscription:
+        return self.events.subscribe()
+
+    async def cancel(self, download_id: str) -> bool:
+        """Stop a running download and delete its partial files; False if not running."""
+        download = self._all.get(download_id)
+        if download is None or download.task is None or download.task.done():
+            return False
+        download.task.cancel()
+        await asyncio.gather(download.task, return_exceptions=True)
+        return True
+
+    def pending_model_ids(self) -> list[str]:
+        """Models with partial files on disk (interrupted earlier), resumable by install()."""
+        return sorted(p.name for p in self.downloads_dir.iterdir() if p.is_dir() and p.name not in self._active)
+
+    async def aclose(self) -> None:
+        """Stop everything, keeping partial files so the next start can resume."""
+        for download in list(self._active.values()):
+            download._cancel_keeps_partials = True
+            assert download.task is not None
+            download.task.cancel()
+        await asyncio.gather(*(d.task for d in list(self._active.values()) if d.task), return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # -- the download task ------------------------------------------------------------
+
+    async def _run(self, download: Download) -> None:
+        model = download.model
+        work = self.downloads_dir / model.id
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._check_disk, download, work)
+            for f in model.files:
+                await self._fetch(download, f, work / (f.dest + ".part"))
+            self._set_state(download, DownloadState.INSTALLING)
+            download.current_file = None
+            download.path = await self._install(download, work)
+            download.rate_bps = 0.0
+            self._set_state(download, DownloadState.DONE)
+            log.info("model %s installed in %s (%d bytes)", model.id, download.path, download.bytes_done)
+        except asyncio.CancelledError:
+            download.error = None
+            if not download._cancel_keeps_partials:
+                await asyncio.to_thread(shutil.rmtree, work, True)
+                for f in model.files:
+                    download._done[f.dest] = 0
+            log.info("download of %s cancelled (partials %s)", model.id,
+                     "kept" if download._cancel_keeps_partials else "removed")
+            self._set_state(download, DownloadState.CANCELLED)
+        except DownloadError as error:
+            download.error = error
+            log.warning("download of %s failed: %s", model.id, error.message)
+            self._set_state(download, DownloadState.FAILED)
+        except Exception as error:  # a bug or an OS error: report it, keep the loop alive
+            log.exception("download of %s failed", model.id)
+            download.error = DownloadError("download_failed", f"{type(error).__name__}: {error}", 500)
+            self._set_state(download, DownloadState.FAILED)
+        finally:
+            download.finished_s = time.time()
+            self._active.pop(model.id, None)
+
+    def _check_disk(self, download: Download, work: Path) -> None:
+        on_disk = {f.dest: part_size(work / (f.dest + ".part")) for f in download.model.files}
+        download.resumed_bytes = sum(on_disk.values())
+        download._done.update(on_disk)
+        needed = sum(max(0, download._total[d] - n) for d, n in on_disk.items())
+        free = shutil.disk_usage(work).free
+        if free - needed < self.min_free_disk_bytes:
+            raise DownloadError(
+                "insufficient_disk",
+                f"installing {download.model_id!r} needs {needed / 1e6:.1f} MB more and must leave "
+                f"{self.min_free_disk_bytes / 1e6:.1f} MB free; {free / 1e6:.1f} MB are free in {work}", 507)
+
+    async def _fetch(self, download: Download, f: CatalogFile, part: Path) -> None:
+        """Bring `part` to the complete, verified content of `f`."""
+        download.current_file = f.dest
+        self._set_state(download, DownloadState.DOWNLOADING)
+        part.parent.mkdir(parents=True, exist_ok=True)
+        source = resolve(self.base_url, f)
+        hasher = Hasher()
+        failures = 0
+        while True:
+            download.num_attempts += 1
+            try:
+                if isinstance(source, Path):
+                    total = await self._copy(download, f, source, part, hasher)
+                else:
+                    total = await self._get(download, f, source, part, hasher)
+                break
+            except _Retry as reason:
+                failures += 1
+                if failures > self.max_retries:
+                    raise DownloadError("download_failed", f"{f.dest}: {reason} (gave up after "
+                                        f"{failures} attempts; the partial file is kept for a resume)")
+                log.info("download of %s/%s interrupted (%s), resuming in %.1fs",
+                         download.model_id, f.dest, reason, self.retry_backoff_s * failures)
+                await asyncio.sleep(self.retry_backoff_s * failures)
+        await self._verify(download, f, part, hasher, total)
+
+    async def _get(self, download: Download, f: CatalogFile, url: str, part: Path, hasher: Hasher) -> int:
+        meta = read_meta(part, url)
+        offset = part_size(part)
+        known_total = meta.get("total")
+        if isinstance(known_total, int) and offset > known_total:  # cannot be right: start over
+            truncate(part)
+            hasher.reset()
+            offset = 0
+        if offset and offset == known_total:
+            await hasher.catch_up(part, offset)
+            return offset  # complete before the interruption
+        headers = {"Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+            validator = meta.get("etag") or meta.get("last_modified")
+            if validator:
+                headers["If-Range"] = validator
+        if download.model.gated and self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        client = self._http()
+        try:
+            async with client.stream("GET", url, headers=headers) as response:
+                status = response.status_code
+                if status == 416 and offset:  # asked past the end: our partial is suspicious
+                    truncate(part)
+                    raise _Retry("the server refused the range; starting this file over")
+                if status in (401, 403):
+                    raise DownloadError(
+                        "auth_required", f"{url} answered {status}: this model is gated or needs an access "
+                        "token (set `download_token`, and accept the licence on the model's page)", 502)
+                if status == 404:
+                    raise DownloadError("not_found", f"{url} was not found (404); check the base URL", 502)
+                if status == 429 or status >= 500:
+                    raise _Retry(f"{url} answered {status}")
+                if status not in (200, 206):
+                    raise DownloadError("download_failed", f"{url} answered {status}", 502)
+                start, total = _content_range(response, status)
+                if start != offset:  # 200 to a Range request, or If-Range saw a changed file
+                    if start != 0:
+                        raise DownloadError("download_failed", f"{url} sent bytes from {start}, asked {offset}")
+                    log.info("%s: server sent the whole file, starting over", f.dest)
+                    offset = 0
+                    hasher.reset()
+                    truncate(part)
+                write_meta(part, {"source": url, "etag": response.headers.get("etag"),
+                                   "last_modified": response.headers.get("last-modified"), "total": total})
+                if total is not None:
+                    download._total[f.dest] = total
+                await hasher.catch_up(part, offset)
+                # No chunk_size: httpx would hold back a partial chunk and lose it on a cut.
+                written = await self._receive(download, f, response.aiter_raw(), part, offset, hasher)
+        except (httpx.TransportError, httpx.StreamError) as error:
+            raise _Retry(f"{type(error).__name__}: {error}") from error
+        if total is not None and written != total:
+            raise _Retry(f"connection closed at {written} of {total} bytes")
+        return written
+
+    async def _copy(self, download: Download, f: CatalogFile, source: Path, part: Path, hasher: Hasher) -> int:
+        try:
+            stat = source.stat()
+        except FileNotFoundError:
+            raise DownloadError("not_found", f"{source} does not exist; check the base folder", 502) from None
+        meta = read_meta(part, str(source))
+        offset = part_size(part)
+        if meta.get("mtime_ns") != stat.st_mtime_ns or offset > stat.st_size:
+            offset = 0
+            hasher.reset()
+            truncate(part)
+        write_meta(part, {"source": str(source), "mtime_ns": stat.st_mtime_ns, "total": stat.st_size})
+        download._total[f.dest] = stat.st_size
+        await hasher.catch_up(part, offset)
+        with open(source, "rb") as src:
+            src.seek(offset)
+
+            async def chunks() -> AsyncIterator[bytes]:
+                while data := await asyncio.to_thread(src.read, self.chunk_bytes):
+                    yield data
+
+            return await self._receive(download, f, chunks(), part, offset, hasher)
+
+    async def _receive(self, download: Download, f: CatalogFile, chunks: AsyncIterator[bytes], part: Path,
+                       offset: int, hasher: Hasher) -> int:
+        """Append `chunks` to `part` from `offset`; returns the file's size after."""
+        download._done[f.dest] = offset
+        with open(part, "r+b" if part.exists() else "wb") as out:
+            out.seek(offset)
+            out.truncate()
+            try:
+                async for data in chunks:
+                    out.write(data)  # page cache: microseconds for 64 KiB
+                    hasher.update(data)
+                    offset += len(data)
+                    download._done[f.dest] = offset
+                    self._count(download, len(data))
+            finally:
+                out.flush()  # what was received survives a kill of this process
+        return offset
+
+    async def _verify(self, download: Download, f: CatalogFile, part: Path, hasher: Hasher, size: int) -> None:
+        self._set_state(download, DownloadState.VERIFYING)
+        if not f.size_is_approximate and size != f.size_bytes:
+            discard(part)
+            download._done[f.dest] = 0
+            raise DownloadError("size_mismatch", f"{f.dest} has {size} bytes, the catalog says {f.size_bytes}; "
+                                "the file was discarded")
+        await hasher.catch_up(part, size)
+        digest = hasher.hexdigest()
+        if f.sha256 is not None and digest != f.sha256:
+            discard(part)
+            download._done[f.dest] = 0
+            raise DownloadError("hash_mismatch", f"{f.dest} is corrupt: SHA-256 {digest} differs from the "
+                                f"catalog's {f.sha256}; the file was discarded")
+        if f.sha256 is None:
+            log.info("%s/%s has no published SHA-256; accepted by size (%d bytes, sha256 %s)",
+                     download.model_id, f.dest, size, digest)
+        await asyncio.to_thread(fsync, part)
+
+    async def _install(self, download: Download, work: Path) -> Path:
+        model = download.model
+        final = self.models_dir / model.id
+        staging = self.models_dir / f".tmp-{model.id}-{uuid.uuid4().hex[:8]}"
+
+        def move_into_place() -> None:
+            staging.mkdir()
+            for f in model.files:
+                target = staging / f.dest
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(work / (f.dest + ".part"), target)
+            if final.exists():  # left by a crash between this rename and registration
+                trash = self.models_dir / f".trash-{model.id}-{uuid.uuid4().hex[:8]}"
+                os.replace(final, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(staging, final)
+            fsync_dir(self.models_dir)
+            shutil.rmtree(work, ignore_errors=True)
+
+        try:
+            await asyncio.to_thread(move_into_place)
+        except OSError as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise DownloadError("install_failed", f"cannot move {model.id!r} into place: {error}", 500) from error
+        try:
+            await self._register(model, final)
+        except BaseException as error:
+            await asyncio.to_thread(shutil.rmtree, final, True)
+            if isinstance(error, Exception):
+                message = getattr(error, "message", None) or str(error)
+                raise DownloadError("registration_failed", f"{model.id!r} was downloaded but could not be "
+                                    f"registered, so it was removed: {message}", 500) from error
+            raise
+        return final
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # Hugging Face redirects to a CDN; httpx drops Authorization on cross-origin redirects.
+            self._client = httpx.AsyncClient(timeout=self._timeout, follow_redirects=True)
+        return self._client
+
+    def _count(self, download: Download, num_bytes: int) -> None:
+        now = time.monotonic()
+        download._window_bytes += num_bytes
+        elapsed = now - download._window_s
+        if elapsed >= 0.25:
+            rate = download._window_bytes / elapsed
+            download.rate_bps = rate if download.rate_bps == 0 else 0.7 * download.rate_bps + 0.3 * rate
+            download._window_s, download._window_bytes = now, 0
+        self._emit(download)
+
+    def _set_state(self, download: Download, state: DownloadState) -> None:
+        if download.state is not state:
+            download.state = state
+            self._emit(download, force=True)
+
+    def _emit(self, download: Download, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - download._last_emit_s < self.progress_interval_s:
+            return
+        download._last_emit_s = now
+        self.events.publish({"type": "download", **download.as_json()})
+
+    def _trim_finished(self) -> None:
+        finished = [k for k, d in self._all.items() if d.state in FINAL_STATES]
+        for key in finished[:max(0, len(finished) - MAX_FINISHED)]:
+            del self._all[key]
+
+    def _sweep(self) -> None:
+        """Remove staging and trash folders a crash left behind (partials stay)."""
+        for path in self.models_dir.glob(".tmp-*"):
+            shutil.rmtree(path, ignore_errors=True)
+        for path in self.models_dir.glob(".trash-*"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _content_range(response: httpx.Response, status: int) -> tuple[int, int | None]:
+    """(first byte, total size or None) of a 200 or 206 response."""
+    if status == 206:
+        value = response.headers.get("content-range", "")
+        try:
+            unit, rest = value.split(" ", 1)
+            span, total = rest.split("/", 1)
+            start = int(span.split("-", 1)[0])
+            return start, None if total == "*" else int(total)
+        except ValueError:
+            raise DownloadError("download_failed", f"bad Content-Range {value!r}") from None
+    length = response.headers.get("content-length")
+    return 0, int(length) if length and length.isdigit() else None

@@ -1,0 +1,243 @@
+"""The model library over HTTP: catalog, installs, downloads (+ SSE), delete, load/unload.
+
+  GET    /v1/library/catalog               installable models, with installed / download state
+  POST   /v1/library/install               {"id": catalog id, "wait"?: bool}  -> 202 (201 when waited)
+                                           {"path", "family", "id"?, "name"?, "options"?} -> 201
+  GET    /v1/library/downloads             running and recent downloads (poll)
+  GET    /v1/library/downloads/events      the same as Server-Sent Events (`?until=idle` ends
+                                           the stream once nothing is downloading)
+  DELETE /v1/library/downloads/{id}        cancel (partial files are removed)
+  DELETE /v1/library/models/{id}           409 while the model serves requests
+  POST   /v1/models/{id}/load              {"timeout_ms"?}; 503 server_busy / insufficient_memory
+  POST   /v1/models/{id}/unload            409 while busy
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from engine.types import InvalidInput, UnknownModel
+from gateway.catalog import CatalogModel
+from gateway.downloads import DownloadError, DownloadManager, Register
+from gateway.errors import ApiError, read_json
+from gateway.library import Library
+from gateway.state import AppState
+from models import InvalidModel, family
+
+log = logging.getLogger(__name__)
+
+SSE_HEARTBEAT_S = 15.0
+SSE_MAX_S = 900.0  # EventSource reconnects by itself; a bounded stream never blocks a shutdown for long
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def catalog_registrar(library: Library) -> Register:
+    """Validate a downloaded folder with its family, then add model + voices in one transaction."""
+
+    async def register(model: CatalogModel, path: Path) -> None:
+        options = dict(model.options)
+        info = await run_in_threadpool(family(model.family).validate, path, options)
+        voices = list(info.get("voices") or model.voices)
+        await library.add_model(model.id, model.family, model.name, str(path), voices, options,
+                                int(info.get("size_bytes") or 0), source="catalog")
+
+    return register
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.voxgate
+    return state
+
+
+def _downloads(state: AppState) -> DownloadManager:
+    if state.downloads is None:
+        raise ApiError(503, "downloads_unavailable", "the download manager is not running")
+    return state.downloads
+
+
+def _download_error(error: DownloadError) -> ApiError:
+    return ApiError(error.status, error.code, error.message, field="id")
+
+
+async def catalog(request: Request) -> JSONResponse:
+    state = _state(request)
+    assert state.catalog is not None
+    installed = {m["id"] for m in await state.library.list_models()}
+    data = []
+    for model in state.catalog.models:
+        active = state.downloads.active(model.id) if state.downloads else None
+        data.append({**model.as_json(), "installed": model.id in installed,
+                     "download": active.as_json() if active else None})
+    return JSONResponse({"object": "list", "version": state.catalog.version, "data": data})
+
+
+async def install(request: Request) -> JSONResponse:
+    state = _state(request)
+    data = await read_json(request, state.settings.max_body_bytes)
+    if "path" in data:
+        return await _install_folder(state, data)
+    model_id = data.get("id")
+    if not isinstance(model_id, str) or not model_id:
+        raise InvalidInput("give a catalog `id`, or a local folder `path` and its `family`", field="id")
+    assert state.catalog is not None
+    model = state.catalog.get(model_id)
+    if model is None:
+        raise ApiError(404, "not_in_catalog", f"{model_id!r} is not in the catalog; see GET /v1/library/catalog",
+                       field="id")
+    if model.kind != "model":
+        raise ApiError(422, "not_installable", f"{model_id!r} is a {model.kind}, installed with the models "
+                       "that use it", field="id")
+    try:
+        download = await _downloads(state).install(model)
+        if data.get("wait"):
+            await download.wait()
+            return JSONResponse(download.as_json(), status_code=201)
+    except DownloadError as error:
+        raise _download_error(error) from error
+    return JSONResponse(download.as_json(), status_code=202)
+
+
+async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse:
+    raw_path, family_name = data.get("path"), data.get("family")
+    if not isinstance(raw_path, str) or not raw_path:
+        raise InvalidInput("path must name a model folder on the server", field="path")
+    if not isinstance(family_name, str):
+        raise InvalidInput("family is required with a path (e.g. \"piper\")", field="family")
+    path = Path(raw_path).expanduser().resolve()
+    model_id = data.get("id") or re.sub(r"[^A-Za-z0-9_.-]", "-", path.name)
+    if not isinstance(model_id, str) or not _MODEL_ID.match(model_id):
+        raise InvalidInput(f"id must match {_MODEL_ID.pattern}", field="id")
+    options = data.get("options") or {}
+    if not isinstance(options, dict):
+        raise InvalidInput("options must be an object", field="options")
+    try:
+        module = family(family_name)
+    except KeyError:
+        raise ApiError(422, "unknown_family", f"unknown family {family_name!r}", field="family") from None
+    try:
+        info = await run_in_threadpool(module.validate, path, options)
+    except InvalidModel as error:
+        raise ApiError(422, "invalid_model", error.message, field=error.field) from error
+    if await state.library.get_model(model_id) is not None:
+        raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
+                       field="id")
+    name = data["name"] if isinstance(data.get("name"), str) else model_id
+    await state.library.add_model(model_id, family_name, name, str(path), list(info["voices"]), options,
+                                  int(info.get("size_bytes") or 0), source="local")
+    log.info("model %s registered from %s (%s)", model_id, path, family_name)
+    return JSONResponse({"id": model_id, "family": family_name, "name": name, "path": str(path),
+                         "voices": list(info["voices"]), "source": "local"}, status_code=201)
+
+
+async def list_downloads(request: Request) -> JSONResponse:
+    return JSONResponse({"object": "list", "data": _downloads(_state(request)).downloads()})
+
+
+async def download_events(request: Request) -> StreamingResponse:
+    state = _state(request)
+    manager = _downloads(state)
+    until_idle = request.query_params.get("until") == "idle"
+    subscription = manager.subscribe()  # before the snapshot: no event falls in between
+
+    async def events() -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + SSE_MAX_S
+        try:
+            yield "retry: 2000\n\n"
+            for item in manager.downloads():
+                yield f"event: download\ndata: {json.dumps(item)}\n\n"
+            while loop.time() < ends_at:
+                if until_idle and not any(manager.active(d["model_id"]) for d in manager.downloads()) \
+                        and subscription.queue.empty():
+                    return
+                try:
+                    event = await asyncio.wait_for(subscription.__anext__(), SSE_HEARTBEAT_S if not until_idle else 0.2)
+                except asyncio.TimeoutError:
+                    if not until_idle:
+                        yield ": ping\n\n"
+                    continue
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+        finally:
+            subscription.close()
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def cancel_download(request: Request) -> JSONResponse:
+    manager = _downloads(_state(request))
+    download_id = request.path_params["download_id"]
+    download = manager.get(download_id)
+    if download is None:
+        raise ApiError(404, "download_not_found", f"no download {download_id!r}", field="id")
+    if not await manager.cancel(download_id):
+        raise ApiError(409, "download_finished", f"download {download_id!r} already ended ({download.state})",
+                       field="id")
+    return JSONResponse(download.as_json())
+
+
+async def delete_model(request: Request) -> JSONResponse:
+    state = _state(request)
+    model_id = request.path_params["model_id"]
+    record = await state.library.get_model(model_id)
+    if record is None:
+        raise UnknownModel(f"model {model_id!r} is not installed", field="model")
+    if record["source"] == "embedded":
+        raise ApiError(409, "model_protected", f"{model_id!r} is built in and would come back at the next start",
+                       field="model")
+    await state.residency.unload(model_id)  # ModelBusy (409) while it serves requests
+    presets = [p["name"] for p in await state.library.list_presets() if p["model_id"] == model_id]
+    await state.library.remove_model(model_id)
+    await state.residency.unload(model_id)  # in case a request loaded it meanwhile
+    removed = False
+    owned = state.settings.data_dir / "models"
+    path = Path(record["path"]) if record["path"] else None
+    if path is not None and record["source"] == "catalog" and path.parent == owned:
+        # Rename first: a half-deleted folder must never look like an installed model.
+        trash = owned / f".trash-{model_id}-{uuid.uuid4().hex[:8]}"
+        await run_in_threadpool(os.replace, path, trash)
+        await run_in_threadpool(shutil.rmtree, trash, True)
+        removed = True
+    if presets:
+        log.info("model %s deleted; presets now unusable: %s", model_id, ", ".join(presets))
+    return JSONResponse({"id": model_id, "deleted": True, "files_removed": removed,
+                         "presets_unusable": presets})
+
+
+def _timeout_ms(data: dict[str, Any]) -> float | None:
+    value = data.get("timeout_ms")
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise InvalidInput("timeout_ms must be a number >= 0", field="timeout_ms")
+    return float(value)
+
+
+async def load_model(request: Request) -> JSONResponse:
+    state = _state(request)
+    model_id = request.path_params["model_id"]
+    has_body = request.headers.get("content-length", "0") != "0"
+    data = await read_json(request, state.settings.max_body_bytes) if has_body else {}
+    status = await state.residency.load(model_id, _timeout_ms(data))
+    return JSONResponse({"id": model_id, **status})
+
+
+async def unload_model(request: Request) -> JSONResponse:
+    state = _state(request)
+    model_id = request.path_params["model_id"]
+    if await state.library.get_model(model_id) is None and not state.residency.is_loaded(model_id):
+        raise UnknownModel(f"model {model_id!r} is not installed", field="model")
+    unloaded = await state.residency.unload(model_id)
+    return JSONResponse({"id": model_id, "unloaded": unloaded, **state.residency.status(model_id)})

