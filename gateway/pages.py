@@ -44,8 +44,7 @@ _LIMITS = (  # residency settings shown on the library page: (setting, label, fo
 async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
     limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
-               else fmt.format(getattr(settings, name)))
-              for name, label, fmt in _LIMITS if hasattr(settings, name)]
+               else fmt.format(getattr(settings, name))) for name, label, fmt in _LIMITS]
     return _render(request, "library.html", "library", limits=limits, device=settings.device)
 
 

