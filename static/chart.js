@@ -1,6 +1,6 @@
 // A small time-series chart on a canvas: dots, lines or steps over the last `windowS` s.
 export function plot(canvas, { series, windowS = 120, now = Date.now() / 1000, yMin = 0, yMax = null, hline = null,
-                               integer = false }) {
+                               integer = false, minTop = 1 }) {
   const dpr = window.devicePixelRatio || 1;
   const w = Math.max(1, Math.round(canvas.clientWidth * dpr));
   const h = Math.max(1, Math.round(canvas.clientHeight * dpr));
@@ -11,7 +11,7 @@ export function plot(canvas, { series, windowS = 120, now = Date.now() / 1000, y
   const t0 = now - windowS;
   let top = yMax;
   if (top == null) {
-    top = hline != null ? hline * 1.25 : 1;
+    top = Math.max(minTop, hline != null ? hline * 1.25 : 0);
     for (const s of series) for (const [t, v] of s.points) if (t >= t0 && v > top) top = v;
     top = niceCeil(top, integer);
   }

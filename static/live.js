@@ -24,7 +24,7 @@ function render() {
     { kind: "dots", color: "#2d5bd1", points: utterances.filter((u) => u.ttfa_ms != null)
       .map((u) => [u.at, u.ttfa_ms, u.source === "speech" ? "#1e9c8c" : "#2d5bd1"]) },
   ] });
-  plot($("late-chart"), { now, windowS: WINDOW_S, series: [
+  plot($("late-chart"), { now, windowS: WINDOW_S, minTop: 100, series: [
     { kind: "dots", color: "#b3261e", points: utterances.map((u) => [u.at, u.late_ms, u.late_ms > 0 ? "#b3261e" : "#8ea4d8"]) },
   ] });
   plot($("queue-chart"), { now, windowS: WINDOW_S, integer: true, series: [

@@ -313,5 +313,6 @@ def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.Browser
             if slug == "live":  # the utterances of the tests above are plotted
                 page.wait_for_function("document.querySelector('#ttfa-p').textContent.includes('ms')")
             page.screenshot(path=str(SCREENSHOTS / f"{slug}-{name}.png"), full_page=name == "phone")
+            assert page.evaluate("document.documentElement.scrollWidth") <= size["width"], (slug, name)
         page.close()
     assert len(list(SCREENSHOTS.glob("*.png"))) >= 8
