@@ -105,7 +105,7 @@ class TakeStore:
         return cur.rowcount > 0
 
     def path(self, take: dict[str, Any]) -> Path:
-        return self.folder / take["audio_file"]
+        return self.folder / str(take["audio_file"])
 
 
 def _store(request: Request) -> tuple[AppState, TakeStore]:
@@ -134,7 +134,7 @@ def _number(data: dict[str, Any], key: str, *, integer: bool = False, optional: 
 async def _validated(state: AppState, data: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     unknown = set(data) - _FIELDS
     if unknown:
-        field = sorted(unknown)[0]
+        field = min(unknown)
         raise InvalidInput(f"unknown field {field!r}; takes have {', '.join(sorted(_FIELDS))}", field=field)
     text = data.get("text")
     check_input(text, state.settings.max_input_chars, field="text")
@@ -167,7 +167,7 @@ async def _validated(state: AppState, data: dict[str, Any]) -> tuple[dict[str, A
 
 
 def _take_id(request: Request) -> str:
-    take_id = request.path_params["take_id"]
+    take_id = str(request.path_params["take_id"])
     if not _TAKE_ID.match(take_id):
         raise ApiError(404, "take_not_found", f"no take {take_id!r}", field="id")
     return take_id

@@ -172,6 +172,7 @@ def test_stop_mid_utterance_silences_the_page_and_frees_the_engine(server: LiveS
     page.fill("#text", LONG_TEXT)
     page.click("#speak")
     page.wait_for_function("window.voxgate.playedMs > 300", timeout=60_000)
+    assert server.app_state.engine.num_requests() == 1  # still synthesising: Stop must cancel it
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function("window.voxgate.playerState === 'idle'")
     page.wait_for_function("window.voxgate.lastDone && window.voxgate.lastDone.cancelled")
