@@ -33,7 +33,8 @@ def uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.
     x = x ^ _shr(x, 27)
     x = x * _MIX2
     x = x ^ _shr(x, 31)
-    return (_shr(x, 40).float() + 0.5) * (1.0 / (1 << 24))
+    # 23 bits + 0.5 is exact in float32, so u never rounds to 0 or 1 (-log(u) > 0, finite).
+    return (_shr(x, 41).float() + 0.5) * (1.0 / (1 << 23))
 
 
 def sample(
