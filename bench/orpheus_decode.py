@@ -89,12 +89,12 @@ class _NoCodec:
 
 
 def make_runner(model: orpheus.OrpheusLM, slots: int, context: int, batches: list[int], eager: bool,
-                device: str) -> ModelRunner:
+                device: str, compile_layers: bool = False) -> ModelRunner:
     spec = LMSpec(orpheus.FAMILY, orpheus.VOICES, lambda v, t: [], orpheus.frame_codes, orpheus.STOP_TOKEN_IDS,
                   orpheus.TOKENS_PER_FRAME, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TEMPERATURE,
                   orpheus.TOP_P, orpheus.REPETITION_PENALTY, orpheus.MAX_TOKENS, orpheus.MAX_TEXT_CHARS)
     max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
-    config = RunnerConfig(num_slots=slots, max_seq_len=max_seq_len, enforce_eager=eager,
+    config = RunnerConfig(num_slots=slots, max_seq_len=max_seq_len, enforce_eager=eager, compile_layers=compile_layers,
                           attn_block=max_seq_len + 1, graph_batches=tuple(batches))
     return ModelRunner("bench", spec, model, _NoCodec(), config, device)  # type: ignore[arg-type]
 
@@ -104,6 +104,7 @@ def reset_rows(runner: ModelRunner, context: int, seed: int) -> None:
     runner.positions.fill_(context)
     runner.steps.fill_(0)
     runner.stopped.zero_()
+    runner.seen.zero_()
     runner.host_active.fill_(True)
     runner.forced.fill_(True)
     runner.max_tokens.fill_(1 << 30)
@@ -125,6 +126,26 @@ def graph_matches_eager(runner: ModelRunner, batch: int, context: int) -> float:
     runner.temperature.zero_()
     runner._graphs[(batch, runner.config.max_seq_len + 1)].replay()
     return float((runner.readback[0, :batch] == eager).float().mean())
+
+
+def bench_sampler(runner: ModelRunner, batch: int, iters: int) -> float:
+    """ms of the batched sampler alone on `[batch, vocab]` logits, replayed as a CUDA graph."""
+    from engine.sampling import sample
+
+    rows = runner.row_index[:batch]
+    logits = torch.randn(batch, runner.model.args.vocab_size, device=runner.device) * 4
+
+    def run() -> torch.Tensor:
+        return sample(logits, runner.temperature[rows], runner.top_p[rows], runner.penalty[rows], runner.seen[rows],
+                      runner.seeds[rows], runner.steps[rows], runner._allowed(runner.steps[rows], runner.forced[rows]))
+
+    if not runner.use_graphs:
+        return _time_ms(run, iters)
+    run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return _time_ms(graph.replay, iters)
 
 
 def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
@@ -153,13 +174,14 @@ def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--flavor", default="full")
-    parser.add_argument("--batches", default="1,8,32,64,128,256")
+    parser.add_argument("--batches", default="1,8,32,64,96,128,192,256")
     parser.add_argument("--contexts", default="512,1024")
     parser.add_argument("--codec-batches", default="1,8,32")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/orpheus_decode.json")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--compile-batches", default="1,8,64,256", help="also time compiled layers ('' = skip)")
     opts = parser.parse_args()
     device = opts.device
     torch.manual_seed(opts.seed)
@@ -187,6 +209,8 @@ def main() -> None:
             if runner.use_graphs:
                 checks[f"graph_eq_eager_b{batch}_c{context}"] = graph_matches_eager(runner, batch, context)
             floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
+            reset_rows(runner, context, opts.seed)
+            sampler_ms = bench_sampler(runner, batch, opts.iters)
             length = runner.config.max_seq_len + 1
             for mode in ("eager", "graph") if runner.use_graphs else ("eager",):
                 reset_rows(runner, context, opts.seed)
@@ -199,13 +223,36 @@ def main() -> None:
                 ms = _time_ms(step, opts.iters)
                 rows.append({"batch": batch, "context": context, "mode": mode, "step_ms": round(ms, 3),
                              "floor_ms": round(floor_ms, 3), "gpu": gpu, "attn_len": length,
-                             "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S})
+                             "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S,
+                             "sampler_ms": round(sampler_ms, 3)})
                 print(f"ctx {context:5d} batch {batch:4d} {mode:5s} {ms:8.3f} ms  floor {floor_ms:7.3f} ms  "
                       f"x{ms / floor_ms:5.2f}", flush=True)
         runner.close()
         del runner
         torch.cuda.empty_cache()
         checks[f"capture_s_c{context}"] = round(capture_s, 2)
+    experiments = []
+    if opts.compile_batches and device == "cuda":  # torch.compile'd norm/rotary/SiLU inside the graphs
+        context, compile_batches = 512, [int(b) for b in opts.compile_batches.split(",")]
+        try:
+            t0 = time.perf_counter()
+            runner = make_runner(model, max(compile_batches), context, compile_batches, False, device, True)
+            checks["compile_capture_s"] = round(time.perf_counter() - t0, 1)
+            for batch in compile_batches:
+                checks[f"compiled_graph_eq_eager_b{batch}"] = graph_matches_eager(runner, batch, context)
+                reset_rows(runner, context, opts.seed)
+                ms = _time_ms(runner._graphs[(batch, runner.config.max_seq_len + 1)].replay, opts.iters)
+                experiments.append({"batch": batch, "context": context, "mode": "graph+compile", "step_ms": round(ms, 3),
+                                    "gpu": gpu})
+                print(f"ctx {context:5d} batch {batch:4d} graph+compile {ms:8.3f} ms", flush=True)
+            runner.close()
+            del runner
+        except Exception as error:
+            import traceback
+
+            traceback.print_exc()
+            checks["compile_error"] = repr(error)[:300]
+        torch.cuda.empty_cache()
     del model
     torch.cuda.empty_cache()
     codec_rows = bench_codec(device, [int(b) for b in opts.codec_batches.split(",")], opts.iters)
@@ -221,18 +268,18 @@ def main() -> None:
                                  "max_realtime_batch_with_codec": max(with_codec, default=0)}
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
               "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "weight_bytes": weight_bytes,
-              "kv_bytes_per_token": kv_per_token, "rows": rows, "codec": codec_rows, "checks": checks,
+              "kv_bytes_per_token": kv_per_token, "rows": rows, "experiments": experiments, "codec": codec_rows, "checks": checks,
               "realtime_streams": streams, "tokens_per_s_per_stream": round(TOKENS_PER_S, 2)}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, weights {weight_bytes / 1e9:.2f} GB, {gpu}")
-    print(f"{'ctx':>5} {'batch':>5} {'eager ms':>9} {'graph ms':>9} {'floor ms':>9} {'tok/s':>8}")
+    print(f"{'ctx':>5} {'batch':>5} {'eager ms':>9} {'graph ms':>9} {'floor ms':>9} {'sampler':>8} {'tok/s':>8}")
     for r in rows:
         if r["mode"] == "graph" or device == "cpu":
             eager = next(e for e in rows if e["mode"] == "eager" and e["batch"] == r["batch"]
                          and e["context"] == r["context"])
             print(f"{r['context']:5d} {r['batch']:5d} {eager['step_ms']:9.3f} {r['step_ms']:9.3f} "
-                  f"{r['floor_ms']:9.3f} {r['tokens_per_s']:8.0f}")
+                  f"{r['floor_ms']:9.3f} {r['sampler_ms']:8.3f} {r['tokens_per_s']:8.0f}")
     for r in codec_rows:
         print(f"snac {r['chunk']:6s} batch {r['codec_batch']:3d}: {r['chunk_ms']:.3f} ms/chunk")
     print("real-time streams:", json.dumps(streams), "checks:", json.dumps(checks))

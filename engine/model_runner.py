@@ -62,6 +62,7 @@ class RunnerConfig:
     num_slots: int = 8  # requests running at once (KV slots)
     max_seq_len: int = 2560  # prompt + generated tokens per request
     enforce_eager: bool = False
+    compile_layers: bool = False  # torch.compile norm/rotary/activation (GPU; experimental)
     max_codec_batch: int = 32
     attn_block: int = 256  # attention reads the cache in multiples of this many positions
     graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, 8, 16, 32, ... up to num_slots
@@ -116,6 +117,9 @@ class ModelRunner:
         self._rng = random.Random()
         self.num_decode_steps = 0
         self.model.set_rope(config.max_seq_len + 1, self.device)
+        self.model.fuse_projections()
+        if config.compile_layers and self.device.type == "cuda":
+            self.model.compile_layers()
         self._allocate_kv_cache()
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
@@ -165,7 +169,8 @@ class ModelRunner:
     @torch.inference_mode()
     def _capture_graphs(self) -> None:
         self.host_active.zero_()
-        self._decode_step(self._graph_batches()[-1], self._attn_lengths()[-1])  # warm up kernels
+        for batch in self._graph_batches():  # warm up every shape (and any compiled kernels) outside capture
+            self._decode_step(batch, self._attn_lengths()[-1])
         torch.cuda.synchronize()
         pool = None
         for batch in reversed(self._graph_batches()):

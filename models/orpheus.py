@@ -152,23 +152,44 @@ def rope_tables(args: Args, num_positions: int, device: torch.device | str) -> t
     return emb.cos().float(), emb.sin().float()
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: `[T, heads, head_dim]`; cos/sin: `[T, 1, head_dim]` (half-split rotation, as HF)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
 
 
+def _fuse(*linears: nn.Linear) -> torch.Tensor:
+    """Concatenate the linears' weights (output dim) and make each weight a view into it,
+    so checkpoint names and memory stay as they were."""
+    fused = torch.cat([linear.weight.detach() for linear in linears])
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise in float32, scale in the model dtype (as HF's LlamaRMSNorm)."""
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
 class RMSNorm(nn.Module):
+    norm_fn = staticmethod(rms_norm)  # OrpheusLM.compile_layers() swaps in a compiled one
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        return self.norm_fn(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -177,6 +198,8 @@ class Attention(nn.Module):
     `k_cache`, `v_cache`: `[num_slots, kv_heads, max_seq_len + 1, head_dim]` views of the
     runner's one cache tensor; the last position is the write-only spare for padding rows.
     """
+
+    rotate_fn = staticmethod(rotate)
 
     def __init__(self, args: Args) -> None:
         super().__init__()
@@ -187,12 +210,22 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, args.hidden_size, bias=False)
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
+
+    def fuse(self) -> None:
+        """Store q/k/v weights in one tensor; the three parameters become views of it."""
+        self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
-        q = _rotate(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-        k = _rotate(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.qkv_weight is not None:
+            kv_dim = self.num_kv_heads * self.head_dim
+            q, k, v = F.linear(x, self.qkv_weight).split([self.num_heads * self.head_dim, kv_dim, kv_dim], -1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = self.rotate_fn(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)
+        k = self.rotate_fn(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         ctx = get_context()
         assert self.k_cache is not None and self.v_cache is not None, "KV cache not allocated"
         self.k_cache[ctx.slots, :, ctx.write_positions] = k
@@ -211,14 +244,24 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    act_fn = staticmethod(silu_mul)
+
     def __init__(self, args: Args) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # set by fuse()
+
+    def fuse(self) -> None:
+        self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(self.act_fn(gate, up))
 
 
 class DecoderLayer(nn.Module):
@@ -260,6 +303,25 @@ class OrpheusLM(nn.Module):
 
     def set_rope(self, num_positions: int, device: torch.device | str) -> None:
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
+
+    def compile_layers(self) -> None:
+        """torch.compile the small elementwise pieces (norm, rotary, SiLU-gate): one kernel
+        each instead of several. Call before capturing CUDA graphs (GPU only)."""
+        norm, rot, act = (torch.compile(f, dynamic=True, fullgraph=True) for f in (rms_norm, rotate, silu_mul))
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.norm_fn = norm
+            elif isinstance(module, Attention):
+                module.rotate_fn = rot
+            elif isinstance(module, MLP):
+                module.act_fn = act
+
+    def fuse_projections(self) -> None:
+        """q/k/v and gate/up as one matmul each (fewer kernels per decode step)."""
+        for layer in self.model.layers:
+            if layer.self_attn.qkv_weight is None:
+                layer.self_attn.fuse()
+                layer.mlp.fuse()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: int64 `[T]` -> hidden states `[T, hidden_size]` (model dtype)."""

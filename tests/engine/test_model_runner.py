@@ -53,14 +53,24 @@ def _run(runner: ModelRunner, requests: list[SpeechRequest], join_at: dict[str, 
     return {r.request_id: list(runner._seqs[r.request_id].tokens or []) for r in requests}
 
 
+def _alone(runner: ModelRunner, requests: list[SpeechRequest]) -> dict[str, list[int]]:
+    """Each request on its own, one after another (released in between: slot 0 each time)."""
+    out = {}
+    for request in requests:
+        out.update(_run(runner, [request]))
+        runner.release(request.request_id)
+    return out
+
+
 def test_batched_greedy_decode_matches_each_request_alone(orpheus_tiny: Path) -> None:
     lengths = {"a": 21, "b": 35, "c": 49}
     requests = [_request(rid, force_tokens=n) for rid, n in lengths.items()]
     alone, alone_logits = {}, {}
+    runner = _runner(orpheus_tiny)
+    record = _Logits(runner)
     for request in requests:
-        runner = _runner(orpheus_tiny)
-        record = _Logits(runner)
-        alone.update(_run(runner, [request]))
+        record.calls.clear()
+        alone.update(_alone(runner, [request]))
         alone_logits[request.request_id] = [c[0] for c in record.calls]  # slot 0, row 0
     runner = _runner(orpheus_tiny)
     record = _Logits(runner)
@@ -78,19 +88,17 @@ def test_batched_greedy_decode_matches_each_request_alone(orpheus_tiny: Path) ->
 def test_seeded_sampling_is_the_same_alone_and_batched(orpheus_tiny: Path) -> None:
     requests = [_request(rid, force_tokens=28, temperature=0.9, top_p=0.95, seed=7 + i)
                 for i, rid in enumerate("abc")]
-    alone = {}
-    for request in requests:
-        alone.update(_run(_runner(orpheus_tiny), [request]))
+    runner = _runner(orpheus_tiny)
+    alone = _alone(runner, requests)
+    assert alone["a"] != _alone(runner, [_request("a", force_tokens=28, temperature=0.9, seed=8)])["a"]
     assert _run(_runner(orpheus_tiny), requests) == alone
-    assert alone["a"] != _run(_runner(orpheus_tiny), [_request("a", force_tokens=28, temperature=0.9, seed=8)])["a"]
 
 
 def test_request_joining_mid_batch_changes_nobody(orpheus_tiny: Path) -> None:
     a, b = _request("a", force_tokens=42), _request("b", force_tokens=21)
-    alone_a = _run(_runner(orpheus_tiny), [a])["a"]
-    alone_b = _run(_runner(orpheus_tiny), [b])["b"]
+    alone = _alone(_runner(orpheus_tiny), [a, b])
     mixed = _run(_runner(orpheus_tiny), [a, b], join_at={"b": 10})
-    assert mixed == {"a": alone_a, "b": alone_b}
+    assert mixed == alone
 
 
 def test_release_frees_the_slot_for_a_queued_request(orpheus_tiny: Path) -> None:

@@ -57,6 +57,10 @@ def test_backbone_round_trips_through_safetensors(orpheus_tiny: Path) -> None:
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     config = json.loads((orpheus_tiny / "backbone" / "config.json").read_text())
     assert orpheus.Args.from_hf(config) == orpheus.FLAVORS["tiny"]
+    model.fuse_projections()  # one matmul for q/k/v and gate/up, same names and values
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in saved.items())
+    assert model.model.layers[0].self_attn.q_proj.weight.data_ptr() == \
+        model.model.layers[0].self_attn.qkv_weight.data_ptr()
 
 
 def test_sharded_checkpoint_loads_the_same(orpheus_tiny: Path, tmp_path: Path,
