@@ -27,7 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.model_runner import LMSpec, ModelRunner, RunnerConfig  # noqa: E402
+from engine.lm_spec import LMSpec  # noqa: E402
+from engine.model_runner import ModelRunner, RunnerConfig  # noqa: E402
 from models import orpheus  # noqa: E402
 from models.snac import SAMPLE_RATE, SAMPLES_PER_FRAME  # noqa: E402
 

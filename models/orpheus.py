@@ -417,7 +417,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """
     from tokenizers import Tokenizer
 
-    from engine.model_runner import LMSpec, ModelRunner, RunnerConfig
+    from engine.lm_spec import LMSpec
+    from engine.model_runner import ModelRunner, RunnerConfig
     from models.snac import SnacCodec
 
     options = dict(options or {})

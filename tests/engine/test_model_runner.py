@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from engine.engine import Engine  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
-from engine.types import GenerationFailed, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
+from engine.types import GenerationFailed, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
 from models import orpheus  # noqa: E402
 from models.snac import SAMPLES_PER_FRAME  # noqa: E402
 
@@ -199,6 +199,8 @@ def test_check_rejects_bad_options_and_voices(orpheus_tiny: Path) -> None:
     assert error.value.field == "options.top_p"
     with pytest.raises(InvalidInput):
         runner.check(_request("a", max_tokens="many"))
+    with pytest.raises(InputTooLong):
+        runner.check(SpeechRequest("x", "tiny", ("word " * 60,), "tara"))  # > 256 positions in bytes
     with pytest.raises(UnknownVoice):
         runner.check(SpeechRequest("x", "tiny", ("Hi",), "nobody"))
     assert runner.voices()[0] == "tara" and runner.memory_bytes() > 0
