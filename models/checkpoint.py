@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -55,42 +56,46 @@ def build_tokenizer() -> "tokenizers.Tokenizer":  # type: ignore[name-defined]  
     return tokenizer
 
 
-def _random_backbone(args: orpheus.Args, generator: torch.Generator, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _random_backbone(args: orpheus.Args, generator: torch.Generator, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) in checkpoint order, one at a time (a 3B model never sits in memory whole)."""
     with torch.device("meta"):
         shapes = {k: v.shape for k, v in orpheus.OrpheusLM(args).state_dict().items()}
     if args.tie_word_embeddings:
         shapes.pop("lm_head.weight")
-    state = {}
     for name, shape in shapes.items():
         if name.endswith("norm.weight"):
-            state[name] = torch.ones(shape, dtype=dtype)
+            yield name, torch.ones(shape, dtype=dtype)
         else:  # std 1/sqrt(fan_in): activations stay O(1), logits spread (no near-ties)
             std = 1.0 if "embed_tokens" in name else shape[-1] ** -0.5
-            state[name] = (torch.randn(shape, generator=generator) * std).to(dtype)
-    return state
+            yield name, (torch.randn(shape, generator=generator) * std).to(dtype)
 
 
-def _save_shards(state: dict[str, torch.Tensor], folder: Path) -> None:
+def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> None:
+    """One `model.safetensors`, or shards of <= SHARD_BYTES plus `model.safetensors.index.json`."""
     from safetensors.torch import save_file
 
-    total = sum(t.numel() * t.element_size() for t in state.values())
-    if total <= SHARD_BYTES:
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        return
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name, tensor in state.items():
+    shards: list[list[str]] = []
+    current: dict[str, torch.Tensor] = {}
+    size = total = 0
+    for name, tensor in tensors:
         nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > SHARD_BYTES:
-            shards.append({})
-            size = 0
-        shards[-1][name] = tensor
+        if current and size + nbytes > SHARD_BYTES:
+            shards.append(list(current))
+            save_file(current, str(folder / f"shard-{len(shards)}.tmp"), metadata={"format": "pt"})
+            current, size = {}, 0
+        current[name] = tensor
         size += nbytes
+        total += nbytes
+    if not shards:
+        save_file(current, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return
+    shards.append(list(current))
+    save_file(current, str(folder / f"shard-{len(shards)}.tmp"), metadata={"format": "pt"})
     weight_map = {}
-    for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(folder / name), metadata={"format": "pt"})
-        weight_map.update({k: name for k in shard})
+    for i, names in enumerate(shards):
+        final = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        (folder / f"shard-{i + 1}.tmp").rename(folder / final)
+        weight_map.update({k: final for k in names})
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
 
