@@ -7,14 +7,21 @@ start_of_ai, start_of_speech]`; `decoder.py` maps `<custom_token_N>` to codes wi
 `N - 10 - 4096 * (index % 7)`; `pretrain/train.py` adds `7 * 4096 + 10` tokens after
 the 128256 Llama-3 tokens; `realtime_streaming_example/main.py` stops on 128258) and
 their data-prep notebooks (`start_of_speech = 128256 + 1` ... `audio_tokens_start =
-128256 + 10`). Vocabulary 156940 and the 3B shape match Llama-3.2-3B's config
-(28 layers, 3072 hidden, 24/8 heads, 8192 MLP, rope theta 500000, llama3 scaling x32).
-The README lists the voices in order of realism and says `repetition_penalty >= 1.1`
-is needed for stable output, and that a higher penalty makes speech faster.
+128256 + 10`). The shape is Llama-3.2-3B's (28 layers, 3072 hidden, 24/8 heads, 8192
+MLP, rope theta 500000, llama3 scaling x32, tied head); the vocabulary, 156940 =
+128256 + 28684 custom tokens, is the size a public GGML port of the fine-tune declares
+(the training script's 28683 new tokens, padded). The README lists the voices in order
+of realism and says `repetition_penalty >= 1.1` is needed for stable output, and that a
+higher penalty makes speech faster. Not verified against the real weights here.
 
 Audio: each codec frame (85.33 ms of 24 kHz audio) is 7 tokens. Token k of a frame
 (k = 0..6) is `AUDIO_TOKEN_BASE + 4096 * k + code`, and the 7 codes fill SNAC's three
-codebooks as coarse `[k0]`, middle `[k1, k4]`, fine `[k2, k3, k5, k6]`.
+codebooks as coarse `[k0]`, middle `[k1, k4]`, fine `[k2, k3, k5, k6]`. A generation
+that stops mid-frame loses that partial frame (as the authors' decoder does).
+
+Streaming (models/snac.py): the first chunk is 1 frame (85 ms) and is ready once 4
+frames (28 tokens) exist, 3 being right context; later chunks are 2, 4, then 8 frames
+(171, 341, 683 ms).
 """
 
 from __future__ import annotations
