@@ -222,3 +222,26 @@ def test_engine_streams_audio_end_to_end(orpheus_tiny: Path) -> None:
     assert [c.index for c in chunks] == list(range(len(chunks))) and chunks[-1].is_last
     assert sum(len(c.pcm) for c in chunks) == 9 * SAMPLES_PER_FRAME
     assert all(c.sample_rate == 24000 and c.pcm.dtype == np.float32 for c in chunks)
+
+
+def test_engine_cancel_releases_the_kv_slot(orpheus_tiny: Path) -> None:
+    engine = Engine()
+    engine.start()
+    runner = _runner(orpheus_tiny)
+    try:
+        engine.attach("tiny", runner).result(timeout=10)
+
+        async def first_then_cancel() -> int:
+            stream = engine.submit(_request("gone", force_tokens=200))
+            chunk = await stream.__anext__()
+            await stream.aclose()
+            for _ in range(200):  # the engine thread frees the slot at its next iteration
+                if runner.kv.num_used == 0:
+                    break
+                await asyncio.sleep(0.01)
+            return chunk.index
+
+        assert asyncio.run(asyncio.wait_for(first_then_cancel(), timeout=60)) == 0
+        assert runner.kv.num_used == 0 and "gone" not in runner._seqs
+    finally:
+        engine.stop()
