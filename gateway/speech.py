@@ -72,8 +72,9 @@ async def speech(request: Request) -> StreamingResponse:
     lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)
     spec = SpeechRequest(
         request_id=f"speech-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
-        segments=tuple(split_first(split_segments(text), state.settings.first_segment_chars)), voice=choice.voice, speed=choice.speed,
-        options=choice.options, ttfa_target_ms=state.settings.ttfa_target_ms)
+        segments=tuple(split_first(split_segments(text), state.settings.first_segment_chars)),
+        voice=choice.voice, speed=choice.speed, options=choice.options,
+        ttfa_target_ms=state.settings.ttfa_target_ms)
     try:
         stream = state.engine.submit(spec)
     except BaseException:

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real uvicorn server on a free loopback port, per test module."""
+"""Shared fixtures: a real uvicorn server on a free loopback port, per test module, and
+one tiny random Orpheus checkpoint per test session."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from gateway.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.state import AppState
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
 
 @dataclass
 class LiveServer:
@@ -37,6 +40,7 @@ class LiveServer:
                 return 0
             time.sleep(0.02)
         return self.app_state.engine.num_requests()
+
 
 def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
     port = free_port()
@@ -59,11 +63,21 @@ def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
         server.should_exit = True
         thread.join(15)
 
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     yield from run_server(tmp_path_factory.mktemp("data"))
+
 
 @pytest.fixture
 def client(server: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, timeout=60) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def orpheus_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    from models.checkpoint import write_random
+
+    return write_random("orpheus", "tiny", tmp_path_factory.mktemp("orpheus-tiny"), seed=0)

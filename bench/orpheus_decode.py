@@ -1,0 +1,290 @@
+"""Orpheus-3B decode-step time vs the memory floor, eager vs CUDA graphs; SNAC chunk time.
+
+    python bench/orpheus_decode.py --out bench/results/orpheus_decode.json
+
+Random full-size weights (bf16) built on the device, no checkpoint on disk. For each
+context C in --contexts, every slot row sits at position C (mean context C) and runs
+forced audio decoding (sampling on: temperature 0.6, top-p 0.8, penalty 1.1); one
+step = embed + 28 layers + lm_head + batched sampling + state update, timed with CUDA
+events, median of --iters. Attention reads `attn_len` = C + 64 cache positions.
+floor = (weight bytes + KV bytes actually needed, B * C positions) / copy bandwidth,
+with the bandwidth measured in this run (bytes read + written by a device copy).
+Real-time streams: a stream needs 24000 / 2048 * 7 = 82.03 tokens/s, so a batch is
+real time while step_ms <= 12.19 (backbone alone); `rt_with_codec` also charges the
+codec's steady-state cost per stream (8-frame chunks decoded with 6 context frames).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine.lm_spec import LMSpec  # noqa: E402
+from engine.model_runner import ModelRunner, RunnerConfig  # noqa: E402
+from models import orpheus  # noqa: E402
+from models.snac import SAMPLE_RATE, SAMPLES_PER_FRAME  # noqa: E402
+
+TOKENS_PER_S = SAMPLE_RATE / SAMPLES_PER_FRAME * orpheus.TOKENS_PER_FRAME  # 82.03 per real-time stream
+
+
+def _time_ms(fn, iters: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    if not torch.cuda.is_available():  # CPU shake-down only
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append(1000 * (time.perf_counter() - t0))
+        return statistics.median(times)
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(device: str) -> float:
+    """Bytes/s of a 4 GiB device-to-device copy, counting bytes read + written."""
+    src = torch.randn(1 << 29, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = _time_ms(lambda: dst.copy_(src), 10)
+    nbytes = 2 * src.numel() * src.element_size()
+    del src, dst
+    return nbytes / (ms / 1000)
+
+
+def random_model(flavor: str, device: str, dtype: torch.dtype, seed: int) -> orpheus.OrpheusLM:
+    args = orpheus.FLAVORS[flavor]
+    with torch.device("meta"):
+        model = orpheus.OrpheusLM(args)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, param.shape[-1] ** -0.5, generator=generator)
+    if args.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.to(dtype).eval()
+
+
+class _NoCodec:
+    sample_rate = SAMPLE_RATE
+
+    def memory_bytes(self) -> int:
+        return 0
+
+
+def make_runner(model: orpheus.OrpheusLM, slots: int, context: int, batches: list[int], eager: bool,
+                device: str, compile_layers: bool = False) -> ModelRunner:
+    spec = LMSpec(orpheus.FAMILY, orpheus.VOICES, lambda v, t: [], orpheus.frame_codes, orpheus.STOP_TOKEN_IDS,
+                  orpheus.TOKENS_PER_FRAME, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TEMPERATURE,
+                  orpheus.TOP_P, orpheus.REPETITION_PENALTY, orpheus.MAX_TOKENS, orpheus.MAX_TEXT_CHARS)
+    max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
+    config = RunnerConfig(num_slots=slots, max_seq_len=max_seq_len, enforce_eager=eager, compile_layers=compile_layers,
+                          attn_block=max_seq_len + 1, graph_batches=tuple(batches))
+    return ModelRunner("bench", spec, model, _NoCodec(), config, device)  # type: ignore[arg-type]
+
+
+def reset_rows(runner: ModelRunner, context: int, seed: int) -> None:
+    n = runner.config.num_slots
+    runner.positions.fill_(context)
+    runner.steps.fill_(0)
+    runner.stopped.zero_()
+    runner.seen.zero_()
+    runner.host_active.fill_(True)
+    runner.forced.fill_(True)
+    runner.max_tokens.fill_(1 << 30)
+    runner.temperature.fill_(orpheus.TEMPERATURE)
+    runner.top_p.fill_(orpheus.TOP_P)
+    runner.penalty.fill_(orpheus.REPETITION_PENALTY)
+    runner.seeds.copy_(torch.arange(n, device=runner.device) + seed)
+    runner.tokens.fill_(orpheus.AUDIO_TOKEN_BASE)
+
+
+def graph_matches_eager(runner: ModelRunner, batch: int, context: int) -> float:
+    """Share of rows whose sampled token is equal, eager vs graph, from the same state."""
+    reset_rows(runner, context, 0)
+    runner.temperature.zero_()
+    with torch.inference_mode():
+        runner._decode_step(batch, runner.config.max_seq_len + 1)
+    eager = runner.readback[0, :batch].clone()
+    reset_rows(runner, context, 0)
+    runner.temperature.zero_()
+    runner._graphs[(batch, runner.config.max_seq_len + 1)].replay()
+    return float((runner.readback[0, :batch] == eager).float().mean())
+
+
+def bench_sampler(runner: ModelRunner, batch: int, iters: int) -> float:
+    """ms of the batched sampler alone on `[batch, vocab]` logits, replayed as a CUDA graph."""
+    from engine.sampling import sample
+
+    rows = runner.row_index[:batch]
+    logits = torch.randn(batch, runner.model.args.vocab_size, device=runner.device) * 4
+
+    def run() -> torch.Tensor:
+        return sample(logits, runner.temperature[rows], runner.top_p[rows], runner.penalty[rows], runner.seen[rows],
+                      runner.seeds[rows], runner.steps[rows], runner._allowed(runner.steps[rows], runner.forced[rows]))
+
+    if not runner.use_graphs:
+        return _time_ms(run, iters)
+    run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return _time_ms(graph.replay, iters)
+
+
+def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from snac import SNAC
+    from models.checkpoint import SNAC_CONFIGS
+    from models.snac import CHUNK_FRAMES, CONTEXT_FRAMES, SnacCodec
+
+    torch.manual_seed(0)
+    codec = SnacCodec(SNAC(**SNAC_CONFIGS["full"]), device, torch.float32)
+    rows = []
+    for kind, emit, window in (("first", CHUNK_FRAMES[0], CHUNK_FRAMES[0] + CONTEXT_FRAMES),
+                               ("steady", CHUNK_FRAMES[-1], CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES)):
+        for batch in batches:
+            frames = torch.randint(0, 4096, (batch, window, 7), device=device)
+            start = torch.full((batch,), 10, dtype=torch.int64, device=device)
+            ms = _time_ms(lambda: codec.decode(frames, start), iters)
+            rows.append({"chunk": kind, "codec_batch": batch, "frames_emitted": emit, "frames_decoded": window,
+                         "chunk_ms": round(ms, 3), "ms_per_emitted_frame": round(ms / (batch * emit), 4)})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--flavor", default="full")
+    parser.add_argument("--batches", default="1,8,32,64,96,128,192,256")
+    parser.add_argument("--contexts", default="512,1024")
+    parser.add_argument("--codec-batches", default="1,8,32")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench/results/orpheus_decode.json")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--compile-batches", default="1,8,64,256", help="also time compiled layers ('' = skip)")
+    opts = parser.parse_args()
+    device = opts.device
+    torch.manual_seed(opts.seed)
+    batches = [int(b) for b in opts.batches.split(",")]
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    bandwidth = copy_bandwidth(device)
+    model = random_model(opts.flavor, device, torch.bfloat16, opts.seed)
+    args = model.args
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # tied head counted once
+    kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
+    rows, checks = [], {}
+    for context in (int(c) for c in opts.contexts.split(",")):
+        t0 = time.perf_counter()
+        try:
+            runner = make_runner(model, max(batches), context, batches, False, device)
+        except Exception as error:  # keep the eager numbers if capture breaks
+            import traceback
+
+            traceback.print_exc()
+            checks[f"capture_error_c{context}"] = repr(error)[:300]
+            torch.cuda.empty_cache()
+            runner = make_runner(model, max(batches), context, batches, True, device)
+        capture_s = time.perf_counter() - t0
+        for batch in batches:
+            if runner.use_graphs:
+                checks[f"graph_eq_eager_b{batch}_c{context}"] = graph_matches_eager(runner, batch, context)
+            floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
+            reset_rows(runner, context, opts.seed)
+            sampler_ms = bench_sampler(runner, batch, opts.iters)
+            length = runner.config.max_seq_len + 1
+            for mode in ("eager", "graph") if runner.use_graphs else ("eager",):
+                reset_rows(runner, context, opts.seed)
+                if mode == "eager":
+                    def step() -> None:
+                        with torch.inference_mode():
+                            runner._decode_step(batch, length)
+                else:
+                    step = runner._graphs[(batch, length)].replay
+                ms = _time_ms(step, opts.iters)
+                rows.append({"batch": batch, "context": context, "mode": mode, "step_ms": round(ms, 3),
+                             "floor_ms": round(floor_ms, 3), "gpu": gpu, "attn_len": length,
+                             "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S,
+                             "sampler_ms": round(sampler_ms, 3)})
+                print(f"ctx {context:5d} batch {batch:4d} {mode:5s} {ms:8.3f} ms  floor {floor_ms:7.3f} ms  "
+                      f"x{ms / floor_ms:5.2f}", flush=True)
+        runner.close()
+        del runner
+        torch.cuda.empty_cache()
+        checks[f"capture_s_c{context}"] = round(capture_s, 2)
+    experiments = []
+    if opts.compile_batches and device == "cuda":  # torch.compile'd norm/rotary/SiLU inside the graphs
+        context, compile_batches = 512, [int(b) for b in opts.compile_batches.split(",")]
+        try:
+            t0 = time.perf_counter()
+            runner = make_runner(model, max(compile_batches), context, compile_batches, False, device, True)
+            checks["compile_capture_s"] = round(time.perf_counter() - t0, 1)
+            for batch in compile_batches:
+                checks[f"compiled_graph_eq_eager_b{batch}"] = graph_matches_eager(runner, batch, context)
+                reset_rows(runner, context, opts.seed)
+                ms = _time_ms(runner._graphs[(batch, runner.config.max_seq_len + 1)].replay, opts.iters)
+                experiments.append({"batch": batch, "context": context, "mode": "graph+compile", "step_ms": round(ms, 3),
+                                    "gpu": gpu})
+                print(f"ctx {context:5d} batch {batch:4d} graph+compile {ms:8.3f} ms", flush=True)
+            runner.close()
+            del runner
+        except Exception as error:
+            import traceback
+
+            traceback.print_exc()
+            checks["compile_error"] = repr(error)[:300]
+        torch.cuda.empty_cache()
+    del model
+    torch.cuda.empty_cache()
+    codec_rows = bench_codec(device, [int(b) for b in opts.codec_batches.split(",")], opts.iters)
+    steady = min(r["ms_per_emitted_frame"] for r in codec_rows if r["chunk"] == "steady")
+    codec_ms_per_stream_s = steady * SAMPLE_RATE / SAMPLES_PER_FRAME  # codec ms per second of one stream's audio
+    streams = {}
+    for context in {r["context"] for r in rows}:
+        graph = [r for r in rows if r["context"] == context and r["mode"] == "graph"]
+        ok = [r["batch"] for r in graph if r["realtime"]]
+        with_codec = [r["batch"] for r in graph
+                      if TOKENS_PER_S * r["step_ms"] + r["batch"] * codec_ms_per_stream_s <= 1000]
+        streams[str(context)] = {"max_realtime_batch": max(ok, default=0),
+                                 "max_realtime_batch_with_codec": max(with_codec, default=0)}
+    record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
+              "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "weight_bytes": weight_bytes,
+              "kv_bytes_per_token": kv_per_token, "rows": rows, "experiments": experiments, "codec": codec_rows, "checks": checks,
+              "realtime_streams": streams, "tokens_per_s_per_stream": round(TOKENS_PER_S, 2)}
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps(record, indent=1))
+    print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, weights {weight_bytes / 1e9:.2f} GB, {gpu}")
+    print(f"{'ctx':>5} {'batch':>5} {'eager ms':>9} {'graph ms':>9} {'floor ms':>9} {'sampler':>8} {'tok/s':>8}")
+    for r in rows:
+        if r["mode"] == "graph" or device == "cpu":
+            eager = next(e for e in rows if e["mode"] == "eager" and e["batch"] == r["batch"]
+                         and e["context"] == r["context"])
+            print(f"{r['context']:5d} {r['batch']:5d} {eager['step_ms']:9.3f} {r['step_ms']:9.3f} "
+                  f"{r['floor_ms']:9.3f} {r['sampler_ms']:8.3f} {r['tokens_per_s']:8.0f}")
+    for r in codec_rows:
+        print(f"snac {r['chunk']:6s} batch {r['codec_batch']:3d}: {r['chunk_ms']:.3f} ms/chunk")
+    print("real-time streams:", json.dumps(streams), "checks:", json.dumps(checks))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Per-call attention metadata, set by the runner around each backbone forward.
+
+Like nano-vllm's `utils/context.py`: the model's `forward(input_ids, positions)` keeps
+a plain signature and each Attention layer reads how to use its KV cache from here.
+The runner is the only writer (`set_context` / `reset_context`); a single engine
+thread owns a model, so a module-level value is enough.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(slots=True)
+class Context:
+    """
+    is_prefill: True for a packed prefill of T new tokens, False for a decode step.
+    slots: int64 `[T]` (prefill: each token's slot) or `[B]` (decode: row b is slot b).
+    write_positions: int64, same shape as `slots`: cache position each new K/V is
+        stored at; padding rows point at the spare position `max_seq_len`, read by nobody.
+    mask: bool, prefill `[1, 1, T, T]` (block-diagonal causal over the packed prompts)
+        or decode `[B, 1, 1, L]` (key position <= the row's position).
+    attn_len: decode only, number of cache positions L that attention reads.
+    """
+
+    is_prefill: bool
+    slots: torch.Tensor
+    write_positions: torch.Tensor
+    mask: torch.Tensor
+    attn_len: int = 0
+
+
+_CONTEXT: Context | None = None
+
+
+def get_context() -> Context:
+    assert _CONTEXT is not None, "attention context not set: call through the model runner"
+    return _CONTEXT
+
+
+def set_context(context: Context) -> None:
+    global _CONTEXT
+    _CONTEXT = context
+
+
+def reset_context() -> None:
+    global _CONTEXT
+    _CONTEXT = None

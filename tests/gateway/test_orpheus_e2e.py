@@ -1,0 +1,67 @@
+"""The orpheus family through the gateway: CLI checkpoint + models add, REST, WebSocket.
+
+Random tiny weights make noise, so a preset forces the output length (`force_tokens`,
+which also restricts sampling to each frame position's audio tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+
+from gateway.cli import main
+from tests.conftest import run_server
+
+pytest.importorskip("torch")
+pytest.importorskip("snac")
+
+FRAMES = 12
+SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: one frame = 2048 samples (~85 ms)
+
+
+def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    model_dir = tmp_path / "orpheus-tiny"
+    assert main(["checkpoint", "random", "--family", "orpheus", "--size", "tiny", str(model_dir)]) == 0
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "orpheus", "--path", str(model_dir), "--id", "orpheus-tiny",
+                 "--data-dir", str(data)]) == 0
+    assert "tara" in capsys.readouterr().out
+    for server in run_server(data):
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            model = next(m for m in client.get("/v1/models").json()["data"] if m["id"] == "orpheus-tiny")
+            assert model["family"] == "orpheus" and "tara" in model["voices"]
+            preset = {"name": "noise", "model": "orpheus-tiny", "voice": "tara",
+                      "settings": {"force_tokens": 7 * FRAMES, "seed": 1}}
+            assert client.post("/v1/presets", json=preset).status_code == 201
+            response = client.post("/v1/audio/speech", json={"input": "Hello there.", "voice": "noise",
+                                                              "response_format": "pcm"})
+            assert response.status_code == 200, response.text
+            assert response.headers["x-voxgate-model"] == "orpheus-tiny"
+            pcm = np.frombuffer(response.content, "<i2")
+            assert len(pcm) == FRAMES * SAMPLES_PER_FRAME  # every frame, nothing dropped (24 kHz in and out)
+            assert np.abs(pcm).max() > 0
+            bad = client.post("/v1/audio/speech", json={"input": "Hi.", "model": "orpheus-tiny", "voice": "nobody"})
+            assert bad.status_code == 404 and bad.json()["error"]["field"] == "voice"
+
+        with connect(f"{server.ws_url}/v1/realtime") as ws:
+            assert json.loads(ws.recv())["type"] == "session.created"
+            ws.send(json.dumps({"type": "session.update", "session": {"voice": "noise"}}))
+            assert json.loads(ws.recv())["session"]["model"] == "orpheus-tiny"
+            ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            audio, events = 0, []
+            while not events or events[-1]["type"] not in ("utterance.done", "error"):
+                message = ws.recv(timeout=120)
+                if isinstance(message, bytes):
+                    audio += len(message) // 2
+                else:
+                    events.append(json.loads(message))
+            assert events[0]["type"] == "audio.start" and events[-1]["type"] == "utterance.done", events
+            assert audio == FRAMES * SAMPLES_PER_FRAME and events[-1]["ttfa_ms"] > 0
+        assert server.wait_idle() == 0

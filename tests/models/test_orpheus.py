@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from models import InvalidModel, checkpoint, orpheus  # noqa: E402
+from models.snac import CONTEXT_FRAMES, SAMPLES_PER_FRAME, SnacCodec, StreamState  # noqa: E402
+
+
+def test_special_token_ids_follow_the_orpheus_format(orpheus_tiny: Path) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(orpheus_tiny / "backbone" / "tokenizer.json"))
+    assert tokenizer.token_to_id("<custom_token_10>") == orpheus.AUDIO_TOKEN_BASE == 128266
+    assert tokenizer.token_to_id("<|eot_id|>") == orpheus.END_OF_TEXT == 128009
+    assert tokenizer.token_to_id("<custom_token_2>") == orpheus.END_OF_SPEECH == 128258
+    assert tokenizer.get_vocab_size() == orpheus.VOCAB_SIZE == 156940
+    text = tokenizer.encode("tara: Hi", add_special_tokens=False).ids
+    assert orpheus.prompt_ids(text) == [128259, 128000, *text, 128009, 128260, 128261, 128257]
+    assert tokenizer.decode(text) == "tara: Hi"
+
+
+def test_frame_tokens_map_to_snac_codes_by_hand() -> None:
+    # codes per frame position k: 5, 6, 7, 8, 9, 10, 11 -> ids 128266 + 4096 k + code
+    tokens = [128266 + 5, 128266 + 4096 + 6, 128266 + 8192 + 7, 128266 + 12288 + 8,
+              128266 + 16384 + 9, 128266 + 20480 + 10, 128266 + 24576 + 11]
+    assert tokens == [orpheus.audio_token(k, 5 + k) for k in range(7)]
+    # canonical SNAC row: c0=[k0], c1=[k1, k4], c2=[k2, k3, k5, k6]
+    assert orpheus.frame_codes(tokens) == [5, 6, 9, 7, 8, 10, 11]
+    assert orpheus.frame_codes([orpheus.audio_token(k, 4095) for k in range(7)]) == [4095] * 7
+
+
+def test_token_in_the_wrong_slot_is_rejected_not_wrapped() -> None:
+    tokens = [orpheus.audio_token(k, 0) for k in range(7)]
+    tokens[3] = orpheus.audio_token(2, 100)  # a position-2 code in position 3
+    with pytest.raises(ValueError, match="position 3"):
+        orpheus.frame_codes(tokens)
+    tokens[3] = orpheus.END_OF_SPEECH
+    with pytest.raises(ValueError):
+        orpheus.frame_codes(tokens)
+
+
+def test_backbone_round_trips_through_safetensors(orpheus_tiny: Path) -> None:
+    from safetensors.torch import load_file
+
+    model = orpheus.load_backbone(orpheus_tiny / "backbone", "cpu", torch.float32)
+    saved = load_file(str(orpheus_tiny / "backbone" / "model.safetensors"))
+    state = model.state_dict()
+    assert set(state) == set(saved) | {"lm_head.weight"}
+    for name, tensor in saved.items():
+        assert torch.equal(state[name], tensor), name
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    config = json.loads((orpheus_tiny / "backbone" / "config.json").read_text())
+    assert orpheus.Args.from_hf(config) == orpheus.FLAVORS["tiny"]
+    model.fuse_projections()  # one matmul for q/k/v and gate/up, same names and values
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in saved.items())
+    assert model.model.layers[0].self_attn.q_proj.weight.data_ptr() == \
+        model.model.layers[0].self_attn.qkv_weight.data_ptr()
+
+
+def test_sharded_checkpoint_loads_the_same(orpheus_tiny: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint, "SHARD_BYTES", 8 << 20)
+    checkpoint.write_random("orpheus", "tiny", tmp_path, seed=0)
+    assert (tmp_path / "backbone" / "model.safetensors.index.json").is_file()
+    assert len(list((tmp_path / "backbone").glob("model-*-of-*.safetensors"))) > 1
+    sharded = orpheus.load_backbone(tmp_path / "backbone", "cpu", torch.float32).state_dict()
+    single = orpheus.load_backbone(orpheus_tiny / "backbone", "cpu", torch.float32).state_dict()
+    assert all(torch.equal(sharded[k], single[k]) for k in single)
+
+
+def test_validate_reports_voices_and_rejects_broken_folders(orpheus_tiny: Path, tmp_path: Path) -> None:
+    facts = orpheus.validate(orpheus_tiny)
+    assert facts["voices"] == ["tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"]
+    assert facts["sample_rate"] == 24000
+    split = orpheus.validate(None, {"backbone_path": orpheus_tiny / "backbone", "codec_path": orpheus_tiny / "codec"})
+    assert split["size_bytes"] == facts["size_bytes"]
+    with pytest.raises(InvalidModel, match="config.json"):
+        orpheus.validate(tmp_path)
+
+
+def test_full_flavor_has_the_llama_3_2_3b_shape() -> None:
+    args = orpheus.FLAVORS["full"]
+    assert (args.num_hidden_layers, args.hidden_size, args.num_attention_heads, args.num_key_value_heads,
+            args.intermediate_size, args.head_dim) == (28, 3072, 24, 8, 8192, 128)
+    with torch.device("meta"):
+        model = orpheus.OrpheusLM(args)
+    assert 3.2e9 < sum(p.numel() for p in model.parameters()) < 3.4e9
+
+
+def test_llama3_rope_scaling_leaves_high_frequencies_alone() -> None:
+    args = orpheus.FLAVORS["full"]
+    cos, sin = orpheus.rope_tables(args, 3, "cpu")
+    assert torch.allclose(cos[1, 0], torch.cos(torch.tensor(1.0)))  # fastest frequency, unscaled
+    plain = 1.0 / args.rope_theta ** (torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    assert torch.allclose(torch.atan2(sin[1, 63], cos[1, 63]).double(), plain[-1] / 32, rtol=1e-3)
+
+
+def _codec(orpheus_tiny: Path) -> SnacCodec:
+    return SnacCodec.from_dir(orpheus_tiny / "codec", "cpu")
+
+
+def test_streamed_chunks_equal_one_whole_decode(orpheus_tiny: Path) -> None:
+    codec = _codec(orpheus_tiny)
+    frames = torch.randint(0, 4096, (1, 23, 7), generator=torch.Generator().manual_seed(1))
+    whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
+    stream, pieces, sizes = StreamState(), [], []
+    for i in range(23):  # frames arrive one by one; decode whatever is ready
+        stream.frames.append(frames[0, i].tolist())
+        stream.is_final = i == 22
+        while (window := stream.next_window()) is not None:
+            chunk = codec.decode(frames[:, window.start:window.stop], torch.tensor([window.start]))[0]
+            pieces.append(chunk.numpy()[window.crop])
+            sizes.append(window.emit_to - window.emit_from)
+            stream.advance(window)
+    assert stream.is_done and sizes[:3] == [1, 2, 4]
+    streamed = np.concatenate(pieces)
+    assert streamed.shape == whole.shape == (23 * SAMPLES_PER_FRAME,)
+    assert np.abs(streamed - whole).max() < 1e-4
+    assert np.abs(whole).max() > 1e-3  # not trivially silent
+
+
+def test_context_frames_cover_the_decoder_receptive_field(orpheus_tiny: Path) -> None:
+    codec = _codec(orpheus_tiny)
+    frames = torch.randint(0, 4096, (1, 12, 7), generator=torch.Generator().manual_seed(2))
+    changed = frames.clone()
+    changed[0, 6] = (changed[0, 6] + 1) % 4096
+    start = torch.zeros(1, dtype=torch.int64)
+    diff = (codec.decode(frames, start) - codec.decode(changed, start))[0].abs()
+    touched = (diff > 0).nonzero().flatten()
+    first, last = int(touched.min()) // SAMPLES_PER_FRAME, int(touched.max()) // SAMPLES_PER_FRAME
+    assert 6 - CONTEXT_FRAMES <= first < 6 and 6 < last <= 6 + CONTEXT_FRAMES
