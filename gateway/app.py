@@ -18,10 +18,9 @@ from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import library_api, models_api, pages, presets, realtime, speech
+from gateway import library_api, models_api, pages, presets, realtime, speech, stats, takes
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadManager
-from gateway import stats, takes
 from gateway.errors import exception_handlers
 from gateway.library import Library
 from gateway.metrics import Metrics
