@@ -127,5 +127,7 @@ class GenerationFailed(EngineError):
 
 
 class Cancelled(EngineError):
+    """The request was cancelled: by its client, or because its model or the server stopped."""
+
     code = "cancelled"
-    status = 499
+    status = 503

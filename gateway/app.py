@@ -104,6 +104,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/health", models_api.health),
         Route("/metrics", models_api.metrics),
         Route("/v1/models", models_api.list_models),
+        Route("/v1/models/{model_id}", models_api.get_model, methods=["GET"]),
         Route("/v1/audio/voices", models_api.list_voices),
         Route("/v1/audio/speech", speech.speech, methods=["POST"]),
         Route("/v1/models/{model_id}/load", library_api.load_model, methods=["POST"]),

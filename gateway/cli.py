@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -30,6 +31,14 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
 
     settings = _settings(args)
+    try:  # fail before start-up work touches the data dir (uvicorn binds after the lifespan)
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((settings.host, settings.port))
+    except OSError as error:
+        print(f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}; "
+              "pass --port or set VOXGATE_PORT", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
@@ -39,7 +48,7 @@ def serve(args: argparse.Namespace) -> int:
 
 async def _models_add(args: argparse.Namespace) -> int:
     from gateway.library import Library
-    from models import InvalidModel, family
+    from models import FamilyUnavailable, InvalidModel, family
 
     settings = _settings(args)
     path = Path(args.path).expanduser().resolve()
@@ -47,6 +56,9 @@ async def _models_add(args: argparse.Namespace) -> int:
         module = family(args.family)
     except KeyError:
         print(f"error: unknown family {args.family!r}", file=sys.stderr)
+        return 2
+    except FamilyUnavailable as error:
+        print(f"error: {error.message}", file=sys.stderr)
         return 2
     try:
         info = module.validate(path, {})
@@ -133,8 +145,12 @@ async def _models_install(args: argparse.Namespace) -> int:
 
 
 def checkpoint(args: argparse.Namespace) -> int:
-    from models.checkpoint import write_random
-
+    try:
+        from models.checkpoint import write_random
+    except ImportError as error:
+        print(f"error: random checkpoints need the package {error.name!r}; install it with: "
+              "pip install 'voxgate[lm]'", file=sys.stderr)
+        return 2
     out = write_random(args.family, args.size, Path(args.dir), seed=args.seed)
     print(f"wrote a random {args.size} {args.family} checkpoint to {out}")
     return 0

@@ -37,8 +37,7 @@ def as_api_error(error: Exception) -> ApiError:
         return error
     if isinstance(error, EngineError):
         headers = {"Retry-After": "1"} if isinstance(error, Overloaded) else None
-        status = error.status if error.status < 500 or error.status == 503 else 500
-        return ApiError(status, error.code, error.message, error.field, headers)
+        return ApiError(error.status, error.code, error.message, error.field, headers)
     raise error
 
 

@@ -1,32 +1,49 @@
-"""`GET /v1/models`, `GET /v1/audio/voices`, `GET /health`, `GET /metrics`."""
+"""`GET /v1/models[/{id}]`, `GET /v1/audio/voices`, `GET /health`, `GET /metrics`."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from typing import Any
+
 from engine.types import UnknownModel
 from gateway.state import AppState
+from gateway.voices import OPENAI_MODELS
+
+
+async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's model object plus what Voxgate knows (family, voices, residency)."""
+    return {
+        "id": record["id"], "object": "model", "created": int(record["created_at"]),
+        "owned_by": "voxgate", "family": record["family"], "name": record["name"],
+        "source": record["source"], "installed": True,
+        "voices": await state.library.voices(record["id"]),
+        "default": record["id"] == state.settings.default_model,
+        **state.residency.status(record["id"]),
+    }
 
 
 async def list_models(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
-    data = []
-    for record in await state.library.list_models():
-        data.append({
-            "id": record["id"], "object": "model", "created": int(record["created_at"]),
-            "owned_by": "voxgate", "family": record["family"], "name": record["name"],
-            "source": record["source"], "installed": True,
-            "voices": await state.library.voices(record["id"]),
-            "default": record["id"] == state.settings.default_model,
-            **state.residency.status(record["id"]),
-        })
-    return JSONResponse({"object": "list", "data": data})
+    return JSONResponse({"object": "list",
+                         "data": [await _describe(state, r) for r in await state.library.list_models()]})
+
+
+async def get_model(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.voxgate
+    model_id = request.path_params["model_id"]
+    record = await state.library.get_model(state.settings.default_model if model_id in OPENAI_MODELS else model_id)
+    if record is None:
+        raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    return JSONResponse(await _describe(state, record))
 
 
 async def list_voices(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     model_id = request.query_params.get("model")
+    if model_id in OPENAI_MODELS:
+        model_id = state.settings.default_model
     models = await state.library.list_models()
     if model_id is not None:
         models = [m for m in models if m["id"] == model_id]

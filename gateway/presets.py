@@ -39,6 +39,8 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     voices = await state.library.voices(model_id)
+    if name in voices:
+        raise InvalidInput(f"{name!r} is a built-in voice of {model_id!r}; choose another preset name", field="name")
     voice = data.get("voice", voices[0] if voices else None)
     if voice not in voices:
         raise UnknownVoice(f"model {model_id!r} has no voice {voice!r}; voices: {', '.join(voices)}",

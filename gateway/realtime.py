@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from typing import Any
@@ -39,6 +40,7 @@ from gateway.voices import Choice, check_speed, resolve
 log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format")
 
 
 class Utterance:
@@ -64,6 +66,9 @@ class Session:
         self.sample_rate = 24000
         self.buffer = SentenceBuffer()
         self.utterance: Utterance | None = None
+        # Text that arrived after text.flush while that utterance still plays: the next one.
+        self.backlog: list[str] = []
+        self.backlog_flushed = False
         self.tail_timer: asyncio.TimerHandle | None = None
         self._send_lock = asyncio.Lock()
 
@@ -95,10 +100,11 @@ class Session:
                 continue
             try:
                 event = json.loads(message["text"])
-                if not isinstance(event, dict):
-                    raise ValueError("not an object")
             except ValueError as error:
-                await self.send_error(ApiError(400, "invalid_json", f"message is not a JSON object: {error}"))
+                await self.send_error(ApiError(400, "invalid_json", f"message is not valid JSON: {error}"))
+                continue
+            if not isinstance(event, dict):
+                await self.send_error(ApiError(400, "invalid_json", "message must be a JSON object"))
                 continue
             try:
                 await self.handle(event)
@@ -117,6 +123,8 @@ class Session:
             await self.cancel()
         elif kind == "playback.position":
             self.playback(event)
+        elif kind is None:
+            raise ApiError(400, "unknown_type", 'message has no "type"', field="type")
         else:
             raise ApiError(400, "unknown_type", f"unknown message type {kind!r}", field="type")
 
@@ -125,6 +133,10 @@ class Session:
     async def update(self, session: Any) -> None:
         if not isinstance(session, dict):
             raise InvalidInput("session must be an object", field="session")
+        unknown = sorted(set(session) - set(SESSION_FIELDS))
+        if unknown:
+            raise InvalidInput(f"unknown session field {unknown[0]!r}; fields: {', '.join(SESSION_FIELDS)}",
+                               field=f"session.{unknown[0]}")
         fmt = session.get("format", "pcm16")
         if fmt != "pcm16":
             raise InvalidInput(f"format must be 'pcm16', got {fmt!r}", field="session.format")
@@ -141,16 +153,22 @@ class Session:
         else:
             voice = None  # a new model starts on its default voice
         speed = session.get("speed", None if "voice" in session else self.choice.speed)
-        choice = await resolve(self.state.library, model=model, voice=voice, speed=speed,
-                               default_model=self.settings.default_model,
-                               default_voice=self.settings.default_voice)
+        try:
+            choice = await resolve(self.state.library, model=model, voice=voice, speed=speed,
+                                   default_model=self.settings.default_model,
+                                   default_voice=self.settings.default_voice,
+                                   preset_may_switch_model="model" not in session)
+        except EngineError as error:
+            error.field = f"session.{error.field}" if error.field else "session"
+            raise
         self.choice, self.sample_rate = choice, rate  # applies from the next utterance
         await self.send({"type": "session.updated", "session": self.describe()})
 
     async def append(self, text: Any) -> None:
         if not isinstance(text, str):
             raise InvalidInput("text must be a string", field="text")
-        pending = len(self.buffer.pending) + sum(len(s) for s in (self.utterance.segments if self.utterance else []))
+        queued = (self.utterance.segments if self.utterance else []) + self.backlog
+        pending = len(self.buffer.pending) + sum(len(s) for s in queued)
         if pending + len(text) > self.settings.max_input_chars:
             raise InputTooLong(f"more than {self.settings.max_input_chars} characters of text are waiting "
                                "to be spoken", field="text")
@@ -173,7 +191,12 @@ class Session:
         if self.tail_timer is not None:
             self.tail_timer.cancel()
             self.tail_timer = None
-        await self.queue(self.buffer.flush())
+        segments = self.buffer.flush()
+        if self.utterance is not None and self.utterance.flushed:
+            self.backlog.extend(segments)  # the next utterance, once this one is done
+            self.backlog_flushed = bool(self.backlog)
+            return
+        await self.queue(segments)
         if self.utterance is not None:
             self.utterance.flushed = True
             await self.advance()
@@ -183,6 +206,7 @@ class Session:
             self.tail_timer.cancel()
             self.tail_timer = None
         self.buffer.flush()
+        self.backlog, self.backlog_flushed = [], False
         utterance, self.utterance = self.utterance, None
         if utterance is None:
             return
@@ -194,8 +218,9 @@ class Session:
 
     def playback(self, event: dict[str, Any]) -> None:
         played, playing = event.get("played_ms"), event.get("playing", True)
-        if isinstance(played, bool) or not isinstance(played, (int, float)) or played < 0:
-            raise InvalidInput("played_ms must be a number >= 0", field="played_ms")
+        if (isinstance(played, bool) or not isinstance(played, (int, float)) or not math.isfinite(played)
+                or played < 0):
+            raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
         utterance = self.utterance
@@ -210,6 +235,9 @@ class Session:
 
     async def queue(self, segments: list[str]) -> None:
         if not segments:
+            return
+        if self.utterance is not None and self.utterance.flushed:
+            self.backlog.extend(segments)
             return
         if self.utterance is None:
             self.utterance = Utterance(self.sample_rate, self.settings.ttfa_target_ms)
@@ -246,11 +274,19 @@ class Session:
             utterance.request_offset_ms = utterance.clock.delivered_ms
             assert lease is not None
             utterance.pump = asyncio.create_task(self.pump(utterance, stream, lease))
-        elif utterance.flushed and utterance.started:
-            self.utterance = None
-            await self.done(utterance, cancelled=False)
         elif utterance.flushed:
-            self.utterance = None  # flushed before anything was speakable: nothing to end
+            self.utterance = None
+            if utterance.started:  # (else it was flushed before anything was speakable)
+                await self.done(utterance, cancelled=False)
+            await self._start_backlog()
+
+    async def _start_backlog(self) -> None:
+        segments, self.backlog = self.backlog, []
+        flushed, self.backlog_flushed = self.backlog_flushed, False
+        await self.queue(segments)
+        if flushed and self.utterance is not None:
+            self.utterance.flushed = True
+            await self.advance()
 
     async def pump(self, utterance: Utterance, stream: AudioStream, lease: Lease) -> None:
         resample: Resampler | None = None
@@ -270,8 +306,9 @@ class Session:
         except EngineError as error:
             if self.utterance is utterance:
                 self.utterance = None
+                self.backlog, self.backlog_flushed = [], False
                 await self.send_error(error)
-                await self.done(utterance, cancelled=True)
+                await self.done(utterance, cancelled=False, error=error.code)
             return
         finally:
             if not stream.done:
@@ -285,7 +322,8 @@ class Session:
             except (ApiError, EngineError) as error:
                 await self.send_error(error)
 
-    async def done(self, utterance: Utterance, cancelled: bool) -> None:
+    async def done(self, utterance: Utterance, cancelled: bool, error: str | None = None) -> None:
+        """`utterance.done`; `error` is the code of a failure that ended it early."""
         clock = utterance.clock
         audio_ms = clock.delivered_ms
         if audio_ms and not cancelled:
@@ -298,7 +336,7 @@ class Session:
             "type": "utterance.done", "utterance_id": utterance.utterance_id,
             "audio_ms": round(audio_ms, 1),
             "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
-            "stalls": clock.stalls, "cancelled": cancelled,
+            "stalls": clock.stalls, "cancelled": cancelled, "error": error,
         })
 
     async def close(self) -> None:

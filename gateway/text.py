@@ -74,16 +74,23 @@ def _cut(sentence: str, max_chars: int) -> list[str]:
     return pieces
 
 
-def split_first(segments: list[str], max_chars: int) -> list[str]:
-    """Cut the first segment to at most `max_chars` for a fast first chunk (TTFA).
+def split_first(segments: list[str], max_chars: int, min_chars: int = 24) -> list[str]:
+    """Shape the first segment for a fast first chunk (TTFA) that still covers the next.
 
     Families without a backbone synthesise a whole segment before any audio exists, so
-    the first one's length is the time to first audio. The cut is at the last clause
-    punctuation before the limit, else at the last space; later segments are untouched.
+    the first one's length is the time to first audio; but a very short first segment
+    ("Hello!") plays out before the next one is ready, which is a stall. So a first
+    segment under `min_chars` is joined with the next, and one over `max_chars` is cut
+    at the last clause punctuation before the limit, else at the last space. Later
+    segments are untouched.
     """
-    if not segments or max_chars <= 0 or len(segments[0]) <= max_chars:
+    if not segments or max_chars <= 0:
         return segments
+    if len(segments) > 1 and len(segments[0]) < min_chars:
+        segments = [f"{segments[0]} {segments[1]}", *segments[2:]]
     first = segments[0]
+    if len(first) <= max_chars:
+        return segments
     head = first[: max_chars + 1]
     cut = max((m.end() for m in _CLAUSE.finditer(head)), default=-1)
     if cut < 12:

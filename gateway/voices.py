@@ -41,38 +41,44 @@ def check_speed(speed: object, field_name: str = "speed") -> float:
 
 
 async def resolve(library: Library, *, model: object, voice: object, speed: object | None,
-                  default_model: str, default_voice: str) -> Choice:
-    """Raises InvalidInput, UnknownModel or UnknownVoice naming the field."""
-    if model is None or model == "":
-        model = default_model
-    if not isinstance(model, str):
+                  default_model: str, default_voice: str, preset_may_switch_model: bool = False) -> Choice:
+    """Raises InvalidInput, UnknownModel or UnknownVoice naming the field.
+
+    A model's own voice wins over a preset of the same name. A preset applies when the
+    request names no model, an OpenAI model name, or the preset's own model (or always,
+    with `preset_may_switch_model`: a realtime session changing only its voice).
+    """
+    if model is not None and not isinstance(model, str):
         raise InvalidInput("model must be a string", field="model")
-    if voice is None or voice == "":
-        voice = default_voice
-    if not isinstance(voice, str):
+    if voice is not None and not isinstance(voice, str):
         raise InvalidInput("voice must be a string", field="voice")
     speed_value = None if speed is None else check_speed(speed)
+    explicit_model = bool(model) and model not in OPENAI_MODELS
+    model_id = str(model) if explicit_model else default_model
+    record = await library.get_model(model_id)
+    voices = await library.voices(model_id) if record is not None else []
+    if voice and voice in voices:
+        return Choice(model_id, voice, speed_value if speed_value is not None else 1.0)
 
-    preset = await library.get_preset(voice)
+    preset = await library.get_preset(voice) if voice else None
     if preset is not None:
-        record = await library.get_model(preset["model_id"])
-        if record is None:
+        if explicit_model and preset["model_id"] != model_id and not preset_may_switch_model:
+            raise InvalidInput(f"{voice!r} is a preset of model {preset['model_id']!r}, not of {model_id!r}; "
+                               "leave model out or name that model", field="voice")
+        if await library.get_model(preset["model_id"]) is None:
             raise UnknownModel(f"preset {voice!r} uses model {preset['model_id']!r}, which is not installed; "
                                "edit or delete the preset", field="voice")
         return Choice(preset["model_id"], preset["voice"],
                       speed_value if speed_value is not None else float(preset["speed"]),
                       dict(preset["settings"]), preset=voice)
 
-    model_id = default_model if model in OPENAI_MODELS else model
-    record = await library.get_model(model_id)
     if record is None:
         known = ", ".join(m["id"] for m in await library.list_models())
         raise UnknownModel(f"unknown model {model!r}; installed: {known}", field="model")
-    voices = await library.voices(model_id)
-    if voice not in voices:
-        if voice in OPENAI_VOICES:
-            voice = default_voice if default_voice in voices else (voices[0] if voices else voice)
-        else:
-            raise UnknownVoice(f"model {model_id!r} has no voice or preset {voice!r}; "
-                               f"voices: {', '.join(voices)}", field="voice")
+    model_default = default_voice if default_voice in voices else (voices[0] if voices else default_voice)
+    if not voice or voice in OPENAI_VOICES:
+        voice = model_default
+    elif voice not in voices:
+        raise UnknownVoice(f"model {model_id!r} has no voice or preset {voice!r}; voices: {', '.join(voices)}",
+                           field="voice")
     return Choice(model_id, voice, speed_value if speed_value is not None else 1.0)

@@ -15,10 +15,20 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from engine.types import EngineError
+
 FAMILIES: dict[str, str] = {
     "piper": "models.piper",
     "orpheus": "models.orpheus",
 }
+EXTRAS: dict[str, str] = {"orpheus": "lm"}  # pip extra that brings a family's packages
+
+
+class FamilyUnavailable(EngineError):
+    """The family's packages (e.g. torch for speech LMs) are not installed on this server."""
+
+    code = "family_unavailable"
+    status = 501
 
 
 class InvalidModel(Exception):
@@ -31,7 +41,16 @@ class InvalidModel(Exception):
 
 
 def family(name: str) -> ModuleType:
-    """Import and return the module of family `name`; raises KeyError for unknown names."""
+    """Import and return the module of family `name`.
+
+    Raises KeyError for unknown names, FamilyUnavailable when its packages are missing.
+    """
     if name not in FAMILIES:
         raise KeyError(name)
-    return importlib.import_module(FAMILIES[name])
+    try:
+        return importlib.import_module(FAMILIES[name])
+    except ImportError as error:
+        extra = EXTRAS.get(name)
+        how = f"pip install 'voxgate[{extra}]'" if extra else "reinstall voxgate"
+        raise FamilyUnavailable(f"model family {name!r} needs the package {error.name!r}, which is not "
+                                f"installed on this server; install it with: {how}", field="family") from error

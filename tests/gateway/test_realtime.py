@@ -135,8 +135,12 @@ def test_playback_reports_are_accepted(server: LiveServer) -> None:
     ('{"type": "dance"}', "unknown_type", "type"),
     ('{"type": "text.append", "text": 5}', "invalid_input", "text"),
     ('{"type": "text.append", "text": "' + "x" * 5000 + '"}', "input_too_long", "text"),
-    ('{"type": "session.update", "session": {"model": "nope"}}', "unknown_model", "model"),
-    ('{"type": "session.update", "session": {"voice": "nope"}}', "unknown_voice", "voice"),
+    ('{"type": "session.update", "session": {"model": "nope"}}', "unknown_model", "session.model"),
+    ('{"type": "session.update", "session": {"voice": "nope"}}', "unknown_voice", "session.voice"),
+    ('{"type": "session.update", "session": {"colour": "red"}}', "invalid_input", "session.colour"),
+    ('{"type": "playback.position", "played_ms": NaN}', "invalid_input", "played_ms"),
+    ('{"type": "playback.position", "played_ms": 1e400}', "invalid_input", "played_ms"),
+    ('{"text": "no type"}', "unknown_type", "type"),
     ('{"type": "session.update", "session": {"speed": 9}}', "invalid_input", "session.speed"),
     ('{"type": "session.update", "session": {"sample_rate": 12345}}', "invalid_input", "session.sample_rate"),
     ('{"type": "session.update", "session": {"format": "mp3"}}', "invalid_input", "session.format"),
@@ -154,6 +158,19 @@ def test_bad_messages_get_error_events_and_the_session_lives_on(
         ws.send(json.dumps({"type": "session.update", "session": {"speed": 1.5}}))
         assert recv_event(ws)["type"] == "session.updated"
     assert server.wait_idle() == 0
+
+
+def test_text_after_a_flush_is_the_next_utterance(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "The first utterance is this one."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        ws.send(json.dumps({"type": "text.append", "text": "And this is the second."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        first, _ = collect_utterance(ws)
+        second, audio = collect_utterance(ws)
+    assert first[-1]["type"] == second[-1]["type"] == "utterance.done"
+    assert first[0]["utterance_id"] != second[0]["utterance_id"] and len(audio) > 0
+    assert first[-1]["error"] is None and second[-1]["cancelled"] is False
 
 
 def test_binary_frames_from_the_client_are_an_error(server: LiveServer) -> None:

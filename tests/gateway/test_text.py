@@ -58,3 +58,9 @@ def test_the_first_segment_is_cut_short_for_a_fast_first_chunk() -> None:
     assert len(cut[0]) <= 40 and " ".join(cut).split() == no_clause[0].split()
     assert split_first(["Short one."], 60) == ["Short one."]
     assert split_first(segments, 0) == segments
+
+
+def test_a_tiny_first_sentence_is_joined_with_the_next() -> None:
+    segments = split_segments("Hello! I am reading this text as it arrives, one piece at a time. Goodbye.")
+    assert split_first(segments, 60) == ["Hello! I am reading this text as it arrives,",
+                                         "one piece at a time.", "Goodbye."]

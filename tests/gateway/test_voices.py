@@ -1,0 +1,90 @@
+"""Which model and voice a request means: models' voices, presets, OpenAI names."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.types import InvalidInput, UnknownModel, UnknownVoice
+from gateway.library import Library
+from gateway.voices import resolve
+from tests.conftest import LiveServer
+
+
+def run(tmp_path: Path, check) -> None:  # type: ignore[no-untyped-def]
+    async def go() -> None:
+        library = await Library.open(tmp_path / "db.sqlite")
+        try:
+            await library.add_model("joe", "piper", "Joe", None, ["default"])
+            await library.add_model("orph", "orpheus", "Orpheus", "/x", ["tara", "leah"])
+            await check(library)
+        finally:
+            await library.close()
+
+    asyncio.run(go())
+
+
+def choose(library: Library, **kwargs: object):  # type: ignore[no-untyped-def]
+    args = {"model": None, "voice": None, "speed": None, **kwargs}
+    return resolve(library, default_model="joe", default_voice="default", **args)
+
+
+def test_a_model_without_a_voice_gets_its_own_default_voice(tmp_path: Path) -> None:
+    async def check(library: Library) -> None:
+        assert (await choose(library, model="orph")).voice == "tara"
+        assert (await choose(library, model="orph", voice="alloy")).voice == "tara"
+        assert (await choose(library)).voice == "default"
+        with pytest.raises(UnknownVoice):
+            await choose(library, model="orph", voice="default")
+        with pytest.raises(UnknownModel):
+            await choose(library, model="nope")
+        with pytest.raises(InvalidInput):
+            await choose(library, model=3)
+
+    run(tmp_path, check)
+
+
+def test_a_models_voice_wins_over_a_preset_of_the_same_name(tmp_path: Path) -> None:
+    async def check(library: Library) -> None:
+        await library.put_preset("leah", "joe", "default", 2.0, {}, create=True)
+        await library.put_preset("alloy", "orph", "leah", 1.5, {}, create=True)
+        assert (await choose(library, model="orph", voice="leah")).model_id == "orph"
+        leah = await choose(library, voice="leah")  # no model: the default model has no leah
+        assert (leah.model_id, leah.speed, leah.preset) == ("joe", 2.0, "leah")
+        alloy = await choose(library, model="tts-1", voice="alloy")  # a preset may claim an OpenAI name
+        assert (alloy.model_id, alloy.voice) == ("orph", "leah")
+        with pytest.raises(InvalidInput) as info:  # a preset of another model than the one named
+            await choose(library, model="joe", voice="alloy")
+        assert info.value.field == "voice"
+
+    run(tmp_path, check)
+
+
+def test_model_lookup_and_openai_aliases(client: httpx.Client) -> None:
+    model = client.get("/v1/models/piper-joe").json()
+    assert model["id"] == "piper-joe" and model["object"] == "model"
+    assert client.get("/v1/models/tts-1").json()["id"] == "piper-joe"
+    assert client.get("/v1/models/nope").json()["error"]["field"] == "model"
+    assert client.get("/v1/audio/voices", params={"model": "tts-1"}).json()["data"][0]["model"] == "piper-joe"
+
+
+def test_a_preset_cannot_take_a_builtin_voice_name(client: httpx.Client) -> None:
+    response = client.post("/v1/presets", json={"name": "default", "model": "piper-joe"})
+    assert response.status_code == 400 and response.json()["error"]["field"] == "name"
+
+
+def test_a_family_without_its_packages_is_a_clear_error(server: LiveServer, client: httpx.Client,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "needs_missing.py").write_text("import voxgate_no_such_package\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules["models"].FAMILIES, "broken", "needs_missing")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    response = client.post("/v1/library/install", json={"path": str(folder), "family": "broken"})
+    assert response.status_code == 501, response.text
+    error = response.json()["error"]
+    assert error["code"] == "family_unavailable" and "voxgate_no_such_package" in error["message"]
