@@ -128,6 +128,10 @@ class Download:
             "started_at": self.started_s, "finished_at": self.finished_s,
         }
 
+    def event(self, event_type: str = "download") -> dict[str, Any]:
+        """The download as a progress event: `as_json()` plus `type` (SSE sends it as `event:`)."""
+        return {"type": event_type, **self.as_json()}
+
     async def wait(self) -> Download:
         """Wait for the end; raises DownloadError if it failed or was cancelled.
 
@@ -505,7 +509,7 @@ class DownloadManager:
         if not force and now - download._last_emit_s < self.progress_interval_s:
             return
         download._last_emit_s = now
-        self.events.publish({"type": "download", **download.as_json()})
+        self.events.publish(download.event())
 
     def _trim_finished(self) -> None:
         finished = [k for k, d in self._all.items() if d.state in FINAL_STATES]

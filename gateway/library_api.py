@@ -156,8 +156,9 @@ async def download_events(request: Request) -> StreamingResponse:
         ends_at = loop.time() + SSE_MAX_S
         try:
             yield "retry: 2000\n\n"
-            for item in manager.downloads():
-                yield f"event: download\ndata: {json.dumps(item)}\n\n"
+            for item in manager.downloads():  # the same shape as the events that follow
+                event = {"type": "download", **item}
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
             while loop.time() < ends_at:
                 if until_idle and not any(manager.active(d["model_id"]) for d in manager.downloads()) \
                         and subscription.queue.empty():

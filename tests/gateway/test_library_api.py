@@ -85,6 +85,8 @@ def test_install_from_catalog_then_speak_and_delete(tmp_path: Path) -> None:
         assert response.status_code == 202, response.text
         download_id = response.json()["id"]
         body = client.get("/v1/library/downloads/events?until=idle").text
+        names = [line[7:] for line in body.splitlines() if line.startswith("event: ")]
+        assert names and all(e["type"] == name == "download" for e, name in zip(_events(body), names, strict=True))
         last = [e for e in _events(body) if e["id"] == download_id][-1]
         assert last["state"] == "done" and last["percent"] == 100.0, last
         assert client.get("/v1/library/downloads").json()["data"][0]["state"] == "done"
