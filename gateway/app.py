@@ -20,7 +20,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from gateway import library_api, models_api, pages, presets, realtime, speech, stats, takes
 from gateway.catalog import load_catalog
-from gateway.downloads import DownloadManager
+from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
 from gateway.library import Library
 from gateway.metrics import Metrics
@@ -79,11 +79,19 @@ def create_app(settings: Settings) -> Starlette:
         try:
             await register_models(library, settings)
             await residency.start(settings.preload_models)
-            for model_id in downloads.pending_model_ids():  # interrupted by the last shutdown
+            for model_id in downloads.pending_model_ids():  # interrupted by the last stop or kill
                 model = catalog.get(model_id)
-                if model is not None and not await is_registered(model_id):
-                    log.info("resuming the download of %s", model_id)
+                if model is None or await is_registered(model_id):
+                    continue
+                if downloads.needs_token(model):
+                    log.warning("not resuming the download of %s: it is gated and no download_token is set",
+                                model_id)
+                    continue
+                log.info("resuming the download of %s", model_id)
+                try:
                     await downloads.install(model)
+                except DownloadError as error:
+                    log.warning("not resuming the download of %s: %s", model_id, error.message)
             yield
         finally:
             await downloads.aclose()  # keeps partial files for the next start

@@ -4,6 +4,9 @@ Layout under `data_dir`:
 - `downloads/<model_id>/<dest>.part` holds the bytes fetched so far, and `<dest>.part.meta`
   the source URL, ETag and total size. Both survive a crash or a kill; the next install of
   the same model resumes with `Range` (+ `If-Range`, so a changed file starts over).
+- `downloads/<model_id>/.in-progress` marks a download that was running: it stays when the
+  process stops or is killed (so the next start resumes it) and goes when the download
+  fails, so a failed download is resumed only when someone installs the model again.
 - when every file is complete and verified (SHA-256 where the catalog has one, else size),
   the files move into `models/.tmp-<id>-<hex>/`, which `os.replace` renames to
   `models/<id>/`; then `register(model, path)` records it (the library does that in one
@@ -12,6 +15,7 @@ Layout under `data_dir`:
 One `Download` per model at a time: a second request for the same model gets the running
 one. Progress events go to every `subscribe()`r and `downloads()` returns the same data
 for polling. Cancelling removes the partial files; stopping the server keeps them.
+`remove()` forgets an ended download (and deletes what a failed one kept).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 
-from gateway.catalog import DEFAULT_BASE_URL, CatalogFile, CatalogModel, resolve
+from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogFile, CatalogModel, local_base, resolve
 from gateway.partials import (
     Hasher, discard, fsync, fsync_dir, part_size, read_meta, truncate, write_meta,
 )
@@ -41,6 +45,7 @@ Register = Callable[[CatalogModel, Path], Awaitable[None]]
 IsRegistered = Callable[[str], Awaitable[bool]]
 
 CHUNK_BYTES = 1 << 16
+IN_PROGRESS = ".in-progress"  # in downloads/<model_id>/: this download was running
 MAX_FINISHED = 50  # finished downloads kept for polling
 
 
@@ -128,6 +133,10 @@ class Download:
             "started_at": self.started_s, "finished_at": self.finished_s,
         }
 
+    def event(self, event_type: str = "download") -> dict[str, Any]:
+        """The download as a progress event: `as_json()` plus `type` (SSE sends it as `event:`)."""
+        return {"type": event_type, **self.as_json()}
+
     async def wait(self) -> Download:
         """Wait for the end; raises DownloadError if it failed or was cancelled.
 
@@ -184,13 +193,15 @@ class DownloadManager:
     async def install(self, model: CatalogModel) -> Download:
         """Start (or join) the download of `model`; await `.wait()` on the result for the end.
 
-        Raises DownloadError `already_installed` (409) when the library has it.
+        Raises DownloadError `already_installed` (409) when the library has it, and
+        `auth_required` (400) for a gated model without a token (see `check_access`).
         """
         running = self._active.get(model.id)
         if running is not None:
             return running
         if self._is_registered is not None and await self._is_registered(model.id):
             raise DownloadError("already_installed", f"model {model.id!r} is already installed", 409)
+        self.check_access(model)
         running = self._active.get(model.id)  # another caller may have started it meanwhile
         if running is not None:
             return running
@@ -205,6 +216,24 @@ class DownloadManager:
         download.task.add_done_callback(lambda _: self._on_done(download))
         self._emit(download, force=True)
         return download
+
+    def needs_token(self, model: CatalogModel) -> bool:
+        """True when `model` is gated, no token is configured and the files come over HTTP."""
+        if not model.gated or self._token:
+            return False
+        try:
+            return local_base(self.base_url) is None
+        except CatalogError:  # a bad base URL fails the download with its own message
+            return True
+
+    def check_access(self, model: CatalogModel) -> None:
+        """Refuse a gated model up front when the download could only end in a 401."""
+        if self.needs_token(model):
+            page = f" ({model.homepage})" if model.homepage else ""
+            raise DownloadError(
+                "auth_required", f"{model.id!r} is gated: it needs an access token, and none is configured. "
+                "Set the `download_token` setting or the VOXGATE_DOWNLOAD_TOKEN environment variable (read at "
+                f"start), and accept the licence on the model's page{page}", 400)
 
     def _on_done(self, download: Download) -> None:
         # A task cancelled before its first step never runs _run's cleanup.
@@ -235,9 +264,38 @@ class DownloadManager:
         await asyncio.gather(download.task, return_exceptions=True)
         return True
 
+    async def remove(self, download_id: str) -> bool | None:
+        """Forget an ended download; None if unknown or still running.
+
+        For a failed download that is the model's latest, the partial files it kept are
+        deleted too; returns whether files were deleted. Subscribers get a
+        `download_removed` event.
+        """
+        download = self._all.get(download_id)
+        if download is None or download.state not in FINAL_STATES:
+            return None
+        if download.task is not None and not download.task.done():
+            return None
+        later = list(self._all.values())[list(self._all).index(download_id) + 1:]
+        latest = not any(d.model_id == download.model_id for d in later)
+        del self._all[download_id]
+        files_removed = False
+        if download.state is DownloadState.FAILED and latest and download.model_id not in self._active:
+            work = self.downloads_dir / download.model_id
+            if work.exists():
+                await asyncio.to_thread(shutil.rmtree, work, True)
+                files_removed = True
+        self.events.publish(download.event("download_removed"))
+        return files_removed
+
     def pending_model_ids(self) -> list[str]:
-        """Models with partial files on disk (interrupted earlier), resumable by install()."""
-        return sorted(p.name for p in self.downloads_dir.iterdir() if p.is_dir() and p.name not in self._active)
+        """Models whose download was running when the process stopped or was killed.
+
+        The next start resumes these; a download that failed (HTTP error, hash mismatch,
+        retries used up) is not listed: its partial files wait for an explicit install.
+        """
+        return sorted(p.name for p in self.downloads_dir.iterdir()
+                      if p.is_dir() and p.name not in self._active and (p / IN_PROGRESS).exists())
 
     async def aclose(self) -> None:
         """Stop everything, keeping partial files so the next start can resume."""
@@ -257,6 +315,7 @@ class DownloadManager:
         work = self.downloads_dir / model.id
         try:
             work.mkdir(parents=True, exist_ok=True)
+            (work / IN_PROGRESS).touch()
             await asyncio.to_thread(self._check_disk, download, work)
             for f in model.files:
                 await self._fetch(download, f, work / (f.dest + ".part"))
@@ -278,14 +337,24 @@ class DownloadManager:
         except DownloadError as error:
             download.error = error
             log.warning("download of %s failed: %s", model.id, error.message)
+            await asyncio.to_thread(self._forget_failed, work)
             self._set_state(download, DownloadState.FAILED)
         except Exception as error:  # a bug or an OS error: report it, keep the loop alive
             log.exception("download of %s failed", model.id)
             download.error = DownloadError("download_failed", f"{type(error).__name__}: {error}", 500)
+            await asyncio.to_thread(self._forget_failed, work)
             self._set_state(download, DownloadState.FAILED)
         finally:
             download.finished_s = time.time()
             self._active.pop(model.id, None)
+
+    @staticmethod
+    def _forget_failed(work: Path) -> None:
+        """A failed download is not resumed at the next start; with no bytes kept, nothing stays."""
+        (work / IN_PROGRESS).unlink(missing_ok=True)
+        if work.is_dir() and not any(p.is_file() and p.name.endswith(".part") and p.stat().st_size
+                                     for p in work.rglob("*.part")):
+            shutil.rmtree(work, ignore_errors=True)
 
     def _check_disk(self, download: Download, work: Path) -> None:
         on_disk = {f.dest: part_size(work / (f.dest + ".part")) for f in download.model.files}
@@ -318,8 +387,12 @@ class DownloadManager:
             except _Retry as reason:
                 failures += 1
                 if failures > self.max_retries:
+                    work = self.downloads_dir / download.model_id
+                    kept = sum(part_size(work / (g.dest + ".part")) for g in download.model.files)
+                    resume = (f"; the {kept} bytes received so far are kept: install it again to resume"
+                              if kept else "")
                     raise DownloadError("download_failed", f"{f.dest}: {reason} (gave up after "
-                                        f"{failures} attempts; the partial file is kept for a resume)")
+                                        f"{failures} attempts{resume})")
                 log.info("download of %s/%s interrupted (%s), resuming in %.1fs",
                          download.model_id, f.dest, reason, self.retry_backoff_s * failures)
                 await asyncio.sleep(self.retry_backoff_s * failures)
@@ -354,7 +427,8 @@ class DownloadManager:
                 if status in (401, 403):
                     raise DownloadError(
                         "auth_required", f"{url} answered {status}: this model is gated or needs an access "
-                        "token (set `download_token`, and accept the licence on the model's page)", 502)
+                        "token (set `download_token` or VOXGATE_DOWNLOAD_TOKEN, and accept the licence on the "
+                        "model's page)", 502)
                 if status == 404:
                     raise DownloadError("not_found", f"{url} was not found (404); check the base URL", 502)
                 if status == 429 or status >= 500:
@@ -505,7 +579,7 @@ class DownloadManager:
         if not force and now - download._last_emit_s < self.progress_interval_s:
             return
         download._last_emit_s = now
-        self.events.publish({"type": "download", **download.as_json()})
+        self.events.publish(download.event())
 
     def _trim_finished(self) -> None:
         finished = [k for k, d in self._all.items() if d.state in FINAL_STATES]

@@ -1,12 +1,15 @@
 """The model library over HTTP: catalog, installs, downloads (+ SSE), delete, load/unload.
 
   GET    /v1/library/catalog               installable models, with installed / download state
-  POST   /v1/library/install               {"id": catalog id, "wait"?: bool}  -> 202 (201 when waited)
+  POST   /v1/library/install               {"id": catalog id, "wait"?: bool}  -> 202 (201 when waited);
+                                           400 auth_required for a gated model without a token
                                            {"path", "family", "id"?, "name"?, "options"?} -> 201
   GET    /v1/library/downloads             running and recent downloads (poll)
   GET    /v1/library/downloads/events      the same as Server-Sent Events (`?until=idle` ends
                                            the stream once nothing is downloading)
-  DELETE /v1/library/downloads/{id}        cancel (partial files are removed)
+  DELETE /v1/library/downloads/{id}        cancel a running one (partial files are removed), or
+                                           remove an ended one from the list (a failed one's
+                                           kept partial files too)
   DELETE /v1/library/models/{id}           409 while the model serves requests
   POST   /v1/models/{id}/load              {"timeout_ms"?}; 503 server_busy / insufficient_memory
   POST   /v1/models/{id}/unload            409 while busy
@@ -156,8 +159,9 @@ async def download_events(request: Request) -> StreamingResponse:
         ends_at = loop.time() + SSE_MAX_S
         try:
             yield "retry: 2000\n\n"
-            for item in manager.downloads():
-                yield f"event: download\ndata: {json.dumps(item)}\n\n"
+            for item in manager.downloads():  # the same shape as the events that follow
+                event = {"type": "download", **item}
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
             while loop.time() < ends_at:
                 if until_idle and not any(manager.active(d["model_id"]) for d in manager.downloads()) \
                         and subscription.queue.empty():
@@ -177,15 +181,19 @@ async def download_events(request: Request) -> StreamingResponse:
 
 
 async def cancel_download(request: Request) -> JSONResponse:
+    """Cancel a running download (it stays listed as cancelled), or remove an ended one."""
     manager = _downloads(_state(request))
     download_id = request.path_params["download_id"]
     download = manager.get(download_id)
     if download is None:
         raise ApiError(404, "download_not_found", f"no download {download_id!r}", field="id")
-    if not await manager.cancel(download_id):
-        raise ApiError(409, "download_finished", f"download {download_id!r} already ended ({download.state})",
+    if await manager.cancel(download_id):
+        return JSONResponse({**download.as_json(), "removed": False, "files_removed": True})
+    files_removed = await manager.remove(download_id)
+    if files_removed is None:  # a guard: cancel() said the task has ended, so remove() should not refuse
+        raise ApiError(409, "download_busy", f"download {download_id!r} is {download.state}; try again",
                        field="id")
-    return JSONResponse(download.as_json())
+    return JSONResponse({**download.as_json(), "removed": True, "files_removed": files_removed})
 
 
 async def delete_model(request: Request) -> JSONResponse:

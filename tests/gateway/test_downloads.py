@@ -222,10 +222,11 @@ def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
         download = await manager.install(model)
         with pytest.raises(DownloadError) as failed:
             await download.wait()
-        assert failed.value.code == "download_failed" and "kept" in failed.value.message
+        assert failed.value.code == "download_failed"
+        assert "the 250000 bytes received so far are kept" in failed.value.message
         part = tmp_path / "data" / "downloads" / "tiny" / "voice.onnx.part"
         assert part.stat().st_size == 250_000
-        assert manager.pending_model_ids() == ["tiny"]
+        assert manager.pending_model_ids() == []  # failed, not interrupted: no resume at the next start
         assert not registry.models
         # The second attempt asks for the rest only; a cut during it is retried automatically.
         server.cut_after[model.files[0].url] = 100_000
@@ -354,10 +355,18 @@ def test_gated_model_sends_the_token(tmp_path: Path) -> None:
 
     async def main(server: FileServer) -> None:
         anonymous = _manager(tmp_path, registry, server.url)
-        with pytest.raises(DownloadError) as failed:
-            await (await anonymous.install(model)).wait()
-        assert failed.value.code == "auth_required"
+        with pytest.raises(DownloadError) as refused:  # up front: no download to watch fail
+            await anonymous.install(model)
+        assert refused.value.code == "auth_required" and refused.value.status == 400
+        assert "VOXGATE_DOWNLOAD_TOKEN" in refused.value.message
+        assert anonymous.downloads() == [] and server.requests == []
         await anonymous.aclose()
+        wrong = _manager(tmp_path, registry, server.url, token="wrong")
+        with pytest.raises(DownloadError) as failed:
+            await (await wrong.install(model)).wait()
+        assert failed.value.code == "auth_required" and failed.value.status == 502
+        assert wrong.pending_model_ids() == []  # a failure is not resumed at the next start
+        await wrong.aclose()
         manager = _manager(tmp_path, registry, server.url, token="s3cret")
         await (await manager.install(model)).wait()
         await manager.aclose()
@@ -366,6 +375,66 @@ def test_gated_model_sends_the_token(tmp_path: Path) -> None:
         server.token = "s3cret"
         asyncio.run(main(server))
     assert "tiny" in registry.models
+
+
+def test_only_downloads_interrupted_by_a_stop_are_resumed_at_start(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        # A cut before the first byte, retries used up: nothing is kept, and the message says so.
+        server.cut_after[model.files[0].url] = 0
+        with pytest.raises(DownloadError) as failed:
+            await (await manager.install(model)).wait()
+        assert failed.value.code == "download_failed" and "kept" not in failed.value.message
+        assert not (tmp_path / "data" / "downloads" / "tiny").exists()
+        assert manager.pending_model_ids() == []
+        # Stopped midway: resumed at the next start.
+        server.delay_s = 0.02
+        download = await manager.install(model)
+        while download.bytes_done < 50_000:
+            await asyncio.sleep(0.01)
+        await manager.aclose()
+        assert download.state is DownloadState.CANCELLED
+        assert _manager(tmp_path, registry, server.url).pending_model_ids() == ["tiny"]
+
+    with _serve(model, FILES) as server:
+        asyncio.run(main(server))
+
+
+def test_remove_forgets_ended_downloads_and_a_failures_partials(tmp_path: Path) -> None:
+    model = _model(FILES)
+    registry = Registry()
+    work = tmp_path / "data" / "downloads" / "tiny"
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        with manager.subscribe() as events:
+            older = await manager.install(model)
+            with pytest.raises(DownloadError):
+                await older.wait()
+            server.cut_after[model.files[0].url] = 100_000
+            newer = await manager.install(model)  # resumes what `older` kept, and is cut again
+            with pytest.raises(DownloadError):
+                await newer.wait()
+            assert (work / "voice.onnx.part").stat().st_size == 200_000
+            assert await manager.remove(older.download_id) is False  # `newer` owns the partials now
+            assert work.exists()
+            assert await manager.remove(newer.download_id) is True
+            assert not work.exists() and manager.downloads() == []
+            assert await manager.remove(newer.download_id) is None
+            seen = []
+            while not events.queue.empty():
+                seen.append(await anext(events))
+        assert [e["id"] for e in seen if e["type"] == "download_removed"] == [older.download_id,
+                                                                              newer.download_id]
+        assert {e["type"] for e in seen} == {"download", "download_removed"}
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.cut_after[model.files[0].url] = 100_000
+        asyncio.run(main(server))
 
 
 def test_failed_registration_leaves_no_model(tmp_path: Path) -> None:

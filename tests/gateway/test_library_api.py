@@ -85,6 +85,8 @@ def test_install_from_catalog_then_speak_and_delete(tmp_path: Path) -> None:
         assert response.status_code == 202, response.text
         download_id = response.json()["id"]
         body = client.get("/v1/library/downloads/events?until=idle").text
+        names = [line[7:] for line in body.splitlines() if line.startswith("event: ")]
+        assert names and all(e["type"] == name == "download" for e, name in zip(_events(body), names, strict=True))
         last = [e for e in _events(body) if e["id"] == download_id][-1]
         assert last["state"] == "done" and last["percent"] == 100.0, last
         assert client.get("/v1/library/downloads").json()["data"][0]["state"] == "done"
@@ -123,8 +125,90 @@ def test_install_waits_and_reports_catalog_errors(tmp_path: Path) -> None:
         assert client.post("/v1/library/install", json={"id": "codec"}).status_code == 422
         assert client.post("/v1/library/install", json={}).status_code == 400
         assert client.delete("/v1/library/downloads/dl_nope").status_code == 404
-        finished = client.get("/v1/library/downloads").json()["data"][0]["id"]
-        assert client.delete(f"/v1/library/downloads/{finished}").json()["error"]["code"] == "download_finished"
+        failed = missing.json()["error"]
+        assert "kept" not in failed["message"] and "resume" not in failed["message"]  # no bytes were kept
+
+
+def test_ended_downloads_are_removed_from_the_list(tmp_path: Path) -> None:
+    with _client(tmp_path) as client:
+        done = client.post("/v1/library/install", json={"id": "amy", "wait": True}).json()
+        assert client.post("/v1/library/install", json={"id": "missing", "wait": True}).status_code == 502
+        failed = [d for d in client.get("/v1/library/downloads").json()["data"] if d["state"] == "failed"][0]
+        for download in (failed, done):
+            removed = client.delete(f"/v1/library/downloads/{download['id']}")
+            assert removed.status_code == 200, removed.text
+            assert removed.json()["id"] == download["id"] and removed.json()["removed"] is True
+            assert client.delete(f"/v1/library/downloads/{download['id']}").status_code == 404
+        assert client.get("/v1/library/downloads").json()["data"] == []
+        assert "amy" in {m["id"] for m in client.get("/v1/models").json()["data"]}  # the model stays
+
+
+def _http_catalog(tmp_path: Path, files: dict[str, bytes], *extra: dict[str, Any]) -> Path:
+    """A catalog whose model "amy" lists `files` (url -> bytes), plus `extra` entries."""
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"version": 1, "models": [
+        {"id": "amy", "family": "piper", "name": "Amy", "files": [
+            {"url": url, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for url, data in files.items()]}, *extra]}))
+    return catalog
+
+
+def test_failed_download_keeps_its_partials_until_removed_and_is_not_resumed_at_start(tmp_path: Path) -> None:
+    from tests.gateway.test_downloads import FileServer
+
+    files = {"voices/amy.onnx": ONNX.read_bytes(), "voices/amy.onnx.json": CONFIG.read_bytes()}
+    catalog = _http_catalog(tmp_path, files)
+    with FileServer({"voices/amy.onnx": files["voices/amy.onnx"]}) as server:  # the config is missing: 404
+        settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
+                                 download_base_url=server.url, min_free_disk_mb=0)
+        work = tmp_path / "data" / "downloads" / "amy"
+        with TestClient(create_app(settings)) as client:
+            failed = client.post("/v1/library/install", json={"id": "amy", "wait": True})
+            assert failed.status_code == 502 and failed.json()["error"]["code"] == "not_found"
+            assert (work / "amy.onnx.part").stat().st_size == len(files["voices/amy.onnx"])
+        num_requests = len(server.requests)
+        with TestClient(create_app(settings)) as client:  # a failed download waits for an explicit install
+            time.sleep(0.2)
+            assert client.get("/v1/library/downloads").json()["data"] == []
+            assert len(server.requests) == num_requests
+            again = client.post("/v1/library/install", json={"id": "amy", "wait": True})
+            assert again.status_code == 502 and again.json()["error"]["code"] == "not_found"
+            assert len(server.gets("voices/amy.onnx")) == 1  # the complete file was kept, not fetched again
+            download_id = client.get("/v1/library/downloads").json()["data"][0]["id"]
+            removed = client.delete(f"/v1/library/downloads/{download_id}")
+            assert removed.status_code == 200, removed.text
+            assert removed.json()["removed"] is True and removed.json()["files_removed"] is True
+            assert not work.exists()
+
+
+GATED = {"id": "locked", "family": "piper", "name": "Locked", "gated": True,
+         "homepage": "https://example.com/locked",
+         "files": [{"url": "voices/amy.onnx", "size_bytes": ONNX.stat().st_size},
+                   {"url": "voices/amy.onnx.json", "size_bytes": CONFIG.stat().st_size}]}
+
+
+def test_gated_model_without_a_token_is_refused_up_front(tmp_path: Path) -> None:
+    from tests.gateway.test_downloads import FileServer
+
+    catalog = _http_catalog(tmp_path, {"voices/amy.onnx.json": CONFIG.read_bytes()}, GATED)
+    (tmp_path / "data" / "downloads" / "locked").mkdir(parents=True)  # as left by a kill mid-download
+    (tmp_path / "data" / "downloads" / "locked" / ".in-progress").touch()
+    (tmp_path / "data" / "downloads" / "locked" / "amy.onnx.json.part").write_bytes(b"{")
+    with FileServer({}) as server:
+        settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
+                                 download_base_url=server.url, min_free_disk_mb=0)
+        with TestClient(create_app(settings)) as client:  # not resumed at start: it could only fail
+            assert client.get("/v1/library/downloads").json()["data"] == []
+            refused = client.post("/v1/library/install", json={"id": "locked"})
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "auth_required" and error["field"] == "id"
+            assert "VOXGATE_DOWNLOAD_TOKEN" in error["message"] and "download_token" in error["message"]
+            assert client.get("/v1/library/downloads").json()["data"] == []
+        assert server.requests == []
+    with _client(tmp_path / "local", catalog_path=str(catalog)) as client:  # a local mirror needs no token
+        accepted = client.post("/v1/library/install", json={"id": "locked", "wait": True})
+        assert accepted.status_code == 201, accepted.text
 
 
 def test_install_local_folder_validates_and_registers(tmp_path: Path) -> None:
