@@ -230,7 +230,8 @@ def test_a_preset_is_edited_and_deleted(server: LiveServer, page: sync_api.Page)
     page.get_by_role("button", name="Save changes").click()
     page.locator("#form-status[data-kind='ok']").wait_for()
     assert httpx.get(f"{server.url}/v1/presets/Editor").json()["speed"] == 0.75
-    assert page.inner_text("tr[data-preset='Editor'] td:nth-of-type(3)") == "0.75×"
+    # The table re-renders after the save answers: wait for it rather than read it at once.
+    page.locator("tr[data-preset='Editor'] td:nth-of-type(3)", has_text="0.75×").wait_for()
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Delete Editor").click()
     page.wait_for_selector("tr[data-preset='Editor']", state="detached")
