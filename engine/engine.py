@@ -69,6 +69,7 @@ class AudioStream:
         if isinstance(item, BaseException):
             self.done = True
             raise item
+        assert isinstance(item, AudioChunk)
         return item
 
     async def aclose(self) -> None:

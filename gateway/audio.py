@@ -36,7 +36,8 @@ _SNDFILE = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus"
 
 def to_pcm16(pcm: np.ndarray) -> bytes:
     """float32 [samples] in [-1, 1] -> int16 little-endian bytes (clipped)."""
-    return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    data: bytes = (np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    return data
 
 
 class Resampler:
@@ -50,7 +51,8 @@ class Resampler:
     def __call__(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
         if self._stream is None:
             return pcm.astype(np.float32, copy=False)
-        return self._stream.resample_chunk(pcm.astype(np.float32, copy=False), last=last)
+        out: np.ndarray = self._stream.resample_chunk(pcm.astype(np.float32, copy=False), last=last)
+        return out
 
 
 def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 import uuid
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -39,11 +39,11 @@ log = logging.getLogger(__name__)
 FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset()
 
 
-def _choice(data: dict, key: str, allowed: tuple[str, ...], default: str) -> str:
+def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
     value = data.get(key, default)
     if value is None:
         value = default
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise InvalidInput(f"{key} must be one of {', '.join(allowed)}; got {value!r}", field=key)
     return value
 
@@ -147,10 +147,10 @@ async def _sse(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
     try:
         async for data in body:
             total += len(data)
-            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
-            yield f"data: {json.dumps(event)}\n\n"
+            delta = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+            yield f"data: {json.dumps(delta)}\n\n"
     except EngineError as error:
-        event = {"type": "error", "error": {"code": error.code, "message": error.message, "field": error.field}}
-        yield f"data: {json.dumps(event)}\n\n"
+        failure = {"type": "error", "error": {"code": error.code, "message": error.message, "field": error.field}}
+        yield f"data: {json.dumps(failure)}\n\n"
         return
     yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': {'output_bytes': total}})}\n\n"
