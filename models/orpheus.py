@@ -188,12 +188,32 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
-def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """`[T, 2 * I]` (gate then up) -> `[T, I]`."""
+    gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
 
 
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add then norm: returns (x + delta, rms_norm(x + delta)); one kernel compiled."""
+    x = x + delta
+    return x, rms_norm(x, weight, eps)
+
+
+def rotate_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
+               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]`, rotated k and
+    v `[T, kv_heads, D]`; cos/sin `[T, 1, D]`."""
+    num_tokens, dim = qkv.shape[0], cos.shape[-1]
+    q, k, v = qkv.view(num_tokens, num_heads + 2 * num_kv_heads, dim).split(
+        [num_heads, num_kv_heads, num_kv_heads], dim=1)
+    return rotate(q, cos, sin), rotate(k, cos, sin), v
+
+
 class RMSNorm(nn.Module):
-    norm_fn = staticmethod(rms_norm)  # OrpheusLM.compile_layers() swaps in a compiled one
+    norm_fn = staticmethod(rms_norm)  # OrpheusLM.compile_layers() swaps in compiled ones
+    add_norm_fn = staticmethod(add_rms_norm)
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -202,6 +222,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm_fn(x, self.weight, self.eps)
+
+    def add_forward(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, norm(x + delta))."""
+        return self.add_norm_fn(x, delta, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -212,6 +236,7 @@ class Attention(nn.Module):
     """
 
     rotate_fn = staticmethod(rotate)
+    rotate_qkv_fn = staticmethod(rotate_qkv)
 
     def __init__(self, args: Args) -> None:
         super().__init__()
@@ -231,13 +256,11 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         if self.qkv_weight is not None:
-            kv_dim = self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(x, self.qkv_weight).split([self.num_heads * self.head_dim, kv_dim, kv_dim], -1)
+            q, k, v = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
         else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = self.rotate_fn(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-        k = self.rotate_fn(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+            q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
+            k = self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
+            v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
         ctx = get_context()
         assert self.k_cache is not None and self.v_cache is not None, "KV cache not allocated"
         self.k_cache[ctx.slots, :, ctx.write_positions] = k
@@ -251,7 +274,7 @@ class Attention(nn.Module):
             keys = self.k_cache[:num_tokens, :, :ctx.attn_len]
             values = self.v_cache[:num_tokens, :, :ctx.attn_len]
             out = F.scaled_dot_product_attention(
-                q.view(num_tokens, self.num_kv_heads, group, self.head_dim), keys, values, attn_mask=ctx.mask)
+                q.reshape(num_tokens, self.num_kv_heads, group, self.head_dim), keys, values, attn_mask=ctx.mask)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -270,10 +293,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate_up = F.linear(x, self.gate_up_weight)
         else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(self.act_fn(gate, up))
+            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
+        return self.down_proj(self.act_fn(gate_up))
 
 
 class DecoderLayer(nn.Module):
@@ -284,9 +307,17 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
+                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream `x` plus the previous layer's output `delta` (None for the first
+        layer) -> (stream, this layer's output): each residual add shares a kernel with the
+        norm after it. Same arithmetic as `x + attn(norm(x))`, `x + mlp(norm(x))`."""
+        if delta is None:
+            h = self.input_layernorm(x)
+        else:
+            x, h = self.input_layernorm.add_forward(x, delta)
+        x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(h, cos, sin))
+        return x, self.mlp(h)
 
 
 class LlamaModel(nn.Module):
@@ -317,14 +348,16 @@ class OrpheusLM(nn.Module):
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
 
     def compile_layers(self) -> None:
-        """torch.compile the small elementwise pieces (norm, rotary, SiLU-gate): one kernel
-        each instead of several. Call before capturing CUDA graphs (GPU only)."""
-        norm, rot, act = (torch.compile(f, dynamic=True, fullgraph=True) for f in (rms_norm, rotate, silu_mul))
+        """torch.compile the elementwise pieces between the matmuls (residual add + norm,
+        q/k rotary, SiLU-gate): one kernel each instead of several. Compiled once for any
+        token count (dynamic shapes). Call before capturing CUDA graphs (GPU only)."""
+        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True)
+                                             for f in (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul))
         for module in self.modules():
             if isinstance(module, RMSNorm):
-                module.norm_fn = norm
+                module.norm_fn, module.add_norm_fn = norm, add_norm
             elif isinstance(module, Attention):
-                module.rotate_fn = rot
+                module.rotate_fn, module.rotate_qkv_fn = rot, rot_qkv
             elif isinstance(module, MLP):
                 module.act_fn = act
 
@@ -341,9 +374,10 @@ class OrpheusLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos = self.cos[positions].to(x.dtype)[:, None, :]
         sin = self.sin[positions].to(x.dtype)[:, None, :]
+        delta = None
         for layer in self.model.layers:
-            x = layer(x, cos, sin)
-        return self.model.norm(x)
+            x, delta = layer(x, delta, cos, sin)
+        return self.model.norm(x) if delta is None else self.model.norm.add_forward(x, delta)[1]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden `[N, hidden_size]` -> float32 logits `[N, vocab_size]`."""
