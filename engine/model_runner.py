@@ -104,6 +104,63 @@ def _buckets(limit: int) -> list[int]:
     return sorted(set(sizes))
 
 
+def _codec_buckets(limit: int) -> list[int]:
+    return sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < limit} | {limit})
+
+
+class CodecGraphs:
+    """SNAC decode through CUDA graphs: one per (window frames, codec batch), for the
+    streaming windows (models/snac.py `steady_window_frames`), captured largest first into
+    one pool. Static inputs: codes `[B, F, 7]` and start frames `[B]`; rows past a call's
+    count keep old (valid) codes and are decoded and dropped (rows are independent).
+    Shapes without a graph (a stream's last chunk, or before `capture`) run eagerly."""
+
+    def __init__(self, codec: Any, batches: Sequence[int]) -> None:
+        self.codec = codec
+        self.batches = sorted(set(batches))
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._io: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        pool = None
+        for frames in reversed(steady_window_frames()):
+            for batch in reversed(self.batches):
+                codes = torch.zeros(batch, frames, CODES_PER_FRAME, dtype=torch.int64, device=self.codec.device)
+                starts = torch.zeros(batch, dtype=torch.int64, device=self.codec.device)
+                self.codec.decode(codes, starts)  # warm-up (cuDNN picks its kernels) outside capture
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    pcm = self.codec.decode(codes, starts)
+                pool = pool or graph.pool()
+                self._graphs[(frames, batch)] = graph
+                self._io[(frames, batch)] = (codes, starts, pcm)
+        torch.cuda.synchronize()
+
+    @torch.inference_mode()
+    def decode(self, frames: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """Same contract as `SnacCodec.decode`: codes `[N, F, 7]`, start frames `[N]` ->
+        float32 PCM `[N, F * 2048]` (a view of a static buffer when graphed: copy it out
+        before the next call)."""
+        count, num_frames = frames.shape[0], frames.shape[1]
+        if not self._graphs or (num_frames, self.batches[-1]) not in self._graphs:
+            return self.codec.decode(frames, starts)
+        if count > self.batches[-1]:
+            top = self.batches[-1]
+            return torch.cat([self.decode(frames[i:i + top], starts[i:i + top]).clone() for i in range(0, count, top)])
+        batch = next(b for b in self.batches if b >= count)
+        codes, start, pcm = self._io[(num_frames, batch)]
+        codes[:count].copy_(frames)
+        start[:count].copy_(starts)
+        self._graphs[(num_frames, batch)].replay()
+        return pcm[:count]
+
+    def close(self) -> None:
+        self._graphs.clear()
+        self._io.clear()
+
+
 class ModelRunner:
     has_backbone = True
 
@@ -127,20 +184,19 @@ class ModelRunner:
         self.model.set_rope(config.max_seq_len + 1, self.device)
         self.model.fuse_projections()
         self._pick = pick_tokens
-        if config.compile_layers and self.device.type == "cuda":
-            self.model.compile_layers()
+        is_compiled = config.compile_layers and self.device.type == "cuda"
+        self.model.compile_layers(is_compiled)
+        if is_compiled:
             self._pick = torch.compile(pick_tokens, dynamic=True, fullgraph=True)
         self.dtype = next(self.model.parameters()).dtype
         self._allocate_kv_cache()
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        # Codec graphs: (window frames, codec batch) -> graph; static inputs/outputs per key.
-        self._codec_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self._codec_io: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.codec_graphs = CodecGraphs(codec, config.codec_graph_batches or _codec_buckets(config.max_codec_batch))
         if self.use_graphs:
             self._capture_graphs()
             if isinstance(codec, SnacCodec) and codec.device.type == "cuda":
-                self._capture_codec_graphs()
+                self.codec_graphs.capture()
 
     # -- construction -------------------------------------------------------------------
 
@@ -150,8 +206,7 @@ class ModelRunner:
         self.kv_cache = torch.zeros(2, args.num_hidden_layers, self.config.num_slots, args.num_key_value_heads,
                                     self.config.max_seq_len + 1, args.head_dim, dtype=dtype, device=self.device)
         for i, layer in enumerate(self.model.model.layers):
-            layer.self_attn.k_cache = self.kv_cache[0, i]
-            layer.self_attn.v_cache = self.kv_cache[1, i]
+            layer.self_attn.kv_cache = self.kv_cache[:, i]
 
     def _allocate_state(self) -> None:
         n, vocab, dev = self.config.num_slots, self.model.args.vocab_size, self.device
@@ -197,48 +252,6 @@ class ModelRunner:
                 pool = pool or graph.pool()
                 self._graphs[(batch, length)] = graph
         torch.cuda.synchronize()
-
-    def _codec_batches(self) -> list[int]:
-        limit = self.config.max_codec_batch
-        default = [b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < limit] + [limit]
-        return sorted(set(self.config.codec_graph_batches or default))
-
-    @torch.inference_mode()
-    def _capture_codec_graphs(self) -> None:
-        """One graph per (window frames, codec batch) for the streaming windows, largest first,
-        into one pool. Static inputs: codes `[B, F, 7]` and start frames `[B]`; rows past a
-        call's count keep old (valid) codes and are decoded and dropped (rows are independent)."""
-        dev = self.device
-        pool = None
-        for frames in reversed(steady_window_frames()):
-            for batch in reversed(self._codec_batches()):
-                codes = torch.zeros(batch, frames, CODES_PER_FRAME, dtype=torch.int64, device=dev)
-                starts = torch.zeros(batch, dtype=torch.int64, device=dev)
-                self.codec.decode(codes, starts)  # warm-up (cuDNN picks its kernels) outside capture
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    pcm = self.codec.decode(codes, starts)
-                pool = pool or graph.pool()
-                self._codec_graphs[(frames, batch)] = graph
-                self._codec_io[(frames, batch)] = (codes, starts, pcm)
-        torch.cuda.synchronize()
-
-    def _decode_codec(self, frames: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-        """codec.decode through a captured graph where one fits (else eagerly); same contract."""
-        count, num_frames = frames.shape[0], frames.shape[1]
-        batch = next((b for b in self._codec_batches() if b >= count), None)
-        if (num_frames, batch) not in self._codec_graphs:
-            if count > self._codec_batches()[-1] and (num_frames, self._codec_batches()[-1]) in self._codec_graphs:
-                top = self._codec_batches()[-1]
-                return torch.cat([self._decode_codec(frames[i:i + top], starts[i:i + top])
-                                  for i in range(0, count, top)])
-            return self.codec.decode(frames, starts)
-        codes, start, pcm = self._codec_io[(num_frames, batch)]
-        codes[:count].copy_(frames)
-        start[:count].copy_(starts)
-        self._codec_graphs[(num_frames, batch)].replay()
-        return pcm[:count]
 
     # -- the decode step (graph-captured on GPU) ------------------------------------------
 
@@ -471,7 +484,7 @@ class ModelRunner:
         for group in groups.values():  # equal window lengths decode as one batch
             frames = torch.tensor([s.frames[w.start:w.stop] for _, s, w in group], dtype=torch.int64)
             starts = torch.tensor([w.start for _, _, w in group], dtype=torch.int64)
-            audio = self._decode_codec(frames, starts).cpu().numpy()
+            audio = self.codec_graphs.decode(frames, starts).cpu().numpy()
             for row, (rid, _, window) in enumerate(group):
                 pcm[rid] = np.ascontiguousarray(audio[row, window.crop])
         outs = []
@@ -491,8 +504,7 @@ class ModelRunner:
     def close(self) -> None:
         self._seqs.clear()
         self._graphs.clear()
-        self._codec_graphs.clear()
-        self._codec_io.clear()
+        self.codec_graphs.close()
         for layer in self.model.model.layers:
-            layer.self_attn.k_cache = layer.self_attn.v_cache = None
+            layer.self_attn.kv_cache = None
         del self.kv_cache

@@ -202,13 +202,14 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
 
 
 def rotate_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
-               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]`, rotated k and
-    v `[T, kv_heads, D]`; cos/sin `[T, 1, D]`."""
+               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]` and
+    kv `[T, 2, kv_heads, D]` (rotated k, v: one tensor, stored in the cache by one write);
+    cos/sin `[T, 1, D]`."""
     num_tokens, dim = qkv.shape[0], cos.shape[-1]
     q, k, v = qkv.view(num_tokens, num_heads + 2 * num_kv_heads, dim).split(
         [num_heads, num_kv_heads, num_kv_heads], dim=1)
-    return rotate(q, cos, sin), rotate(k, cos, sin), v
+    return rotate(q, cos, sin), torch.stack([rotate(k, cos, sin), v], dim=1)
 
 
 class RMSNorm(nn.Module):
@@ -231,8 +232,8 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     """GQA self-attention over the runner's KV cache (see models/context.py).
 
-    `k_cache`, `v_cache`: `[num_slots, kv_heads, max_seq_len + 1, head_dim]` views of the
-    runner's one cache tensor; the last position is the write-only spare for padding rows.
+    `kv_cache`: `[2, num_slots, kv_heads, max_seq_len + 1, head_dim]` view of the runner's
+    one cache tensor (k then v); the last position is the write-only spare for padding rows.
     """
 
     rotate_fn = staticmethod(rotate)
@@ -245,8 +246,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, args.hidden_size, bias=False)
-        self.k_cache: torch.Tensor | None = None
-        self.v_cache: torch.Tensor | None = None
+        self.kv_cache: torch.Tensor | None = None
         self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
 
     def fuse(self) -> None:
@@ -256,23 +256,23 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         if self.qkv_weight is not None:
-            q, k, v = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
+            q, kv = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
         else:
             q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-            k = self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
-            v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+            kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
+                              self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
+        k, v = kv[:, 0], kv[:, 1]
         ctx = get_context()
-        assert self.k_cache is not None and self.v_cache is not None, "KV cache not allocated"
-        self.k_cache[ctx.slots, :, ctx.write_positions] = k
-        self.v_cache[ctx.slots, :, ctx.write_positions] = v
+        assert self.kv_cache is not None, "KV cache not allocated"
+        self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
         if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
             out = F.scaled_dot_product_attention(
                 q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                 attn_mask=ctx.mask, enable_gqa=True)[0].transpose(0, 1)
         else:  # one query per slot row; the query heads sharing a KV head form its "length"
             group = self.num_heads // self.num_kv_heads
-            keys = self.k_cache[:num_tokens, :, :ctx.attn_len]
-            values = self.v_cache[:num_tokens, :, :ctx.attn_len]
+            keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
+            values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
             out = F.scaled_dot_product_attention(
                 q.reshape(num_tokens, self.num_kv_heads, group, self.head_dim), keys, values, attn_mask=ctx.mask)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
@@ -347,12 +347,14 @@ class OrpheusLM(nn.Module):
     def set_rope(self, num_positions: int, device: torch.device | str) -> None:
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
 
-    def compile_layers(self) -> None:
+    def compile_layers(self, enabled: bool = True) -> None:
         """torch.compile the elementwise pieces between the matmuls (residual add + norm,
         q/k rotary, SiLU-gate): one kernel each instead of several. Compiled once for any
-        token count (dynamic shapes). Call before capturing CUDA graphs (GPU only)."""
-        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True)
-                                             for f in (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul))
+        token count (dynamic shapes). Call before capturing CUDA graphs (GPU only).
+        `enabled=False` puts the plain functions back."""
+        plain = (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul)
+        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True) if enabled else f
+                                             for f in plain)
         for module in self.modules():
             if isinstance(module, RMSNorm):
                 module.norm_fn, module.add_norm_fn = norm, add_norm
