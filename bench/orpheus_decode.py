@@ -90,12 +90,13 @@ class _NoCodec:
 
 
 def make_runner(model: orpheus.OrpheusLM, slots: int, context: int, batches: list[int], eager: bool,
-                device: str, compile_layers: bool = False) -> ModelRunner:
+                device: str, compile_layers: bool = False, triton_attention: bool = False) -> ModelRunner:
     spec = LMSpec(orpheus.FAMILY, orpheus.VOICES, lambda v, t: [], orpheus.frame_codes, orpheus.STOP_TOKEN_IDS,
                   orpheus.TOKENS_PER_FRAME, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TEMPERATURE,
                   orpheus.TOP_P, orpheus.REPETITION_PENALTY, orpheus.MAX_TOKENS, orpheus.MAX_TEXT_CHARS)
     max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
     config = RunnerConfig(num_slots=slots, max_seq_len=max_seq_len, enforce_eager=eager, compile_layers=compile_layers,
+                          triton_attention=triton_attention,
                           attn_block=max_seq_len + 1, graph_batches=tuple(batches))
     return ModelRunner("bench", spec, model, _NoCodec(), config, device)  # type: ignore[arg-type]
 
@@ -254,13 +255,14 @@ def main() -> None:
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
     rows, checks, profiles = [], {}, {}
     profile_batches = [int(b) for b in opts.profile_batches.split(",") if b]
-    variants = [("graph", False)] + ([("graph+compile", True)] if opts.compile and device == "cuda" else [])
+    variants = [("graph", False, False)] + ([("graph+compile", True, False), ("graph+compile+triton", True, True)]
+                                            if opts.compile and device == "cuda" else [])
     for context in (int(c) for c in opts.contexts.split(",")):
         plain_tokens: dict[int, torch.Tensor] = {}
-        for label, compiled in variants:
+        for label, compiled, triton_attention in variants:
             t0 = time.perf_counter()
             try:
-                runner = make_runner(model, max(batches), context, batches, False, device, compiled)
+                runner = make_runner(model, max(batches), context, batches, False, device, compiled, triton_attention)
             except Exception as error:  # keep the eager numbers if capture breaks
                 import traceback
 
@@ -276,7 +278,7 @@ def main() -> None:
                     checks[f"{label}_eq_eager_b{batch}_c{context}"] = graph_matches_eager(runner, batch, context)
                     tokens = greedy_tokens(runner, batch, context, True)
                     if compiled and batch in plain_tokens:
-                        checks[f"compiled_eq_plain_b{batch}_c{context}"] = float(
+                        checks[f"{label}_eq_plain_b{batch}_c{context}"] = float(
                             (tokens == plain_tokens[batch]).float().mean())
                     elif not compiled:
                         plain_tokens[batch] = tokens
@@ -298,9 +300,9 @@ def main() -> None:
                                  "floor_ms": round(floor_ms, 3), "gpu": gpu, "attn_len": length,
                                  "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S,
                                  "sampler_ms": round(sampler_ms, 3)})
-                    print(f"ctx {context:5d} batch {batch:4d} {mode:13s} {ms:8.3f} ms  floor {floor_ms:7.3f} ms  "
+                    print(f"ctx {context:5d} batch {batch:4d} {mode:20s} {ms:8.3f} ms  floor {floor_ms:7.3f} ms  "
                           f"x{ms / floor_ms:5.2f}", flush=True)
-                if context == 512 and batch in profile_batches and runner.use_graphs:
+                if context == 512 and batch in profile_batches and runner.use_graphs and compiled:
                     reset_rows(runner, context, opts.seed)
                     try:
                         profiles[f"{label}_b{batch}_c{context}"] = profile_step(runner, batch)
@@ -317,7 +319,8 @@ def main() -> None:
     steady = min(r["ms_per_emitted_frame"] for r in codec_rows if r["chunk"] == "steady" and r["mode"] == codec_mode)
     codec_ms_per_stream_s = steady * SAMPLE_RATE / SAMPLES_PER_FRAME  # codec ms per second of one stream's audio
     streams = {}
-    best_mode = "graph+compile" if any(r["mode"] == "graph+compile" for r in rows) else "graph"
+    best_mode = min({r["mode"] for r in rows if r["mode"] != "eager"},
+                    key=lambda m: sum(r["step_ms"] for r in rows if r["mode"] == m))
     for context in {r["context"] for r in rows}:
         graph = [r for r in rows if r["context"] == context and r["mode"] == best_mode]
         ok = [r["batch"] for r in graph if r["realtime"]]
@@ -333,9 +336,9 @@ def main() -> None:
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, weights {weight_bytes / 1e9:.2f} GB, {gpu}")
-    print(f"{'ctx':>5} {'batch':>5} {'mode':>13} {'ms':>8} {'floor':>7} {'x floor':>7} {'sampler':>8}")
+    print(f"{'ctx':>5} {'batch':>5} {'mode':>20} {'ms':>8} {'floor':>7} {'x floor':>7} {'sampler':>8}")
     for r in rows:
-        print(f"{r['context']:5d} {r['batch']:5d} {r['mode']:>13} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} "
+        print(f"{r['context']:5d} {r['batch']:5d} {r['mode']:>20} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} "
               f"{r['step_ms'] / r['floor_ms']:7.2f} {r['sampler_ms']:8.3f}")
     for r in codec_rows:
         print(f"snac {r['chunk']:6s} {r['mode']:5s} batch {r['codec_batch']:3d}: {r['chunk_ms']:.3f} ms/chunk "

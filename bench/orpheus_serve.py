@@ -60,7 +60,8 @@ def audio_tokens(text: str) -> int:
 def build_runner(opts: argparse.Namespace) -> tuple[object, dict]:
     """The runner and timings (s): random weights in memory, or a checkpoint through orpheus.load."""
     options = {"num_slots": max(opts.sessions), "max_seq_len": opts.max_seq_len, "max_codec_batch": opts.codec_batch_max,
-               "compile_layers": bool(opts.compile), "enforce_eager": bool(opts.eager)}
+               "compile_layers": bool(opts.compile), "enforce_eager": bool(opts.eager),
+               "triton_attention": bool(opts.triton)}
     timings = {}
     if opts.checkpoint:
         from models.checkpoint import write_random
@@ -173,6 +174,7 @@ def main() -> None:
     parser.add_argument("--codec-batch-max", type=int, default=32)
     parser.add_argument("--compile", type=int, default=1)
     parser.add_argument("--eager", type=int, default=0)
+    parser.add_argument("--triton", type=int, default=1, help="Triton decode attention (else SDPA)")
     parser.add_argument("--flavor", default="full")
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--write-checkpoint", type=int, default=0)
@@ -190,7 +192,7 @@ def main() -> None:
     rng = random.Random(opts.seed)
     asyncio.run(run_wave(runner, "edf", rng.sample(texts, 2), "burst", 1.0, opts.seed, opts.ttfa_slo_ms))  # warm-up
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
-              "timings": timings, "compile_layers": bool(opts.compile), "arrival": opts.arrival,
+              "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton), "arrival": opts.arrival,
               "max_chars": opts.max_chars, "ttfa_slo_ms": opts.ttfa_slo_ms, "rows": [], "max_sessions_90": {}}
     for n in opts.sessions:
         wave = random.Random(opts.seed + n).sample(texts, n)

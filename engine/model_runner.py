@@ -55,6 +55,7 @@ class RunnerConfig:
     compile_layers: bool = False  # torch.compile the elementwise pieces and the sampler (GPU; slower load)
     max_codec_batch: int = 32
     codec_graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, ... up to max_codec_batch
+    triton_attention: bool = True  # GPU decode attention: models/decode_attention.py instead of SDPA
     attn_block: int = 256  # attention reads the cache in multiples of this many positions
     graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, 8, 16, 32, ... up to num_slots
 
@@ -189,6 +190,11 @@ class ModelRunner:
         if is_compiled:
             self._pick = torch.compile(pick_tokens, dynamic=True, fullgraph=True)
         self.dtype = next(self.model.parameters()).dtype
+        attention = None
+        if config.triton_attention and self.device.type == "cuda":
+            from models.decode_attention import decode_attention as attention
+        for layer in self.model.model.layers:
+            layer.self_attn.decode_attention_fn = attention
         self._allocate_kv_cache()
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
@@ -241,7 +247,8 @@ class ModelRunner:
     def _capture_graphs(self) -> None:
         self.host_active.zero_()
         for batch in self._graph_batches():  # warm up every shape (and any compiled kernels) outside capture
-            self._decode_step(batch, self._attn_lengths()[-1])
+            for length in self._attn_lengths():
+                self._decode_step(batch, length)
         torch.cuda.synchronize()
         pool = None
         for batch in reversed(self._graph_batches()):

@@ -238,6 +238,9 @@ class Attention(nn.Module):
 
     rotate_fn = staticmethod(rotate)
     rotate_qkv_fn = staticmethod(rotate_qkv)
+    # (q [B, kv_heads, group, D], kv cache view, positions [B], attn_len) -> like q; None: SDPA.
+    # The runner sets models/decode_attention.py's Triton kernel here on GPU.
+    decode_attention_fn: Any = None
 
     def __init__(self, args: Args) -> None:
         super().__init__()
@@ -270,11 +273,13 @@ class Attention(nn.Module):
                 q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                 attn_mask=ctx.mask, enable_gqa=True)[0].transpose(0, 1)
         else:  # one query per slot row; the query heads sharing a KV head form its "length"
-            group = self.num_heads // self.num_kv_heads
-            keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
-            values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
-            out = F.scaled_dot_product_attention(
-                q.reshape(num_tokens, self.num_kv_heads, group, self.head_dim), keys, values, attn_mask=ctx.mask)
+            q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
+            if self.decode_attention_fn is not None:
+                out = self.decode_attention_fn(q, self.kv_cache, ctx.write_positions, ctx.attn_len)
+            else:
+                keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
+                values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -461,7 +466,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """Load backbone + codec and return a ready `engine.model_runner.ModelRunner`.
 
     options: `backbone_path`, `codec_path`, `dtype` ("bfloat16" | "float32"; default bf16
-    on CUDA, float32 on CPU), `num_slots`, `max_seq_len`, `enforce_eager`, `max_codec_batch`.
+    on CUDA, float32 on CPU), `num_slots`, `max_seq_len`, `enforce_eager`, `max_codec_batch`,
+    `compile_layers` (GPU: slower load, faster decode; see bench/results/orpheus_decode.md), `triton_attention`.
     """
     from tokenizers import Tokenizer
 
