@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,6 +36,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models import InvalidModel
 from models.context import get_context
@@ -269,9 +271,14 @@ class Attention(nn.Module):
         assert self.kv_cache is not None, "KV cache not allocated"
         self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
         if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
-            out = F.scaled_dot_product_attention(
-                q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                attn_mask=ctx.mask, enable_gqa=True)[0].transpose(0, 1)
+            # GPU: the memory-efficient kernel, not cuDNN, which builds a plan for every new
+            # prompt length (a stall per prefill); K/V heads expanded, so GQA is no constraint.
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
+                out = F.scaled_dot_product_attention(
+                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                    attn_mask=ctx.mask)[0].transpose(0, 1)
         else:  # one query per slot row; the query heads sharing a KV head form its "length"
             q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
             if self.decode_attention_fn is not None:
