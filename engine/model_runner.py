@@ -26,8 +26,9 @@ model and codec, `_allocate_kv_cache()`, `_allocate_state()`, `_capture_graphs()
   to steady chunks) x codec batch buckets, one pool; other lengths (a stream's last
   chunk) run eagerly, as does everything on CPU or with `enforce_eager`.
 
-Measured on one H200 (bench/results/orpheus_decode.md): Orpheus-3B decode step 4.6 ms
-at batch 1 and 9.6 ms at batch 128 (context 512), 2.3-3x the weight+KV memory floor.
+- GPU options: `compile_layers` torch.compiles the elementwise pieces and the sampler
+  (slower load), `triton_attention` (default) runs decode attention in
+  models/decode_attention.py. Step times vs the memory floor: bench/results/orpheus_decode.md.
 """
 
 from __future__ import annotations
