@@ -90,12 +90,13 @@ class _NoCodec:
 
 
 def make_runner(model: orpheus.OrpheusLM, slots: int, context: int, batches: list[int], eager: bool,
-                device: str, compile_layers: bool = False) -> ModelRunner:
+                device: str, compile_layers: bool = False, triton_attention: bool = False) -> ModelRunner:
     spec = LMSpec(orpheus.FAMILY, orpheus.VOICES, lambda v, t: [], orpheus.frame_codes, orpheus.STOP_TOKEN_IDS,
                   orpheus.TOKENS_PER_FRAME, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TEMPERATURE,
                   orpheus.TOP_P, orpheus.REPETITION_PENALTY, orpheus.MAX_TOKENS, orpheus.MAX_TEXT_CHARS)
     max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
     config = RunnerConfig(num_slots=slots, max_seq_len=max_seq_len, enforce_eager=eager, compile_layers=compile_layers,
+                          triton_attention=triton_attention,
                           attn_block=max_seq_len + 1, graph_batches=tuple(batches))
     return ModelRunner("bench", spec, model, _NoCodec(), config, device)  # type: ignore[arg-type]
 
@@ -116,29 +117,73 @@ def reset_rows(runner: ModelRunner, context: int, seed: int) -> None:
     runner.tokens.fill_(orpheus.AUDIO_TOKEN_BASE)
 
 
+def greedy_tokens(runner: ModelRunner, batch: int, context: int, graph: bool) -> torch.Tensor:
+    """Greedy tokens `[batch]` of one step from the reset state, eager or graph replay."""
+    reset_rows(runner, context, 0)
+    runner.temperature.zero_()
+    if graph:
+        runner._graphs[(batch, runner.config.max_seq_len + 1)].replay()
+    else:
+        with torch.inference_mode():
+            runner._decode_step(batch, runner.config.max_seq_len + 1)
+    return runner.readback[0, :batch].clone()
+
+
 def graph_matches_eager(runner: ModelRunner, batch: int, context: int) -> float:
     """Share of rows whose sampled token is equal, eager vs graph, from the same state."""
-    reset_rows(runner, context, 0)
-    runner.temperature.zero_()
-    with torch.inference_mode():
-        runner._decode_step(batch, runner.config.max_seq_len + 1)
-    eager = runner.readback[0, :batch].clone()
-    reset_rows(runner, context, 0)
-    runner.temperature.zero_()
-    runner._graphs[(batch, runner.config.max_seq_len + 1)].replay()
-    return float((runner.readback[0, :batch] == eager).float().mean())
+    eager = greedy_tokens(runner, batch, context, False)
+    return float((greedy_tokens(runner, batch, context, True) == eager).float().mean())
+
+
+def profile_step(runner: ModelRunner, batch: int, iters: int = 5) -> dict:
+    """CUDA kernel time per step by kind (torch.profiler over graph replays; eager steps if
+    the profiler sees no kernels inside graphs), vs the step's wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    length = runner.config.max_seq_len + 1
+    kinds = {"gemm": ("gemm", "gemv", "nvjet", "cutlass", "sm90_xmma", "splitk"),
+             "attention": ("fmha", "attention", "flash", "mem_eff"), "index": ("index", "scatter", "gather"),
+             "topk/sort": ("topk", "sort", "radix", "bitonic"), "triton (compiled)": ("triton",)}
+    out: dict = {}
+    for source in ("graph", "eager"):
+        step = runner._graphs[(batch, length)].replay if source == "graph" else (
+            lambda: runner._decode_step(batch, length))
+        with torch.inference_mode():
+            step()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(iters):
+                    step()
+                torch.cuda.synchronize()
+        events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                  and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+        if not events:
+            continue
+        by_kind: dict[str, float] = {}
+        by_name: dict[str, list[float]] = {}
+        for e in events:
+            name = e.name.lower()
+            kind = next((k for k, keys in kinds.items() if any(w in name for w in keys)), "other")
+            by_kind[kind] = by_kind.get(kind, 0.0) + e.time_range.elapsed_us() / 1000 / iters
+            by_name.setdefault(e.name[:90], []).append(e.time_range.elapsed_us() / 1000 / iters)
+        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:12]
+        out = {"source": source, "kernels_per_step": round(len(events) / iters, 1),
+               "kernel_ms_per_step": round(sum(by_kind.values()), 3),
+               "by_kind_ms": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+               "top_kernels_ms": [{"name": n, "ms": round(sum(t), 3), "count": len(t)} for n, t in top]}
+        break
+    return out
 
 
 def bench_sampler(runner: ModelRunner, batch: int, iters: int) -> float:
     """ms of the batched sampler alone on `[batch, vocab]` logits, replayed as a CUDA graph."""
-    from engine.sampling import sample
-
-    rows = runner.row_index[:batch]
+    rows = slice(0, batch)
     logits = torch.randn(batch, runner.model.args.vocab_size, device=runner.device) * 4
 
     def run() -> torch.Tensor:
-        return sample(logits, runner.temperature[rows], runner.top_p[rows], runner.penalty[rows], runner.seen[rows],
-                      runner.seeds[rows], runner.steps[rows], runner._allowed(runner.steps[rows], runner.forced[rows]))
+        return runner._pick(logits, runner.temperature[rows], runner.top_p[rows], runner.penalty[rows],
+                            runner.seen[rows], runner.seeds[rows], runner.steps[rows], runner.forced[rows],
+                            runner.vocab_ids, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TOKENS_PER_FRAME)
 
     if not runner.use_graphs:
         return _time_ms(run, iters)
@@ -155,20 +200,34 @@ def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from snac import SNAC
+    from engine.model_runner import CodecGraphs
     from models.checkpoint import SNAC_CONFIGS
     from models.snac import CHUNK_FRAMES, CONTEXT_FRAMES, SnacCodec
 
     torch.manual_seed(0)
     codec = SnacCodec(SNAC(**SNAC_CONFIGS["full"]), device, torch.float32)
+    graphs = CodecGraphs(codec, batches)
+    t0 = time.perf_counter()
+    if device == "cuda":
+        graphs.capture()
+    capture_s = time.perf_counter() - t0
     rows = []
     for kind, emit, window in (("first", CHUNK_FRAMES[0], CHUNK_FRAMES[0] + CONTEXT_FRAMES),
                                ("steady", CHUNK_FRAMES[-1], CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES)):
         for batch in batches:
             frames = torch.randint(0, 4096, (batch, window, 7), device=device)
-            start = torch.full((batch,), 10, dtype=torch.int64, device=device)
-            ms = _time_ms(lambda: codec.decode(frames, start), iters)
-            rows.append({"chunk": kind, "codec_batch": batch, "frames_emitted": emit, "frames_decoded": window,
-                         "chunk_ms": round(ms, 3), "ms_per_emitted_frame": round(ms / (batch * emit), 4)})
+            start = torch.randint(0, 500, (batch,), dtype=torch.int64, device=device)
+            eager = codec.decode(frames, start)
+            err = float((graphs.decode(frames, start) - eager).abs().max() / eager.abs().max())
+            for mode, fn in (("eager", codec.decode), ("graph", graphs.decode)):
+                if mode == "graph" and device != "cuda":
+                    continue
+                ms = _time_ms(lambda: fn(frames, start), iters)
+                rows.append({"chunk": kind, "mode": mode, "codec_batch": batch, "frames_emitted": emit,
+                             "frames_decoded": window, "chunk_ms": round(ms, 3),
+                             "ms_per_emitted_frame": round(ms / (batch * emit), 4),
+                             "graph_vs_eager_max_rel_err": err, "capture_s": round(capture_s, 2)})
+    graphs.close()
     return rows
 
 
@@ -182,7 +241,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/orpheus_decode.json")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--compile-batches", default="1,8,64,256", help="also time compiled layers ('' = skip)")
+    parser.add_argument("--compile", type=int, default=1, help="also time compile_layers=True runners")
+    parser.add_argument("--profile-batches", default="1,64", help="torch.profiler at context 512 ('' = skip)")
     opts = parser.parse_args()
     device = opts.device
     torch.manual_seed(opts.seed)
@@ -193,96 +253,98 @@ def main() -> None:
     args = model.args
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # tied head counted once
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
-    rows, checks = [], {}
+    rows, checks, profiles = [], {}, {}
+    profile_batches = [int(b) for b in opts.profile_batches.split(",") if b]
+    variants = [("graph", False, False)] + ([("graph+compile", True, False), ("graph+compile+triton", True, True)]
+                                            if opts.compile and device == "cuda" else [])
     for context in (int(c) for c in opts.contexts.split(",")):
-        t0 = time.perf_counter()
-        try:
-            runner = make_runner(model, max(batches), context, batches, False, device)
-        except Exception as error:  # keep the eager numbers if capture breaks
-            import traceback
-
-            traceback.print_exc()
-            checks[f"capture_error_c{context}"] = repr(error)[:300]
-            torch.cuda.empty_cache()
-            runner = make_runner(model, max(batches), context, batches, True, device)
-        capture_s = time.perf_counter() - t0
-        for batch in batches:
-            if runner.use_graphs:
-                checks[f"graph_eq_eager_b{batch}_c{context}"] = graph_matches_eager(runner, batch, context)
-            floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
-            reset_rows(runner, context, opts.seed)
-            sampler_ms = bench_sampler(runner, batch, opts.iters)
-            length = runner.config.max_seq_len + 1
-            for mode in ("eager", "graph") if runner.use_graphs else ("eager",):
-                reset_rows(runner, context, opts.seed)
-                if mode == "eager":
-                    def step() -> None:
-                        with torch.inference_mode():
-                            runner._decode_step(batch, length)
-                else:
-                    step = runner._graphs[(batch, length)].replay
-                ms = _time_ms(step, opts.iters)
-                rows.append({"batch": batch, "context": context, "mode": mode, "step_ms": round(ms, 3),
-                             "floor_ms": round(floor_ms, 3), "gpu": gpu, "attn_len": length,
-                             "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S,
-                             "sampler_ms": round(sampler_ms, 3)})
-                print(f"ctx {context:5d} batch {batch:4d} {mode:5s} {ms:8.3f} ms  floor {floor_ms:7.3f} ms  "
-                      f"x{ms / floor_ms:5.2f}", flush=True)
-        runner.close()
-        del runner
-        torch.cuda.empty_cache()
-        checks[f"capture_s_c{context}"] = round(capture_s, 2)
-    experiments = []
-    if opts.compile_batches and device == "cuda":  # torch.compile'd norm/rotary/SiLU inside the graphs
-        context, compile_batches = 512, [int(b) for b in opts.compile_batches.split(",")]
-        try:
+        plain_tokens: dict[int, torch.Tensor] = {}
+        for label, compiled, triton_attention in variants:
             t0 = time.perf_counter()
-            runner = make_runner(model, max(compile_batches), context, compile_batches, False, device, True)
-            checks["compile_capture_s"] = round(time.perf_counter() - t0, 1)
-            for batch in compile_batches:
-                checks[f"compiled_graph_eq_eager_b{batch}"] = graph_matches_eager(runner, batch, context)
+            try:
+                runner = make_runner(model, max(batches), context, batches, False, device, compiled, triton_attention)
+            except Exception as error:  # keep the eager numbers if capture breaks
+                import traceback
+
+                traceback.print_exc()
+                checks[f"capture_error_{label}_c{context}"] = repr(error)[:300]
+                torch.cuda.empty_cache()
+                if compiled:
+                    continue
+                runner = make_runner(model, max(batches), context, batches, True, device)
+            checks[f"capture_s_{label}_c{context}"] = round(time.perf_counter() - t0, 2)
+            for batch in batches:
+                if runner.use_graphs:
+                    checks[f"{label}_eq_eager_b{batch}_c{context}"] = graph_matches_eager(runner, batch, context)
+                    tokens = greedy_tokens(runner, batch, context, True)
+                    if compiled and batch in plain_tokens:
+                        checks[f"{label}_eq_plain_b{batch}_c{context}"] = float(
+                            (tokens == plain_tokens[batch]).float().mean())
+                    elif not compiled:
+                        plain_tokens[batch] = tokens
+                floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
                 reset_rows(runner, context, opts.seed)
-                ms = _time_ms(runner._graphs[(batch, runner.config.max_seq_len + 1)].replay, opts.iters)
-                experiments.append({"batch": batch, "context": context, "mode": "graph+compile", "step_ms": round(ms, 3),
-                                    "gpu": gpu})
-                print(f"ctx {context:5d} batch {batch:4d} graph+compile {ms:8.3f} ms", flush=True)
+                sampler_ms = bench_sampler(runner, batch, opts.iters)
+                length = runner.config.max_seq_len + 1
+                modes = (["eager"] if not compiled else []) + ([label] if runner.use_graphs else [])
+                for mode in modes:
+                    reset_rows(runner, context, opts.seed)
+                    if mode == "eager":
+                        def step() -> None:
+                            with torch.inference_mode():
+                                runner._decode_step(batch, length)
+                    else:
+                        step = runner._graphs[(batch, length)].replay
+                    ms = _time_ms(step, opts.iters)
+                    rows.append({"batch": batch, "context": context, "mode": mode, "step_ms": round(ms, 3),
+                                 "floor_ms": round(floor_ms, 3), "gpu": gpu, "attn_len": length,
+                                 "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S,
+                                 "sampler_ms": round(sampler_ms, 3)})
+                    print(f"ctx {context:5d} batch {batch:4d} {mode:20s} {ms:8.3f} ms  floor {floor_ms:7.3f} ms  "
+                          f"x{ms / floor_ms:5.2f}", flush=True)
+                if context == 512 and batch in profile_batches and runner.use_graphs and compiled:
+                    reset_rows(runner, context, opts.seed)
+                    try:
+                        profiles[f"{label}_b{batch}_c{context}"] = profile_step(runner, batch)
+                    except Exception as error:
+                        profiles[f"{label}_b{batch}_c{context}"] = {"error": repr(error)[:300]}
             runner.close()
             del runner
-        except Exception as error:
-            import traceback
-
-            traceback.print_exc()
-            checks["compile_error"] = repr(error)[:300]
-        torch.cuda.empty_cache()
+            torch.cuda.empty_cache()
+    model.compile_layers(False)
     del model
     torch.cuda.empty_cache()
     codec_rows = bench_codec(device, [int(b) for b in opts.codec_batches.split(",")], opts.iters)
-    steady = min(r["ms_per_emitted_frame"] for r in codec_rows if r["chunk"] == "steady")
+    codec_mode = "graph" if device == "cuda" else "eager"
+    steady = min(r["ms_per_emitted_frame"] for r in codec_rows if r["chunk"] == "steady" and r["mode"] == codec_mode)
     codec_ms_per_stream_s = steady * SAMPLE_RATE / SAMPLES_PER_FRAME  # codec ms per second of one stream's audio
     streams = {}
+    best_mode = min({r["mode"] for r in rows if r["mode"] != "eager"},
+                    key=lambda m: sum(r["step_ms"] for r in rows if r["mode"] == m))
     for context in {r["context"] for r in rows}:
-        graph = [r for r in rows if r["context"] == context and r["mode"] == "graph"]
+        graph = [r for r in rows if r["context"] == context and r["mode"] == best_mode]
         ok = [r["batch"] for r in graph if r["realtime"]]
         with_codec = [r["batch"] for r in graph
                       if TOKENS_PER_S * r["step_ms"] + r["batch"] * codec_ms_per_stream_s <= 1000]
-        streams[str(context)] = {"max_realtime_batch": max(ok, default=0),
+        streams[str(context)] = {"mode": best_mode, "max_realtime_batch": max(ok, default=0),
                                  "max_realtime_batch_with_codec": max(with_codec, default=0)}
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
               "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "weight_bytes": weight_bytes,
-              "kv_bytes_per_token": kv_per_token, "rows": rows, "experiments": experiments, "codec": codec_rows, "checks": checks,
+              "kv_bytes_per_token": kv_per_token, "rows": rows, "codec": codec_rows, "checks": checks,
+              "profiles": profiles,
               "realtime_streams": streams, "tokens_per_s_per_stream": round(TOKENS_PER_S, 2)}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, weights {weight_bytes / 1e9:.2f} GB, {gpu}")
-    print(f"{'ctx':>5} {'batch':>5} {'eager ms':>9} {'graph ms':>9} {'floor ms':>9} {'sampler':>8} {'tok/s':>8}")
+    print(f"{'ctx':>5} {'batch':>5} {'mode':>20} {'ms':>8} {'floor':>7} {'x floor':>7} {'sampler':>8}")
     for r in rows:
-        if r["mode"] == "graph" or device == "cpu":
-            eager = next(e for e in rows if e["mode"] == "eager" and e["batch"] == r["batch"]
-                         and e["context"] == r["context"])
-            print(f"{r['context']:5d} {r['batch']:5d} {eager['step_ms']:9.3f} {r['step_ms']:9.3f} "
-                  f"{r['floor_ms']:9.3f} {r['sampler_ms']:8.3f} {r['tokens_per_s']:8.0f}")
+        print(f"{r['context']:5d} {r['batch']:5d} {r['mode']:>20} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} "
+              f"{r['step_ms'] / r['floor_ms']:7.2f} {r['sampler_ms']:8.3f}")
     for r in codec_rows:
-        print(f"snac {r['chunk']:6s} batch {r['codec_batch']:3d}: {r['chunk_ms']:.3f} ms/chunk")
+        print(f"snac {r['chunk']:6s} {r['mode']:5s} batch {r['codec_batch']:3d}: {r['chunk_ms']:.3f} ms/chunk "
+              f"(graph vs eager rel err {r['graph_vs_eager_max_rel_err']:.1e})")
+    for key, prof in profiles.items():
+        print("profile", key, json.dumps({k: v for k, v in prof.items() if k != "top_kernels_ms"}))
     print("real-time streams:", json.dumps(streams), "checks:", json.dumps(checks))
 
 

@@ -21,10 +21,14 @@ model and codec, `_allocate_kv_cache()`, `_allocate_state()`, `_capture_graphs()
   static inputs are the per-slot state tensors themselves (the host only writes
   `host_active`). CPU: float32, eager, the same code. Prefill always runs eagerly and
   reads its first tokens back at once (one host sync per prefill).
-- Codec: chunk windows (models/snac.py) of equal length are decoded as one batch, eagerly.
+- Codec: chunk windows (models/snac.py) of equal length are decoded as one batch. GPU:
+  through CUDA graphs captured at load for the streaming window lengths (first chunk up
+  to steady chunks) x codec batch buckets, one pool; other lengths (a stream's last
+  chunk) run eagerly, as does everything on CPU or with `enforce_eager`.
 
-Measured on one H200 (bench/results/orpheus_decode.md): Orpheus-3B decode step 4.6 ms
-at batch 1 and 9.6 ms at batch 128 (context 512), 2.3-3x the weight+KV memory floor.
+- GPU options: `compile_layers` torch.compiles the elementwise pieces and the sampler
+  (slower load), `triton_attention` (default) runs decode attention in
+  models/decode_attention.py. Step times vs the memory floor: bench/results/orpheus_decode.md.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from engine.lm_spec import LMSpec, parse_options
 from engine.sampling import sample
 from engine.types import ChunkOut, GenerationFailed, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice
 from models.context import Context, reset_context, set_context
-from models.snac import SnacCodec, StreamState, Window
+from models.snac import CODES_PER_FRAME, SnacCodec, StreamState, Window, steady_window_frames
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +53,10 @@ class RunnerConfig:
     num_slots: int = 8  # requests running at once (KV slots)
     max_seq_len: int = 2560  # prompt + generated tokens per request
     enforce_eager: bool = False
-    compile_layers: bool = False  # torch.compile norm/rotary/activation (GPU; experimental)
+    compile_layers: bool = False  # torch.compile the elementwise pieces and the sampler (GPU; slower load)
     max_codec_batch: int = 32
+    codec_graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, ... up to max_codec_batch
+    triton_attention: bool = True  # GPU decode attention: models/decode_attention.py instead of SDPA
     attn_block: int = 256  # attention reads the cache in multiples of this many positions
     graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, 8, 16, 32, ... up to num_slots
 
@@ -78,9 +84,83 @@ class _Seq:
     stream: StreamState | None = None
 
 
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool mask (True = visible) -> 0 / -inf in `dtype`, what attention adds to its scores."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+def pick_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, penalty: torch.Tensor,
+                seen: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor, forced: torch.Tensor,
+                vocab_ids: torch.Tensor, audio_token_base: int, codebook_size: int,
+                tokens_per_frame: int) -> torch.Tensor:
+    """engine/sampling.py `sample`, where forced rows may only pick an audio token of their
+    frame position (`steps % tokens_per_frame`). Pure: compiled as one unit on GPU."""
+    low = audio_token_base + codebook_size * (steps % tokens_per_frame)
+    ids = vocab_ids[None, :]
+    allowed = ((ids >= low[:, None]) & (ids < (low + codebook_size)[:, None])) | ~forced[:, None]
+    return sample(logits, temperature, top_p, penalty, seen, seeds, steps, allowed)
+
+
 def _buckets(limit: int) -> list[int]:
     sizes = [b for b in (1, 2, 4, 8) if b < limit] + list(range(16, limit, 16)) + [limit]
     return sorted(set(sizes))
+
+
+def _codec_buckets(limit: int) -> list[int]:
+    return sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < limit} | {limit})
+
+
+class CodecGraphs:
+    """SNAC decode through CUDA graphs: one per (window frames, codec batch), for the
+    streaming windows (models/snac.py `steady_window_frames`), captured largest first into
+    one pool. Static inputs: codes `[B, F, 7]` and start frames `[B]`; rows past a call's
+    count keep old (valid) codes and are decoded and dropped (rows are independent).
+    Shapes without a graph (a stream's last chunk, or before `capture`) run eagerly."""
+
+    def __init__(self, codec: Any, batches: Sequence[int]) -> None:
+        self.codec = codec
+        self.batches = sorted(set(batches))
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._io: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        pool = None
+        for frames in reversed(steady_window_frames()):
+            for batch in reversed(self.batches):
+                codes = torch.zeros(batch, frames, CODES_PER_FRAME, dtype=torch.int64, device=self.codec.device)
+                starts = torch.zeros(batch, dtype=torch.int64, device=self.codec.device)
+                self.codec.decode(codes, starts)  # warm-up (cuDNN picks its kernels) outside capture
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    pcm = self.codec.decode(codes, starts)
+                pool = pool or graph.pool()
+                self._graphs[(frames, batch)] = graph
+                self._io[(frames, batch)] = (codes, starts, pcm)
+        torch.cuda.synchronize()
+
+    @torch.inference_mode()
+    def decode(self, frames: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """Same contract as `SnacCodec.decode`: codes `[N, F, 7]`, start frames `[N]` ->
+        float32 PCM `[N, F * 2048]` (a view of a static buffer when graphed: copy it out
+        before the next call)."""
+        count, num_frames = frames.shape[0], frames.shape[1]
+        if not self._graphs or (num_frames, self.batches[-1]) not in self._graphs:
+            return self.codec.decode(frames, starts)
+        if count > self.batches[-1]:
+            top = self.batches[-1]
+            return torch.cat([self.decode(frames[i:i + top], starts[i:i + top]).clone() for i in range(0, count, top)])
+        batch = next(b for b in self.batches if b >= count)
+        codes, start, pcm = self._io[(num_frames, batch)]
+        codes[:count].copy_(frames)
+        start[:count].copy_(starts)
+        self._graphs[(num_frames, batch)].replay()
+        return pcm[:count]
+
+    def close(self) -> None:
+        self._graphs.clear()
+        self._io.clear()
 
 
 class ModelRunner:
@@ -105,13 +185,25 @@ class ModelRunner:
         self.num_decode_steps = 0
         self.model.set_rope(config.max_seq_len + 1, self.device)
         self.model.fuse_projections()
-        if config.compile_layers and self.device.type == "cuda":
-            self.model.compile_layers()
+        self._pick = pick_tokens
+        is_compiled = config.compile_layers and self.device.type == "cuda"
+        self.model.compile_layers(is_compiled)
+        if is_compiled:
+            self._pick = torch.compile(pick_tokens, dynamic=True, fullgraph=True)
+        self.dtype = next(self.model.parameters()).dtype
+        attention = None
+        if config.triton_attention and self.device.type == "cuda":
+            from models.decode_attention import decode_attention as attention
+        for layer in self.model.model.layers:
+            layer.self_attn.decode_attention_fn = attention
         self._allocate_kv_cache()
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.codec_graphs = CodecGraphs(codec, config.codec_graph_batches or _codec_buckets(config.max_codec_batch))
         if self.use_graphs:
             self._capture_graphs()
+            if isinstance(codec, SnacCodec) and codec.device.type == "cuda":
+                self.codec_graphs.capture()
 
     # -- construction -------------------------------------------------------------------
 
@@ -121,8 +213,7 @@ class ModelRunner:
         self.kv_cache = torch.zeros(2, args.num_hidden_layers, self.config.num_slots, args.num_key_value_heads,
                                     self.config.max_seq_len + 1, args.head_dim, dtype=dtype, device=self.device)
         for i, layer in enumerate(self.model.model.layers):
-            layer.self_attn.k_cache = self.kv_cache[0, i]
-            layer.self_attn.v_cache = self.kv_cache[1, i]
+            layer.self_attn.kv_cache = self.kv_cache[:, i]
 
     def _allocate_state(self) -> None:
         n, vocab, dev = self.config.num_slots, self.model.args.vocab_size, self.device
@@ -157,7 +248,8 @@ class ModelRunner:
     def _capture_graphs(self) -> None:
         self.host_active.zero_()
         for batch in self._graph_batches():  # warm up every shape (and any compiled kernels) outside capture
-            self._decode_step(batch, self._attn_lengths()[-1])
+            for length in self._attn_lengths():
+                self._decode_step(batch, length)
         torch.cuda.synchronize()
         pool = None
         for batch in reversed(self._graph_batches()):
@@ -171,26 +263,23 @@ class ModelRunner:
 
     # -- the decode step (graph-captured on GPU) ------------------------------------------
 
-    def _allowed(self, steps: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
-        """bool `[B, V]`: forced rows may only pick an audio token of their frame position."""
-        low = self.spec.audio_token_base + self.spec.codebook_size * (steps % self.spec.tokens_per_frame)
-        ids = self.vocab_ids[None, :]
-        in_slot = (ids >= low[:, None]) & (ids < (low + self.spec.codebook_size)[:, None])
-        return in_slot | ~forced[:, None]
-
-    def _sample_and_update(self, rows: torch.Tensor, logits: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Sample for slot `rows` [N], advance their state where `active`; returns tokens [N]."""
+    def _sample_and_update(self, rows: torch.Tensor | slice, logits: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers), advance their
+        state where `active`; returns tokens `[N]`."""
         steps = self.steps[rows]
-        token = sample(logits, self.temperature[rows], self.top_p[rows], self.penalty[rows], self.seen[rows],
-                       self.seeds[rows], steps, self._allowed(steps, self.forced[rows]))
+        token = self._pick(logits, self.temperature[rows], self.top_p[rows], self.penalty[rows], self.seen[rows],
+                           self.seeds[rows], steps, self.forced[rows], self.vocab_ids, self.spec.audio_token_base,
+                           self.spec.codebook_size, self.spec.tokens_per_frame)
         self.tokens[rows] = torch.where(active, token, self.tokens[rows])
-        self.seen[rows, token] |= active
+        if isinstance(rows, slice):
+            self.seen[rows][self.row_index[:len(token)], token] |= active
+        else:
+            self.seen[rows, token] |= active
+        is_stop = steps + 1 >= self.max_tokens[rows]  # before the update: `steps` may be a view
         self.steps[rows] = steps + active
-        is_stop = torch.zeros_like(active)
         for stop_id in self.spec.stop_token_ids:
-            is_stop |= token == stop_id
-        is_stop &= ~self.forced[rows]
-        self.stopped[rows] |= active & (is_stop | (steps + 1 >= self.max_tokens[rows]))
+            is_stop |= (token == stop_id) & ~self.forced[rows]
+        self.stopped[rows] |= active & is_stop
         return token
 
     def _decode_step(self, batch: int, length: int) -> None:
@@ -198,9 +287,9 @@ class ModelRunner:
         active = self.host_active[:batch] & ~self.stopped[:batch]
         write_positions = torch.where(active, self.positions[:batch], self.config.max_seq_len)
         mask = torch.arange(length, device=self.device)[None, :] <= write_positions[:, None]
-        set_context(Context(False, rows, write_positions, mask[:, None, None, :], length))
+        set_context(Context(False, rows, write_positions, _additive(mask[:, None, None, :], self.dtype), length))
         hidden = self.model(self.tokens[:batch], write_positions)
-        token = self._sample_and_update(rows, self.model.compute_logits(hidden), active)
+        token = self._sample_and_update(slice(0, batch), self.model.compute_logits(hidden), active)
         self.positions[:batch] += active
         self.readback[0, :batch] = token
         self.readback[1, :batch] = active
@@ -239,7 +328,7 @@ class ModelRunner:
             self.seeds[row] = s.seed
             self.forced[row] = s.force_tokens > 0
             self.max_tokens[row] = s.force_tokens or s.max_tokens
-        set_context(Context(True, slots[owner], positions, mask[None, None], 0))
+        set_context(Context(True, slots[owner], positions, _additive(mask[None, None], self.dtype), 0))
         try:
             hidden = self.model(ids, positions)
         finally:
@@ -403,7 +492,7 @@ class ModelRunner:
         for group in groups.values():  # equal window lengths decode as one batch
             frames = torch.tensor([s.frames[w.start:w.stop] for _, s, w in group], dtype=torch.int64)
             starts = torch.tensor([w.start for _, _, w in group], dtype=torch.int64)
-            audio = self.codec.decode(frames, starts).cpu().numpy()
+            audio = self.codec_graphs.decode(frames, starts).cpu().numpy()
             for row, (rid, _, window) in enumerate(group):
                 pcm[rid] = np.ascontiguousarray(audio[row, window.crop])
         outs = []
@@ -423,6 +512,7 @@ class ModelRunner:
     def close(self) -> None:
         self._seqs.clear()
         self._graphs.clear()
+        self.codec_graphs.close()
         for layer in self.model.model.layers:
-            layer.self_attn.k_cache = layer.self_attn.v_cache = None
+            layer.self_attn.kv_cache = None
         del self.kv_cache

@@ -20,8 +20,10 @@ class Context:
     slots: int64 `[T]` (prefill: each token's slot) or `[B]` (decode: row b is slot b).
     write_positions: int64, same shape as `slots`: cache position each new K/V is
         stored at; padding rows point at the spare position `max_seq_len`, read by nobody.
-    mask: bool, prefill `[1, 1, T, T]` (block-diagonal causal over the packed prompts)
-        or decode `[B, 1, 1, L]` (key position <= the row's position).
+    mask: additive, in the model dtype (0 where a key is visible, -inf where not; built
+        once per call, so attention does not convert a bool mask in every layer), prefill
+        `[1, 1, T, T]` (block-diagonal causal over the packed prompts) or decode
+        `[B, 1, 1, L]` (key position <= the row's position).
     attn_len: decode only, number of cache positions L that attention reads.
     """
 

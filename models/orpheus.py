@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,6 +36,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models import InvalidModel
 from models.context import get_context
@@ -188,12 +190,33 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
-def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """`[T, 2 * I]` (gate then up) -> `[T, I]`."""
+    gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
 
 
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add then norm: returns (x + delta, rms_norm(x + delta)); one kernel compiled."""
+    x = x + delta
+    return x, rms_norm(x, weight, eps)
+
+
+def rotate_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
+               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]` and
+    kv `[T, 2, kv_heads, D]` (rotated k, v: one tensor, stored in the cache by one write);
+    cos/sin `[T, 1, D]`."""
+    num_tokens, dim = qkv.shape[0], cos.shape[-1]
+    q, k, v = qkv.view(num_tokens, num_heads + 2 * num_kv_heads, dim).split(
+        [num_heads, num_kv_heads, num_kv_heads], dim=1)
+    return rotate(q, cos, sin), torch.stack([rotate(k, cos, sin), v], dim=1)
+
+
 class RMSNorm(nn.Module):
-    norm_fn = staticmethod(rms_norm)  # OrpheusLM.compile_layers() swaps in a compiled one
+    norm_fn = staticmethod(rms_norm)  # OrpheusLM.compile_layers() swaps in compiled ones
+    add_norm_fn = staticmethod(add_rms_norm)
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -203,15 +226,23 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm_fn(x, self.weight, self.eps)
 
+    def add_forward(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, norm(x + delta))."""
+        return self.add_norm_fn(x, delta, self.weight, self.eps)
+
 
 class Attention(nn.Module):
     """GQA self-attention over the runner's KV cache (see models/context.py).
 
-    `k_cache`, `v_cache`: `[num_slots, kv_heads, max_seq_len + 1, head_dim]` views of the
-    runner's one cache tensor; the last position is the write-only spare for padding rows.
+    `kv_cache`: `[2, num_slots, kv_heads, max_seq_len + 1, head_dim]` view of the runner's
+    one cache tensor (k then v); the last position is the write-only spare for padding rows.
     """
 
     rotate_fn = staticmethod(rotate)
+    rotate_qkv_fn = staticmethod(rotate_qkv)
+    # (q [B, kv_heads, group, D], kv cache view, positions [B], attn_len) -> like q; None: SDPA.
+    # The runner sets models/decode_attention.py's Triton kernel here on GPU.
+    decode_attention_fn: Any = None
 
     def __init__(self, args: Args) -> None:
         super().__init__()
@@ -220,8 +251,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, args.hidden_size, bias=False)
-        self.k_cache: torch.Tensor | None = None
-        self.v_cache: torch.Tensor | None = None
+        self.kv_cache: torch.Tensor | None = None
         self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
 
     def fuse(self) -> None:
@@ -231,27 +261,32 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         if self.qkv_weight is not None:
-            kv_dim = self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(x, self.qkv_weight).split([self.num_heads * self.head_dim, kv_dim, kv_dim], -1)
+            q, kv = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
         else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = self.rotate_fn(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-        k = self.rotate_fn(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+            q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
+            kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
+                              self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
+        k, v = kv[:, 0], kv[:, 1]
         ctx = get_context()
-        assert self.k_cache is not None and self.v_cache is not None, "KV cache not allocated"
-        self.k_cache[ctx.slots, :, ctx.write_positions] = k
-        self.v_cache[ctx.slots, :, ctx.write_positions] = v
+        assert self.kv_cache is not None, "KV cache not allocated"
+        self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
         if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
-            out = F.scaled_dot_product_attention(
-                q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                attn_mask=ctx.mask, enable_gqa=True)[0].transpose(0, 1)
-        else:  # one query per slot row; the query heads sharing a KV head form its "length"
+            # GPU: the memory-efficient kernel, not cuDNN, which builds a plan for every new
+            # prompt length (a stall per prefill); K/V heads expanded, so GQA is no constraint.
             group = self.num_heads // self.num_kv_heads
-            keys = self.k_cache[:num_tokens, :, :ctx.attn_len]
-            values = self.v_cache[:num_tokens, :, :ctx.attn_len]
-            out = F.scaled_dot_product_attention(
-                q.view(num_tokens, self.num_kv_heads, group, self.head_dim), keys, values, attn_mask=ctx.mask)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
+                out = F.scaled_dot_product_attention(
+                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                    attn_mask=ctx.mask)[0].transpose(0, 1)
+        else:  # one query per slot row; the query heads sharing a KV head form its "length"
+            q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
+            if self.decode_attention_fn is not None:
+                out = self.decode_attention_fn(q, self.kv_cache, ctx.write_positions, ctx.attn_len)
+            else:
+                keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
+                values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -270,10 +305,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate_up = F.linear(x, self.gate_up_weight)
         else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(self.act_fn(gate, up))
+            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
+        return self.down_proj(self.act_fn(gate_up))
 
 
 class DecoderLayer(nn.Module):
@@ -284,9 +319,17 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
+                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream `x` plus the previous layer's output `delta` (None for the first
+        layer) -> (stream, this layer's output): each residual add shares a kernel with the
+        norm after it. Same arithmetic as `x + attn(norm(x))`, `x + mlp(norm(x))`."""
+        if delta is None:
+            h = self.input_layernorm(x)
+        else:
+            x, h = self.input_layernorm.add_forward(x, delta)
+        x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(h, cos, sin))
+        return x, self.mlp(h)
 
 
 class LlamaModel(nn.Module):
@@ -316,15 +359,19 @@ class OrpheusLM(nn.Module):
     def set_rope(self, num_positions: int, device: torch.device | str) -> None:
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
 
-    def compile_layers(self) -> None:
-        """torch.compile the small elementwise pieces (norm, rotary, SiLU-gate): one kernel
-        each instead of several. Call before capturing CUDA graphs (GPU only)."""
-        norm, rot, act = (torch.compile(f, dynamic=True, fullgraph=True) for f in (rms_norm, rotate, silu_mul))
+    def compile_layers(self, enabled: bool = True) -> None:
+        """torch.compile the elementwise pieces between the matmuls (residual add + norm,
+        q/k rotary, SiLU-gate): one kernel each instead of several. Compiled once for any
+        token count (dynamic shapes). Call before capturing CUDA graphs (GPU only).
+        `enabled=False` puts the plain functions back."""
+        plain = (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul)
+        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True) if enabled else f
+                                             for f in plain)
         for module in self.modules():
             if isinstance(module, RMSNorm):
-                module.norm_fn = norm
+                module.norm_fn, module.add_norm_fn = norm, add_norm
             elif isinstance(module, Attention):
-                module.rotate_fn = rot
+                module.rotate_fn, module.rotate_qkv_fn = rot, rot_qkv
             elif isinstance(module, MLP):
                 module.act_fn = act
 
@@ -341,9 +388,10 @@ class OrpheusLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos = self.cos[positions].to(x.dtype)[:, None, :]
         sin = self.sin[positions].to(x.dtype)[:, None, :]
+        delta = None
         for layer in self.model.layers:
-            x = layer(x, cos, sin)
-        return self.model.norm(x)
+            x, delta = layer(x, delta, cos, sin)
+        return self.model.norm(x) if delta is None else self.model.norm.add_forward(x, delta)[1]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden `[N, hidden_size]` -> float32 logits `[N, vocab_size]`."""
@@ -425,7 +473,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """Load backbone + codec and return a ready `engine.model_runner.ModelRunner`.
 
     options: `backbone_path`, `codec_path`, `dtype` ("bfloat16" | "float32"; default bf16
-    on CUDA, float32 on CPU), `num_slots`, `max_seq_len`, `enforce_eager`, `max_codec_batch`.
+    on CUDA, float32 on CPU), `num_slots`, `max_seq_len`, `enforce_eager`, `max_codec_batch`,
+    `compile_layers` (GPU: slower load, faster decode; see bench/results/orpheus_decode.md), `triton_attention`.
     """
     from tokenizers import Tokenizer
 

@@ -174,3 +174,15 @@ class StreamState:
         self.num_emitted = window.emit_to
         self.num_chunks += 1
         self.is_done = window.is_last
+
+
+def steady_window_frames() -> tuple[int, ...]:
+    """Frames decoded per window of a stream's non-final chunks (the first chunk's, then
+    growing up to the steady size): the codec shapes worth capturing as CUDA graphs."""
+    stream = StreamState(frames=[[0] * CODES_PER_FRAME] * (2 * (CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES) + sum(CHUNK_FRAMES)))
+    sizes = []
+    while (window := stream.next_window()) is not None and len(sizes) < len(CHUNK_FRAMES) + 1:
+        sizes.append(window.stop - window.start)
+        stream.advance(window)
+    return tuple(sorted(set(sizes)))
+

@@ -35,3 +35,21 @@ def _tokens(path: Path, eager: bool) -> dict[str, list[int]]:
 
 def test_cuda_graph_decode_matches_eager(orpheus_tiny: Path) -> None:
     assert _tokens(orpheus_tiny, eager=False) == _tokens(orpheus_tiny, eager=True)
+
+
+def test_codec_graphs_match_eager(orpheus_tiny: Path) -> None:
+    from models.snac import steady_window_frames
+
+    runner = orpheus.load("tiny", orpheus_tiny, {"num_slots": 2, "max_seq_len": 64, "max_codec_batch": 8}, "cuda")
+    assert runner.codec_graphs._graphs, "codec graphs were not captured"
+    generator = torch.Generator().manual_seed(0)
+    for frames in steady_window_frames():
+        for count in (1, 3, 8):  # 3: a bucket of 4 with one padding row
+            codes = torch.randint(0, 4096, (count, frames, 7), generator=generator)
+            starts = torch.randint(0, 500, (count,), generator=generator)
+            graphed = runner.codec_graphs.decode(codes, starts).clone()
+            eager = runner.codec.decode(codes, starts)
+            assert graphed.shape == eager.shape == (count, frames * 2048)
+            assert torch.isfinite(graphed).all()
+            assert (graphed - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
+    runner.close()
