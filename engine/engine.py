@@ -288,6 +288,7 @@ class Engine:
             needs_backbone=runner.needs_backbone,
             ready=runner.ready_chunks(),
             is_first_chunk=runner.is_first_chunk,
+            early=runner.early_chunks(),
         )
         if plan.is_empty:
             return False

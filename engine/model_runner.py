@@ -471,6 +471,11 @@ class ModelRunner:
         return [rid for rid, s in self._seqs.items()
                 if s.error is None and s.stream is not None and s.stream.next_window() is not None]
 
+    def early_chunks(self) -> list[str]:
+        return [rid for rid, s in self._seqs.items()
+                if s.error is None and s.stream is not None and s.stream.next_window() is None
+                and s.stream.next_window(early=True) is not None]
+
     def is_first_chunk(self, request_id: str) -> bool:
         seq = self._seqs.get(request_id)
         return seq is not None and seq.stream is not None and seq.stream.num_chunks == 0
@@ -479,7 +484,8 @@ class ModelRunner:
         jobs: list[tuple[str, StreamState, Window]] = []
         for rid in request_ids:
             seq = self._seqs.get(rid)
-            window = seq.stream.next_window() if seq is not None and seq.stream is not None else None
+            stream = seq.stream if seq is not None else None
+            window = (stream.next_window() or stream.next_window(early=True)) if stream is not None else None
             if seq is not None and seq.stream is not None and window is not None:
                 jobs.append((rid, seq.stream, window))
         pcm: dict[str, np.ndarray] = {}

@@ -58,12 +58,21 @@ class Runner(Protocol):
         """Ids of admitted requests whose next audio chunk can be decoded now."""
         ...
 
+    def early_chunks(self) -> list[str]:
+        """Ids whose planned chunk is not complete but a smaller one could be decoded now.
+
+        The scheduler decodes such a chunk only when the listener's buffer is about to run
+        dry; `decode_chunks` then emits what is ready. Families without it return [].
+        """
+        ...
+
     def is_first_chunk(self, request_id: str) -> bool:
         """Whether the next chunk of this request is its first (always urgent)."""
         ...
 
     def decode_chunks(self, request_ids: Sequence[str]) -> list[ChunkOut]:
-        """Decode one chunk for each id, in the given order (most urgent first)."""
+        """Decode one chunk for each id, in the given order (most urgent first): the
+        planned chunk if it is complete, else the early one."""
         ...
 
     def release(self, request_id: str) -> None:

@@ -18,7 +18,7 @@ The same code drives the GPU engine, the CPU engine and the simulator in bench/.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
@@ -147,11 +147,20 @@ class Scheduler:
         needs_backbone: Callable[[str], bool],
         ready: list[str],
         is_first_chunk: Callable[[str], bool],
+        early: Sequence[str] = (),
     ) -> Plan:
-        """What the runner does this iteration (call after `admit`)."""
+        """What the runner does this iteration (call after `admit`).
+
+        `early`: requests that could decode a chunk smaller than planned. Under EDF one
+        is decoded when its listener's buffer is about to run dry (slack below
+        `urgent_slack_ms`): a short chunk on time beats a full chunk late.
+        """
         plan = Plan()
         if self.has_backbone:
             plan.backbone = [r for r in self.running.values() if needs_backbone(r.request_id)]
+        if self.policy == "edf":
+            ready = ready + [i for i in early if i in self.running
+                             and self.slack_ms(self.running[i], now) < self.urgent_slack_ms]
         self._pick_codec(now, plan, ready, is_first_chunk)
         return plan
 

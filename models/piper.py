@@ -142,6 +142,9 @@ class PiperRunner:
     def ready_chunks(self) -> list[str]:
         return [rid for rid, state in self._states.items() if not state.done]
 
+    def early_chunks(self) -> list[str]:
+        return []  # a segment is synthesised whole
+
     def is_first_chunk(self, request_id: str) -> bool:
         state = self._states.get(request_id)
         return state is not None and state.num_chunks == 0

@@ -13,6 +13,10 @@ concatenated chunks equal decoding the whole sequence at once, up to float round
 (1e-4 in float32). A chunk can be decoded once 3 frames past it exist, or the
 sequence has ended. `CHUNK_FRAMES` grows: 1 frame (85 ms) first for a short time to
 first audio, then 2 (171 ms), 4 (341 ms) and 8 (683 ms) for less context overhead.
+That ramp asks early chunks to be generated faster than real time (chunk 2's two frames
+plus context while chunk 1's 85 ms play), so the scheduler may ask for an *early* chunk
+instead: every frame that already has its right context, fewer than planned, when the
+listener's buffer is about to run dry (`next_window(early=True)`).
 
 Noise. SNAC's decoder adds `randn` noise scaled by a learned projection
 (`NoiseBlock`). Fresh noise per call would make chunks disagree with a whole decode,
@@ -155,8 +159,12 @@ class StreamState:
     is_final: bool = False  # no more frames will come
     is_done: bool = False  # the last chunk went out
 
-    def next_window(self) -> Window | None:
-        """The next chunk to decode, or None if it must wait for more frames."""
+    def next_window(self, early: bool = False) -> Window | None:
+        """The next chunk to decode, or None if it must wait for more frames.
+
+        `early`: if the planned chunk is not complete, take the frames that already have
+        their right context (at least one) as a smaller chunk.
+        """
         if self.is_done:
             return None
         size = CHUNK_FRAMES[min(self.num_chunks, len(CHUNK_FRAMES) - 1)]
@@ -165,6 +173,8 @@ class StreamState:
             emit_to = total if total - self.num_emitted <= size + CONTEXT_FRAMES else self.num_emitted + size
         elif total - self.num_emitted >= size + CONTEXT_FRAMES:
             emit_to = self.num_emitted + size
+        elif early and total - CONTEXT_FRAMES > self.num_emitted:
+            emit_to = total - CONTEXT_FRAMES
         else:
             return None
         return Window(max(0, self.num_emitted - CONTEXT_FRAMES), min(total, emit_to + CONTEXT_FRAMES),
@@ -177,12 +187,8 @@ class StreamState:
 
 
 def steady_window_frames() -> tuple[int, ...]:
-    """Frames decoded per window of a stream's non-final chunks (the first chunk's, then
-    growing up to the steady size): the codec shapes worth capturing as CUDA graphs."""
-    stream = StreamState(frames=[[0] * CODES_PER_FRAME] * (2 * (CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES) + sum(CHUNK_FRAMES)))
-    sizes = []
-    while (window := stream.next_window()) is not None and len(sizes) < len(CHUNK_FRAMES) + 1:
-        sizes.append(window.stop - window.start)
-        stream.advance(window)
-    return tuple(sorted(set(sizes)))
-
+    """Frames decoded per window of a stream's non-final chunks: the codec shapes worth
+    capturing as CUDA graphs. Planned and early chunks of 1..CHUNK_FRAMES[-1] frames with
+    up to CONTEXT_FRAMES of context each side (less at the stream's start) span all of
+    1 + CONTEXT_FRAMES .. CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES."""
+    return tuple(range(1 + CONTEXT_FRAMES, CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES + 1))

@@ -60,6 +60,11 @@ class FakeRunner:
         return [rid for rid, s in self.state.items() if s["chunks_left"] and (
             not self.has_backbone or s["tokens"] >= self.steps_per_chunk * (s["emitted"] + 1))]
 
+    def early_chunks(self) -> list[str]:
+        """Requests part-way to their next chunk (a fraction of steps_per_chunk done)."""
+        return [rid for rid, s in self.state.items() if self.has_backbone and s["chunks_left"]
+                and rid not in self.ready_chunks() and s["tokens"] > self.steps_per_chunk * s["emitted"]]
+
     def is_first_chunk(self, request_id: str) -> bool:
         return self.state[request_id]["emitted"] == 0
 

@@ -139,6 +139,32 @@ def test_streamed_audio_equals_whole_sequence_decode(orpheus_tiny: Path) -> None
     assert np.abs(streamed - whole).max() < 1e-4
 
 
+def test_early_chunks_during_generation_equal_whole_sequence_decode(orpheus_tiny: Path) -> None:
+    runner = _runner(orpheus_tiny)
+    request = _request("a", force_tokens=7 * 12)
+    runner.admit(request)
+    pieces, sizes = [], []
+    for _ in range(200):
+        if runner.needs_backbone("a"):
+            assert runner.step_backbone(["a"]) == []
+        early, ready = runner.early_chunks(), runner.ready_chunks()
+        assert not (set(early) & set(ready))
+        if early or ready:  # a listener always about to run dry takes what is there
+            emitted = runner._seqs["a"].stream.num_emitted
+            (out,) = runner.decode_chunks(["a"])
+            pieces.append(out.pcm)
+            sizes.append(runner._seqs["a"].stream.num_emitted - emitted if not out.is_last else -1)
+            if out.is_last:
+                break
+    assert out.is_last and 1 in sizes[1:]  # some chunk after the first went out early, small
+    tokens = list(runner._seqs["a"].tokens)
+    frames = torch.tensor([[orpheus.frame_codes(tokens[i:i + 7]) for i in range(0, 84, 7)]])
+    whole = runner.codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
+    streamed = np.concatenate(pieces)
+    assert streamed.shape == (12 * SAMPLES_PER_FRAME,) == whole.shape
+    assert np.abs(streamed - whole).max() < 1e-4
+
+
 def test_codec_batch_matches_chunks_decoded_one_by_one(orpheus_tiny: Path) -> None:
     def chunks(together: bool) -> dict[str, list[np.ndarray]]:
         runner = _runner(orpheus_tiny)

@@ -18,7 +18,7 @@ def spec(rid: str, arrival_s: float, segments: int = 3) -> SpeechRequest:
 def step(s: Scheduler, runner: FakeRunner, now: float):
     s.admit(now, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())
     return s.plan(now, needs_backbone=runner.needs_backbone, ready=runner.ready_chunks(),
-                  is_first_chunk=runner.is_first_chunk)
+                  is_first_chunk=runner.is_first_chunk, early=runner.early_chunks())
 
 
 def test_a_new_requests_first_chunk_beats_a_running_request_with_buffered_audio() -> None:
@@ -128,3 +128,24 @@ def test_prefill_is_deferred_while_a_running_chunk_is_about_to_miss() -> None:
     assert s.admit(0.04, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks()) == []
     admitted = s.admit(0.2, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())  # waited > 100 ms
     assert [r.request_id for r in admitted] == ["b"]
+
+
+def test_an_early_chunk_is_decoded_only_when_the_listener_is_about_to_run_dry() -> None:
+    runner = FakeRunner(steps_per_chunk=4, max_codec_batch=8)
+    s = Scheduler(EngineConfig(urgent_slack_ms=100), has_backbone=True, max_codec_batch=8)
+    s.add(spec("a", 0.0, segments=3))
+    step(s, runner, 0.0)
+    for _ in range(4):
+        runner.step_backbone(["a"])
+    runner.decode_chunks(["a"])
+    s.running["a"].clock.on_delivery(0.0, 1000)  # 1 s buffered
+    runner.step_backbone(["a"])  # 1 of the 4 steps the next chunk needs
+    assert runner.early_chunks() == ["a"] and runner.ready_chunks() == []
+    assert step(s, runner, 0.1).codec == []  # 900 ms of slack: let the chunk grow
+    plan = s.plan(0.95, needs_backbone=runner.needs_backbone, ready=runner.ready_chunks(),
+                  is_first_chunk=runner.is_first_chunk, early=runner.early_chunks())
+    assert [r.request_id for r in plan.codec] == ["a"]  # ~50 ms left: what is ready goes now
+    fifo = Scheduler(EngineConfig(policy="fifo"), has_backbone=True, max_codec_batch=8)
+    fifo.running = s.running
+    assert fifo.plan(0.95, needs_backbone=runner.needs_backbone, ready=[], is_first_chunk=runner.is_first_chunk,
+                     early=runner.early_chunks()).codec == []  # the baseline knows no deadlines

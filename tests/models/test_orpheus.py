@@ -125,6 +125,28 @@ def test_streamed_chunks_equal_one_whole_decode(orpheus_tiny: Path) -> None:
     assert np.abs(whole).max() > 1e-3  # not trivially silent
 
 
+def test_early_chunks_take_what_has_context_and_still_equal_one_whole_decode(orpheus_tiny: Path) -> None:
+    codec = _codec(orpheus_tiny)
+    frames = torch.randint(0, 4096, (1, 17, 7), generator=torch.Generator().manual_seed(3))
+    whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
+    stream, pieces, sizes = StreamState(), [], []
+    for i in range(17):  # a listener always about to run dry: decode early whenever possible
+        stream.frames.append(frames[0, i].tolist())
+        stream.is_final = i == 16
+        while (window := stream.next_window() or stream.next_window(early=True)) is not None:
+            chunk = codec.decode(frames[:, window.start:window.stop], torch.tensor([window.start]))[0]
+            pieces.append(chunk.numpy()[window.crop])
+            sizes.append(window.emit_to - window.emit_from)
+            stream.advance(window)
+    assert stream.is_done and sizes[:4] == [1, 1, 1, 1]  # one frame as soon as it has its context
+    early = StreamState(frames=[[0] * 7] * 5, num_emitted=1, num_chunks=1)
+    assert early.next_window() is None  # the planned 2 frames need frames up to 6
+    window = early.next_window(early=True)
+    assert window is not None and (window.emit_from, window.emit_to) == (1, 2)
+    streamed = np.concatenate(pieces)
+    assert streamed.shape == whole.shape and np.abs(streamed - whole).max() < 1e-4
+
+
 def test_context_frames_cover_the_decoder_receptive_field(orpheus_tiny: Path) -> None:
     codec = _codec(orpheus_tiny)
     frames = torch.randint(0, 4096, (1, 12, 7), generator=torch.Generator().manual_seed(2))
