@@ -194,10 +194,12 @@ def main() -> None:
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
               "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton), "arrival": opts.arrival,
               "max_chars": opts.max_chars, "ttfa_slo_ms": opts.ttfa_slo_ms, "rows": [], "max_sessions_90": {}}
-    for n in opts.sessions:
+    policies = opts.policies.split(",")
+    for i, n in enumerate(opts.sessions):
         wave = random.Random(opts.seed + n).sample(texts, n)
         mean_audio_s = statistics.mean(audio_tokens(t) for t in wave) / TOKENS_PER_S
-        for policy in opts.policies.split(","):
+        # Alternate which policy goes first: the first wave of a size meets new prefill shapes.
+        for policy in policies if i % 2 == 0 else policies[::-1]:
             row = asyncio.run(run_wave(runner, policy, wave, opts.arrival, mean_audio_s, opts.seed, opts.ttfa_slo_ms))
             record["rows"].append(row)
             print(json.dumps(row), flush=True)
