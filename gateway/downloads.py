@@ -391,8 +391,11 @@ class DownloadManager:
                     kept = sum(part_size(work / (g.dest + ".part")) for g in download.model.files)
                     resume = (f"; the {kept} bytes received so far are kept: install it again to resume"
                               if kept else "")
+                    hint = ("" if kept or isinstance(source, Path) else
+                            f"; if this machine cannot reach {self.base_url}, set "
+                            "download_base_url (VOXGATE_DOWNLOAD_BASE_URL) to a mirror or a local folder")
                     raise DownloadError("download_failed", f"{f.dest}: {reason} (gave up after "
-                                        f"{failures} attempts{resume})")
+                                        f"{failures} attempts{resume}{hint})")
                 log.info("download of %s/%s interrupted (%s), resuming in %.1fs",
                          download.model_id, f.dest, reason, self.retry_backoff_s * failures)
                 await asyncio.sleep(self.retry_backoff_s * failures)

@@ -34,7 +34,7 @@ from gateway.audio import Resampler, to_pcm16
 from gateway.errors import ApiError, as_api_error
 from gateway.residency import Lease
 from gateway.state import AppState
-from gateway.text import SentenceBuffer, normalize, split_first
+from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize, split_first
 from gateway.voices import Choice, check_speed, resolve
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,13 @@ class Session:
         if pending + len(text) > self.settings.max_input_chars:
             raise InputTooLong(f"more than {self.settings.max_input_chars} characters of text are waiting "
                                "to be spoken", field="text")
-        await self.queue(self.buffer.append(text))
+        segments = self.buffer.append(text)
+        if segments and self.utterance is None and sum(len(s) for s in segments) < MIN_FIRST_CHARS:
+            # "Hello!" alone would play out before the next sentence is ready (a stall):
+            # wait for more text; the tail timer below still bounds the wait.
+            self.buffer.hold(segments)
+            segments = []
+        await self.queue(segments)
         if self.tail_timer is not None:
             self.tail_timer.cancel()
         if normalize(self.buffer.pending):

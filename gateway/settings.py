@@ -30,7 +30,7 @@ class Settings:
     max_waiting: int = 64  # queued beyond those before 503 overloaded
     policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
-    first_segment_chars: int = 60  # cut an utterance's first segment to this for TTFA (0: off)
+    first_segment_chars: int = 40  # cut an utterance's first segment to this for TTFA (0: off)
     device: str = "cpu"
     log_level: str = "info"
     models: tuple[Mapping[str, Any], ...] = ()

@@ -74,7 +74,10 @@ def _cut(sentence: str, max_chars: int) -> list[str]:
     return pieces
 
 
-def split_first(segments: list[str], max_chars: int, min_chars: int = 24) -> list[str]:
+MIN_FIRST_CHARS = 24  # a shorter first segment plays out before the next is synthesised
+
+
+def split_first(segments: list[str], max_chars: int, min_chars: int = MIN_FIRST_CHARS) -> list[str]:
     """Shape the first segment for a fast first chunk (TTFA) that still covers the next.
 
     Families without a backbone synthesise a whole segment before any audio exists, so
@@ -137,6 +140,10 @@ class SentenceBuffer:
             return []
         complete, self._text = "".join(parts[:-1]), parts[-1]
         return split_segments(normalize(complete)) if is_speakable(complete) else []
+
+    def hold(self, segments: list[str]) -> None:
+        """Put released sentences back in front, to be released with what follows."""
+        self._text = " ".join(segments) + " " + self._text
 
     def flush(self) -> list[str]:
         text, self._text = normalize(self._text), ""

@@ -83,7 +83,9 @@ function catalogItem(model) {
   const box = el("div", { class: "progress", hidden: true }, progress, text);
   const install = el("button", { type: "button", class: "primary", text: "Install", "aria-label": `Install ${model.name}` });
   const cancel = el("button", { type: "button", text: "Cancel", hidden: true, "aria-label": `Cancel the download of ${model.name}` });
-  const item = { model, progress, text, box, install, cancel, status, downloadId: null };
+  const dismiss = el("button", { type: "button", text: "Dismiss", hidden: true,
+                                 "aria-label": `Dismiss the ended download of ${model.name}` });
+  const item = { model, progress, text, box, install, cancel, dismiss, status, downloadId: null };
   install.addEventListener("click", async () => {
     install.disabled = true;
     say(status, "Starting…", "busy");
@@ -105,12 +107,27 @@ function catalogItem(model) {
       sayError(status, err, "Could not cancel");
     }
   });
+  dismiss.addEventListener("click", async () => {
+    if (!item.downloadId) return;
+    dismiss.disabled = true;
+    try {
+      await api("DELETE", `/v1/library/downloads/${encodeURIComponent(item.downloadId)}`);  // removes an ended one
+      item.downloadId = null;
+      item.downloadState = null;
+      item.box.hidden = true;
+      dismiss.hidden = true;
+      say(status, "");
+    } catch (err) {
+      dismiss.disabled = false;
+      sayError(status, err, "Could not dismiss");
+    }
+  });
   const meta = [model.family, fmtBytes(model.size_bytes) + (model.size_is_approximate ? " (about)" : ""),
                 (model.languages || []).join(", "), model.licence].filter(Boolean).join(" · ");
   item.li = el("li", { "data-catalog": model.id },
     el("div", {}, el("h3", { text: model.name }), el("p", { class: "muted small", text: meta }),
        model.notes ? el("p", { class: "small", text: model.notes }) : null),
-    el("div", { class: "row-actions" }, install, cancel),
+    el("div", { class: "row-actions" }, install, cancel, dismiss),
     box, status);
   setInstalled(item, model.installed);
   catalogItems.set(model.id, item);
@@ -138,6 +155,8 @@ function showDownload(item, d) {
   const active = !FINAL.has(d.state);
   item.cancel.hidden = !active;
   item.cancel.disabled = false;
+  item.dismiss.hidden = !(d.state === "failed" || d.state === "cancelled");
+  item.dismiss.disabled = false;
   item.install.disabled = active || d.state === "done";
   if (d.state === "done") {
     item.progress.value = 100;

@@ -43,7 +43,8 @@ async function save(e) {
   try {
     if (editing) {
       const { name, ...rest } = data;
-      await api("PUT", `/v1/presets/${encodeURIComponent(editing)}`, rest);
+      // PATCH: fields this form does not show (settings) stay as they are.
+      await api("PATCH", `/v1/presets/${encodeURIComponent(editing)}`, rest);
       say(formStatus, `Saved “${editing}”.`, "ok");
     } else {
       await api("POST", "/v1/presets", data);

@@ -275,6 +275,10 @@ def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: s
     gone.locator(".status[data-kind='error']").wait_for(timeout=60_000)
     assert gone.locator(".status").inner_text().startswith("Install failed")
     assert gone.get_by_role("button", name="Install Gone").is_enabled()
+    # ... and can be dismissed, which removes it on the server too.
+    gone.get_by_role("button", name="Dismiss the ended download of Gone").click()
+    gone.locator(".status", has_text="Install failed").wait_for(state="detached")
+    assert not any(d["model_id"] == "gone" for d in httpx.get(f"{server.url}/v1/library/downloads").json()["data"])
 
 
 def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.Page) -> None:
