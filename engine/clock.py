@@ -2,9 +2,12 @@
 
 All times are `time.monotonic()` seconds; audio amounts are milliseconds.
 
-- Before the first chunk the deadline is `arrival + ttfa_target_ms`.
+- Before the first chunk the deadline is `arrival + ttfa_target_ms`, or later when the
+  listener still has `ahead_ms` of earlier audio queued (the next sentence of an
+  utterance): `arrival + max(ttfa_target_ms, ahead_ms)`.
 - Without client reports, playback is assumed to start when the first chunk is
-  delivered and to run at 1x (the VoxServe assumption).
+  delivered (or when the audio ahead of it runs out, if later) and to run at 1x (the
+  VoxServe assumption).
 - With a report `(played_ms, playing)` taken at time `t`, the client is extrapolated at
   1x while playing: `played(now) = played_ms + (now - t)`, so the buffer runs dry at
   `t + (delivered_ms - played_ms)`; a paused client has no deadline.
@@ -19,15 +22,17 @@ from __future__ import annotations
 
 class PlaybackClock:
     __slots__ = (
-        "arrival_s", "ttfa_target_ms", "delivered_ms", "first_delivery_s",
-        "num_chunks", "stalls", "stall_ms", "_report",
+        "arrival_s", "ttfa_target_ms", "ahead_ms", "delivered_ms", "first_delivery_s",
+        "play_start_s", "num_chunks", "stalls", "stall_ms", "_report",
     )
 
-    def __init__(self, arrival_s: float, ttfa_target_ms: float) -> None:
+    def __init__(self, arrival_s: float, ttfa_target_ms: float, ahead_ms: float = 0.0) -> None:
         self.arrival_s = arrival_s
         self.ttfa_target_ms = ttfa_target_ms
+        self.ahead_ms = ahead_ms
         self.delivered_ms = 0.0
         self.first_delivery_s: float | None = None
+        self.play_start_s = 0.0  # when this stream's audio starts playing (no reports)
         self.num_chunks = 0
         self.stalls = 0
         self.stall_ms = 0.0
@@ -42,9 +47,9 @@ class PlaybackClock:
     def deadline_s(self) -> float | None:
         """Monotonic time at which the next chunk must be delivered, None if paused."""
         if self.first_delivery_s is None:
-            return self.arrival_s + self.ttfa_target_ms / 1000.0
+            return self.arrival_s + max(self.ttfa_target_ms, self.ahead_ms) / 1000.0
         if self._report is None:
-            return self.first_delivery_s + self.delivered_ms / 1000.0
+            return self.play_start_s + self.delivered_ms / 1000.0
         at_s, played_ms, playing = self._report
         if not playing:
             return None
@@ -55,7 +60,7 @@ class PlaybackClock:
         if self.first_delivery_s is None:
             return 0.0
         if self._report is None:
-            played = 1000.0 * (now - self.first_delivery_s)
+            played = 1000.0 * (now - self.play_start_s)
         else:
             at_s, played_ms, playing = self._report
             played = played_ms + (1000.0 * (now - at_s) if playing else 0.0)
@@ -69,6 +74,7 @@ class PlaybackClock:
         late_ms = 0.0
         if self.first_delivery_s is None:
             self.first_delivery_s = now
+            self.play_start_s = max(now, self.arrival_s + self.ahead_ms / 1000.0)
         else:
             deadline = self.deadline_s()
             if deadline is not None and now > deadline:
@@ -80,7 +86,7 @@ class PlaybackClock:
                     at_s, played_ms, playing = self._report
                     self._report = (now, self.delivered_ms, playing)
                 else:
-                    self.first_delivery_s += late_ms / 1000.0
+                    self.play_start_s += late_ms / 1000.0
         self.delivered_ms += duration_ms
         self.num_chunks += 1
         return late_ms

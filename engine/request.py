@@ -19,7 +19,7 @@ class Request:
 
     def __init__(self, spec: SpeechRequest) -> None:
         self.spec = spec
-        self.clock = PlaybackClock(spec.arrival_s, spec.ttfa_target_ms)
+        self.clock = PlaybackClock(spec.arrival_s, spec.ttfa_target_ms, spec.ahead_ms)
         self.status = RequestStatus.WAITING
         self.num_chunks = 0
         self.is_cancelled = False

@@ -177,7 +177,8 @@ class Scheduler:
         candidates.sort(key=lambda r: r.deadline_s())
         urgent, relaxed = [], []
         for request in candidates:
-            if is_first_chunk(request.request_id) or self.slack_ms(request, now) < self.urgent_slack_ms:
+            starts_audio = is_first_chunk(request.request_id) and request.spec.ahead_ms <= 0
+            if starts_audio or self.slack_ms(request, now) < self.urgent_slack_ms:
                 urgent.append(request)
             else:
                 relaxed.append(request)

@@ -22,6 +22,9 @@ class SpeechRequest:
     without a backbone synthesise one segment per chunk, speech LMs may join them.
     `arrival_s` is `time.monotonic()` seconds when the request reached the server.
     `ttfa_target_ms` sets the first chunk's deadline (arrival + target, DESIGN.md §2).
+    `ahead_ms` is audio the listener still has queued before this request's (the next
+    sentence of an utterance that is playing): its first chunk is due when that runs
+    out, not at the TTFA target, and is not urgent just for being a first chunk.
     `options` carries family-specific knobs (sampling overrides, `max_tokens`,
     `force_tokens` for benchmarks on random weights); unknown keys are ignored.
     """
@@ -34,6 +37,7 @@ class SpeechRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
     arrival_s: float = field(default_factory=time.monotonic)
     ttfa_target_ms: float = 200.0
+    ahead_ms: float = 0.0
 
     @property
     def text(self) -> str:

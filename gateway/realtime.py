@@ -262,10 +262,12 @@ class Session:
         if utterance.segments:
             choice = self.choice
             segments, utterance.segments = utterance.segments, []
+            # The listener may still be playing earlier sentences: tell the engine how much.
+            ahead_ms = utterance.clock.buffered_ms(time.monotonic()) if utterance.started else 0.0
             spec = SpeechRequest(
                 request_id=f"rt-{uuid.uuid4().hex[:16]}", model_id=choice.model_id, segments=tuple(segments),
                 voice=choice.voice, speed=choice.speed, options=choice.options,
-                ttfa_target_ms=self.settings.ttfa_target_ms)
+                ttfa_target_ms=self.settings.ttfa_target_ms, ahead_ms=ahead_ms)
             utterance.request_id = spec.request_id
             lease: Lease | None = None
             try:

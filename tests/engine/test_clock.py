@@ -40,3 +40,12 @@ def test_reports_move_the_deadline_and_pause_removes_it() -> None:
     assert clock.played_ms(5.0) == 200
     clock.on_report(1.0, played_ms=-500, playing=True)  # still playing earlier audio
     assert clock.deadline_s() == pytest.approx(1.0 + 2.5)
+
+
+def test_audio_queued_ahead_moves_the_first_deadline_and_playback_start() -> None:
+    clock = PlaybackClock(10.0, 200, ahead_ms=1500)
+    assert clock.deadline_s() == pytest.approx(11.5)  # due when the earlier audio runs out
+    clock.on_delivery(10.3, 1000)
+    assert clock.ttfa_ms == pytest.approx(300)
+    assert clock.deadline_s() == pytest.approx(12.5)  # plays from 11.5 s, 1 s of it
+    assert clock.played_ms(11.0) == 0

@@ -149,3 +149,15 @@ def test_an_early_chunk_is_decoded_only_when_the_listener_is_about_to_run_dry() 
     fifo.running = s.running
     assert fifo.plan(0.95, needs_backbone=runner.needs_backbone, ready=[], is_first_chunk=runner.is_first_chunk,
                      early=runner.early_chunks()).codec == []  # the baseline knows no deadlines
+
+
+def test_a_next_sentence_with_audio_queued_ahead_does_not_jump_the_queue() -> None:
+    runner = FakeRunner(max_codec_batch=1)
+    s = Scheduler(EngineConfig(urgent_slack_ms=100), has_backbone=False, max_codec_batch=1)
+    s.add(spec("dry", 0.0))
+    step(s, runner, 0.0)
+    runner.decode_chunks(["dry"])
+    s.running["dry"].clock.on_delivery(0.0, 300)  # runs dry at 0.3 s
+    s.add(SpeechRequest("next", "fake", ("x", "y"), "default", arrival_s=0.05, ttfa_target_ms=200,
+                        ahead_ms=4000))  # the listener has 4 s of the previous sentence left
+    assert [r.request_id for r in step(s, runner, 0.25).codec] == ["dry"]
