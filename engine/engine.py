@@ -96,7 +96,6 @@ class Engine:
         # Read-only snapshots for other threads (metrics, residency, tests).
         self._counts: dict[str, int] = {}
         self.last_batch: dict[str, dict[str, int]] = {}
-        self.num_iterations = 0
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -151,10 +150,6 @@ class Engine:
 
     def is_attached(self, model_id: str) -> bool:
         return model_id in self._models
-
-    def runner(self, model_id: str) -> Runner | None:
-        model = self._models.get(model_id)
-        return model.runner if model else None
 
     def stats(self) -> dict[str, Any]:
         models = dict(self._models)
@@ -303,7 +298,6 @@ class Engine:
             scheduler.observe_chunks(1000.0 * (time.perf_counter() - t0), len(plan.codec))
             self._deliver(model_id, model, outs)
         self.last_batch[model_id] = {"backbone": len(plan.backbone), "codec": len(plan.codec)}
-        self.num_iterations += 1
         return True
 
     def _deliver(self, model_id: str, model: _Model, outs: list[ChunkOut]) -> None:

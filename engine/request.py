@@ -15,15 +15,13 @@ class RequestStatus(enum.Enum):
 
 
 class Request:
-    __slots__ = ("spec", "clock", "status", "num_chunks", "is_cancelled", "admitted_s")
+    __slots__ = ("spec", "clock", "status", "num_chunks")
 
     def __init__(self, spec: SpeechRequest) -> None:
         self.spec = spec
         self.clock = PlaybackClock(spec.arrival_s, spec.ttfa_target_ms, spec.ahead_ms)
         self.status = RequestStatus.WAITING
         self.num_chunks = 0
-        self.is_cancelled = False
-        self.admitted_s: float | None = None
 
     @property
     def request_id(self) -> str:

@@ -135,7 +135,6 @@ class Scheduler:
             admit(request.spec)
             self.waiting.pop(0)
             request.status = RequestStatus.RUNNING
-            request.admitted_s = now
             self.running[request.request_id] = request
             admitted.append(request)
         return admitted

@@ -16,7 +16,6 @@ libsndfile patches at close, and a FLAC with "unknown length" trips common reade
 
 from __future__ import annotations
 
-import io
 import struct
 
 import numpy as np
@@ -159,9 +158,3 @@ def encode_whole(pcm: np.ndarray, in_rate: int, fmt: str) -> bytes:
     if encoder._sink is not None:
         return bytes(encoder._sink.buffer)  # with the headers patched at close
     return body
-
-
-def decode(data: bytes) -> tuple[np.ndarray, int]:
-    """Decode any container soundfile reads -> (float32 [samples], sample rate)."""
-    audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
-    return audio, rate

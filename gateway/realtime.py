@@ -54,6 +54,7 @@ class Utterance:
         self.ready_s: float | None = None  # when its first text became speakable
         self.request_id: str | None = None  # engine request in flight
         self.request_offset_ms = 0.0  # utterance audio before that request's first sample
+        self.model_id = ""  # what it is spoken with (the session may change meanwhile)
         self.pump: asyncio.Task[None] | None = None
 
 
@@ -269,6 +270,7 @@ class Session:
                 voice=choice.voice, speed=choice.speed, options=choice.options,
                 ttfa_target_ms=self.settings.ttfa_target_ms, ahead_ms=ahead_ms)
             utterance.request_id = spec.request_id
+            utterance.model_id = choice.model_id
             lease: Lease | None = None
             try:
                 lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
@@ -336,10 +338,10 @@ class Session:
         audio_ms = clock.delivered_ms
         if audio_ms and not cancelled:
             elapsed = time.monotonic() - (utterance.ready_s or clock.arrival_s)
-            self.state.metrics.observe_done(self.choice.model_id, audio_ms, elapsed, clock.stalls,
+            self.state.metrics.observe_done(utterance.model_id, audio_ms, elapsed, clock.stalls,
                                             ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source="realtime")
         if clock.ttfa_ms is not None:
-            self.state.metrics.observe_first_chunk(self.choice.model_id, clock.ttfa_ms)
+            self.state.metrics.observe_first_chunk(utterance.model_id, clock.ttfa_ms)
         await self.send({
             "type": "utterance.done", "utterance_id": utterance.utterance_id,
             "audio_ms": round(audio_ms, 1),

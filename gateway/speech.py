@@ -87,10 +87,9 @@ async def speech(request: Request) -> StreamingResponse:
         lease.release()
         raise
 
-    family = (await state.library.get_model(choice.model_id) or {}).get("family", "")
     headers = {"X-Request-Id": spec.request_id, "X-Voxgate-Model": choice.model_id,
                "X-Voxgate-Voice": choice.voice}
-    if instructions and family not in FAMILIES_WITH_INSTRUCTIONS:
+    if instructions and choice.family not in FAMILIES_WITH_INSTRUCTIONS:
         headers["X-Voxgate-Instructions"] = "ignored"
     encoder = StreamEncoder(fmt, first.sample_rate)
     log.info("request %s: %s/%s %d chars -> %s (%s)", spec.request_id, choice.model_id,

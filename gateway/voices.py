@@ -29,6 +29,7 @@ class Choice:
     speed: float
     options: dict[str, Any] = field(default_factory=dict)
     preset: str | None = None
+    family: str = ""
 
 
 def check_speed(speed: object, field_name: str = "speed") -> float:
@@ -58,19 +59,21 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     record = await library.get_model(model_id)
     voices = await library.voices(model_id) if record is not None else []
     if voice and voice in voices:
-        return Choice(model_id, voice, speed_value if speed_value is not None else 1.0)
+        assert record is not None
+        return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
 
     preset = await library.get_preset(voice) if voice else None
     if preset is not None:
         if explicit_model and preset["model_id"] != model_id and not preset_may_switch_model:
             raise InvalidInput(f"{voice!r} is a preset of model {preset['model_id']!r}, not of {model_id!r}; "
                                "leave model out or name that model", field="voice")
-        if await library.get_model(preset["model_id"]) is None:
+        preset_model = await library.get_model(preset["model_id"])
+        if preset_model is None:
             raise UnknownModel(f"preset {voice!r} uses model {preset['model_id']!r}, which is not installed; "
                                "edit or delete the preset", field="voice")
         return Choice(preset["model_id"], preset["voice"],
                       speed_value if speed_value is not None else float(preset["speed"]),
-                      dict(preset["settings"]), preset=voice)
+                      dict(preset["settings"]), preset=voice, family=preset_model["family"])
 
     if record is None:
         known = ", ".join(m["id"] for m in await library.list_models())
@@ -81,4 +84,4 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     elif voice not in voices:
         raise UnknownVoice(f"model {model_id!r} has no voice or preset {voice!r}; voices: {', '.join(voices)}",
                            field="voice")
-    return Choice(model_id, voice, speed_value if speed_value is not None else 1.0)
+    return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
