@@ -199,6 +199,9 @@ class ModelRunner:
         self._allocate_kv_cache()
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        # Fixed for the runner's life; read on every decode step, so computed once here.
+        self._batch_buckets = self._graph_batches()
+        self._length_buckets = self._attn_lengths()
         self.codec_graphs = CodecGraphs(codec, config.codec_graph_batches or _codec_buckets(config.max_codec_batch))
         if self.use_graphs:
             self._capture_graphs()
@@ -389,10 +392,10 @@ class ModelRunner:
         fresh = [s for s in seqs if not s.is_prefilled]
         launched = None
         if running:
-            batch = next(b for b in self._graph_batches() + [self.config.num_slots]
+            batch = next(b for b in self._batch_buckets + [self.config.num_slots]
                          if b >= max(s.slot for s in running) + 1)
             longest = max(len(s.prompt) + len(s.tokens or ()) for s in running) + 1  # host may lag one step
-            length = next(n for n in self._attn_lengths() if n >= min(longest + 1, self.config.max_seq_len + 1))
+            length = next(n for n in self._length_buckets if n >= min(longest + 1, self.config.max_seq_len + 1))
             # Host buffers alternate: the one used two steps ago is surely copied by now.
             active_host = self._active_host[self._readback_turn]
             active_host.zero_()

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, BinaryIO, Callable
 
 import httpx
 
@@ -65,12 +65,11 @@ FINAL_STATES = (DownloadState.DONE, DownloadState.FAILED, DownloadState.CANCELLE
 class DownloadError(Exception):
     """Why a download failed. `status` is the HTTP status the API answers with."""
 
-    def __init__(self, code: str, message: str, status: int = 502, retryable: bool = False) -> None:
+    def __init__(self, code: str, message: str, status: int = 502) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
-        self.retryable = retryable
 
     def as_json(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
@@ -491,8 +490,9 @@ class DownloadManager:
             out.truncate()
             try:
                 async for data in chunks:
-                    out.write(data)  # page cache: microseconds for 64 KiB
-                    hasher.update(data)
+                    # Off the event loop: a long download fills the page cache and writes
+                    # then block for a while, which would stall every stream being served.
+                    await asyncio.to_thread(_write_and_hash, out, hasher, data)
                     offset += len(data)
                     download._done[f.dest] = offset
                     self._count(download, len(data))
@@ -610,3 +610,8 @@ def _content_range(response: httpx.Response, status: int) -> tuple[int, int | No
             raise DownloadError("download_failed", f"bad Content-Range {value!r}") from None
     length = response.headers.get("content-length")
     return 0, int(length) if length and length.isdigit() else None
+
+
+def _write_and_hash(out: BinaryIO, hasher: Hasher, data: bytes) -> None:
+    out.write(data)
+    hasher.update(data)

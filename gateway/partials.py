@@ -66,10 +66,10 @@ def read_meta(part: Path, source: str) -> dict[str, Any]:
         meta = json.loads(meta_path(part).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         meta = {}
-    if meta.get("source") != source:
+    if not isinstance(meta, dict) or meta.get("source") != source:
         truncate(part)
         return {}
-    return meta if isinstance(meta, dict) else {}
+    return meta
 
 
 def write_meta(part: Path, meta: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ import enum
 import importlib.util
 import logging
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping
@@ -318,7 +319,7 @@ class Residency:
                 if spec is None:
                     raise UnknownModel(f"model {model_id!r} is not installed", field="model")
                 if keep_loaded and not spec.keep_loaded:
-                    spec = _replace_keep(spec)
+                    spec = dataclasses.replace(spec, keep_loaded=True)
                 footprint = int((spec.size_bytes or await asyncio.to_thread(folder_size, spec.path))
                                 * self.memory_factor)
                 timeout_s = self._timeout_s(spec, timeout_ms)
@@ -503,11 +504,6 @@ class Residency:
                         if (self._residents.get(resident.model_id) is resident and not self._busy(resident)
                                 and resident.state is ResidentState.LOADED):
                             await self._unload(resident, f"idle for {self.idle_unload_s:g}s")
-
-
-def _replace_keep(spec: ModelSpec) -> ModelSpec:
-    return ModelSpec(spec.model_id, spec.family, spec.path, spec.options, spec.size_bytes,
-                     spec.busy_timeout_ms, keep_loaded=True)
 
 
 def _describe(error: BaseException) -> str:
