@@ -316,7 +316,7 @@ class Engine:
                 duration_ms = 1000.0 * len(pcm) / model.runner.sample_rate
                 late_ms = request.clock.on_delivery(now, duration_ms)
                 chunk = AudioChunk(out.request_id, request.num_chunks, pcm,
-                                   model.runner.sample_rate, out.is_last, late_ms)
+                                   model.runner.sample_rate, out.is_last, late_ms, out.words)
                 request.num_chunks += 1
                 stream._put(chunk)
             if out.is_last:

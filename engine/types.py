@@ -45,6 +45,16 @@ class SpeechRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class WordTiming:
+    """When one word of the text is heard: milliseconds from the first sample of the
+    chunk that carries it (`end_ms` may pass the chunk's end for a word cut by it)."""
+
+    word: str
+    start_ms: float
+    end_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class AudioChunk:
     """A piece of an utterance's audio, in order.
 
@@ -52,6 +62,8 @@ class AudioChunk:
     `index` counts chunks of one request from 0; `is_last` marks the final one (it may
     hold zero samples). `late_ms` is how far past its deadline the chunk was emitted
     (0 when on time): a positive value means the listener's buffer ran dry (a stall).
+    `words`: timings of the words this chunk speaks, from the model's own durations
+    (Piper); empty when the model has none (the gateway then estimates them).
     """
 
     request_id: str
@@ -60,6 +72,7 @@ class AudioChunk:
     sample_rate: int
     is_last: bool
     late_ms: float = 0.0
+    words: tuple[WordTiming, ...] = ()
 
     @property
     def duration_ms(self) -> float:
@@ -77,6 +90,7 @@ class ChunkOut:
     pcm: np.ndarray | None
     is_last: bool = False
     error: EngineError | None = None
+    words: tuple[WordTiming, ...] = ()  # as AudioChunk.words
 
 
 class EngineError(Exception):
