@@ -27,9 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.lm_spec import LMSpec  # noqa: E402
-from engine.model_runner import ModelRunner, RunnerConfig  # noqa: E402
+from engine.model_runner import ModelRunner  # noqa: E402
+from engine.runner import LMParts  # noqa: E402
 from models import orpheus  # noqa: E402
+from models.llama import LlamaLM  # noqa: E402
 from models.snac import SAMPLE_RATE, SAMPLES_PER_FRAME  # noqa: E402
 
 TOKENS_PER_S = SAMPLE_RATE / SAMPLES_PER_FRAME * orpheus.TOKENS_PER_FRAME  # 82.03 per real-time stream
@@ -65,10 +66,10 @@ def copy_bandwidth(device: str) -> float:
     return nbytes / (ms / 1000)
 
 
-def random_model(flavor: str, device: str, dtype: torch.dtype, seed: int) -> orpheus.OrpheusLM:
+def random_model(flavor: str, device: str, dtype: torch.dtype, seed: int) -> LlamaLM:
     args = orpheus.FLAVORS[flavor]
     with torch.device("meta"):
-        model = orpheus.OrpheusLM(args)
+        model = LlamaLM(args)
     model = model.to_empty(device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
@@ -84,25 +85,24 @@ def random_model(flavor: str, device: str, dtype: torch.dtype, seed: int) -> orp
 
 class _NoCodec:
     sample_rate = SAMPLE_RATE
+    samples_per_frame = SAMPLES_PER_FRAME
+    codes_per_frame = orpheus.TOKENS_PER_FRAME
+    device = "cpu"  # no codec graphs to capture
 
     def memory_bytes(self) -> int:
         return 0
 
 
-def make_runner(model: orpheus.OrpheusLM, slots: int, context: int, batches: list[int], eager: bool,
+def make_runner(model: LlamaLM, slots: int, context: int, batches: list[int], eager: bool,
                 device: str, compile_layers: bool = False, triton_attention: bool = False) -> ModelRunner:
-    spec = LMSpec(orpheus.FAMILY, orpheus.VOICES, lambda v, t: [], orpheus.frame_codes, orpheus.STOP_TOKEN_IDS,
-                  orpheus.TOKENS_PER_FRAME, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TEMPERATURE,
-                  orpheus.TOP_P, orpheus.REPETITION_PENALTY, orpheus.MAX_TOKENS, orpheus.MAX_TEXT_CHARS)
     max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
-    config = RunnerConfig(num_slots=slots, max_seq_len=max_seq_len, enforce_eager=eager, compile_layers=compile_layers,
-                          triton_attention=triton_attention,
-                          attn_block=max_seq_len + 1, graph_batches=tuple(batches))
-    return ModelRunner("bench", spec, model, _NoCodec(), config, device)  # type: ignore[arg-type]
+    options = {"max_seq_len": max_seq_len, "enforce_eager": eager, "compile_layers": compile_layers,
+               "triton_attention": triton_attention, "attn_block": max_seq_len + 1, "graph_batches": tuple(batches)}
+    return ModelRunner("bench", LMParts(orpheus.make_spec(None), model, _NoCodec(), options), device, slots)
 
 
 def reset_rows(runner: ModelRunner, context: int, seed: int) -> None:
-    n = runner.config.num_slots
+    n = runner.max_running
     runner.positions.fill_(context)
     runner.steps.fill_(0)
     runner.stopped.zero_()
@@ -122,10 +122,10 @@ def greedy_tokens(runner: ModelRunner, batch: int, context: int, graph: bool) ->
     reset_rows(runner, context, 0)
     runner.temperature.zero_()
     if graph:
-        runner._graphs[(batch, runner.config.max_seq_len + 1)].replay()
+        runner._graphs[(batch, runner.max_seq_len + 1)].replay()
     else:
         with torch.inference_mode():
-            runner._decode_step(batch, runner.config.max_seq_len + 1)
+            runner._decode_step(batch, runner.max_seq_len + 1)
     return runner.readback[0, :batch].clone()
 
 
@@ -140,7 +140,7 @@ def profile_step(runner: ModelRunner, batch: int, iters: int = 5) -> dict:
     the profiler sees no kernels inside graphs), vs the step's wall time."""
     from torch.profiler import ProfilerActivity, profile
 
-    length = runner.config.max_seq_len + 1
+    length = runner.max_seq_len + 1
     kinds = {"gemm": ("gemm", "gemv", "nvjet", "cutlass", "sm90_xmma", "splitk"),
              "attention": ("fmha", "attention", "flash", "mem_eff"), "index": ("index", "scatter", "gather"),
              "topk/sort": ("topk", "sort", "radix", "bitonic"), "triton (compiled)": ("triton",)}
@@ -200,20 +200,21 @@ def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from snac import SNAC
-    from engine.model_runner import CodecGraphs
     from models.checkpoint import SNAC_CONFIGS
-    from models.snac import CHUNK_FRAMES, CONTEXT_FRAMES, SnacCodec
+    from models.codec_graphs import CodecGraphs
+    from models.snac import CONTEXT_FRAMES, SnacCodec
 
     torch.manual_seed(0)
     codec = SnacCodec(SNAC(**SNAC_CONFIGS["full"]), device, torch.float32)
-    graphs = CodecGraphs(codec, batches)
+    graphs = CodecGraphs(codec, batches, orpheus.CHUNK_SHAPE.window_lengths())
+    ramp = orpheus.CHUNK_SHAPE.ramp
     t0 = time.perf_counter()
     if device == "cuda":
         graphs.capture()
     capture_s = time.perf_counter() - t0
     rows = []
-    for kind, emit, window in (("first", CHUNK_FRAMES[0], CHUNK_FRAMES[0] + CONTEXT_FRAMES),
-                               ("steady", CHUNK_FRAMES[-1], CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES)):
+    for kind, emit, window in (("first", ramp[0], ramp[0] + CONTEXT_FRAMES),
+                               ("steady", ramp[-1], ramp[-1] + 2 * CONTEXT_FRAMES)):
         for batch in batches:
             frames = torch.randint(0, 4096, (batch, window, 7), device=device)
             start = torch.randint(0, 500, (batch,), dtype=torch.int64, device=device)
@@ -285,7 +286,7 @@ def main() -> None:
                 floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
                 reset_rows(runner, context, opts.seed)
                 sampler_ms = bench_sampler(runner, batch, opts.iters)
-                length = runner.config.max_seq_len + 1
+                length = runner.max_seq_len + 1
                 modes = (["eager"] if not compiled else []) + ([label] if runner.use_graphs else [])
                 for mode in modes:
                     reset_rows(runner, context, opts.seed)

@@ -1,41 +1,50 @@
-"""The engine: one scheduler thread that owns every model call (DESIGN.md §3).
+"""The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
-The gateway talks to it through four calls, all safe from any thread:
-`submit(spec)` returns an `AudioStream` (an async iterator of `AudioChunk`),
-`cancel(request_id)`, `report_playback(request_id, played_ms, playing)`, and
-`attach`/`detach` of loaded runners. Commands travel through an inbox that the thread
-drains between iterations, so runner and scheduler state have a single owner and a
-cancel takes effect at the next chunk boundary.
+One worker per device for speech LMs (each GPU, and the CPU where a small LM runs),
+stepping every model resident on it; each synthesiser (Piper) has a worker of its own, so
+a sentence being synthesised never delays an LM's step (DESIGN.md §3). The calls, safe
+from any thread: `submit(spec) -> AudioStream`, `cancel`, `report_playback`, `attach`,
+`detach`. The family's `prepare` runs in a small thread pool (off the event loop and the
+workers); its errors arrive through the stream. Commands reach a worker through its
+inbox, drained between steps. A request whose stream is not being read pauses once
+`EngineConfig.max_unread_ms` of audio waits, so memory per request stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
+import sys
 import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, AsyncIterator
 
 from engine.config import EngineConfig
-from engine.request import Request
+from engine.core import EngineCore, Output
+from engine.request import Prepared
 from engine.runner import Runner
-from engine.scheduler import Scheduler
-from engine.types import (
-    AudioChunk, Cancelled, ChunkOut, EngineError, GenerationFailed, ModelNotLoaded, SpeechRequest,
-)
+from engine.types import AudioChunk, Cancelled, EngineError, GenerationFailed, ModelNotLoaded, SpeechRequest
 
 log = logging.getLogger(__name__)
 
 _END = object()
+STATS_EVERY_S = 0.25  # how often a worker refreshes its stats snapshot
+# A synthesiser's worker runs at a lower CPU priority (Linux nice) than the device workers,
+# whose steps are latency-bound (a GPU waits for its launching thread); on a machine where
+# nothing else runs it loses nothing.
+SYNTH_NICE = 10
+# Threads waiting for the GIL get it within this long (Python's default is 5 ms): a decode
+# step waiting behind another worker's Python code is then delayed by ~1 ms, not ~5.
+SWITCH_INTERVAL_S = 0.001
 
 
 class AudioStream:
     """Async iterator over one request's chunks; raises the engine's error if it fails.
 
-    Items cross from the engine thread through `loop.call_soon_threadsafe`, so the event
+    Items cross from the worker thread through `loop.call_soon_threadsafe`, so the event
     loop never blocks. Leaving the iteration early (break, exception, disconnect) must be
     followed by `Engine.cancel`; `aclose()` does that.
     """
@@ -46,11 +55,16 @@ class AudioStream:
         self._loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.done = False
-        self.ttfa_ms: float | None = None
-        self.stalls = 0
-        self.audio_ms = 0.0
+        self._put_ms = 0.0  # written by the worker thread only
+        self._taken_ms = 0.0  # written by the event loop only
 
-    def _put(self, item: Any) -> None:  # engine thread
+    def unread_ms(self) -> float:
+        """Audio delivered to this stream that its reader has not taken yet."""
+        return self._put_ms - self._taken_ms
+
+    def _put(self, item: Any) -> None:  # worker thread
+        if isinstance(item, AudioChunk):
+            self._put_ms += item.duration_ms
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # loop closed: nobody is listening any more
@@ -70,6 +84,9 @@ class AudioStream:
             self.done = True
             raise item
         assert isinstance(item, AudioChunk)
+        self._taken_ms += item.duration_ms
+        if self.unread_ms() < self.engine.config.max_unread_ms:
+            self.engine._wake_owner(self.request_id)  # a paused request may go on
         return item
 
     async def aclose(self) -> None:
@@ -78,252 +95,233 @@ class AudioStream:
             self.engine.cancel(self.request_id)
 
 
-@dataclass(slots=True)
-class _Model:
-    runner: Runner
-    scheduler: Scheduler
+class Worker:
+    """A thread stepping the cores of the models placed on it, round robin."""
+
+    def __init__(self, name: str, engine: Engine, nice: int = 0) -> None:
+        self.name = name
+        self.nice = nice
+        self.engine = engine
+        self.cores: dict[str, EngineCore] = {}
+        self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
+        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.wake = threading.Event()
+        self._stopping = False
+        self._stats_s = 0.0
+        self._stats_stale = False
+        self.thread = threading.Thread(target=self._run, name=f"voxgate-{name}", daemon=True)
+
+    def send(self, *command: Any) -> None:
+        self._inbox.put(command)
+        self.wake.set()
+
+    def _run(self) -> None:
+        if self.nice and hasattr(os, "setpriority"):
+            try:  # per thread on Linux: the thread id is a process id for setpriority
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+            except OSError:
+                log.warning("could not lower the priority of worker %s", self.name)
+        while not self._stopping:
+            self.wake.clear()
+            self._drain()
+            worked = False
+            for model_id, core in list(self.cores.items()):
+                if not core.has_work:
+                    continue
+                try:
+                    outputs = core.step()
+                except Exception:  # a runner bug must not kill the worker
+                    log.exception("engine step failed for model %s", model_id)
+                    outputs = core.fail_all(GenerationFailed("internal error in the model runner"))
+                self.engine._deliver(outputs)
+                worked |= not core.was_idle
+            now = time.monotonic()
+            # A snapshot for other threads, off the step path: every STATS_EVERY_S, and when
+            # work stops (so an idle engine shows its last batch at once).
+            self._stats_stale |= worked
+            if self._stats_stale and (not worked or now - self._stats_s > STATS_EVERY_S):
+                self._stats_s, self._stats_stale = now, False
+                self.stats = {model_id: core.stats() for model_id, core in self.cores.items()}
+            if not worked and not self._stopping:
+                self.wake.wait(0.05)
+        for core in self.cores.values():
+            self.engine._deliver(core.fail_all(Cancelled("server is shutting down")))
+            core.shutdown()
+            core.runner.close()
+        self.cores.clear()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                kind, *args = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            getattr(self, f"_on_{kind}")(*args)
+
+    def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared]) -> None:
+        stream = self.engine._streams.get(spec.request_id)
+        if stream is None or stream.done:  # cancelled before it got here
+            self.engine._finish(spec.request_id, None)
+            return
+        core = self.cores.get(spec.model_id)
+        try:
+            if core is None:
+                raise ModelNotLoaded(f"model {spec.model_id!r} was unloaded", field="model")
+            core.add(spec, prepared.result(), stream.unread_ms)
+        except EngineError as error:
+            self.engine._finish(spec.request_id, error)
+        except Exception:
+            log.exception("request %s: preparing it failed", spec.request_id)
+            self.engine._finish(spec.request_id, GenerationFailed("internal error preparing the request"))
+
+    def _on_cancel(self, request_id: str) -> None:
+        any(core.cancel(request_id) for core in self.cores.values())
+        self.engine._finish(request_id, Cancelled("request was cancelled"))
+
+    def _on_report(self, request_id: str, played_ms: float, playing: bool, at_s: float) -> None:
+        for core in self.cores.values():
+            core.report_playback(request_id, at_s, played_ms, playing)
+
+    def _on_attach(self, model_id: str, core: EngineCore, fut: Future[None]) -> None:
+        core.notify = self.wake.set
+        self.cores[model_id] = core
+        self.stats[model_id] = core.stats()
+        fut.set_result(None)
+
+    def _on_detach(self, model_id: str, fut: Future[Runner | None]) -> None:
+        core = self.cores.pop(model_id, None)
+        self.stats.pop(model_id, None)
+        if core is not None:
+            self.engine._deliver(core.fail_all(Cancelled(f"model {model_id!r} was unloaded")))
+            core.shutdown()
+        fut.set_result(core.runner if core is not None else None)
+
+    def _on_stop(self) -> None:
+        self._stopping = True  # the loop ends after this drain
 
 
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
-        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._wake = threading.Event()
-        self._models: dict[str, _Model] = {}
+        self._workers: dict[str, Worker] = {}
+        self._models: dict[str, tuple[Runner, Worker]] = {}  # model id -> its runner, the worker stepping it
         self._streams: dict[str, AudioStream] = {}
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="voxgate-engine", daemon=True)
-        # Read-only snapshots for other threads (metrics, residency, tests).
-        self._counts: dict[str, int] = {}
-        self.last_batch: dict[str, dict[str, int]] = {}
+        self._owner: dict[str, Worker] = {}  # request id -> its model's worker
+        self._active: dict[str, set[str]] = {}  # model id -> open request ids
+        self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="voxgate-prepare")
+        self._started = False
 
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        self._started = True
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        for worker in self._workers.values():
+            if not worker.thread.is_alive():
+                worker.thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Cancel everything, release runners and join the thread."""
-        self._send("stop")
-        self._thread.join(timeout_s)
+        """Cancel everything, close runners and join the workers."""
+        for worker in list(self._workers.values()):
+            worker.send("stop")
+        for worker in list(self._workers.values()):
+            worker.thread.join(timeout_s)
+        self._prepare.shutdown(wait=False, cancel_futures=True)
 
     # -- calls from other threads -----------------------------------------------------
 
-    def attach(self, model_id: str, runner: Runner) -> Future[None]:
-        """Start serving a loaded runner under `model_id`."""
+    def attach(self, model_id: str, runner: Runner, core: EngineCore | None = None) -> Future[None]:
+        """Start serving a built runner under `model_id`, on its device's worker (a
+        synthesiser: a worker of its own)."""
+        key = runner.device if runner.has_backbone else f"synth:{model_id}"
+        worker = self._workers.get(key)
+        if worker is None:
+            worker = self._workers[key] = Worker(key, self, 0 if runner.has_backbone else SYNTH_NICE)
+            if self._started:
+                worker.thread.start()
+        self._models[model_id] = (runner, worker)
+        self._active.setdefault(model_id, set())
         fut: Future[None] = Future()
-        self._send("attach", model_id, runner, fut)
+        # On the CPU a speech LM's codec gets a thread of its own (its lane); GPU lanes: issue 9.
+        lane = runner.has_backbone and runner.device == "cpu"
+        worker.send("attach", model_id, core or EngineCore(runner, self.config, codec_lane=lane), fut)
         return fut
 
     def detach(self, model_id: str) -> Future[Runner | None]:
         """Stop serving `model_id` (its requests are cancelled) and return its runner."""
         fut: Future[Runner | None] = Future()
-        self._send("detach", model_id, fut)
+        _, worker = self._models.pop(model_id, (None, None))
+        if worker is None:
+            fut.set_result(None)
+        else:
+            worker.send("detach", model_id, fut)
         return fut
 
     def submit(self, spec: SpeechRequest) -> AudioStream:
-        """Queue a request; must be called from the event loop that will read the stream.
+        """Queue a request; call it from the event loop that will read the stream.
 
-        Raises ModelNotLoaded or the runner's validation errors (UnknownVoice, ...)
-        before anything is queued. Overloaded comes through the stream.
+        Raises ModelNotLoaded at once; the family's validation errors (UnknownVoice,
+        InvalidInput, InputTooLong) and Overloaded come through the stream.
         """
-        model = self._models.get(spec.model_id)
-        if model is None:
+        if spec.model_id not in self._models:
             raise ModelNotLoaded(f"model {spec.model_id!r} is not loaded", field="model")
-        model.runner.check(spec)
+        runner, worker = self._models[spec.model_id]
         stream = AudioStream(self, spec.request_id, asyncio.get_running_loop())
         self._streams[spec.request_id] = stream
-        self._send("submit", spec)
+        self._owner[spec.request_id] = worker
+        self._active.setdefault(spec.model_id, set()).add(spec.request_id)
+        prepared = self._prepare.submit(runner.spec.prepare, spec)
+        prepared.add_done_callback(lambda fut: worker.send("add", spec, fut))
         return stream
 
     def cancel(self, request_id: str) -> None:
-        self._send("cancel", request_id)
+        worker = self._owner.get(request_id)
+        if worker is not None:
+            worker.send("cancel", request_id)
 
     def report_playback(self, request_id: str, played_ms: float, playing: bool) -> None:
-        self._send("report", request_id, float(played_ms), bool(playing), time.monotonic())
+        worker = self._owner.get(request_id)
+        if worker is not None:
+            worker.send("report", request_id, float(played_ms), bool(playing), time.monotonic())
 
     def num_requests(self, model_id: str | None = None) -> int:
-        """Requests queued or running (all models, or one); counts streams not yet ended."""
+        """Requests queued or running (all models, or one): streams not yet ended."""
         if model_id is None:
             return len(self._streams)
-        return self._counts.get(model_id, 0)
+        return len(self._active.get(model_id, ()))
 
     def is_attached(self, model_id: str) -> bool:
         return model_id in self._models
 
     def stats(self) -> dict[str, Any]:
-        models = dict(self._models)
-        return {
-            "requests": len(self._streams),
-            "models": {
-                mid: {
-                    "waiting": len(m.scheduler.waiting),
-                    "running": len(m.scheduler.running),
-                    "est_chunk_ms": round(m.scheduler.est_chunk_ms, 2),
-                    "est_step_ms": round(m.scheduler.est_step_ms, 2),
-                    "last_batch": self.last_batch.get(mid, {}),
-                }
-                for mid, m in models.items()
-            },
-        }
+        models = {}
+        for worker in list(self._workers.values()):
+            for model_id, stats in list(worker.stats.items()):
+                models[model_id] = {**stats, "worker": worker.name}
+        return {"requests": len(self._streams), "policy": self.config.policy, "models": models}
 
-    def _send(self, *command: Any) -> None:
-        self._inbox.put(command)
-        self._wake.set()
+    # -- from the workers ---------------------------------------------------------------
 
-    # -- the engine thread ------------------------------------------------------------
+    def _wake_owner(self, request_id: str) -> None:
+        worker = self._owner.get(request_id)
+        if worker is not None:
+            worker.wake.set()
 
-    def _run(self) -> None:
-        while True:
-            self._drain_inbox()
-            if self._stopping:
-                break
-            worked = False
-            for model_id, model in list(self._models.items()):
-                try:
-                    worked |= self._iterate(model_id, model)
-                except Exception:  # a runner bug must not kill the loop
-                    log.exception("engine iteration failed for model %s", model_id)
-                    self._fail_all(model_id, model, GenerationFailed("internal error in the model runner"))
-            if not worked:
-                self._wake.wait(0.05)
-                self._wake.clear()
-        for model_id, model in list(self._models.items()):
-            self._fail_all(model_id, model, Cancelled("server is shutting down"))
-            model.runner.close()
-        self._models.clear()
+    def _deliver(self, outputs: list[Output]) -> None:
+        for request_id, item in outputs:
+            stream = self._streams.get(request_id)
+            if isinstance(item, EngineError):
+                log.warning("request %s failed: %s", request_id, item.message)
+                self._finish(request_id, item)
+            elif stream is not None:
+                stream._put(item)
+                if item.is_last:
+                    self._finish(request_id, None)
 
-    def _drain_inbox(self) -> None:
-        while True:
-            try:
-                command = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            kind = command[0]
-            if kind == "submit":
-                self._on_submit(command[1])
-            elif kind == "cancel":
-                self._on_cancel(command[1])
-            elif kind == "report":
-                _, request_id, played_ms, playing, at_s = command
-                request = self._find(request_id)
-                if request is not None:
-                    request.clock.on_report(at_s, played_ms, playing)
-            elif kind == "attach":
-                _, model_id, runner, fut = command
-                self._models[model_id] = _Model(
-                    runner,
-                    Scheduler(self.config, has_backbone=runner.has_backbone,
-                              max_codec_batch=runner.max_codec_batch),
-                )
-                self._counts[model_id] = 0
-                fut.set_result(None)
-            elif kind == "detach":
-                _, model_id, fut = command
-                model = self._models.pop(model_id, None)
-                if model is not None:
-                    self._fail_all(model_id, model, Cancelled(f"model {model_id!r} was unloaded"))
-                self._counts.pop(model_id, None)
-                fut.set_result(model.runner if model else None)
-            elif kind == "stop":
-                self._stopping = True
-
-    def _find(self, request_id: str) -> Request | None:
-        for model in self._models.values():
-            request = model.scheduler.get(request_id)
-            if request is not None:
-                return request
-        return None
-
-    def _on_submit(self, spec: SpeechRequest) -> None:
-        stream = self._streams.get(spec.request_id)
-        model = self._models.get(spec.model_id)
-        if stream is None or stream.done:  # cancelled before it arrived
-            self._streams.pop(spec.request_id, None)
-            return
-        try:
-            if model is None:
-                raise ModelNotLoaded(f"model {spec.model_id!r} was unloaded", field="model")
-            model.scheduler.add(spec)
-            self._counts[spec.model_id] = model.scheduler.num_requests
-        except EngineError as error:
-            self._finish(spec.request_id, error)
-
-    def _on_cancel(self, request_id: str) -> None:
-        for model_id, model in self._models.items():
-            request = model.scheduler.remove(request_id)
-            if request is not None:
-                model.runner.release(request_id)
-                self._counts[model_id] = model.scheduler.num_requests
-                log.info("request %s cancelled", request_id)
-                break
-        self._finish(request_id, Cancelled("request was cancelled"))
-
-    def _finish(self, request_id: str, error: BaseException | None = None) -> None:
+    def _finish(self, request_id: str, error: EngineError | None) -> None:
         stream = self._streams.pop(request_id, None)
+        self._owner.pop(request_id, None)
+        for active in list(self._active.values()):
+            active.discard(request_id)
         if stream is not None:
             stream._put(error if error is not None else _END)
-
-    def _fail_all(self, model_id: str, model: _Model, error: EngineError) -> None:
-        for request in list(model.scheduler.running.values()) + list(model.scheduler.waiting):
-            model.scheduler.remove(request.request_id)
-            model.runner.release(request.request_id)
-            self._finish(request.request_id, error)
-        self._counts[model_id] = 0
-
-    def _iterate(self, model_id: str, model: _Model) -> bool:
-        """One scheduling round for one model; returns whether any work was done."""
-        runner, scheduler = model.runner, model.scheduler
-        if not scheduler.num_requests:
-            return False
-        now = time.monotonic()
-        scheduler.admit(now, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())
-        plan = scheduler.plan(
-            now,
-            needs_backbone=runner.needs_backbone,
-            ready=runner.ready_chunks(),
-            is_first_chunk=runner.is_first_chunk,
-            early=runner.early_chunks(),
-        )
-        if plan.is_empty:
-            return False
-        if plan.backbone:
-            t0 = time.perf_counter()
-            failures = runner.step_backbone([r.request_id for r in plan.backbone])
-            scheduler.observe_step(1000.0 * (time.perf_counter() - t0))
-            self._deliver(model_id, model, failures)
-        if plan.codec:
-            t0 = time.perf_counter()
-            outs = runner.decode_chunks([r.request_id for r in plan.codec])
-            scheduler.observe_chunks(1000.0 * (time.perf_counter() - t0), len(plan.codec))
-            self._deliver(model_id, model, outs)
-        self.last_batch[model_id] = {"backbone": len(plan.backbone), "codec": len(plan.codec)}
-        return True
-
-    def _deliver(self, model_id: str, model: _Model, outs: list[ChunkOut]) -> None:
-        now = time.monotonic()
-        for out in outs:
-            request = model.scheduler.running.get(out.request_id)
-            stream = self._streams.get(out.request_id)
-            if request is None or stream is None:
-                continue
-            if out.error is not None:
-                log.warning("request %s failed: %s", out.request_id, out.error.message)
-                self._end(model_id, model, request, out.error)
-                continue
-            pcm = out.pcm
-            if pcm is not None and (len(pcm) or out.is_last):
-                duration_ms = 1000.0 * len(pcm) / model.runner.sample_rate
-                late_ms = request.clock.on_delivery(now, duration_ms)
-                chunk = AudioChunk(out.request_id, request.num_chunks, pcm,
-                                   model.runner.sample_rate, out.is_last, late_ms, out.words)
-                request.num_chunks += 1
-                stream._put(chunk)
-            if out.is_last:
-                self._end(model_id, model, request, None)
-
-    def _end(self, model_id: str, model: _Model, request: Request, error: EngineError | None) -> None:
-        model.scheduler.remove(request.request_id)
-        model.runner.release(request.request_id)
-        self._counts[model_id] = model.scheduler.num_requests
-        self._finish(request.request_id, error)

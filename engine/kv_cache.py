@@ -1,14 +1,9 @@
 """KV cache bookkeeping: which request holds which slot (no torch, STYLE.md §3).
 
-The memory itself is one tensor that `engine/model_runner.py` allocates; here we only
-count. The cache has `num_slots` slots of `max_seq_len` token positions each, and a
-request holds exactly one slot from admission to release. Free slots are handed out
-lowest first, so occupied slots stay packed at the bottom and a decode step over
-slots `[0, high_water)` touches few idle rows.
-
-Ask/do pairs: `can_allocate(num_tokens)` before `allocate(request_id, num_tokens)`.
-A request that does not fit is not an error: the runner answers `can_admit = False`
-and the scheduler keeps it waiting.
+The memory is one tensor that engine/model_runner.py allocates; here we only count:
+`num_slots` slots of `max_seq_len` positions, one per running request, handed out lowest
+first so occupied slots stay packed and a decode step over `[0, high_water)` touches few
+idle rows. Ask/do pairs: `can_allocate(num_tokens)` before `allocate(request_id, num_tokens)`.
 """
 
 from __future__ import annotations

@@ -1,31 +1,96 @@
-"""Per-request state the scheduler keeps (no tensors: those live in the runner)."""
+"""Everything about one utterance that the scheduler keeps (pure Python, no torch).
+
+Built from the gateway's `SpeechRequest` and the family's `Prepared` (prompt ids
+tokenised once, before queueing; sampling settings), a `Request` carries the tokens, the
+frame being filled, the frames' codes, its chunk plan, stop state and `PlaybackClock`;
+its tensors live in the runner, in the KV slot the scheduler gave it.
+"""
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, field
+from typing import Callable
 
+from engine.chunk_plan import ChunkPlan, ChunkShape
 from engine.clock import PlaybackClock
-from engine.types import SpeechRequest
+from engine.types import EngineError, SpeechRequest
 
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"  # queued, holds nothing
-    RUNNING = "running"  # admitted: holds runner state (KV slot, codec state)
+    RUNNING = "running"  # admitted: holds a KV slot (speech LMs) and runner state
     FINISHED = "finished"
 
 
-class Request:
-    __slots__ = ("spec", "clock", "status", "num_chunks")
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Per-request sampling settings (models/options.py `parse_options` builds them).
 
-    def __init__(self, spec: SpeechRequest) -> None:
-        self.spec = spec
-        self.clock = PlaybackClock(spec.arrival_s, spec.ttfa_target_ms, spec.ahead_ms)
-        self.status = RequestStatus.WAITING
-        self.num_chunks = 0
+    `force_tokens` > 0: generate exactly that many audio tokens, stop token ignored and each
+    token drawn from its frame position's audio ids (benchmarks on random weights).
+    """
+
+    temperature: float
+    top_p: float
+    repetition_penalty: float
+    seed: int
+    max_tokens: int
+    force_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a family's `prepare(spec)` returns: validated, tokenised, ready to queue.
+
+    `prompt_ids`: the backbone's prompt (empty for a direct synthesiser); `units`: what a
+    synthesiser speaks, one per frame (Piper: the text segments); `sampling`: speech LMs only.
+    """
+
+    prompt_ids: tuple[int, ...] = ()
+    units: tuple[str, ...] = ()
+    sampling: Sampling | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    spec: SpeechRequest
+    prepared: Prepared
+    plan: ChunkPlan
+    clock: PlaybackClock
+    status: RequestStatus = RequestStatus.WAITING
+    slot: int = -1  # KV slot while running (speech LMs)
+    max_tokens: int = 0  # tokens it may generate (the scheduler fits it to the slot)
+    tokens: list[int] = field(default_factory=list)  # generated, stop token excluded
+    pending: list[int] = field(default_factory=list)  # tokens of the frame being filled
+    frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame
+    is_prefilled: bool = False
+    is_stopped: bool = False  # generates no more tokens
+    error: EngineError | None = None
+    unread_ms: Callable[[], float] | None = None  # audio delivered but not yet taken by the gateway
+
+    @classmethod
+    def create(cls, spec: SpeechRequest, prepared: Prepared, shape: ChunkShape) -> Request:
+        # A synthesiser's frames (its text units) all exist from the start.
+        plan = ChunkPlan(shape, len(prepared.units), is_final=prepared.sampling is None)
+        return cls(spec, prepared, plan, PlaybackClock(spec.arrival_s, spec.ttfa_target_ms, spec.ahead_ms))
 
     @property
     def request_id(self) -> str:
         return self.spec.request_id
+
+    @property
+    def num_tokens(self) -> int:
+        """Positions the request uses in its KV slot: prompt + generated."""
+        return len(self.prepared.prompt_ids) + len(self.tokens)
+
+    @property
+    def is_forced(self) -> bool:
+        return self.prepared.sampling is not None and self.prepared.sampling.force_tokens > 0
+
+    @property
+    def needs_decode(self) -> bool:
+        return self.is_prefilled and not self.is_stopped
 
     def deadline_s(self) -> float:
         """Next chunk's deadline; a paused listener sorts last (infinite deadline)."""

@@ -1,88 +1,106 @@
-"""What the engine thread asks of a loaded model (one per family, see models/).
+"""What a family's `load` returns (its model parts) and what the engine builds from them.
 
-A runner owns a model's weights and per-request state (KV cache slots, codec state).
-Only the engine's scheduler thread calls its methods, so a runner needs no locks.
-The scheduler decides *which* requests go into each call; the runner only carries
-the plan out. Two shapes of family fit this one protocol:
+A family module never builds engine machinery: `load` returns `LMParts` (a speech LM:
+`LMSpec`, backbone, codec) or `SynthParts` (a direct synthesiser such as Piper), and
+`build_runner` turns them into a runner. Runners only execute what the scheduler planned
+(engine/plan.py); they own device memory and nothing about policy:
 
-- a speech LM (`has_backbone = True`): `step_backbone` prefills new requests and runs
-  one batched decode step for the others (continuous batching); once enough audio
-  tokens for a codec chunk exist, the request shows up in `ready_chunks` and
-  `decode_chunks` turns those tokens into PCM.
-- a direct synthesiser like Piper (`has_backbone = False`): every admitted request
-  with text left is "ready", and `decode_chunks` synthesises its next segment.
+- `prefill(requests)` / `decode(requests)` -> `TokenOut`s (a GPU runner reads tokens back
+  one step late: `decode` returns the tokens known now, from the previous step);
+- `decode_codec(items)` -> one `ChunkOut` per item, in order;
+- `release(request)`, `take_timings()` (for the cost model), `memory_bytes()`, `close()`.
+Only the worker stepping a runner calls it, but for `decode_codec`, which a CPU codec lane
+(engine/core.py) runs on a thread of its own beside decode steps: codec state stays apart.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
 
-from engine.types import ChunkOut, SpeechRequest
+import numpy as np
+
+from engine.chunk_plan import ChunkShape
+from engine.lm_spec import LMSpec
+from engine.plan import CodecItem, Timing, TokenOut
+from engine.request import Prepared, Request
+from engine.types import ChunkOut, SpeechRequest, WordTiming
+
+
+@dataclass(frozen=True, slots=True)
+class SynthSpec:
+    """A direct synthesiser's facts: `prepare(spec)` validates a request (raises UnknownVoice,
+    InvalidInput) and returns its text units; one unit is synthesised per chunk."""
+
+    family: str
+    voices: tuple[str, ...]  # default first
+    prepare: Callable[[SpeechRequest], Prepared]
+    shape: ChunkShape = ChunkShape(ramp=(1,), context_frames=0)
+
+
+class Synthesizer(Protocol):
+    sample_rate: int
+
+    def synthesize(self, text: str, request: SpeechRequest,
+                   is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+        """float32 PCM `[samples]` at `sample_rate` for one text unit (with the pause that
+        follows it unless `is_last`), and its word timings (empty when the model has none)."""
+        ...
+
+    def memory_bytes(self) -> int: ...
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class SynthParts:
+    spec: SynthSpec
+    synthesizer: Synthesizer
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LMParts:
+    """`backbone`: an nn.Module with `forward(ids, positions)`, `compute_logits(hidden)`,
+    `set_rope`, `fuse_projections`, `compile_layers` and `args` (models/orpheus.py);
+    `codec`: `decode(codes [B, F, C] int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`,
+    `sample_rate`, `samples_per_frame`, `codes_per_frame`, `device`, `memory_bytes()`.
+    `options`: runner settings (engine/model_runner.py `RunnerConfig` fields)."""
+
+    spec: LMSpec
+    backbone: Any
+    codec: Any
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class Runner(Protocol):
     model_id: str
     family: str
-    sample_rate: int  # Hz of the PCM that decode_chunks returns
+    device: str  # where it runs: "cpu", "cuda:0"; picks the worker that steps it
     has_backbone: bool
-    max_codec_batch: int  # most chunks one decode_chunks call should get
+    sample_rate: int  # Hz of the PCM it returns
+    max_running: int  # requests served at once (KV slots): the model's one concurrency limit
+    max_seq_len: int  # positions per KV slot (0 without a backbone)
+    max_codec_batch: int
 
-    def voices(self) -> list[str]:
-        """Names of the built-in voices, default first."""
-        ...
+    @property
+    def spec(self) -> LMSpec | SynthSpec: ...
+    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]: ...
+    def decode(self, requests: Sequence[Request]) -> list[TokenOut]: ...
+    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]: ...
+    def release(self, request: Request) -> None: ...
+    def take_timings(self) -> list[Timing]: ...
+    def memory_bytes(self) -> int: ...
+    def close(self) -> None: ...
 
-    def check(self, request: SpeechRequest) -> None:
-        """Validate before queueing; raises UnknownVoice, InputTooLong, InvalidInput."""
-        ...
 
-    def can_admit(self, request: SpeechRequest) -> bool:
-        """Whether `admit` would find room (KV slots / pages) right now."""
-        ...
+def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_running: int = 64) -> Runner:
+    """The runner for a family's parts. `max_running` applies unless the model's options set
+    it. Speech LMs need torch (engine/model_runner.py, imported only here)."""
+    max_running = int(parts.options.get("max_running", max_running))
+    if isinstance(parts, SynthParts):
+        from engine.synth_runner import SynthRunner
 
-    def admit(self, request: SpeechRequest) -> None:
-        """Allocate per-request state. Prefill happens in the next step_backbone."""
-        ...
+        return SynthRunner(model_id, parts, max_running)
+    from engine.model_runner import ModelRunner
 
-    def step_backbone(self, request_ids: Sequence[str]) -> list[ChunkOut]:
-        """One iteration: prefill the newly admitted ids, one decode step for the rest.
-
-        Returns failures only (ChunkOut with `error`); audio comes from decode_chunks.
-        """
-        ...
-
-    def needs_backbone(self, request_id: str) -> bool:
-        """Whether the request still generates tokens (False once stopped)."""
-        ...
-
-    def ready_chunks(self) -> list[str]:
-        """Ids of admitted requests whose next audio chunk can be decoded now."""
-        ...
-
-    def early_chunks(self) -> list[str]:
-        """Ids whose planned chunk is not complete but a smaller one could be decoded now.
-
-        The scheduler decodes such a chunk only when the listener's buffer is about to run
-        dry; `decode_chunks` then emits what is ready. Families without it return [].
-        """
-        ...
-
-    def is_first_chunk(self, request_id: str) -> bool:
-        """Whether the next chunk of this request is its first (always urgent)."""
-        ...
-
-    def decode_chunks(self, request_ids: Sequence[str]) -> list[ChunkOut]:
-        """Decode one chunk for each id, in the given order (most urgent first): the
-        planned chunk if it is complete, else the early one."""
-        ...
-
-    def release(self, request_id: str) -> None:
-        """Free everything the request holds. Idempotent; unknown ids are ignored."""
-        ...
-
-    def memory_bytes(self) -> int:
-        """Bytes the loaded model holds (weights + caches), for residency decisions."""
-        ...
-
-    def close(self) -> None:
-        """Release the model; the runner is not used again."""
-        ...
+    return ModelRunner(model_id, parts, device, max_running)

@@ -1,190 +1,286 @@
-"""Deadline-aware scheduling policy, pure Python (no torch), one instance per model.
+"""Deadline-aware scheduling, pure Python (no torch), one instance per model.
 
-Each engine iteration calls `admit(now, ...)`, then asks `plan(now, ...)` for a `Plan`:
-
-1. admission: waiting requests in earliest-deadline-first (EDF) order while the runner
-   has room. A new request's prefill delays every running request's next decode step,
-   so it is deferred (at most `max_prefill_defer_ms`) while a running request's chunk
-   is about to miss its deadline.
-2. backbone: every admitted request that still generates tokens takes part in one
-   step (continuous batching; the runner prefills the new ones in the same step).
-3. codec: chunks that are ready, EDF. First chunks and chunks whose slack
-   (deadline - now - estimated decode time) is below `urgent_slack_ms` are urgent and
-   always run. The rest wait to be batched: they run once `codec_batch` of them are
-   ready, when the earliest is near its deadline, or when the backbone is idle.
-
-The same code drives the GPU engine, the CPU engine and the simulator in bench/.
+`schedule(now)` returns a `Plan` (engine/plan.py); the runner executes it; `postprocess_*`
+take the results back. Slack of a request = deadline - now - (decode steps until its next
+chunk x step estimate + codec estimate), from the cost model (engine/cost.py). Under `edf`:
+1. Admission, earliest deadline first, while KV slots are free (a synthesiser: up to
+   `max_running`); a prefill is deferred (at most `max_prefill_defer_ms`) when it would push
+   a running request's chunk past its deadline.
+2. Decode: every prefilled request still generating takes one step (continuous batching),
+   unless its unread audio passed `max_unread_ms` (backpressure).
+3. Codec, EDF: first chunks and chunks with slack under `urgent_slack_ms` are urgent; the
+   rest wait until `codec_batch` are ready, the earliest is near its deadline, or the
+   backbone is idle. A stream about to run dry takes an *early* chunk (engine/chunk_plan.py).
+`fifo` is the baseline: arrival order, no deferral, no urgency, no early chunks. Under both,
+a request whose first audio is predicted later than `max_predicted_ttfa_ms` is refused at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from engine.config import EngineConfig
+from engine.cost import CostModel
+from engine.kv_cache import KVSlots
+from engine.lm_spec import LMSpec
+from engine.plan import CodecItem, Plan, TokenOut
 from engine.request import Request, RequestStatus
-from engine.types import Overloaded, SpeechRequest
-
-
-@dataclass(slots=True)
-class Plan:
-    backbone: list[Request] = field(default_factory=list)
-    codec: list[Request] = field(default_factory=list)  # most urgent first
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.backbone or self.codec)
+from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, InputTooLong, Overloaded
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, *, has_backbone: bool, max_codec_batch: int) -> None:
-        self.ttfa_target_ms = config.ttfa_target_ms
+    def __init__(self, config: EngineConfig, lm: LMSpec | None, *, max_running: int, max_seq_len: int,
+                 max_codec_batch: int, cost: CostModel, sample_rate: int) -> None:
+        self.policy = config.policy
         self.urgent_slack_ms = config.urgent_slack_ms
         self.codec_batch = min(config.codec_batch, max_codec_batch)
         self.max_codec_batch = max_codec_batch
         self.max_waiting = config.max_waiting
-        self.max_running = config.max_running
+        self.max_running = max_running
         self.max_prefill_defer_ms = config.max_prefill_defer_ms
-        self.has_backbone = has_backbone
-        self.policy = config.policy
+        self.max_prefill_tokens = config.max_prefill_tokens
+        self.max_predicted_ttfa_ms = config.max_predicted_ttfa_ms
+        self.max_unread_ms = config.max_unread_ms
+        self.lm = lm
+        self.kv = KVSlots(max_running, max_seq_len) if lm is not None else None
+        self.cost = cost
+        self.sample_rate = sample_rate
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
-        # Cost model, measured as we go (exponential moving averages, ms).
-        self.est_chunk_ms = 20.0
-        self.est_step_ms = 10.0
+        self.num_deferred = 0  # prefills deferred (iterations), for metrics
+        self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
 
     # -- membership -------------------------------------------------------------------
-
-    def can_add(self) -> bool:
-        """Room in the queue: at most `max_waiting` beyond the `max_running` admitted."""
-        return len(self.waiting) + len(self.running) < self.max_running + self.max_waiting
-
-    def add(self, spec: SpeechRequest) -> Request:
-        if not self.can_add():
-            raise Overloaded(
-                f"model {spec.model_id!r} has {self.num_requests} requests (max_running="
-                f"{self.max_running} + max_waiting={self.max_waiting}); retry shortly"
-            )
-        request = Request(spec)
-        self.waiting.append(request)
-        return request
-
-    def get(self, request_id: str) -> Request | None:
-        request = self.running.get(request_id)
-        if request is not None:
-            return request
-        return next((r for r in self.waiting if r.request_id == request_id), None)
-
-    def remove(self, request_id: str) -> Request | None:
-        request = self.running.pop(request_id, None)
-        if request is None:
-            for i, r in enumerate(self.waiting):
-                if r.request_id == request_id:
-                    request = self.waiting.pop(i)
-                    break
-        if request is not None:
-            request.status = RequestStatus.FINISHED
-        return request
 
     @property
     def num_requests(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    # -- cost model -------------------------------------------------------------------
+    def add(self, request: Request, now: float) -> None:
+        """Queue a prepared request; raises InputTooLong (prompt does not fit a KV slot) or
+        Overloaded (queue full, or first audio predicted later than `max_predicted_ttfa_ms`)."""
+        if self.lm is not None and self.kv is not None:
+            room = self.kv.max_seq_len - len(request.prepared.prompt_ids)
+            first_chunk = self.lm.tokens_per_frame * request.plan.frames_needed()
+            sampling = request.prepared.sampling
+            assert sampling is not None, "a speech-LM request needs sampling settings"
+            wanted = sampling.force_tokens or sampling.max_tokens
+            if room < min(wanted, first_chunk):
+                raise InputTooLong(f"the prompt takes {len(request.prepared.prompt_ids)} of the model's "
+                                   f"{self.kv.max_seq_len} positions, too few left for audio", field="input")
+            request.max_tokens = min(wanted, room)
+        if self.num_requests >= self.max_running + self.max_waiting:
+            raise Overloaded(f"model {request.spec.model_id!r} has {self.num_requests} requests (max_running="
+                             f"{self.max_running} + max_waiting={self.max_waiting}); retry shortly")
+        if self.max_predicted_ttfa_ms:
+            predicted = self.predict_first_chunk_ms(request, now)
+            if predicted > self.max_predicted_ttfa_ms:
+                raise Overloaded(f"model {request.spec.model_id!r} is busy: first audio predicted in "
+                                 f"{predicted:.0f} ms (max_predicted_ttfa_ms={self.max_predicted_ttfa_ms:.0f}); "
+                                 "retry shortly")
+        self.waiting.append(request)
 
-    def observe_chunks(self, elapsed_ms: float, num_chunks: int) -> None:
-        if num_chunks:
-            self.est_chunk_ms = 0.8 * self.est_chunk_ms + 0.2 * (elapsed_ms / num_chunks)
+    def get(self, request_id: str) -> Request | None:
+        request = self.running.get(request_id)
+        return request if request is not None else next((r for r in self.waiting if r.request_id == request_id), None)
 
-    def observe_step(self, elapsed_ms: float) -> None:
-        self.est_step_ms = 0.8 * self.est_step_ms + 0.2 * elapsed_ms
+    def remove(self, request_id: str) -> Request | None:
+        """Take a request out (finished, failed or cancelled) and free its KV slot."""
+        request = self.running.pop(request_id, None)
+        if request is None:
+            request = next((r for r in self.waiting if r.request_id == request_id), None)
+            if request is not None:
+                self.waiting.remove(request)
+        if request is not None:
+            request.status = RequestStatus.FINISHED
+            if self.kv is not None:
+                self.kv.free(request_id)
+        return request
+
+    # -- estimates ----------------------------------------------------------------------
+
+    def steps_to_chunk(self, request: Request) -> int:
+        """Decode steps until the planned next chunk has its frames (0 when ready)."""
+        if self.lm is None or request.plan.is_final:
+            return 0
+        needed = self.lm.tokens_per_frame * request.plan.frames_needed() - len(request.tokens)
+        return max(0, min(needed, request.max_tokens - len(request.tokens)))
+
+    def _codec_est_ms(self, request: Request) -> float:
+        if self.lm is None:
+            units = request.prepared.units
+            return self.cost.codec_ms(1, len(units[min(request.plan.num_emitted, len(units) - 1)]))
+        plan = request.plan
+        frames = plan.shape.frames_of(plan.num_chunks) + plan.shape.context_frames * (1 + (plan.num_emitted > 0))
+        return self.cost.codec_ms(1, frames)
 
     def slack_ms(self, request: Request, now: float) -> float:
-        return 1000.0 * (request.deadline_s() - now) - self.est_chunk_ms
+        """deadline - now - time to produce its next chunk (ms); may be negative."""
+        work = self.steps_to_chunk(request) * self._step_ms + self._codec_est_ms(request)
+        return 1000.0 * (request.deadline_s() - now) - work
 
-    # -- policy -----------------------------------------------------------------------
+    def predict_first_chunk_ms(self, request: Request, now: float) -> float:
+        """ms from `now` until a new request's first chunk, from the cost model: the work
+        queued ahead of it (synthesiser), or the wait for a KV slot, its prefill and the
+        steps to its first chunk (speech LM)."""
+        if self.lm is None:
+            ahead = [r for r in list(self.running.values()) + self.waiting if not r.plan.is_done
+                     and (self.policy == "fifo" or r.deadline_s() <= request.deadline_s())]
+            return sum(self._codec_est_ms(r) for r in ahead) + self._codec_est_ms(request)
+        step_ms = self.cost.step_ms(min(self.max_running, len(self.running) + 1), request.num_tokens + 64)
+        wait_ms = 0.0
+        queued = len(self.waiting) - (self.max_running - len(self.running))
+        if queued >= 0:  # no slot for it yet: the (queued + 1)-th running request to finish frees one
+            left = sorted(r.max_tokens - len(r.tokens) for r in self.running.values())
+            wait_ms = step_ms * left[min(queued, len(left) - 1)] if left else 0.0
+        prefill = self.cost.prefill_ms(len(request.prepared.prompt_ids))
+        return wait_ms + prefill + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
 
-    def admit(
-        self,
-        now: float,
-        *,
-        can_admit: Callable[[SpeechRequest], bool],
-        admit: Callable[[SpeechRequest], None],
-        ready: list[str],
-    ) -> list[Request]:
-        """Move waiting requests to running, EDF, while the runner has room.
+    def _is_held(self, request: Request) -> bool:
+        return request.unread_ms is not None and request.unread_ms() > self.max_unread_ms
 
-        `can_admit`/`admit` are the runner's ask/do pair, called one request at a time
-        so that each answer sees the memory the previous admissions took.
-        """
-        if not self.waiting:
-            return []
-        if self.has_backbone and self.running:
-            # Would a prefill now push a running request's chunk past its deadline?
-            slacks = [self.slack_ms(self.running[i], now) for i in ready if i in self.running]
-            tightest = min(slacks, default=float("inf"))
-            oldest_wait_ms = 1000.0 * (now - min(r.spec.arrival_s for r in self.waiting))
-            if tightest < self.est_step_ms and oldest_wait_ms < self.max_prefill_defer_ms:
-                return []
-        admitted = []
-        self.waiting.sort(key=lambda r: r.deadline_s())
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            if not can_admit(request.spec):
-                break
-            admit(request.spec)
-            self.waiting.pop(0)
-            request.status = RequestStatus.RUNNING
-            self.running[request.request_id] = request
-            admitted.append(request)
-        return admitted
+    # -- policy ---------------------------------------------------------------------------
 
-    def plan(
-        self,
-        now: float,
-        *,
-        needs_backbone: Callable[[str], bool],
-        ready: list[str],
-        is_first_chunk: Callable[[str], bool],
-        early: Sequence[str] = (),
-    ) -> Plan:
-        """What the runner does this iteration (call after `admit`).
-
-        `early`: requests that could decode a chunk smaller than planned. Under EDF one
-        is decoded when its listener's buffer is about to run dry (slack below
-        `urgent_slack_ms`): a short chunk on time beats a full chunk late.
-        """
+    def schedule(self, now: float, codec: bool = True) -> Plan:
+        """The next iteration's work at `now`; `codec=False`: no codec items (a batch is
+        still in flight on the codec lane)."""
         plan = Plan()
-        if self.has_backbone:
-            plan.backbone = [r for r in self.running.values() if needs_backbone(r.request_id)]
-        if self.policy == "edf":
-            ready = ready + [i for i in early if i in self.running
-                             and self.slack_ms(self.running[i], now) < self.urgent_slack_ms]
-        self._pick_codec(now, plan, ready, is_first_chunk)
+        if self.running:
+            context = max(r.num_tokens for r in self.running.values()) + 1
+            self._step_ms = self.cost.step_ms(len(self.running), context)
+        self._admit(now, plan)
+        if self.lm is not None:
+            plan.decode = [r for r in self.running.values() if r.needs_decode and not self._is_held(r)]
+        if codec:
+            self._pick_codec(now, plan)
         return plan
 
-    def _pick_codec(
-        self, now: float, plan: Plan, ready: list[str], is_first_chunk: Callable[[str], bool]
-    ) -> None:
-        candidates = [self.running[i] for i in ready if i in self.running]
-        if not candidates:
+    def _admit(self, now: float, plan: Plan) -> None:
+        if not self.waiting:
+            return
+        if self.policy == "edf":
+            self.waiting.sort(key=Request.deadline_s)
+        if self.lm is None:  # no memory per request: admit up to the limit
+            while self.waiting and len(self.running) < self.max_running:
+                self._start(self.waiting.pop(0))
+            return
+        assert self.kv is not None
+        batch: list[Request] = []
+        tokens = 0
+        for request in self.waiting:
+            if len(self.running) + len(batch) >= self.max_running or not self.kv.num_free > len(batch):
+                break
+            if batch and tokens + len(request.prepared.prompt_ids) > self.max_prefill_tokens:
+                break
+            batch.append(request)
+            tokens += len(request.prepared.prompt_ids)
+        if not batch:
+            return
+        if self.policy == "edf" and self.running:
+            # Would this prefill push a running request's chunk past its deadline?
+            cost = self.cost.prefill_ms(tokens)
+            pushed = any(0 <= s < cost for s in (self.slack_ms(r, now) for r in self.running.values()
+                                                 if not r.plan.is_done))
+            waited_ms = 1000.0 * (now - min(r.spec.arrival_s for r in batch))
+            if pushed and waited_ms < self.max_prefill_defer_ms:
+                self.num_deferred += 1
+                return
+        for request in batch:
+            self.waiting.remove(request)
+            request.slot = self.kv.allocate(request.request_id, len(request.prepared.prompt_ids) + 1)
+            self._start(request)
+            plan.prefill.append(request)
+
+    def _start(self, request: Request) -> None:
+        request.status = RequestStatus.RUNNING
+        self.running[request.request_id] = request
+
+    def _pick_codec(self, now: float, plan: Plan) -> None:
+        items = []
+        for request in self.running.values():
+            if request.error is not None or self._is_held(request):
+                continue
+            window = request.plan.next_window()
+            if window is None and self.policy == "edf" and self.lm is not None:
+                early = request.plan.next_window(early=True)
+                if early is not None and self.slack_ms(request, now) < self.urgent_slack_ms:
+                    window = early  # a short chunk on time beats a full chunk late
+            if window is not None:
+                items.append(CodecItem(request, window))
+        if not items:
             return
         if self.policy == "fifo":  # baseline: oldest request first, no notion of deadlines
-            candidates.sort(key=lambda r: r.spec.arrival_s)
-            plan.codec = candidates[: self.max_codec_batch]
+            items.sort(key=lambda i: i.request.spec.arrival_s)
+            plan.background = items[: self.max_codec_batch]
             return
-        candidates.sort(key=lambda r: r.deadline_s())
-        urgent, relaxed = [], []
-        for request in candidates:
-            starts_audio = is_first_chunk(request.request_id) and request.spec.ahead_ms <= 0
+        items.sort(key=lambda i: i.request.deadline_s())
+        relaxed = []
+        for item in items:
+            request = item.request
+            starts_audio = request.plan.is_first and request.spec.ahead_ms <= 0
             if starts_audio or self.slack_ms(request, now) < self.urgent_slack_ms:
-                urgent.append(request)
+                plan.urgent.append(item)
             else:
-                relaxed.append(request)
-        backbone_idle = not plan.backbone
-        earliest_near = bool(relaxed) and self.slack_ms(relaxed[0], now) < 2 * self.urgent_slack_ms
+                relaxed.append(item)
+        backbone_idle = not (plan.decode or plan.prefill)
+        earliest_near = bool(relaxed) and self.slack_ms(relaxed[0].request, now) < 2 * self.urgent_slack_ms
         if relaxed and (backbone_idle or earliest_near or len(relaxed) >= self.codec_batch):
-            plan.codec = urgent + relaxed
-        else:
-            plan.codec = urgent
-        del plan.codec[self.max_codec_batch:]
+            plan.background = relaxed
+        del plan.urgent[self.max_codec_batch:]
+        del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
+
+    # -- post-processing --------------------------------------------------------------------
+
+    def postprocess_tokens(self, outs: Sequence[TokenOut]) -> list[Request]:
+        """Append each token, assemble frames, check stop and max_tokens; returns the
+        requests that failed (a token outside its frame position's audio ids)."""
+        lm = self.lm
+        assert lm is not None
+        failed = []
+        for out in outs:
+            request = out.request
+            if request.status is not RequestStatus.RUNNING or request.is_stopped:
+                continue  # cancelled meanwhile, or a row the device already masked
+            request.is_prefilled = True
+            if out.token in lm.stop_token_ids and not request.is_forced:
+                request.is_stopped = True
+            else:
+                request.tokens.append(out.token)
+                request.pending.append(out.token)
+                if len(request.pending) == lm.tokens_per_frame:
+                    try:
+                        request.frames.append(lm.frame_codes(request.pending))
+                    except ValueError as error:
+                        request.error = GenerationFailed(f"generated token {len(request.tokens) - 1}: {error}")
+                        request.is_stopped = True
+                        failed.append(request)
+                        continue
+                    request.pending.clear()
+                    request.plan.num_frames += 1
+                if out.is_stopped or len(request.tokens) >= request.max_tokens:
+                    request.is_stopped = True
+            if request.is_stopped:
+                request.plan.is_final = True  # a trailing partial frame is dropped
+        return failed
+
+    def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
+                          now: float) -> list[tuple[Request, AudioChunk | EngineError]]:
+        """Advance each chunk plan, record the delivery on the playback clock; returns what
+        to send: an AudioChunk (`is_last` ends the request) or the request's error."""
+        sent: list[tuple[Request, AudioChunk | EngineError]] = []
+        for item, out in zip(items, outs):
+            request = item.request
+            if request.status is not RequestStatus.RUNNING:
+                continue
+            if out.error is not None or out.pcm is None:
+                request.error = out.error or GenerationFailed("the runner returned no audio")
+                sent.append((request, request.error))
+                continue
+            request.plan.advance(item.window)
+            if len(out.pcm) or item.window.is_last:
+                duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
+                index = request.clock.num_chunks
+                late_ms = request.clock.on_delivery(now, duration_ms)
+                sent.append((request, AudioChunk(request.request_id, index, out.pcm, self.sample_rate,
+                                                 item.window.is_last, late_ms, out.words)))
+        return sent

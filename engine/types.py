@@ -95,9 +95,7 @@ class ChunkOut:
 
 class EngineError(Exception):
     """Base of every error the engine reports; the gateway maps `code` to a status."""
-
-    code = "engine_error"
-    status = 500
+    code, status = "engine_error", 500
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -106,46 +104,35 @@ class EngineError(Exception):
 
 
 class InvalidInput(EngineError):
-    code = "invalid_input"
-    status = 400
+    code, status = "invalid_input", 400
 
 
 class InputTooLong(EngineError):
-    code = "input_too_long"
-    status = 422
+    code, status = "input_too_long", 422
 
 
 class UnknownModel(EngineError):
-    code = "unknown_model"
-    status = 404
+    code, status = "unknown_model", 404
 
 
 class UnknownVoice(EngineError):
-    code = "unknown_voice"
-    status = 404
+    code, status = "unknown_voice", 404
 
 
 class Overloaded(EngineError):
     """The queue is beyond what can be served; retry later (503 + Retry-After)."""
-
-    code = "overloaded"
-    status = 503
+    code, status = "overloaded", 503
 
 
 class ModelNotLoaded(EngineError):
-    code = "model_not_loaded"
-    status = 503
+    code, status = "model_not_loaded", 503
 
 
 class GenerationFailed(EngineError):
     """The model produced something unusable (e.g. an audio token in the wrong slot)."""
-
-    code = "generation_failed"
-    status = 500
+    code, status = "generation_failed", 500
 
 
 class Cancelled(EngineError):
     """The request was cancelled: by its client, or because its model or the server stopped."""
-
-    code = "cancelled"
-    status = 503
+    code, status = "cancelled", 503

@@ -55,13 +55,12 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         catalog = load_catalog(settings.catalog_path or None)  # a bad catalog stops the start here
         library = await Library.open(settings.db_path)
-        engine = Engine(EngineConfig(ttfa_target_ms=settings.ttfa_target_ms,
-                                     urgent_slack_ms=settings.urgent_slack_ms,
-                                     max_running=settings.max_running, max_waiting=settings.max_waiting,
-                                     policy=settings.policy))
+        engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
+                                     max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
         residency = Residency(
-            engine, library, settings.device, max_loaded_models=settings.max_loaded_models,
+            engine, library, settings.device, max_running=settings.max_running,
+            max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import importlib.util
 import logging
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from engine.engine import Engine
-from engine.runner import Runner
+from engine.runner import Runner, build_runner
 from engine.types import EngineError, Overloaded, UnknownModel
 from gateway.library import Library
 from models import family
@@ -99,10 +100,12 @@ def library_lookup(library: Library) -> Lookup:
     return lookup
 
 
-def load_runner(spec: ModelSpec, device: str) -> Runner:
-    """The default loader: the family module's `load` (runs in a worker thread)."""
-    runner: Runner = family(spec.family).load(spec.model_id, spec.path, dict(spec.options), device)
-    return runner
+def load_runner(spec: ModelSpec, device: str, max_running: int = 64) -> Runner:
+    """The default loader (runs in a worker thread): the family module's `load` gives the
+    model's parts, the engine builds the runner; `max_running` unless the model's options
+    set their own."""
+    parts = family(spec.family).load(spec.model_id, spec.path, dict(spec.options), device)
+    return build_runner(spec.model_id, parts, device, max_running)
 
 
 def free_memory_bytes(device: str) -> int | None:
@@ -204,7 +207,8 @@ class Residency:
         busy_timeout_ms: float = 5000.0,
         min_free_memory_mb: float = 0.0,
         memory_factor: float = 1.5,
-        loader: Loader = load_runner,
+        max_running: int = 64,
+        loader: Loader | None = None,
         free_memory: FreeMemory | None = None,
         poll_s: float = 0.05,
     ) -> None:
@@ -219,7 +223,7 @@ class Residency:
         self.busy_timeout_ms = busy_timeout_ms
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
-        self._loader = loader
+        self._loader = loader or functools.partial(load_runner, max_running=max_running)
         self._free_memory = free_memory or (lambda: free_memory_bytes(device))
         self.poll_s = poll_s
         self._residents: dict[str, Resident] = {}

@@ -26,8 +26,9 @@ class Settings:
     max_body_bytes: int = 65536
     ttfa_target_ms: float = 200.0
     urgent_slack_ms: float = 150.0
-    max_running: int = 64  # requests a model serves at once (its batch)
+    max_running: int = 64  # requests a model serves at once (its KV slots); a model's options may set its own
     max_waiting: int = 64  # queued beyond those before 503 overloaded
+    max_predicted_ttfa_ms: float = 2000.0  # refuse (503) a request whose first audio is predicted later (0: never)
     policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
     first_segment_chars: int = 40  # cut an utterance's first segment to this for TTFA (0: off)
@@ -59,8 +60,10 @@ class Settings:
         object.__setattr__(self, "preload_models", tuple(self.preload_models))
         if self.max_loaded_models < 1:
             raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
-        if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb) < 0:
-            raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb and min_free_disk_mb must be >= 0")
+        if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb,
+               self.max_predicted_ttfa_ms) < 0:
+            raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb, min_free_disk_mb and "
+                             "max_predicted_ttfa_ms must be >= 0")
         if self.memory_factor <= 0:
             raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         for entry in self.models:

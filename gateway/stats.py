@@ -1,8 +1,9 @@
 """`GET /v1/stats`: what the live page plots, as JSON (Prometheus has the long view).
 
   {"time", "device", "sessions", "requests",
-   "models": {id: {"waiting", "running", "est_chunk_ms", "est_step_ms",
-                   "last_batch": {"backbone", "codec"}}},   # models attached to the engine
+   "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals",
+                   "est_codec_ms", "est_step_ms" (speech LMs),
+                   "last_batch": {"prefill", "decode", "urgent", "background"}}},  # attached models
    "recent": [{"at", "model", "source", "ttfa_ms", "late_ms", "stalls", "audio_ms", "rtf"}]}
 
 `recent` holds completed utterances, oldest first, from the bounded ring in

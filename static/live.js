@@ -45,11 +45,13 @@ function update(stats) {
   const rows = [];
   for (const [id, m] of Object.entries(stats.models)) {
     waiting += m.waiting; running += m.running;
-    backbone += m.last_batch.backbone || 0; codec += m.last_batch.codec || 0;
+    const lm = (m.last_batch.prefill || 0) + (m.last_batch.decode || 0);
+    const cd = (m.last_batch.urgent || 0) + (m.last_batch.background || 0);
+    backbone += lm; codec += cd;
     const batch = Object.keys(m.last_batch).length
-      ? `LM ${m.last_batch.backbone ?? 0} · codec ${m.last_batch.codec ?? 0}` : "–";
+      ? (m.has_backbone ? `LM ${lm} · codec ${cd}` : `synth ${cd}`) : "–";
     rows.push(el("tr", {}, el("th", { scope: "row", text: id }), el("td", { text: String(m.waiting) }),
-      el("td", { text: String(m.running) }), el("td", { class: "hide-narrow", text: fmtMs(m.est_chunk_ms) }),
+      el("td", { text: String(m.running) }), el("td", { class: "hide-narrow", text: fmtMs(m.est_codec_ms) }),
       el("td", { class: "hide-narrow", text: fmtMs(m.est_step_ms) }), el("td", { text: batch })));
   }
   samples.push([stats.time, waiting, running, backbone, codec]);

@@ -1,95 +1,77 @@
-"""A runner without a model, for engine and scheduler tests."""
+"""Runners for engine tests: the simulator's cost-model runner (bench/sim_runner.py), so
+tests drive the production Request, chunk plan and scheduler, plus failure injection.
+
+A unit or prompt reading "fail" fails at its first chunk; "crash" raises inside the runner;
+a speech-LM prompt reading "wrong" samples only frame position 0's audio ids (a wrong-slot
+token at position 1).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Sequence
 
-import numpy as np
+from bench.sim_runner import SimClock, SimRunner, lm_spec, synth_spec
+from engine.cost import CostModel
+from engine.plan import CodecItem
+from engine.types import ChunkOut, GenerationFailed, SpeechRequest
 
-from engine.types import ChunkOut, GenerationFailed, SpeechRequest, UnknownVoice
+__all__ = ["FakeRunner", "SimClock", "lm", "synth", "spec"]
 
 
-class FakeRunner:
-    """Each request needs `steps_per_chunk` backbone steps per chunk (0: no backbone).
-
-    Chunks hold `chunk_samples` samples of a constant equal to the chunk's index.
-    A segment reading "fail" fails at its first chunk; "crash" raises inside the runner.
-    """
-
-    family = "fake"
-    sample_rate = 1000
-
-    def __init__(self, model_id: str = "fake", steps_per_chunk: int = 0, max_codec_batch: int = 4,
-                 capacity: int = 100, chunk_samples: int = 100) -> None:
-        self.model_id = model_id
-        self.has_backbone = steps_per_chunk > 0
-        self.steps_per_chunk = steps_per_chunk
-        self.max_codec_batch = max_codec_batch
-        self.capacity = capacity
-        self.chunk_samples = chunk_samples
-        self.state: dict[str, dict] = {}
-        self.released: list[str] = []
+class FakeRunner(SimRunner):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.calls: list[tuple[str, list[str]]] = []
+        self.released: list[str] = []
         self.closed = False
 
-    def voices(self) -> list[str]:
-        return ["default"]
+    def decode(self, requests):  # type: ignore[no-untyped-def]
+        if requests:
+            self.calls.append(("decode", [r.request_id for r in requests]))
+        return super().decode(requests)
 
-    def check(self, request: SpeechRequest) -> None:
-        if request.voice != "default":
-            raise UnknownVoice("no such voice", field="voice")
+    def _token(self, request):  # type: ignore[no-untyped-def]
+        out = super()._token(request)
+        if request.spec.text == "wrong":
+            return type(out)(request, 128266, out.is_stopped)
+        return out
 
-    def can_admit(self, request: SpeechRequest) -> bool:
-        return len(self.state) < self.capacity
+    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
+        self.calls.append(("codec", [i.request.request_id for i in items]))
+        if any(i.request.spec.text == "crash" for i in items):
+            raise RuntimeError("runner bug")
+        outs = super().decode_codec(items)
+        return [ChunkOut(o.request_id, None, error=GenerationFailed("bad token")) if i.request.spec.text == "fail"
+                else o for i, o in zip(items, outs)]
 
-    def admit(self, request: SpeechRequest) -> None:
-        self.state[request.request_id] = {"chunks_left": len(request.segments), "tokens": 0, "emitted": 0,
-                                          "text": request.segments[0]}
-
-    def step_backbone(self, request_ids: Sequence[str]) -> list[ChunkOut]:
-        self.calls.append(("backbone", list(request_ids)))
-        for rid in request_ids:
-            self.state[rid]["tokens"] += 1
-        return []
-
-    def needs_backbone(self, request_id: str) -> bool:
-        s = self.state[request_id]
-        return self.has_backbone and s["tokens"] < self.steps_per_chunk * (s["emitted"] + s["chunks_left"])
-
-    def ready_chunks(self) -> list[str]:
-        return [rid for rid, s in self.state.items() if s["chunks_left"] and (
-            not self.has_backbone or s["tokens"] >= self.steps_per_chunk * (s["emitted"] + 1))]
-
-    def early_chunks(self) -> list[str]:
-        """Requests part-way to their next chunk (a fraction of steps_per_chunk done)."""
-        return [rid for rid, s in self.state.items() if self.has_backbone and s["chunks_left"]
-                and rid not in self.ready_chunks() and s["tokens"] > self.steps_per_chunk * s["emitted"]]
-
-    def is_first_chunk(self, request_id: str) -> bool:
-        return self.state[request_id]["emitted"] == 0
-
-    def decode_chunks(self, request_ids: Sequence[str]) -> list[ChunkOut]:
-        self.calls.append(("codec", list(request_ids)))
-        outs = []
-        for rid in request_ids:
-            s = self.state[rid]
-            if s["text"] == "crash":
-                raise RuntimeError("runner bug")
-            if s["text"] == "fail":
-                outs.append(ChunkOut(rid, None, error=GenerationFailed("bad token")))
-                continue
-            pcm = np.full(self.chunk_samples, float(s["emitted"]), np.float32)
-            s["emitted"] += 1
-            s["chunks_left"] -= 1
-            outs.append(ChunkOut(rid, pcm, is_last=s["chunks_left"] == 0))
-        return outs
-
-    def release(self, request_id: str) -> None:
-        if self.state.pop(request_id, None) is not None:
-            self.released.append(request_id)
-
-    def memory_bytes(self) -> int:
-        return 0
+    def release(self, request) -> None:  # type: ignore[no-untyped-def]
+        self.released.append(request.request_id)
+        super().release(request)
 
     def close(self) -> None:
         self.closed = True
+
+
+def costs(step_ms: float = 10.0, prefill_ms: float = 20.0, codec_ms: float = 20.0) -> CostModel:
+    return CostModel(step_ms=step_ms, prefill_ms=prefill_ms, codec_ms=codec_ms)
+
+
+def lm(clock: SimClock | None = None, **kwargs: object) -> FakeRunner:
+    """A speech-LM runner (Orpheus' token layout and chunk ramp)."""
+    cost = kwargs.pop("cost", None) or costs()
+    return FakeRunner(lm_spec(), cost, clock, **kwargs)
+
+
+def synth(clock: SimClock | None = None, **kwargs: object) -> FakeRunner:
+    """A synthesiser runner (one chunk per text unit)."""
+    cost = kwargs.pop("cost", None) or costs()
+    return FakeRunner(synth_spec(), cost, clock, **kwargs)
+
+
+def spec(rid: str, text: str | tuple[str, ...] = "Some words to speak.", *, frames: int = 0, model: str = "sim",
+         arrival_s: float = 0.0, ahead_ms: float = 0.0, voice: str = "default") -> SpeechRequest:
+    """A request; `frames` forces a speech LM's length (7 tokens a frame)."""
+    segments = (text,) if isinstance(text, str) else text
+    options = {"force_tokens": 7 * frames} if frames else {}
+    return SpeechRequest(rid, model, segments, voice, options=options, arrival_s=arrival_s, ttfa_target_ms=200,
+                         ahead_ms=ahead_ms)

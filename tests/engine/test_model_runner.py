@@ -1,3 +1,5 @@
+"""The speech-LM runner on a tiny random Orpheus checkpoint (CPU), driven by the real core."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,238 +11,224 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from engine.config import EngineConfig  # noqa: E402
+from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.model_runner import ModelRunner  # noqa: E402
-from engine.types import GenerationFailed, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
+from engine.request import Request  # noqa: E402
+from engine.runner import build_runner  # noqa: E402
+from engine.types import AudioChunk, GenerationFailed, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
 from models import orpheus  # noqa: E402
 from models.snac import SAMPLES_PER_FRAME  # noqa: E402
 
 TEXTS = {"a": "Hello there.", "b": "A somewhat longer sentence to speak.", "c": "Mid."}
 
 
-def _runner(path: Path, **options: Any) -> ModelRunner:
-    return orpheus.load("tiny", path, {"num_slots": 4, "max_seq_len": 256, **options}, "cpu")
+def _core(path: Path, max_running: int = 4, **options: Any) -> EngineCore:
+    parts = orpheus.load("tiny", path, {"max_seq_len": 256, **options}, "cpu")
+    return EngineCore(build_runner("tiny", parts, "cpu", max_running), EngineConfig(max_predicted_ttfa_ms=0))
 
 
-def _request(rid: str, **options: Any) -> SpeechRequest:
-    return SpeechRequest(rid, "tiny", (TEXTS.get(rid, "Some text."),), "tara",
-                         options={"temperature": 0.0, **options})
+def _spec(rid: str, **options: Any) -> SpeechRequest:
+    return SpeechRequest(rid, "tiny", (TEXTS.get(rid, "Some text."),), "tara", options={"temperature": 0.0, **options})
+
+
+def _add(core: EngineCore, spec: SpeechRequest) -> Request:
+    return core.add(spec, core.runner.spec.prepare(spec))
 
 
 class _Logits:
     """Wraps compute_logits to record each call's rows (CPU, eager)."""
 
-    def __init__(self, runner: ModelRunner) -> None:
+    def __init__(self, core: EngineCore) -> None:
         self.calls: list[torch.Tensor] = []
-        inner = runner.model.compute_logits
-        runner.model.compute_logits = lambda h: self.calls.append(inner(h)) or self.calls[-1]
+        model = core.runner.model  # type: ignore[attr-defined]
+        inner = model.compute_logits
+        model.compute_logits = lambda h: self.calls.append(inner(h)) or self.calls[-1]
 
 
-def _run(runner: ModelRunner, requests: list[SpeechRequest], join_at: dict[str, int] | None = None) -> dict[str, list[int]]:
-    """Step until every request stopped; `join_at[id]` admits that request at that step."""
+def _run(core: EngineCore, specs: list[SpeechRequest], join_at: dict[str, int] | None = None,
+         ) -> tuple[dict[str, list[int]], dict[str, list[Any]]]:
+    """Step until every request ended; `join_at[id]` adds that request at that step.
+    Returns each request's tokens and what was sent for it."""
     join_at = join_at or {}
-    for request in requests:
-        if request.request_id not in join_at:
-            runner.admit(request)
-    for step in range(1000):
-        for request in requests:
-            if join_at.get(request.request_id) == step:
-                runner.admit(request)
-        ids = [r.request_id for r in requests if runner.needs_backbone(r.request_id)]
-        if not ids and step > max(join_at.values(), default=0):
+    requests = {s.request_id: _add(core, s) for s in specs if s.request_id not in join_at}
+    sent: dict[str, list[Any]] = {s.request_id: [] for s in specs}
+    for step in range(2000):
+        for s in specs:
+            if join_at.get(s.request_id) == step:
+                requests[s.request_id] = _add(core, s)
+        for rid, item in core.step():
+            sent.setdefault(rid, []).append(item)
+        if not core.has_work and step > max(join_at.values(), default=0):
             break
-        assert runner.step_backbone(ids) == []
-    return {r.request_id: list(runner._seqs[r.request_id].tokens or []) for r in requests}
+    return {rid: list(r.tokens) for rid, r in requests.items()}, sent
 
 
-def _alone(runner: ModelRunner, requests: list[SpeechRequest]) -> dict[str, list[int]]:
-    """Each request on its own, one after another (released in between: slot 0 each time)."""
-    out = {}
-    for request in requests:
-        out.update(_run(runner, [request]))
-        runner.release(request.request_id)
-    return out
+def _alone(path: Path, specs: list[SpeechRequest]) -> dict[str, list[int]]:
+    core = _core(path)
+    return {s.request_id: _run(core, [s])[0][s.request_id] for s in specs}
 
 
 def test_batched_greedy_decode_matches_each_request_alone(orpheus_tiny: Path) -> None:
     lengths = {"a": 21, "b": 35, "c": 49}
-    requests = [_request(rid, force_tokens=n) for rid, n in lengths.items()]
+    specs = [_spec(rid, force_tokens=n) for rid, n in lengths.items()]
     alone, alone_logits = {}, {}
-    runner = _runner(orpheus_tiny)
-    record = _Logits(runner)
-    for request in requests:
-        record.calls.clear()
-        alone.update(_alone(runner, [request]))
-        alone_logits[request.request_id] = [c[0] for c in record.calls]  # slot 0, row 0
-    runner = _runner(orpheus_tiny)
-    record = _Logits(runner)
-    together = _run(runner, requests)
+    for s in specs:
+        core = _core(orpheus_tiny)
+        record = _Logits(core)
+        alone.update(_run(core, [s])[0])
+        alone_logits[s.request_id] = [c[0] for c in record.calls]  # slot 0, row 0
+    core = _core(orpheus_tiny)
+    record = _Logits(core)
+    requests = [_add(core, s) for s in specs]
+    together, _ = _run(core, [])
+    together = {r.request_id: list(r.tokens) for r in requests}
     assert together == alone
     assert {rid: len(t) for rid, t in together.items()} == lengths
     for row, request in enumerate(requests):  # prefill row i, then decode row = slot i
-        slot = runner._seqs[request.request_id].slot
-        mine = [record.calls[0][row]] + [c[slot] for c in record.calls[1:lengths[request.request_id]]]
-        theirs = alone_logits[request.request_id][:lengths[request.request_id]]
-        torch.testing.assert_close(torch.stack(mine), torch.stack(theirs),
+        n = lengths[request.request_id]
+        mine = [record.calls[0][row]] + [c[request.slot] for c in record.calls[1:n]]
+        torch.testing.assert_close(torch.stack(mine), torch.stack(alone_logits[request.request_id][:n]),
                                    atol=1e-4, rtol=1e-4)
 
 
 def test_seeded_sampling_is_the_same_alone_and_batched(orpheus_tiny: Path) -> None:
-    requests = [_request(rid, force_tokens=28, temperature=0.9, top_p=0.95, seed=7 + i)
-                for i, rid in enumerate("abc")]
-    runner = _runner(orpheus_tiny)
-    alone = _alone(runner, requests)
-    assert alone["a"] != _alone(runner, [_request("a", force_tokens=28, temperature=0.9, seed=8)])["a"]
-    assert _run(_runner(orpheus_tiny), requests) == alone
+    specs = [_spec(rid, force_tokens=28, temperature=0.9, top_p=0.95, seed=7 + i) for i, rid in enumerate("abc")]
+    alone = _alone(orpheus_tiny, specs)
+    assert alone["a"] != _alone(orpheus_tiny, [_spec("a", force_tokens=28, temperature=0.9, seed=8)])["a"]
+    assert _run(_core(orpheus_tiny), specs)[0] == alone
 
 
 def test_request_joining_mid_batch_changes_nobody(orpheus_tiny: Path) -> None:
-    a, b = _request("a", force_tokens=42), _request("b", force_tokens=21)
-    alone = _alone(_runner(orpheus_tiny), [a, b])
-    mixed = _run(_runner(orpheus_tiny), [a, b], join_at={"b": 10})
-    assert mixed == alone
+    a, b = _spec("a", force_tokens=42), _spec("b", force_tokens=21)
+    alone = _alone(orpheus_tiny, [a, b])
+    assert _run(_core(orpheus_tiny), [a, b], join_at={"b": 10})[0] == alone
 
 
-def test_release_frees_the_slot_for_a_queued_request(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny, num_slots=2)
-    a, b, c = _request("a", force_tokens=70), _request("b", force_tokens=70), _request("c", force_tokens=21)
-    runner.admit(a)
-    runner.admit(b)
-    assert not runner.can_admit(c)
+def test_a_cancelled_requests_slot_goes_to_the_next_and_is_reset(orpheus_tiny: Path) -> None:
+    core = _core(orpheus_tiny, max_running=2)
+    a, b = _add(core, _spec("a", force_tokens=700)), _add(core, _spec("b", force_tokens=700))
+    c = _add(core, _spec("c", force_tokens=21))
     for _ in range(5):
-        runner.step_backbone(["a", "b"])
-    runner.release("a")
-    runner.release("a")  # idempotent
-    assert runner.kv.num_free == 1 and runner.can_admit(c)
-    runner.admit(c)
-    assert runner.kv.slot("c") == 0  # a's old slot, state reset by c's prefill
-    for _ in range(40):
-        runner.step_backbone([i for i in ("b", "c") if runner.needs_backbone(i)])
-    assert runner._seqs["c"].tokens == _run(_runner(orpheus_tiny), [c])["c"]
+        core.step()
+    assert c in core.scheduler.waiting
+    assert core.cancel("a") and not core.cancel("a")  # idempotent
+    assert core.scheduler.kv is not None and core.scheduler.kv.num_free == 1
+    while c.is_stopped is False:
+        core.step()
+    assert c.slot == a.slot == 0 and list(c.tokens) == _alone(orpheus_tiny, [_spec("c", force_tokens=21)])["c"]
+    assert b.status.value == "running"
 
 
 def test_streamed_audio_equals_whole_sequence_decode(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny)
-    request = _request("a", force_tokens=7 * 13 + 3)  # a partial last frame is dropped
-    tokens = _run(runner, [request])["a"]
-    pieces, firsts = [], []
-    while "a" in runner.ready_chunks():
-        firsts.append(runner.is_first_chunk("a"))
-        (out,) = runner.decode_chunks(["a"])
-        pieces.append(out.pcm)
-        if out.is_last:
-            break
-    assert out.is_last and firsts[0] and not any(firsts[1:])
-    assert len(pieces[0]) == SAMPLES_PER_FRAME  # first chunk: one frame, 85 ms
-    frames = torch.tensor([[orpheus.frame_codes(tokens[i:i + 7]) for i in range(0, 91, 7)]])
-    whole = runner.codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
-    streamed = np.concatenate(pieces)
+    core = _core(orpheus_tiny)
+    tokens, sent = _run(core, [_spec("a", force_tokens=7 * 13 + 3)])  # a partial last frame is dropped
+    chunks = sent["a"]
+    assert all(isinstance(c, AudioChunk) for c in chunks) and chunks[-1].is_last
+    assert len(chunks[0].pcm) == SAMPLES_PER_FRAME  # first chunk: one frame, 85 ms
+    codec = core.runner.codec  # type: ignore[attr-defined]
+    frames = torch.tensor([[orpheus.frame_codes(tokens["a"][i:i + 7]) for i in range(0, 91, 7)]])
+    whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
+    streamed = np.concatenate([c.pcm for c in chunks])
     assert streamed.shape == (13 * SAMPLES_PER_FRAME,) == whole.shape
     assert np.abs(streamed - whole).max() < 1e-4
 
 
 def test_early_chunks_during_generation_equal_whole_sequence_decode(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny)
-    request = _request("a", force_tokens=7 * 12)
-    runner.admit(request)
-    pieces, sizes = [], []
-    for _ in range(200):
-        if runner.needs_backbone("a"):
-            assert runner.step_backbone(["a"]) == []
-        early, ready = runner.early_chunks(), runner.ready_chunks()
-        assert not (set(early) & set(ready))
-        if early or ready:  # a listener always about to run dry takes what is there
-            emitted = runner._seqs["a"].stream.num_emitted
-            (out,) = runner.decode_chunks(["a"])
-            pieces.append(out.pcm)
-            sizes.append(runner._seqs["a"].stream.num_emitted - emitted if not out.is_last else -1)
-            if out.is_last:
-                break
-    assert out.is_last and 1 in sizes[1:]  # some chunk after the first went out early, small
-    tokens = list(runner._seqs["a"].tokens)
-    frames = torch.tensor([[orpheus.frame_codes(tokens[i:i + 7]) for i in range(0, 84, 7)]])
-    whole = runner.codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
-    streamed = np.concatenate(pieces)
+    core = _core(orpheus_tiny)
+    request = _add(core, _spec("a", force_tokens=7 * 12))
+    chunks = []
+    for _ in range(300):
+        request.clock.on_report(0.0, 0.0, True)  # a listener always about to run dry: takes what is there
+        chunks += [x for _, x in core.step()]
+        if chunks and chunks[-1].is_last:
+            break
+    sizes = [len(c.pcm) // SAMPLES_PER_FRAME for c in chunks[1:-1]]
+    planned = [2, 4, 8, 8, 8]
+    assert chunks[-1].is_last and sizes != planned[:len(sizes)] and 1 in sizes  # some went out early, small
+    codec = core.runner.codec  # type: ignore[attr-defined]
+    frames = torch.tensor([[orpheus.frame_codes(request.tokens[i:i + 7]) for i in range(0, 84, 7)]])
+    whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
+    streamed = np.concatenate([c.pcm for c in chunks])
     assert streamed.shape == (12 * SAMPLES_PER_FRAME,) == whole.shape
     assert np.abs(streamed - whole).max() < 1e-4
 
 
 def test_codec_batch_matches_chunks_decoded_one_by_one(orpheus_tiny: Path) -> None:
-    def chunks(together: bool) -> dict[str, list[np.ndarray]]:
-        runner = _runner(orpheus_tiny)
-        lengths = {"a": 70, "b": 35, "c": 56}
-        _run(runner, [_request(rid, force_tokens=n) for rid, n in lengths.items()])
-        out: dict[str, list[np.ndarray]] = {rid: [] for rid in lengths}
-        while ready := runner.ready_chunks():
-            for chunk in runner.decode_chunks(ready) if together else [runner.decode_chunks([r])[0] for r in ready]:
-                out[chunk.request_id].append(chunk.pcm)
-        return out
+    def pcm(max_codec_batch: int) -> dict[str, np.ndarray]:
+        core = _core(orpheus_tiny, max_codec_batch=max_codec_batch)
+        _, sent = _run(core, [_spec(rid, force_tokens=n) for rid, n in (("a", 70), ("b", 35), ("c", 56))])
+        return {rid: np.concatenate([c.pcm for c in chunks]) for rid, chunks in sent.items()}
 
-    batched, single = chunks(True), chunks(False)
+    batched, single = pcm(8), pcm(1)
     for rid in batched:
-        np.testing.assert_allclose(np.concatenate(batched[rid]), np.concatenate(single[rid]), atol=1e-5)
+        np.testing.assert_allclose(batched[rid], single[rid], atol=1e-5)
 
 
 def test_token_in_a_wrong_slot_fails_only_that_request(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny)
-    runner.admit(_request("good", force_tokens=14))
-    runner.step_backbone(["good"])
+    core = _core(orpheus_tiny)
+    _add(core, _spec("good", force_tokens=14))
+    core.step()
     with torch.no_grad():  # greedy on zero hidden states picks id 0, a text byte, never audio
-        runner.model.model.norm.weight.zero_()
-    runner.admit(_request("bad"))
-    failures = []
-    for _ in range(12):
-        failures += runner.step_backbone([i for i in ("good", "bad") if runner.needs_backbone(i)])
-    assert [f.request_id for f in failures] == ["bad"]
-    assert isinstance(failures[0].error, GenerationFailed) and "position 0" in failures[0].error.message
-    assert not runner.needs_backbone("bad") and "bad" not in runner.ready_chunks()
+        core.runner.model.model.norm.weight.zero_()  # type: ignore[attr-defined]
+    _, sent = _run(core, [_spec("bad")])
+    (error,) = sent["bad"]
+    assert isinstance(error, GenerationFailed) and "position 0" in error.message
+    assert core.num_requests == 0
 
 
 def test_stop_token_ends_the_request_with_an_empty_last_chunk(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny)
-    inner = runner.model.compute_logits
-    runner.model.compute_logits = lambda h: inner(h).index_fill(1, torch.tensor([orpheus.END_OF_SPEECH]), 1e4)
-    assert _run(runner, [_request("a")]) == {"a": []}
-    (out,) = runner.decode_chunks(runner.ready_chunks())
-    assert out.is_last and len(out.pcm) == 0
+    core = _core(orpheus_tiny)
+    model = core.runner.model  # type: ignore[attr-defined]
+    inner = model.compute_logits
+    model.compute_logits = lambda h: inner(h).index_fill(1, torch.tensor([orpheus.END_OF_SPEECH]), 1e4)
+    tokens, sent = _run(core, [_spec("a")])
+    assert tokens == {"a": []}
+    (last,) = sent["a"]
+    assert last.is_last and len(last.pcm) == 0
 
 
 def test_max_tokens_bounds_generation(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny)
-    inner = runner.model.compute_logits
+    core = _core(orpheus_tiny)
+    model = core.runner.model  # type: ignore[attr-defined]
+    inner = model.compute_logits
     allowed = torch.full((orpheus.VOCAB_SIZE,), -1e4)
     allowed[orpheus.AUDIO_TOKEN_BASE:orpheus.AUDIO_TOKEN_BASE + 4096] = 0  # only slot-0 codes: fails at token 2
-    runner.model.compute_logits = lambda h: inner(h) + allowed
-    runner.admit(_request("a", max_tokens=1))
-    while runner.needs_backbone("a"):
-        assert runner.step_backbone(["a"]) == []
-    assert len(runner._seqs["a"].tokens or []) == 1
+    model.compute_logits = lambda h: inner(h) + allowed
+    tokens, sent = _run(core, [_spec("a", max_tokens=1)])
+    assert len(tokens["a"]) == 1 and sent["a"][-1].is_last
 
 
-def test_check_rejects_bad_options_and_voices(orpheus_tiny: Path) -> None:
-    runner = _runner(orpheus_tiny)
-    runner.check(_request("a", top_p=0.5, seed=3))
+def test_prepare_rejects_bad_options_voices_and_prompts_that_do_not_fit(orpheus_tiny: Path) -> None:
+    core = _core(orpheus_tiny)
+    prepare = core.runner.spec.prepare
+    prepared = prepare(_spec("a", top_p=0.5, seed=3))
+    assert prepared.prompt_ids[0] == orpheus.START_OF_HUMAN and prepared.sampling.seed == 3  # type: ignore[union-attr]
     with pytest.raises(InvalidInput) as error:
-        runner.check(_request("a", top_p=0))
+        prepare(_spec("a", top_p=0))
     assert error.value.field == "options.top_p"
     with pytest.raises(InvalidInput):
-        runner.check(_request("a", max_tokens="many"))
-    with pytest.raises(InputTooLong):
-        runner.check(SpeechRequest("x", "tiny", ("word " * 60,), "tara"))  # > 256 positions in bytes
+        prepare(_spec("a", max_tokens="many"))
     with pytest.raises(UnknownVoice):
-        runner.check(SpeechRequest("x", "tiny", ("Hi",), "nobody"))
-    assert runner.voices()[0] == "tara" and runner.memory_bytes() > 0
+        prepare(SpeechRequest("x", "tiny", ("Hi",), "nobody"))
+    with pytest.raises(InputTooLong):  # > 256 positions in bytes: the scheduler refuses it
+        _add(core, SpeechRequest("x", "tiny", ("word " * 60,), "tara"))
+    assert core.runner.spec.voices[0] == "tara" and core.runner.memory_bytes() > 0
+
+
+def _engine(path: Path) -> tuple[Engine, EngineCore]:
+    engine = Engine()
+    engine.start()
+    core = _core(path)
+    engine.attach("tiny", core.runner, core).result(timeout=10)
+    return engine, core
 
 
 def test_engine_streams_audio_end_to_end(orpheus_tiny: Path) -> None:
-    engine = Engine()
-    engine.start()
+    engine, _ = _engine(orpheus_tiny)
     try:
-        engine.attach("tiny", _runner(orpheus_tiny)).result(timeout=10)
-
-        async def collect() -> list[Any]:
-            stream = engine.submit(_request("e2e", force_tokens=7 * 9))
-            return [chunk async for chunk in stream]
+        async def collect() -> list[AudioChunk]:
+            return [chunk async for chunk in engine.submit(_spec("e2e", force_tokens=7 * 9))]
 
         chunks = asyncio.run(asyncio.wait_for(collect(), timeout=60))
     finally:
@@ -251,23 +239,21 @@ def test_engine_streams_audio_end_to_end(orpheus_tiny: Path) -> None:
 
 
 def test_engine_cancel_releases_the_kv_slot(orpheus_tiny: Path) -> None:
-    engine = Engine()
-    engine.start()
-    runner = _runner(orpheus_tiny)
+    engine, core = _engine(orpheus_tiny)
+    kv = core.scheduler.kv
+    assert kv is not None
     try:
-        engine.attach("tiny", runner).result(timeout=10)
-
         async def first_then_cancel() -> int:
-            stream = engine.submit(_request("gone", force_tokens=200))
+            stream = engine.submit(_spec("gone", force_tokens=200))
             chunk = await stream.__anext__()
             await stream.aclose()
-            for _ in range(200):  # the engine thread frees the slot at its next iteration
-                if runner.kv.num_used == 0:
+            for _ in range(200):  # the worker frees the slot at its next iteration
+                if kv.num_used == 0:
                     break
                 await asyncio.sleep(0.01)
             return chunk.index
 
         assert asyncio.run(asyncio.wait_for(first_then_cancel(), timeout=60)) == 0
-        assert runner.kv.num_used == 0 and "gone" not in runner._seqs
+        assert kv.num_used == 0 and core.num_requests == 0
     finally:
         engine.stop()

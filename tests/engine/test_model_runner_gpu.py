@@ -9,27 +9,30 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
-from engine.types import SpeechRequest  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.core import EngineCore  # noqa: E402
+from engine.runner import build_runner  # noqa: E402
+from engine.types import AudioChunk, SpeechRequest  # noqa: E402
 from models import orpheus  # noqa: E402
 
 
 def _tokens(path: Path, eager: bool) -> dict[str, list[int]]:
-    runner = orpheus.load("tiny", path, {"num_slots": 8, "max_seq_len": 256, "enforce_eager": eager}, "cuda")
-    assert runner.use_graphs is not eager
+    parts = orpheus.load("tiny", path, {"max_seq_len": 256, "enforce_eager": eager}, "cuda")
+    core = EngineCore(build_runner("tiny", parts, "cuda", 8), EngineConfig(max_predicted_ttfa_ms=0))
+    assert core.runner.use_graphs is not eager  # type: ignore[attr-defined]
     lengths = {"a": 21, "b": 49, "c": 35}
+    requests = {}
     for i, (rid, n) in enumerate(lengths.items()):
-        runner.admit(SpeechRequest(rid, "tiny", (f"Text number {i}.",), "tara",
-                                   options={"force_tokens": n, "temperature": 0.6, "seed": i}))
-    for _ in range(100):
-        ids = [r for r in lengths if runner.needs_backbone(r)]
-        if not ids:
+        spec = SpeechRequest(rid, "tiny", (f"Text number {i}.",), "tara",
+                             options={"force_tokens": n, "temperature": 0.6, "seed": i})
+        requests[rid] = core.add(spec, core.runner.spec.prepare(spec))
+    for _ in range(500):
+        for _, item in core.step():
+            assert isinstance(item, AudioChunk) and torch.isfinite(torch.from_numpy(item.pcm)).all()
+        if not core.has_work:
             break
-        assert runner.step_backbone(ids) == []
-    out = {rid: list(runner._seqs[rid].tokens or []) for rid in lengths}
+    out = {rid: list(r.tokens) for rid, r in requests.items()}
     assert {rid: len(t) for rid, t in out.items()} == lengths
-    while ready := runner.ready_chunks():
-        for chunk in runner.decode_chunks(ready):
-            assert chunk.pcm is not None and torch.isfinite(torch.from_numpy(chunk.pcm)).all()
     return out
 
 
@@ -38,17 +41,17 @@ def test_cuda_graph_decode_matches_eager(orpheus_tiny: Path) -> None:
 
 
 def test_codec_graphs_match_eager(orpheus_tiny: Path) -> None:
-    from models.snac import steady_window_frames
-
-    runner = orpheus.load("tiny", orpheus_tiny, {"num_slots": 2, "max_seq_len": 64, "max_codec_batch": 8}, "cuda")
-    assert runner.codec_graphs._graphs, "codec graphs were not captured"
+    parts = orpheus.load("tiny", orpheus_tiny, {"max_seq_len": 64, "max_codec_batch": 8}, "cuda")
+    runner = build_runner("tiny", parts, "cuda", 2)
+    graphs = runner.codec_graphs  # type: ignore[attr-defined]
+    assert graphs._graphs, "codec graphs were not captured"
     generator = torch.Generator().manual_seed(0)
-    for frames in steady_window_frames():
+    for frames in orpheus.CHUNK_SHAPE.window_lengths():
         for count in (1, 3, 8):  # 3: a bucket of 4 with one padding row
             codes = torch.randint(0, 4096, (count, frames, 7), generator=generator)
             starts = torch.randint(0, 500, (count,), generator=generator)
-            graphed = runner.codec_graphs.decode(codes, starts).clone()
-            eager = runner.codec.decode(codes, starts)
+            graphed = graphs.decode(codes, starts).clone()
+            eager = parts.codec.decode(codes, starts)
             assert graphed.shape == eager.shape == (count, frames * 2048)
             assert torch.isfinite(graphed).all()
             assert (graphed - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())

@@ -1,163 +1,232 @@
-"""Scheduling policy with a fake clock: EDF, urgency, codec batching, admission."""
+"""Scheduling policy with a fake clock and the production Request, chunk plan and scheduler.
+
+The runner is the simulator's cost-model runner (tests/engine/fakes.py): it executes plans
+by advancing a simulated clock and returns valid audio tokens and PCM of the right length.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.config import EngineConfig
-from engine.scheduler import Scheduler
-from engine.types import Overloaded, SpeechRequest
-from tests.engine.fakes import FakeRunner
+from engine.core import EngineCore
+from engine.types import AudioChunk, GenerationFailed, Overloaded
+from tests.engine.fakes import FakeRunner, SimClock, costs, lm, spec, synth
 
 
-def spec(rid: str, arrival_s: float, segments: int = 3) -> SpeechRequest:
-    return SpeechRequest(rid, "fake", tuple(["x"] * segments), "default", arrival_s=arrival_s,
-                         ttfa_target_ms=200)
+def core(runner: FakeRunner, clock: SimClock, **config: object) -> EngineCore:
+    return EngineCore(runner, EngineConfig(**config), cost=runner.cost, clock=clock.now)  # type: ignore[arg-type]
 
 
-def step(s: Scheduler, runner: FakeRunner, now: float):
-    s.admit(now, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())
-    return s.plan(now, needs_backbone=runner.needs_backbone, ready=runner.ready_chunks(),
-                  is_first_chunk=runner.is_first_chunk, early=runner.early_chunks())
+def add(c: EngineCore, s) -> None:  # type: ignore[no-untyped-def]
+    c.add(s, c.runner.spec.prepare(s))
+
+
+def codec_ids(c: EngineCore, now: float) -> list[str]:
+    plan = c.scheduler.schedule(now)
+    return [i.request.request_id for i in plan.codec]
+
+
+def run_until_first_chunk(c: EngineCore, rid: str) -> None:
+    for _ in range(500):
+        if any(r == rid and isinstance(x, AudioChunk) for r, x in c.step()):
+            return
+    raise AssertionError(f"{rid} never got a chunk")
 
 
 def test_a_new_requests_first_chunk_beats_a_running_request_with_buffered_audio() -> None:
-    runner = FakeRunner(max_codec_batch=1)
-    s = Scheduler(EngineConfig(), has_backbone=False, max_codec_batch=1)
-    s.add(spec("old", 0.0))
-    plan = step(s, runner, 0.0)
-    assert [r.request_id for r in plan.codec] == ["old"]
-    s.running["old"].clock.on_delivery(0.05, 5000)  # 5 s of audio buffered at the client
-    runner.decode_chunks(["old"])
-    s.add(spec("new", 0.1))
-    plan = step(s, runner, 0.1)
-    assert [r.request_id for r in plan.codec] == ["new"]
+    clock = SimClock()
+    c = core(synth(clock), clock)
+    add(c, spec("old", ("One.", "Two.", "Three.")))
+    run_until_first_chunk(c, "old")  # ~1.3 s of old's audio is now buffered at the client
+    add(c, spec("new", ("Hello there.",), arrival_s=clock.t))
+    assert codec_ids(c, clock.t) == ["new"]
 
 
 def test_edf_orders_running_requests_by_when_their_buffer_runs_dry() -> None:
-    runner = FakeRunner(max_codec_batch=4)
-    s = Scheduler(EngineConfig(), has_backbone=False, max_codec_batch=4)
-    for rid in ("a", "b", "c"):
-        s.add(spec(rid, 0.0))
-    step(s, runner, 0.0)
-    runner.decode_chunks(["a", "b", "c"])
+    clock = SimClock()
+    c = core(synth(clock, max_codec_batch=4), clock)
+    for rid in "abc":
+        add(c, spec(rid, ("x" * 20, "y" * 20)))
+    c.step()
+    c.step()
+    c.step()  # each has its first chunk (synthesisers run one unit per step)
     for rid, buffered_ms in (("a", 3000), ("b", 1000), ("c", 2000)):
-        s.running[rid].clock.on_delivery(0.0, buffered_ms)
-    plan = step(s, runner, 0.1)
-    assert [r.request_id for r in plan.codec] == ["b", "c", "a"]
+        c.scheduler.running[rid].clock.on_delivery(clock.t, buffered_ms)
+    s = c.scheduler
+    order = sorted(s.running, key=lambda rid: s.running[rid].deadline_s())
+    assert order == ["b", "c", "a"] and codec_ids(c, clock.t) == ["b"]
 
 
 def test_relaxed_chunks_wait_for_a_batch_while_the_backbone_is_busy() -> None:
-    runner = FakeRunner(steps_per_chunk=1, max_codec_batch=8)
-    s = Scheduler(EngineConfig(codec_batch=3, urgent_slack_ms=100), has_backbone=True, max_codec_batch=8)
-    for rid in ("a", "b", "c"):
-        s.add(spec(rid, 0.0, segments=4))
-    plan = step(s, runner, 0.0)
-    assert len(plan.backbone) == 3 and plan.codec == []  # nothing decoded yet
-    runner.step_backbone(["a", "b", "c"])
-    plan = step(s, runner, 0.0)
-    assert sorted(r.request_id for r in plan.codec) == ["a", "b", "c"]  # first chunks: urgent
-    runner.decode_chunks(["a", "b", "c"])
-    for r in s.running.values():
-        r.clock.on_delivery(0.01, 10_000)  # lots of slack now
-    runner.step_backbone(["a"])
-    plan = step(s, runner, 0.02)
-    assert plan.codec == []  # one relaxed chunk ready, backbone still busy: wait
-    runner.step_backbone(["b", "c"])
-    plan = step(s, runner, 0.02)
-    assert len(plan.codec) == 3  # codec_batch reached
+    clock = SimClock()
+    c = core(lm(clock, max_codec_batch=8), clock, codec_batch=3, urgent_slack_ms=100)
+    for rid in "abc":  # staggered: their chunks become ready at different steps
+        add(c, spec(rid, frames=60, arrival_s=clock.t))
+        run_until_first_chunk(c, rid)
+        for _ in range(5):
+            c.step()
+    for r in c.scheduler.running.values():
+        r.clock.on_delivery(clock.t, 30_000)  # lots of slack now
+    batches, waited = [], 0
+    for _ in range(120):
+        plan = c.scheduler.schedule(clock.t)
+        ready = sum(r.plan.next_window() is not None for r in c.scheduler.running.values())
+        if plan.codec:
+            batches.append(len(plan.background))
+        elif ready and plan.decode:
+            waited += 1
+        c.step()
+    assert waited > 0 and batches and min(batches) >= 3  # only full batches while decoding
 
 
 def test_a_chunk_near_its_deadline_is_urgent() -> None:
-    runner = FakeRunner(steps_per_chunk=1, max_codec_batch=8)
-    s = Scheduler(EngineConfig(codec_batch=8, urgent_slack_ms=100), has_backbone=True, max_codec_batch=8)
-    s.add(spec("a", 0.0, segments=3))
-    step(s, runner, 0.0)
-    runner.step_backbone(["a"])
-    runner.decode_chunks(["a"])
-    s.running["a"].clock.on_delivery(0.0, 1000)
-    runner.step_backbone(["a"])
-    assert step(s, runner, 0.1).codec == []  # 900 ms of slack: wait for a batch
-    assert [r.request_id for r in step(s, runner, 0.95).codec] == ["a"]  # ~50 ms left
+    clock = SimClock()
+    c = core(lm(clock, max_codec_batch=8), clock, codec_batch=8, urgent_slack_ms=100)
+    add(c, spec("a", frames=60))
+    run_until_first_chunk(c, "a")
+    request = c.scheduler.running["a"]
+    request.clock.on_delivery(clock.t, 2000)  # 2 s more buffered: lots of slack
+    while request.plan.next_window() is None:
+        c.step()
+    assert request.plan.num_chunks == 1 and not request.is_stopped
+    assert c.scheduler.schedule(clock.t).codec == []  # the backbone is busy: wait for a batch
+    plan = c.scheduler.schedule(request.deadline_s() - 0.05)  # ~50 ms left
+    assert [i.request.request_id for i in plan.urgent] == ["a"]
 
 
 def test_waiting_beyond_the_limit_is_overloaded() -> None:
-    s = Scheduler(EngineConfig(max_running=1, max_waiting=2), has_backbone=False, max_codec_batch=1)
-    s.add(spec("a", 0.0))
-    s.add(spec("b", 0.0))
-    s.add(spec("c", 0.0))
+    clock = SimClock()
+    c = core(synth(clock, max_running=1), clock, max_waiting=2)
+    for rid in "abc":
+        add(c, spec(rid))
     with pytest.raises(Overloaded):
-        s.add(spec("d", 0.0))
+        add(c, spec("d"))
+
+
+def test_a_request_predicted_to_miss_its_first_audio_is_refused_at_once() -> None:
+    clock = SimClock()
+    c = core(synth(clock, cost=costs(codec_ms=300)), clock, max_predicted_ttfa_ms=1000, max_waiting=100)
+    for i in range(3):  # 3 first chunks ahead, 300 ms each: the 4th starts at ~900 ms + its own 300
+        add(c, spec(f"r{i}"))
+    with pytest.raises(Overloaded, match="predicted"):
+        add(c, spec("late"))
+    assert c.num_requests == 3
 
 
 def test_fifo_baseline_serves_in_arrival_order_regardless_of_deadlines() -> None:
-    runner = FakeRunner(max_codec_batch=1)
-    s = Scheduler(EngineConfig(policy="fifo"), has_backbone=False, max_codec_batch=1)
-    s.add(spec("old", 0.0))
-    step(s, runner, 0.0)
-    runner.decode_chunks(["old"])
-    s.running["old"].clock.on_delivery(0.05, 5000)
-    s.add(spec("new", 0.1))
-    assert [r.request_id for r in step(s, runner, 0.1).codec] == ["old"]
+    clock = SimClock()
+    c = core(synth(clock), clock, policy="fifo")
+    add(c, spec("old", ("One.", "Two.", "Three.")))
+    run_until_first_chunk(c, "old")
+    add(c, spec("new", ("Hello.",), arrival_s=clock.t))
+    assert codec_ids(c, clock.t) == ["old"]
 
 
-def test_requests_that_do_not_fit_stay_queued_until_memory_frees() -> None:
-    runner = FakeRunner(capacity=1)
-    s = Scheduler(EngineConfig(), has_backbone=False, max_codec_batch=1)
-    s.add(spec("a", 0.0))
-    s.add(spec("b", 0.0))
-    step(s, runner, 0.0)
-    assert list(s.running) == ["a"] and [r.request_id for r in s.waiting] == ["b"]
-    s.remove("a")
-    runner.release("a")
-    step(s, runner, 0.1)
-    assert list(s.running) == ["b"]
+def test_requests_that_do_not_fit_stay_queued_until_a_kv_slot_frees() -> None:
+    clock = SimClock()
+    c = core(lm(clock, max_running=1), clock)
+    add(c, spec("a", frames=8))
+    add(c, spec("b", frames=8))
+    c.step()
+    assert list(c.scheduler.running) == ["a"] and [r.request_id for r in c.scheduler.waiting] == ["b"]
+    c.cancel("a")
+    assert c.scheduler.kv is not None and c.scheduler.kv.num_free == 1
+    c.step()
+    assert list(c.scheduler.running) == ["b"] and c.scheduler.running["b"].slot == 0
 
 
-def test_prefill_is_deferred_while_a_running_chunk_is_about_to_miss() -> None:
-    runner = FakeRunner(steps_per_chunk=1)
-    s = Scheduler(EngineConfig(max_prefill_defer_ms=100), has_backbone=True, max_codec_batch=4)
-    s.est_step_ms = 50.0
-    s.add(spec("a", 0.0))
-    step(s, runner, 0.0)
-    runner.step_backbone(["a"])
-    runner.decode_chunks(["a"])
-    s.running["a"].clock.on_delivery(0.0, 60)  # buffer runs dry at 0.06 s
-    runner.step_backbone(["a"])
-    s.add(spec("b", 0.04))
-    assert s.admit(0.04, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks()) == []
-    admitted = s.admit(0.2, can_admit=runner.can_admit, admit=runner.admit, ready=runner.ready_chunks())  # waited > 100 ms
-    assert [r.request_id for r in admitted] == ["b"]
+def test_a_prefill_is_deferred_while_it_would_make_a_running_stream_miss() -> None:
+    clock = SimClock()
+    runner = lm(clock, cost=costs(step_ms=5, prefill_ms=80))
+    c = core(runner, clock, max_prefill_defer_ms=100)
+    add(c, spec("a", frames=40))
+    run_until_first_chunk(c, "a")
+    # a's next chunk still needs decode steps (it is not ready): its slack counts them.
+    request = c.scheduler.running["a"]
+    assert request.plan.next_window() is None and c.scheduler.steps_to_chunk(request) > 0
+    deadline = request.deadline_s()
+    clock.t = deadline - (c.scheduler.steps_to_chunk(request) * 5 + 20 + 40) / 1000  # 40 ms slack < 80 ms prefill
+    add(c, spec("b", frames=8, arrival_s=clock.t))
+    plan = c.scheduler.schedule(clock.t)
+    assert plan.prefill == [] and c.scheduler.num_deferred == 1
+    plan = c.scheduler.schedule(clock.t + 0.101)  # b has waited past max_prefill_defer_ms
+    assert [r.request_id for r in plan.prefill] == ["b"]
 
 
 def test_an_early_chunk_is_decoded_only_when_the_listener_is_about_to_run_dry() -> None:
-    runner = FakeRunner(steps_per_chunk=4, max_codec_batch=8)
-    s = Scheduler(EngineConfig(urgent_slack_ms=100), has_backbone=True, max_codec_batch=8)
-    s.add(spec("a", 0.0, segments=3))
-    step(s, runner, 0.0)
-    for _ in range(4):
-        runner.step_backbone(["a"])
-    runner.decode_chunks(["a"])
-    s.running["a"].clock.on_delivery(0.0, 1000)  # 1 s buffered
-    runner.step_backbone(["a"])  # 1 of the 4 steps the next chunk needs
-    assert runner.early_chunks() == ["a"] and runner.ready_chunks() == []
-    assert step(s, runner, 0.1).codec == []  # 900 ms of slack: let the chunk grow
-    plan = s.plan(0.95, needs_backbone=runner.needs_backbone, ready=runner.ready_chunks(),
-                  is_first_chunk=runner.is_first_chunk, early=runner.early_chunks())
-    assert [r.request_id for r in plan.codec] == ["a"]  # ~50 ms left: what is ready goes now
-    fifo = Scheduler(EngineConfig(policy="fifo"), has_backbone=True, max_codec_batch=8)
-    fifo.running = s.running
-    assert fifo.plan(0.95, needs_backbone=runner.needs_backbone, ready=[], is_first_chunk=runner.is_first_chunk,
-                     early=runner.early_chunks()).codec == []  # the baseline knows no deadlines
+    clock = SimClock()
+    runner = lm(clock, max_codec_batch=8)
+    c = core(runner, clock, urgent_slack_ms=100)
+    add(c, spec("a", frames=40))
+    run_until_first_chunk(c, "a")
+    request = c.scheduler.running["a"]
+    request.clock.on_delivery(clock.t, 1000)  # 1 s more buffered
+    while request.plan.next_window(early=True) is None:
+        c.step()
+    assert request.plan.next_window() is None  # the planned 2-frame chunk is not complete
+    assert c.scheduler.schedule(clock.t).codec == []  # lots of slack: let it grow
+    plan = c.scheduler.schedule(request.deadline_s() - 0.05)
+    (item,) = plan.urgent
+    assert item.window.emit_to - item.window.emit_from < request.plan.shape.frames_of(request.plan.num_chunks)
+    fifo = core(runner, clock, policy="fifo", urgent_slack_ms=100)
+    fifo.scheduler.running = c.scheduler.running
+    assert fifo.scheduler.schedule(request.deadline_s() - 0.05).codec == []  # the baseline knows no deadlines
 
 
 def test_a_next_sentence_with_audio_queued_ahead_does_not_jump_the_queue() -> None:
-    runner = FakeRunner(max_codec_batch=1)
-    s = Scheduler(EngineConfig(urgent_slack_ms=100), has_backbone=False, max_codec_batch=1)
-    s.add(spec("dry", 0.0))
-    step(s, runner, 0.0)
-    runner.decode_chunks(["dry"])
-    s.running["dry"].clock.on_delivery(0.0, 300)  # runs dry at 0.3 s
-    s.add(SpeechRequest("next", "fake", ("x", "y"), "default", arrival_s=0.05, ttfa_target_ms=200,
-                        ahead_ms=4000))  # the listener has 4 s of the previous sentence left
-    assert [r.request_id for r in step(s, runner, 0.25).codec] == ["dry"]
+    clock = SimClock()
+    c = core(synth(clock), clock, urgent_slack_ms=100)
+    add(c, spec("dry", ("One.", "Two.")))
+    run_until_first_chunk(c, "dry")
+    dry = c.scheduler.running["dry"]
+    add(c, spec("next", ("x", "y"), arrival_s=clock.t, ahead_ms=4000))  # 4 s of the previous sentence left
+    assert codec_ids(c, dry.deadline_s() - 0.05) == ["dry"]
+
+
+def test_a_request_whose_audio_is_not_read_pauses_until_it_is() -> None:
+    clock = SimClock()
+    c = core(lm(clock), clock, max_unread_ms=1000)
+    unread = [0.0]
+    s = spec("a", frames=200)
+    c.add(s, c.runner.spec.prepare(s), unread_ms=lambda: unread[0])
+    run_until_first_chunk(c, "a")
+    unread[0] = 5000.0  # the gateway stopped taking this stream's audio
+    plan = c.scheduler.schedule(clock.t)
+    assert plan.decode == [] and plan.codec == []
+    unread[0] = 0.0
+    assert [r.request_id for r in c.scheduler.schedule(clock.t).decode] == ["a"]
+
+
+def test_a_token_in_a_wrong_frame_position_fails_only_that_request() -> None:
+    clock = SimClock()
+    runner = lm(clock)
+    c = core(runner, clock)
+    add(c, spec("good", frames=6))
+    add(c, spec("bad", "wrong", frames=6))
+    outputs = []
+    for _ in range(200):
+        outputs += c.step()
+        if not c.has_work:
+            break
+    errors = [x for r, x in outputs if r == "bad"]
+    assert len(errors) == 1 and isinstance(errors[0], GenerationFailed) and "position 1" in errors[0].message
+    good = [x for r, x in outputs if r == "good"]
+    assert all(isinstance(x, AudioChunk) for x in good) and good[-1].is_last  # type: ignore[union-attr]
+    assert sum(len(x.pcm) for x in good) == 6 * 2048  # type: ignore[union-attr]
+    assert c.num_requests == 0 and sorted(runner.released) == ["bad", "good"]
+
+
+def test_stop_token_and_max_tokens_end_generation() -> None:
+    from engine.plan import TokenOut
+
+    clock = SimClock()
+    c = core(lm(clock), clock)
+    s = spec("a")
+    s = type(s)(s.request_id, s.model_id, s.segments, s.voice, options={"max_tokens": 9})
+    add(c, s)
+    c.step()
+    request = c.scheduler.running["a"]
+    assert request.max_tokens == 9
+    c.scheduler.postprocess_tokens([TokenOut(request, 128258, False)])  # the stop token: not forced
+    assert request.is_stopped and request.plan.is_final and request.tokens[-1] != 128258

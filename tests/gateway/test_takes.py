@@ -123,7 +123,7 @@ def test_stats_has_engine_state_and_recent_utterances(client: httpx.Client) -> N
     stats = client.get("/v1/stats", params={"since": before["time"]}).json()
     assert stats["sessions"] == 0 and stats["requests"] == 0
     assert stats["models"]["piper-joe"]["waiting"] == 0
-    assert set(stats["models"]["piper-joe"]["last_batch"]) == {"backbone", "codec"}
+    assert set(stats["models"]["piper-joe"]["last_batch"]) == {"prefill", "decode", "urgent", "background"}
     [recent] = stats["recent"]
     assert recent["source"] == "speech" and recent["model"] == "piper-joe"
     assert recent["ttfa_ms"] > 0 and recent["late_ms"] >= 0 and recent["audio_ms"] > 500

@@ -14,25 +14,30 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from engine.config import EngineConfig  # noqa: E402
+from engine.core import EngineCore  # noqa: E402
+from engine.runner import build_runner  # noqa: E402
 from engine.types import SpeechRequest  # noqa: E402
 from models import orpheus  # noqa: E402
+from models.llama import rope_tables  # noqa: E402
 
 
 def test_runner_logits_match_hugging_face_llama(orpheus_tiny: Path) -> None:
     reference = transformers.LlamaForCausalLM.from_pretrained(str(orpheus_tiny / "backbone"),
                                                               torch_dtype=torch.float32).eval()
-    runner = orpheus.load("tiny", orpheus_tiny, {"num_slots": 2, "max_seq_len": 256}, "cpu")
+    parts = orpheus.load("tiny", orpheus_tiny, {"max_seq_len": 256}, "cpu")
+    core = EngineCore(build_runner("tiny", parts, "cpu", 2), EngineConfig())
     calls: list[torch.Tensor] = []
-    inner = runner.model.compute_logits
-    runner.model.compute_logits = lambda h: calls.append(inner(h)) or calls[-1]
-    request = SpeechRequest("a", "tiny", ("Hello there.",), "tara", options={"force_tokens": 20, "temperature": 0})
-    runner.admit(request)
-    while runner.needs_backbone("a"):
-        runner.step_backbone(["a"])
-    seq = runner._seqs["a"]
-    ids = torch.tensor([seq.prompt + (seq.tokens or [])[:-1]])
+    inner = parts.backbone.compute_logits
+    parts.backbone.compute_logits = lambda h: calls.append(inner(h)) or calls[-1]
+    spec = SpeechRequest("a", "tiny", ("Hello there.",), "tara", options={"force_tokens": 20, "temperature": 0})
+    request = core.add(spec, parts.spec.prepare(spec))
+    while core.has_work:
+        core.step()
+    prompt = list(request.prepared.prompt_ids)
+    ids = torch.tensor([prompt + request.tokens[:-1]])
     with torch.no_grad():
-        expected = reference(ids).logits[0, len(seq.prompt) - 1:]
+        expected = reference(ids).logits[0, len(prompt) - 1:]
     ours = torch.stack([calls[0][0]] + [c[0] for c in calls[1:20]])
     torch.testing.assert_close(ours, expected, atol=2e-4, rtol=2e-4)
 
@@ -45,6 +50,6 @@ def test_rope_tables_match_hugging_face_at_long_positions() -> None:
     rotary = LlamaRotaryEmbedding(config)
     positions = torch.tensor([[0, 1, 511, 4095, 8191, 20000]])
     cos, sin = rotary(torch.zeros(1, dtype=torch.float32), positions)
-    ours_cos, ours_sin = orpheus.rope_tables(args, 20001, "cpu")
+    ours_cos, ours_sin = rope_tables(args, 20001, "cpu")
     torch.testing.assert_close(ours_cos[positions[0]], cos[0], atol=1e-6, rtol=0)
     torch.testing.assert_close(ours_sin[positions[0]], sin[0], atol=1e-6, rtol=0)

@@ -9,7 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from models import InvalidModel, checkpoint, orpheus  # noqa: E402
-from models.snac import CONTEXT_FRAMES, SAMPLES_PER_FRAME, SnacCodec, StreamState  # noqa: E402
+from engine.chunk_plan import ChunkPlan  # noqa: E402
+from models.llama import LlamaLM, rope_tables  # noqa: E402
+from models.snac import CONTEXT_FRAMES, SAMPLES_PER_FRAME, SnacCodec  # noqa: E402
 
 
 def test_special_token_ids_follow_the_orpheus_format(orpheus_tiny: Path) -> None:
@@ -89,13 +91,13 @@ def test_full_flavor_has_the_llama_3_2_3b_shape() -> None:
     assert (args.num_hidden_layers, args.hidden_size, args.num_attention_heads, args.num_key_value_heads,
             args.intermediate_size, args.head_dim) == (28, 3072, 24, 8, 8192, 128)
     with torch.device("meta"):
-        model = orpheus.OrpheusLM(args)
+        model = LlamaLM(args)
     assert 3.2e9 < sum(p.numel() for p in model.parameters()) < 3.4e9
 
 
 def test_llama3_rope_scaling_leaves_high_frequencies_alone() -> None:
     args = orpheus.FLAVORS["full"]
-    cos, sin = orpheus.rope_tables(args, 3, "cpu")
+    cos, sin = rope_tables(args, 3, "cpu")
     assert torch.allclose(cos[1, 0], torch.cos(torch.tensor(1.0)))  # fastest frequency, unscaled
     plain = 1.0 / args.rope_theta ** (torch.arange(0, 128, 2, dtype=torch.float64) / 128)
     assert torch.allclose(torch.atan2(sin[1, 63], cos[1, 63]).double(), plain[-1] / 32, rtol=1e-3)
@@ -109,13 +111,13 @@ def test_streamed_chunks_equal_one_whole_decode(orpheus_tiny: Path) -> None:
     codec = _codec(orpheus_tiny)
     frames = torch.randint(0, 4096, (1, 23, 7), generator=torch.Generator().manual_seed(1))
     whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
-    stream, pieces, sizes = StreamState(), [], []
+    stream, pieces, sizes = ChunkPlan(orpheus.CHUNK_SHAPE), [], []
     for i in range(23):  # frames arrive one by one; decode whatever is ready
-        stream.frames.append(frames[0, i].tolist())
+        stream.num_frames += 1
         stream.is_final = i == 22
         while (window := stream.next_window()) is not None:
             chunk = codec.decode(frames[:, window.start:window.stop], torch.tensor([window.start]))[0]
-            pieces.append(chunk.numpy()[window.crop])
+            pieces.append(chunk.numpy()[window.crop(SAMPLES_PER_FRAME)])
             sizes.append(window.emit_to - window.emit_from)
             stream.advance(window)
     assert stream.is_done and sizes[:3] == [1, 2, 4]
@@ -129,17 +131,18 @@ def test_early_chunks_take_what_has_context_and_still_equal_one_whole_decode(orp
     codec = _codec(orpheus_tiny)
     frames = torch.randint(0, 4096, (1, 17, 7), generator=torch.Generator().manual_seed(3))
     whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
-    stream, pieces, sizes = StreamState(), [], []
+    stream, pieces, sizes = ChunkPlan(orpheus.CHUNK_SHAPE), [], []
     for i in range(17):  # a listener always about to run dry: decode early whenever possible
-        stream.frames.append(frames[0, i].tolist())
+        stream.num_frames += 1
         stream.is_final = i == 16
         while (window := stream.next_window() or stream.next_window(early=True)) is not None:
             chunk = codec.decode(frames[:, window.start:window.stop], torch.tensor([window.start]))[0]
-            pieces.append(chunk.numpy()[window.crop])
+            pieces.append(chunk.numpy()[window.crop(SAMPLES_PER_FRAME)])
             sizes.append(window.emit_to - window.emit_from)
             stream.advance(window)
     assert stream.is_done and sizes[:4] == [1, 1, 1, 1]  # one frame as soon as it has its context
-    early = StreamState(frames=[[0] * 7] * 5, num_emitted=1, num_chunks=1)
+    early = ChunkPlan(orpheus.CHUNK_SHAPE, num_frames=5)
+    early.num_emitted, early.num_chunks = 1, 1
     assert early.next_window() is None  # the planned 2 frames need frames up to 6
     window = early.next_window(early=True)
     assert window is not None and (window.emit_from, window.emit_to) == (1, 2)

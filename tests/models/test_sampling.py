@@ -2,7 +2,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.sampling import sample, uniform  # noqa: E402
+from models.sampling import sample, uniform  # noqa: E402
 
 
 def _rows(n: int, vocab: int, **values: float) -> dict[str, torch.Tensor]:

@@ -76,3 +76,15 @@ def sample(
     race = probs / -torch.log(uniform(seeds, steps, ids))
     sampled = ids.gather(1, race.argmax(dim=-1, keepdim=True))[:, 0]
     return torch.where(temperature > 0, sampled, ids[:, 0])
+
+
+def pick_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, penalty: torch.Tensor,
+                seen: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor, forced: torch.Tensor,
+                vocab_ids: torch.Tensor, audio_token_base: int, codebook_size: int,
+                tokens_per_frame: int) -> torch.Tensor:
+    """`sample`, where forced rows may only pick an audio token of their
+    frame position (`steps % tokens_per_frame`). Pure: compiled as one unit on GPU."""
+    low = audio_token_base + codebook_size * (steps % tokens_per_frame)
+    ids = vocab_ids[None, :]
+    allowed = ((ids >= low[:, None]) & (ids < (low + codebook_size)[:, None])) | ~forced[:, None]
+    return sample(logits, temperature, top_p, penalty, seen, seeds, steps, allowed)

@@ -1,0 +1,168 @@
+"""A runner that executes plans by their cost alone (no torch), for the simulator and tests.
+
+It implements engine/runner.py's protocol like the real runners, so the unchanged
+Scheduler, Request, chunk plan and post-processing drive it. Instead of computing it
+advances a simulated clock (`SimClock`) by what the cost model says the work takes (or
+not at all, with `clock=None`), and returns what the real runner would:
+
+- speech LM (`lm_spec()`: Orpheus' token layout, 7 tokens per frame, 1/2/4/8 ramp with 3
+  context frames): valid audio tokens, one per decode step, read back one step late as on
+  a GPU; a request stops after `max_tokens` (benchmarks force lengths);
+- synthesiser (`synth_spec()`): one text unit per chunk, `CHARS_PER_S` of speech per
+  character, timed as `codec_ms(1, characters)`.
+
+PCM is zeros of the exact length the real codec would emit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from engine.chunk_plan import ChunkShape
+from engine.cost import CostModel
+from engine.lm_spec import LMSpec
+from models.options import parse_options
+from engine.plan import CodecItem, Timing, TokenOut
+from engine.request import Prepared, Request
+from engine.runner import SynthSpec
+from engine.types import ChunkOut, InvalidInput, SpeechRequest
+from bench.workload import CHARS_PER_S
+
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: 85.33 ms per frame
+TOKENS_PER_FRAME = 7
+AUDIO_TOKEN_BASE = 128266
+CODEBOOK_SIZE = 4096
+STOP_TOKEN = 128258
+ORPHEUS_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3)
+
+
+@dataclass(slots=True)
+class SimClock:
+    """Simulated `time.monotonic()`: seconds, advanced by the runner and the driver."""
+
+    t: float = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def advance_ms(self, ms: float) -> None:
+        self.t += ms / 1000.0
+
+
+def _frame_codes(tokens: Sequence[int]) -> list[int]:
+    codes = [int(t) - AUDIO_TOKEN_BASE - CODEBOOK_SIZE * k for k, t in enumerate(tokens)]
+    for k, code in enumerate(codes):
+        if not 0 <= code < CODEBOOK_SIZE:
+            raise ValueError(f"token {tokens[k]} at frame position {k} is not an audio token of that position")
+    return codes
+
+
+def lm_spec(shape: ChunkShape = ORPHEUS_SHAPE, prompt_overhead: int = 16) -> LMSpec:
+    """An Orpheus-shaped spec; prompts are one id per UTF-8 byte of "voice: text" plus
+    `prompt_overhead` markers, as the random checkpoint's byte tokenizer gives."""
+    spec: LMSpec
+
+    def prepare(request: SpeechRequest) -> Prepared:
+        if not request.text.strip():
+            raise InvalidInput("nothing to speak", field="input")
+        ids = tuple(range(len(f"{request.voice}: {request.text}".encode()) + prompt_overhead))
+        return Prepared(prompt_ids=ids, sampling=parse_options(spec, request.options))
+
+    spec = LMSpec("sim", ("default",), prepare, _frame_codes, (STOP_TOKEN,), TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
+                  CODEBOOK_SIZE, shape, 0.6, 0.8, 1.1, 2048)
+    return spec
+
+
+def synth_spec() -> SynthSpec:
+    def prepare(request: SpeechRequest) -> Prepared:
+        units = tuple(s for s in request.segments if s.strip())
+        if not units:
+            raise InvalidInput("nothing to speak", field="input")
+        return Prepared(units=units)
+
+    return SynthSpec("sim-synth", ("default",), prepare)
+
+
+class SimRunner:
+    def __init__(self, spec: LMSpec | SynthSpec, cost: CostModel, clock: SimClock | None = None, *,
+                 max_running: int = 64, max_seq_len: int = 2048, max_codec_batch: int = 32,
+                 device: str = "sim") -> None:
+        self.model_id = "sim"
+        self.spec = spec
+        self.family = spec.family
+        self.has_backbone = isinstance(spec, LMSpec)
+        self.cost = cost
+        self.clock = clock
+        self.device = device
+        self.sample_rate = SAMPLE_RATE
+        self.max_running = max_running
+        self.max_seq_len = max_seq_len if self.has_backbone else 0
+        self.max_codec_batch = max_codec_batch if self.has_backbone else 1
+        self._generated: dict[str, int] = {}  # "device" step count per request
+        self._pending: list[TokenOut] = []  # last step's tokens, read back one step late
+        self._timings: list[Timing] = []
+        self.num_decode_steps = 0
+
+    def _spend(self, kind: str, a: float, b: float, ms: float) -> None:
+        if self.clock is not None:
+            self.clock.advance_ms(ms)
+        self._timings.append(Timing(kind, a, b, ms))
+
+    def _token(self, request: Request) -> TokenOut:
+        k = self._generated.get(request.request_id, 0)
+        self._generated[request.request_id] = k + 1
+        token = AUDIO_TOKEN_BASE + CODEBOOK_SIZE * (k % TOKENS_PER_FRAME) + (k * 7919) % CODEBOOK_SIZE
+        return TokenOut(request, token, k + 1 >= request.max_tokens)
+
+    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
+        tokens = sum(len(r.prepared.prompt_ids) for r in requests)
+        self._spend("prefill", tokens, 1, self.cost.prefill_ms(tokens))
+        for request in requests:
+            self._generated[request.request_id] = 0
+        return [self._token(r) for r in requests]
+
+    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
+        previous, self._pending = self._pending, []
+        if requests:
+            context = max(r.num_tokens for r in requests) + 1
+            self._spend("step", len(requests), context, self.cost.step_ms(len(requests), context))
+            self.num_decode_steps += 1
+            self._pending = [self._token(r) for r in requests
+                             if self._generated.get(r.request_id, 0) < r.max_tokens]
+        return previous
+
+    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
+        outs = []
+        if self.has_backbone:
+            sizes: dict[int, int] = {}
+            for item in items:
+                sizes[item.window.num_frames] = sizes.get(item.window.num_frames, 0) + 1
+            for frames, batch in sizes.items():
+                self._spend("codec", batch, frames, self.cost.codec_ms(batch, frames))
+            for item in items:
+                samples = (item.window.emit_to - item.window.emit_from) * SAMPLES_PER_FRAME
+                outs.append(ChunkOut(item.request.request_id, np.zeros(samples, np.float32), item.window.is_last))
+        else:
+            for item in items:
+                text = item.request.prepared.units[item.window.start]
+                self._spend("codec", 1, len(text), self.cost.codec_ms(1, len(text)))
+                samples = int(SAMPLE_RATE * len(text) / CHARS_PER_S)
+                outs.append(ChunkOut(item.request.request_id, np.zeros(samples, np.float32), item.window.is_last))
+        return outs
+
+    def release(self, request: Request) -> None:
+        self._generated.pop(request.request_id, None)
+
+    def take_timings(self) -> list[Timing]:
+        timings, self._timings = self._timings, []
+        return timings
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass

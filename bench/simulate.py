@@ -1,0 +1,159 @@
+"""The simulator: the unchanged engine core on a discrete-event clock (no torch, seconds).
+
+    python bench/simulate.py --cost bench/results/cost_orpheus_h200.json --rates 5,10,20,30,40,50 \
+        --requests 200 --out bench/results/simulate_orpheus.json
+
+`engine.core.EngineCore` — the real Scheduler, Request, chunk plan and post-processing —
+drives a cost-model runner (bench/sim_runner.py) whose work takes the time a cost model
+measured on the GPU says (bench/cost_model.py writes one). The engine's own cost model
+starts empty and learns from the runner's timings, as on the GPU. Requests: Poisson
+arrivals of workload sentences (bench/workload.py), lengths forced at 15.4 chars/s;
+each client plays at 1x from its first chunk, with (`--reports`) or without playback
+reports; SLO of DESIGN.md §7. For each policy and rate it prints attainment, TTFA
+p50/p90/p99, the stall-free share and mean concurrency, and the capacity (highest rate
+with attainment >= 90% / 99%). `--serve-sessions 16,64` instead replays the waves of
+bench/orpheus_serve.py (same texts and arrival times) to set the prediction beside a
+real run. The same arguments give the same output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.sim_runner import SimClock, SimRunner, lm_spec, synth_spec  # noqa: E402
+from bench.workload import Listener, audio_frames, load_texts, poisson, serve_wave, summarize  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.core import EngineCore  # noqa: E402
+from engine.cost import CostModel  # noqa: E402
+from engine.types import AudioChunk, EngineError, SpeechRequest  # noqa: E402
+
+REPORT_EVERY_S = 0.2  # a client's playback.position cadence (the studio reports 5x a second)
+
+
+def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str, family: str = "lm",
+             max_running: int = 256, max_codec_batch: int = 32, reports: bool = False, host_ms: float = 0.1,
+             config: dict[str, float] | None = None) -> tuple[list[Listener], float]:
+    """Run one wave; returns each request's listener and the simulated wall time (s)."""
+    clock = SimClock()
+    spec = lm_spec() if family == "lm" else synth_spec()
+    runner = SimRunner(spec, cost, clock, max_running=max_running, max_codec_batch=max_codec_batch)
+    core = EngineCore(runner, EngineConfig(policy=policy, max_waiting=1 << 20, **(config or {})),  # type: ignore[arg-type]
+                      clock=clock.now)
+    listeners: dict[str, Listener] = {}
+    next_report: dict[str, float] = {}
+    i = 0
+    while i < len(arrivals) or core.has_work:
+        while i < len(arrivals) and arrivals[i][0] <= clock.t:
+            at, text = arrivals[i]
+            rid = f"r{i}"
+            options = {"force_tokens": 7 * audio_frames(text), "seed": i} if family == "lm" else {}
+            request = SpeechRequest(rid, "sim", (text,), "default", options=options, arrival_s=at)
+            listeners[rid] = Listener(at)
+            try:
+                core.add(request, spec.prepare(request))
+            except EngineError:  # Overloaded: refused at once, counts against attainment
+                listeners[rid].refused = True
+            i += 1
+        if reports:
+            for rid, at in list(next_report.items()):
+                if at <= clock.t:
+                    core.report_playback(rid, clock.t, listeners[rid].played_ms(clock.t), True)
+                    next_report[rid] = at + REPORT_EVERY_S
+        if not core.has_work:
+            clock.t = arrivals[i][0]
+            continue
+        outputs = core.step()
+        clock.advance_ms(host_ms)
+        for rid, item in outputs:
+            if isinstance(item, AudioChunk):
+                listeners[rid].receive(clock.t, item.duration_ms)
+                if reports and rid not in next_report:
+                    next_report[rid] = clock.t + REPORT_EVERY_S
+                if item.is_last:
+                    next_report.pop(rid, None)
+            else:
+                listeners[rid].refused = True  # failed: never met the SLO
+        if core.was_idle and i < len(arrivals):
+            clock.t = max(clock.t, arrivals[i][0])
+    return list(listeners.values()), clock.t
+
+
+def mean_concurrency(listeners: list[Listener], wall_s: float) -> float:
+    """Time-averaged number of streams between arrival and the end of their playback."""
+    busy = sum(x.play_s - x.arrival_s for x in listeners if x.first_s is not None)
+    return round(busy / max(wall_s, 1e-9), 1)
+
+
+def capacity(rows: list[dict[str, float]], threshold: float) -> float:
+    good = [r["rate"] for r in rows if r["attainment"] >= threshold]
+    return max(good, default=0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cost", default="bench/results/cost_orpheus_h200.json")
+    parser.add_argument("--family", default="lm", choices=["lm", "synth"])
+    parser.add_argument("--policies", default="edf,fifo")
+    parser.add_argument("--rates", default="5,10,20,30,40,50", help="Poisson arrivals, requests per second")
+    parser.add_argument("--requests", type=int, default=200, help="requests per rate point")
+    parser.add_argument("--serve-sessions", default="", help="replay bench/orpheus_serve.py waves of these sizes")
+    parser.add_argument("--serve-requests", default="", help="with --serve-sessions: its --requests")
+    parser.add_argument("--arrival", default="poisson", choices=["poisson", "burst"])
+    parser.add_argument("--max-running", type=int, default=256)
+    parser.add_argument("--max-codec-batch", type=int, default=32)
+    parser.add_argument("--max-chars", type=int, default=300)
+    parser.add_argument("--workload", default="", help="sentences file (default: ../shared/workloads)")
+    parser.add_argument("--reports", type=int, default=0, help="clients send playback.position reports")
+    parser.add_argument("--host-ms", type=float, default=0.1, help="host time per engine step")
+    parser.add_argument("--config", default="{}", help="EngineConfig fields as JSON, e.g. '{\"codec_batch\": 16}'")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench/results/simulate_orpheus.json")
+    opts = parser.parse_args()
+    cost_data = json.loads(Path(opts.cost).read_text())
+    texts = load_texts(Path(opts.workload), opts.max_chars) if opts.workload else load_texts(max_chars=opts.max_chars)
+    record: dict = {"command": " ".join(["python", *sys.argv]), "cost": opts.cost, "cost_measured_on": cost_data.get("gpu"),
+                    "family": opts.family, "reports": bool(opts.reports), "seed": opts.seed, "policies": {}}
+    for policy in opts.policies.split(","):
+        rows = []
+        if opts.serve_sessions:
+            sessions = [int(n) for n in opts.serve_sessions.split(",")]
+            counts = [int(n) for n in opts.serve_requests.split(",")] if opts.serve_requests else [0] * len(sessions)
+            points = [("sessions", float(n), c) for n, c in zip(sessions, counts)]
+        else:
+            points = [("rate", float(r), opts.requests) for r in opts.rates.split(",")]
+        for kind, value, count in points:
+            if kind == "rate":
+                arrivals = poisson(texts, value, count, opts.seed)
+            else:
+                arrivals = serve_wave(texts, int(value), opts.seed, opts.arrival, count)
+            listeners, wall_s = simulate(arrivals, CostModel.from_json(cost_data), policy=policy, family=opts.family,
+                                         max_running=opts.max_running, max_codec_batch=opts.max_codec_batch,
+                                         reports=bool(opts.reports), host_ms=opts.host_ms,
+                                         config=json.loads(opts.config))
+            row = {kind: value, **summarize(listeners, wall_s),
+                   "mean_concurrency": mean_concurrency(listeners, wall_s), "wall_s": round(wall_s, 2)}
+            rows.append(row)
+            print(policy, json.dumps(row), flush=True)
+        entry: dict = {"rates" if not opts.serve_sessions else "waves": rows}
+        if not opts.serve_sessions:
+            entry.update(capacity_90=capacity(rows, 0.9), capacity_99=capacity(rows, 0.99))
+        record["policies"][policy] = entry
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps(record, indent=1))
+    key = "sessions" if opts.serve_sessions else "rate"
+    print(f"\n{'policy':>6} {key:>8} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6}")
+    for policy, entry in record["policies"].items():
+        for r in entry.get("rates", entry.get("waves", [])):
+            print(f"{policy:>6} {r[key]:8g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
+                  f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f}")
+        if "capacity_90" in entry:
+            print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")
+
+
+if __name__ == "__main__":
+    main()

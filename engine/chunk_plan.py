@@ -1,0 +1,110 @@
+"""Which frames make a request's next audio chunk (pure arithmetic, no torch).
+
+A *frame* is the codec's unit (Orpheus: one SNAC coarse code, 7 tokens, 85.33 ms; Piper:
+one text segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` (clipped)
+and cropped, so chunks equal a whole decode when the codec's receptive field is within
+`context_frames` (models/snac.py measures SNAC's). Sizes follow a ramp (1, 2, 4, 8 frames)
+for a short time to first audio; under EDF a stream about to run dry may take an *early*
+chunk: the frames that already have their right context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkShape:
+    """A family's chunking: `ramp[k]` frames for chunk k (the last size repeats), with
+    `context_frames` of left and right context; `first_context_frames` (None: the same)
+    is the right context of the first chunk only."""
+
+    ramp: tuple[int, ...]
+    context_frames: int
+    first_context_frames: int | None = None
+
+    def __post_init__(self) -> None:
+        assert self.ramp and min(self.ramp) >= 1 and self.context_frames >= 0
+
+    def frames_of(self, chunk_index: int) -> int:
+        return self.ramp[min(chunk_index, len(self.ramp) - 1)]
+
+    def right_context(self, chunk_index: int) -> int:
+        if chunk_index == 0 and self.first_context_frames is not None:
+            return self.first_context_frames
+        return self.context_frames
+
+    def window_lengths(self) -> tuple[int, ...]:
+        """Frames decoded per window of a stream's non-final chunks: every planned or early
+        chunk of 1..max(ramp) frames with up to the context on each side (less at the
+        stream's start). The codec shapes worth capturing as CUDA graphs."""
+        low = 1 + min(self.context_frames, self.right_context(0))
+        return tuple(range(low, max(self.ramp) + 2 * self.context_frames + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Decode frames `[start, stop)`, keep output frames `[emit_from, emit_to)`."""
+
+    start: int
+    stop: int
+    emit_from: int
+    emit_to: int
+    is_last: bool
+
+    @property
+    def num_frames(self) -> int:
+        return self.stop - self.start
+
+    def crop(self, samples_per_frame: int) -> slice:
+        """The kept part of the window's decoded samples."""
+        return slice((self.emit_from - self.start) * samples_per_frame, (self.emit_to - self.start) * samples_per_frame)
+
+
+class ChunkPlan:
+    """One request's stream: frames that exist, frames emitted as audio, chunks sent."""
+
+    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done")
+
+    def __init__(self, shape: ChunkShape, num_frames: int = 0, is_final: bool = False) -> None:
+        self.shape = shape
+        self.num_frames = num_frames  # frames that exist so far
+        self.num_emitted = 0  # frames already turned into audio
+        self.num_chunks = 0
+        self.is_final = is_final  # no more frames will come
+        self.is_done = False  # the last chunk went out
+
+    @property
+    def is_first(self) -> bool:
+        return self.num_chunks == 0
+
+    def frames_needed(self) -> int:
+        """Frames that must exist before the planned next chunk can be decoded."""
+        return self.num_emitted + self.shape.frames_of(self.num_chunks) + self.shape.right_context(self.num_chunks)
+
+    def next_window(self, early: bool = False) -> Window | None:
+        """The next chunk to decode, or None if it must wait for more frames.
+
+        `early`: if the planned chunk is not complete, take the frames that already have
+        their right context (at least one) as a smaller chunk.
+        """
+        if self.is_done:
+            return None
+        size, right = self.shape.frames_of(self.num_chunks), self.shape.right_context(self.num_chunks)
+        total, emitted = self.num_frames, self.num_emitted
+        if self.is_final:
+            emit_to = total if total - emitted <= size + right else emitted + size
+        elif total - emitted >= size + right:
+            emit_to = emitted + size
+        elif early and total - right > emitted:
+            emit_to = total - right
+        else:
+            return None
+        context = self.shape.context_frames
+        return Window(max(0, emitted - context), min(total, emit_to + right), emitted, emit_to,
+                      self.is_final and emit_to == total)
+
+    def advance(self, window: Window) -> None:
+        self.num_emitted = window.emit_to
+        self.num_chunks += 1
+        self.is_done = window.is_last

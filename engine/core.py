@@ -1,0 +1,143 @@
+"""EngineCore: one model's scheduler and runner, stepped by its caller (no thread).
+
+`add` / `cancel` / `report_playback` change the requests; `step()` plans one iteration
+(engine/scheduler.py), has the runner execute it (decode step launched first, then the
+prefill, then the codec items), post-processes the results and returns what to send:
+`(request_id, AudioChunk)` pairs (a chunk with `is_last` ends its request) and
+`(request_id, EngineError)` for failed requests. Time comes from the injected `clock`,
+so the same core runs under the engine's worker threads (time.monotonic) and in the
+simulator (a discrete-event clock that the simulated runner advances).
+
+With `codec_lane`, codec items run on a thread of their own while decode steps go on
+(the CPU's codec lane: on two cores a chunk's decode no longer stops the backbone); one
+codec batch is in flight at a time and its chunks are sent at the first step after it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from engine.config import EngineConfig
+from engine.cost import CostModel
+from engine.lm_spec import LMSpec
+from engine.plan import CodecItem
+from engine.request import Prepared, Request
+from engine.runner import Runner
+from engine.scheduler import Scheduler
+from engine.types import AudioChunk, ChunkOut, EngineError, SpeechRequest
+
+Output = tuple[str, AudioChunk | EngineError]
+
+
+class EngineCore:
+    def __init__(self, runner: Runner, config: EngineConfig, cost: CostModel | None = None,
+                 clock: Callable[[], float] = time.monotonic, codec_lane: bool = False) -> None:
+        self.runner = runner
+        self.clock = clock
+        self.cost = cost or CostModel()
+        lm = runner.spec if isinstance(runner.spec, LMSpec) else None
+        self.scheduler = Scheduler(config, lm, max_running=runner.max_running, max_seq_len=runner.max_seq_len,
+                                   max_codec_batch=runner.max_codec_batch, cost=self.cost,
+                                   sample_rate=runner.sample_rate)
+        self._decode_in_flight = False  # a decode step's tokens are still to be read back
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix="voxgate-codec") if codec_lane else None
+        self._codec: tuple[list[CodecItem], Future[list[ChunkOut]]] | None = None  # in flight on the lane
+        self.notify: Callable[[], None] | None = None  # wakes the worker when lane work ends
+        self.was_idle = True  # the last step found nothing to do (the worker may sleep)
+        self.num_steps = 0
+        self.last_batch: dict[str, int] = {}
+
+    @property
+    def num_requests(self) -> int:
+        return self.scheduler.num_requests
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.scheduler.num_requests) or self._decode_in_flight or self._codec is not None
+
+    def add(self, spec: SpeechRequest, prepared: Prepared,
+            unread_ms: Callable[[], float] | None = None) -> Request:
+        """Queue a request the family has prepared; raises InputTooLong or Overloaded."""
+        request = Request.create(spec, prepared, self.runner.spec.shape)
+        request.unread_ms = unread_ms
+        self.scheduler.add(request, self.clock())
+        return request
+
+    def cancel(self, request_id: str) -> bool:
+        """Drop a request and free what it holds; False if it is not here."""
+        request = self.scheduler.remove(request_id)
+        if request is None:
+            return False
+        self.runner.release(request)
+        return True
+
+    def report_playback(self, request_id: str, at_s: float, played_ms: float, playing: bool) -> None:
+        request = self.scheduler.get(request_id)
+        if request is not None:
+            request.clock.on_report(at_s, played_ms, playing)
+
+    def fail_all(self, error: EngineError) -> list[Output]:
+        """End every request with `error` (the model is going away, or its runner broke)."""
+        outputs: list[Output] = []
+        for request in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
+            self.cancel(request.request_id)
+            outputs.append((request.request_id, error))
+        return outputs
+
+    def step(self, now: float | None = None) -> list[Output]:
+        """One iteration at time `now` (default: the clock); returns what to send."""
+        scheduler, runner = self.scheduler, self.runner
+        outputs: list[Output] = []
+        if self._codec is not None and self._codec[1].done():
+            items, done = self._codec
+            self._codec = None
+            outputs += self._send(items, done.result())
+        plan = scheduler.schedule(self.clock() if now is None else now, codec=self._codec is None)
+        failed = []
+        self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
+        if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
+            failed += scheduler.postprocess_tokens(runner.decode(plan.decode))
+            self._decode_in_flight = bool(plan.decode)
+        if plan.prefill:
+            failed += scheduler.postprocess_tokens(runner.prefill(plan.prefill))
+        for request in failed:
+            assert request.error is not None
+            outputs.append((request.request_id, request.error))
+        codec = [item for item in plan.codec if item.request.error is None]
+        if codec and self._lane is None:
+            outputs += self._send(codec, runner.decode_codec(codec))
+        elif codec and self._lane is not None:
+            future = self._lane.submit(runner.decode_codec, codec)
+            if self.notify is not None:
+                future.add_done_callback(lambda _: self.notify() if self.notify else None)
+            self._codec = (codec, future)
+        for request_id, item in outputs:
+            if isinstance(item, EngineError) or item.is_last:
+                self.cancel(request_id)
+        for timing in runner.take_timings():
+            self.cost.observe(timing.kind, timing.a, timing.b, timing.ms)
+        self.num_steps += not plan.is_empty
+        self.last_batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
+                           "background": len(plan.background)}
+        return outputs
+
+    def _send(self, items: list[CodecItem], outs: list[ChunkOut]) -> list[Output]:
+        sent = self.scheduler.postprocess_codec(items, outs, self.clock())
+        return [(request.request_id, item) for request, item in sent]
+
+    def shutdown(self) -> None:
+        """Wait for lane work in flight (the runner stays open)."""
+        if self._lane is not None:
+            self._lane.shutdown(wait=True)
+
+    def stats(self) -> dict[str, Any]:
+        scheduler = self.scheduler
+        stats: dict[str, Any] = {"waiting": len(scheduler.waiting), "running": len(scheduler.running),
+                                 "has_backbone": self.runner.has_backbone, "last_batch": dict(self.last_batch),
+                                 "prefill_deferrals": scheduler.num_deferred}
+        if self.runner.has_backbone:
+            stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)
+        stats["est_codec_ms"] = round(self.cost.codec_ms(1, 8), 2)
+        return stats

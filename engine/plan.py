@@ -1,0 +1,54 @@
+"""What the scheduler asks a runner to execute in one iteration, and what comes back.
+
+A `Plan` (DESIGN.md §3): requests to `prefill`, requests taking one `decode` step, and
+codec items, `urgent` and `background`, each naming its window of frames. The runner
+answers with a `TokenOut` per token and a `ChunkOut` per codec item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.chunk_plan import Window
+from engine.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class CodecItem:
+    request: Request
+    window: Window
+
+
+@dataclass(slots=True)
+class Plan:
+    prefill: list[Request] = field(default_factory=list)
+    decode: list[Request] = field(default_factory=list)
+    urgent: list[CodecItem] = field(default_factory=list)  # most urgent first
+    background: list[CodecItem] = field(default_factory=list)
+
+    @property
+    def codec(self) -> list[CodecItem]:
+        return self.urgent + self.background
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.prefill or self.decode or self.urgent or self.background)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOut:
+    """One sampled token of `request`; `is_stopped`: the device saw a stop token or max_tokens."""
+
+    request: Request
+    token: int
+    is_stopped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """A runner's measurement of its own work, for the cost model (engine/cost.py)."""
+
+    kind: str  # "step" | "prefill" | "codec"
+    a: float  # batch (step, codec) or prompt tokens (prefill)
+    b: float  # context (step), window frames or text characters (codec), 1 (prefill)
+    ms: float

@@ -1,0 +1,63 @@
+"""A codec's decode through CUDA graphs (GPU), one per (window frames, codec batch).
+
+Captured at load for the streaming window lengths (engine/chunk_plan.py
+`ChunkShape.window_lengths`) x codec batch buckets, largest first, into one pool.
+Static inputs: codes `[B, F, C]` and start frames `[B]`; rows past a call's count keep
+old (valid) codes and are decoded and dropped (rows are independent). Shapes without a
+graph (a stream's last chunk, or before `capture`, or on the CPU) run eagerly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+
+class CodecGraphs:
+    def __init__(self, codec: Any, batches: Sequence[int], window_lengths: Sequence[int]) -> None:
+        self.codec = codec
+        self.batches = sorted(set(batches))
+        self.window_lengths = sorted(set(window_lengths))
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._io: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        pool = None
+        for frames in reversed(self.window_lengths):
+            for batch in reversed(self.batches):
+                codes = torch.zeros(batch, frames, self.codec.codes_per_frame, dtype=torch.int64,
+                                    device=self.codec.device)
+                starts = torch.zeros(batch, dtype=torch.int64, device=self.codec.device)
+                self.codec.decode(codes, starts)  # warm-up (cuDNN picks its kernels) outside capture
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    pcm = self.codec.decode(codes, starts)
+                pool = pool or graph.pool()
+                self._graphs[(frames, batch)] = graph
+                self._io[(frames, batch)] = (codes, starts, pcm)
+        torch.cuda.synchronize()
+
+    @torch.inference_mode()
+    def decode(self, frames: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """Same contract as the codec's `decode`: codes `[N, F, C]`, start frames `[N]` ->
+        float32 PCM `[N, F * samples_per_frame]` (a view of a static buffer when graphed:
+        copy it out before the next call)."""
+        count, num_frames = frames.shape[0], frames.shape[1]
+        if (num_frames, self.batches[-1]) not in self._graphs:
+            return self.codec.decode(frames, starts)
+        if count > self.batches[-1]:
+            top = self.batches[-1]
+            return torch.cat([self.decode(frames[i:i + top], starts[i:i + top]).clone() for i in range(0, count, top)])
+        batch = next(b for b in self.batches if b >= count)
+        codes, start, pcm = self._io[(num_frames, batch)]
+        codes[:count].copy_(frames)
+        start[:count].copy_(starts)
+        self._graphs[(num_frames, batch)].replay()
+        return pcm[:count]
+
+    def close(self) -> None:
+        self._graphs.clear()
+        self._io.clear()

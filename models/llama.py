@@ -1,0 +1,311 @@
+"""A Llama-architecture causal LM over the runner's KV cache (Orpheus' backbone).
+
+Parameter names equal Hugging Face `LlamaForCausalLM` keys, so checkpoints load with
+`load_state_dict(assign=True)`. `forward(input_ids, positions)` returns hidden states and
+`compute_logits` the head's float32 logits; attention reads how to use the KV cache from
+models/context.py, set by the runner around each call. Llama-3 rope scaling, fused
+q/k/v and gate/up projections, optional torch.compile of the elementwise pieces.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from models.context import get_context
+
+@dataclass(frozen=True, slots=True)
+class Args:
+    vocab_size: int = 128256
+    hidden_size: int = 3072
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 24
+    num_key_value_heads: int = 8
+    intermediate_size: int = 8192
+    rope_theta: float = 500000.0
+    rope_scaling: dict[str, Any] | None = field(default_factory=lambda: {
+        "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192})
+    rms_norm_eps: float = 1e-5
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 131072
+
+    def __post_init__(self) -> None:
+        assert self.hidden_size % self.num_attention_heads == 0
+        assert self.num_attention_heads % self.num_key_value_heads == 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf(cls, config: dict[str, Any]) -> Args:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in config.items() if k in names})
+
+    def to_hf(self, **extra: Any) -> dict[str, Any]:
+        """A Hugging Face `config.json` for these shapes; `extra` adds keys (token ids)."""
+        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+                "head_dim": self.head_dim, **extra, **asdict(self)}
+
+
+def rope_tables(args: Args, num_positions: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin: float32 `[num_positions, head_dim]`, with Llama-3 frequency scaling.
+
+    Computed in float32 like Hugging Face's LlamaRotaryEmbedding (the checkpoint was trained
+    with it): at position 20000 float64 angles would differ from it by ~1e-3 rad.
+    """
+    dim = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim))
+    scaling = args.rope_scaling or {}
+    if scaling.get("rope_type", scaling.get("type")) == "llama3":
+        factor, old_len = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - low) / (high - low)
+        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        is_medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        inv_freq = torch.where(is_medium, scaled, inv_freq)
+    freqs = torch.outer(torch.arange(num_positions, device=device).float(), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: `[T, heads, head_dim]`; cos/sin: `[T, 1, head_dim]` (half-split rotation, as HF)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def _fuse(*linears: nn.Linear) -> torch.Tensor:
+    """Concatenate the linears' weights (output dim) and make each weight a view into it,
+    so checkpoint names and memory stay as they were."""
+    fused = torch.cat([linear.weight.detach() for linear in linears])
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise in float32, scale in the model dtype (as HF's LlamaRMSNorm)."""
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """`[T, 2 * I]` (gate then up) -> `[T, I]`."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add then norm: returns (x + delta, rms_norm(x + delta)); one kernel compiled."""
+    x = x + delta
+    return x, rms_norm(x, weight, eps)
+
+
+def rotate_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
+               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]` and
+    kv `[T, 2, kv_heads, D]` (rotated k, v: one tensor, stored in the cache by one write);
+    cos/sin `[T, 1, D]`."""
+    num_tokens, dim = qkv.shape[0], cos.shape[-1]
+    q, k, v = qkv.view(num_tokens, num_heads + 2 * num_kv_heads, dim).split(
+        [num_heads, num_kv_heads, num_kv_heads], dim=1)
+    return rotate(q, cos, sin), torch.stack([rotate(k, cos, sin), v], dim=1)
+
+
+class RMSNorm(nn.Module):
+    norm_fn = staticmethod(rms_norm)  # LlamaLM.compile_layers() swaps in compiled ones
+    add_norm_fn = staticmethod(add_rms_norm)
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm_fn(x, self.weight, self.eps)
+
+    def add_forward(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, norm(x + delta))."""
+        return self.add_norm_fn(x, delta, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    """GQA self-attention over the runner's KV cache (see models/context.py).
+
+    `kv_cache`: `[2, num_slots, kv_heads, max_seq_len + 1, head_dim]` view of the runner's
+    one cache tensor (k then v); the last position is the write-only spare for padding rows.
+    """
+
+    rotate_fn = staticmethod(rotate)
+    rotate_qkv_fn = staticmethod(rotate_qkv)
+    # (q [B, kv_heads, group, D], kv cache view, positions [B], attn_len) -> like q; None: SDPA.
+    # The runner sets models/decode_attention.py's Triton kernel here on GPU.
+    decode_attention_fn: Any = None
+
+    def __init__(self, args: Args) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+        self.q_proj = nn.Linear(args.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, args.hidden_size, bias=False)
+        self.kv_cache: torch.Tensor | None = None
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
+
+    def fuse(self) -> None:
+        """Store q/k/v weights in one tensor; the three parameters become views of it."""
+        self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        if self.qkv_weight is not None:
+            q, kv = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
+        else:
+            q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
+            kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
+                              self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
+        k, v = kv[:, 0], kv[:, 1]
+        ctx = get_context()
+        assert self.kv_cache is not None, "KV cache not allocated"
+        self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
+        if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
+            # GPU: the memory-efficient kernel, not cuDNN, which builds a plan for every new
+            # prompt length (a stall per prefill); K/V heads expanded, so GQA is no constraint.
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
+                out = F.scaled_dot_product_attention(
+                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                    attn_mask=ctx.mask)[0].transpose(0, 1)
+        else:  # one query per slot row; the query heads sharing a KV head form its "length"
+            q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
+            if self.decode_attention_fn is not None:
+                out = self.decode_attention_fn(q, self.kv_cache, ctx.write_positions, ctx.attn_len)
+            else:
+                keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
+                values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
+        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    act_fn = staticmethod(silu_mul)
+
+    def __init__(self, args: Args) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # set by fuse()
+
+    def fuse(self) -> None:
+        self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            gate_up = F.linear(x, self.gate_up_weight)
+        else:
+            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
+        return self.down_proj(self.act_fn(gate_up))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: Args) -> None:
+        super().__init__()
+        self.self_attn = Attention(args)
+        self.mlp = MLP(args)
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
+                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream `x` plus the previous layer's output `delta` (None for the first
+        layer) -> (stream, this layer's output): each residual add shares a kernel with the
+        norm after it. Same arithmetic as `x + attn(norm(x))`, `x + mlp(norm(x))`."""
+        if delta is None:
+            h = self.input_layernorm(x)
+        else:
+            x, h = self.input_layernorm.add_forward(x, delta)
+        x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(h, cos, sin))
+        return x, self.mlp(h)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, args: Args) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.num_hidden_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+
+class LlamaLM(nn.Module):
+    """Llama causal LM; parameter names equal Hugging Face `LlamaForCausalLM` keys.
+
+    Call `set_rope(num_positions, device)` once after the weights are in place.
+    """
+
+    def __init__(self, args: Args) -> None:
+        super().__init__()
+        self.args = args
+        self.model = LlamaModel(args)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.cos: torch.Tensor | None = None
+        self.sin: torch.Tensor | None = None
+
+    def set_rope(self, num_positions: int, device: torch.device | str) -> None:
+        self.cos, self.sin = rope_tables(self.args, num_positions, device)
+
+    def compile_layers(self, enabled: bool = True) -> None:
+        """torch.compile the elementwise pieces between the matmuls (residual add + norm,
+        q/k rotary, SiLU-gate): one kernel each instead of several. Compiled once for any
+        token count (dynamic shapes). Call before capturing CUDA graphs (GPU only).
+        `enabled=False` puts the plain functions back."""
+        plain = (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul)
+        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True) if enabled else f
+                                             for f in plain)
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.norm_fn, module.add_norm_fn = norm, add_norm
+            elif isinstance(module, Attention):
+                module.rotate_fn, module.rotate_qkv_fn = rot, rot_qkv
+            elif isinstance(module, MLP):
+                module.act_fn = act
+
+    def fuse_projections(self) -> None:
+        """q/k/v and gate/up as one matmul each (fewer kernels per decode step)."""
+        for layer in self.model.layers:
+            if layer.self_attn.qkv_weight is None:
+                layer.self_attn.fuse()
+                layer.mlp.fuse()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """input_ids, positions: int64 `[T]` -> hidden states `[T, hidden_size]` (model dtype)."""
+        assert self.cos is not None and self.sin is not None, "call set_rope first"
+        x = self.model.embed_tokens(input_ids)
+        cos = self.cos[positions].to(x.dtype)[:, None, :]
+        sin = self.sin[positions].to(x.dtype)[:, None, :]
+        delta = None
+        for layer in self.model.layers:
+            x, delta = layer(x, delta, cos, sin)
+        return self.model.norm(x) if delta is None else self.model.norm.add_forward(x, delta)[1]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden `[N, hidden_size]` -> float32 logits `[N, vocab_size]`."""
+        return self.lm_head(hidden).float()

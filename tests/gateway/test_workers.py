@@ -1,0 +1,75 @@
+"""Workers that cannot block each other, on a real server: a long Piper request and a
+tiny-Orpheus stream at once (both on the CPU). Piper runs on a worker of its own, so the
+Orpheus stream keeps stepping while a sentence is being synthesised (issue: one engine
+thread once froze an Orpheus stream for 1.8 s behind a Piper sentence)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.cli import main
+from tests.conftest import run_server
+
+pytest.importorskip("torch")
+pytest.importorskip("snac")
+
+CLIENT = """import sys, httpx
+r = httpx.post(sys.argv[1], content=sys.argv[2], headers={"Content-Type": "application/json"}, timeout=120)
+r.raise_for_status()
+print(len(r.content))
+"""
+LONG = " ".join(["The quick brown fox jumps over the lazy dog, and then it runs all the way home."] * 20)
+
+
+def test_a_long_piper_sentence_does_not_stall_an_orpheus_stream(tmp_path: Path) -> None:
+    model_dir = tmp_path / "orpheus-tiny"
+    assert main(["checkpoint", "random", "--family", "orpheus", "--size", "tiny", str(model_dir)]) == 0
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "orpheus", "--path", str(model_dir), "--id", "orpheus-tiny",
+                 "--data-dir", str(data)]) == 0
+    for server in run_server(data, preload_models=("piper-joe", "orpheus-tiny")):
+        runner = server.app_state.residency._residents["orpheus-tiny"].runner
+        assert runner is not None
+        steps: list[float] = []
+        decode = runner.decode
+        runner.decode = lambda requests: (steps.append(time.perf_counter()) if requests else None,  # type: ignore[method-assign]
+                                          decode(requests))[1]
+        piper_busy: list[tuple[float, float]] = []
+
+        def long_piper() -> None:  # a client process of its own, as a real one would be
+            body = json.dumps({"input": LONG, "model": "piper-joe", "response_format": "pcm"})
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", CLIENT, f"{server.url}/v1/audio/speech", body],
+                                  capture_output=True, text=True, timeout=120)
+            piper_busy.append((t0, time.perf_counter()))
+            assert done.returncode == 0 and int(done.stdout) > 0, done.stderr
+
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            for name, frames in (("short", 12), ("long", 60)):  # random weights: force the length
+                assert client.post("/v1/presets", json={"name": name, "model": "orpheus-tiny", "voice": "tara",
+                                                         "settings": {"force_tokens": 7 * frames}}).status_code == 201
+            warm = client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "short", "response_format": "pcm"})
+            assert warm.status_code == 200  # the codec's first calls are slow
+            steps.clear()
+            thread = threading.Thread(target=long_piper)
+            thread.start()
+            time.sleep(0.2)  # Piper is synthesising
+            response = client.post("/v1/audio/speech", json={"input": "Hello there.", "voice": "long",
+                                                              "response_format": "pcm"})
+            assert response.status_code == 200
+            thread.join(120)
+        start, end = piper_busy[0]
+        during = [t for t in steps if start <= t <= end]
+        gaps = [b - a for a, b in zip(during, during[1:])]
+        assert len(gaps) >= 20, f"only {len(gaps)} Orpheus steps while Piper was busy"
+        median = statistics.median(gaps)
+        assert max(gaps) < 3 * median, f"longest gap {max(gaps) * 1000:.1f} ms, median {median * 1000:.1f} ms"
