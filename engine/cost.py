@@ -42,39 +42,45 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
 
 
 class Table:
-    """ms by (a, b) keys; a 1-D table uses b = 1 throughout."""
+    """ms by (a, b) keys; a 1-D table uses b = 1 throughout. Lookups are memoised until
+    the next change: the scheduler asks the same few keys for every running request."""
 
     def __init__(self, default_ms: float) -> None:
         self.default_ms = default_ms
         self.values: dict[tuple[float, float], float] = {}
+        self._memo: dict[tuple[float, float], float] = {}
 
     def observe(self, a: float, b: float, ms: float) -> None:
         key = (snap(a), snap(b))
         old = self.values.get(key)
-        self.values[key] = ms if old is None else (1 - EMA) * old + EMA * ms
+        self.set(a, b, ms if old is None else (1 - EMA) * old + EMA * ms)
 
     def set(self, a: float, b: float, ms: float) -> None:
-        """Put a measured value in place (no averaging)."""
+        """Put a value in place (no averaging)."""
         self.values[(snap(a), snap(b))] = ms
+        self._memo.clear()
 
     def __call__(self, a: float, b: float = 1.0) -> float:
+        found = self._memo.get((a, b))
+        if found is None:
+            found = self._memo[(a, b)] = self._lookup(a, b)
+        return found
+
+    def _lookup(self, a: float, b: float) -> float:
         if not self.values:
             return self.default_ms
         rows: dict[float, list[tuple[float, float]]] = {}
-        for (ka, kb), ms in self.values.items():
+        for (ka, kb), ms in sorted(self.values.items(), key=lambda item: (item[0][1], item[0][0])):
             rows.setdefault(kb, []).append((ka, ms))
-        bs = sorted(rows)
-        at_b = []
-        for kb in bs:
-            points = sorted(rows[kb])
-            at_b.append(_interp([p[0] for p in points], [p[1] for p in points], a))
-        return _interp(bs, at_b, b)
+        at_b = [_interp([p[0] for p in points], [p[1] for p in points], a) for points in rows.values()]
+        return _interp(list(rows), at_b, b)
 
     def to_json(self) -> list[list[float]]:
         return [[a, b, round(ms, 4)] for (a, b), ms in sorted(self.values.items())]
 
     def load(self, rows: list[list[float]]) -> None:
         self.values = {(snap(a), snap(b)): float(ms) for a, b, ms in rows}
+        self._memo.clear()
 
 
 class CostModel:
