@@ -233,7 +233,7 @@ class Qwen3TTSCodec:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, decoder: Decoder, device: torch.device | str, dtype: torch.dtype = torch.float32) -> None:
-        self.decoder = decoder.to(device=device, dtype=dtype).eval()
+        self.decoder = decoder.to(device=device, dtype=dtype).requires_grad_(False).eval()
         self.device, self.dtype = torch.device(device), dtype
         self.samples_per_frame = decoder.args.samples_per_frame
 

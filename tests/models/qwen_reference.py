@@ -36,12 +36,12 @@ def _bare_package(name: str, path: Path | None, **attrs: Any) -> None:
 def modules() -> tuple[Any, Any, Any, Any]:
     """(modeling_qwen3_tts, configuration_qwen3_tts, modeling_qwen3_tts_tokenizer_v2,
     configuration_qwen3_tts_tokenizer_v2); skips the test when qwen-tts is not installed."""
-    spec = importlib.util.find_spec("qwen_tts")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("qwen-tts is not installed (scripts/test.sh installs it)")
-    pytest.importorskip("transformers")
-    root = Path(list(spec.submodule_search_locations)[0])
     if "qwen_tts.core.models" not in sys.modules:
+        spec = importlib.util.find_spec("qwen_tts")
+        if spec is None or not spec.submodule_search_locations:
+            pytest.skip("qwen-tts is not installed (scripts/test.sh installs it)")
+        pytest.importorskip("transformers")
+        root = Path(list(spec.submodule_search_locations)[0])
         _bare_package("qwen_tts", root)
         _bare_package("qwen_tts.core", root / "core")
         _bare_package("qwen_tts.inference", root / "inference")
