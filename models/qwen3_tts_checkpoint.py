@@ -38,7 +38,8 @@ GENERATION_CONFIG = {"do_sample": True, "top_k": 50, "top_p": 1.0, "temperature"
 
 def special_tokens() -> dict[int, str]:
     """id -> content of every added token of the random text tokenizer (contiguous ids)."""
-    return {i: _SPECIAL_NAMES.get(i, f"<|reserved_{i - FIRST_SPECIAL}|>") for i in range(FIRST_SPECIAL, LAST_SPECIAL + 1)}
+    return {i: _SPECIAL_NAMES.get(i, f"<|reserved_{i - FIRST_SPECIAL}|>")
+            for i in range(FIRST_SPECIAL, LAST_SPECIAL + 1)}
 
 
 def write_text_tokenizer(folder: Path) -> None:

@@ -199,10 +199,9 @@ class Decoder(nn.Module):
         """All-zero streaming state for `batch` new streams (see the module docstring)."""
         cache: Cache = {"positions": torch.zeros(batch, dtype=torch.int64, device=device)}
         for module in self.modules():
-            if isinstance(module, CausalConv) and module.context:
-                cache[module.key] = torch.zeros(batch, module.conv.in_channels, module.context, device=device, dtype=dtype)
-            elif isinstance(module, CausalTransConv) and module.context:
-                cache[module.key] = torch.zeros(batch, module.conv.in_channels, module.context, device=device, dtype=dtype)
+            if isinstance(module, (CausalConv, CausalTransConv)) and module.context:
+                cache[module.key] = torch.zeros(batch, module.conv.in_channels, module.context,
+                                                device=device, dtype=dtype)
         cache.update(self.pre_transformer.new_cache(batch, device, dtype))
         return cache
 
@@ -238,7 +237,8 @@ class Qwen3TTSCodec:
         self.samples_per_frame = decoder.args.samples_per_frame
 
     @classmethod
-    def from_dir(cls, path: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Qwen3TTSCodec:
+    def from_dir(cls, path: Path, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> Qwen3TTSCodec:
         """`<path>/config.json` (`decoder_config`) + `model.safetensors` (`decoder.*` keys used)."""
         from safetensors.torch import load_file
 

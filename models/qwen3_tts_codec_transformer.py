@@ -36,7 +36,8 @@ class LayerScale(nn.Module):
 class CodecAttention(nn.Module):
     def __init__(self, args: CodecArgs) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+        self.num_heads, self.num_kv_heads = args.num_attention_heads, args.num_key_value_heads
+        self.head_dim = args.head_dim
         self.window = args.sliding_window
         self.q_proj = nn.Linear(args.hidden_size, self.num_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)

@@ -38,7 +38,8 @@ def greedy(logits: torch.Tensor, step: int) -> torch.Tensor:
 class PredictorAttention(nn.Module):
     def __init__(self, args: PredictorArgs) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+        self.num_heads, self.num_kv_heads = args.num_attention_heads, args.num_key_value_heads
+        self.head_dim = args.head_dim
         self.q_proj = nn.Linear(args.hidden_size, self.num_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
@@ -56,8 +57,9 @@ class PredictorAttention(nn.Module):
         q = q.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
         assert self.kv_cache is not None, "call CodePredictor.setup_cache first"
         stop = start + length
-        self.kv_cache[0, :batch, :, start:stop] = k.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        self.kv_cache[1, :batch, :, start:stop] = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        shape = (batch, length, self.num_kv_heads, self.head_dim)
+        self.kv_cache[0, :batch, :, start:stop] = k.view(shape).transpose(1, 2)
+        self.kv_cache[1, :batch, :, start:stop] = v.view(shape).transpose(1, 2)
         keys, values = self.kv_cache[0, :batch, :, :stop], self.kv_cache[1, :batch, :, :stop]
         group = self.num_heads // self.num_kv_heads
         keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)

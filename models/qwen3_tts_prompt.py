@@ -170,5 +170,6 @@ def build_prompt(talker: Any, tokenizer: Any, text: str, speaker: str | None = N
         rows.append(talker.embed_text(text_ids[:1]) + codec_part[-1:])
         trailing = torch.cat([talker.embed_text(text_ids[1:]), eos[None]])
     else:
-        rows += [torch.cat([talker.embed_text(text_ids), eos[None]]) + codec(args.codec_pad_id), pad[None] + codec_part[-1:]]
+        rows += [torch.cat([talker.embed_text(text_ids), eos[None]]) + codec(args.codec_pad_id),
+                 pad[None] + codec_part[-1:]]
     return Prompt(torch.cat(rows), trailing, pad)

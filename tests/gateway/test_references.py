@@ -85,7 +85,8 @@ def test_audio_that_is_not_a_file_part_or_not_multipart(client: httpx.Client) ->
                           files={"audio": (None, b"not a file")})
     assert error(no_file, 400)["field"] == "audio"
     assert error(client.post(URL, json={"name": "a"}), 415)["code"] == "unsupported_media_type"
-    broken = client.post(URL, content=b"--xyz\r\nnonsense", headers={"content-type": "multipart/form-data; boundary=xyz"})
+    broken = client.post(URL, content=b"--xyz\r\nnonsense",
+                         headers={"content-type": "multipart/form-data; boundary=xyz"})
     assert error(broken, 400)["field"] == "name"  # no part parses: the first required field is missing
 
 
