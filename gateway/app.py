@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import library_api, models_api, pages, presets, realtime, speech, stats, takes
+from gateway import library_api, models_api, pages, presets, realtime, references, speech, stats, takes
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
@@ -132,6 +132,11 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/takes/{take_id}", takes.get_take, methods=["GET"]),
         Route("/v1/takes/{take_id}", takes.delete_take, methods=["DELETE"]),
         Route("/v1/takes/{take_id}/audio", takes.take_audio, methods=["GET"]),
+        Route("/v1/voices/references", references.list_references, methods=["GET"]),
+        Route("/v1/voices/references", references.create_reference, methods=["POST"]),
+        Route("/v1/voices/references/{name}", references.get_reference, methods=["GET"]),
+        Route("/v1/voices/references/{name}", references.delete_reference, methods=["DELETE"]),
+        Route("/v1/voices/references/{name}/audio", references.reference_audio, methods=["GET"]),
         Route("/v1/stats", stats.stats),
         WebSocketRoute("/v1/realtime", realtime.realtime),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),

@@ -5,7 +5,7 @@
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
-  voxgate checkpoint random --family orpheus --size tiny|full DIR
+  voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full DIR
 """
 
 from __future__ import annotations
@@ -151,7 +151,11 @@ def checkpoint(args: argparse.Namespace) -> int:
         print(f"error: random checkpoints need the package {error.name!r}; install it with: "
               "pip install 'voxgate[lm]'", file=sys.stderr)
         return 2
-    out = write_random(args.family, args.size, Path(args.dir), seed=args.seed)
+    try:
+        out = write_random(args.family, args.size, Path(args.dir), seed=args.seed)
+    except ValueError as error:  # a size the family does not have
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"wrote a random {args.size} {args.family} checkpoint to {out}")
     return 0
 
@@ -191,8 +195,9 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("checkpoint", help="write checkpoints").add_subparsers(dest="action", required=True)
     r = c.add_parser("random", help="a random checkpoint in the family's on-disk format")
-    r.add_argument("--family", required=True)
-    r.add_argument("--size", choices=["tiny", "full"], default="tiny")
+    r.add_argument("--family", required=True, choices=["orpheus", "qwen3_tts"])
+    # qwen3_tts: full = 1.7b; 0.6b and 1.7b name the two released sizes
+    r.add_argument("--size", choices=["tiny", "full", "0.6b", "1.7b"], default="tiny")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("dir")
     r.set_defaults(func=checkpoint)

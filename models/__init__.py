@@ -20,8 +20,9 @@ from engine.types import EngineError
 FAMILIES: dict[str, str] = {
     "piper": "models.piper",
     "orpheus": "models.orpheus",
+    "qwen3_tts": "models.qwen3_tts",
 }
-EXTRAS: dict[str, str] = {"orpheus": "lm"}  # pip extra that brings a family's packages
+EXTRAS: dict[str, str] = {"orpheus": "lm", "qwen3_tts": "lm"}  # pip extra that brings a family's packages
 
 
 class FamilyUnavailable(EngineError):

@@ -1,5 +1,8 @@
 """Random checkpoints in the exact on-disk format a family loads (for tests and benchmarks).
 
+`write_random("qwen3_tts", ...)` goes to models/qwen3_tts_checkpoint.py (a Hugging Face
+Qwen3-TTS folder with its speech_tokenizer/); the rest of this file is Orpheus'.
+
 `write_random("orpheus", "tiny" | "full", out_dir)` writes
 - `out_dir/backbone/`: Hugging Face Llama folder: `config.json`, weights as
   `model.safetensors` (tiny, float32) or bf16 shards of <= 2 GiB with
@@ -103,6 +106,10 @@ def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> N
 
 def write_random(family: str, size: str, out_dir: Path, seed: int = 0) -> Path:
     """Write a random `family` checkpoint of flavor `size` under `out_dir`; returns `out_dir`."""
+    if family == "qwen3_tts":  # its own layout: models/qwen3_tts_checkpoint.py
+        from models import qwen3_tts_checkpoint
+
+        return qwen3_tts_checkpoint.write_random(size, out_dir, seed)
     if family != "orpheus":
         raise ValueError(f"no random checkpoints for family {family!r}")
     if size not in orpheus.FLAVORS:

@@ -81,3 +81,12 @@ def orpheus_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from models.checkpoint import write_random
 
     return write_random("orpheus", "tiny", tmp_path_factory.mktemp("orpheus-tiny"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tts_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen3-TTS CustomVoice folder (models/qwen3_tts_checkpoint.py)."""
+    pytest.importorskip("torch")
+    from models.checkpoint import write_random
+
+    return write_random("qwen3_tts", "tiny", tmp_path_factory.mktemp("qwen3-tts-tiny"), seed=0)

@@ -1,0 +1,216 @@
+"""Reference recordings (`/v1/voices/references`): named voices to clone, uploaded once.
+
+  POST   /v1/voices/references               multipart: `name`, `transcript`, `audio` (a file:
+                                             WAV, FLAC or Ogg, any rate, mono or stereo) -> 201
+  GET    /v1/voices/references               all, by name
+  GET    /v1/voices/references/{name}        one
+  GET    /v1/voices/references/{name}/audio  the stored WAV (PCM16 mono 24 kHz)
+  DELETE /v1/voices/references/{name}        204
+
+A Qwen3-TTS Base model clones a voice from a few seconds of speech and what it says; the
+recording is kept under `<data_dir>/references/` as a 24 kHz mono WAV (resampled with soxr,
+stereo averaged), its row in `reference_voices` (migrations/0005_voices.sql). Limits: the
+upload at most `MAX_UPLOAD_BYTES` (413), the audio `MIN_SECONDS`..`MAX_SECONDS` long (422),
+the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a file soundfile cannot read is a 400
+`invalid_audio` naming the field `audio`. A name is unique (409); names follow presets'
+rules. These routes are a resource of their own, under `/v1/voices/` beside the model voices
+of `/v1/audio/voices`, because a recording belongs to no model: any Base model can use it.
+Synthesis with them (`/v1/audio/clone`, by name in presets) comes with the engine's Qwen3-TTS
+runner.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+
+from engine.types import InvalidInput
+from gateway.audio import MEDIA_TYPES, wav_header
+from gateway.errors import ApiError
+from gateway.library import Library
+from gateway.state import AppState
+from gateway.text import check_input
+
+SAMPLE_RATE = 24000  # what the 12 Hz speech tokenizer and speaker encoder read
+MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+MIN_SECONDS = 1.0
+MAX_SECONDS = 30.0  # cloning needs a few seconds; the reference's frames lengthen every prompt
+MAX_TRANSCRIPT_CHARS = 1000
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+_FIELDS = {"name", "transcript", "audio"}
+
+
+class ReferenceStore:
+    """Rows of `reference_voices` and their WAV files (a row always has its file)."""
+
+    def __init__(self, library: Library, folder: Path) -> None:
+        self.library, self.folder = library, folder
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        async with self.library.db.execute("SELECT * FROM reference_voices WHERE name = ?", (name,)) as cur:
+            row = await cur.fetchone()
+        return dict(row) if row else None
+
+    async def list(self) -> list[dict[str, Any]]:
+        async with self.library.db.execute("SELECT * FROM reference_voices ORDER BY name") as cur:
+            return [dict(row) for row in await cur.fetchall()]
+
+    async def add(self, name: str, transcript: str, pcm16: bytes, source_name: str | None) -> dict[str, Any]:
+        file = f"ref-{uuid.uuid4().hex[:12]}.wav"
+        await run_in_threadpool(self._write, file, pcm16)
+        row = {"name": name, "transcript": transcript, "sample_rate": SAMPLE_RATE, "audio_file": file,
+               "audio_ms": 1000.0 * (len(pcm16) // 2) / SAMPLE_RATE, "source_name": source_name,
+               "created_at": time.time()}
+        try:
+            async with self.library.transaction() as db:
+                async with db.execute("SELECT 1 FROM reference_voices WHERE name = ?", (name,)) as cur:
+                    if await cur.fetchone():
+                        raise ApiError(409, "reference_exists", f"a reference voice {name!r} exists", field="name")
+                await db.execute(
+                    "INSERT INTO reference_voices (name, transcript, sample_rate, audio_ms, audio_file, source_name,"
+                    " created_at) VALUES (:name, :transcript, :sample_rate, :audio_ms, :audio_file, :source_name,"
+                    " :created_at)", row)
+        except BaseException:
+            (self.folder / file).unlink(missing_ok=True)
+            raise
+        return row
+
+    def _write(self, file: str, pcm16: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f"{file}.part"
+        with open(partial, "wb") as fh:
+            fh.write(wav_header(SAMPLE_RATE, len(pcm16) // 2))
+            fh.write(pcm16)
+        os.replace(partial, self.folder / file)
+
+    async def delete(self, name: str) -> bool:
+        row = await self.get(name)
+        if row is None:
+            return False
+        async with self.library.transaction() as db:
+            cur = await db.execute("DELETE FROM reference_voices WHERE name = ?", (name,))
+        if cur.rowcount:
+            (self.folder / row["audio_file"]).unlink(missing_ok=True)
+        return cur.rowcount > 0
+
+    def path(self, row: dict[str, Any]) -> Path:
+        return self.folder / str(row["audio_file"])
+
+
+def to_pcm16(data: bytes) -> bytes:
+    """An audio file's bytes -> PCM16 LE mono at 24 kHz. InvalidInput (field `audio`) if
+    soundfile cannot read it; ApiError 422 if it is shorter or longer than the limits."""
+    import soundfile as sf
+    import soxr
+
+    try:
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
+        raise InvalidInput(f"audio is not a readable WAV, FLAC or Ogg file: {error}", field="audio") from error
+    seconds = samples.shape[0] / rate if rate else 0.0
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise ApiError(422, "audio_length", f"audio is {seconds:.2f} s long; a reference must be "
+                       f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s", field="audio")
+    mono = samples.mean(axis=1)
+    if rate != SAMPLE_RATE:
+        mono = soxr.resample(mono, rate, SAMPLE_RATE)
+    pcm16: bytes = (np.clip(mono, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    return pcm16
+
+
+def _store(request: Request) -> ReferenceStore:
+    state: AppState = request.app.state.voxgate
+    return ReferenceStore(state.library, state.settings.data_dir / "references")
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    return {"name": row["name"], "object": "reference_voice", "transcript": row["transcript"],
+            "sample_rate": row["sample_rate"], "audio_ms": round(row["audio_ms"], 1),
+            "source_name": row["source_name"], "created_at": row["created_at"],
+            "audio_url": f"/v1/voices/references/{row['name']}/audio"}
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput("name must be 1-64 letters, digits, spaces, '_', '.' or '-', starting with a letter "
+                           "or digit", field="name")
+    return name
+
+
+async def _existing(store: ReferenceStore, request: Request) -> dict[str, Any]:
+    name = str(request.path_params["name"])
+    row = await store.get(name)
+    if row is None:
+        raise ApiError(404, "reference_not_found", f"no reference voice {name!r}", field="name")
+    return row
+
+
+async def create_reference(request: Request) -> JSONResponse:
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(415, "unsupported_media_type", "send multipart/form-data with name, transcript and audio")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_UPLOAD_BYTES + 64 * 1024:
+        raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field="audio")
+    try:
+        form = await request.form(max_files=1, max_fields=4, max_part_size=MAX_UPLOAD_BYTES)
+    except HTTPException as error:  # Starlette's answer to a malformed body or a part over its limit
+        raise InvalidInput(f"malformed multipart body: {error.detail}", field="audio") from error
+    try:
+        unknown = set(form.keys()) - _FIELDS
+        if unknown:
+            raise InvalidInput(f"unknown field {min(unknown)!r}; send {', '.join(sorted(_FIELDS))}",
+                               field=min(unknown))
+        name = _check_name(form.get("name"))
+        transcript = check_input(form.get("transcript"), MAX_TRANSCRIPT_CHARS, field="transcript")
+        audio = form.get("audio")
+        if not isinstance(audio, UploadFile):
+            raise InvalidInput("audio must be a file part (a recording)", field="audio")
+        data = await audio.read(MAX_UPLOAD_BYTES + 1)
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise ApiError(413, "body_too_large", f"audio is over {MAX_UPLOAD_BYTES} bytes", field="audio")
+        source_name = audio.filename
+    finally:
+        await form.close()
+    store = _store(request)
+    if await store.get(name) is not None:
+        raise ApiError(409, "reference_exists", f"a reference voice {name!r} exists", field="name")
+    pcm16 = await run_in_threadpool(to_pcm16, data)
+    return JSONResponse(_public(await store.add(name, transcript, pcm16, source_name)), status_code=201)
+
+
+async def list_references(request: Request) -> JSONResponse:
+    return JSONResponse({"object": "list", "data": [_public(r) for r in await _store(request).list()]})
+
+
+async def get_reference(request: Request) -> JSONResponse:
+    return JSONResponse(_public(await _existing(_store(request), request)))
+
+
+async def reference_audio(request: Request) -> Response:
+    store = _store(request)
+    row = await _existing(store, request)
+    path = store.path(row)
+    if not path.is_file():
+        raise ApiError(404, "reference_audio_missing", f"the audio file of {row['name']!r} is gone", field="name")
+    return FileResponse(path, media_type=MEDIA_TYPES["wav"], filename=f"{row['name']}.wav",
+                        content_disposition_type="inline")
+
+
+async def delete_reference(request: Request) -> Response:
+    store = _store(request)
+    name = str(request.path_params["name"])
+    if not await store.delete(name):
+        raise ApiError(404, "reference_not_found", f"no reference voice {name!r}", field="name")
+    return Response(status_code=204)

@@ -1,0 +1,198 @@
+"""Family `qwen3_tts`: Qwen3-TTS-12Hz (Qwen's talker + code predictor + 12 Hz tokenizer).
+
+A model folder is the Hugging Face one (`Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice` and its
+0.6B / Base / VoiceDesign siblings): `config.json`, `generation_config.json`,
+`model.safetensors` (or shards + index; keys `talker.*`, plus `speaker_encoder.*` in Base
+models), the Qwen2 text tokenizer (`vocab.json` + `merges.txt` + `tokenizer_config.json`, or
+`tokenizer.json`) and `speech_tokenizer/` (`config.json` + `model.safetensors`, of which the
+decoder's `decoder.*` keys are used). Options may point elsewhere: `speech_tokenizer_path`.
+
+Per 80 ms frame (12.5 Hz): the talker (models/qwen3_tts_talker.py) writes codebook 0 from
+the prompt and the frames so far, the code predictor (models/qwen3_tts_predictor.py) the
+other 15 codebooks in 15 sequential steps, and the decoder (models/qwen3_tts_codec.py)
+turns frames into 1920 samples at 24 kHz, causally, so a one-frame first chunk is ready as
+soon as frame 0 exists (models/qwen3_tts_stream.py). Prompts: models/qwen3_tts_prompt.py;
+an eager greedy loop through all of it: models/qwen3_tts_generate.py.
+
+Model types (`tts_model_type`): `custom_voice`, named speakers (the voices; `instructions`
+steer the style); `voice_design`, no speakers, `instructions` describe the voice; `base`,
+clones a reference recording (its codes and speaker embedding). Sampling defaults are
+qwen-tts's (`generation_config.json` overrides them).
+
+Not here yet: the engine runner (`load` says so), the speaker encoder and the speech
+tokenizer's encoder, which turn a reference recording into what `Reference` holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.types import EngineError
+from models import InvalidModel
+from models.qwen3_tts_args import CodecArgs, Args
+from models.qwen3_tts_stream import FRAME_MS, SAMPLE_RATE, SAMPLES_PER_FRAME
+
+FAMILY = "qwen3_tts"
+MAX_TEXT_CHARS = 2000
+DEFAULT_VOICE = "default"  # Base and VoiceDesign models: no speaker row in the prompt
+# qwen-tts's hard defaults (its wrapper's `_merge_generate_kwargs`), for codebook 0 and the predictor
+GENERATION_DEFAULTS: dict[str, Any] = {
+    "do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
+    "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0, "subtalker_temperature": 0.9,
+    "max_new_tokens": 2048}
+
+__all__ = ["FAMILY", "FRAME_MS", "SAMPLE_RATE", "SAMPLES_PER_FRAME", "Qwen3TTS", "validate", "load_parts", "load"]
+
+
+class NotServedYet(EngineError):
+    """The family loads and generates (models/qwen3_tts_generate.py) but the engine has no runner for it yet."""
+
+    code = "family_unavailable"
+    status = 501
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    from models.orpheus import _weight_files as orpheus_weight_files  # same single-file-or-shards layout
+
+    return orpheus_weight_files(folder)
+
+
+def _speech_folder(path: Path, options: dict[str, Any]) -> Path:
+    return Path(options.get("speech_tokenizer_path") or Path(path) / "speech_tokenizer")
+
+
+def read_args(path: Path) -> Args:
+    """`Args` of a model folder's `config.json`; InvalidModel when it is not a Qwen3-TTS one."""
+    config_path = Path(path) / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+        if config.get("model_type") != "qwen3_tts":
+            raise ValueError(f"model_type is {config.get('model_type')!r}, not 'qwen3_tts'")
+        return Args.from_hf(config)
+    except FileNotFoundError:
+        raise InvalidModel(f"{config_path} is missing") from None
+    except (ValueError, TypeError, KeyError, AssertionError) as error:
+        raise InvalidModel(f"{config_path} is not a Qwen3-TTS config: {error}") from error
+
+
+def voices(args: Args) -> list[str]:
+    """CustomVoice: its speakers (config order); Base and VoiceDesign: `default`."""
+    return list(args.voices) or [DEFAULT_VOICE]
+
+
+def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check a Qwen3-TTS folder without loading weights; facts for the library. Raises InvalidModel."""
+    if path is None:
+        raise InvalidModel("give the model folder")
+    options = options or {}
+    args = read_args(Path(path))
+    if not ((Path(path) / "tokenizer.json").is_file() or all(
+            (Path(path) / n).is_file() for n in ("vocab.json", "merges.txt", "tokenizer_config.json"))):
+        raise InvalidModel(f"{path} has no text tokenizer (tokenizer.json, or vocab.json + merges.txt + "
+                           "tokenizer_config.json)")
+    speech = _speech_folder(Path(path), options)
+    for required in (speech / "config.json", speech / "model.safetensors"):
+        if not required.is_file():
+            raise InvalidModel(f"{required} is missing", field="speech_tokenizer_path"
+                               if "speech_tokenizer_path" in options else "path")
+    try:
+        codec = CodecArgs.from_hf(json.loads((speech / "config.json").read_text())["decoder_config"])
+    except (ValueError, TypeError, KeyError) as error:
+        raise InvalidModel(f"{speech / 'config.json'} is not a 12 Hz speech tokenizer config: {error}") from error
+    if codec.samples_per_frame != SAMPLES_PER_FRAME or codec.num_quantizers != args.num_code_groups:
+        raise InvalidModel(f"{speech}: {codec.samples_per_frame} samples and {codec.num_quantizers} codebooks per "
+                           f"frame; the talker needs {SAMPLES_PER_FRAME} and {args.num_code_groups}")
+    files = _weight_files(Path(path)) + [speech / "model.safetensors"]
+    return {"voices": voices(args), "sample_rate": SAMPLE_RATE, "size_bytes": sum(f.stat().st_size for f in files),
+            "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size, "model_type": args.tts_model_type}
+
+
+@dataclass
+class Qwen3TTS:
+    """A loaded model: talker (+ predictor), codec, text tokenizer and sampling defaults."""
+
+    args: Args
+    talker: Any  # models.qwen3_tts_talker.Talker
+    codec: Any  # models.qwen3_tts_codec.Qwen3TTSCodec
+    tokenizer: Any  # tokenizers.Tokenizer
+    generation: dict[str, Any] = field(default_factory=lambda: dict(GENERATION_DEFAULTS))
+    has_speaker_encoder: bool = False  # Base checkpoints carry `speaker_encoder.*` (not loaded yet)
+
+    @property
+    def voices(self) -> list[str]:
+        return voices(self.args)
+
+    def prompt(self, text: str, voice: str | None = None, instructions: str | None = None,
+               language: str = "auto", reference: Any = None, stream_text: bool | None = None) -> Any:
+        """`models.qwen3_tts_prompt.Prompt` for `text`. voice: a CustomVoice speaker, or
+        None / `default` (no speaker); reference: a `Reference` to clone (Base). Raises ValueError."""
+        from models.qwen3_tts_prompt import build_prompt
+
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(f"text has {len(text)} characters; at most {MAX_TEXT_CHARS}")
+        speaker = None if voice in (None, "", DEFAULT_VOICE) else voice
+        return build_prompt(self.talker, self.tokenizer, text, speaker, language, instructions, reference, stream_text)
+
+
+def load_talker(path: Path, device: str, dtype: Any) -> tuple[Any, bool]:
+    """Build the talker on the meta device and assign the `talker.*` weights (cast to `dtype`).
+    Returns (talker, whether `speaker_encoder.*` weights were present)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from models.qwen3_tts_talker import Talker
+
+    args = read_args(path)
+    with torch.device("meta"):
+        talker = Talker(args)
+    state: dict[str, torch.Tensor] = {}
+    has_speaker_encoder = False
+    for file in _weight_files(path):
+        for key, value in load_file(str(file), device=str(device)).items():
+            if key.startswith("talker."):
+                state[key.removeprefix("talker.")] = value.to(dtype)
+            has_speaker_encoder |= key.startswith("speaker_encoder.")
+    try:
+        talker.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as error:
+        raise InvalidModel(f"{path}: weights do not match config.json: {error}") from error
+    return talker.requires_grad_(False).eval(), has_speaker_encoder
+
+
+def load_parts(path: Path, options: dict[str, Any] | None = None, device: str = "cpu") -> Qwen3TTS:
+    """Load every part of a Qwen3-TTS folder. options: `speech_tokenizer_path`, `dtype`
+    ("bfloat16" | "float32"; default bf16 on CUDA, float32 on CPU; the codec stays float32),
+    `max_seq_len` (rope table length, default 8192)."""
+    import torch
+
+    from models.qwen3_tts_codec import Qwen3TTSCodec
+    from models.qwen3_tts_prompt import load_text_tokenizer
+
+    options = dict(options or {})
+    validate(path, options)
+    path = Path(path)
+    on_gpu = torch.device(device).type == "cuda"
+    dtype = getattr(torch, options.get("dtype") or ("bfloat16" if on_gpu else "float32"))
+    talker, has_speaker_encoder = load_talker(path, device, dtype)
+    talker.set_rope(int(options.get("max_seq_len", 8192)), device)
+    codec = Qwen3TTSCodec.from_dir(_speech_folder(path, options), device, torch.float32)
+    try:
+        tokenizer = load_text_tokenizer(path)
+    except ValueError as error:
+        raise InvalidModel(str(error)) from error
+    generation = dict(GENERATION_DEFAULTS)
+    if (path / "generation_config.json").is_file():
+        given = json.loads((path / "generation_config.json").read_text())
+        generation.update({k: v for k, v in given.items() if k in GENERATION_DEFAULTS})
+    return Qwen3TTS(talker.args, talker, codec, tokenizer, generation, has_speaker_encoder)
+
+
+def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None, device: str = "cpu") -> Any:
+    """What the gateway calls: the engine has no Qwen3-TTS runner yet, so this validates the
+    folder and answers 501 `family_unavailable` (use `load_parts` for the model itself)."""
+    validate(path, options)
+    raise NotServedYet(f"model family {FAMILY!r} is not served by the engine yet (model {model_id!r})",
+                       field="family")

@@ -1,0 +1,97 @@
+"""Reference recordings (/v1/voices/references) through a real uvicorn server, with httpx multipart."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from gateway import references
+from tests.conftest import LiveServer
+
+URL = "/v1/voices/references"
+
+
+def recording(seconds: float, rate: int = 44100, channels: int = 2, fmt: str = "WAV") -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    wave = 0.3 * np.sin(2 * np.pi * 220 * t)
+    buffer = io.BytesIO()
+    sf.write(buffer, np.stack([wave] * channels, axis=1), rate, format=fmt, subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def upload(client: httpx.Client, name: str = "anna", transcript: str = "Hello, this is Anna.",
+           audio: bytes | None = None, filename: str = "anna.wav", **extra: str) -> httpx.Response:
+    data: dict[str, Any] = {"name": name, "transcript": transcript, **extra}
+    files = {"audio": (filename, recording(2.0) if audio is None else audio, "audio/wav")}
+    return client.post(URL, data={k: v for k, v in data.items() if v is not None}, files=files)
+
+
+def error(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()["error"]
+    return body
+
+
+def test_upload_list_fetch_and_delete(client: httpx.Client, server: LiveServer) -> None:
+    created = upload(client)
+    assert created.status_code == 201, created.text
+    voice = created.json()
+    assert voice["name"] == "anna" and voice["transcript"] == "Hello, this is Anna."
+    assert voice["sample_rate"] == 24000 and voice["audio_ms"] == 2000.0 and voice["source_name"] == "anna.wav"
+    assert [v["name"] for v in client.get(URL).json()["data"]] == ["anna"]
+    assert client.get(f"{URL}/anna").json()["transcript"] == "Hello, this is Anna."
+    audio = client.get(voice["audio_url"])
+    samples, rate = sf.read(io.BytesIO(audio.content), dtype="float32")
+    assert audio.headers["content-type"] == "audio/wav" and rate == 24000 and samples.shape == (48000,)
+    assert 0.25 < float(np.abs(samples).max()) < 0.35  # stereo averaged, resampled, not rescaled
+    error(upload(client), 409)
+    flac = upload(client, "anna flac", audio=recording(1.5, rate=16000, channels=1, fmt="FLAC"), filename="a.flac")
+    assert flac.status_code == 201 and flac.json()["audio_ms"] == 1500.0
+    folder = server.settings.data_dir / "references"
+    assert len(list(folder.iterdir())) == 2
+    assert client.delete(f"{URL}/anna").status_code == 204
+    assert client.delete(f"{URL}/anna flac").status_code == 204
+    assert error(client.get(f"{URL}/anna"), 404)["field"] == "name"
+    assert error(client.delete(f"{URL}/anna"), 404)["code"] == "reference_not_found"
+    assert list(folder.iterdir()) == [] and client.get(URL).json()["data"] == []
+
+
+@pytest.mark.parametrize("kwargs, status, field, words", [
+    ({"audio": b"RIFF....WAVEjunk"}, 400, "audio", "not a readable"),
+    ({"audio": recording(0.5)}, 422, "audio", "0.50 s long"),
+    ({"audio": recording(31.0, rate=8000, channels=1)}, 422, "audio", "31.00 s long"),
+    ({"transcript": None}, 400, "transcript", "must be a string"),
+    ({"transcript": "   "}, 400, "transcript", "empty"),
+    ({"transcript": "x" * 1001}, 422, "transcript", "limit is 1000"),
+    ({"name": "-bad"}, 400, "name", "name must be"),
+    ({"mood": "happy"}, 400, "mood", "unknown field"),
+])
+def test_bad_uploads_are_refused_and_store_nothing(client: httpx.Client, server: LiveServer, kwargs: dict[str, Any],
+                                                   status: int, field: str, words: str) -> None:
+    body = error(upload(client, **kwargs), status)
+    assert body["field"] == field and words in body["message"]
+    assert client.get(URL).json()["data"] == []
+    folder = server.settings.data_dir / "references"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_audio_that_is_not_a_file_part_or_not_multipart(client: httpx.Client) -> None:
+    no_file = client.post(URL, data={"name": "a", "transcript": "Hi there."},  # a plain field, no filename
+                          files={"audio": (None, b"not a file")})
+    assert error(no_file, 400)["field"] == "audio"
+    assert error(client.post(URL, json={"name": "a"}), 415)["code"] == "unsupported_media_type"
+    broken = client.post(URL, content=b"--xyz\r\nnonsense",
+                         headers={"content-type": "multipart/form-data; boundary=xyz"})
+    assert error(broken, 400)["field"] == "name"  # no part parses: the first required field is missing
+
+
+def test_an_upload_over_the_size_limit_is_413(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(references, "MAX_UPLOAD_BYTES", 10_000)
+    body = error(upload(client, audio=recording(2.0)), 413)
+    assert body["field"] == "audio" and "over 10000 bytes" in body["message"]
+    assert client.get(URL).json()["data"] == []

@@ -1,0 +1,115 @@
+"""The qwen3_tts family: folder checks, loading, the greedy loop into audio, and the gateway's answer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gateway.cli import main  # noqa: E402
+from models import InvalidModel, family  # noqa: E402
+from models import qwen3_tts  # noqa: E402
+from models.qwen3_tts_generate import generate_frames, synthesize  # noqa: E402
+from models.qwen3_tts_stream import SAMPLES_PER_FRAME, StreamPlan  # noqa: E402
+from tests.conftest import run_server  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model(qwen3_tts_tiny: Path) -> qwen3_tts.Qwen3TTS:
+    return qwen3_tts.load_parts(qwen3_tts_tiny)
+
+
+def test_family_is_registered_and_validates_the_tiny_folder(qwen3_tts_tiny: Path) -> None:
+    assert family("qwen3_tts") is qwen3_tts
+    facts = qwen3_tts.validate(qwen3_tts_tiny)
+    assert facts["voices"][:2] == ["vivian", "serena"] and "ryan" in facts["voices"]
+    assert facts["sample_rate"] == 24000 and facts["model_type"] == "custom_voice" and facts["size_bytes"] > 0
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "model"
+    shutil.copytree(folder, copy)
+    return copy
+
+
+def test_validate_names_what_is_wrong(qwen3_tts_tiny: Path, tmp_path: Path) -> None:
+    folder = _copy(qwen3_tts_tiny, tmp_path)
+    (folder / "speech_tokenizer" / "model.safetensors").unlink()
+    with pytest.raises(InvalidModel, match="speech_tokenizer/model.safetensors is missing"):
+        qwen3_tts.validate(folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    with pytest.raises(InvalidModel, match="not a Qwen3-TTS config: model_type is 'llama'"):
+        qwen3_tts.validate(folder)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(InvalidModel, match="not a Qwen3-TTS config"):
+        qwen3_tts.validate(folder)
+    with pytest.raises(InvalidModel, match="config.json is missing"):
+        qwen3_tts.validate(tmp_path / "nowhere")
+
+
+def test_weights_that_do_not_match_the_config_are_refused(qwen3_tts_tiny: Path, tmp_path: Path) -> None:
+    folder = _copy(qwen3_tts_tiny, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["talker_config"]["num_hidden_layers"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InvalidModel, match="weights do not match config.json"):
+        qwen3_tts.load_parts(folder)
+
+
+def test_greedy_loop_makes_audio_that_streams_like_a_whole_decode(model: qwen3_tts.Qwen3TTS) -> None:
+    frames = generate_frames(model.talker, model.prompt("Hello there.", "ryan"), 9)
+    assert frames.shape == (9, 16) and int(frames.max()) < 2048
+    whole = model.codec.decode_whole(frames[None])[0]
+    assert whole.shape == (9 * SAMPLES_PER_FRAME,) and float(whole.std()) > 0.05
+    plan, state, pieces = StreamPlan(num_frames=9, is_final=True), model.codec.new_state(), []
+    while (window := plan.next_window()) is not None:
+        pieces.append(model.codec.decode(frames[None, window.start:window.stop], [state])[0])
+        plan.advance(window)
+    torch.testing.assert_close(torch.cat(pieces), whole, atol=2e-5, rtol=0)
+    audio = synthesize(model, "Hello there.", max_frames=9, voice="ryan")
+    torch.testing.assert_close(audio, whole)  # greedy: the same frames again
+
+
+def test_prompts_differ_by_speaker_and_instructions(model: qwen3_tts.Qwen3TTS) -> None:
+    plain = model.prompt("Hello.", "ryan")
+    assert not torch.equal(plain.prefill, model.prompt("Hello.", "serena").prefill)
+    instructed = model.prompt("Hello.", "ryan", instructions="Whisper.")
+    assert instructed.prefill.shape[0] > plain.prefill.shape[0]
+    with pytest.raises(ValueError, match="at most 2000"):
+        model.prompt("x" * 2001, "ryan")
+
+
+def test_cli_writes_a_qwen3_tts_checkpoint_and_refuses_an_unknown_size(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["checkpoint", "random", "--family", "orpheus", "--size", "0.6b", str(tmp_path / "o")]) == 2
+    assert "size must be one of" in capsys.readouterr().err
+    folder = tmp_path / "q"
+    assert main(["checkpoint", "random", "--family", "qwen3_tts", "--size", "tiny", str(folder)]) == 0
+    assert qwen3_tts.validate(folder)["num_layers"] == 2
+
+
+def test_gateway_says_a_registered_qwen3_tts_model_is_not_served_yet(qwen3_tts_tiny: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "qwen3_tts", "--path", str(qwen3_tts_tiny), "--id", "qwen-tiny",
+                 "--data-dir", str(data)]) == 0
+    assert "ryan" in capsys.readouterr().out
+    for server in run_server(data):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            listed = next(m for m in client.get("/v1/models").json()["data"] if m["id"] == "qwen-tiny")
+            assert listed["family"] == "qwen3_tts" and "ryan" in listed["voices"]
+            response = client.post("/v1/audio/speech", json={"model": "qwen-tiny", "voice": "ryan", "input": "Hi."})
+            # the residency reports any load failure as 503 model_load_failed, with the family's message
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "model_load_failed" and "not served by the engine yet" in error["message"]
+            assert client.get("/health").status_code == 200  # nothing leaked or stuck
+            ok = client.post("/v1/audio/speech", json={"input": "Still here.", "response_format": "pcm"})
+            assert ok.status_code == 200 and np.frombuffer(ok.content, "<i2").size > 0
