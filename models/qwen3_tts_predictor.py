@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.orpheus import MLP, RMSNorm
+from models.llama import MLP, RMSNorm
 from models.qwen3_tts_args import PredictorArgs
 from models.qwen3_tts_layers import project_qkv, rope_tables
 

@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.context import get_context
-from models.orpheus import MLP, RMSNorm
+from models.llama import MLP, RMSNorm
 from models.qwen3_tts_args import Args
 from models.qwen3_tts_layers import project_qkv, rope_tables
 from models.qwen3_tts_predictor import CodePredictor
@@ -40,7 +40,7 @@ from models.qwen3_tts_predictor import CodePredictor
 class TalkerAttention(nn.Module):
     """GQA self-attention over the runner's KV cache (models/context.py), as Orpheus'."""
 
-    # Same contract as models.orpheus.Attention.decode_attention_fn (the runner may set
+    # Same contract as models.llama.Attention.decode_attention_fn (the runner may set
     # models/decode_attention.py's Triton kernel here on GPU); None: SDPA.
     decode_attention_fn: Any = None
 
