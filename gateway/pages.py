@@ -54,3 +54,12 @@ async def voices(request: Request) -> Response:
 
 async def live(request: Request) -> Response:
     return _render(request, "live.html", "live")
+
+
+async def projects(request: Request) -> Response:
+    return _render(request, "projects.html", "projects")
+
+
+async def project(request: Request) -> Response:
+    """The project editor; the page reads the project from the API (a bad id shows there)."""
+    return _render(request, "project.html", "projects", project_id=str(request.path_params["project_id"]))
