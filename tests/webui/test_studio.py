@@ -2,7 +2,7 @@
 
 One browser per module against one live server. The pages are driven as a user would,
 and checked against what the server saw (playback reports, engine jobs, takes, presets).
-Screenshots of every page land in docs/screenshots/ (README.md links them).
+Screenshots of every page go to the `screenshots` folder (tests/webui/conftest.py).
 """
 
 from __future__ import annotations
@@ -24,16 +24,9 @@ import pytest
 
 from gateway.realtime import Session
 from tests.conftest import LiveServer, run_server
+from tests.webui.conftest import DESKTOP, HAS_CHROMIUM, PHONE
 
 sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--autoplay-policy=no-user-gesture-required"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
 LONG_TEXT = " ".join([
     "The quick brown fox jumps over the lazy dog.", "It was a bright cold day in April, and the clocks were striking thirteen.",
     "Call me Ishmael.", "Some years ago, never mind how long precisely, I thought I would sail about a little.",
@@ -42,7 +35,7 @@ LONG_TEXT = " ".join([
 MIRROR_BYTES_PER_S = 40_000_000  # slow enough to watch the progress bar move
 SLOW_MIRROR_BYTES_PER_S = 2_000_000  # files under slow/: time to press Cancel
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium (scripts/test.sh installs it)")
+pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
 
 
 class _Mirror(http.server.SimpleHTTPRequestHandler):
@@ -92,27 +85,6 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, catalog: dict[str, str]) -> Iterator[LiveServer]:
     yield from run_server(tmp_path_factory.mktemp("data"), min_free_disk_mb=0, min_free_memory_mb=0, **catalog)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sync_api.BrowserContext]:
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, args=ARGS,
-            headless=True, viewport=DESKTOP)
-        context.set_default_timeout(30_000)
-        yield context
-        context.close()
-
-
-@pytest.fixture
-def page(browser: sync_api.BrowserContext) -> Iterator[sync_api.Page]:
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    page.close()
-    assert not errors, errors
 
 
 @pytest.fixture
@@ -291,8 +263,7 @@ def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.P
     assert order == ["model", "voice", "speed", "keep", "speak"]
 
 
-def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.BrowserContext) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.BrowserContext, screenshots: Path) -> None:
     for name, voice, speed in (("Narrator", "default", 0.9), ("Quick read", "default", 1.4)):
         httpx.post(f"{server.url}/v1/presets", json={"name": name, "voice": voice, "speed": speed})
     page = browser.new_page()  # a take in progress for the studio's picture
@@ -300,7 +271,7 @@ def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.Browser
     page.fill("#text", "Every chunk is scheduled for the moment the listener's buffer would run dry.")
     page.click("#speak")
     page.wait_for_function("window.voxgate.lastDone !== null && window.voxgate.playedMs > 1500", timeout=60_000)
-    page.screenshot(path=str(SCREENSHOTS / "studio-desktop.png"))
+    page.screenshot(path=str(screenshots / "studio-desktop.png"))
     page.close()
     for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
         page = browser.new_page()
@@ -318,7 +289,7 @@ def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.Browser
             page.wait_for_timeout(600)  # charts, fonts
             if slug == "live":  # the utterances of the tests above are plotted
                 page.wait_for_function("document.querySelector('#ttfa-p').textContent.includes('ms')")
-            page.screenshot(path=str(SCREENSHOTS / f"{slug}-{name}.png"), full_page=name == "phone")
+            page.screenshot(path=str(screenshots / f"{slug}-{name}.png"), full_page=name == "phone")
             assert page.evaluate("document.documentElement.scrollWidth") <= size["width"], (slug, name)
         page.close()
-    assert len(list(SCREENSHOTS.glob("*.png"))) >= 8
+    assert len(list(screenshots.glob("*.png"))) >= 8
