@@ -114,11 +114,17 @@ def test_speak_streams_plays_and_reports_position(server: LiveServer, page: sync
     assert page.inner_text("#count-n") == str(len(text))
     page.click("#speak")
     page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
+    # Synthesis is done long before playback: "Done" waits for the listener (read at once, in the page).
+    status, played, audio = page.evaluate(
+        "[document.querySelector('#status').textContent, window.voxgate.playedMs, window.voxgate.lastDone.audio_ms]")
+    if played < audio - 300:
+        assert status.startswith("Playing"), (status, played, audio)
     page.wait_for_function("window.voxgate.playedMs > 1000")  # the worklet's own position
     done = page.evaluate("window.voxgate.lastDone")
     assert not done["cancelled"] and done["audio_ms"] > 2000
     assert page.inner_text("#ttfa").endswith("ms") and page.inner_text("#ttfa") != "–"
-    assert page.inner_text("#status").startswith("Done:")
+    page.locator("#status", has_text="Done:").wait_for(timeout=30_000)
+    assert page.evaluate("window.voxgate.playedMs") >= done["audio_ms"] - 50  # said when it had all played
     deadline = time.monotonic() + 10
     while max((p for p, _ in reports), default=0) <= 1000 and time.monotonic() < deadline:
         time.sleep(0.05)  # the report for > 1 s may still be in flight
@@ -154,6 +160,24 @@ def test_stop_mid_utterance_silences_the_page_and_frees_the_engine(server: LiveS
     assert page.evaluate("window.voxgate.playedMs") == played  # no more audio
     assert page.evaluate("window.voxgate.lastDone.audio_ms") < 60_000
     assert page.inner_text("#status").startswith("Stopped")
+    assert page.is_enabled("#speak") and page.is_disabled("#stop")
+
+
+def test_stop_after_synthesis_keeps_only_what_was_heard(server: LiveServer, page: sync_api.Page) -> None:
+    open_studio(page, server)
+    before = httpx.get(f"{server.url}/v1/takes").json()["data"]
+    page.fill("#text", LONG_TEXT)
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.lastDone !== null && window.voxgate.playedMs > 1200", timeout=60_000)
+    done = page.evaluate("window.voxgate.lastDone")
+    assert not done["cancelled"] and done["audio_ms"] > 20_000  # all synthesised, little heard
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_function("window.voxgate.lastKept !== null", timeout=30_000)
+    played = page.evaluate("window.voxgate.playedMs")
+    take = httpx.get(f"{server.url}/v1/takes").json()["data"][0]
+    assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) == len(before) + 1
+    assert abs(take["audio_ms"] - played) < 300 and take["audio_ms"] < done["audio_ms"] / 4, (take, played)
+    assert page.inner_text("#status").startswith("Stopped after") and "heard" in page.inner_text("#status")
     assert page.is_enabled("#speak") and page.is_disabled("#stop")
 
 
