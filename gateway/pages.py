@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from gateway.presets import FAMILY_SETTINGS
 from gateway.state import AppState
 from models import FAMILIES
 
@@ -51,7 +52,8 @@ async def library(request: Request) -> Response:
 
 
 async def voices(request: Request) -> Response:
-    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE)
+    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE,
+                   family_settings={name: [list(item) for item in items] for name, items in FAMILY_SETTINGS.items()})
 
 
 async def live(request: Request) -> Response:

@@ -448,6 +448,29 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size}
 
 
+def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A preset's `settings` for this family, checked by `engine.lm_spec.parse_options` as a
+    request's options are: temperature, top_p, repetition_penalty, max_tokens, seed,
+    force_tokens. Raises InvalidInput with field `settings.<key>` for an unknown key or a
+    bad value; returns the given keys with their parsed values.
+    """
+    from engine.lm_spec import LMSpec, parse_options
+    from engine.types import InvalidInput
+
+    spec = LMSpec(FAMILY, VOICES, lambda voice, text: [], frame_codes, STOP_TOKEN_IDS, TOKENS_PER_FRAME,
+                  AUDIO_TOKEN_BASE, CODEBOOK_SIZE, TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS, MAX_TEXT_CHARS)
+    known = parse_options(spec, {})
+    for key in settings:
+        if key not in known:
+            raise InvalidInput(f"orpheus has no setting {key!r}; settings: {', '.join(known)}", field=f"settings.{key}")
+    try:
+        parsed = parse_options(spec, settings)
+    except InvalidInput as error:
+        field = (error.field or "").removeprefix("options.")
+        raise InvalidInput(error.message.replace("options.", "settings.", 1), field=f"settings.{field}") from None
+    return {key: parsed[key] for key in settings if settings[key] is not None}
+
+
 def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype) -> OrpheusLM:
     """Build on the meta device, then assign the safetensors weights (cast to `dtype`)."""
     from safetensors.torch import load_file

@@ -190,6 +190,7 @@ def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, pa
     page.get_by_label("Name").press("Enter")  # the form submits from the keyboard
     page.wait_for_selector("tr[data-preset='Narrator']")
     assert httpx.get(f"{server.url}/v1/presets/Narrator").json()["speed"] == 1.5
+    assert page.input_value("#p-speed") == "1"  # the next preset starts from the default speed
 
     page.get_by_label("Name").fill("Narrator")  # a duplicate is refused, in the page
     page.get_by_role("button", name="Create preset").click()
@@ -232,6 +233,31 @@ def test_a_preset_is_edited_and_deleted(server: LiveServer, page: sync_api.Page)
     page.get_by_role("button", name="Delete Editor").click()
     page.wait_for_selector("tr[data-preset='Editor']", state="detached")
     assert httpx.get(f"{server.url}/v1/presets/Editor").status_code == 404
+
+
+def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, page: sync_api.Page) -> None:
+    page.goto(f"{server.url}/voices")
+    page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
+    page.get_by_label("Name").fill("Steady")
+    page.get_by_label("noise_scale").fill("7")  # out of range: refused, in the page, at the field
+    page.get_by_role("button", name="Create preset").click()
+    page.locator("#form-status[data-kind='error']").wait_for()
+    assert "noise_scale" in page.inner_text("#form-status")
+    assert page.get_attribute("#p-set-noise_scale", "aria-invalid") == "true"
+    assert httpx.get(f"{server.url}/v1/presets/Steady").status_code == 404
+    page.get_by_label("noise_scale").fill("0.3")
+    page.get_by_label("noise_w_scale").fill("0")
+    page.get_by_role("button", name="Create preset").click()
+    page.wait_for_selector("tr[data-preset='Steady']")
+    assert httpx.get(f"{server.url}/v1/presets/Steady").json()["settings"] == {"noise_scale": 0.3, "noise_w_scale": 0}
+    assert page.input_value("#p-set-noise_scale") == ""  # the form is back to the defaults
+    page.get_by_role("button", name="Edit Steady").click()
+    assert page.input_value("#p-set-noise_scale") == "0.3"
+    page.get_by_label("noise_w_scale").fill("")
+    page.get_by_role("button", name="Save changes").click()
+    page.locator("#form-status[data-kind='ok']").wait_for()
+    assert httpx.get(f"{server.url}/v1/presets/Steady").json()["settings"] == {"noise_scale": 0.3}
+    assert httpx.delete(f"{server.url}/v1/presets/Steady").status_code == 204
 
 
 def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: sync_api.Page) -> None:
