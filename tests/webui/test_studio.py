@@ -343,6 +343,18 @@ def test_a_local_folder_is_added_from_the_library_page(server: LiveServer, page:
     assert model["family"] == "piper" and model["source"] == "local"
 
 
+def test_the_live_page_shows_only_the_lanes_a_model_has(server: LiveServer, page: sync_api.Page) -> None:
+    assert httpx.post(f"{server.url}/v1/audio/speech", json={"input": "Lanes.", "response_format": "wav"},
+                      timeout=60).status_code == 200
+    lanes = httpx.get(f"{server.url}/v1/stats").json()["models"]["piper-joe"]["lanes"]
+    assert "backbone" not in lanes and "codec" in lanes  # Piper has no LM
+    page.goto(f"{server.url}/live")
+    cell = page.locator("tr[data-model='piper-joe'] td.batch")
+    cell.filter(has_text="codec").wait_for()
+    assert "LM" not in cell.inner_text() and "backbone" not in cell.inner_text()
+    assert page.locator("#batch-legend span").all_inner_texts() == ["codec"]
+
+
 def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.Page) -> None:
     open_studio(page, server)
     page.focus("#text")
