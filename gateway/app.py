@@ -31,7 +31,7 @@ from gateway.projects_store import ProjectStore
 from gateway.residency import MB, Residency
 from gateway.settings import Settings
 from gateway.state import AppState
-from models import family
+from models import FAMILIES, family
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ async def register_models(library: Library, settings: Settings) -> None:
     for entry in settings.models:
         options = {k: v for k, v in entry.items() if k not in ("id", "family", "path", "name")}
         path = Path(str(entry["path"])).expanduser()
+        if str(entry["family"]) not in FAMILIES:
+            raise ValueError(f"[[models]] {entry['id']!r}: unknown family {entry['family']!r}; "
+                             f"known families: {', '.join(FAMILIES)}")
         info = await run_in_threadpool(family(str(entry["family"])).validate, path, options)
         await library.add_model(str(entry["id"]), str(entry["family"]), str(entry.get("name", entry["id"])),
                                 str(path), info["voices"], options, info.get("size_bytes", 0),
