@@ -229,3 +229,20 @@ def test_passage_and_take_errors(client: httpx.Client) -> None:
     assert client.delete(f"/v1/projects/{pid}/passages/{first['id']}").status_code == 204
     assert client.delete(f"/v1/projects/{pid}").status_code == 204
     assert client.get(f"/v1/projects/{pid}").status_code == 404
+
+
+def test_cancelling_a_job_frees_the_engine_and_keeps_no_partial_take(server: LiveServer, client: httpx.Client) -> None:
+    long_text = " ".join(["The keeper climbed the long stairs again, slowly, counting every step."] * 8)
+    project = imported(client, new_project(client)["id"], f"{long_text}\n\nA second passage to queue.")
+    pid = project["id"]
+    assert client.post(f"/v1/projects/{pid}/generate").status_code == 202
+    deadline = time.monotonic() + 30
+    while server.app_state.engine.num_requests() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.get(f"/v1/projects/{pid}").status_code == 200  # the API answers while it generates
+    cancelled = client.delete(f"/v1/projects/{pid}/job").json()
+    assert cancelled["state"] == "cancelled", cancelled
+    assert server.wait_idle() == 0
+    project = client.get(f"/v1/projects/{pid}").json()
+    assert sum(len(p["takes"]) for p in project["passages"]) <= 1  # at most the first, if it had finished
+    assert client.get(f"/v1/projects/{pid}/job").json()["state"] == "cancelled"
