@@ -111,16 +111,16 @@ class Generator:
                     job.errors.append({"passage_id": job.current, "code": error.code, "message": error.message,
                                        "field": error.field})
                     log.info("project %s: passage %s failed: %s", job.project_id, job.current, error.message)
+                except Exception as error:  # e.g. the passage deleted at the last moment: record it, go on
+                    log.exception("project %s: passage %s failed", job.project_id, job.current)
+                    job.num_failed += 1
+                    job.errors.append({"passage_id": job.current, "code": "internal_error",
+                                       "message": f"generation failed: {error}", "field": None})
                 job.current = None
             job.state = "done"
         except asyncio.CancelledError:
             job.state = "cancelled"
             raise
-        except Exception as error:  # a bug: record it on the job rather than lose it in a task
-            log.exception("project %s: generation failed", job.project_id)
-            job.errors.append({"passage_id": job.current, "code": "internal_error", "message": str(error),
-                               "field": None})
-            job.state = "done"
         finally:
             job.current = None
             job.finished_at = time.time()
