@@ -117,13 +117,15 @@ def test_stop_after_synthesis_keeps_only_what_was_heard(server: LiveServer, page
     page.click("#speak")
     page.wait_for_function("window.voxgate.lastDone !== null && window.voxgate.playedMs > 1200", timeout=60_000)
     done = page.evaluate("window.voxgate.lastDone")
-    assert not done["cancelled"] and done["audio_ms"] > 20_000  # all synthesised, little heard
+    assert not done["cancelled"] and done["audio_ms"] > 20_000  # all synthesised, not all heard yet
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function("window.voxgate.lastKept !== null", timeout=30_000)
     played = page.evaluate("window.voxgate.playedMs")
     take = httpx.get(f"{server.url}/v1/takes").json()["data"][0]
     assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) == len(before) + 1
-    assert abs(take["audio_ms"] - played) < 300 and take["audio_ms"] < done["audio_ms"] / 4, (take, played)
+    # (How much was heard when synthesis ended depends on the machine's load: with EDF the
+    # engine need not run far ahead of the listener.)
+    assert abs(take["audio_ms"] - played) < 300 and take["audio_ms"] < done["audio_ms"] - 1000, (take, played)
     assert page.inner_text("#status").startswith("Stopped after") and "heard" in page.inner_text("#status")
     assert page.is_enabled("#speak") and page.is_disabled("#stop")
 
@@ -152,10 +154,11 @@ def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, pa
     page.wait_for_function("document.querySelector('#voice').value === 'Narrator'")
     assert page.input_value("#speed") == "1.5"
     page.fill("#text", "Presets keep a voice and its speed.")
+    num_takes = page.evaluate("window.voxgate.takes")
     page.click("#speak")
     page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
     assert not page.evaluate("window.voxgate.lastDone.cancelled")
-    page.wait_for_function("window.voxgate.takes > 0")
+    page.wait_for_function(f"window.voxgate.takes > {num_takes}", timeout=60_000)  # kept once it has played
     assert httpx.get(f"{server.url}/v1/takes").json()["data"][0]["voice"] == "Narrator"
 
     # A preset deleted behind the page's back: the error shows where Speak was pressed.
