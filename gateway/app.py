@@ -18,16 +18,20 @@ from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import library_api, models_api, pages, presets, realtime, references, speech, stats, takes
+from gateway import (
+    library_api, models_api, pages, presets, projects_api, projects_takes, realtime, references, speech, stats, takes,
+)
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
 from gateway.library import Library
 from gateway.metrics import Metrics
+from gateway.projects_jobs import Generator
+from gateway.projects_store import ProjectStore
 from gateway.residency import MB, Residency
 from gateway.settings import Settings
 from gateway.state import AppState
-from models import family
+from models import FAMILIES, family
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,9 @@ async def register_models(library: Library, settings: Settings) -> None:
     for entry in settings.models:
         options = {k: v for k, v in entry.items() if k not in ("id", "family", "path", "name")}
         path = Path(str(entry["path"])).expanduser()
+        if str(entry["family"]) not in FAMILIES:
+            raise ValueError(f"[[models]] {entry['id']!r}: unknown family {entry['family']!r}; "
+                             f"known families: {', '.join(FAMILIES)}")
         info = await run_in_threadpool(family(str(entry["family"])).validate, path, options)
         await library.add_model(str(entry["id"]), str(entry["family"]), str(entry.get("name", entry["id"])),
                                 str(path), info["voices"], options, info.get("size_bytes", 0),
@@ -74,6 +81,8 @@ def create_app(settings: Settings) -> Starlette:
         metrics = Metrics()
         metrics.watch(residency)
         state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads)
+        generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
+        state.projects = generator
         app.state.voxgate = state
         try:
             await register_models(library, settings)
@@ -96,6 +105,7 @@ def create_app(settings: Settings) -> Starlette:
             await downloads.aclose()  # keeps partial files for the next start
             # Like uvicorn: stop admitting, let running requests drain, then cancel.
             state.draining = True
+            await generator.close()  # background generation stops; its partial audio is dropped
             deadline = time.monotonic() + SHUTDOWN_GRACE_S
             while engine.num_requests() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -108,6 +118,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/library", pages.library),
         Route("/voices", pages.voices),
         Route("/live", pages.live),
+        Route("/projects", pages.projects),
+        Route("/projects/{project_id}", pages.project),
         Route("/health", models_api.health),
         Route("/metrics", models_api.metrics),
         Route("/v1/models", models_api.list_models),
@@ -137,6 +149,25 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/voices/references/{name}", references.get_reference, methods=["GET"]),
         Route("/v1/voices/references/{name}", references.delete_reference, methods=["DELETE"]),
         Route("/v1/voices/references/{name}/audio", references.reference_audio, methods=["GET"]),
+        Route("/v1/projects", projects_api.list_projects, methods=["GET"]),
+        Route("/v1/projects", projects_api.create_project, methods=["POST"]),
+        Route("/v1/projects/{project_id}", projects_api.get_project, methods=["GET"]),
+        Route("/v1/projects/{project_id}", projects_api.update_project, methods=["PATCH"]),
+        Route("/v1/projects/{project_id}", projects_api.delete_project, methods=["DELETE"]),
+        Route("/v1/projects/{project_id}/import", projects_api.import_text, methods=["POST"]),
+        Route("/v1/projects/{project_id}/passages", projects_api.add_passage, methods=["POST"]),
+        Route("/v1/projects/{project_id}/passages/{passage_id}", projects_api.update_passage, methods=["PATCH"]),
+        Route("/v1/projects/{project_id}/passages/{passage_id}", projects_api.delete_passage, methods=["DELETE"]),
+        Route("/v1/projects/{project_id}/passages/{passage_id}/split", projects_api.split_passage, methods=["POST"]),
+        Route("/v1/projects/{project_id}/passages/{passage_id}/merge", projects_api.merge_passage, methods=["POST"]),
+        Route("/v1/projects/{project_id}/passages/{passage_id}/join", projects_takes.join_audio, methods=["GET"]),
+        Route("/v1/projects/{project_id}/generate", projects_api.generate, methods=["POST"]),
+        Route("/v1/projects/{project_id}/job", projects_api.get_job, methods=["GET"]),
+        Route("/v1/projects/{project_id}/job", projects_api.cancel_job, methods=["DELETE"]),
+        Route("/v1/projects/{project_id}/takes/{take_id}/audio", projects_takes.take_audio, methods=["GET"]),
+        Route("/v1/projects/{project_id}/takes/{take_id}/edit", projects_takes.edit_take, methods=["POST"]),
+        Route("/v1/projects/{project_id}/takes/{take_id}", projects_takes.delete_take, methods=["DELETE"]),
+        Route("/v1/projects/{project_id}/export", projects_takes.export, methods=["GET"]),
         Route("/v1/stats", stats.stats),
         WebSocketRoute("/v1/realtime", realtime.realtime),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),

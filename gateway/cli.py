@@ -1,5 +1,6 @@
 """The `voxgate` command.
 
+  voxgate --version
   voxgate serve [--host H] [--port P] [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
@@ -48,14 +49,14 @@ def serve(args: argparse.Namespace) -> int:
 
 async def _models_add(args: argparse.Namespace) -> int:
     from gateway.library import Library
-    from models import FamilyUnavailable, InvalidModel, family
+    from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
     settings = _settings(args)
     path = Path(args.path).expanduser().resolve()
     try:
         module = family(args.family)
     except KeyError:
-        print(f"error: unknown family {args.family!r}", file=sys.stderr)
+        print(f"error: unknown family {args.family!r}; known families: {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
     except FamilyUnavailable as error:
         print(f"error: {error.message}", file=sys.stderr)
@@ -160,8 +161,18 @@ def checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("voxgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="voxgate", description="Realtime text-to-speech gateway")
+    p.add_argument("--version", action="version", version=f"voxgate {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:

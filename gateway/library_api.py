@@ -37,7 +37,7 @@ from gateway.downloads import DownloadError, DownloadManager, Register
 from gateway.errors import ApiError, read_json
 from gateway.library import Library
 from gateway.state import AppState
-from models import InvalidModel, family
+from models import FAMILIES, InvalidModel, family
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     try:
         module = family(family_name)
     except KeyError:
-        raise ApiError(422, "unknown_family", f"unknown family {family_name!r}", field="family") from None
+        raise ApiError(422, "unknown_family", f"unknown family {family_name!r}; known families: "
+                       f"{', '.join(FAMILIES)}", field="family") from None
     try:
         info = await run_in_threadpool(module.validate, path, options)
     except InvalidModel as error:
@@ -218,6 +219,10 @@ async def delete_model(request: Request) -> JSONResponse:
         await run_in_threadpool(os.replace, path, trash)
         await run_in_threadpool(shutil.rmtree, trash, True)
         removed = True
+    if state.downloads is not None:  # its finished download would otherwise still say "done" to the pages
+        for download in state.downloads.downloads():
+            if download["model_id"] == model_id:
+                await state.downloads.remove(download["id"])
     if presets:
         log.info("model %s deleted; presets now unusable: %s", model_id, ", ".join(presets))
     return JSONResponse({"id": model_id, "deleted": True, "files_removed": removed,

@@ -14,7 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from gateway.presets import FAMILY_SETTINGS
 from gateway.state import AppState
+from models import FAMILIES
 
 TEMPLATES_DIR = Path(webui.__file__).parent
 STATIC_DIR = Path(static.__file__).parent
@@ -45,12 +47,23 @@ async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
     limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
                else fmt.format(getattr(settings, name))) for name, label, fmt in _LIMITS]
-    return _render(request, "library.html", "library", limits=limits, device=settings.device)
+    return _render(request, "library.html", "library", limits=limits, device=settings.device,
+                   families=list(FAMILIES))
 
 
 async def voices(request: Request) -> Response:
-    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE)
+    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE,
+                   family_settings={name: [list(item) for item in items] for name, items in FAMILY_SETTINGS.items()})
 
 
 async def live(request: Request) -> Response:
     return _render(request, "live.html", "live")
+
+
+async def projects(request: Request) -> Response:
+    return _render(request, "projects.html", "projects")
+
+
+async def project(request: Request) -> Response:
+    """The project editor; the page reads the project from the API (a bad id shows there)."""
+    return _render(request, "project.html", "projects", project_id=str(request.path_params["project_id"]))

@@ -2,6 +2,9 @@
 
 A request's `voice` may name a preset. Presets survive restarts (SQLite) and outlive
 the model they point at: using one whose model is gone is a clear 404, not a crash.
+`settings` are checked when saved by the model family's `validate_settings` (the same
+checks a request's options get), so a bad value or an unknown key is refused then, with
+the field `settings.<key>`, instead of failing every later request that uses the preset.
 """
 
 from __future__ import annotations
@@ -16,9 +19,20 @@ from engine.types import InvalidInput, UnknownModel, UnknownVoice
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.voices import check_speed
+from models import family
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
 _FIELDS = {"name", "model", "voice", "speed", "settings"}
+# What the Voices page offers per family, with a hint; each family's `validate_settings`
+# has the rules (tests/gateway/test_voices.py checks that the names agree).
+FAMILY_SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "piper": (("noise_scale", "0–2, VITS sampling noise (default: the voice's)"),
+              ("noise_w_scale", "0–2, phoneme duration noise; 0 = the same length every time")),
+    "orpheus": (("temperature", "0–5 (default 0.6)"), ("top_p", "0–1 (default 0.8)"),
+                ("repetition_penalty", "0–5 (default 1.1; ≥ 1.1 keeps speech stable)"),
+                ("max_tokens", "≥ 1 (default 2048, about 25 s)"), ("seed", "an integer: the same take every time"),
+                ("force_tokens", "benchmarks on random weights: exactly this many audio tokens")),
+}
 
 
 def _public(preset: dict[str, Any]) -> dict[str, Any]:
@@ -49,6 +63,9 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     settings = data.get("settings", {})
     if not isinstance(settings, dict):
         raise InvalidInput("settings must be an object", field="settings")
+    record = await state.library.get_model(model_id)
+    assert record is not None
+    settings = family(record["family"]).validate_settings(settings)
     return {"name": name, "model_id": model_id, "voice": voice, "speed": speed, "settings": settings}
 
 

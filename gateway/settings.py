@@ -79,14 +79,22 @@ class Settings:
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
-def _coerce(name: str, value: Any) -> Any:
+def _coerce(name: str, value: Any, source: str) -> Any:
+    """`value` as the type of setting `name`; ValueError naming the setting and where it came from."""
     kind = _FIELDS[name].type
     if name == "models":
         return tuple(value)
     if name == "preload_models":
         return tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else tuple(value)
+    expected = {"int": (int,), "float": (int, float), "str": (str,), "Path": (str, Path)}.get(str(kind))
     if isinstance(value, str) and kind in ("int", "float"):
-        return int(value) if kind == "int" else float(value)
+        try:
+            return int(value) if kind == "int" else float(value)
+        except ValueError:
+            raise ValueError(f"{source} must be {'an integer' if kind == 'int' else 'a number'}, "
+                             f"got {value!r}") from None
+    if expected is not None and (isinstance(value, bool) or not isinstance(value, expected)):
+        raise ValueError(f"{source} must be {'a string' if str in expected else 'a number'}, got {value!r}")
     return value
 
 
@@ -94,24 +102,40 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
                   **overrides: Any) -> Settings:
     """Merge the layers; `overrides` (the command line) win. None values are ignored.
 
-    Raises ValueError naming the bad key or value.
+    Raises ValueError naming the bad key or value and where it was set (the config
+    file, a `VOXGATE_*` variable or the command line).
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    from_env = config_file is None and bool(env.get("VOXGATE_CONFIG"))
     config_file = config_file or env.get("VOXGATE_CONFIG")
     if config_file:
-        with open(config_file, "rb") as fh:
-            data = tomllib.load(fh)
+        where = "VOXGATE_CONFIG" if from_env else "--config"
+        try:
+            with open(config_file, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ValueError(f"the config file {str(config_file)!r} ({where}) does not exist") from None
+        except OSError as error:
+            raise ValueError(f"cannot read the config file {str(config_file)!r} ({where}): {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"the config file {str(config_file)!r} ({where}) is not valid TOML: {error}") from None
         unknown = set(data) - set(_FIELDS)
         if unknown:
             raise ValueError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
         values.update(data)
+        sources.update({k: f"{k} in {config_file}" for k in data})
     for name in _FIELDS:
         key = f"VOXGATE_{name.upper()}"
         if name != "models" and key in env:
             values[name] = env[key]
-    values.update({k: v for k, v in overrides.items() if v is not None})
+            sources[name] = key
+    given = {k: v for k, v in overrides.items() if v is not None}
+    values.update(given)
+    sources.update({k: f"--{k.replace('_', '-')}" for k in given})
+    coerced = {k: _coerce(k, v, sources.get(k, k)) for k, v in values.items()}
     try:
-        return Settings(**{k: _coerce(k, v) for k, v in values.items()})
+        return Settings(**coerced)
     except (TypeError, ValueError) as error:
         raise ValueError(f"invalid settings: {error}") from error

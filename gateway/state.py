@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.engine import Engine
 from gateway.catalog import Catalog
@@ -11,6 +12,9 @@ from gateway.library import Library
 from gateway.metrics import Metrics
 from gateway.residency import Residency
 from gateway.settings import Settings
+
+if TYPE_CHECKING:  # projects_jobs imports this module
+    from gateway.projects_jobs import Generator
 
 
 @dataclass(slots=True)
@@ -23,3 +27,4 @@ class AppState:
     draining: bool = False
     catalog: Catalog | None = None
     downloads: DownloadManager | None = None
+    projects: Generator | None = None  # studio projects' background generation

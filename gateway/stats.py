@@ -3,9 +3,12 @@
   {"time", "device", "sessions", "requests",
    "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals",
                    "est_codec_ms", "est_step_ms" (speech LMs),
-                   "last_batch": {"prefill", "decode", "urgent", "background"}}},  # attached models
+                   "last_batch": {"prefill", "decode", "urgent", "background"},
+                   "lanes": {lane: batch size}}},  # attached models; only the lanes a model has
    "recent": [{"at", "model", "source", "ttfa_ms", "late_ms", "stalls", "audio_ms", "rtf"}]}
 
+`lanes` has only the lanes a model has (a synthesiser such as Piper: `synth`), so the live
+page never shows an LM lane for Piper.
 `recent` holds completed utterances, oldest first, from the bounded ring in
 gateway/metrics.py; `?since=T` (a previous answer's `time`) returns only newer ones.
 """

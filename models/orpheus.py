@@ -162,6 +162,25 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size}
 
 
+def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A preset's `settings` for this family, checked by `models.options.parse_options` as a
+    request's options are: temperature, top_p, repetition_penalty, max_tokens, seed,
+    force_tokens. Raises InvalidInput with field `settings.<key>` for an unknown key or a
+    bad value; returns the given keys with their parsed values.
+    """
+    spec = make_spec(None)
+    known = ("temperature", "top_p", "repetition_penalty", "max_tokens", "seed", "force_tokens")
+    for key in settings:
+        if key not in known:
+            raise InvalidInput(f"orpheus has no setting {key!r}; settings: {', '.join(known)}", field=f"settings.{key}")
+    try:
+        parsed = parse_options(spec, settings)
+    except InvalidInput as error:
+        field = (error.field or "").removeprefix("options.")
+        raise InvalidInput(error.message.replace("options.", "settings.", 1), field=f"settings.{field}") from None
+    return {key: getattr(parsed, key) for key in settings if settings[key] is not None}
+
+
 def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype) -> LlamaLM:
     """Build on the meta device, then assign the safetensors weights (cast to `dtype`)."""
     from safetensors.torch import load_file

@@ -76,6 +76,31 @@ def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any
     }
 
 
+def _check_noise(options: Any) -> None:
+    for key in NOISE_OPTIONS:
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0.0 <= value <= 2.0):
+            raise InvalidInput(f"{key} must be a number in [0, 2]", field=key)
+
+
+def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A preset's `settings` for this family, checked as a request's options would be.
+
+    Keys: `noise_scale`, `noise_w_scale` (numbers in [0, 2]). Raises InvalidInput with
+    field `settings.<key>` for an unknown key or a bad value; returns the settings.
+    """
+    for key in settings:
+        if key not in NOISE_OPTIONS:
+            raise InvalidInput(f"piper has no setting {key!r}; settings: {', '.join(NOISE_OPTIONS)}",
+                               field=f"settings.{key}")
+    try:
+        _check_noise(settings)
+    except InvalidInput as error:
+        raise InvalidInput(f"settings.{error.message}", field=f"settings.{error.field}") from None
+    return dict(settings)
+
+
 def make_spec(voices: Sequence[str]) -> SynthSpec:
     """The engine's view of a piper voice: `prepare` checks the voice, the text and the
     noise options and returns the text segments, one chunk each."""
@@ -87,11 +112,7 @@ def make_spec(voices: Sequence[str]) -> SynthSpec:
         segments = tuple(s for s in request.segments if s.strip())
         if not segments:
             raise InvalidInput("nothing to speak", field="input")
-        for key in NOISE_OPTIONS:
-            value = request.options.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not 0.0 <= value <= 2.0):
-                raise InvalidInput(f"{key} must be a number in [0, 2]", field=key)
+        _check_noise(request.options)
         return Prepared(units=segments)
 
     return SynthSpec(FAMILY, tuple(voices), prepare)

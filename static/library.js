@@ -140,6 +140,23 @@ function setInstalled(item, installed) {
   item.install.disabled = installed;
 }
 
+async function refreshInstalled(item) {
+  try {
+    const { data } = await api("GET", "/v1/library/catalog");
+    const model = data.find((m) => m.id === item.model.id);
+    const installed = Boolean(model && model.installed);
+    setInstalled(item, installed);
+    if (installed) {
+      say(item.status, "Installed.", "ok");
+    } else {
+      item.box.hidden = true;
+      say(item.status, "");
+    }
+  } catch (err) {
+    sayError(item.status, err, "Could not check the install");
+  }
+}
+
 function showDownload(item, d) {
   // The install's answer can arrive after the SSE events it started: never go back from an end.
   if (item.downloadId === d.id && FINAL.has(item.downloadState) && !FINAL.has(d.state)) return;
@@ -160,8 +177,9 @@ function showDownload(item, d) {
   item.install.disabled = active || d.state === "done";
   if (d.state === "done") {
     item.progress.value = 100;
-    setInstalled(item, true);
-    say(item.status, "Installed.", "ok");
+    // Whether it is installed is the library's word, not the download's: a model installed
+    // and then deleted keeps a finished download, which must not make it look installed.
+    refreshInstalled(item);
     loadModels();
   } else if (d.state === "failed") {
     item.install.disabled = false;
@@ -204,6 +222,29 @@ async function loadCatalog() {
   }
 }
 
+// -- a folder already on the server -------------------------------------------------
+
+async function addFolder(e) {
+  e.preventDefault();
+  for (const input of document.querySelectorAll("#folder-form [aria-invalid]")) input.removeAttribute("aria-invalid");
+  const body = { path: $("f-path").value.trim(), family: $("f-family").value };
+  if ($("f-id").value.trim()) body.id = $("f-id").value.trim();
+  if ($("f-name").value.trim()) body.name = $("f-name").value.trim();
+  say($("folder-status"), "Checking the folder…", "busy");
+  try {
+    const model = await api("POST", "/v1/library/install", body);
+    say($("folder-status"), `Added ${model.id} (${model.family}; voices: ${model.voices.join(", ")}).`, "ok");
+    $("folder-form").reset();
+    lastModels = "";
+    await loadModels();
+  } catch (err) {
+    sayError($("folder-status"), err, "Could not add the folder");
+    const input = { path: "f-path", family: "f-family", id: "f-id", name: "f-name" }[err.field];
+    if (input) { $(input).setAttribute("aria-invalid", "true"); $(input).focus(); }
+  }
+}
+
+$("folder-form").addEventListener("submit", addFolder);
 loadModels();
 loadCatalog();
 setInterval(loadModels, 3000);  // load state and memory change under traffic

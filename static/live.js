@@ -5,7 +5,13 @@ import { plot } from "./chart.js";
 const POLL_MS = 500;
 const WINDOW_S = 120;
 const utterances = [];  // from `recent`, oldest first
-const samples = [];     // [time, waiting, running, backbone, codec] per poll
+const samples = [];     // [time, waiting, running, {lane: batch}] per poll
+const LANE_COLORS = { decode: "#6a3dc2", prefill: "#9a6200", urgent: "#d13b2d", background: "#1e9c8c",
+  synth: "#1e9c8c" };
+const LANE_NAMES = { decode: "LM decode", prefill: "prefill", urgent: "codec (urgent)",
+  background: "codec (batched)", synth: "synthesis" };
+const EXTRA_COLORS = ["#9a6200", "#2d5bd1", "#b3261e", "#5b6577"];
+const lanesSeen = [];   // every lane a model has reported, in order of first sight
 let since = 0;
 let offset = 0;         // server time - browser time, so "now" is the server's
 
@@ -31,30 +37,42 @@ function render() {
     { kind: "step", color: "#9a6200", points: samples.map((s) => [s[0], s[1]]) },
     { kind: "step", color: "#2d5bd1", points: samples.map((s) => [s[0], s[2]]) },
   ] });
-  plot($("batch-chart"), { now, windowS: WINDOW_S, integer: true, series: [
-    { kind: "step", color: "#6a3dc2", points: samples.map((s) => [s[0], s[3]]) },
-    { kind: "step", color: "#1e9c8c", points: samples.map((s) => [s[0], s[4]]) },
-  ] });
+  plot($("batch-chart"), { now, windowS: WINDOW_S, integer: true, series: lanesSeen.map((lane) => (
+    { kind: "step", color: laneColor(lane), points: samples.filter((s) => lane in s[3]).map((s) => [s[0], s[3][lane]]) })) });
+}
+
+function laneColor(lane) {
+  return LANE_COLORS[lane] || EXTRA_COLORS[lanesSeen.indexOf(lane) % EXTRA_COLORS.length];
+}
+
+// Only the lanes the models report (a Piper voice has no LM lane): the engine's `lanes`.
+function lanesOf(m) {
+  return m.lanes || m.last_batch || {};
 }
 
 function update(stats) {
   offset = stats.time - Date.now() / 1000;
   since = stats.time;
   utterances.push(...stats.recent);
-  let waiting = 0, running = 0, backbone = 0, codec = 0;
+  let waiting = 0, running = 0;
+  const batches = {};
   const rows = [];
   for (const [id, m] of Object.entries(stats.models)) {
     waiting += m.waiting; running += m.running;
-    const lm = (m.last_batch.prefill || 0) + (m.last_batch.decode || 0);
-    const cd = (m.last_batch.urgent || 0) + (m.last_batch.background || 0);
-    backbone += lm; codec += cd;
-    const batch = Object.keys(m.last_batch).length
-      ? (m.has_backbone ? `LM ${lm} · codec ${cd}` : `synth ${cd}`) : "–";
-    rows.push(el("tr", {}, el("th", { scope: "row", text: id }), el("td", { text: String(m.waiting) }),
+    const lanes = lanesOf(m);
+    for (const [lane, n] of Object.entries(lanes)) {
+      batches[lane] = (batches[lane] || 0) + n;
+      if (!lanesSeen.includes(lane)) lanesSeen.push(lane);
+    }
+    const batch = Object.keys(lanes).length
+      ? Object.entries(lanes).map(([lane, n]) => `${LANE_NAMES[lane] || lane} ${n}`).join(" · ") : "–";
+    rows.push(el("tr", { "data-model": id }, el("th", { scope: "row", text: id }), el("td", { text: String(m.waiting) }),
       el("td", { text: String(m.running) }), el("td", { class: "hide-narrow", text: fmtMs(m.est_codec_ms) }),
-      el("td", { class: "hide-narrow", text: fmtMs(m.est_step_ms) }), el("td", { text: batch })));
+      el("td", { class: "hide-narrow", text: fmtMs(m.est_step_ms) }), el("td", { class: "batch", text: batch })));
   }
-  samples.push([stats.time, waiting, running, backbone, codec]);
+  $("batch-legend").replaceChildren(...lanesSeen.map((lane) =>
+    el("span", { style: `--c:${laneColor(lane)}`, text: LANE_NAMES[lane] || lane })));
+  samples.push([stats.time, waiting, running, batches]);
   $("models").replaceChildren(...rows);
   $("models-empty").hidden = rows.length > 0;
   $("sessions").textContent = String(stats.sessions);

@@ -6,9 +6,10 @@ import { Waveform } from "./waveform.js";
 const status = $("status");
 const wave = new Waveform($("wave"));
 let presetSpeeds = {};
+let endPlayback = null;  // resolves the wait for playback to end: "ended" or "stopped"
 
 // For tests and the curious: the take in progress and the last one done.
-window.voxgate = { playedMs: 0, positionReports: 0, lastDone: null, playerState: "idle", takes: 0 };
+window.voxgate = { playedMs: 0, positionReports: 0, lastDone: null, playerState: "idle", takes: 0, lastKept: null };
 
 const speaker = new Speaker({
   onStart: () => say(status, "Playing…", "busy"),
@@ -20,7 +21,10 @@ const speaker = new Speaker({
     window.voxgate.underruns = msg.underruns;
     wave.setPlayhead((playedMs / 1000) * speaker.ctx.sampleRate);
     $("played").textContent = fmtDuration(playedMs);
-    if (msg.state === "idle" && !speaker.current) setBusy(false);
+    if (msg.state === "idle" && !speaker.current) {
+      if (endPlayback) endPlayback("ended");
+      else setBusy(false);
+    }
   },
 });
 
@@ -71,18 +75,41 @@ async function speak() {
   $("ttfa").textContent = fmtMs(done.ttfa_ms);
   $("stalls").textContent = String(done.stalls);
   $("audio-ms").textContent = fmtDuration(done.audio_ms);
-  if (done.cancelled) {
-    setBusy(false);
-    say(status, `Stopped after ${fmtDuration(done.audio_ms)} of audio.`);
+  // "Done" is said when the listener has heard it all, not when synthesis ends; a take
+  // stopped part way keeps only what was heard.
+  let ending = done.cancelled ? "stopped" : "ended";
+  if (!done.cancelled && speaker.playerState !== "idle") {
+    say(status, `Playing… (all ${fmtDuration(done.audio_ms)} synthesised)`, "busy");
+    ending = await new Promise((resolve) => { endPlayback = resolve; });
+    endPlayback = null;
+  }
+  setBusy(false);
+  const heardMs = Math.min(speaker.playedMs, done.audio_ms);
+  if (ending === "stopped") {
+    const kept = $("keep").checked && heardMs > 0;
+    say(status, `Stopped after ${fmtDuration(heardMs)} of ${fmtDuration(done.audio_ms)}` +
+        (kept ? `; the take keeps the ${fmtDuration(heardMs)} heard.` : "."));
+    if (kept) await keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });
     return;
   }
   say(status, `Done: ${fmtDuration(done.audio_ms)} of audio, TTFA ${fmtMs(done.ttfa_ms)}, ${done.stalls} stall${done.stalls === 1 ? "" : "s"}.`, "ok");
-  if (speaker.playerState === "idle") setBusy(false);
   if ($("keep").checked && result.chunks.length) await keepTake(settings, result);
+}
+
+// The first `samples` of a list of Int16Array chunks.
+function head(chunks, samples) {
+  const out = [];
+  for (const c of chunks) {
+    if (samples <= 0) break;
+    out.push(c.length <= samples ? c : c.subarray(0, samples));
+    samples -= c.length;
+  }
+  return out;
 }
 
 function stop() {
   speaker.stop();
+  if (endPlayback) { endPlayback("stopped"); return; }  // speak() says what was kept
   setBusy(false);
   say(status, "Stopped.");
 }
@@ -98,6 +125,7 @@ async function keepTake(settings, { done, chunks, sampleRate }) {
     });
     say(takesStatus, "");
     await loadTakes();
+    window.voxgate.lastKept = { audio_ms: (1000 * chunks.reduce((n, c) => n + c.length, 0)) / sampleRate };
   } catch (err) {
     sayError(takesStatus, err, "Could not save the take");
   }

@@ -6,6 +6,31 @@ const formStatus = $("form-status");
 const listStatus = $("list-status");
 const speaker = new Speaker();
 let editing = null;  // the preset name being edited, or null when creating
+const FAMILY_SETTINGS = JSON.parse($("p-settings").dataset.settings);  // family -> [[name, hint], ...]
+let families = {};  // model id -> family
+
+// One number input per setting of the selected model's family, filled from `values`.
+function showSettings(values = {}) {
+  const fam = families[$("p-model").value];
+  $("p-family").textContent = fam || "model's";
+  const fields = (FAMILY_SETTINGS[fam] || []).map(([name, hint]) => {
+    const input = el("input", { id: `p-set-${name}`, type: "number", step: "any", "data-setting": name,
+                                "aria-describedby": `p-set-${name}-hint` });
+    if (values[name] != null) input.value = values[name];
+    return el("div", { class: "field" }, el("label", { for: input.id, text: name }), input,
+              el("span", { id: `p-set-${name}-hint`, class: "muted small", text: hint }));
+  });
+  $("p-settings-fields").replaceChildren(...fields);
+  $("p-settings").hidden = fields.length === 0;
+}
+
+function settingsData() {
+  const out = {};
+  for (const input of document.querySelectorAll("[data-setting]")) {
+    if (input.value.trim() !== "") out[input.dataset.setting] = Number(input.value);
+  }
+  return out;
+}
 
 function setSpeed(value) {
   $("p-speed").value = value;
@@ -19,10 +44,11 @@ async function loadVoiceChoices(selected) {
 
 function formData() {
   return { name: $("p-name").value.trim(), model: $("p-model").value, voice: $("p-voice").value,
-           speed: Number($("p-speed").value) };
+           speed: Number($("p-speed").value), settings: settingsData() };
 }
 
 function fieldInput(field) {
+  if (field && field.startsWith("settings.")) return $(`p-set-${field.slice(9)}`);
   return { name: $("p-name"), model: $("p-model"), voice: $("p-voice"), speed: $("p-speed") }[field];
 }
 
@@ -43,7 +69,6 @@ async function save(e) {
   try {
     if (editing) {
       const { name, ...rest } = data;
-      // PATCH: fields this form does not show (settings) stay as they are.
       await api("PATCH", `/v1/presets/${encodeURIComponent(editing)}`, rest);
       say(formStatus, `Saved “${editing}”.`, "ok");
     } else {
@@ -67,6 +92,7 @@ async function startEdit(preset) {
   $("p-model").value = preset.model;
   await loadVoiceChoices(preset.voice);
   setSpeed(preset.speed);
+  showSettings(preset.settings);
   say(formStatus, "");
   $("p-model").focus();
 }
@@ -78,6 +104,9 @@ function endEdit() {
   $("p-name").value = "";
   $("p-save").textContent = "Create preset";
   $("p-cancel").hidden = true;
+  setSpeed(1);  // the next preset starts from the defaults, not from the last one's values
+  showSettings();
+  clearInvalid();
 }
 
 // Speak the sample sentence with a preset name or explicit settings; report in `where`.
@@ -120,7 +149,9 @@ function presetRow(preset) {
   return el("tr", { "data-preset": preset.name },
     el("th", { scope: "row", text: preset.name }),
     el("td", { class: "hide-narrow", text: preset.model }),
-    el("td", { text: preset.voice }),
+    el("td", {}, preset.voice, Object.keys(preset.settings).length
+      ? el("span", { class: "muted small settings-summary",
+                     text: ` · ${Object.entries(preset.settings).map(([k, v]) => `${k} ${v}`).join(", ")}` }) : null),
     el("td", { text: `${preset.speed}×` }),
     el("td", {}, el("div", { class: "row-actions" }, tryBtn, editBtn, studio, delBtn), rowStatus));
 }
@@ -138,12 +169,19 @@ async function loadPresets() {
 $("preset-form").addEventListener("submit", save);
 $("p-cancel").addEventListener("click", () => { endEdit(); say(formStatus, ""); });
 $("p-speed").addEventListener("input", () => setSpeed($("p-speed").value));
-$("p-model").addEventListener("change", () => loadVoiceChoices().catch((err) => sayError(formStatus, err)));
+$("p-model").addEventListener("change", () => {
+  showSettings();
+  loadVoiceChoices().catch((err) => sayError(formStatus, err));
+});
 $("p-try").addEventListener("click", () => {
   const { model, voice, speed } = formData();
   tryVoice({ model, voice, speed }, formStatus, $("p-try"));
 });
 fillModels($("p-model"), $("p-model").dataset.default)
-  .then(() => loadVoiceChoices())
+  .then((models) => {
+    families = Object.fromEntries(models.map((m) => [m.id, m.family]));
+    showSettings();
+    return loadVoiceChoices();
+  })
   .catch((err) => sayError(formStatus, err, "Could not load models"));
 loadPresets();

@@ -1,5 +1,6 @@
 // Waveform on a canvas, drawn as audio arrives: min/max per block of samples, scaled so
-// the take fits the width (at least `minSeconds` wide), with the playhead over it.
+// the take fits the width (at least `minSeconds` wide), with the playhead over it, and
+// optionally a selected range and shaded ranges (samples), e.g. a pause at a join.
 const BLOCK = 120;  // samples per peak: 5 ms at 24 kHz
 
 export class Waveform {
@@ -16,7 +17,20 @@ export class Waveform {
     this.pending = [];  // samples of a block not yet complete
     this.numSamples = 0;
     this.playhead = 0;
+    this.selection = null;  // [start, end) in samples
+    this.shades = [];       // [[start, end), ...] in samples
     this.draw();
+  }
+
+  // x in CSS pixels -> sample index under it.
+  sampleAt(x) {
+    const span = Math.max(this.minSeconds * this.sampleRate, this.numSamples);
+    return Math.max(0, Math.min(this.numSamples, Math.round((x / Math.max(1, this.canvas.clientWidth)) * span)));
+  }
+
+  setSelection(range) {
+    this.selection = range;
+    this.schedule();
   }
 
   add(pcm) {  // Int16Array
@@ -58,6 +72,13 @@ export class Waveform {
     g.fillStyle = style.getPropertyValue("--wave-bg") || "#eef1f6";
     g.fillRect(0, 0, w, h);
     const mid = h / 2;
+    const spanAll = Math.max(this.minSeconds * this.sampleRate, this.numSamples) || 1;
+    const band = ([a, b], color) => {
+      g.fillStyle = color;
+      g.fillRect(Math.round((a / spanAll) * w), 0, Math.max(1, Math.round(((b - a) / spanAll) * w)), h);
+    };
+    for (const range of this.shades) band(range, style.getPropertyValue("--wave-shade") || "#fdf0d5");
+    if (this.selection) band(this.selection, style.getPropertyValue("--wave-select") || "#d6e2ff");
     g.fillStyle = style.getPropertyValue("--wave-axis") || "#c5ccd8";
     g.fillRect(0, Math.floor(mid), w, Math.max(1, Math.round(dpr)));
     const span = Math.max(this.minSeconds * this.sampleRate, this.numSamples);

@@ -36,3 +36,39 @@ def test_models_add_validates_the_folder(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["models", "add", "--family", "piper", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
     assert "exactly one .onnx" in capsys.readouterr().err
     assert main(["models", "add", "--family", "nope", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
+
+
+def test_setting_errors_name_the_setting_and_its_source(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"VOXGATE_PORT must be an integer, got 'abc'"):
+        load_settings(env={"VOXGATE_PORT": "abc"})
+    with pytest.raises(ValueError, match=r"VOXGATE_TTFA_TARGET_MS must be a number"):
+        load_settings(env={"VOXGATE_TTFA_TARGET_MS": "fast"})
+    with pytest.raises(ValueError, match=r"config file '/no/such.toml' \(--config\) does not exist"):
+        load_settings("/no/such.toml", env={})
+    with pytest.raises(ValueError, match=r"\(VOXGATE_CONFIG\) does not exist"):
+        load_settings(env={"VOXGATE_CONFIG": "/no/such.toml"})
+    config = tmp_path / "types.toml"
+    config.write_text('port = "abc"\n')
+    with pytest.raises(ValueError, match=r"port in .*types.toml must be an integer"):
+        load_settings(config, env={})
+    config.write_text("port = [\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_settings(config, env={})
+
+
+def test_the_command_line_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def voxgate(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True, text=True,
+                              timeout=60, env={"PATH": "/usr/bin:/bin", **env}, cwd=Path(__file__).parents[2])
+
+    version = voxgate("--version")
+    assert version.returncode == 0 and version.stdout.startswith("voxgate "), version
+    for result, needle in ((voxgate("serve", "--config", str(tmp_path / "none.toml")), "--config"),
+                           (voxgate("serve", "--data-dir", str(tmp_path), VOXGATE_PORT="abc"), "VOXGATE_PORT")):
+        assert result.returncode == 2 and needle in result.stderr, result
+        assert "Traceback" not in result.stderr
+    unknown = voxgate("models", "add", "--family", "nope", "--path", str(tmp_path), "--data-dir", str(tmp_path))
+    assert unknown.returncode == 2 and "known families: piper, orpheus" in unknown.stderr

@@ -88,3 +88,41 @@ def test_a_family_without_its_packages_is_a_clear_error(server: LiveServer, clie
     assert response.status_code == 501, response.text
     error = response.json()["error"]
     assert error["code"] == "family_unavailable" and "voxgate_no_such_package" in error["message"]
+
+
+@pytest.mark.parametrize(("settings", "field"), [
+    ({"noise_scale": "loud"}, "settings.noise_scale"),
+    ({"noise_scale": 3}, "settings.noise_scale"),
+    ({"noise_w_scale": True}, "settings.noise_w_scale"),
+    ({"loudness": 1}, "settings.loudness"),
+])
+def test_preset_settings_are_checked_when_saved(server: LiveServer, settings: dict[str, object], field: str) -> None:
+    with httpx.Client(base_url=server.url) as client:
+        created = client.post("/v1/presets", json={"name": "checked", "settings": settings})
+        assert created.status_code == 400, created.text
+        assert created.json()["error"]["field"] == field
+        assert client.get("/v1/presets/checked").status_code == 404  # nothing stored
+        assert client.post("/v1/presets", json={"name": "checked", "settings": {"noise_scale": 0.4}}).status_code == 201
+        patched = client.patch("/v1/presets/checked", json={"settings": settings})
+        assert patched.status_code == 400 and patched.json()["error"]["field"] == field
+        assert client.get("/v1/presets/checked").json()["settings"] == {"noise_scale": 0.4}
+        assert client.delete("/v1/presets/checked").status_code == 204
+
+
+def test_the_voices_page_offers_what_each_family_accepts() -> None:
+    from gateway.presets import FAMILY_SETTINGS
+    from models import piper
+
+    assert [name for name, _ in FAMILY_SETTINGS["piper"]] == list(piper.NOISE_OPTIONS)
+    for name, _ in FAMILY_SETTINGS["piper"]:
+        assert piper.validate_settings({name: 0.5}) == {name: 0.5}
+    pytest.importorskip("torch")
+    from models import orpheus
+
+    names = [name for name, _ in FAMILY_SETTINGS["orpheus"]]
+    assert orpheus.validate_settings({name: 1 for name in names}) == {name: 1 for name in names}
+    with pytest.raises(InvalidInput) as error:
+        orpheus.validate_settings({"temperature": "hot"})
+    assert error.value.field == "settings.temperature"
+    with pytest.raises(InvalidInput):
+        orpheus.validate_settings({"noise_scale": 0.5})

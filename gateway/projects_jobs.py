@@ -1,0 +1,170 @@
+"""Background generation of project passages, through the engine like any other request.
+
+One job per project: an asyncio task that takes passages from its queue one at a time,
+resolves the speaker (gateway/voices.py `resolve`), holds a residency `Lease` on the
+model and reads the `engine.submit` stream to its end, exactly as `POST
+/v1/audio/speech` does; the engine thread does the work, so pages and other requests
+stay responsive. Its requests carry a relaxed first-chunk target
+(`BACKGROUND_TTFA_MS`), so under the EDF scheduler a listener waiting on realtime audio
+goes first. Passages asked for while a job runs join its queue.
+
+Progress (`as_json`) counts passages queued, done and failed; a failed passage (unknown
+preset, model not installed, engine error) records its error and the job goes on.
+Cancelling stops the engine request at once; its partial audio is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.types import EngineError, InvalidInput, SpeechRequest
+from gateway.audio import to_pcm16
+from gateway.projects_store import ProjectStore
+from gateway.state import AppState
+from gateway.text import check_input, split_segments
+from gateway.voices import Choice, resolve
+
+log = logging.getLogger(__name__)
+
+BACKGROUND_TTFA_MS = 2000.0
+
+
+async def resolve_speaker(state: AppState, project: dict[str, Any], speaker: str | None) -> Choice:
+    """A passage's speaker (its own, else the project's): a voice of the project's model or a preset."""
+    return await resolve(state.library, model=project["model_id"], voice=speaker or project["speaker"], speed=None,
+                         default_model=state.settings.default_model, default_voice=state.settings.default_voice,
+                         preset_may_switch_model=True)
+
+
+@dataclass(eq=False)
+class Job:
+    project_id: str
+    job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:12]}")
+    state: str = "running"  # running | done | cancelled
+    queue: list[str] = field(default_factory=list)
+    num_total: int = 0
+    num_done: int = 0
+    num_failed: int = 0
+    current: str | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    task: asyncio.Task[None] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.job_id, "object": "project.job", "project_id": self.project_id, "state": self.state,
+                "total": self.num_total, "done": self.num_done, "failed": self.num_failed,
+                "queued": list(self.queue), "current": self.current, "errors": list(self.errors),
+                "started_at": self.started_at, "finished_at": self.finished_at}
+
+
+class Generator:
+    """The jobs of every project; `close()` cancels them (server shutdown)."""
+
+    def __init__(self, state: AppState, store: ProjectStore) -> None:
+        self.state = state
+        self.store = store
+        self.jobs: dict[str, Job] = {}  # project id -> its latest job
+
+    def job(self, project_id: str) -> Job | None:
+        return self.jobs.get(project_id)
+
+    def enqueue(self, project_id: str, passage_ids: list[str]) -> Job:
+        job = self.jobs.get(project_id)
+        if job is None or job.state != "running":
+            job = Job(project_id)
+            self.jobs[project_id] = job
+            job.task = asyncio.create_task(self._run(job), name=f"project-{project_id}")
+        for passage_id in passage_ids:
+            if passage_id not in job.queue and passage_id != job.current:
+                job.queue.append(passage_id)
+                job.num_total += 1
+        return job
+
+    async def cancel(self, project_id: str) -> Job | None:
+        job = self.jobs.get(project_id)
+        if job is not None and job.task is not None and not job.task.done():
+            job.task.cancel()
+            await asyncio.gather(job.task, return_exceptions=True)
+        return job
+
+    async def close(self) -> None:
+        for project_id in list(self.jobs):
+            await self.cancel(project_id)
+
+    async def _run(self, job: Job) -> None:
+        try:
+            while job.queue:
+                job.current = job.queue.pop(0)
+                try:
+                    await self._generate(job.project_id, job.current)
+                    job.num_done += 1
+                except EngineError as error:
+                    job.num_failed += 1
+                    job.errors.append({"passage_id": job.current, "code": error.code, "message": error.message,
+                                       "field": error.field})
+                    log.info("project %s: passage %s failed: %s", job.project_id, job.current, error.message)
+                except Exception as error:  # e.g. the passage deleted at the last moment: record it, go on
+                    log.exception("project %s: passage %s failed", job.project_id, job.current)
+                    job.num_failed += 1
+                    job.errors.append({"passage_id": job.current, "code": "internal_error",
+                                       "message": f"generation failed: {error}", "field": None})
+                job.current = None
+            job.state = "done"
+        except asyncio.CancelledError:
+            job.state = "cancelled"
+            raise
+        finally:
+            job.current = None
+            job.finished_at = time.time()
+
+    async def _generate(self, project_id: str, passage_id: str) -> None:
+        project = await self.store.get_project(project_id)
+        passage = await self.store.get_passage(project_id, passage_id)
+        if project is None or passage is None:
+            raise InvalidInput(f"passage {passage_id!r} was deleted before its turn", field="passages")
+        speaker = passage["speaker"] or project["speaker"]
+        choice = await resolve_speaker(self.state, project, passage["speaker"])
+        text = check_input(passage["text"], self.state.settings.max_input_chars, field="text")
+        pcm, sample_rate = await self._synthesise(choice, text)
+        # Re-read: the passage may have changed while it was spoken; the take says what it was made from.
+        current = await self.store.get_passage(project_id, passage_id)
+        if current is None:
+            raise InvalidInput(f"passage {passage_id!r} was deleted while it was generated", field="passages")
+        chosen = await self.store.get_take(project_id, current["chosen_take"]) if current["chosen_take"] else None
+        chosen_is_current = chosen is not None and chosen["text"] == current["text"] and \
+            chosen["speaker"] == (current["speaker"] or project["speaker"])
+        meta = {"text": passage["text"], "speaker": speaker, "model_id": choice.model_id, "voice": choice.voice}
+        await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=not chosen_is_current)
+
+    async def _synthesise(self, choice: Choice, text: str) -> tuple[np.ndarray, int]:
+        state = self.state
+        lease = await state.residency.acquire(choice.model_id)  # the model stays resident until the end
+        spec = SpeechRequest(request_id=f"project-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
+                             segments=tuple(split_segments(text)), voice=choice.voice, speed=choice.speed,
+                             options=choice.options, ttfa_target_ms=BACKGROUND_TTFA_MS)
+        try:
+            stream = state.engine.submit(spec)
+            try:
+                pieces: list[np.ndarray] = []
+                sample_rate = 0
+                async for chunk in stream:
+                    pieces.append(chunk.pcm)
+                    sample_rate = chunk.sample_rate
+                    if chunk.is_last:
+                        break
+            finally:
+                if not stream.done:
+                    state.engine.cancel(spec.request_id)
+        finally:
+            lease.release()
+        if not pieces or not sample_rate or not sum(len(p) for p in pieces):
+            raise InvalidInput("the model produced no audio for this passage", field="text")
+        return np.concatenate(pieces), sample_rate

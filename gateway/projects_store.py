@@ -1,0 +1,255 @@
+"""Studio projects in SQLite (migrations/0003_projects.sql) and their audio files.
+
+A project holds ordered passages; a passage holds takes, one of them chosen. Audio is a
+PCM16 mono WAV per take version under `<data_dir>/projects/<project id>/`: a file is
+written (under a temporary name, then renamed) before the row that names it, and
+removed only after the row or history entry naming it is gone, so a row always has its
+file. Every change is one transaction on the library's connection.
+
+Out of date: a take is out of date when the passage's text or effective speaker (its
+own, else the project's) differs from what the take was generated with; a passage is
+out of date when none of its takes is current. Nothing here deletes a chosen take
+except deleting its passage or project, which the user asks for by name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from gateway.library import Library
+from gateway.projects_audio import write_wav
+
+PROJECT_FIELDS = ("name", "model_id", "speaker", "pause_ms")
+PASSAGE_FIELDS = ("text", "speaker", "pause_ms", "chosen_take")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class ProjectStore:
+    def __init__(self, library: Library, folder: Path) -> None:
+        self.library = library
+        self.folder = folder  # <data_dir>/projects
+
+    @property
+    def db(self) -> Any:
+        return self.library.db
+
+    def take_path(self, take: dict[str, Any], name: str | None = None) -> Path:
+        return self.folder / str(take["project_id"]) / (name or str(take["audio_file"]))
+
+    # -- projects ---------------------------------------------------------------------
+
+    async def create_project(self, name: str, model_id: str, speaker: str, pause_ms: float) -> str:
+        project_id, now = new_id("prj"), time.time()
+        async with self.library.transaction() as db:
+            await db.execute("INSERT INTO projects (id, name, model_id, speaker, pause_ms, created_at, updated_at)"
+                             " VALUES (?, ?, ?, ?, ?, ?, ?)", (project_id, name, model_id, speaker, pause_ms, now, now))
+        return project_id
+
+    async def list_projects(self) -> list[dict[str, Any]]:
+        async with self.db.execute(
+                "SELECT p.*, (SELECT COUNT(*) FROM passages s WHERE s.project_id = p.id) AS num_passages"
+                " FROM projects p ORDER BY p.updated_at DESC, p.id") as cur:
+            return [dict(row) for row in await cur.fetchall()]
+
+    async def get_project(self, project_id: str) -> dict[str, Any] | None:
+        async with self.db.execute("SELECT * FROM projects WHERE id = ?", (project_id,)) as cur:
+            row = await cur.fetchone()
+        return dict(row) if row else None
+
+    async def update_project(self, project_id: str, changes: dict[str, Any]) -> None:
+        sets = ", ".join(f"{k} = :{k}" for k in changes if k in PROJECT_FIELDS)
+        async with self.library.transaction() as db:
+            await db.execute(f"UPDATE projects SET {sets + ', ' if sets else ''}updated_at = :now WHERE id = :id",
+                             {**changes, "now": time.time(), "id": project_id})
+
+    async def delete_project(self, project_id: str) -> bool:
+        async with self.library.transaction() as db:
+            cur = await db.execute("DELETE FROM projects WHERE id = ?", (project_id,))
+        if cur.rowcount:
+            await run_in_threadpool(shutil.rmtree, self.folder / project_id, True)
+        return cur.rowcount > 0
+
+    async def _touch(self, db: Any, project_id: str) -> None:
+        await db.execute("UPDATE projects SET updated_at = ? WHERE id = ?", (time.time(), project_id))
+
+    # -- passages ---------------------------------------------------------------------
+
+    async def passages(self, project_id: str) -> list[dict[str, Any]]:
+        async with self.db.execute("SELECT * FROM passages WHERE project_id = ? ORDER BY position",
+                                   (project_id,)) as cur:
+            return [dict(row) for row in await cur.fetchall()]
+
+    async def get_passage(self, project_id: str, passage_id: str) -> dict[str, Any] | None:
+        async with self.db.execute("SELECT * FROM passages WHERE id = ? AND project_id = ?",
+                                   (passage_id, project_id)) as cur:
+            row = await cur.fetchone()
+        return dict(row) if row else None
+
+    async def insert_passages(self, project_id: str, texts: list[str], position: int | None = None,
+                              replace: bool = False) -> list[str]:
+        """Insert passages at `position` (None: at the end); `replace` deletes the others first."""
+        now = time.time()
+        ids = [new_id("psg") for _ in texts]
+        async with self.library.transaction() as db:
+            old_files = await self._files_of(db, "project_id = ?", (project_id,)) if replace else []
+            if replace:
+                await db.execute("DELETE FROM passages WHERE project_id = ?", (project_id,))
+            async with db.execute("SELECT COUNT(*) FROM passages WHERE project_id = ?", (project_id,)) as cur:
+                row = await cur.fetchone()
+            count = int(row[0]) if row else 0
+            at = count if position is None else max(0, min(position, count))
+            await db.execute("UPDATE passages SET position = position + ? WHERE project_id = ? AND position >= ?",
+                             (len(texts), project_id, at))
+            await db.executemany(
+                "INSERT INTO passages (id, project_id, position, text, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(pid, project_id, at + i, text, now, now) for i, (pid, text) in enumerate(zip(ids, texts))])
+            await self._touch(db, project_id)
+        await self._unlink(project_id, old_files)
+        return ids
+
+    async def update_passage(self, passage: dict[str, Any], changes: dict[str, Any]) -> None:
+        sets = ", ".join(f"{k} = :{k}" for k in changes if k in PASSAGE_FIELDS)
+        async with self.library.transaction() as db:
+            await db.execute(f"UPDATE passages SET {sets + ', ' if sets else ''}updated_at = :now WHERE id = :id",
+                             {**changes, "now": time.time(), "id": passage["id"]})
+            await self._touch(db, passage["project_id"])
+
+    async def delete_passage(self, passage: dict[str, Any]) -> None:
+        async with self.library.transaction() as db:
+            files = await self._files_of(db, "passage_id = ?", (passage["id"],))
+            await db.execute("DELETE FROM passages WHERE id = ?", (passage["id"],))
+            await db.execute("UPDATE passages SET position = position - 1 WHERE project_id = ? AND position > ?",
+                             (passage["project_id"], passage["position"]))
+            await self._touch(db, passage["project_id"])
+        await self._unlink(passage["project_id"], files)
+
+    async def split_passage(self, passage: dict[str, Any], head: str, tail: str) -> str:
+        """`passage` keeps `head` (and its takes, now out of date); a new passage after it gets `tail`."""
+        now, new = time.time(), new_id("psg")
+        async with self.library.transaction() as db:
+            await db.execute("UPDATE passages SET position = position + 1 WHERE project_id = ? AND position > ?",
+                             (passage["project_id"], passage["position"]))
+            await db.execute("UPDATE passages SET text = ?, updated_at = ? WHERE id = ?", (head, now, passage["id"]))
+            await db.execute(
+                "INSERT INTO passages (id, project_id, position, text, speaker, pause_ms, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (new, passage["project_id"], passage["position"] + 1, tail, passage["speaker"],
+                 passage["pause_ms"], now, now))
+            # The join that followed the old passage now follows the new one.
+            await db.execute("UPDATE passages SET pause_ms = NULL WHERE id = ?", (passage["id"],))
+            await self._touch(db, passage["project_id"])
+        return new
+
+    async def merge_passages(self, first: dict[str, Any], second: dict[str, Any]) -> None:
+        """`first` gets both texts and both passages' takes (chosen ones stay); `second` goes."""
+        now = time.time()
+        async with self.library.transaction() as db:
+            await db.execute("UPDATE project_takes SET passage_id = ? WHERE passage_id = ?", (first["id"], second["id"]))
+            chosen = first["chosen_take"] or second["chosen_take"]
+            await db.execute("UPDATE passages SET text = ?, chosen_take = ?, pause_ms = ?, updated_at = ? WHERE id = ?",
+                             (f"{first['text']} {second['text']}", chosen, second["pause_ms"], now, first["id"]))
+            await db.execute("DELETE FROM passages WHERE id = ?", (second["id"],))
+            await db.execute("UPDATE passages SET position = position - 1 WHERE project_id = ? AND position > ?",
+                             (first["project_id"], second["position"]))
+            await self._touch(db, first["project_id"])
+
+    # -- takes ------------------------------------------------------------------------
+
+    async def takes(self, project_id: str) -> list[dict[str, Any]]:
+        async with self.db.execute("SELECT * FROM project_takes WHERE project_id = ? ORDER BY created_at, id",
+                                   (project_id,)) as cur:
+            return [_take(row) for row in await cur.fetchall()]
+
+    async def get_take(self, project_id: str, take_id: str) -> dict[str, Any] | None:
+        async with self.db.execute("SELECT * FROM project_takes WHERE id = ? AND project_id = ?",
+                                   (take_id, project_id)) as cur:
+            row = await cur.fetchone()
+        return _take(row) if row else None
+
+    async def add_take(self, passage: dict[str, Any], meta: dict[str, Any], sample_rate: int, pcm16: bytes,
+                       choose: bool) -> str:
+        """Store a generated take; `choose` makes it the passage's chosen take (the old one stays)."""
+        take_id = new_id("ptk")
+        name = f"{take_id}-0.wav"
+        folder = self.folder / passage["project_id"]
+        await run_in_threadpool(write_wav, folder / name, sample_rate, pcm16)
+        row = {**meta, "id": take_id, "project_id": passage["project_id"], "passage_id": passage["id"],
+               "sample_rate": sample_rate, "audio_ms": 1000.0 * (len(pcm16) // 2) / sample_rate,
+               "audio_file": name, "created_at": time.time()}
+        try:
+            async with self.library.transaction() as db:
+                await db.execute(
+                    "INSERT INTO project_takes (id, project_id, passage_id, text, speaker, model_id, voice,"
+                    " sample_rate, audio_ms, audio_file, created_at) VALUES (:id, :project_id, :passage_id, :text,"
+                    " :speaker, :model_id, :voice, :sample_rate, :audio_ms, :audio_file, :created_at)", row)
+                if choose:
+                    await db.execute("UPDATE passages SET chosen_take = ? WHERE id = ?", (take_id, passage["id"]))
+                await self._touch(db, passage["project_id"])
+        except BaseException:
+            (folder / name).unlink(missing_ok=True)
+            raise
+        return take_id
+
+    async def replace_audio(self, take: dict[str, Any], sample_rate: int, pcm16: bytes) -> None:
+        """An edit: the take's audio becomes `pcm16`; the file it had goes onto the undo history."""
+        name = f"{take['id']}-{len(take['history']) + 1}.wav"
+        await run_in_threadpool(write_wav, self.take_path(take, name), sample_rate, pcm16)
+        history = [*take["history"], take["audio_file"]]
+        try:
+            async with self.library.transaction() as db:
+                await db.execute("UPDATE project_takes SET audio_file = ?, audio_ms = ?, history = ? WHERE id = ?",
+                                 (name, 1000.0 * (len(pcm16) // 2) / sample_rate, json.dumps(history), take["id"]))
+        except BaseException:
+            self.take_path(take, name).unlink(missing_ok=True)
+            raise
+
+    async def undo(self, take: dict[str, Any], audio_ms: float) -> None:
+        """Back to the previous audio file (`audio_ms` its length); the edited file is removed."""
+        history = list(take["history"])
+        previous = history.pop()
+        async with self.library.transaction() as db:
+            await db.execute("UPDATE project_takes SET audio_file = ?, audio_ms = ?, history = ? WHERE id = ?",
+                             (previous, audio_ms, json.dumps(history), take["id"]))
+        self.take_path(take).unlink(missing_ok=True)
+
+    async def delete_take(self, take: dict[str, Any]) -> bool:
+        """False (and nothing deleted) when the take is its passage's chosen one."""
+        async with self.library.transaction() as db:
+            cur = await db.execute(
+                "DELETE FROM project_takes WHERE id = ? AND id NOT IN"
+                " (SELECT chosen_take FROM passages WHERE chosen_take IS NOT NULL)", (take["id"],))
+        if cur.rowcount:
+            await self._unlink(take["project_id"], [take["audio_file"], *take["history"]])
+        return cur.rowcount > 0
+
+    # -- files ------------------------------------------------------------------------
+
+    async def _files_of(self, db: Any, where: str, args: tuple[Any, ...]) -> list[str]:
+        async with db.execute(f"SELECT audio_file, history FROM project_takes WHERE {where}", args) as cur:
+            rows = await cur.fetchall()
+        return [name for row in rows for name in [row[0], *json.loads(row[1] or "[]")]]
+
+    async def _unlink(self, project_id: str, names: list[str]) -> None:
+        def unlink() -> None:
+            for name in names:
+                (self.folder / project_id / name).unlink(missing_ok=True)
+
+        if names:
+            await run_in_threadpool(unlink)
+
+
+def _take(row: Any) -> dict[str, Any]:
+    data = dict(row)
+    data["history"] = json.loads(data["history"] or "[]")
+    return data

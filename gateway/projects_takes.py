@@ -1,0 +1,188 @@
+"""Project takes, their edits, joins and the export over HTTP.
+
+  GET    /v1/projects/{id}/takes/{tid}/audio        the take's WAV (Range for seeking)
+  POST   /v1/projects/{id}/takes/{tid}/edit         {"op": "trim_silence"} | {"op": "delete_range",
+                                                    "start_ms", "end_ms"} | {"op": "undo"} -> the take
+  DELETE /v1/projects/{id}/takes/{tid}              204; 409 take_chosen for the chosen take
+  GET    /v1/projects/{id}/passages/{pid}/join      WAV: the end of this passage's chosen take, the
+                                                    pause, the start of the next one's (`?context_ms=`,
+                                                    default 2000); header X-Voxgate-Pause-At-Ms
+  GET    /v1/projects/{id}/export                   `?format=wav|flac|mp3|opus` (default wav),
+                                                    `&loudness=LUFS` (optional, -70..0): the chosen
+                                                    takes joined with their pauses, as a download
+
+Rendering, encoding and file edits run in the thread pool (gateway/projects_audio.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+
+from engine.types import InvalidInput
+from gateway.audio import MEDIA_TYPES, OUTPUT_RATE, wav_header, to_pcm16
+from gateway.errors import ApiError, read_json
+from gateway.projects_api import context, existing_passage, existing_project, path_id, take_json
+from gateway.projects_audio import (
+    EXPORT_FORMATS, Piece, delete_range, encode, normalize_loudness, read_pcm16, render, silence_bounds,
+)
+from gateway.projects_store import ProjectStore
+
+DEFAULT_CONTEXT_MS = 2000.0
+MAX_CONTEXT_MS = 10_000.0
+MIN_LUFS, MAX_LUFS = -70.0, 0.0
+
+
+async def _existing_take(request: Request, store: ProjectStore, project: dict[str, Any]) -> dict[str, Any]:
+    take_id = path_id(request, "take_id", "ptk", "take")
+    take = await store.get_take(project["id"], take_id)
+    if take is None:
+        raise ApiError(404, "take_not_found", f"project {project['id']!r} has no take {take_id!r}", field="take")
+    return take
+
+
+def _number_param(request: Request, name: str, default: float | None, lo: float, hi: float) -> float | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidInput(f"{name} must be a number from {lo:g} to {hi:g}", field=name)
+    return value
+
+
+async def take_audio(request: Request) -> Response:
+    _, store, _ = context(request)
+    project = await existing_project(request, store)
+    take = await _existing_take(request, store, project)
+    path = store.take_path(take)
+    if not path.is_file():
+        raise ApiError(404, "take_audio_missing", f"the audio file of {take['id']} is gone", field="take")
+    return FileResponse(path, media_type=MEDIA_TYPES["wav"], filename=f"{take['id']}.wav",
+                        content_disposition_type="inline", headers={"Cache-Control": "no-cache"})
+
+
+async def edit_take(request: Request) -> JSONResponse:
+    """Trim silence at both ends, delete a range, or undo the last edit; each edit is undoable."""
+    state, store, _ = context(request)
+    project = await existing_project(request, store)
+    take = await _existing_take(request, store, project)
+    data = await read_json(request, state.settings.max_body_bytes)
+    op = data.get("op")
+    allowed = {"trim_silence": {"op"}, "delete_range": {"op", "start_ms", "end_ms"}, "undo": {"op"}}
+    if op not in allowed:
+        raise InvalidInput(f"op must be one of {', '.join(allowed)}", field="op")
+    unknown = set(data) - allowed[op]
+    if unknown:
+        raise InvalidInput(f"unknown field {min(unknown)!r} for {op}", field=min(unknown))
+    if op == "undo":
+        if not take["history"]:
+            raise ApiError(409, "nothing_to_undo", f"take {take['id']!r} has no edit to undo", field="op")
+        pcm16, rate = await run_in_threadpool(read_pcm16, store.take_path(take, take["history"][-1]))
+        await store.undo(take, 1000.0 * len(pcm16) / rate)
+    else:
+        pcm16, rate = await run_in_threadpool(read_pcm16, store.take_path(take))
+        if op == "trim_silence":
+            start, end = silence_bounds(pcm16, rate)
+            if end <= start:
+                raise ApiError(409, "all_silence", "the take is silent throughout; delete it instead", field="op")
+            edited = pcm16[start:end]
+        else:
+            for key in ("start_ms", "end_ms"):
+                value = data.get(key)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise InvalidInput(f"{key} must be a number of milliseconds", field=key)
+            edited = delete_range(pcm16, rate, float(data["start_ms"]), float(data["end_ms"]))
+        if len(edited) == len(pcm16):
+            raise ApiError(409, "no_change", "that edit would not change the take", field="op")
+        await store.replace_audio(take, rate, edited.astype("<i2").tobytes())
+    updated = await store.get_take(project["id"], take["id"])
+    passage = await store.get_passage(project["id"], take["passage_id"])
+    assert updated is not None
+    return JSONResponse(take_json(project, passage, updated))
+
+
+async def delete_take(request: Request) -> Response:
+    _, store, _ = context(request)
+    project = await existing_project(request, store)
+    take = await _existing_take(request, store, project)
+    if not await store.delete_take(take):
+        raise ApiError(409, "take_chosen", f"take {take['id']!r} is its passage's chosen take; choose another "
+                       "one first", field="take")
+    return Response(status_code=204)
+
+
+async def _chosen(store: ProjectStore, project: dict[str, Any], passage: dict[str, Any]) -> dict[str, Any]:
+    take = await store.get_take(project["id"], passage["chosen_take"]) if passage["chosen_take"] else None
+    if take is None:
+        raise ApiError(409, "take_missing", f"passage {passage['position'] + 1} ({passage['id']}) has no chosen "
+                       "take; generate it first", field="passages")
+    return take
+
+
+def _pause_after(project: dict[str, Any], passage: dict[str, Any]) -> float:
+    return float(passage["pause_ms"] if passage["pause_ms"] is not None else project["pause_ms"])
+
+
+async def join_audio(request: Request) -> Response:
+    """The join after a passage, to listen across it: tail, pause, head, as one WAV at 24 kHz."""
+    _, store, _ = context(request)
+    project = await existing_project(request, store)
+    passage = await existing_passage(request, store, project)
+    context_ms = _number_param(request, "context_ms", DEFAULT_CONTEXT_MS, 100.0, MAX_CONTEXT_MS)
+    assert context_ms is not None
+    after = [p for p in await store.passages(project["id"]) if p["position"] == passage["position"] + 1]
+    if not after:
+        raise ApiError(409, "no_join", "the last passage has no join after it", field="passage")
+    first, second = await _chosen(store, project, passage), await _chosen(store, project, after[0])
+    pause_ms = _pause_after(project, passage)
+    tail_from = max(0.0, first["audio_ms"] - context_ms)
+    pieces = [Piece(store.take_path(first), start_ms=tail_from), Piece(pause_ms=pause_ms),
+              Piece(store.take_path(second), end_ms=context_ms)]
+    pcm = await run_in_threadpool(render, pieces)
+    body = wav_header(OUTPUT_RATE, len(pcm)) + to_pcm16(pcm)
+    return Response(body, media_type=MEDIA_TYPES["wav"], headers={
+        "X-Voxgate-Pause-At-Ms": f"{first['audio_ms'] - tail_from:.1f}", "X-Voxgate-Pause-Ms": f"{pause_ms:g}",
+        "Cache-Control": "no-cache"})
+
+
+async def export(request: Request) -> Response:
+    _, store, _ = context(request)
+    project = await existing_project(request, store)
+    fmt = request.query_params.get("format", "wav")
+    if fmt not in EXPORT_FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt!r}", field="format")
+    target = _number_param(request, "loudness", None, MIN_LUFS, MAX_LUFS)
+    passages = await store.passages(project["id"])
+    if not passages:
+        raise ApiError(409, "project_empty", "the project has no passages; import a text first", field="passages")
+    pieces: list[Piece] = []
+    for i, passage in enumerate(passages):
+        take = await _chosen(store, project, passage)
+        pieces.append(Piece(store.take_path(take)))
+        if i < len(passages) - 1:
+            pieces.append(Piece(pause_ms=_pause_after(project, passage)))
+    body, headers = await run_in_threadpool(_export, pieces, fmt, target)
+    filename = re.sub(r"[^A-Za-z0-9_.-]+", "-", project["name"]).strip("-") or project["id"]
+    headers["Content-Disposition"] = f'attachment; filename="{filename}.{fmt}"'
+    return Response(body, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+def _export(pieces: list[Piece], fmt: str, target: float | None) -> tuple[bytes, dict[str, str]]:
+    pcm = render(pieces)
+    headers = {"X-Voxgate-Duration-Ms": f"{1000.0 * len(pcm) / OUTPUT_RATE:.1f}"}
+    if target is not None:
+        pcm, loudness = normalize_loudness(pcm, OUTPUT_RATE, target)
+        headers["X-Voxgate-Gain-Db"] = f"{loudness.gain_db:.2f}"
+        headers["X-Voxgate-Loudness-Limited"] = "true" if loudness.limited else "false"
+        if loudness.measured_lufs is not None:
+            headers["X-Voxgate-Measured-Lufs"] = f"{loudness.measured_lufs:.2f}"
+    return encode(pcm, fmt), headers

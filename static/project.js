@@ -1,0 +1,263 @@
+// Project editor: settings, import (preview before applying), passages with their speakers
+// and takes, background generation with progress, the joins, and the export.
+import { $, api, say, sayError, el, fillModels, fmtDuration } from "./common.js";
+import { fillSpeakers } from "./project-speakers.js";
+import { takeItem } from "./project-takes.js";
+import { joinItem } from "./project-arrange.js";
+
+const projectId = $("editor").dataset.project;
+const POLL_MS = 500;
+let project = null;
+let lastRendered = "";
+let preview = null;  // {text, format} of the preview shown
+let polling = false;
+const ctx = { projectId, reload, openEditors: {} };
+window.voxgate = { project: null, job: null, joinPlaying: null, joinPlayed: null, renders: 0 };
+
+async function reload() {
+  project = await api("GET", `/v1/projects/${projectId}`);
+  window.voxgate.project = project;
+  render();
+  if (project.job && project.job.state === "running") poll();
+}
+
+// -- settings -------------------------------------------------------------------------
+
+async function showSettings() {
+  $("s-name").value = project.name;
+  await fillModels($("s-model"), project.model);
+  await fillSpeakers($("s-speaker"), project.model, { selected: project.speaker });
+  $("s-pause").value = project.pause_ms;
+}
+
+async function saveSettings(e) {
+  e.preventDefault();
+  try {
+    await api("PATCH", `/v1/projects/${projectId}`, { name: $("s-name").value, model: $("s-model").value,
+                                                       speaker: $("s-speaker").value, pause_ms: Number($("s-pause").value) });
+    say($("s-status"), "Saved.", "ok");
+    await reload();
+  } catch (err) {
+    sayError($("s-status"), err, err.field ? `Could not save (${err.field})` : "Could not save");
+  }
+}
+
+// -- import ---------------------------------------------------------------------------
+
+async function readFile() {
+  const file = $("i-file").files[0];
+  if (!file) return;
+  $("i-format").value = /\.(md|markdown)$/i.test(file.name) ? "markdown" : "text";
+  $("i-text").value = await file.text();
+}
+
+async function showPreview() {
+  const text = $("i-text").value;
+  if (!text.trim()) { say($("i-status"), "Choose a file or paste a text first.", "error"); return; }
+  try {
+    const format = $("i-format").value;
+    const data = await api("POST", `/v1/projects/${projectId}/import`, { text, format });
+    preview = { text, format };
+    $("preview-list").replaceChildren(...data.passages.map((p) => el("li", { class: `preview-${p.kind}`, text: p.text })));
+    $("preview-summary").textContent = `${data.num_passages} passage${data.num_passages === 1 ? "" : "s"}: nothing is changed until you add them.`;
+    $("preview").hidden = false;
+    say($("i-status"), "");
+  } catch (err) {
+    sayError($("i-status"), err, "Could not split the text");
+  }
+}
+
+async function applyImport(replace) {
+  if (!preview) return;
+  if (replace && project.passages.length && !confirm("Replace every passage (and its takes) with the preview?")) return;
+  try {
+    await api("POST", `/v1/projects/${projectId}/import`, { ...preview, apply: true, replace });
+    discardPreview();
+    say($("i-status"), replace ? "Passages replaced." : "Passages added.", "ok");
+    await reload();
+  } catch (err) {
+    sayError($("i-status"), err, "Could not import");
+  }
+}
+
+function discardPreview() {
+  preview = null;
+  $("preview").hidden = true;
+  $("preview-list").replaceChildren();
+}
+
+// -- passages -------------------------------------------------------------------------
+
+function passageItem(passage, i, count) {
+  const n = i + 1;
+  const itemStatus = el("p", { class: "status small", role: "status" });
+  const act = (text, aria, fn, cls = "small") => {
+    const b = el("button", { type: "button", class: cls, text, "aria-label": aria });
+    b.addEventListener("click", async () => {
+      b.disabled = true;
+      try {
+        await fn();
+        await reload();
+      } catch (err) {
+        b.disabled = false;
+        sayError(itemStatus, err, `Could not ${text.toLowerCase()}`);
+      }
+    });
+    return b;
+  };
+  const text = el("textarea", { rows: "3", "aria-label": `Text of passage ${n}` });
+  text.value = passage.text;
+  const saveText = act("Save text", `Save the text of passage ${n}`, () =>
+    api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { text: text.value }));
+  saveText.hidden = true;
+  text.addEventListener("input", () => { saveText.hidden = text.value === passage.text; });
+  const speaker = el("select", { "aria-label": `Speaker of passage ${n}` });
+  fillSpeakers(speaker, project.model, { defaultLabel: `Project default (${project.speaker})`, selected: passage.speaker || "" })
+    .catch((err) => sayError(itemStatus, err, "Could not load speakers"));
+  speaker.addEventListener("change", async () => {
+    try {
+      await api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { speaker: speaker.value || null });
+      await reload();
+    } catch (err) {
+      sayError(itemStatus, err, "Could not change the speaker");
+    }
+  });
+  const generate = act("Generate", `Generate passage ${n}`, () =>
+    api("POST", `/v1/projects/${projectId}/generate`, { passages: [passage.id] }));
+  const split = act("Split at cursor", `Split passage ${n} at the cursor`, () =>
+    api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at: text.selectionStart }));
+  const merge = i < count - 1 ? act("Merge with next", `Merge passage ${n} with passage ${n + 1}`, () =>
+    api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`)) : null;
+  const del = act("Delete", `Delete passage ${n}`, async () => {
+    if (!confirm(`Delete passage ${n} and its takes?`)) return;
+    await api("DELETE", `/v1/projects/${projectId}/passages/${passage.id}`);
+  }, "small danger");
+  const state = passage.out_of_date
+    ? el("span", { class: "pill busy", text: passage.takes.length ? "out of date" : "not generated" })
+    : el("span", { class: "pill on", text: "up to date" });
+  const takes = el("ol", { class: "ptakes" }, ...passage.takes.map((t, k) => takeItem(ctx, passage, t, n, k + 1)));
+  return el("li", { class: "passage", "data-passage": passage.id },
+    el("div", { class: "passage-head" }, el("span", { class: "passage-n", text: `${n}.` }), state, speaker,
+       el("div", { class: "row-actions" }, generate, split, merge, del)),
+    text, el("div", { class: "row-actions" }, saveText), takes, itemStatus);
+}
+
+function render() {
+  const key = JSON.stringify({ ...project, job: null, updated_at: 0 });
+  if (key === lastRendered) return;  // re-rendering would stop a take that is playing
+  lastRendered = key;
+  window.voxgate.renders += 1;
+  $("p-title").textContent = project.name;
+  document.title = `${project.name} · Voxgate`;
+  const count = project.passages.length;
+  $("passages").replaceChildren(...project.passages.map((p, i) => passageItem(p, i, count)));
+  $("passages-empty").hidden = count > 0;
+  $("duration").textContent = count ? `${count} passages · ${project.num_out_of_date} out of date · ${fmtDuration(project.duration_ms)} chosen` : "";
+  $("g-all").textContent = `Generate out-of-date passages (${project.num_out_of_date})`;
+  $("g-all").disabled = project.num_out_of_date === 0;
+  const joins = [];
+  project.passages.forEach((p, i) => {
+    const next = project.passages[i + 1];
+    if (next && p.chosen_take && next.chosen_take) joins.push(joinItem(ctx, project, p, next, i + 1));
+  });
+  $("joins").replaceChildren(...joins);
+  $("joins-empty").hidden = joins.length > 0;
+}
+
+// -- generation -----------------------------------------------------------------------
+
+function showJob(job) {
+  window.voxgate.job = job;
+  const running = job.state === "running";
+  $("g-progress").hidden = false;
+  $("g-cancel").hidden = !running;
+  const finished = job.done + job.failed;
+  $("g-bar").value = job.total ? Math.round((100 * finished) / job.total) : 0;
+  $("g-text").textContent = `${finished} of ${job.total} passages${running ? " · generating" : ""}`;
+  if (running) say($("g-status"), "Generating in the background: you can go on editing.", "busy");
+  else if (job.failed) say($("g-status"), `${job.failed} failed: ${job.errors.map((e) => e.message).join("; ")}`, "error");
+  else if (job.state === "cancelled") say($("g-status"), "Generation cancelled.");
+  else say($("g-status"), `Generated ${job.done} passage${job.done === 1 ? "" : "s"}.`, "ok");
+}
+
+async function poll() {
+  if (polling) return;
+  polling = true;
+  let seen = -1;
+  try {
+    for (;;) {
+      const job = await api("GET", `/v1/projects/${projectId}/job`);
+      showJob(job);
+      if (job.done + job.failed !== seen || job.state !== "running") {
+        seen = job.done + job.failed;
+        project = await api("GET", `/v1/projects/${projectId}`);
+        window.voxgate.project = project;
+        render();
+      }
+      if (job.state !== "running") break;
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  } catch (err) {
+    sayError($("g-status"), err, "Lost track of the generation");
+  } finally {
+    polling = false;
+  }
+}
+
+async function generateAll() {
+  try {
+    showJob(await api("POST", `/v1/projects/${projectId}/generate`, {}));
+    poll();
+  } catch (err) {
+    sayError($("g-status"), err, "Could not start");
+  }
+}
+
+// -- export ---------------------------------------------------------------------------
+
+async function exportAudio() {
+  const fmt = $("e-format").value;
+  const params = new URLSearchParams({ format: fmt });
+  if ($("e-normalize").checked) params.set("loudness", $("e-lufs").value);
+  say($("e-status"), "Rendering…", "busy");
+  const res = await fetch(`/v1/projects/${projectId}/export?${params}`);
+  if (!res.ok) {
+    const body = await res.json().catch(() => null);
+    say($("e-status"), `Could not export: ${body && body.error ? body.error.message : `HTTP ${res.status}`}`, "error");
+    return;
+  }
+  const name = (res.headers.get("Content-Disposition") || "").match(/filename="([^"]+)"/);
+  const url = URL.createObjectURL(await res.blob());
+  const a = el("a", { href: url, download: name ? name[1] : `project.${fmt}` });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  const gain = res.headers.get("X-Voxgate-Gain-Db");
+  say($("e-status"), `Exported ${fmtDuration(Number(res.headers.get("X-Voxgate-Duration-Ms")))} as ${fmt.toUpperCase()}` +
+      (gain ? `, gain ${Number(gain).toFixed(1)} dB${res.headers.get("X-Voxgate-Loudness-Limited") === "true" ? " (limited by the peak)" : ""}` : "") + ".", "ok");
+}
+
+// -- wiring ---------------------------------------------------------------------------
+
+$("settings").addEventListener("submit", saveSettings);
+$("s-model").addEventListener("change", () => fillSpeakers($("s-speaker"), $("s-model").value)
+  .catch((err) => sayError($("s-status"), err)));
+$("i-file").addEventListener("change", () => readFile().catch((err) => sayError($("i-status"), err, "Could not read the file")));
+$("i-preview").addEventListener("click", showPreview);
+$("i-append").addEventListener("click", () => applyImport(false));
+$("i-replace").addEventListener("click", () => applyImport(true));
+$("i-discard").addEventListener("click", discardPreview);
+$("g-all").addEventListener("click", generateAll);
+$("g-cancel").addEventListener("click", async () => {
+  try { showJob(await api("DELETE", `/v1/projects/${projectId}/job`)); } catch (err) { sayError($("g-status"), err); }
+});
+$("e-export").addEventListener("click", () => exportAudio().catch((err) => sayError($("e-status"), err, "Could not export")));
+api("GET", `/v1/projects/${projectId}`).then(async (data) => {
+  project = data;
+  window.voxgate.project = project;
+  $("editor").hidden = false;
+  render();
+  await showSettings();
+  if (project.job) { showJob(project.job); if (project.job.state === "running") poll(); }
+}).catch((err) => sayError($("p-status"), err, "Could not open the project"));

@@ -1,0 +1,44 @@
+// Projects: create one (name, model, default speaker, pause) and list them.
+import { $, api, say, sayError, el, fillModels, fmtDuration } from "./common.js";
+import { fillSpeakers } from "./project-speakers.js";
+
+const status = $("np-status");
+
+async function loadSpeakers() {
+  await fillSpeakers($("np-speaker"), $("np-model").value);
+}
+
+async function create(e) {
+  e.preventDefault();
+  for (const input of document.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  const body = { name: $("np-name").value.trim(), model: $("np-model").value, speaker: $("np-speaker").value,
+                 pause_ms: Number($("np-pause").value) };
+  try {
+    const project = await api("POST", "/v1/projects", body);
+    location.href = `/projects/${project.id}`;
+  } catch (err) {
+    sayError(status, err, "Could not create the project");
+    const input = { name: "np-name", model: "np-model", speaker: "np-speaker", pause_ms: "np-pause" }[err.field];
+    if (input) { $(input).setAttribute("aria-invalid", "true"); $(input).focus(); }
+  }
+}
+
+async function loadProjects() {
+  try {
+    const { data } = await api("GET", "/v1/projects");
+    $("projects").replaceChildren(...data.map((p) => el("li", { "data-project": p.id },
+      el("a", { href: `/projects/${p.id}`, text: p.name }),
+      el("span", { class: "muted small",
+                   text: ` · ${p.num_passages} passage${p.num_passages === 1 ? "" : "s"} · ${p.model} · ${p.speaker} · changed ${new Date(p.updated_at * 1000).toLocaleString()}` }))));
+    $("projects-empty").hidden = data.length > 0;
+  } catch (err) {
+    sayError($("list-status"), err, "Could not load projects");
+  }
+}
+
+$("new-project").addEventListener("submit", create);
+$("np-model").addEventListener("change", () => loadSpeakers().catch((err) => sayError(status, err)));
+fillModels($("np-model"), $("np-model").dataset.default).then(loadSpeakers)
+  .catch((err) => sayError(status, err, "Could not load models"));
+loadProjects();
+window.voxgate = { fmtDuration };

@@ -1,0 +1,137 @@
+"""Studio projects in headless Chromium: import a Markdown file, generate, choose a take,
+change pauses, play across a join, edit a take, export, and check the exported file."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import soundfile as sf
+
+from tests.conftest import LiveServer, run_server
+from tests.webui.conftest import DESKTOP, HAS_CHROMIUM, PHONE
+
+pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
+
+CHAPTER = """# The lighthouse
+
+The keeper climbed the stairs at dusk. He lit the lamp and watched the sea.
+
+Far out, a ship *answered* with [three short blasts](https://example.com).
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"))
+
+
+def project_state(page: Any) -> dict[str, Any]:
+    state: dict[str, Any] = page.evaluate("window.voxgate.project")
+    return state
+
+
+def test_import_generate_choose_arrange_and_export(server: LiveServer, page: Any, tmp_path: Path,
+                                                   screenshots: Path) -> None:
+    page.goto(f"{server.url}/projects")
+    page.wait_for_function("document.querySelector('#np-speaker').options.length > 0")
+    page.get_by_label("Name").fill("Lighthouse")
+    page.get_by_role("button", name="Create project").click()
+    page.wait_for_url("**/projects/prj-*")
+    page.wait_for_function("window.voxgate.project !== null")
+    project_id = project_state(page)["id"]
+
+    # Import: the file is read in the page, previewed, then applied.
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text(CHAPTER)
+    page.set_input_files("#i-file", str(chapter))
+    page.wait_for_function("document.querySelector('#i-text').value.includes('lighthouse')")
+    assert page.input_value("#i-format") == "markdown"
+    page.get_by_role("button", name="Preview the split").click()
+    page.locator("#preview-list li").first.wait_for()
+    assert page.locator("#preview-list li").all_inner_texts() == [
+        "The lighthouse", "The keeper climbed the stairs at dusk. He lit the lamp and watched the sea.",
+        "Far out, a ship answered with three short blasts."]
+    assert httpx.get(f"{server.url}/v1/projects/{project_id}").json()["passages"] == []
+    page.get_by_role("button", name="Add these passages").click()
+    page.wait_for_function("window.voxgate.project.passages.length === 3")
+    assert page.locator("li.passage").count() == 3
+
+    # Generate every out-of-date passage in the background, with progress.
+    page.get_by_role("button", name="Generate out-of-date passages (3)").click()
+    page.wait_for_function("window.voxgate.job && window.voxgate.job.state === 'done'", timeout=120_000)
+    page.wait_for_function("window.voxgate.project.num_out_of_date === 0")
+    assert page.evaluate("document.querySelector('#g-bar').value") == 100
+    assert page.locator("li.join").count() == 2
+
+    # A second take of passage 1, compared and chosen.
+    page.get_by_role("button", name="Generate passage 1").click()
+    page.wait_for_function("window.voxgate.project.passages[0].takes.length === 2", timeout=60_000)
+    page.get_by_role("button", name="Choose take 2 of passage 1").click()
+    page.wait_for_function("window.voxgate.project.passages[0].chosen_take === "
+                           "window.voxgate.project.passages[0].takes[1].id")
+    assert page.get_by_role("button", name="Choose take 1 of passage 1").is_enabled()
+    assert page.get_by_role("button", name="Delete take 2 of passage 1").is_disabled()  # the chosen one
+
+    # Pauses: +100 ms on the first join, an exact value on the second.
+    page.get_by_role("button", name="Lengthen the pause after passage 1").click()
+    page.wait_for_function("window.voxgate.project.passages[0].pause_after_ms === 600")
+    page.get_by_label("Pause after passage 2 (ms)").fill("1250")
+    page.get_by_label("Pause after passage 2 (ms)").press("Enter")
+    page.wait_for_function("window.voxgate.project.passages[1].pause_after_ms === 1250")
+    first = project_state(page)["passages"][0]["id"]
+    page.get_by_role("button", name="Play across the join after passage 1").click()
+    page.wait_for_function(f"window.voxgate.joinPlayed === '{first}'", timeout=30_000)
+
+    # Edit a take: trim its silence, then undo.
+    page.get_by_role("button", name="Edit take 1 of passage 3").click()
+    page.get_by_role("button", name="Trim silence of take 1 of passage 3").click()
+    page.wait_for_function("window.voxgate.project.passages[2].takes[0].num_edits === 1")
+    page.get_by_role("button", name="Undo the last edit of take 1 of passage 3").click()
+    page.wait_for_function("window.voxgate.project.passages[2].takes[0].num_edits === 0")
+
+    # Export: the file's length is the chosen takes plus the pauses.
+    project = httpx.get(f"{server.url}/v1/projects/{project_id}").json()
+    chosen_ms = sum(t["audio_ms"] for p in project["passages"] for t in p["takes"] if t["chosen"])
+    assert [p["pause_after_ms"] for p in project["passages"]] == [600, 1250, None]
+    page.select_option("#e-format", "wav")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export").click()
+    assert download.value.suggested_filename == "Lighthouse.wav"
+    audio, rate = sf.read(io.BytesIO(Path(download.value.path()).read_bytes()), dtype="float32")
+    assert abs(1000 * len(audio) / rate - (chosen_ms + 600 + 1250)) < 1, (len(audio), chosen_ms)
+    page.locator("#e-status[data-kind='ok']").wait_for()
+
+    page.check("#e-normalize")
+    page.select_option("#e-format", "mp3")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export").click()
+    assert download.value.suggested_filename == "Lighthouse.mp3"
+    page.locator("#e-status", has_text="gain").wait_for()
+
+    for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
+        page.set_viewport_size(size)
+        page.evaluate("document.querySelector('#generate-h').scrollIntoView()")
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(screenshots / f"project-{name}.png"), full_page=name == "phone")
+        assert page.evaluate("document.documentElement.scrollWidth") <= size["width"], name
+
+
+def test_bad_import_and_export_errors_show_in_the_page(server: LiveServer, page: Any) -> None:
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Empty"}).json()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("window.voxgate.project !== null")
+    page.fill("#i-text", "```\nonly code\n```")
+    page.get_by_role("button", name="Preview the split").click()
+    page.locator("#i-status[data-kind='error']").wait_for()
+    assert "nothing that can be spoken" in page.inner_text("#i-status")
+    page.get_by_role("button", name="Export").click()
+    page.locator("#e-status[data-kind='error']").wait_for()
+    assert "no passages" in page.inner_text("#e-status")
+    page.goto(f"{server.url}/projects/prj-000000000000")
+    page.locator("#p-status[data-kind='error']").wait_for()
+    assert "no project" in page.inner_text("#p-status")
