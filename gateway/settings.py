@@ -31,6 +31,12 @@ class Settings:
     policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
     first_segment_chars: int = 40  # cut an utterance's first segment to this for TTFA (0: off)
+    # Text frontend (gateway/text/): how code and emoji are read unless a request says.
+    text_code: str = "inline"  # inline (code spans read, fenced blocks skipped) | speak | skip
+    text_emoji: str = "drop"  # drop | name
+    utterance_end_ms: float = 1000.0  # realtime: an unflushed utterance ends this long after its audio
+    realtime_messages_per_s: float = 500.0  # realtime: sustained client messages per session
+    realtime_message_burst: int = 1000  # realtime: messages a session may send at once
     device: str = "cpu"
     log_level: str = "info"
     models: tuple[Mapping[str, Any], ...] = ()
@@ -61,6 +67,13 @@ class Settings:
             raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
         if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb) < 0:
             raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb and min_free_disk_mb must be >= 0")
+        if self.text_code not in ("inline", "speak", "skip"):
+            raise ValueError(f"text_code must be inline, speak or skip, got {self.text_code!r}")
+        if self.text_emoji not in ("drop", "name"):
+            raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
+        if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
+            raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
+                             "utterance_end_ms >= 0")
         if self.memory_factor <= 0:
             raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         for entry in self.models:
