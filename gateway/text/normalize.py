@@ -34,6 +34,7 @@ Item = str | Pause  # a segment of speakable text, or a pause
 def tidy(text: str) -> str:
     """One space between words, none before punctuation, no doubled punctuation."""
     text = re.sub(r"\s+", " ", text)
+    text = re.sub(r"(?<=\w)-\s+(?=\w)", " ", text)  # "COVID- nineteen" after a number pass
     text = _BEFORE_PUNCT.sub(r"\1", text)
     text = _REPEATED.sub(r"\1", text)
     text = re.sub(r"^[\s.,;:]+", "", text)

@@ -131,10 +131,10 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
 def date_words(date: datetime.date, lang: str) -> str:
     """A date as the locale's long form says it: "March fifteenth, twenty twenty-four"."""
     loc = language.locale(lang)
-    pattern = parse_pattern(get_date_format("long", locale=loc))
+    template = str(parse_pattern(str(get_date_format("long", locale=loc).pattern)).format)  # "%(d)s. %(MMMM)s %(y)s"
     base = language.base(lang)
     fields: dict[str, str] = {}
-    for name in re.findall(r"%\((\w+)\)s", pattern.format):
+    for name in re.findall(r"%\((\w+)\)s", template):
         if name.startswith("d"):
             fields[name] = ordinal(date.day, lang) if base in ORDINAL_DAY_LANGUAGES or (
                 base == "fr" and date.day == 1) else cardinal(date.day, lang)
@@ -146,7 +146,7 @@ def date_words(date: datetime.date, lang: str) -> str:
             fields[name] = year(date.year, lang)
         else:
             fields[name] = ""
-    text = pattern.format % fields
+    text = template % fields
     if base == "de":
         text = text.replace(". ", " ", 1)  # "15. März": the ordinal's period is in the word now
     return text
@@ -245,6 +245,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     passes: list[tuple[str, Callable[[re.Match[str]], str]]] = [
         (r"(?<![\d-])(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?![\d-])", iso_date),
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
+        (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", iso_date),
         (r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<mi>[0-5]\d)(?::[0-5]\d)?(?![\d:])"
          r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b\.?)?", clock),
         (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b\.?", clock),

@@ -33,6 +33,7 @@ WINDOW_CHARS = 160
 MAX_UNIT_CHARS = 400
 MIN_FIRST_CHARS = 24  # a shorter first segment plays out before the next is synthesised
 MIN_CUT_CHARS = 12
+WORD_SLACK = 40  # how long a length cut waits for a pending boundary's next word
 CLOSERS = "\"')]}*_»”’」』）"
 SENTENCE_PUNCT = ".!?…"
 CJK_PUNCT = "。！？"
@@ -294,8 +295,8 @@ class TextStream:
 
     def _length_cut(self, i: int) -> int | None:
         limit = self.first_chars if self.is_first else MAX_UNIT_CHARS
-        if i < limit or self._line_kind == "table" or self._candidate >= 0:
-            return None
+        if i < limit or self._line_kind == "table" or (self._candidate >= 0 and i < limit + WORD_SLACK):
+            return None  # (a boundary about to be decided is a better cut, if it comes soon)
         if self._last_space >= MIN_CUT_CHARS:
             return self._last_space
         if self.is_first and i < MAX_UNIT_CHARS:
