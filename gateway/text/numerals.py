@@ -247,8 +247,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
         (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", iso_date),
         (r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<mi>[0-5]\d)(?::[0-5]\d)?(?![\d:])"
-         r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b\.?)?", clock),
-        (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b\.?", clock),
+         r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?)?", clock),
+        (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?", clock),
         (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
         (rf"(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"

@@ -97,7 +97,7 @@ class TextStream:
         self._newline = -1  # a newline whose cut waits for the next line's first character
         self._candidate = -1  # a boundary (index of the space after it) waiting for the next word
         self._candidate_kind = ""
-        self._last_space = -1  # last balanced space followed by a letter
+        self._last_space = -1  # last balanced space between words, before the length limit
 
     @property
     def pending_chars(self) -> int:
@@ -186,8 +186,9 @@ class TextStream:
             cut = self._decide_pending(i)
             if cut is not None:
                 return cut
-        if ch.isalpha() and i > 0 and text[i - 1] in " \t" and self._is_balanced():
-            self._last_space = i - 1
+        if ch.isalpha() and i > 1 and text[i - 1] in " \t" and text[i - 2].isalpha() and self._is_balanced() \
+                and i - 1 <= (self.first_chars if self.is_first else MAX_UNIT_CHARS):
+            self._last_space = i - 1  # between two words ("10:30 am", "5 km" stay whole)
         return self._length_cut(i)
 
     @staticmethod
