@@ -22,6 +22,8 @@ from gateway.state import AppState
 from gateway.text import Item, TextStream
 from gateway.utterance import Utterance
 
+APPEND_SLICE_CHARS = 256
+
 
 class SessionText:
     state: AppState
@@ -53,11 +55,15 @@ class SessionText:
         if self.text.pending_chars + queued + len(text) > self.settings.max_input_chars:
             raise InputTooLong(f"more than {self.settings.max_input_chars} characters of text are waiting "
                                "to be spoken", field="text")
+        self.text.check(text)  # an unreadable <break> refuses the whole append
         if self.text_since_s is None and text.strip():
             self.text_since_s = time.monotonic()
         self._cancel_timer("end_timer")
-        await self.queue(self.text.append(text))
         self._cancel_timer("tail_timer")
+        for at in range(0, len(text), APPEND_SLICE_CHARS):
+            if at:
+                await asyncio.sleep(0)  # a long append lets the server's other sessions run
+            await self.queue(self.text.append(text[at:at + APPEND_SLICE_CHARS]))
         if self.text.pending:
             loop = asyncio.get_running_loop()
             self.tail_timer = loop.call_later(self.settings.text_buffer_ms / 1000.0,

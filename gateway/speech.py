@@ -20,6 +20,7 @@ proper JSON error; a client that disconnects cancels the request in the engine.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -73,7 +74,8 @@ async def speech(request: Request) -> StreamingResponse:
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
         raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
     options = await speech_options(state, choice, data)
-    items = prepare(data["input"], options, state.settings.first_segment_chars)
+    # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
+    items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
     if not any(isinstance(item, str) for item in items):
         raise InvalidInput("input has nothing to speak once markup, code and emoji are left out", field="input")
     arrival_s = time.monotonic()

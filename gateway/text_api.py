@@ -10,6 +10,7 @@ segments joined with spaces.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 
@@ -40,7 +41,7 @@ async def normalize(request: Request) -> JSONResponse:
         if not isinstance(lang, str) or not _LANGUAGE.match(lang):
             raise InvalidInput("language must be a language code such as 'en', 'de_DE' or 'pt-BR'", field="language")
         options = dataclasses.replace(options, language=lang)
-    items = prepare(data["input"], options, state.settings.first_segment_chars)
+    items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
     return JSONResponse({
         "language": options.language,
         "items": [{"pause_ms": item.ms} if isinstance(item, Pause) else {"text": item} for item in items],

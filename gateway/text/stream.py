@@ -109,10 +109,14 @@ class TextStream:
 
     # -- input --------------------------------------------------------------------------
 
-    def append(self, piece: str) -> list[Item]:
-        piece = _clean_piece(piece)
+    def check(self, piece: str) -> None:
+        """Raise InvalidInput if appending `piece` would complete an unreadable SSML tag."""
         if self.options.normalize and ("<" in piece or ">" in piece or self._tag >= 0):
             markup.check_ssml((self._text[self._tag:] if self._tag >= 0 else "") + piece, self.field)
+
+    def append(self, piece: str) -> list[Item]:
+        piece = _clean_piece(piece)
+        self.check(piece)
         self._text += piece
         out: list[Item] = []
         while self._pos < len(self._text):
