@@ -266,10 +266,24 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
     passes.append((r"(?<![\w.])\d+(?:\.\d+){2,}(?!\w|\.\d)", version))
     passes.append((rf"(?P<sign>(?<![^\s(\[])[-−])?(?<![\d.,])(?P<n>{num})(?!\d)", plain))
-    compiled: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = []
-    for pattern, replace in passes:
-        compiled.append((re.compile(pattern), replace))
-    return compiled
+    return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]
+
+
+def _or_as_written(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    """`replace`, or the match unchanged where a library has no words for it.
+
+    num2words raises NotImplementedError, OverflowError, ValueError (and others, per
+    language) for values or currencies a language lacks; such a notation is left for a
+    later pass, or for the voice's own phonemiser, rather than failing the request.
+    """
+
+    def safe(match: re.Match[str]) -> str:
+        try:
+            return replace(match)
+        except Exception:  # noqa: BLE001 - see above: any library failure means "no words here"
+            return match.group(0)
+
+    return safe
 
 
 def expand(text: str, lang: str) -> str:

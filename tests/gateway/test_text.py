@@ -161,3 +161,33 @@ def test_appends_cost_what_they_add_not_what_is_buffered(monkeypatch: pytest.Mon
         stream.flush()
         assert largest <= module.MAX_UNIT_CHARS + module.WORD_SLACK + 1, text[:20]
     assert windows and max(windows) <= module.WINDOW_CHARS + 40
+
+
+FUZZ_PIECES = list("abc XYZ 0123456789 .,;:!?-–*_`#|~[]()<>/\\@$€£¥%°&+=\n\n\t\"'") + [
+    "Dr. ", "e.g. ", "Hello there. ", "😀", "世", "。", "ก ", "```", "| a |", "<break time='1s'/>", "<speak>",
+    "$1,000,000.00", "2024-13-45", "2024-03-01", "99/99/2024", "25:99", "1e400", "9" * 40, "1.2.3.4.5",
+    "**", "[x](", "](y)", "- ", "1. ", "# ", "> ", "https://example.com/a ", "@x.com", "−5", "\u200b", "\x00",
+    "word word word, word word word word, "]
+
+
+@pytest.mark.parametrize("lang", ["en_US", "de_DE", "fr_FR", "ja", "zh", "th", "ru", "pt_BR", "xx"])
+def test_any_text_is_read_or_refused_cleanly_and_pieces_read_as_whole(lang: str) -> None:
+    rng = random.Random(lang)
+    for _ in range(120):
+        text = "".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(1, 60)))
+        options = TextOptions(language=lang, emoji=rng.choice(["drop", "name"]),
+                              code=rng.choice(["inline", "speak", "skip"]))
+        try:
+            whole = prepare(text, options)
+        except InvalidInput:
+            continue  # only an unreadable <break> may refuse; nothing else may raise
+        stream = TextStream(options)
+        out: list[object] = []
+        at = 0
+        while at < len(text):
+            size = rng.randint(1, 7)
+            out += stream.append(text[at:at + size])
+            at += size
+        out += stream.flush()
+        assert out == whole, text
+        assert all(isinstance(item, Pause) or item.strip() for item in whole)
