@@ -48,6 +48,7 @@ from gateway.voices import Choice, check_speed, resolve
 log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+REALTIME_MIN_FIRST_CHARS = 12
 SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", *TEXT_FIELDS)
 
 
@@ -58,7 +59,10 @@ class Session(SessionText):
         self.settings = state.settings
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
         self.sample_rate = 24000
-        self.text = TextStream(TextOptions(), self.settings.first_segment_chars, field="text")
+        # A clause of REALTIME_MIN_FIRST_CHARS already plays for ~1 s, far longer than the
+        # next words take to arrive at LLM pace, so the first segment can be that short.
+        self.text = TextStream(TextOptions(), self.settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
+                               field="text")
         self.utterance: Utterance | None = None
         # Text that arrived after text.flush while that utterance still plays: the next one.
         self.backlog: list[Item] = []

@@ -34,6 +34,9 @@ class Settings:
     # Text frontend (gateway/text/): how code and emoji are read unless a request says.
     text_code: str = "inline"  # inline (code spans read, fenced blocks skipped) | speak | skip
     text_emoji: str = "drop"  # drop | name
+    # realtime: text arrives over time, so an utterance's first segment is cut shorter (at
+    # the last space before this many characters, unless a clause ends sooner).
+    realtime_first_chars: int = 24
     utterance_end_ms: float = 1000.0  # realtime: an unflushed utterance ends this long after its audio
     realtime_messages_per_s: float = 500.0  # realtime: sustained client messages per session
     realtime_message_burst: int = 1000  # realtime: messages a session may send at once
@@ -71,6 +74,8 @@ class Settings:
             raise ValueError(f"text_code must be inline, speak or skip, got {self.text_code!r}")
         if self.text_emoji not in ("drop", "name"):
             raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
+        if self.realtime_first_chars < 0:
+            raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
         if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
             raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
                              "utterance_end_ms >= 0")

@@ -2,7 +2,7 @@
 
 `TextStream` reads its input once, character by character, and cuts it into *units*
 where cutting cannot change how the text is read: between sentences (pysbd decides, on
-a window of at most `WINDOW_CHARS` before the boundary and the next whole word after it),
+a window of at most `WINDOW_CHARS` before the boundary and the next character after it),
 at line breaks that start a new markdown block, after a closed code fence or table, and
 only where no code span, link, or tag is open and the next unit starts with a letter (so
 it cannot turn into a list item or heading on its own). Each unit is normalised on its own
@@ -180,7 +180,7 @@ class TextStream:
             if cut is not None:
                 return cut
             self._new_candidate(i)
-        elif self._candidate >= 0 and self._candidate_kind != "sentence":
+        elif self._candidate >= 0:
             cut = self._decide_pending(i)
             if cut is not None:
                 return cut
@@ -266,26 +266,26 @@ class TextStream:
         j = k
         while j < len(text) and text[j] in " \t\n":
             j += 1
-        if j > i or j >= len(text):
+        if j > i:
             return None
         kind = self._candidate_kind
         start = text[j]
-        safe = start.isalpha() or start in OPENERS or (
-            start in "*_" and j + 1 < len(text) and not text[j + 1].isspace())
+        after = text[j + 1] if j + 1 <= i else None  # only what has been read so far counts
+        safe = start.isalpha() or start in OPENERS or (start in "*_" and after is not None and not after.isspace())
         if kind == "thai":
             self._candidate = -1
             return k if _is_thai(start) else None
         if not safe:
-            if j + 1 < len(text) or start not in "*_":
-                self._candidate = -1
-            return None
-        if kind in ("clause", "cjk"):
+            if start in "*_" and after is None:
+                return None  # "**Next": one more character decides
             self._candidate = -1
-            return k
-        if i == j or not text[i].isspace():
-            return None  # a sentence boundary waits for the next whole word
+            return None
         self._candidate = -1
-        return k if self._is_sentence_end(k, j, i) else None
+        if kind in ("clause", "cjk"):
+            return k
+        # pysbd decides a boundary from the next word's first character as well as from the
+        # whole word ("Dr. S", "U.S. A" stay whole; "that. T", "a.m. T" split).
+        return k if self._is_sentence_end(k, j, i + 1) else None
 
     def _is_sentence_end(self, k: int, j: int, end: int) -> bool:
         start = max(0, k - WINDOW_CHARS)
