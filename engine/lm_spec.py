@@ -35,3 +35,4 @@ class LMSpec:
     top_p: float
     repetition_penalty: float
     max_tokens: int
+    max_text_chars: int = 0  # longest text one request may carry (0: no limit of its own)

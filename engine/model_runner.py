@@ -111,8 +111,6 @@ class ModelRunner:
             if torch.device(self.codec.device).type == "cuda":
                 self.codec_graphs.capture()
 
-    # -- construction -------------------------------------------------------------------
-
     def _allocate_kv_cache(self) -> None:
         args = self.model.args
         self.kv_cache = torch.zeros(2, args.num_hidden_layers, self.max_running, args.num_key_value_heads,
@@ -158,8 +156,6 @@ class ModelRunner:
                 pool = pool or graph.pool()
                 self._graphs[(batch, length)] = graph
         torch.cuda.synchronize()
-
-    # -- the decode step (graph-captured on GPU) ------------------------------------------
 
     def _sample_and_update(self, rows: torch.Tensor | slice, logits: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers), advance their
@@ -251,8 +247,6 @@ class ModelRunner:
         return [TokenOut(r, int(values[0, row]), bool(values[2, row]))
                 for row, r in owners.items() if values[1, row]]
 
-    # -- prefill ----------------------------------------------------------------------------
-
     @torch.inference_mode()
     def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
         """Pack the prompts of `requests` into one forward; sample each first token."""
@@ -290,8 +284,6 @@ class ModelRunner:
         self._timings.append(Timing("prefill", len(ids), 1, 1000.0 * (time.perf_counter() - t0)))
         return [TokenOut(r, int(values[0, i]), bool(values[1, i])) for i, r in enumerate(requests)]
 
-    # -- codec ------------------------------------------------------------------------------
-
     def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
         """One chunk per item, in order: windows of equal length decode as one batch."""
         spf = int(self.codec.samples_per_frame)
@@ -313,8 +305,6 @@ class ModelRunner:
                 pcm[i] = np.ascontiguousarray(audio[row, window.crop(spf)])
             self._timings.append(Timing("codec", len(members), num_frames, 1000.0 * (time.perf_counter() - t0)))
         return [ChunkOut(item.request.request_id, pcm[i], is_last=item.window.is_last) for i, item in enumerate(items)]
-
-    # -- the rest -----------------------------------------------------------------------------
 
     def release(self, request: Request) -> None:
         """Nothing to free: the slot's device state is reset by its next owner's prefill."""

@@ -36,6 +36,7 @@ class SynthSpec:
     voices: tuple[str, ...]  # default first
     prepare: Callable[[SpeechRequest], Prepared]
     shape: ChunkShape = ChunkShape(ramp=(1,), context_frames=0)
+    max_text_chars: int = 0  # longest text one request may carry (0: no limit of its own)
 
 
 class Synthesizer(Protocol):

@@ -20,6 +20,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from gateway import (
     library_api, models_api, pages, presets, projects_api, projects_takes, realtime, references, speech, stats, takes,
+    text_api,
 )
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
@@ -126,6 +127,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/models/{model_id}", models_api.get_model, methods=["GET"]),
         Route("/v1/audio/voices", models_api.list_voices),
         Route("/v1/audio/speech", speech.speech, methods=["POST"]),
+        Route("/v1/text/normalize", text_api.normalize, methods=["POST"]),
         Route("/v1/models/{model_id}/load", library_api.load_model, methods=["POST"]),
         Route("/v1/models/{model_id}/unload", library_api.unload_model, methods=["POST"]),
         Route("/v1/library/catalog", library_api.catalog),

@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.types import EngineError, InvalidInput, SpeechRequest
+from engine.types import EngineError, InvalidInput
 from gateway.audio import to_pcm16
 from gateway.projects_store import ProjectStore
 from gateway.state import AppState
-from gateway.text import check_input, split_segments
+from gateway.stitch import Stitched, plan, request_chars, speech_options
+from gateway.text import MIN_FIRST_CHARS, check_input, prepare
 from gateway.voices import Choice, resolve
 
 log = logging.getLogger(__name__)
@@ -145,26 +146,26 @@ class Generator:
         await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=not chosen_is_current)
 
     async def _synthesise(self, choice: Choice, text: str) -> tuple[np.ndarray, int]:
+        """A passage through the same text frontend and stitching as `/v1/audio/speech`."""
         state = self.state
+        options = await speech_options(state, choice, {})
+        items = await asyncio.to_thread(prepare, text, options, 0, MIN_FIRST_CHARS, "text")
+        if not any(isinstance(item, str) for item in items):
+            raise InvalidInput("the passage has nothing to speak once markup is left out", field="text")
         lease = await state.residency.acquire(choice.model_id)  # the model stays resident until the end
-        spec = SpeechRequest(request_id=f"project-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
-                             segments=tuple(split_segments(text)), voice=choice.voice, speed=choice.speed,
-                             options=choice.options, ttfa_target_ms=BACKGROUND_TTFA_MS)
+        audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), BACKGROUND_TTFA_MS,
+                         request_id=f"project-{uuid.uuid4().hex[:16]}")
         try:
-            stream = state.engine.submit(spec)
-            try:
-                pieces: list[np.ndarray] = []
-                sample_rate = 0
-                async for chunk in stream:
+            first = await audio.start()
+            pieces, sample_rate = [first.pcm], first.sample_rate
+            if not first.is_last:
+                async for chunk in audio:
                     pieces.append(chunk.pcm)
-                    sample_rate = chunk.sample_rate
                     if chunk.is_last:
                         break
-            finally:
-                if not stream.done:
-                    state.engine.cancel(spec.request_id)
         finally:
+            await audio.aclose()
             lease.release()
-        if not pieces or not sample_rate or not sum(len(p) for p in pieces):
+        if not sum(len(p) for p in pieces):
             raise InvalidInput("the model produced no audio for this passage", field="text")
         return np.concatenate(pieces), sample_rate

@@ -5,7 +5,7 @@ paragraph, list item, table cell row and block quote paragraph becomes a block o
 inline text (emphasis, links and inline code keep their words; images, raw HTML and
 code blocks are not narrated). Plain text splits into blocks at blank lines. Then each
 block is normalised and, when longer than `max_chars`, cut into passages of whole
-sentences by the text frontend (gateway/text.py `split_segments`), packed greedily up to
+sentences by the text frontend (gateway/text `split_segments`), packed greedily up to
 `max_chars`. A heading stays a passage of its own, so it can get its own pause.
 """
 
@@ -18,7 +18,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from engine.types import InvalidInput
-from gateway.text import is_speakable, normalize, split_segments
+from gateway.text import clean, is_speakable, split_segments
 
 MAX_PASSAGE_CHARS = 600  # a passage is a paragraph-sized take: long enough to flow, short to redo
 IMPORT_FORMATS = ("text", "markdown")
@@ -85,9 +85,9 @@ def split_passages(source: str, fmt: str, max_chars: int = MAX_PASSAGE_CHARS) ->
     blocks = markdown_blocks(source) if fmt == "markdown" else text_blocks(source)
     out: list[dict[str, str]] = []
     for block in blocks:
-        clean = normalize(block.text)
-        if not is_speakable(clean):
+        cleaned = clean(block.text)
+        if not is_speakable(cleaned):
             continue
-        pieces = [clean] if len(clean) <= max_chars else _pack(split_segments(clean), max_chars)
+        pieces = [cleaned] if len(cleaned) <= max_chars else _pack(split_segments(cleaned), max_chars)
         out.extend({"text": piece, "kind": block.kind} for piece in pieces)
     return out

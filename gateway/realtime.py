@@ -5,10 +5,15 @@ Client → server (JSON text frames): `session.update`, `text.append`, `text.flu
 `session.updated`, `audio.start`, binary PCM16 frames, `utterance.done`, `error`.
 docs/realtime.md is the protocol reference, with a client example.
 
-Text arriving in pieces goes through a SentenceBuffer: each completed sentence is
-queued for synthesis at once; an incomplete tail is spoken after `text_buffer_ms`
-without new text, or on `text.flush`, which also ends the utterance once its audio is
-done. Sentences queued while one engine request runs are sent as the next request.
+Text arriving in pieces goes through the session's TextStream (gateway/text/): the
+first clause of an utterance is queued as soon as it is complete, then each sentence;
+an incomplete tail is spoken after `text_buffer_ms` without new text, or on
+`text.flush`, which also ends the utterance once its audio is done. An utterance that is
+never flushed ends `utterance_end_ms` after its audio has played out. Segments queued
+while one engine request runs are sent as the next request (at most the family's
+request size, gateway/stitch.py); SSML pauses are sent as silence. Each session's
+messages are rate-limited (`realtime_messages_per_s`, `realtime_message_burst`) and the
+loop yields after each, so one flooding client cannot hold the event loop.
 
 The utterance's PlaybackClock (engine/clock.py) turns the client's `playback.position`
 reports into stall counts, and each engine request gets the same reports shifted by
@@ -27,57 +32,56 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from engine.clock import PlaybackClock
 from engine.engine import AudioStream
 from engine.types import EngineError, InputTooLong, InvalidInput, SpeechRequest
 from gateway.audio import Resampler, to_pcm16
 from gateway.errors import ApiError, as_api_error
+from gateway.rate import MessageRate
 from gateway.residency import Lease
 from gateway.state import AppState
-from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize, split_first
+from gateway.stitch import request_chars, speech_options
+from gateway.realtime_text import SessionText
+from gateway.text import TEXT_FIELDS, Item, TextOptions, TextStream
+from gateway.utterance import Utterance
 from gateway.voices import Choice, check_speed, resolve
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
-SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format")
+REALTIME_MIN_FIRST_CHARS = 12
+SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", *TEXT_FIELDS)
 
 
-class Utterance:
-    def __init__(self, sample_rate: int, ttfa_target_ms: float) -> None:
-        self.utterance_id = f"utt-{uuid.uuid4().hex[:12]}"
-        self.segments: list[str] = []  # complete, not yet submitted
-        self.clock = PlaybackClock(time.monotonic(), ttfa_target_ms)
-        self.sample_rate = sample_rate
-        self.started = False  # audio.start sent
-        self.flushed = False  # text.flush received: end when everything is spoken
-        self.ready_s: float | None = None  # when its first text became speakable
-        self.request_id: str | None = None  # engine request in flight
-        self.request_offset_ms = 0.0  # utterance audio before that request's first sample
-        self.model_id = ""  # what it is spoken with (the session may change meanwhile)
-        self.pump: asyncio.Task[None] | None = None
-
-
-class Session:
+class Session(SessionText):
     def __init__(self, state: AppState, ws: WebSocket) -> None:
         self.state = state
         self.ws = ws
         self.settings = state.settings
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
         self.sample_rate = 24000
-        self.buffer = SentenceBuffer()
+        # A clause of REALTIME_MIN_FIRST_CHARS already plays for ~1 s, far longer than the
+        # next words take to arrive at LLM pace, so the first segment can be that short.
+        self.text = TextStream(TextOptions(), self.settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
+                               field="text")
         self.utterance: Utterance | None = None
         # Text that arrived after text.flush while that utterance still plays: the next one.
-        self.backlog: list[str] = []
+        self.backlog: list[Item] = []
         self.backlog_flushed = False
+        self.backlog_since_s: float | None = None
+        self.text_since_s: float | None = None  # first text.append of the utterance to come
         self.tail_timer: asyncio.TimerHandle | None = None
+        self.end_timer: asyncio.TimerHandle | None = None
+        self.rate = MessageRate(self.settings.realtime_messages_per_s, self.settings.realtime_message_burst)
         self._send_lock = asyncio.Lock()
 
     # -- sending ----------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
+        options = self.text.options
         return {"model": self.choice.model_id, "voice": self.choice.preset or self.choice.voice,
-                "speed": self.choice.speed, "sample_rate": self.sample_rate, "format": "pcm16"}
+                "speed": self.choice.speed, "sample_rate": self.sample_rate, "format": "pcm16",
+                "normalize": options.normalize, "code": options.code, "emoji": options.emoji,
+                "language": options.language}
 
     async def send(self, event: dict[str, Any]) -> None:
         async with self._send_lock:
@@ -91,11 +95,20 @@ class Session:
     # -- main loop --------------------------------------------------------------------
 
     async def run(self) -> None:
+        self.text.options = await speech_options(self.state, self.choice, {})
         await self.send({"type": "session.created", "session": self.describe()})
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
+            await asyncio.sleep(0)  # queued messages run one at a time, not back to back
+            if not self.rate.allow():
+                if not self.rate.is_limiting:  # one error per run of refused messages
+                    self.rate.is_limiting = True
+                    await self.send_error(ApiError(
+                        429, "rate_limited", f"more than {self.rate.per_s:g} messages a second "
+                        f"(bursts of {self.rate.burst}); messages are dropped until the rate falls"))
+                continue
             if message.get("text") is None:
                 await self.send_error(ApiError(400, "invalid_message", "send JSON text frames, not binary"))
                 continue
@@ -162,66 +175,14 @@ class Session:
         except EngineError as error:
             error.field = f"session.{error.field}" if error.field else "session"
             raise
+        options = await speech_options(self.state, choice, {**self._text_fields(), **session}, prefix="session.")
         self.choice, self.sample_rate = choice, rate  # applies from the next utterance
+        self.text.options = options  # applies to text not yet cut into segments
         await self.send({"type": "session.updated", "session": self.describe()})
 
-    async def append(self, text: Any) -> None:
-        if not isinstance(text, str):
-            raise InvalidInput("text must be a string", field="text")
-        queued = (self.utterance.segments if self.utterance else []) + self.backlog
-        pending = len(self.buffer.pending) + sum(len(s) for s in queued)
-        if pending + len(text) > self.settings.max_input_chars:
-            raise InputTooLong(f"more than {self.settings.max_input_chars} characters of text are waiting "
-                               "to be spoken", field="text")
-        segments = self.buffer.append(text)
-        if segments and self.utterance is None and sum(len(s) for s in segments) < MIN_FIRST_CHARS:
-            # "Hello!" alone would play out before the next sentence is ready (a stall):
-            # wait for more text; the tail timer below still bounds the wait.
-            self.buffer.hold(segments)
-            segments = []
-        await self.queue(segments)
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-        if normalize(self.buffer.pending):
-            loop = asyncio.get_running_loop()
-            self.tail_timer = loop.call_later(self.settings.text_buffer_ms / 1000.0,
-                                              lambda: asyncio.ensure_future(self._speak_tail()))
-
-    async def _speak_tail(self) -> None:
-        self.tail_timer = None
-        try:
-            await self.queue(self.buffer.flush())
-        except (ApiError, EngineError) as error:
-            await self.send_error(error)
-
-    async def flush(self) -> None:
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-            self.tail_timer = None
-        segments = self.buffer.flush()
-        if self.utterance is not None and self.utterance.flushed:
-            self.backlog.extend(segments)  # the next utterance, once this one is done
-            self.backlog_flushed = bool(self.backlog)
-            return
-        await self.queue(segments)
-        if self.utterance is not None:
-            self.utterance.flushed = True
-            await self.advance()
-
-    async def cancel(self) -> None:
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-            self.tail_timer = None
-        self.buffer.flush()
-        self.backlog, self.backlog_flushed = [], False
-        utterance, self.utterance = self.utterance, None
-        if utterance is None:
-            return
-        if utterance.request_id is not None:
-            self.state.engine.cancel(utterance.request_id)
-        if utterance.pump is not None and utterance.pump is not asyncio.current_task():
-            utterance.pump.cancel()
-        await self.done(utterance, cancelled=True)
+    def _text_fields(self) -> dict[str, Any]:
+        options = self.text.options
+        return {"normalize": options.normalize, "code": options.code, "emoji": options.emoji}
 
     def playback(self, event: dict[str, Any]) -> None:
         played, playing = event.get("played_ms"), event.get("playing", True)
@@ -240,63 +201,53 @@ class Session:
 
     # -- utterance lifecycle ----------------------------------------------------------
 
-    async def queue(self, segments: list[str]) -> None:
-        if not segments:
-            return
-        if self.utterance is not None and self.utterance.flushed:
-            self.backlog.extend(segments)
-            return
-        if self.utterance is None:
-            self.utterance = Utterance(self.sample_rate, self.settings.ttfa_target_ms)
-        if self.utterance.ready_s is None:
-            self.utterance.ready_s = time.monotonic()
-            self.utterance.clock = PlaybackClock(self.utterance.ready_s, self.settings.ttfa_target_ms)
-            segments = split_first(segments, self.settings.first_segment_chars)
-        self.utterance.segments.extend(segments)
-        await self.advance()
-
     async def advance(self) -> None:
-        """Submit queued sentences if no request is in flight; end a flushed utterance."""
+        """Submit queued segments if no request is in flight; end a flushed utterance."""
         utterance = self.utterance
         if utterance is None or utterance.request_id is not None:
             return
-        if utterance.segments:
+        pause_ms = utterance.take_pause_ms()
+        if pause_ms and utterance.started:
+            await self._send_silence(utterance, pause_ms)
+        if utterance.items:
             choice = self.choice
-            segments, utterance.segments = utterance.segments, []
-            # The listener may still be playing earlier sentences: tell the engine how much.
-            ahead_ms = utterance.clock.buffered_ms(time.monotonic()) if utterance.started else 0.0
-            spec = SpeechRequest(
-                request_id=f"rt-{uuid.uuid4().hex[:16]}", model_id=choice.model_id, segments=tuple(segments),
-                voice=choice.voice, speed=choice.speed, options=choice.options,
-                ttfa_target_ms=self.settings.ttfa_target_ms, ahead_ms=ahead_ms)
-            utterance.request_id = spec.request_id
-            utterance.model_id = choice.model_id
             lease: Lease | None = None
+            # Set before the model may load, so that a second advance() waits for this request.
+            utterance.request_id = request_id = f"rt-{uuid.uuid4().hex[:16]}"
             try:
                 lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
+                segments = utterance.take_group(request_chars(lease.runner))
+                # The listener may still be playing earlier sentences: tell the engine how much.
+                ahead_ms = utterance.clock.buffered_ms(time.monotonic()) if utterance.started else 0.0
+                spec = SpeechRequest(
+                    request_id=request_id, model_id=choice.model_id, segments=segments,
+                    voice=choice.voice, speed=choice.speed, options=choice.options,
+                    ttfa_target_ms=self.settings.ttfa_target_ms, ahead_ms=ahead_ms)
+                utterance.model_id = choice.model_id
                 stream = self.state.engine.submit(spec)
             except BaseException:
                 if lease is not None:
                     lease.release()
                 utterance.request_id = None
-                self.utterance = None
+                if self.utterance is utterance:
+                    self.utterance = None
                 raise
             utterance.request_offset_ms = utterance.clock.delivered_ms
-            assert lease is not None
             utterance.pump = asyncio.create_task(self.pump(utterance, stream, lease))
         elif utterance.flushed:
             self.utterance = None
             if utterance.started:  # (else it was flushed before anything was speakable)
                 await self.done(utterance, cancelled=False)
             await self._start_backlog()
+        elif not self.text.pending and self.tail_timer is None:
+            self._arm_end_timer(utterance)
 
-    async def _start_backlog(self) -> None:
-        segments, self.backlog = self.backlog, []
-        flushed, self.backlog_flushed = self.backlog_flushed, False
-        await self.queue(segments)
-        if flushed and self.utterance is not None:
-            self.utterance.flushed = True
-            await self.advance()
+    async def _send_silence(self, utterance: Utterance, ms: float) -> None:
+        pcm = bytes(2 * int(round(utterance.sample_rate * ms / 1000.0)))
+        async with self._send_lock:
+            if self.ws.client_state == WebSocketState.CONNECTED:
+                await self.ws.send_bytes(pcm)
+        utterance.clock.on_delivery(time.monotonic(), ms)
 
     async def pump(self, utterance: Utterance, stream: AudioStream, lease: Lease) -> None:
         resample: Resampler | None = None
@@ -316,7 +267,7 @@ class Session:
         except EngineError as error:
             if self.utterance is utterance:
                 self.utterance = None
-                self.backlog, self.backlog_flushed = [], False
+                self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None
                 await self.send_error(error)
                 await self.done(utterance, cancelled=False, error=error.code)
             return
@@ -347,11 +298,12 @@ class Session:
             "audio_ms": round(audio_ms, 1),
             "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
             "stalls": clock.stalls, "cancelled": cancelled, "error": error,
+            "text": " ".join(utterance.spoken),
         })
 
     async def close(self) -> None:
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
+        self._cancel_timer("tail_timer")
+        self._cancel_timer("end_timer")
         utterance, self.utterance = self.utterance, None
         if utterance is not None:
             if utterance.request_id is not None:

@@ -269,11 +269,6 @@ class Residency:
         resident = self._residents.get(model_id)
         return resident is not None and resident.state is ResidentState.LOADED
 
-    def runner(self, model_id: str) -> Runner | None:
-        """The loaded runner of `model_id` (to read what it is, e.g. `has_backbone`), or None."""
-        resident = self._residents.get(model_id)
-        return resident.runner if resident is not None and resident.state is ResidentState.LOADED else None
-
     def is_busy(self, model_id: str) -> bool:
         resident = self._residents.get(model_id)
         return resident is not None and self._busy(resident)

@@ -32,6 +32,15 @@ class Settings:
     policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
     first_segment_chars: int = 40  # cut an utterance's first segment to this for TTFA (0: off)
+    # Text frontend (gateway/text/): how code and emoji are read unless a request says.
+    text_code: str = "inline"  # inline (code spans read, fenced blocks skipped) | speak | skip
+    text_emoji: str = "drop"  # drop | name
+    # realtime: text arrives over time, so an utterance's first segment is cut shorter (at
+    # the last space before this many characters, unless a clause ends sooner).
+    realtime_first_chars: int = 24
+    utterance_end_ms: float = 1000.0  # realtime: an unflushed utterance ends this long after its audio
+    realtime_messages_per_s: float = 500.0  # realtime: sustained client messages per session
+    realtime_message_burst: int = 1000  # realtime: messages a session may send at once
     device: str = "cpu"
     log_level: str = "info"
     models: tuple[Mapping[str, Any], ...] = ()
@@ -64,6 +73,15 @@ class Settings:
                self.max_predicted_ttfa_ms) < 0:
             raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb, min_free_disk_mb and "
                              "max_predicted_ttfa_ms must be >= 0")
+        if self.text_code not in ("inline", "speak", "skip"):
+            raise ValueError(f"text_code must be inline, speak or skip, got {self.text_code!r}")
+        if self.text_emoji not in ("drop", "name"):
+            raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
+        if self.realtime_first_chars < 0:
+            raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
+        if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
+            raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
+                             "utterance_end_ms >= 0")
         if self.memory_factor <= 0:
             raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         for entry in self.models:

@@ -7,7 +7,12 @@ instruction following, and the `X-Voxgate-Instructions: ignored` header says so)
 `stream_format` (`audio`: encoded bytes, chunked as produced; `sse`:
 `speech.audio.delta` events with base64 audio, then `speech.audio.done`),
 `busy_timeout_ms` (Voxgate: wait at most this long for the model to find room; it can
-only shorten the server's `busy_timeout_ms` and the model's own, then 503 `server_busy`).
+only shorten the server's `busy_timeout_ms` and the model's own, then 503 `server_busy`),
+`normalize` / `code` / `emoji` (Voxgate: how the text is read, gateway/text/options.py).
+
+The input goes through the text frontend (markdown, SSML breaks, numbers, links; split
+into sentences in the voice's language) and is spoken as one or more engine requests
+played as one stream (gateway/stitch.py), so inputs past a family's own limit work.
 
 The first chunk is awaited before the response starts, so any error up to then is a
 proper JSON error; a client that disconnects cancels the request in the engine.
@@ -15,23 +20,23 @@ proper JSON error; a client that disconnects cancels the request in the engine.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import time
-import uuid
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from engine.engine import AudioStream
-from engine.types import AudioChunk, EngineError, InvalidInput, SpeechRequest
+from engine.types import AudioChunk, EngineError, InvalidInput
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
 from gateway.errors import ApiError, read_json
 from gateway.residency import Lease
 from gateway.state import AppState
-from gateway.text import check_input, split_first, split_segments
+from gateway.stitch import Stitched, plan, request_chars, speech_options
+from gateway.text import check_input, prepare
 from gateway.voices import resolve
 
 log = logging.getLogger(__name__)
@@ -55,7 +60,7 @@ async def speech(request: Request) -> StreamingResponse:
     data = await read_json(request, state.settings.max_body_bytes)
     if "input" not in data:
         raise InvalidInput("input is required", field="input")
-    text = check_input(data["input"], state.settings.max_input_chars)
+    check_input(data["input"], state.settings.max_input_chars)
     fmt = _choice(data, "response_format", FORMATS, "mp3")
     stream_format = _choice(data, "stream_format", ("audio", "sse"), "audio")
     instructions = data.get("instructions")
@@ -68,67 +73,60 @@ async def speech(request: Request) -> StreamingResponse:
     if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
         raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
+    options = await speech_options(state, choice, data)
+    # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
+    items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
+    if not any(isinstance(item, str) for item in items):
+        raise InvalidInput("input has nothing to speak once markup, code and emoji are left out", field="input")
+    arrival_s = time.monotonic()
     # The lease keeps the model resident (never evicted) until the stream ends.
     lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)
-    spec = SpeechRequest(
-        request_id=f"speech-{uuid.uuid4().hex[:16]}", model_id=choice.model_id,
-        segments=tuple(split_first(split_segments(text), state.settings.first_segment_chars)),
-        voice=choice.voice, speed=choice.speed, options=choice.options,
-        ttfa_target_ms=state.settings.ttfa_target_ms)
+    audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), state.settings.ttfa_target_ms,
+                     arrival_s=arrival_s)
     try:
-        stream = state.engine.submit(spec)
+        first = await audio.start()
     except BaseException:
-        lease.release()
-        raise
-    try:
-        first = await stream.__anext__()
-    except BaseException:
-        state.engine.cancel(spec.request_id)
         lease.release()
         raise
 
-    headers = {"X-Request-Id": spec.request_id, "X-Voxgate-Model": choice.model_id,
+    headers = {"X-Request-Id": audio.request_id, "X-Voxgate-Model": choice.model_id,
                "X-Voxgate-Voice": choice.voice}
     if instructions and choice.family not in FAMILIES_WITH_INSTRUCTIONS:
         headers["X-Voxgate-Instructions"] = "ignored"
     encoder = StreamEncoder(fmt, first.sample_rate)
-    log.info("request %s: %s/%s %d chars -> %s (%s)", spec.request_id, choice.model_id,
-             choice.voice, len(text), fmt, stream_format)
-    body = _audio_body(state, spec, stream, first, encoder, lease)
+    log.info("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
+             choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)
+    body = _audio_body(state, audio, first, encoder, lease)
     if stream_format == "sse":
         return StreamingResponse(_sse(body), media_type="text/event-stream", headers=headers)
-    return StreamingResponse(_plain(body, spec.request_id), media_type=MEDIA_TYPES[fmt], headers=headers)
+    return StreamingResponse(_plain(body, audio.request_id), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
-async def _audio_body(state: AppState, spec: SpeechRequest, stream: AudioStream,
-                      first: AudioChunk, encoder: StreamEncoder, lease: Lease) -> AsyncIterator[bytes]:
+async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encoder: StreamEncoder,
+                      lease: Lease) -> AsyncIterator[bytes]:
     t_start = time.monotonic()
-    state.metrics.observe_first_chunk(spec.model_id, 1000.0 * (t_start - spec.arrival_s))
+    model_id = lease.model_id
+    state.metrics.observe_first_chunk(model_id, 1000.0 * (t_start - audio.arrival_s))
     audio_ms = 0.0
     stalls = 0
     late_ms = 0.0
     try:
-        chunk: AudioChunk | None = first
-        while chunk is not None:
+        async for chunk in audio:
             audio_ms += chunk.duration_ms
             stalls += chunk.late_ms > 0
             late_ms += chunk.late_ms
             data = encoder.feed(chunk.pcm)
             if data:
                 yield data
-            chunk = None if chunk.is_last else await stream.__anext__()
+            if chunk.is_last:
+                break
         tail = encoder.close()
         if tail:
             yield tail
-        state.metrics.observe_done(spec.model_id, audio_ms, time.monotonic() - spec.arrival_s, stalls,
-                                   ttfa_ms=1000.0 * (t_start - spec.arrival_s), late_ms=late_ms, source="speech")
-    except StopAsyncIteration:
-        tail = encoder.close()
-        if tail:
-            yield tail
+        state.metrics.observe_done(model_id, audio_ms, time.monotonic() - audio.arrival_s, stalls,
+                                   ttfa_ms=1000.0 * (t_start - audio.arrival_s), late_ms=late_ms, source="speech")
     finally:
-        if not stream.done:
-            state.engine.cancel(spec.request_id)
+        await audio.aclose()
         lease.release()
 
 

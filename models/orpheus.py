@@ -221,7 +221,7 @@ def make_spec(tokenizer: Any) -> LMSpec:
         return Prepared(prompt_ids=tuple(prompt_ids(text_ids)), sampling=sampling)
 
     spec = LMSpec(FAMILY, VOICES, prepare, frame_codes, STOP_TOKEN_IDS, TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
-                  CODEBOOK_SIZE, CHUNK_SHAPE, TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS)
+                  CODEBOOK_SIZE, CHUNK_SHAPE, TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS, MAX_TEXT_CHARS)
     return spec
 
 

@@ -1,15 +1,20 @@
-"""Text frontend: normalisation, rejection, sentence segments, incremental buffer."""
+"""Text frontend units: cleaning, rejection, sentences per language, the incremental stream."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
 from engine.types import InputTooLong, InvalidInput
-from gateway.text import SentenceBuffer, check_input, normalize, split_first, split_segments
+from gateway.text import Pause, TextOptions, TextStream, check_input, clean, prepare, split_segments
+
+EN = TextOptions()
 
 
-def test_normalize_collapses_whitespace_and_drops_control_characters() -> None:
-    assert normalize("  Hello\t\tworld\r\n\x00again\u200b  ") == "Hello world again"
+def test_clean_collapses_whitespace_and_drops_control_characters() -> None:
+    assert clean("  Hello\t\tworld\r\n\x00again\u200b  ") == "Hello world again"
+    assert clean("a  b\n\nc\x00", keep_lines=True) == "a b\n\nc"
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t", "?!...", "\x00\x01"])
@@ -39,28 +44,150 @@ def test_long_sentences_are_cut_at_clauses_then_spaces() -> None:
     assert " ".join(segments).split() == sentence.split()
 
 
-def test_sentence_buffer_releases_sentences_as_they_complete() -> None:
-    buffer = SentenceBuffer()
-    assert buffer.append("Dr. Smith arrived") == []
-    assert buffer.append(" at noon. He sat") == ["Dr. Smith arrived at noon."]
-    assert buffer.append(" down.") == []  # might go on ("down. Then"): wait
-    assert buffer.pending == "He sat down."
-    assert buffer.flush() == ["He sat down."]
-    assert buffer.flush() == []
+def test_cjk_thai_and_mixed_scripts_split_at_their_own_punctuation() -> None:
+    assert split_segments("你好世界。今天天气很好！Hello there. How are you?", "zh") == [
+        "你好世界。", "今天天气很好！", "Hello there.", "How are you?"]
+    assert split_segments("Hello there. 你好世界。How are you?", "en") == ["Hello there.", "你好世界。", "How are you?"]
+    assert split_segments("สวัสดีครับ วันนี้อากาศดี", "th") == ["สวัสดีครับ", "วันนี้อากาศดี"]
+    assert split_segments("Guten Tag. Wie geht es Ihnen? Gut, danke.", "de_DE") == [
+        "Guten Tag.", "Wie geht es Ihnen?", "Gut, danke."]
 
 
-def test_the_first_segment_is_cut_short_for_a_fast_first_chunk() -> None:
-    segments = split_segments("It was a bright cold day in April, and the clocks were striking thirteen. Then.")
-    assert split_first(segments, 60) == ["It was a bright cold day in April,",
-                                         "and the clocks were striking thirteen.", "Then."]
-    no_clause = ["one two three four five six seven eight nine ten eleven twelve thirteen fourteen."]
-    cut = split_first(no_clause, 40)
-    assert len(cut[0]) <= 40 and " ".join(cut).split() == no_clause[0].split()
-    assert split_first(["Short one."], 60) == ["Short one."]
-    assert split_first(segments, 0) == segments
+def test_the_first_segment_is_cut_at_a_clause_for_a_fast_first_chunk() -> None:
+    items = prepare("It was a bright cold day in April, and the clocks were striking thirteen. Then.", EN, 60)
+    assert items == ["It was a bright cold day in April,", "and the clocks were striking thirteen.", "Then."]
+    no_clause = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen."
+    cut = prepare(no_clause, EN, 40)
+    assert isinstance(cut[0], str) and len(cut[0]) <= 40 and " ".join(map(str, cut)).split() == no_clause.split()
+    assert prepare("Short one.", EN, 60) == ["Short one."]
+    whole = "It was a bright cold day in April, and the clocks were striking thirteen. Then."
+    assert prepare(whole, EN, 0) == ["It was a bright cold day in April, and the clocks were striking thirteen.",
+                                     "Then."]
 
 
-def test_a_tiny_first_sentence_is_joined_with_the_next() -> None:
-    segments = split_segments("Hello! I am reading this text as it arrives, one piece at a time. Goodbye.")
-    assert split_first(segments, 60) == ["Hello! I am reading this text as it arrives,",
-                                         "one piece at a time.", "Goodbye."]
+def test_a_tiny_first_sentence_is_joined_with_what_follows() -> None:
+    items = prepare("Hello! I am reading this text as it arrives, one piece at a time. Goodbye.", EN, 60)
+    assert items[0] == "Hello! I am reading this text as it arrives,"
+
+
+def test_the_stream_releases_sentences_as_they_complete() -> None:
+    stream = TextStream(EN, first_chars=0)
+    assert stream.append("Dr. Smith arrived") == []
+    assert stream.append(" at noon.") == []  # what follows decides: "noon. He" or "noon.com"
+    assert stream.append(" He") == ["Dr. Smith arrived at noon."]
+    assert stream.append(" sat down") == []
+    assert stream.pending == "He sat down"
+    assert stream.flush() == ["He sat down"]
+    assert stream.flush() == []
+
+
+def test_the_stream_speaks_the_first_clause_at_once() -> None:
+    stream = TextStream(EN, first_chars=40)
+    out: list[object] = []
+    for word in "Well, the weather today is lovely, so we could".split():
+        out += stream.append(word + " ")
+    assert out == ["Well, the weather today is lovely,"]  # "Well," alone is too short to start with
+
+
+def test_a_markdown_marker_split_across_appends_reads_as_whole_text() -> None:
+    stream = TextStream(EN)
+    out = stream.append("**Impor") + stream.append("tant:** read [the do") + stream.append("cs](https://x.org).")
+    out += stream.flush()
+    assert out == prepare("**Important:** read [the docs](https://x.org).", EN)
+    assert " ".join(map(str, out)) == "Important: read the docs."
+
+
+LLM_TEXT = (
+    "# Results\n\nHere is what I found:\n\n- **Revenue** grew 12% to $3.5M in Q3 2024.\n"
+    "- Costs fell by 5,000 USD. Dr. Lee said so on 2024-03-15 at 10:30 am.\n\n"
+    "| Region | Sales |\n|---|---|\n| EU | 1,200 |\n| US | 3,400 |\n\n"
+    "```python\nprint('skipped')\n```\n"
+    "See https://www.example.com/docs/start for *more*. Mail me at jane.doe@example.com 😀! "
+    "Wait <break time=\"300ms\"/> then go. 你好世界。今天很好！Thanks, that's all")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_split_of_the_input_reads_as_the_whole(seed: int) -> None:
+    whole = prepare(LLM_TEXT, EN)
+    rng = random.Random(seed)
+    stream = TextStream(EN)
+    out: list[object] = []
+    at = 0
+    while at < len(LLM_TEXT):
+        size = rng.choice([1, 1, 2, 3, 5, 8, 13, 40])
+        out += stream.append(LLM_TEXT[at:at + size])
+        at += size
+    out += stream.flush()
+    assert out == whole
+    assert Pause(300.0) in whole
+
+
+def test_a_bad_ssml_break_is_refused_and_leaves_the_stream_as_it_was() -> None:
+    stream = TextStream(EN, field="text")
+    stream.append("Wait <break ")
+    with pytest.raises(InvalidInput) as info:
+        stream.append('time="forever"/> now.')
+    assert info.value.field == "text" and "forever" in info.value.message
+    assert stream.pending == "Wait <break"
+    with pytest.raises(InvalidInput):
+        prepare('a <break time="20s"/> b', EN)
+
+
+def test_appends_cost_what_they_add_not_what_is_buffered(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Work per append must not grow with the buffer: the unreleased text stays bounded
+    # (MAX_UNIT_CHARS, plus a word, outside code fences and tables), and pysbd only ever sees a window of
+    # bounded size around a candidate boundary, however the text is fed.
+    import gateway.text.stream as module
+
+    windows: list[int] = []
+    real = module._spans
+
+    class Recording:
+        def __init__(self, lang: str) -> None:
+            self.inner = real(lang)
+
+        def segment(self, text: str) -> list[object]:
+            windows.append(len(text))
+            return list(self.inner.segment(text))
+
+    monkeypatch.setattr(module, "_spans", Recording)
+    hostile = ["word " * 3000, "a. " * 3000, "Dr. e.g. U.S. " * 500, "[open link " * 800, "`tick. " * 800]
+    for text in hostile:
+        stream = TextStream(EN)
+        largest = 0
+        for ch in text:
+            stream.append(ch)
+            largest = max(largest, stream.pending_chars)
+        stream.flush()
+        assert largest <= module.MAX_UNIT_CHARS + module.WORD_SLACK + 1, text[:20]
+    assert windows and max(windows) <= module.WINDOW_CHARS + 40
+
+
+FUZZ_PIECES = list("abc XYZ 0123456789 .,;:!?-–*_`#|~[]()<>/\\@$€£¥%°&+=\n\n\t\"'") + [
+    "Dr. ", "e.g. ", "Hello there. ", "😀", "世", "。", "ก ", "```", "| a |", "<break time='1s'/>", "<speak>",
+    "$1,000,000.00", "2024-13-45", "2024-03-01", "99/99/2024", "25:99", "1e400", "9" * 40, "1.2.3.4.5",
+    "**", "[x](", "](y)", "- ", "1. ", "# ", "> ", "https://example.com/a ", "@x.com", "−5", "\u200b", "\x00",
+    "word word word, word word word word, "]
+
+
+@pytest.mark.parametrize("lang", ["en_US", "de_DE", "fr_FR", "ja", "zh", "th", "ru", "pt_BR", "xx"])
+def test_any_text_is_read_or_refused_cleanly_and_pieces_read_as_whole(lang: str) -> None:
+    rng = random.Random(lang)
+    for _ in range(120):
+        text = "".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(1, 60)))
+        options = TextOptions(language=lang, emoji=rng.choice(["drop", "name"]),
+                              code=rng.choice(["inline", "speak", "skip"]))
+        try:
+            whole = prepare(text, options)
+        except InvalidInput:
+            continue  # only an unreadable <break> may refuse; nothing else may raise
+        stream = TextStream(options)
+        out: list[object] = []
+        at = 0
+        while at < len(text):
+            size = rng.randint(1, 7)
+            out += stream.append(text[at:at + size])
+            at += size
+        out += stream.flush()
+        assert out == whole, text
+        assert all(isinstance(item, Pause) or item.strip() for item in whole)

@@ -54,11 +54,11 @@ def test_a_long_piper_sentence_does_not_stall_an_orpheus_stream(tmp_path: Path) 
             assert done.returncode == 0 and int(done.stdout) > 0, done.stderr
 
         with httpx.Client(base_url=server.url, timeout=120) as client:
-            for name, frames in (("short", 12), ("long", 60)):  # random weights: force the length
-                assert client.post("/v1/presets", json={"name": name, "model": "orpheus-tiny", "voice": "tara",
-                                                         "settings": {"force_tokens": 7 * frames}}).status_code == 201
-            warm = client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "short", "response_format": "pcm"})
-            assert warm.status_code == 200  # the codec's first calls are slow
+            assert client.post("/v1/presets", json={"name": "long", "model": "orpheus-tiny", "voice": "tara",
+                                                     "settings": {"force_tokens": 7 * 60}}).status_code == 201  # noise
+            warm = client.post("/v1/audio/speech", json={"input": "Hello there.", "voice": "long",
+                                                         "response_format": "pcm"})
+            assert warm.status_code == 200  # the first call of each codec shape is slow: not what is measured
             steps.clear()
             thread = threading.Thread(target=long_piper)
             thread.start()

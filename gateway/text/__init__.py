@@ -1,0 +1,33 @@
+"""The text frontend: what a request's text sounds like, and where it is cut.
+
+The public API, for every route that speaks text (REST `/v1/audio/speech`,
+`/v1/realtime`, the vendor-compatible routes):
+
+- `TextOptions(normalize, code, emoji, language)`, and `parse_options(data, defaults,
+  prefix)` to read a request's `normalize` / `code` / `emoji` fields over the server's;
+- `prepare(text, options, first_chars) -> list[Item]`: a whole input as speakable
+  segments (`str`) and pauses (`Pause(ms)`), the first segment cut short for a fast
+  first chunk; raises InvalidInput for an unreadable SSML break;
+- `TextStream(options, first_chars)`: the same for text that arrives in pieces:
+  `append(piece)`, `release()` (after a pause in the input), `flush()`, `restart()`,
+  `pending_chars`; pieces give exactly what the whole text gives;
+- `check_input(text, max_chars, field)`: type, length and "something to say" checks;
+- `model_language(family, path)`: the language a model speaks.
+
+Modules: `markup` (markdown, SSML), `links` (URLs, e-mail), `numerals` (numbers, units,
+dates, currency), `symbols` (emoji, markup characters), `normalize` (the passes in
+order), `segments` (sentences per language), `stream` (incremental cutting),
+`language`, `options`.
+"""
+
+from gateway.text.language import model_language
+from gateway.text.normalize import Item, Pause, normalize_text
+from gateway.text.options import CODE_MODES, EMOJI_MODES, TEXT_FIELDS, TextOptions, parse_options
+from gateway.text.segments import check_input, clean, is_speakable, split_segments
+from gateway.text.stream import MIN_FIRST_CHARS, TextStream, prepare
+
+__all__ = [
+    "CODE_MODES", "EMOJI_MODES", "MIN_FIRST_CHARS", "TEXT_FIELDS", "Item", "Pause", "TextOptions", "TextStream",
+    "check_input", "clean", "is_speakable", "model_language", "normalize_text", "parse_options", "prepare",
+    "split_segments",
+]

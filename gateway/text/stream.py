@@ -1,0 +1,345 @@
+"""Text that arrives in pieces (an LLM streaming), released as speakable segments.
+
+`TextStream` reads its input once, character by character, and cuts it into *units*
+where cutting cannot change how the text is read: between sentences (pysbd decides, on
+a window of at most `WINDOW_CHARS` before the boundary and the next character after it),
+at line breaks that start a new markdown block, after a closed code fence or table, and
+only where no code span, link, or tag is open and the next unit starts with a letter (so
+it cannot turn into a list item or heading on its own). Each unit is normalised on its own
+(`normalize.normalize_text`) and split into sentences. Because every decision depends only
+on the characters seen so far, never on where one append ended, text given whole and the
+same text given in any pieces are read the same; `prepare` is exactly "append all, flush".
+
+The first unit of an utterance is cut early, for a fast first audio: at a clause mark
+(`,` `;` `:`) or a sentence end once it has `min_first_chars`, else at the last space
+before `first_chars`. Later units run by sentences, with a hard cut at `MAX_UNIT_CHARS`.
+Cost: an append costs O(len(append)) plus, per sentence candidate, one pysbd call on a
+window of bounded size, whatever the buffered length.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+import pysbd
+
+from gateway.text import language, markup
+from gateway.text.normalize import Item, Pause, normalize_text
+from gateway.text.options import TextOptions
+from gateway.text.segments import is_speakable, split_segments
+
+WINDOW_CHARS = 160
+MAX_UNIT_CHARS = 400
+MIN_FIRST_CHARS = 24  # a shorter first segment plays out before the next is synthesised
+MIN_CUT_CHARS = 12
+WORD_SLACK = 40  # how long a length cut waits for a pending boundary's next word
+CLOSERS = "\"')]}*_»”’」』）"
+SENTENCE_PUNCT = ".!?…"
+CJK_PUNCT = "。！？"
+CLAUSE_PUNCT = ",;:"
+CJK_CLAUSE = "，；：、"
+OPENERS = "\"'“‘([«¿¡"
+
+
+@lru_cache(maxsize=32)
+def _spans(lang: str) -> pysbd.Segmenter:
+    return pysbd.Segmenter(language=language.sentence_language(lang), clean=False, char_span=True)
+
+
+def _clean_piece(piece: str) -> str:
+    """Control, format and private-use characters out; other spaces made plain ones."""
+    out = []
+    for ch in piece:
+        if ch == "\n":
+            out.append(ch)
+        elif ch.isspace():
+            out.append(" ")
+        elif unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn"):
+            out.append(ch)
+    return "".join(out)
+
+
+def _is_thai(ch: str) -> bool:
+    return "\u0e00" <= ch <= "\u0e7f"
+
+
+class TextStream:
+    """Incremental normaliser and splitter; see the module docstring.
+
+    `append(piece)` returns the items (segments and `Pause`s) completed by the piece;
+    `release()` speaks what is buffered (a pause in the input), `flush()` too and starts
+    a new utterance. `pending_chars` is the unreleased text's length. `append` raises
+    InvalidInput (naming `field`) for an SSML break it cannot read, leaving the stream
+    as it was.
+    """
+
+    def __init__(self, options: TextOptions, first_chars: int = 40,
+                 min_first_chars: int = MIN_FIRST_CHARS, field: str = "input") -> None:
+        self.options = options
+        self.first_chars = first_chars
+        self.min_first_chars = min_first_chars
+        self.field = field
+        self.is_first = first_chars > 0  # the next unit starts an utterance
+        self._text = ""
+        self._line_kind = ""  # "", "text", "table"
+        self._in_fence = False
+        self._at_line_start = True
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pos = 0
+        self._ticks = 0  # backticks seen (odd: a code span is open)
+        self._brackets = 0
+        self._dest = 0  # "](" ... ")" of a link
+        self._tag = -1  # index of an open "<tag", or -1
+        self._escaped = False
+        self._newline = -1  # a newline whose cut waits for the next line's first character
+        self._candidate = -1  # a boundary (index of the space after it) waiting for the next word
+        self._candidate_kind = ""
+        self._last_space = -1  # last balanced space between words, before the length limit
+
+    @property
+    def pending_chars(self) -> int:
+        return len(self._text)
+
+    @property
+    def pending(self) -> str:
+        return self._text.strip()
+
+    # -- input --------------------------------------------------------------------------
+
+    def check(self, piece: str) -> None:
+        """Raise InvalidInput if appending `piece` would complete an unreadable SSML tag."""
+        if self.options.normalize and ("<" in piece or ">" in piece or self._tag >= 0):
+            markup.check_ssml((self._text[self._tag:] if self._tag >= 0 else "") + piece, self.field)
+
+    def append(self, piece: str) -> list[Item]:
+        piece = _clean_piece(piece)
+        self.check(piece)
+        self._text += piece
+        out: list[Item] = []
+        while self._pos < len(self._text):
+            cut = self._step(self._pos)
+            if cut is None:
+                self._pos += 1
+                continue
+            out.extend(self._cut(cut))
+        return out
+
+    def release(self) -> list[Item]:
+        """Speak everything buffered (the caller saw a pause); an open code fence waits."""
+        if self._in_fence:
+            return []
+        return self._cut(len(self._text), hard=True)
+
+    def flush(self) -> list[Item]:
+        """Speak everything buffered; what follows starts a new utterance."""
+        out = self._cut(len(self._text), hard=True)
+        self._in_fence, self._line_kind, self._at_line_start = False, "", True
+        self.is_first = self.first_chars > 0
+        return out
+
+    def restart(self) -> None:
+        """Drop what is buffered (a cancel); what follows starts a new utterance."""
+        self._text = ""
+        self._reset()
+        self._in_fence, self._line_kind, self._at_line_start = False, "", True
+        self.is_first = self.first_chars > 0
+
+    # -- scanning -------------------------------------------------------------------------
+
+    def _step(self, i: int) -> int | None:
+        """Look at character i; returns where to cut, if this character decides a cut."""
+        text = self._text
+        ch = text[i]
+        previous_kind = self._line_kind
+        if self._at_line_start and ch not in " \t\n":
+            self._at_line_start = False
+            self._line_kind = "table" if ch == "|" else "text"
+        if ch == "\n":
+            line_start = text.rfind("\n", 0, i) + 1
+            if text[line_start:i].lstrip().startswith(("```", "~~~")):
+                self._in_fence = not self._in_fence
+                if not self._in_fence:  # a fence just closed: it is one unit
+                    self._at_line_start = True
+                    return i + 1
+            self._at_line_start = True
+            if not self._in_fence:
+                self._newline = i
+            return self._decide_pending(i)
+        if self._in_fence:
+            return None
+        if self._newline >= 0 and ch not in " \t":
+            newline, self._newline = self._newline, -1
+            if not self._continues(previous_kind, ch):
+                return newline + 1
+        self._balance(ch, i)
+        if ch.isspace():
+            cut = self._decide_pending(i)
+            if cut is not None:
+                return cut
+            self._new_candidate(i)
+        elif self._candidate >= 0:
+            cut = self._decide_pending(i)
+            if cut is not None:
+                return cut
+        elif i > 0 and (text[i - 1] in CJK_PUNCT or text[i - 1] in CJK_CLAUSE or text[i - 1] in CLOSERS) \
+                and ch not in CLOSERS:
+            self._new_candidate(i)
+            cut = self._decide_pending(i)
+            if cut is not None:
+                return cut
+        if ch.isalpha() and i > 1 and text[i - 1] in " \t" and text[i - 2].isalpha() and self._is_balanced() \
+                and i - 1 <= (self.first_chars if self.is_first else MAX_UNIT_CHARS):
+            self._last_space = i - 1  # between two words ("10:30 am", "5 km" stay whole)
+        return self._length_cut(i)
+
+    @staticmethod
+    def _continues(kind: str, ch: str) -> bool:
+        """Whether a line starting with `ch` continues the block (of `kind`) before it."""
+        if kind == "table":
+            return ch == "|"
+        return ch.isalpha()
+
+    def _balance(self, ch: str, i: int) -> None:
+        if self._escaped:
+            self._escaped = False
+            return
+        if ch == "\\":
+            self._escaped = True
+        elif ch == "`":
+            self._ticks += 1
+        elif self._ticks % 2:
+            return  # inside a code span nothing else counts
+        elif self._tag >= 0:
+            if ch == ">":
+                self._tag = -1
+        elif ch == "[":
+            self._brackets += 1
+        elif ch == "]":
+            self._brackets = max(0, self._brackets - 1)
+        elif ch == "(" and i > 0 and self._text[i - 1] == "]":
+            self._dest += 1
+        elif ch == ")" and self._dest:
+            self._dest -= 1
+        elif i > 0 and self._text[i - 1] == "<" and (ch.isalpha() or ch in "/!"):
+            self._tag = i - 1
+
+    def _is_balanced(self) -> bool:
+        return not (self._ticks % 2 or self._brackets or self._dest or self._tag >= 0)
+
+    def _new_candidate(self, i: int) -> None:
+        """A boundary may sit at i (a space, or the character after a CJK mark)."""
+        if self._candidate >= 0 or self._line_kind == "table" or not self._is_balanced():
+            return
+        j = i
+        while j > 0 and self._text[j - 1] in CLOSERS:
+            j -= 1
+        mark = self._text[j - 1] if j > 0 else ""
+        if not mark:
+            return
+        size = len(self._text[:i].strip())
+        first = self.is_first
+        if not self._text[i].isspace() and mark not in CJK_PUNCT and mark not in CJK_CLAUSE:
+            return
+        if mark in SENTENCE_PUNCT:
+            kind = "sentence"
+        elif mark in CJK_PUNCT:
+            kind = "cjk"
+        elif _is_thai(mark) and self._text[i] in " \t":
+            kind = "thai"
+        elif first and (mark in CLAUSE_PUNCT or mark in CJK_CLAUSE):
+            kind = "clause"
+        else:
+            return
+        if first and size < self.min_first_chars:
+            return
+        self._candidate, self._candidate_kind = i, kind
+
+    def _decide_pending(self, i: int) -> int | None:
+        """Decide the waiting candidate if character i completes what it waits for."""
+        k = self._candidate
+        if k < 0 or i <= k:
+            return None
+        text = self._text
+        j = k
+        while j < len(text) and text[j] in " \t\n":
+            j += 1
+        if j > i:
+            return None
+        kind = self._candidate_kind
+        start = text[j]
+        after = text[j + 1] if j + 1 <= i else None  # only what has been read so far counts
+        safe = start.isalpha() or start in OPENERS or (start in "*_" and after is not None and not after.isspace())
+        if kind == "thai":
+            self._candidate = -1
+            return k if _is_thai(start) else None
+        if not safe:
+            if start in "*_" and after is None:
+                return None  # "**Next": one more character decides
+            self._candidate = -1
+            return None
+        self._candidate = -1
+        if kind in ("clause", "cjk"):
+            return k
+        # pysbd decides a boundary from the next word's first character as well as from the
+        # whole word ("Dr. S", "U.S. A" stay whole; "that. T", "a.m. T" split).
+        return k if self._is_sentence_end(k, j, i + 1) else None
+
+    def _is_sentence_end(self, k: int, j: int, end: int) -> bool:
+        start = max(0, k - WINDOW_CHARS)
+        if start:
+            space = self._text.find(" ", start, k)
+            start = space + 1 if space >= 0 else start
+        window = self._text[start:end]
+        for span in _spans(self.options.language).segment(window):
+            if k - start <= span.start <= j - start:
+                return True
+        return False
+
+    def _length_cut(self, i: int) -> int | None:
+        limit = self.first_chars if self.is_first else MAX_UNIT_CHARS
+        if i < limit or self._line_kind == "table" or (self._candidate >= 0 and i < limit + WORD_SLACK):
+            return None  # (a boundary about to be decided is a better cut, if it comes soon)
+        if self._last_space >= MIN_CUT_CHARS:
+            return self._last_space
+        if self.is_first and i < MAX_UNIT_CHARS:
+            return None
+        return self._last_space if self._last_space > 0 else i
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _cut(self, at: int, hard: bool = False) -> list[Item]:
+        unit, self._text = self._text[:at], self._text[at:]
+        self._reset()
+        self._at_line_start = unit.endswith("\n") or (not unit and self._at_line_start)
+        items = self._items(unit)
+        if any(isinstance(item, str) for item in items):
+            self.is_first = False
+        return items
+
+    def _items(self, unit: str) -> list[Item]:
+        if not unit.strip():
+            return []
+        out: list[Item] = []
+        for item in normalize_text(unit, self.options):
+            if isinstance(item, Pause):
+                out.append(item)
+            else:
+                out.extend(s for s in split_segments(item, self.options.language) if is_speakable(s))
+        if self.is_first and len(out) > 1 and isinstance(out[0], str) and isinstance(out[1], str) \
+                and len(out[0]) < self.min_first_chars:
+            # "Hello!" alone would play out before the next segment is ready (a stall).
+            out[:2] = [f"{out[0]} {out[1]}"]
+        return out
+
+
+def prepare(text: str, options: TextOptions, first_chars: int = 40, min_first_chars: int = MIN_FIRST_CHARS,
+            field: str = "input") -> list[Item]:
+    """All of `text` as speakable segments and pauses, the way a TextStream reads it.
+
+    Raises InvalidInput (naming `field`) for an SSML break it cannot read.
+    """
+    stream = TextStream(options, first_chars, min_first_chars, field)
+    return stream.append(text) + stream.flush()
