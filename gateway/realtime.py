@@ -21,41 +21,25 @@ import asyncio
 import json
 import logging
 import math
-import time
-import uuid
-from typing import Any
+from typing import Any, Sequence
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from engine.clock import PlaybackClock
-from engine.engine import AudioStream
-from engine.types import EngineError, InputTooLong, InvalidInput, SpeechRequest
-from gateway.audio import Resampler, to_pcm16
+import numpy as np
+
+from engine.types import EngineError, InputTooLong, InvalidInput, WordTiming
+from gateway.audio import to_pcm16
 from gateway.errors import ApiError, as_api_error
-from gateway.residency import Lease
 from gateway.state import AppState
-from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize, split_first
+from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize
+from gateway.timings import WordQueue, words_json
+from gateway.utterance import UtteranceStream
 from gateway.voices import Choice, check_speed, resolve
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
-SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format")
-
-
-class Utterance:
-    def __init__(self, sample_rate: int, ttfa_target_ms: float) -> None:
-        self.utterance_id = f"utt-{uuid.uuid4().hex[:12]}"
-        self.segments: list[str] = []  # complete, not yet submitted
-        self.clock = PlaybackClock(time.monotonic(), ttfa_target_ms)
-        self.sample_rate = sample_rate
-        self.started = False  # audio.start sent
-        self.flushed = False  # text.flush received: end when everything is spoken
-        self.ready_s: float | None = None  # when its first text became speakable
-        self.request_id: str | None = None  # engine request in flight
-        self.request_offset_ms = 0.0  # utterance audio before that request's first sample
-        self.model_id = ""  # what it is spoken with (the session may change meanwhile)
-        self.pump: asyncio.Task[None] | None = None
+SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", "timings")
 
 
 class Session:
@@ -66,7 +50,11 @@ class Session:
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
         self.sample_rate = 24000
         self.buffer = SentenceBuffer()
-        self.utterance: Utterance | None = None
+        self.timings = False  # session field: send `audio.words` with the audio
+        self.utterance: UtteranceStream | None = None
+        self.words = WordQueue()  # the current utterance's words not yet sent
+        self.words_estimated = False
+        self.audio_started = False  # audio.start sent for the current utterance
         # Text that arrived after text.flush while that utterance still plays: the next one.
         self.backlog: list[str] = []
         self.backlog_flushed = False
@@ -77,7 +65,8 @@ class Session:
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.choice.model_id, "voice": self.choice.preset or self.choice.voice,
-                "speed": self.choice.speed, "sample_rate": self.sample_rate, "format": "pcm16"}
+                "speed": self.choice.speed, "sample_rate": self.sample_rate, "format": "pcm16",
+                "timings": self.timings}
 
     async def send(self, event: dict[str, Any]) -> None:
         async with self._send_lock:
@@ -146,6 +135,9 @@ class Session:
             raise InvalidInput(f"sample_rate must be one of {SAMPLE_RATES}", field="session.sample_rate")
         if "speed" in session:
             check_speed(session["speed"], "session.speed")
+        timings = session.get("timings", self.timings)
+        if not isinstance(timings, bool):
+            raise InvalidInput("timings must be true or false", field="session.timings")
         model = session.get("model", self.choice.model_id)
         if "voice" in session:
             voice = session["voice"]
@@ -162,7 +154,7 @@ class Session:
         except EngineError as error:
             error.field = f"session.{error.field}" if error.field else "session"
             raise
-        self.choice, self.sample_rate = choice, rate  # applies from the next utterance
+        self.choice, self.sample_rate, self.timings = choice, rate, timings  # from the next utterance
         await self.send({"type": "session.updated", "session": self.describe()})
 
     async def append(self, text: Any) -> None:
@@ -199,14 +191,13 @@ class Session:
             self.tail_timer.cancel()
             self.tail_timer = None
         segments = self.buffer.flush()
-        if self.utterance is not None and self.utterance.flushed:
+        if self.utterance is not None and self.utterance.ending:
             self.backlog.extend(segments)  # the next utterance, once this one is done
             self.backlog_flushed = bool(self.backlog)
             return
         await self.queue(segments)
         if self.utterance is not None:
-            self.utterance.flushed = True
-            await self.advance()
+            await self.utterance.end()
 
     async def cancel(self) -> None:
         if self.tail_timer is not None:
@@ -217,10 +208,7 @@ class Session:
         utterance, self.utterance = self.utterance, None
         if utterance is None:
             return
-        if utterance.request_id is not None:
-            self.state.engine.cancel(utterance.request_id)
-        if utterance.pump is not None and utterance.pump is not asyncio.current_task():
-            utterance.pump.cancel()
+        utterance.cancel()
         await self.done(utterance, cancelled=True)
 
     def playback(self, event: dict[str, Any]) -> None:
@@ -230,121 +218,83 @@ class Session:
             raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
-        utterance = self.utterance
-        if utterance is None:
-            return
-        utterance.clock.on_report(time.monotonic(), float(played), playing)
-        if utterance.request_id is not None:
-            self.state.engine.report_playback(
-                utterance.request_id, float(played) - utterance.request_offset_ms, playing)
+        if self.utterance is not None:
+            self.utterance.playback(float(played), playing)
 
-    # -- utterance lifecycle ----------------------------------------------------------
+    # -- utterance lifecycle (gateway/utterance.py speaks it) --------------------------
 
     async def queue(self, segments: list[str]) -> None:
         if not segments:
             return
-        if self.utterance is not None and self.utterance.flushed:
+        if self.utterance is not None and self.utterance.ending:
             self.backlog.extend(segments)
             return
         if self.utterance is None:
-            self.utterance = Utterance(self.sample_rate, self.settings.ttfa_target_ms)
-        if self.utterance.ready_s is None:
-            self.utterance.ready_s = time.monotonic()
-            self.utterance.clock = PlaybackClock(self.utterance.ready_s, self.settings.ttfa_target_ms)
-            segments = split_first(segments, self.settings.first_segment_chars)
-        self.utterance.segments.extend(segments)
-        await self.advance()
-
-    async def advance(self) -> None:
-        """Submit queued sentences if no request is in flight; end a flushed utterance."""
+            self.utterance = UtteranceStream(self.state, self, lambda: self.choice, self.sample_rate,
+                                             prefix="rt", timings=self.timings)
+            self.words = WordQueue()
         utterance = self.utterance
-        if utterance is None or utterance.request_id is not None:
-            return
-        if utterance.segments:
-            choice = self.choice
-            segments, utterance.segments = utterance.segments, []
-            # The listener may still be playing earlier sentences: tell the engine how much.
-            ahead_ms = utterance.clock.buffered_ms(time.monotonic()) if utterance.started else 0.0
-            spec = SpeechRequest(
-                request_id=f"rt-{uuid.uuid4().hex[:16]}", model_id=choice.model_id, segments=tuple(segments),
-                voice=choice.voice, speed=choice.speed, options=choice.options,
-                ttfa_target_ms=self.settings.ttfa_target_ms, ahead_ms=ahead_ms)
-            utterance.request_id = spec.request_id
-            utterance.model_id = choice.model_id
-            lease: Lease | None = None
-            try:
-                lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
-                stream = self.state.engine.submit(spec)
-            except BaseException:
-                if lease is not None:
-                    lease.release()
-                utterance.request_id = None
+        try:
+            await utterance.queue(segments)
+        except BaseException:
+            if self.utterance is utterance:
                 self.utterance = None
-                raise
-            utterance.request_offset_ms = utterance.clock.delivered_ms
-            assert lease is not None
-            utterance.pump = asyncio.create_task(self.pump(utterance, stream, lease))
-        elif utterance.flushed:
-            self.utterance = None
-            if utterance.started:  # (else it was flushed before anything was speakable)
-                await self.done(utterance, cancelled=False)
-            await self._start_backlog()
+            raise
 
     async def _start_backlog(self) -> None:
         segments, self.backlog = self.backlog, []
         flushed, self.backlog_flushed = self.backlog_flushed, False
         await self.queue(segments)
         if flushed and self.utterance is not None:
-            self.utterance.flushed = True
-            await self.advance()
+            await self.utterance.end()
 
-    async def pump(self, utterance: Utterance, stream: AudioStream, lease: Lease) -> None:
-        resample: Resampler | None = None
-        try:
-            async for chunk in stream:
-                if resample is None:
-                    resample = Resampler(chunk.sample_rate, utterance.sample_rate)
-                pcm = resample(chunk.pcm, last=chunk.is_last)
-                if not utterance.started:
-                    utterance.started = True
-                    await self.send({"type": "audio.start", "utterance_id": utterance.utterance_id,
-                                     "sample_rate": utterance.sample_rate})
-                if len(pcm):
-                    async with self._send_lock:
-                        await self.ws.send_bytes(to_pcm16(pcm))
-                    utterance.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / utterance.sample_rate)
-        except EngineError as error:
-            if self.utterance is utterance:
-                self.utterance = None
-                self.backlog, self.backlog_flushed = [], False
-                await self.send_error(error)
-                await self.done(utterance, cancelled=False, error=error.code)
+    async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,
+                       words: Sequence[WordTiming], estimated: bool) -> None:
+        if utterance is not self.utterance:
             return
-        finally:
-            if not stream.done:
-                self.state.engine.cancel(stream.request_id)
-            lease.release()
-        if self.utterance is utterance:
-            utterance.request_id = None
-            utterance.pump = None
-            try:
-                await self.advance()
-            except (ApiError, EngineError) as error:
-                await self.send_error(error)
+        if not self.audio_started:
+            self.audio_started = True
+            await self.send({"type": "audio.start", "utterance_id": utterance.utterance_id,
+                             "sample_rate": utterance.sample_rate})
+        if len(pcm):
+            async with self._send_lock:
+                await self.ws.send_bytes(to_pcm16(pcm))
+        if utterance.timings:
+            self.words.add(words)
+            self.words_estimated = self.words_estimated or estimated
+            await self._send_words(utterance, self.words.take(utterance.clock.delivered_ms))
 
-    async def done(self, utterance: Utterance, cancelled: bool, error: str | None = None) -> None:
+    async def _send_words(self, utterance: UtteranceStream, words: Sequence[WordTiming]) -> None:
+        if words:
+            await self.send({"type": "audio.words", "utterance_id": utterance.utterance_id,
+                             "words": words_json(words), "estimated": self.words_estimated})
+
+    async def on_idle(self, utterance: UtteranceStream) -> None:
+        if utterance is not self.utterance or not utterance.ending:
+            return
+        self.utterance = None
+        if utterance.started:  # (else it was flushed before anything was speakable)
+            await self.done(utterance, cancelled=False)
+        await self._start_backlog()
+
+    async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
+        if utterance is not self.utterance:
+            return
+        self.utterance = None
+        self.backlog, self.backlog_flushed = [], False
+        await self.send_error(error)
+        await self.done(utterance, cancelled=False, error=error.code)
+
+    async def done(self, utterance: UtteranceStream, cancelled: bool, error: str | None = None) -> None:
         """`utterance.done`; `error` is the code of a failure that ended it early."""
+        if utterance.timings and not cancelled:
+            await self._send_words(utterance, self.words.take())
+        self.audio_started, self.words_estimated = False, False
+        utterance.observe("realtime", cancelled)
         clock = utterance.clock
-        audio_ms = clock.delivered_ms
-        if audio_ms and not cancelled:
-            elapsed = time.monotonic() - (utterance.ready_s or clock.arrival_s)
-            self.state.metrics.observe_done(utterance.model_id, audio_ms, elapsed, clock.stalls,
-                                            ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source="realtime")
-        if clock.ttfa_ms is not None:
-            self.state.metrics.observe_first_chunk(utterance.model_id, clock.ttfa_ms)
         await self.send({
             "type": "utterance.done", "utterance_id": utterance.utterance_id,
-            "audio_ms": round(audio_ms, 1),
+            "audio_ms": round(clock.delivered_ms, 1),
             "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
             "stalls": clock.stalls, "cancelled": cancelled, "error": error,
         })
@@ -354,10 +304,7 @@ class Session:
             self.tail_timer.cancel()
         utterance, self.utterance = self.utterance, None
         if utterance is not None:
-            if utterance.request_id is not None:
-                self.state.engine.cancel(utterance.request_id)
-            if utterance.pump is not None:
-                utterance.pump.cancel()
+            utterance.cancel()
 
 
 async def realtime(ws: WebSocket) -> None:
