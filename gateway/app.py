@@ -18,7 +18,8 @@ from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import library_api, models_api, pages, presets, realtime, speech, stats, takes
+from gateway import (cartesia, elevenlabs, elevenlabs_http, library_api, models_api, pages, presets, realtime,
+                     speech, stats, takes)
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
@@ -135,6 +136,17 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/takes/{take_id}/audio", takes.take_audio, methods=["GET"]),
         Route("/v1/stats", stats.stats),
         WebSocketRoute("/v1/realtime", realtime.realtime),
+        # ElevenLabs- and Cartesia-compatible routes (protocols/vendors.md)
+        WebSocketRoute("/v1/text-to-speech/{voice_id}/stream-input", elevenlabs.stream_input),
+        WebSocketRoute("/v1/text-to-speech/{voice_id}/multi-stream-input", elevenlabs.multi_stream_input),
+        Route("/v1/text-to-speech/{voice_id}", elevenlabs_http.convert, methods=["POST"]),
+        Route("/v1/text-to-speech/{voice_id}/stream", elevenlabs_http.stream, methods=["POST"]),
+        Route("/v1/text-to-speech/{voice_id}/with-timestamps", elevenlabs_http.with_timestamps, methods=["POST"]),
+        Route("/v1/text-to-speech/{voice_id}/stream/with-timestamps", elevenlabs_http.stream_with_timestamps,
+              methods=["POST"]),
+        WebSocketRoute("/tts/websocket", cartesia.websocket),
+        Route("/tts/bytes", cartesia.tts_bytes, methods=["POST"]),
+        Route("/tts/sse", cartesia.tts_sse, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
     ]
     return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
