@@ -110,7 +110,7 @@ class ElevenLabsSocket(VendorSocket):
         if self.contexts.get(context.context_id) is context:
             del self.contexts[context.context_id]
         if not self.multi:
-            await self.ws.close(code=1000)
+            await self.close_ws(1000)
 
     async def open(self, context_id: str, message: dict[str, Any]) -> ElevenLabsContext:
         speed = voice_speed(message)
@@ -123,7 +123,7 @@ class ElevenLabsSocket(VendorSocket):
         if message.get("close_socket") is True:
             await self.finish(CLOSE_SOCKET_S)
             self.close()
-            await self.ws.close(code=1000)
+            await self.close_ws(1000)
             return
         context_id = message.get("context_id", SINGLE) if self.multi else SINGLE
         if not isinstance(context_id, str) or not context_id:
@@ -148,7 +148,7 @@ class ElevenLabsSocket(VendorSocket):
                 return  # multi-stream-input: a keep-alive, which ends nothing
             if context is None:  # /stream-input: end of input, with nothing said
                 await self.send({"isFinal": True})
-                await self.ws.close(code=1000)
+                await self.close_ws(1000)
             else:
                 await context.close()  # /stream-input: end of input
             return

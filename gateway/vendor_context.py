@@ -201,8 +201,24 @@ class VendorSocket:
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._send_lock:
-            if self.ws.client_state == WebSocketState.CONNECTED:
-                await self.ws.send_text(json.dumps(message))
+            if self.connected:
+                try:
+                    await self.ws.send_text(json.dumps(message))
+                except (RuntimeError, WebSocketDisconnect):  # the client left meanwhile
+                    pass
+
+    @property
+    def connected(self) -> bool:
+        return WebSocketState.CONNECTED == self.ws.client_state == self.ws.application_state
+
+    async def close_ws(self, code: int = 1000) -> None:
+        """Close the socket (once; nothing if the client already left)."""
+        async with self._send_lock:
+            if self.connected:
+                try:
+                    await self.ws.close(code=code)
+                except (RuntimeError, WebSocketDisconnect):
+                    pass
 
     async def handle(self, message: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -212,7 +228,7 @@ class VendorSocket:
 
     async def run(self) -> None:
         """Receive until the client leaves or `handle` closes the socket."""
-        while self.ws.client_state == WebSocketState.CONNECTED:
+        while self.connected:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
