@@ -1,7 +1,8 @@
 """Output formats as ElevenLabs and Cartesia name them, mapped onto gateway/audio.py codecs.
 
 ElevenLabs: one string `<codec>_<rate>[_<kbps>]` (`output_format` query parameter):
-`pcm_8000|16000|22050|24000|32000|44100|48000` (raw signed 16-bit LE mono),
+`pcm_8000|16000|22050|24000|32000|44100|48000` (raw signed 16-bit LE mono), `wav_<rate>`
+(the same in a streaming WAV header),
 `mp3_<rate>_<kbps>` (e.g. `mp3_22050_32`, `mp3_44100_128`; `mp3_<rate>` is 128 kbps),
 `opus_48000_<kbps>` (Ogg Opus), `ulaw_8000`, `alaw_8000` (G.711, raw).
 Cartesia: an object `{"container": "raw"|"wav"|"mp3", "encoding": "pcm_s16le"|
@@ -25,7 +26,7 @@ CARTESIA_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 CARTESIA_ENCODINGS = {"pcm_s16le": "pcm", "pcm_f32le": "f32", "pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
 MEDIA_TYPES = {"pcm": "audio/pcm", "f32": "audio/pcm", "ulaw": "audio/basic", "alaw": "audio/x-alaw-basic",
                "mp3": "audio/mpeg", "opus": "audio/ogg; codecs=opus", "wav": "audio/wav"}
-_EL_FORMAT = re.compile(r"^(pcm|mp3|opus|ulaw|alaw)_(\d+)(?:_(\d+))?$")
+_EL_FORMAT = re.compile(r"^(pcm|wav|mp3|opus|ulaw|alaw)_(\d+)(?:_(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,8 @@ class OutputFormat:
 
 def _el_error(value: object, field: str) -> InvalidInput:
     return InvalidInput(
-        f"output_format {value!r} is not supported; use pcm_<rate> ({', '.join(map(str, EL_PCM_RATES))}), "
+        f"output_format {value!r} is not supported; use pcm_<rate> or wav_<rate> "
+        f"({', '.join(map(str, EL_PCM_RATES))}), "
         f"mp3_<rate>_<kbps> (rates {', '.join(map(str, EL_MP3_RATES))}), "
         f"opus_48000_<kbps> ({', '.join(map(str, EL_OPUS_KBPS))}), ulaw_8000 or alaw_8000", field=field)
 
@@ -56,8 +58,8 @@ def elevenlabs_format(value: object, field: str = "output_format") -> OutputForm
     if match is None:
         raise _el_error(value, field)
     codec, rate, kbps = match.group(1), int(match.group(2)), match.group(3)
-    if codec == "pcm" and rate in EL_PCM_RATES and kbps is None:
-        return OutputFormat("pcm", rate)
+    if codec in ("pcm", "wav") and rate in EL_PCM_RATES and kbps is None:
+        return OutputFormat(codec, rate)
     if codec in ("ulaw", "alaw") and rate == 8000 and kbps is None:
         return OutputFormat(codec, rate)
     if codec == "mp3" and rate in EL_MP3_RATES and (kbps is None or 8 <= int(kbps) <= 320):
