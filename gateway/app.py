@@ -13,6 +13,7 @@ from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
@@ -25,6 +26,7 @@ from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
 from gateway.library import Library
 from gateway.metrics import Metrics
+from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
 from gateway.settings import Settings
 from gateway.state import AppState
@@ -149,4 +151,5 @@ def create_app(settings: Settings) -> Starlette:
         Route("/tts/sse", cartesia.tts_sse, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan,
+                     middleware=[Middleware(RequestIdMiddleware)])
