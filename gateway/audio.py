@@ -44,7 +44,8 @@ def compression_level(fmt: str, sample_rate: int, bitrate_kbps: float) -> float:
     libsndfile maps the level linearly onto a bitrate range, high to low: MP3 320..32
     kbps for MPEG-1 rates (32-48 kHz), 160..8 for MPEG-2 (16-24 kHz), 64..8 for MPEG-2.5
     (8-12 kHz), where LAME takes the nearest standard bitrate; Opus 256..6 kbps
-    (libsndfile's mpeg_l3_encode.c and ogg_opus.c; checked by tests/gateway/test_vendor_formats.py).
+    (measured with libsndfile 1.2 as packaged by soundfile; tests/gateway/test_vendor_formats.py
+    checks the bitrates that come out).
     """
     if fmt == "opus":
         high, low = 256.0, 6.0

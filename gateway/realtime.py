@@ -2,7 +2,9 @@
 
 Client → server (JSON text frames): `session.update`, `text.append`, `text.flush`,
 `response.cancel`, `playback.position`. Server → client: `session.created`,
-`session.updated`, `audio.start`, binary PCM16 frames, `utterance.done`, `error`.
+`session.updated`, `audio.start`, binary PCM16 frames, `audio.words` (with the session's
+`timings`), `utterance.done`, `error`. The utterance itself (requests, resampling, the
+playback clock, cancel) is a gateway/utterance.py UtteranceStream.
 docs/realtime.md is the protocol reference, with a client example.
 
 Text arriving in pieces goes through a SentenceBuffer: each completed sentence is

@@ -103,7 +103,7 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
 
 
 async def resolve_vendor(library: Library, *, model: object, voice: object, speed: object | None,
-                         default_model: str, default_voice: str, options: dict[str, Any] | None = None) -> Choice:
+                         default_model: str, default_voice: str) -> Choice:
     """A Choice for an ElevenLabs or Cartesia request (see the module docstring).
 
     `model`: a vendor id or none (the default model) or an installed model's id;
@@ -119,7 +119,4 @@ async def resolve_vendor(library: Library, *, model: object, voice: object, spee
     except UnknownVoice:
         choice = await resolve(library, model=model, voice=None, speed=speed, default_model=default_model,
                                default_voice=default_voice)
-    if options:
-        choice = Choice(choice.model_id, choice.voice, choice.speed, {**choice.options, **options},
-                        choice.preset, choice.family)
     return choice
