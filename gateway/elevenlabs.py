@@ -132,6 +132,9 @@ class ElevenLabsSocket(VendorSocket):
         if text is not None and not isinstance(text, str):
             raise InvalidInput("text must be a string", field="text")
         context = self.contexts.get(context_id)
+        if context is not None and context.finished:  # ended by an error: the id may start anew
+            del self.contexts[context_id]
+            context = None
         if message.get("close_context") is True:
             if context is None:
                 return
