@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import re
 import time
 from typing import Any, AsyncIterator, Sequence
 
@@ -43,8 +42,6 @@ from gateway.vendor_http import Piece, start_speech
 from gateway.voices import Choice, check_speed, resolve_vendor
 
 log = logging.getLogger(__name__)
-
-_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s*$")
 
 
 def voice_id(value: object) -> str | None:
@@ -83,10 +80,9 @@ class CartesiaContext(TextContext):
 
     def __init__(self, socket: CartesiaSocket, context_id: str, choice: Choice, fmt: OutputFormat,
                  add_timestamps: bool, eager: bool) -> None:
-        super().__init__(socket.state, context_id, choice, fmt, timings=add_timestamps)
+        super().__init__(socket.state, context_id, choice, fmt, timings=add_timestamps, eager=eager)
         self.socket = socket
         self.add_timestamps = add_timestamps
-        self.eager = eager  # max_buffer_delay_ms 0: speak each sentence when it ends
         self.num_flushes = 0
         self.started_s = time.monotonic()
 
@@ -136,14 +132,12 @@ class CartesiaSocket(VendorSocket):
         if context is None:
             fmt = cartesia_format(message.get("output_format"))
             add = message.get("add_timestamps", False)
-            delay = message.get("max_buffer_delay_ms")
+            delay = message.get("max_buffer_delay_ms")  # 0: speak what arrives at once
             context = CartesiaContext(self, context_id, await choose(self.state, message), fmt,
                                       add_timestamps=add is True, eager=delay == 0)
             self.contexts[context_id] = context
         if transcript:
             await context.append(transcript, field="transcript")
-            if context.eager and _SENTENCE_END.search(transcript):
-                await context.flush()
         if message.get("flush") is True:
             context.num_flushes += 1
             await context.flush(context.num_flushes)

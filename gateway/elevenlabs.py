@@ -16,7 +16,8 @@ Server messages: `{"audio": base64, "isFinal": null, "contextId", "alignment",
 "charDurationsMs"}` relative to that message's audio; `{"isFinal": true, "contextId"}`;
 errors `{"error": code, "message", "code", "field", "contextId"}` (the socket lives on).
 Query: `model_id` (vendor ids: the default model), `output_format` (gateway/
-vendor_formats.py); others are ignored. The `xi-api-key` header is accepted.
+vendor_formats.py), `auto_mode=true` (a message that ends a sentence is spoken at
+once, without waiting for the next or a flush); others are ignored. The `xi-api-key` header is accepted.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class ElevenLabsContext(TextContext):
     source = "elevenlabs"
 
     def __init__(self, socket: ElevenLabsSocket, context_id: str, choice: Choice, fmt: OutputFormat) -> None:
-        super().__init__(socket.state, context_id, choice, fmt, timings=True)
+        super().__init__(socket.state, context_id, choice, fmt, timings=True, eager=socket.auto_mode)
         self.socket = socket
 
     def _tag(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +96,8 @@ class ElevenLabsContext(TextContext):
 class ElevenLabsSocket(VendorSocket):
     def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat) -> None:
         super().__init__(state, ws)
+        # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
+        self.auto_mode = ws.query_params.get("auto_mode", "").lower() == "true"
         self.multi = multi
         self.choice = choice
         self.format = fmt

@@ -2,7 +2,8 @@
 
 A context is an utterance stream (gateway/utterance.py): its text goes through a
 SentenceBuffer the way `/v1/realtime` feeds one (complete sentences at once, an
-unfinished tail after `text_buffer_ms` or on flush), its audio is encoded in the
+unfinished tail after `text_buffer_ms` or on flush; with `eager`, for clients that send
+whole sentences, a message ending a sentence is spoken at once), its audio is encoded in the
 context's output format, and its words are handed over with the audio that speaks
 them. A flush speaks what is buffered and keeps the context open; `close()` ends it
 once its audio is out (`send_final`); `cancel()` stops it at once, engine request
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +33,9 @@ from gateway.voices import Choice
 
 log = logging.getLogger(__name__)
 
+# Text ending a sentence: the end of a message, when the client sends whole sentences.
+SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s*$")
+
 
 class TextContext:
     """One context: `append`, `flush`, `close`, `cancel`; subclasses send the messages."""
@@ -38,8 +43,9 @@ class TextContext:
     source = "vendor"  # metrics label
 
     def __init__(self, state: AppState, context_id: str, choice: Choice, fmt: OutputFormat,
-                 *, timings: bool) -> None:
+                 *, timings: bool, eager: bool = False) -> None:
         self.state = state
+        self.eager = eager  # the client sends whole sentences: speak each when its text ends
         self.context_id = context_id
         self.choice = choice
         self.format = fmt
@@ -99,7 +105,9 @@ class TextContext:
         if self.tail_timer is not None:
             self.tail_timer.cancel()
             self.tail_timer = None
-        if normalize(self.buffer.pending):
+        if self.eager and SENTENCE_END.search(text):
+            await self.flush()
+        elif normalize(self.buffer.pending):
             loop = asyncio.get_running_loop()
             self.tail_timer = loop.call_later(self.state.settings.text_buffer_ms / 1000.0,
                                               lambda: asyncio.ensure_future(self._speak_tail()))

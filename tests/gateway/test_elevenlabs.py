@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import soundfile as sf
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, run_server
 
 LONG = " ".join(f"This is sentence number {i} of a long answer." for i in range(30))
 
@@ -227,3 +228,18 @@ def test_http_errors_name_the_field(client: httpx.Client, path: str, body: dict[
     response = client.post(path, json=body)
     assert response.status_code == status, response.text
     assert response.json()["error"]["field"] == field
+
+
+def test_auto_mode_and_cartesia_no_delay_speak_a_whole_sentence_at_once(tmp_path: Path) -> None:
+    # text_buffer_ms of a minute: a lone sentence is spoken only because the client asked not to wait.
+    for server in run_server(tmp_path, text_buffer_ms=60_000):
+        with multi(server, "model_id=eleven_flash_v2_5&output_format=pcm_16000&auto_mode=true") as ws:
+            ws.send(json.dumps({"text": "A whole sentence from the LLM. ", "context_id": "a"}))
+            assert json.loads(ws.recv(timeout=30))["audio"]
+        with connect(f"{server.ws_url}/tts/websocket", open_timeout=10) as ws:
+            ws.send(json.dumps({"context_id": "c", "transcript": "A whole sentence from the LLM. ", "continue": True,
+                                "max_buffer_delay_ms": 0, "output_format": {"container": "raw",
+                                                                            "encoding": "pcm_s16le",
+                                                                            "sample_rate": 16000}}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "chunk"
+        assert server.wait_idle(5) == 0
