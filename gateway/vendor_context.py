@@ -84,11 +84,6 @@ class TextContext:
 
     # -- text in ------------------------------------------------------------------------
 
-    @property
-    def active(self) -> bool:
-        """Text or audio still to come."""
-        return not self.finished
-
     async def append(self, text: str, field: str = "text") -> None:
         if self.closing:
             raise InvalidInput(f"context {self.context_id!r} is closed; open a new one", field="context_id")
