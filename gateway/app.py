@@ -13,14 +13,15 @@ from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
 from gateway import (
-    library_api, models_api, pages, presets, projects_api, projects_takes, realtime, references, speech, stats, takes,
-    text_api,
+    cartesia, elevenlabs, elevenlabs_http, library_api, models_api, pages, presets, projects_api, projects_takes,
+    realtime, references, speech, stats, takes, text_api,
 )
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
@@ -29,6 +30,7 @@ from gateway.library import Library
 from gateway.metrics import Metrics
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
+from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
 from gateway.settings import Settings
 from gateway.state import AppState
@@ -172,6 +174,18 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/projects/{project_id}/export", projects_takes.export, methods=["GET"]),
         Route("/v1/stats", stats.stats),
         WebSocketRoute("/v1/realtime", realtime.realtime),
+        # ElevenLabs- and Cartesia-compatible routes (protocols/vendors.md)
+        WebSocketRoute("/v1/text-to-speech/{voice_id}/stream-input", elevenlabs.stream_input),
+        WebSocketRoute("/v1/text-to-speech/{voice_id}/multi-stream-input", elevenlabs.multi_stream_input),
+        Route("/v1/text-to-speech/{voice_id}", elevenlabs_http.convert, methods=["POST"]),
+        Route("/v1/text-to-speech/{voice_id}/stream", elevenlabs_http.stream, methods=["POST"]),
+        Route("/v1/text-to-speech/{voice_id}/with-timestamps", elevenlabs_http.with_timestamps, methods=["POST"]),
+        Route("/v1/text-to-speech/{voice_id}/stream/with-timestamps", elevenlabs_http.stream_with_timestamps,
+              methods=["POST"]),
+        WebSocketRoute("/tts/websocket", cartesia.websocket),
+        Route("/tts/bytes", cartesia.tts_bytes, methods=["POST"]),
+        Route("/tts/sse", cartesia.tts_sse, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan,
+                     middleware=[Middleware(RequestIdMiddleware)])

@@ -1,4 +1,8 @@
-"""One error shape for the whole API: `{"error": {"code", "message", "field"}}`.
+"""One error shape for the whole API: `{"error": {"code", "message", "field", "type", "param"}}`.
+
+`type` and `param` are OpenAI's names (its SDK reads them): `type` is
+`invalid_request_error` for 4xx (`authentication_error` 401, `permission_error` 403,
+`rate_limit_error` 429) and `server_error` for 5xx; `param` repeats `field`.
 
 Engine errors (engine/types.py) carry their own code and status; `ApiError` covers what
 only the gateway knows (malformed JSON, wrong content type, body too large). Both are
@@ -28,8 +32,16 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "field": field}}
+_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error `type` for an HTTP status."""
+    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(code: str, message: str, field: str | None = None, status: int = 400) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field, "type": error_type(status), "param": field}}
 
 
 def as_api_error(error: Exception) -> ApiError:
@@ -43,14 +55,15 @@ def as_api_error(error: Exception) -> ApiError:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     error = as_api_error(exc)
-    return JSONResponse(error_body(error.code, error.message, error.field), error.status,
+    return JSONResponse(error_body(error.code, error.message, error.field, error.status), error.status,
                         headers=error.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+    return JSONResponse(error_body(code, str(exc.detail), status=exc.status_code), exc.status_code,
+                        headers=exc.headers)
 
 
 exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error}

@@ -220,7 +220,8 @@ def test_install_local_folder_validates_and_registers(tmp_path: Path) -> None:
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_model"
         unknown = client.post("/v1/library/install", json={"path": str(folder), "family": "nope"})
         assert unknown.json()["error"] == {"code": "unknown_family", "field": "family",
-                                           "message": "unknown family 'nope'; known families: piper, orpheus, qwen3_tts"}
+                                           "message": "unknown family 'nope'; known families: piper, orpheus, qwen3_tts",
+                                           "type": "invalid_request_error", "param": "family"}
         ok = client.post("/v1/library/install", json={"path": str(folder), "family": "piper"})
         assert ok.status_code == 201 and ok.json()["id"] == "bob" and ok.json()["voices"] == ["default"]
         assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 409

@@ -1,0 +1,285 @@
+"""A context of the ElevenLabs and Cartesia WebSockets: text in pieces, one utterance out.
+
+A context is an utterance stream (gateway/utterance.py): its text goes through a
+SentenceBuffer the way `/v1/realtime` feeds one (complete sentences at once, an
+unfinished tail after `text_buffer_ms` or on flush; with `eager`, for clients that send
+whole sentences, a message ending a sentence is spoken at once), its audio is encoded in the
+context's output format, and its words are handed over with the audio that speaks
+them. A flush speaks what is buffered and keeps the context open; `close()` ends it
+once its audio is out (`send_final`); `cancel()` stops it at once, engine request
+included. Subclasses write the wire messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from typing import Any, Sequence
+
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from engine.types import EngineError, InputTooLong, InvalidInput, WordTiming
+from gateway.audio import StreamEncoder
+from gateway.errors import ApiError
+from gateway.state import AppState
+from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize
+from gateway.timings import WordQueue
+from gateway.utterance import UtteranceStream
+from gateway.vendor_formats import OutputFormat
+from gateway.voices import Choice
+
+log = logging.getLogger(__name__)
+
+# Text ending a sentence: the end of a message, when the client sends whole sentences.
+SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s*$")
+
+
+class TextContext:
+    """One context: `append`, `flush`, `close`, `cancel`; subclasses send the messages."""
+
+    source = "vendor"  # metrics label
+
+    def __init__(self, state: AppState, context_id: str, choice: Choice, fmt: OutputFormat,
+                 *, timings: bool, eager: bool = False) -> None:
+        self.state = state
+        self.eager = eager  # the client sends whole sentences: speak each when its text ends
+        self.context_id = context_id
+        self.choice = choice
+        self.format = fmt
+        self.buffer = SentenceBuffer()
+        self.stream = UtteranceStream(state, self, lambda: self.choice, fmt.sample_rate,
+                                      prefix=self.source[:2], timings=timings)
+        self.encoder = self._encoder()
+        self.words = WordQueue()
+        self.sent_ms = 0.0  # utterance audio already sent, ms
+        self.tail_timer: asyncio.TimerHandle | None = None
+        self.flush_ids: list[int] = []  # flushes waiting for their text to be spoken
+        self.closing = False  # no more text
+        self.finished = False  # final message sent, or cancelled
+        self.ended = asyncio.Event()  # set with `finished`
+
+    def _encoder(self) -> StreamEncoder:
+        fmt = self.format
+        return StreamEncoder(fmt.codec, fmt.sample_rate, fmt.sample_rate, fmt.bitrate_kbps)
+
+    # -- wire messages (subclasses) -----------------------------------------------------
+
+    async def send_audio(self, data: bytes, words: Sequence[WordTiming], start_ms: float, end_ms: float) -> None:
+        """Encoded `data` (may be b""), the `words` it speaks; its PCM spans
+        [start_ms, end_ms) of the utterance."""
+        raise NotImplementedError
+
+    async def send_flush_done(self, flush_id: int) -> None:
+        """Everything before flush `flush_id` is spoken."""
+
+    async def send_final(self) -> None:
+        """The context ended after its last audio."""
+        raise NotImplementedError
+
+    async def send_error(self, error: ApiError | EngineError) -> None:
+        raise NotImplementedError
+
+    # -- text in ------------------------------------------------------------------------
+
+    async def append(self, text: str, field: str = "text") -> None:
+        if self.closing:
+            raise InvalidInput(f"context {self.context_id!r} is closed; open a new one", field="context_id")
+        pending = len(self.buffer.pending) + self.stream.queued_chars
+        if pending + len(text) > self.state.settings.max_input_chars:
+            raise InputTooLong(f"more than {self.state.settings.max_input_chars} characters of text are "
+                               "waiting to be spoken", field=field)
+        segments = self.buffer.append(text)
+        if segments and self.stream.ready_s is None and sum(len(s) for s in segments) < MIN_FIRST_CHARS:
+            # As /v1/realtime: a tiny first sentence would play out before the next is ready.
+            self.buffer.hold(segments)
+            segments = []
+        await self.stream.queue(segments)
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+            self.tail_timer = None
+        if self.eager and SENTENCE_END.search(text):
+            await self.flush()
+        elif normalize(self.buffer.pending):
+            loop = asyncio.get_running_loop()
+            self.tail_timer = loop.call_later(self.state.settings.text_buffer_ms / 1000.0,
+                                              lambda: asyncio.ensure_future(self._speak_tail()))
+
+    async def _speak_tail(self) -> None:
+        self.tail_timer = None
+        try:
+            await self.stream.queue(self.buffer.flush())
+        except (ApiError, EngineError) as error:
+            await self.on_error(self.stream, error)
+
+    async def flush(self, flush_id: int | None = None) -> None:
+        """Speak what is buffered now; `flush_id`: `send_flush_done` once it is spoken."""
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+            self.tail_timer = None
+        if flush_id is not None:
+            self.flush_ids.append(flush_id)
+        await self.stream.queue(self.buffer.flush())
+        if flush_id is not None and not self.stream.busy:
+            await self.on_idle(self.stream)
+
+    async def close(self) -> None:
+        """No more text: speak what is buffered, then `send_final`."""
+        if self.closing:
+            return
+        await self.flush()
+        self.closing = True
+        if not self.finished:
+            await self.stream.end()
+
+    def cancel(self) -> None:
+        """Stop now; nothing more is sent for this context."""
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+            self.tail_timer = None
+        if not self.finished:
+            self.finished = True
+            self.ended.set()
+            self.stream.cancel()
+            self.stream.observe(self.source, cancelled=True)
+
+    # -- audio out (the utterance stream's Listener) ------------------------------------
+
+    async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,
+                       words: Sequence[WordTiming], estimated: bool) -> None:
+        if self.finished:
+            return
+        data = self.encoder.feed(pcm) if len(pcm) else b""
+        self.words.add(words)
+        end_ms = utterance.clock.delivered_ms
+        await self._send(data, self.words.take(end_ms), end_ms)
+
+    async def _send(self, data: bytes, words: Sequence[WordTiming], end_ms: float) -> None:
+        start_ms, self.sent_ms = self.sent_ms, end_ms
+        await self.send_audio(data, words, start_ms, end_ms)
+
+    async def on_idle(self, utterance: UtteranceStream) -> None:
+        if self.finished:
+            return
+        tail = b""
+        if (self.format.codec == "mp3" and self.encoder.num_samples) or utterance.ending:
+            # The encoder holds its last samples until closed; MP3 streams may follow each
+            # other (a decoder reads frames), so a pause closes one and the next starts anew.
+            tail = self.encoder.close()
+            if not utterance.ending:
+                self.encoder = self._encoder()
+        rest = self.words.take()
+        if tail or rest:
+            await self._send(tail, rest, utterance.clock.delivered_ms)
+        flush_ids, self.flush_ids = self.flush_ids, []
+        for flush_id in flush_ids:
+            await self.send_flush_done(flush_id)
+        if utterance.ending:
+            self.finished = True
+            self.ended.set()
+            utterance.observe(self.source, cancelled=False)
+            await self.send_final()
+
+    async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
+        if self.finished:
+            return
+        self.cancel()
+        await self.send_error(error)
+
+
+class VendorSocket:
+    """A vendor WebSocket: JSON text frames in, contexts by id, one send lock.
+
+    Subclasses implement `handle(message)` and `send_error(error, context_id)`. A closed
+    socket cancels every context (engine requests included).
+    """
+
+    def __init__(self, state: AppState, ws: WebSocket) -> None:
+        self.state = state
+        self.ws = ws
+        self.contexts: dict[str, TextContext] = {}
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self._send_lock:
+            if self.connected:
+                try:
+                    await self.ws.send_text(json.dumps(message))
+                except (RuntimeError, WebSocketDisconnect):  # the client left meanwhile
+                    pass
+
+    @property
+    def connected(self) -> bool:
+        return WebSocketState.CONNECTED == self.ws.client_state == self.ws.application_state
+
+    async def close_ws(self, code: int = 1000) -> None:
+        """Close the socket (once; nothing if the client already left)."""
+        async with self._send_lock:
+            if self.connected:
+                try:
+                    await self.ws.close(code=code)
+                except (RuntimeError, WebSocketDisconnect):
+                    pass
+
+    async def handle(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        """Receive until the client leaves or `handle` closes the socket."""
+        while self.connected:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            context_id: str | None = None
+            try:
+                if text is None:
+                    raise ApiError(400, "invalid_message", "send JSON text frames, not binary")
+                try:
+                    data = json.loads(text)
+                except ValueError as error:
+                    raise ApiError(400, "invalid_json", f"message is not valid JSON: {error}") from error
+                if not isinstance(data, dict):
+                    raise ApiError(400, "invalid_json", "message must be a JSON object")
+                raw_id = data.get("context_id")
+                context_id = raw_id if isinstance(raw_id, str) else None
+                await self.handle(data)
+            except (ApiError, EngineError) as error:
+                await self.send_error(error, context_id)
+
+    async def finish(self, timeout_s: float) -> None:
+        """Close every context and wait (at most `timeout_s`) for their audio to end."""
+        contexts = [c for c in self.contexts.values() if not c.finished]
+        for context in contexts:
+            try:
+                await context.close()
+            except (ApiError, EngineError) as error:
+                await self.send_error(error, context.context_id)
+        waits = [asyncio.ensure_future(c.ended.wait()) for c in contexts]
+        if waits:
+            await asyncio.wait(waits, timeout=timeout_s)
+            for wait in waits:
+                wait.cancel()
+
+    def close(self) -> None:
+        for context in self.contexts.values():
+            context.cancel()
+        self.contexts.clear()
+
+
+async def serve(ws: WebSocket, socket: VendorSocket) -> None:
+    """Run `socket` on an accepted connection; a disconnect cancels its contexts."""
+    state = socket.state
+    state.metrics.sessions.inc()
+    try:
+        await socket.run()
+    except WebSocketDisconnect:
+        pass
+    finally:
+        state.metrics.sessions.dec()
+        socket.close()
