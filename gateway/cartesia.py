@@ -18,7 +18,8 @@ HTTP: the same fields without `context_id`/`continue`; `/tts/bytes` answers audi
 `timestamps` (with `add_timestamps`) or the final `done` message. Headers `X-API-Key`,
 `Authorization`, `Cartesia-Version` and the `api_key`/`cartesia_version` query
 parameters are accepted. Vendor model ids (`sonic-3`) mean the default model; a voice
-id means the voice or preset of that name, else the default voice.
+id means the voice or preset of that name, else the default voice. Text goes through
+the text frontend as on every route (gateway/vendor_context.py, gateway/vendor_http.py).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from starlette.websockets import WebSocket
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
+from gateway.stitch import speech_options
+from gateway.text import TextOptions
 from gateway.vendor_context import TextContext, VendorSocket, serve
 from gateway.vendor_formats import OutputFormat, cartesia_format
-from gateway.vendor_http import Piece, start_speech
+from gateway.vendor_http import Speech, start_speech
 from gateway.voices import Choice, check_speed, resolve_vendor
 
 log = logging.getLogger(__name__)
@@ -79,8 +82,9 @@ class CartesiaContext(TextContext):
     source = "cartesia"
 
     def __init__(self, socket: CartesiaSocket, context_id: str, choice: Choice, fmt: OutputFormat,
-                 add_timestamps: bool, eager: bool) -> None:
-        super().__init__(socket.state, context_id, choice, fmt, timings=add_timestamps, eager=eager)
+                 options: TextOptions, add_timestamps: bool, eager: bool) -> None:
+        super().__init__(socket.state, context_id, choice, fmt, options, timings=add_timestamps, eager=eager,
+                         field="transcript")
         self.socket = socket
         self.add_timestamps = add_timestamps
         self.num_flushes = 0
@@ -133,11 +137,13 @@ class CartesiaSocket(VendorSocket):
             fmt = cartesia_format(message.get("output_format"))
             add = message.get("add_timestamps", False)
             delay = message.get("max_buffer_delay_ms")  # 0: speak what arrives at once
-            context = CartesiaContext(self, context_id, await choose(self.state, message), fmt,
-                                      add_timestamps=add is True, eager=delay == 0)
+            choice = await choose(self.state, message)
+            options = await speech_options(self.state, choice, {})
+            context = CartesiaContext(self, context_id, choice, fmt, options, add_timestamps=add is True,
+                                      eager=delay == 0)
             self.contexts[context_id] = context
         if transcript:
-            await context.append(transcript, field="transcript")
+            await context.append(transcript)
         if message.get("flush") is True:
             context.num_flushes += 1
             await context.flush(context.num_flushes)
@@ -154,7 +160,7 @@ async def websocket(ws: WebSocket) -> None:
     await serve(ws, CartesiaSocket(state, ws))
 
 
-async def _speak(request: Request) -> tuple[OutputFormat, AsyncIterator[Piece], dict[str, Any]]:
+async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]]:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -167,7 +173,7 @@ async def _speak(request: Request) -> tuple[OutputFormat, AsyncIterator[Piece], 
     return fmt, pieces, data
 
 
-async def _bytes(pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+async def _bytes(pieces: Speech) -> AsyncIterator[bytes]:
     try:
         async for piece in pieces:
             if piece.data:
@@ -181,7 +187,7 @@ async def tts_bytes(request: Request) -> Response:
     return StreamingResponse(_bytes(pieces), media_type=fmt.media_type)
 
 
-async def _events(pieces: AsyncIterator[Piece], context_id: str | None, add_timestamps: bool) -> AsyncIterator[str]:
+async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) -> AsyncIterator[str]:
     started_s = time.monotonic()
     tag = {} if context_id is None else {"context_id": context_id}
     try:

@@ -17,7 +17,12 @@ Server messages: `{"audio": base64, "isFinal": null, "contextId", "alignment",
 errors `{"error": code, "message", "code", "field", "contextId"}` (the socket lives on).
 Query: `model_id` (vendor ids: the default model), `output_format` (gateway/
 vendor_formats.py), `auto_mode=true` (a message that ends a sentence is spoken at
-once, without waiting for the next or a flush); others are ignored. The `xi-api-key` header is accepted.
+once, without waiting for the next or a flush), `apply_text_normalization=off` (text
+read as written); others are ignored. The `xi-api-key` header is accepted.
+
+Each context's text goes through the text frontend like `/v1/realtime`'s
+(gateway/vendor_context.py); timings and alignments are of the words as spoken (after
+normalisation), so `alignment` and `normalizedAlignment` are the same.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from starlette.websockets import WebSocket
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.errors import ApiError, as_api_error
 from gateway.state import AppState
+from gateway.stitch import speech_options
+from gateway.text import TextOptions
 from gateway.timings import char_times
 from gateway.vendor_context import TextContext, VendorSocket, serve
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
@@ -55,6 +62,12 @@ def alignment(words: Sequence[WordTiming], start_ms: float, end_ms: float) -> di
             "charDurationsMs": list(times.duration_ms)}
 
 
+def text_fields(apply_text_normalization: object) -> dict[str, Any]:
+    """Voxgate's text fields for ElevenLabs' `apply_text_normalization` (`auto`, `on`,
+    `off`): `off` reads the text as written; the others normalise it (gateway/text/)."""
+    return {"normalize": False} if apply_text_normalization == "off" else {}
+
+
 def voice_speed(message: dict[str, Any]) -> float | None:
     settings = message.get("voice_settings")
     if settings is None:
@@ -69,7 +82,7 @@ class ElevenLabsContext(TextContext):
     source = "elevenlabs"
 
     def __init__(self, socket: ElevenLabsSocket, context_id: str, choice: Choice, fmt: OutputFormat) -> None:
-        super().__init__(socket.state, context_id, choice, fmt, timings=True, eager=socket.auto_mode)
+        super().__init__(socket.state, context_id, choice, fmt, socket.options, timings=True, eager=socket.auto_mode)
         self.socket = socket
 
     def _tag(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -94,8 +107,10 @@ class ElevenLabsContext(TextContext):
 
 
 class ElevenLabsSocket(VendorSocket):
-    def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat) -> None:
+    def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat,
+                 options: TextOptions) -> None:
         super().__init__(state, ws)
+        self.options = options  # how its contexts' text is read (the text frontend)
         # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
         self.auto_mode = ws.query_params.get("auto_mode", "").lower() == "true"
         self.multi = multi
@@ -176,17 +191,18 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
         await ws.close(code=1013, reason="server is shutting down")
         return
     query = ws.query_params
-    placeholder = ElevenLabsSocket(state, ws, multi, Choice("", "", 1.0), elevenlabs_format(None))
+    placeholder = ElevenLabsSocket(state, ws, multi, Choice("", "", 1.0), elevenlabs_format(None), TextOptions())
     try:
         fmt = elevenlabs_format(query.get("output_format"))
         choice = await resolve_vendor(state.library, model=query.get("model_id"), voice=ws.path_params["voice_id"],
                                       speed=None, default_model=state.settings.default_model,
                                       default_voice=state.settings.default_voice)
+        options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
     except EngineError as error:
         await placeholder.send_error(error, None)
         await ws.close(code=1008, reason=error.message[:120])
         return
-    await serve(ws, ElevenLabsSocket(state, ws, multi, choice, fmt))
+    await serve(ws, ElevenLabsSocket(state, ws, multi, choice, fmt, options))
 
 
 async def multi_stream_input(ws: WebSocket) -> None:

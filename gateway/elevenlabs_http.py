@@ -7,7 +7,9 @@ one JSON object `{"audio_base64", "alignment", "normalized_alignment"}`;
 `alignment = {"characters", "character_start_times_seconds",
 "character_end_times_seconds"}`, in seconds from the start of the audio.
 Body: `text` (required), `model_id` (vendor ids: the default model),
-`voice_settings.speed`; the other fields ElevenLabs takes are accepted and ignored.
+`voice_settings.speed`, `apply_text_normalization` (`off`: read as written); the other
+fields ElevenLabs takes are accepted and ignored. The text is read and split like
+`/v1/audio/speech`'s (gateway/vendor_http.py), long texts as several engine requests.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from engine.types import EngineError, WordTiming
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
+from gateway.elevenlabs import text_fields
 from gateway.timings import char_times
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
-from gateway.vendor_http import Piece, start_speech
+from gateway.vendor_http import Speech, start_speech
 from gateway.voices import resolve_vendor
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,7 @@ def alignment_seconds(words: Sequence[WordTiming], end_ms: float) -> dict[str, A
                                             for s, d in zip(times.start_ms, times.duration_ms)]}
 
 
-async def _speak(request: Request) -> tuple[OutputFormat, AsyncIterator[Piece], dict[str, str]]:
+async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, str]]:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -60,12 +63,13 @@ async def _speak(request: Request) -> tuple[OutputFormat, AsyncIterator[Piece], 
         if error.field == "speed":
             error.field = "voice_settings.speed"
         raise
-    pieces = await start_speech(state, choice, data["text"], fmt, source="elevenlabs", field="text")
-    headers = {"X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice}
+    fields = text_fields(data.get("apply_text_normalization", request.query_params.get("apply_text_normalization")))
+    pieces = await start_speech(state, choice, data["text"], fmt, source="elevenlabs", field="text", data=fields)
+    headers = {"X-Request-Id": pieces.request_id, "X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice}
     return fmt, pieces, headers
 
 
-async def _audio(pieces: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+async def _audio(pieces: Speech) -> AsyncIterator[bytes]:
     try:
         async for piece in pieces:
             if piece.data:
@@ -94,7 +98,7 @@ async def with_timestamps(request: Request) -> Response:
                          "normalized_alignment": aligned}, headers=headers)
 
 
-async def _lines(pieces: AsyncIterator[Piece]) -> AsyncIterator[str]:
+async def _lines(pieces: Speech) -> AsyncIterator[str]:
     try:
         async for piece in pieces:
             aligned = alignment_seconds(piece.words, piece.end_ms)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from gateway.errors import ApiError
+
 
 class MessageRate:
     """`allow()` says whether one more event fits; `is_limiting` while events are refused.
@@ -28,3 +30,12 @@ class MessageRate:
             self.is_limiting = False
             return True
         return False
+
+    def refusal(self) -> ApiError | None:
+        """The error to answer a refused message with: one per run of refused messages
+        (None for the rest of the run, which are dropped silently)."""
+        if self.is_limiting:
+            return None
+        self.is_limiting = True
+        return ApiError(429, "rate_limited", f"more than {self.per_s:g} messages a second (bursts of {self.burst}); "
+                        "messages are dropped until the rate falls")

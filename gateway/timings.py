@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from engine.types import WordTiming
+from engine.types import AudioChunk, WordTiming
 
 # Typical English read speech: ~160 words per minute of ~5.7 characters with the space
 # after them, i.e. ~15 characters per second at speed 1.
@@ -71,6 +71,31 @@ class Estimator:
             self._last_end_ms = end
             self._next += 1
         return out
+
+
+class RequestWords:
+    """Word times of one engine request's chunks, in ms from the stream's first sample.
+
+    `offset_ms`: the stream's audio before this request. `take(chunk)` gives the words of
+    each chunk in order, with whether they are estimated: the model's own
+    (`AudioChunk.words`, relative to their chunk) when it has them, else, with
+    `estimate`, `Estimator`'s over the request's `segments`, else none.
+    """
+
+    def __init__(self, segments: Sequence[str], speed: float, offset_ms: float, estimate: bool) -> None:
+        self._estimator = Estimator(segments, speed) if estimate else None
+        self._offset_ms = offset_ms
+        self._chunk_start_ms = 0.0  # this request's audio before the next chunk
+
+    def take(self, chunk: AudioChunk) -> tuple[tuple[WordTiming, ...], bool]:
+        start_ms = self._chunk_start_ms
+        self._chunk_start_ms += chunk.duration_ms
+        if chunk.words:
+            return shift(chunk.words, self._offset_ms + start_ms), False
+        if self._estimator is not None:
+            words = self._estimator.words(start_ms, chunk.duration_ms, chunk.is_last)
+            return shift(words, self._offset_ms), bool(words)
+        return (), False
 
 
 class WordQueue:

@@ -1,13 +1,14 @@
 """A context of the ElevenLabs and Cartesia WebSockets: text in pieces, one utterance out.
 
-A context is an utterance stream (gateway/utterance.py): its text goes through a
-SentenceBuffer the way `/v1/realtime` feeds one (complete sentences at once, an
-unfinished tail after `text_buffer_ms` or on flush; with `eager`, for clients that send
-whole sentences, a message ending a sentence is spoken at once), its audio is encoded in the
-context's output format, and its words are handed over with the audio that speaks
-them. A flush speaks what is buffered and keeps the context open; `close()` ends it
-once its audio is out (`send_final`); `cancel()` stops it at once, engine request
-included. Subclasses write the wire messages.
+A context is an utterance stream (gateway/utterance.py) fed by a TextFeed
+(gateway/text_feed.py), exactly as `/v1/realtime` feeds one: the text frontend reads
+the text (markdown, numbers, SSML breaks), the first clause is spoken as soon as it is
+complete, then each sentence, an unfinished tail after `text_buffer_ms` or on flush; with
+`eager`, for clients that send whole sentences, a message ending a sentence is spoken at
+once. Its audio is encoded in the context's output format, and its words are handed over
+with the audio that speaks them. A flush speaks what is buffered and keeps the context
+open; `close()` ends it once its audio is out (`send_final`); `cancel()` stops it at
+once, engine request included. Subclasses write the wire messages.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from typing import Any, Sequence
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from engine.types import EngineError, InputTooLong, InvalidInput, WordTiming
+from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.audio import StreamEncoder
 from gateway.errors import ApiError
+from gateway.rate import MessageRate
 from gateway.state import AppState
-from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize
+from gateway.text import Item, TextOptions
+from gateway.text_feed import TextFeed
 from gateway.timings import WordQueue
 from gateway.utterance import UtteranceStream
 from gateway.vendor_formats import OutputFormat
@@ -34,7 +37,7 @@ from gateway.voices import Choice
 log = logging.getLogger(__name__)
 
 # Text ending a sentence: the end of a message, when the client sends whole sentences.
-SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*\s*$")
+SENTENCE_END = re.compile(r"[.!?…。！？][\"'”’)\]]*\s*$")
 
 
 class TextContext:
@@ -42,20 +45,19 @@ class TextContext:
 
     source = "vendor"  # metrics label
 
-    def __init__(self, state: AppState, context_id: str, choice: Choice, fmt: OutputFormat,
-                 *, timings: bool, eager: bool = False) -> None:
+    def __init__(self, state: AppState, context_id: str, choice: Choice, fmt: OutputFormat, options: TextOptions,
+                 *, timings: bool, eager: bool = False, field: str = "text") -> None:
         self.state = state
         self.eager = eager  # the client sends whole sentences: speak each when its text ends
         self.context_id = context_id
         self.choice = choice
         self.format = fmt
-        self.buffer = SentenceBuffer()
+        self.feed = TextFeed(state.settings, self._queue, self._tail_error, options=options, field=field)
         self.stream = UtteranceStream(state, self, lambda: self.choice, fmt.sample_rate,
                                       prefix=self.source[:2], timings=timings)
         self.encoder = self._encoder()
         self.words = WordQueue()
         self.sent_ms = 0.0  # utterance audio already sent, ms
-        self.tail_timer: asyncio.TimerHandle | None = None
         self.flush_ids: list[int] = []  # flushes waiting for their text to be spoken
         self.closing = False  # no more text
         self.finished = False  # final message sent, or cancelled
@@ -84,44 +86,25 @@ class TextContext:
 
     # -- text in ------------------------------------------------------------------------
 
-    async def append(self, text: str, field: str = "text") -> None:
+    async def _queue(self, items: list[Item], since_s: float | None) -> None:
+        await self.stream.queue(items, since_s)
+
+    async def _tail_error(self, error: ApiError | EngineError) -> None:
+        await self.on_error(self.stream, error)
+
+    async def append(self, text: str) -> None:
         if self.closing:
             raise InvalidInput(f"context {self.context_id!r} is closed; open a new one", field="context_id")
-        pending = len(self.buffer.pending) + self.stream.queued_chars
-        if pending + len(text) > self.state.settings.max_input_chars:
-            raise InputTooLong(f"more than {self.state.settings.max_input_chars} characters of text are "
-                               "waiting to be spoken", field=field)
-        segments = self.buffer.append(text)
-        if segments and self.stream.ready_s is None and sum(len(s) for s in segments) < MIN_FIRST_CHARS:
-            # As /v1/realtime: a tiny first sentence would play out before the next is ready.
-            self.buffer.hold(segments)
-            segments = []
-        await self.stream.queue(segments)
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-            self.tail_timer = None
+        await self.feed.append(text, self.stream.queued_chars)
         if self.eager and SENTENCE_END.search(text):
-            await self.flush()
-        elif normalize(self.buffer.pending):
-            loop = asyncio.get_running_loop()
-            self.tail_timer = loop.call_later(self.state.settings.text_buffer_ms / 1000.0,
-                                              lambda: asyncio.ensure_future(self._speak_tail()))
-
-    async def _speak_tail(self) -> None:
-        self.tail_timer = None
-        try:
-            await self.stream.queue(self.buffer.flush())
-        except (ApiError, EngineError) as error:
-            await self.on_error(self.stream, error)
+            await self.feed.release()
 
     async def flush(self, flush_id: int | None = None) -> None:
         """Speak what is buffered now; `flush_id`: `send_flush_done` once it is spoken."""
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-            self.tail_timer = None
         if flush_id is not None:
             self.flush_ids.append(flush_id)
-        await self.stream.queue(self.buffer.flush())
+        items, since = self.feed.flush()
+        await self.stream.queue(items, since)
         if flush_id is not None and not self.stream.busy:
             await self.on_idle(self.stream)
 
@@ -136,9 +119,7 @@ class TextContext:
 
     def cancel(self) -> None:
         """Stop now; nothing more is sent for this context."""
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-            self.tail_timer = None
+        self.feed.cancel_timer()
         if not self.finished:
             self.finished = True
             self.ended.set()
@@ -192,7 +173,8 @@ class TextContext:
 class VendorSocket:
     """A vendor WebSocket: JSON text frames in, contexts by id, one send lock.
 
-    Subclasses implement `handle(message)` and `send_error(error, context_id)`. A closed
+    Messages are rate-limited per socket like `/v1/realtime`'s (`realtime_messages_per_s`,
+    `realtime_message_burst`), and the loop yields after each. Subclasses implement `handle(message)` and `send_error(error, context_id)`. A closed
     socket cancels every context (engine requests included).
     """
 
@@ -201,6 +183,8 @@ class VendorSocket:
         self.ws = ws
         self.contexts: dict[str, TextContext] = {}
         self._send_lock = asyncio.Lock()
+        settings = state.settings
+        self.rate = MessageRate(settings.realtime_messages_per_s, settings.realtime_message_burst)
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._send_lock:
@@ -235,8 +219,14 @@ class VendorSocket:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
+            await asyncio.sleep(0)  # queued messages run one at a time, not back to back
             text = message.get("text")
             context_id: str | None = None
+            if not self.rate.allow():  # the same per-session bound as /v1/realtime
+                refusal = self.rate.refusal()
+                if refusal is not None:
+                    await self.send_error(refusal, None)
+                continue
             try:
                 if text is None:
                     raise ApiError(400, "invalid_message", "send JSON text frames, not binary")

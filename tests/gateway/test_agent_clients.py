@@ -62,6 +62,11 @@ def test_pipecat_speaks_with_word_timestamps(server: LiveServer, index: int) -> 
     assert server.wait_idle() == 0
 
 
+# The engine synthesises Piper as fast as the CPU goes (~10x real time here), so an answer
+# still being made when the agent interrupts must be long: this one is ~3.5 minutes of audio.
+ANSWER = " ".join(f"This is sentence number {i} of a very long answer." for i in range(75))
+
+
 @pytest.mark.parametrize("index", [0, 1], ids=["elevenlabs", "cartesia"])
 def test_pipecat_interruption_stops_the_engine_request(server: LiveServer, index: int) -> None:
     tts = pipecat_services(server)[index]
@@ -70,8 +75,8 @@ def test_pipecat_interruption_stops_the_engine_request(server: LiveServer, index
     async def scenario() -> tuple[Any, Any]:
         watch = asyncio.create_task(max_requests(server, seen))
         try:
-            # The engine stops at its next step: Piper's is one sentence (~1 s on a busy CPU).
-            return await run_test(tts, frames_to_send=[TTSSpeakFrame(LONG), SleepFrame(5), InterruptionFrame(),
+            # The engine stops at its next step: Piper's is one sentence.
+            return await run_test(tts, frames_to_send=[TTSSpeakFrame(ANSWER), SleepFrame(2), InterruptionFrame(),
                                                        SleepFrame(4)], start_timeout=10)
         finally:
             watch.cancel()
@@ -79,7 +84,7 @@ def test_pipecat_interruption_stops_the_engine_request(server: LiveServer, index
     down, _ = asyncio.run(scenario())
     assert max(seen) == 1 and seen[-1] == 0  # freed after the interruption, the socket still open
     seconds = sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) / 2 / 16000
-    assert 0 < seconds < 20  # the answer is ~55 s long
+    assert 0 < seconds < 100  # less than half the answer: its synthesis stopped
 
 
 async def livekit_speak(tts: Any, text: str) -> tuple[float, list[tuple[str, float]]]:
