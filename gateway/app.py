@@ -12,27 +12,34 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import library_api, models_api, pages, presets, realtime, speech, stats, takes
+from gateway import library_api, models_api, openapi, pages, presets, realtime, speech, stats, takes
+from gateway.auth import KeyCheck
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
+from gateway.keys import KeyStore, no_key_message
 from gateway.library import Library
+from gateway.limits import KeyLimits
 from gateway.metrics import Metrics
 from gateway.residency import MB, Residency
+from gateway.routing import resource
+from gateway.security import browser_middleware
 from gateway.settings import Settings
 from gateway.state import AppState
+from gateway.takes import TakeStore
+from gateway.writes import WriteGuard, WriteTimeout
 from models import family
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL = {"id": "piper-joe", "family": "piper", "name": "Joe (en_US, Piper medium, embedded)"}
-SHUTDOWN_GRACE_S = 5.0
 
 
 async def register_models(library: Library, settings: Settings) -> None:
@@ -55,6 +62,11 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         catalog = load_catalog(settings.catalog_path or None)  # a bad catalog stops the start here
         library = await Library.open(settings.db_path)
+        keys = KeyStore(library)
+        if settings.keys_required and not await keys.count_active():
+            await library.close()
+            raise RuntimeError(no_key_message(settings))
+        await TakeStore(library, settings.data_dir / "takes").sweep()  # what a kill left behind
         engine = Engine(EngineConfig(ttfa_target_ms=settings.ttfa_target_ms,
                                      urgent_slack_ms=settings.urgent_slack_ms,
                                      max_running=settings.max_running, max_waiting=settings.max_waiting,
@@ -74,7 +86,9 @@ def create_app(settings: Settings) -> Starlette:
             min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
         metrics = Metrics()
         metrics.watch(residency)
-        state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads)
+        state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
+                         keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
+                         writes=WriteGuard(settings.send_timeout_s))
         app.state.voxgate = state
         try:
             await register_models(library, settings)
@@ -95,9 +109,10 @@ def create_app(settings: Settings) -> Starlette:
             yield
         finally:
             await downloads.aclose()  # keeps partial files for the next start
-            # Like uvicorn: stop admitting, let running requests drain, then cancel.
+            # Like uvicorn: stop admitting, let running requests drain, then cancel (the
+            # server's drain, gateway/server.py, has usually done this before we get here).
             state.draining = True
-            deadline = time.monotonic() + SHUTDOWN_GRACE_S
+            deadline = state.drain_deadline_s or time.monotonic() + settings.graceful_shutdown_s
             while engine.num_requests() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             await residency.close()
@@ -105,36 +120,36 @@ def create_app(settings: Settings) -> Starlette:
             await library.close()
 
     routes = [
-        Route("/", pages.index),
-        Route("/library", pages.library),
-        Route("/voices", pages.voices),
-        Route("/live", pages.live),
-        Route("/health", models_api.health),
-        Route("/metrics", models_api.metrics),
-        Route("/v1/models", models_api.list_models),
-        Route("/v1/models/{model_id}", models_api.get_model, methods=["GET"]),
-        Route("/v1/audio/voices", models_api.list_voices),
-        Route("/v1/audio/speech", speech.speech, methods=["POST"]),
-        Route("/v1/models/{model_id}/load", library_api.load_model, methods=["POST"]),
-        Route("/v1/models/{model_id}/unload", library_api.unload_model, methods=["POST"]),
-        Route("/v1/library/catalog", library_api.catalog),
-        Route("/v1/library/install", library_api.install, methods=["POST"]),
-        Route("/v1/library/downloads", library_api.list_downloads),
-        Route("/v1/library/downloads/events", library_api.download_events),
-        Route("/v1/library/downloads/{download_id}", library_api.cancel_download, methods=["DELETE"]),
-        Route("/v1/library/models/{model_id}", library_api.delete_model, methods=["DELETE"]),
-        Route("/v1/presets", presets.list_presets, methods=["GET"]),
-        Route("/v1/presets", presets.create_preset, methods=["POST"]),
-        Route("/v1/presets/{name}", presets.get_preset, methods=["GET"]),
-        Route("/v1/presets/{name}", presets.update_preset, methods=["PUT", "PATCH"]),
-        Route("/v1/presets/{name}", presets.delete_preset, methods=["DELETE"]),
-        Route("/v1/takes", takes.list_takes, methods=["GET"]),
-        Route("/v1/takes", takes.create_take, methods=["POST"]),
-        Route("/v1/takes/{take_id}", takes.get_take, methods=["GET"]),
-        Route("/v1/takes/{take_id}", takes.delete_take, methods=["DELETE"]),
-        Route("/v1/takes/{take_id}/audio", takes.take_audio, methods=["GET"]),
-        Route("/v1/stats", stats.stats),
+        Route("/", pages.index, include_in_schema=False),
+        Route("/library", pages.library, include_in_schema=False),
+        Route("/voices", pages.voices, include_in_schema=False),
+        Route("/live", pages.live, include_in_schema=False),
+        Route("/docs", openapi.docs, include_in_schema=False),
+        Route("/openapi.json", openapi.schema, include_in_schema=False),
+        resource("/health", GET=models_api.health),
+        resource("/metrics", GET=models_api.metrics),
+        resource("/v1/models", GET=models_api.list_models),
+        resource("/v1/models/{model_id}", GET=models_api.get_model),
+        resource("/v1/audio/voices", GET=models_api.list_voices),
+        resource("/v1/audio/speech", POST=speech.speech),
+        resource("/v1/models/{model_id}/load", POST=library_api.load_model),
+        resource("/v1/models/{model_id}/unload", POST=library_api.unload_model),
+        resource("/v1/library/catalog", GET=library_api.catalog),
+        resource("/v1/library/install", POST=library_api.install),
+        resource("/v1/library/downloads", GET=library_api.list_downloads),
+        resource("/v1/library/downloads/events", GET=library_api.download_events),
+        resource("/v1/library/downloads/{download_id}", DELETE=library_api.cancel_download),
+        resource("/v1/library/models/{model_id}", DELETE=library_api.delete_model),
+        resource("/v1/presets", GET=presets.list_presets, POST=presets.create_preset),
+        resource("/v1/presets/{name}", GET=presets.get_preset, PUT=presets.update_preset,
+                 PATCH=presets.update_preset, DELETE=presets.delete_preset),
+        resource("/v1/takes", GET=takes.list_takes, POST=takes.create_take),
+        resource("/v1/takes/{take_id}", GET=takes.get_take, DELETE=takes.delete_take),
+        resource("/v1/takes/{take_id}/audio", GET=takes.take_audio),
+        resource("/v1/stats", GET=stats.stats),
         WebSocketRoute("/v1/realtime", realtime.realtime),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    # Outermost first: Host and Origin, CORS (if configured), keys, then write time bounds.
+    middleware = [*browser_middleware(settings), Middleware(KeyCheck), Middleware(WriteTimeout)]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers, lifespan=lifespan)

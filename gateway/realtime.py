@@ -18,13 +18,14 @@ the audio that preceded it, so its deadlines match what the listener hears.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import math
 import time
 import uuid
-from typing import Any
+from typing import Any, Awaitable
 
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from engine.clock import PlaybackClock
@@ -32,10 +33,12 @@ from engine.engine import AudioStream
 from engine.types import EngineError, InputTooLong, InvalidInput, SpeechRequest
 from gateway.audio import Resampler, to_pcm16
 from gateway.errors import ApiError, as_api_error
+from gateway.json_input import finite_number, parse_json
 from gateway.residency import Lease
 from gateway.state import AppState
 from gateway.text import MIN_FIRST_CHARS, SentenceBuffer, normalize, split_first
 from gateway.voices import Choice, check_speed, resolve
+from gateway.writes import SlowClient
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ class Session:
         self.backlog_flushed = False
         self.tail_timer: asyncio.TimerHandle | None = None
         self._send_lock = asyncio.Lock()
+        self._task: asyncio.Task[Any] | None = None  # run(), cancelled by abort()
+        self.aborted: str | bool = False  # the reason, once a writer gave up on the client
 
     # -- sending ----------------------------------------------------------------------
 
@@ -82,7 +87,19 @@ class Session:
     async def send(self, event: dict[str, Any]) -> None:
         async with self._send_lock:
             if self.ws.client_state == WebSocketState.CONNECTED:
-                await self.ws.send_text(json.dumps(event))
+                await self._write(self.ws.send_text(json.dumps(event)))
+
+    async def _write(self, write: Awaitable[None]) -> None:
+        """A bounded write (gateway/writes.py); a client too slow to take it ends the session."""
+        if self.aborted:
+            if asyncio.iscoroutine(write):
+                write.close()
+            raise SlowClient(str(self.aborted))
+        try:
+            await self.state.writes.call(write)
+        except SlowClient as error:
+            self.abort(str(error))
+            raise
 
     async def send_error(self, error: Exception) -> None:
         api = as_api_error(error)
@@ -91,26 +108,44 @@ class Session:
     # -- main loop --------------------------------------------------------------------
 
     async def run(self) -> None:
+        self._task = asyncio.current_task()
         await self.send({"type": "session.created", "session": self.describe()})
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
-            if message.get("text") is None:
-                await self.send_error(ApiError(400, "invalid_message", "send JSON text frames, not binary"))
-                continue
             try:
-                event = json.loads(message["text"])
-            except ValueError as error:
-                await self.send_error(ApiError(400, "invalid_json", f"message is not valid JSON: {error}"))
-                continue
-            if not isinstance(event, dict):
-                await self.send_error(ApiError(400, "invalid_json", "message must be a JSON object"))
-                continue
-            try:
-                await self.handle(event)
+                await self.handle(self.parse(message))
             except (ApiError, EngineError) as error:
                 await self.send_error(error)
+
+    def parse(self, message: Message) -> dict[str, Any]:
+        """A client frame as an event object; ApiError for anything else (the session goes on)."""
+        text = message.get("text")
+        if text is None:
+            raise ApiError(400, "invalid_message", "send JSON text frames, not binary")
+        if len(text) > self.settings.max_body_bytes:
+            raise ApiError(413, "message_too_large", f"a message may hold {self.settings.max_body_bytes} "
+                           "characters (max_body_bytes); send long text in several text.append")
+        event = parse_json(text, self.settings.max_json_depth)
+        if not isinstance(event, dict):
+            raise ApiError(400, "invalid_json", "message must be a JSON object")
+        return event
+
+    def abort(self, reason: str) -> None:
+        """End the session from a writer: the client stopped reading (or the server stops)."""
+        if self.aborted:
+            return
+        self.aborted = reason
+        log.warning("realtime session closed: %s", reason)
+        asyncio.ensure_future(self._close_frame(reason))
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    async def _close_frame(self, reason: str) -> None:
+        # Behind the unread audio: a client that reads again sees why. Bounded like any write.
+        with contextlib.suppress(SlowClient, RuntimeError, OSError):
+            await self.state.writes.call(self.ws.close(code=1008, reason=reason[:120]), timeout_s=1.0)
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -192,7 +227,10 @@ class Session:
         try:
             await self.queue(self.buffer.flush())
         except (ApiError, EngineError) as error:
-            await self.send_error(error)
+            with contextlib.suppress(SlowClient):
+                await self.send_error(error)
+        except SlowClient:
+            pass
 
     async def flush(self) -> None:
         if self.tail_timer is not None:
@@ -224,9 +262,8 @@ class Session:
         await self.done(utterance, cancelled=True)
 
     def playback(self, event: dict[str, Any]) -> None:
-        played, playing = event.get("played_ms"), event.get("playing", True)
-        if (isinstance(played, bool) or not isinstance(played, (int, float)) or not math.isfinite(played)
-                or played < 0):
+        played, playing = finite_number(event.get("played_ms")), event.get("playing", True)
+        if played is None or played < 0:
             raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
@@ -311,14 +348,17 @@ class Session:
                                      "sample_rate": utterance.sample_rate})
                 if len(pcm):
                     async with self._send_lock:
-                        await self.ws.send_bytes(to_pcm16(pcm))
+                        await self._write(self.ws.send_bytes(to_pcm16(pcm)))
                     utterance.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / utterance.sample_rate)
         except EngineError as error:
             if self.utterance is utterance:
                 self.utterance = None
                 self.backlog, self.backlog_flushed = [], False
-                await self.send_error(error)
-                await self.done(utterance, cancelled=False, error=error.code)
+                with contextlib.suppress(SlowClient):
+                    await self.send_error(error)
+                    await self.done(utterance, cancelled=False, error=error.code)
+            return
+        except SlowClient:  # abort() has ended the session
             return
         finally:
             if not stream.done:
@@ -330,7 +370,10 @@ class Session:
             try:
                 await self.advance()
             except (ApiError, EngineError) as error:
-                await self.send_error(error)
+                with contextlib.suppress(SlowClient):
+                    await self.send_error(error)
+            except SlowClient:
+                pass
 
     async def done(self, utterance: Utterance, cancelled: bool, error: str | None = None) -> None:
         """`utterance.done`; `error` is the code of a failure that ended it early."""
@@ -370,8 +413,14 @@ async def realtime(ws: WebSocket) -> None:
     state.metrics.sessions.inc()
     try:
         await session.run()
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, SlowClient):
         pass
+    except asyncio.CancelledError:
+        if not session.aborted:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # our own abort(): end normally
     finally:
         state.metrics.sessions.dec()
         await session.close()
