@@ -61,11 +61,14 @@ async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool 
 
     The body is read up to `max_body_bytes` (413 past it, chunked bodies too) and parsed
     by `gateway.json_input.parse_json` (nesting depth bounded by the `max_json_depth`
-    setting). `allow_empty`: an empty body is `{}` (for routes whose fields are all optional).
+    setting). `allow_empty`: an empty body is `{}` (for routes whose fields are all optional),
+    with or without a Content-Type.
     """
     from gateway.json_input import DEFAULT_MAX_DEPTH, parse_json  # (it imports ApiError from here)
 
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if allow_empty and not content_type and not await request.body():
+        return {}  # a keyed POST without a body (gateway/auth.py refuses it without a key)
     if content_type != "application/json":
         raise ApiError(415, "unsupported_media_type",
                        f"Content-Type must be application/json, got {content_type or 'none'!r}")

@@ -41,9 +41,9 @@ class ApiKey:
     last_used_at: float | None
     revoked_at: float | None
 
-    def allows(self, scope: str | None) -> bool:
-        """Whether this key may call a route needing `scope` (None: any valid key)."""
-        return scope is None or scope in self.scopes or "admin" in self.scopes
+    def allows(self, scope: str) -> bool:
+        """Whether this key may call a route needing `scope` (`read`: any valid key)."""
+        return scope == "read" or scope in self.scopes or "admin" in self.scopes
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.key_id, "name": self.name, "prefix": self.prefix, "scopes": sorted(self.scopes),
