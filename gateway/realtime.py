@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format")
+CLOSE_FRAME_S = 5.0  # how long a slow client's close frame may wait (its request is already freed)
 
 
 class Utterance:
@@ -138,14 +139,19 @@ class Session:
             return
         self.aborted = reason
         log.warning("realtime session closed: %s", reason)
-        asyncio.ensure_future(self._close_frame(reason))
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
 
-    async def _close_frame(self, reason: str) -> None:
-        # Behind the unread audio: a client that reads again sees why. Bounded like any write.
-        with contextlib.suppress(SlowClient, RuntimeError, OSError):
-            await self.state.writes.call(self.ws.close(code=1008, reason=reason[:120]), timeout_s=1.0)
+    async def close_frame(self) -> None:
+        """After abort(): a close frame with the reason, behind the unread audio, so a client
+        that reads again learns why; bounded (CLOSE_FRAME_S; a shutdown ends it at once)."""
+        if self.state.writes.aborted:
+            return
+        try:
+            await self.state.writes.call(self.ws.close(code=1008, reason=str(self.aborted)[:120]),
+                                         timeout_s=max(CLOSE_FRAME_S, self.settings.send_timeout_s))
+        except (SlowClient, RuntimeError, OSError) as error:
+            log.info("no close frame for a slow client: %s", error)
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -424,3 +430,5 @@ async def realtime(ws: WebSocket) -> None:
     finally:
         state.metrics.sessions.dec()
         await session.close()
+    if session.aborted:
+        await session.close_frame()

@@ -23,7 +23,6 @@ import uuid
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 
 from engine.engine import AudioStream
 from engine.types import AudioChunk, EngineError, InvalidInput, SpeechRequest
@@ -33,6 +32,7 @@ from gateway.residency import Lease
 from gateway.state import AppState
 from gateway.text import check_input, split_first, split_segments
 from gateway.voices import resolve
+from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: s
     return value
 
 
-async def speech(request: Request) -> StreamingResponse:
+async def speech(request: Request) -> ClosingStreamingResponse:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -95,9 +95,16 @@ async def speech(request: Request) -> StreamingResponse:
     log.info("request %s: %s/%s %d chars -> %s (%s)", spec.request_id, choice.model_id,
              choice.voice, len(text), fmt, stream_format)
     body = _audio_body(state, spec, stream, first, encoder, lease)
+
+    def on_close() -> None:  # also when the response is abandoned (gateway/writes.py)
+        if not stream.done:
+            state.engine.cancel(spec.request_id)
+        lease.release()
+
     if stream_format == "sse":
-        return StreamingResponse(_sse(body), media_type="text/event-stream", headers=headers)
-    return StreamingResponse(_plain(body, spec.request_id), media_type=MEDIA_TYPES[fmt], headers=headers)
+        return ClosingStreamingResponse(_sse(body), on_close, media_type="text/event-stream", headers=headers)
+    return ClosingStreamingResponse(_plain(body, spec.request_id), on_close, media_type=MEDIA_TYPES[fmt],
+                                    headers=headers)
 
 
 async def _audio_body(state: AppState, spec: SpeechRequest, stream: AudioStream,

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
+from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -86,3 +87,19 @@ class WriteTimeout:
             await self.app(scope, receive, bounded_send)
         except SlowClient as error:
             log.warning("%s %s: response abandoned: %s", scope["method"], scope["path"], error)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that runs `on_close` however it ends: done, disconnected, or
+    abandoned by WriteTimeout. Starlette leaves an abandoned body iterator suspended until
+    the garbage collector finds it, which would keep its engine request and lease."""
+
+    def __init__(self, content: AsyncIterator[Any], on_close: Callable[[], None], **options: Any) -> None:
+        super().__init__(content, **options)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
