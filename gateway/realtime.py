@@ -233,9 +233,9 @@ class Session:
         try:
             await self.queue(self.buffer.flush())
         except (ApiError, EngineError) as error:
-            with contextlib.suppress(SlowClient):
+            with contextlib.suppress(SlowClient, WebSocketDisconnect):
                 await self.send_error(error)
-        except SlowClient:
+        except (SlowClient, WebSocketDisconnect):
             pass
 
     async def flush(self) -> None:
@@ -360,11 +360,11 @@ class Session:
             if self.utterance is utterance:
                 self.utterance = None
                 self.backlog, self.backlog_flushed = [], False
-                with contextlib.suppress(SlowClient):
+                with contextlib.suppress(SlowClient, WebSocketDisconnect):
                     await self.send_error(error)
                     await self.done(utterance, cancelled=False, error=error.code)
             return
-        except SlowClient:  # abort() has ended the session
+        except (SlowClient, WebSocketDisconnect):  # abort() has ended the session, or the client left
             return
         finally:
             if not stream.done:
@@ -376,9 +376,9 @@ class Session:
             try:
                 await self.advance()
             except (ApiError, EngineError) as error:
-                with contextlib.suppress(SlowClient):
+                with contextlib.suppress(SlowClient, WebSocketDisconnect):
                     await self.send_error(error)
-            except SlowClient:
+            except (SlowClient, WebSocketDisconnect):
                 pass
 
     async def done(self, utterance: Utterance, cancelled: bool, error: str | None = None) -> None:
