@@ -36,3 +36,18 @@ def test_models_add_validates_the_folder(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["models", "add", "--family", "piper", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
     assert "exactly one .onnx" in capsys.readouterr().err
     assert main(["models", "add", "--family", "nope", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
+
+
+def test_security_settings_from_the_environment() -> None:
+    settings = load_settings(env={"VOXGATE_ALLOWED_HOSTS": "tts.example.org, box.lan", "VOXGATE_AUTH": "required",
+                                  "VOXGATE_SEND_TIMEOUT_S": "2.5", "VOXGATE_LOCAL_MODEL_ROOTS": "/models"})
+    assert settings.allowed_hosts == ("tts.example.org", "box.lan") and settings.local_model_roots == ("/models",)
+    assert settings.keys_required and settings.send_timeout_s == 2.5
+    assert not load_settings(env={}).keys_required  # loopback: keys optional
+    assert load_settings(env={}, host="0.0.0.0").keys_required
+    assert not load_settings(env={}, host="::1").keys_required
+    assert not load_settings(env={"VOXGATE_AUTH": "off"}, host="0.0.0.0").keys_required
+    for env, name in (({"VOXGATE_AUTH": "maybe"}, "auth"), ({"VOXGATE_KEY_RATE_LIMIT": "lots"}, "rate limit"),
+                      ({"VOXGATE_MAX_JSON_DEPTH": "0"}, "max_json_depth")):
+        with pytest.raises(ValueError, match=name):
+            load_settings(env=env)
