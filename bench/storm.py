@@ -1,6 +1,6 @@
 """Disconnect storm: clients that leave mid-utterance, over WebSocket and REST.
 
-    python bench/storm.py [--ws 1000] [--rest 1000] [--concurrency 16] [--max-s 900] [--out FILE]
+    python bench/storm.py [--ws 500] [--rest 500] [--concurrency 8] [--max-s 900] [--out FILE]
 
 Starts `voxgate serve` (fresh data dir, free loopback port; loopback only), warms it up,
 then records the server's RSS and open fds; runs `--ws` realtime sessions that each
@@ -156,9 +156,9 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ws", type=int, default=1000)
-    parser.add_argument("--rest", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--ws", type=int, default=500)
+    parser.add_argument("--rest", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-s", type=float, default=900.0, help="stop starting new clients after this long")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "storm.json"))
     args = parser.parse_args()
