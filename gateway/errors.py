@@ -69,9 +69,19 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error}
 
 
-async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
-    """The request body as a JSON object; ApiError 413/415/400 otherwise."""
+async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The request body as a JSON object; ApiError 413/415/400 otherwise.
+
+    The body is read up to `max_body_bytes` (413 past it, chunked bodies too) and parsed
+    by `gateway.json_input.parse_json` (nesting depth bounded by the `max_json_depth`
+    setting). `allow_empty`: an empty body is `{}` (for routes whose fields are all optional),
+    with or without a Content-Type.
+    """
+    from gateway.json_input import DEFAULT_MAX_DEPTH, parse_json  # (it imports ApiError from here)
+
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if allow_empty and not content_type and not await request.body():
+        return {}  # a keyed POST without a body (gateway/auth.py refuses it without a key)
     if content_type != "application/json":
         raise ApiError(415, "unsupported_media_type",
                        f"Content-Type must be application/json, got {content_type or 'none'!r}")
@@ -83,10 +93,11 @@ async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
         body += piece
         if len(body) > max_body_bytes:
             raise ApiError(413, "body_too_large", f"request body is over {max_body_bytes} bytes")
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {error}") from error
+    if allow_empty and not body.strip():
+        return {}
+    state = getattr(request.app.state, "voxgate", None)
+    max_depth = state.settings.max_json_depth if state is not None else DEFAULT_MAX_DEPTH
+    data = parse_json(bytes(body), max_depth)
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "body must be a JSON object")
     return data

@@ -16,7 +16,9 @@ played out (gateway/realtime_text.py). The utterance itself is an UtteranceStrea
 engine request runs are sent as the next request (at most the family's request size,
 gateway/stitch.py), SSML pauses as silence, word timings with the audio. Each session's
 messages are rate-limited (`realtime_messages_per_s`, `realtime_message_burst`) and the
-loop yields after each, so one flooding client cannot hold the event loop.
+loop yields after each, so one flooding client cannot hold the event loop. Frames are
+parsed within bounds and every write is time-bounded (gateway/connection.py): a client
+that stops reading is closed (1008, with the reason) and its engine request freed.
 
 The utterance's PlaybackClock (engine/clock.py) turns the client's `playback.position`
 reports into stall counts, and each engine request gets the same reports shifted by
@@ -26,17 +28,17 @@ the audio that preceded it, so its deadlines match what the listener hears.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 from typing import Any, Sequence
 
 import numpy as np
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.audio import to_pcm16
+from gateway.connection import Connection
 from gateway.errors import ApiError, as_api_error
+from gateway.json_input import finite_number
 from gateway.rate import MessageRate
 from gateway.realtime_text import SessionText
 from gateway.state import AppState
@@ -57,6 +59,7 @@ class Session(SessionText):
     def __init__(self, state: AppState, ws: WebSocket) -> None:
         self.state = state
         self.ws = ws
+        self.connection = Connection(state, ws, "realtime")  # bounded writes (gateway/writes.py)
         self.settings = state.settings
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
         self.sample_rate = 24000
@@ -72,7 +75,6 @@ class Session(SessionText):
         self.backlog_since_s: float | None = None
         self.end_timer: asyncio.TimerHandle | None = None
         self.rate = MessageRate(self.settings.realtime_messages_per_s, self.settings.realtime_message_burst)
-        self._send_lock = asyncio.Lock()
 
     # -- sending ----------------------------------------------------------------------
 
@@ -84,9 +86,7 @@ class Session(SessionText):
                 "emoji": options.emoji, "language": options.language}
 
     async def send(self, event: dict[str, Any]) -> None:
-        async with self._send_lock:
-            if self.ws.client_state == WebSocketState.CONNECTED:
-                await self.ws.send_text(json.dumps(event))
+        await self.connection.send_json(event)
 
     async def send_error(self, error: Exception) -> None:
         api = as_api_error(error)
@@ -107,19 +107,8 @@ class Session(SessionText):
                 if refusal is not None:
                     await self.send_error(refusal)
                 continue
-            if message.get("text") is None:
-                await self.send_error(ApiError(400, "invalid_message", "send JSON text frames, not binary"))
-                continue
             try:
-                event = json.loads(message["text"])
-            except ValueError as error:
-                await self.send_error(ApiError(400, "invalid_json", f"message is not valid JSON: {error}"))
-                continue
-            if not isinstance(event, dict):
-                await self.send_error(ApiError(400, "invalid_json", "message must be a JSON object"))
-                continue
-            try:
-                await self.handle(event)
+                await self.handle(self.connection.parse(message))
             except (ApiError, EngineError) as error:
                 await self.send_error(error)
 
@@ -187,9 +176,8 @@ class Session(SessionText):
         return {"normalize": options.normalize, "code": options.code, "emoji": options.emoji}
 
     def playback(self, event: dict[str, Any]) -> None:
-        played, playing = event.get("played_ms"), event.get("playing", True)
-        if (isinstance(played, bool) or not isinstance(played, (int, float)) or not math.isfinite(played)
-                or played < 0):
+        played, playing = finite_number(event.get("played_ms")), event.get("playing", True)
+        if played is None or played < 0:
             raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
@@ -212,9 +200,7 @@ class Session(SessionText):
             await self.send({"type": "audio.start", "utterance_id": utterance.utterance_id,
                              "sample_rate": utterance.sample_rate})
         if len(pcm):
-            async with self._send_lock:
-                if self.ws.client_state == WebSocketState.CONNECTED:
-                    await self.ws.send_bytes(to_pcm16(pcm))
+            await self.connection.send_bytes(to_pcm16(pcm))
         if utterance.timings:
             self.words.add(words)
             self.words_estimated = self.words_estimated or estimated
@@ -254,11 +240,4 @@ async def realtime(ws: WebSocket) -> None:
         await ws.close(code=1013, reason="server is shutting down")
         return
     session = Session(state, ws)
-    state.metrics.sessions.inc()
-    try:
-        await session.run()
-    except WebSocketDisconnect:
-        pass
-    finally:
-        state.metrics.sessions.dec()
-        await session.close()
+    await session.connection.serve(session.run, session.close)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from engine.types import EngineError
+from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError
 from gateway.settings import Settings
 from gateway.state import AppState
@@ -142,6 +143,12 @@ class SessionText:
         self.end_timer = loop.call_later(delay_s, lambda: asyncio.ensure_future(self._end_idle(utterance)))
 
     async def _end_idle(self, utterance: UtteranceStream) -> None:
+        try:
+            await self._end(utterance)
+        except CLIENT_GONE:
+            pass  # (the connection's own handler ends the session)
+
+    async def _end(self, utterance: UtteranceStream) -> None:
         self.end_timer = None
         if self.utterance is not utterance or utterance.busy or self.feed.has_pending:
             return

@@ -28,7 +28,6 @@ import time
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 
 from engine.types import AudioChunk, EngineError, InvalidInput
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
@@ -38,6 +37,7 @@ from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare
 from gateway.voices import resolve
+from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: s
     return value
 
 
-async def speech(request: Request) -> StreamingResponse:
+async def speech(request: Request) -> ClosingStreamingResponse:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -105,10 +105,16 @@ async def speech(request: Request) -> StreamingResponse:
     log.info("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
              choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)
     body = _audio_body(state, audio, first, encoder, lease)
+
+    def on_close() -> None:  # also when the response is abandoned (gateway/writes.py)
+        audio.cancel()
+        lease.release()
+
     if stream_format == "sse":
-        return StreamingResponse(_sse(body, len(data["input"]), encoder), media_type="text/event-stream",
-                                 headers=headers)
-    return StreamingResponse(_plain(body, audio.request_id), media_type=MEDIA_TYPES[fmt], headers=headers)
+        return ClosingStreamingResponse(_sse(body, len(data["input"]), encoder), on_close,
+                                        media_type="text/event-stream", headers=headers)
+    return ClosingStreamingResponse(_plain(body, audio.request_id), on_close, media_type=MEDIA_TYPES[fmt],
+                                    headers=headers)
 
 
 async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encoder: StreamEncoder,

@@ -27,6 +27,7 @@ import time
 from typing import Awaitable, Callable
 
 from engine.types import EngineError, InputTooLong, InvalidInput
+from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError
 from gateway.settings import Settings
 from gateway.text import Item, TextOptions, TextStream
@@ -105,9 +106,12 @@ class TextFeed:
     async def _speak_tail(self) -> None:
         self.tail_timer = None
         try:
-            await self.release()
-        except (ApiError, EngineError) as error:
-            await self.on_error(error)
+            try:
+                await self.release()
+            except (ApiError, EngineError) as error:
+                await self.on_error(error)
+        except CLIENT_GONE:
+            pass  # (the connection's own handler ends the session)
 
     def flush(self) -> tuple[list[Item], float | None]:
         """Everything buffered as items, and the `since_s` they count from; what follows

@@ -18,7 +18,8 @@ common (DESIGN.md §2):
   wait for the first clause to complete. Playback is assumed at 1x from the first piece
   unless the client reports positions, which are passed to the engine shifted by the
   audio before the current request;
-- `cancel()` frees the engine request at once.
+- `cancel()` frees the engine request at once; a listener whose client left or stopped
+  reading (`connection.CLIENT_GONE`) stops the utterance quietly.
 
 Word times are milliseconds from the utterance's first sample. They come from the model
 (`AudioChunk.words`, Piper) or, when `timings` is on and the model has none, from
@@ -34,12 +35,12 @@ import uuid
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
-from starlette.websockets import WebSocketDisconnect
 
 from engine.clock import PlaybackClock
 from engine.engine import AudioStream
 from engine.types import EngineError, SpeechRequest, WordTiming
 from gateway.audio import Resampler
+from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError
 from gateway.residency import Lease
 from gateway.state import AppState
@@ -49,10 +50,6 @@ from gateway.timings import RequestWords
 from gateway.voices import Choice
 
 log = logging.getLogger(__name__)
-
-# What a listener's write raises when its client is gone or too slow: the utterance
-# stops quietly (the protocol's own handler closes the connection).
-CLIENT_GONE = (WebSocketDisconnect,)
 
 
 class Listener(Protocol):

@@ -96,7 +96,7 @@ def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pyt
 def test_take_body_errors(client: httpx.Client) -> None:
     response = client.post("/v1/takes", content=b"{", headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
-    response = client.post("/v1/takes", content=tone(), headers={"Content-Type": "audio/pcm"})
+    response = client.post("/v1/takes", content=tone(), headers={"Content-Type": "audio/wav"})
     assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
 
 
