@@ -195,31 +195,37 @@ def _align(letters: Sequence[int], sizes: Sequence[int]) -> list[tuple[int, int,
     Dynamic programming over monotonic alignments where one text word takes 1-6 espeak
     words ("$3.50") or 2-3 text words share one ("of the"); the cost of a block is how
     far its phoneme count is from its letters' share, |log(phonemes / (rate x letters))|,
-    plus a fixed cost per word joined or split.
+    plus a fixed cost per word joined or split. A row of the table at a time, in numpy
+    (every move takes at least one text word, so row i is final once rows < i are done):
+    a long sentence costs milliseconds, not a Python loop per cell holding the GIL while
+    another worker wants to step.
     """
-    rate = sum(sizes) / max(1, sum(letters))
     num_w, num_g = len(letters), len(sizes)
-    inf = float("inf")
-    cost = [[inf] * (num_g + 1) for _ in range(num_w + 1)]
-    back: list[list[tuple[int, int]]] = [[(0, 0)] * (num_g + 1) for _ in range(num_w + 1)]
-    cost[0][0] = 0.0
-    for i in range(num_w + 1):
-        for j in range(num_g + 1):
-            if cost[i][j] == inf:
+    lsum = np.concatenate([[0.0], np.cumsum(letters, dtype=np.float64)])
+    gsum = np.concatenate([[0.0], np.cumsum(sizes, dtype=np.float64)])
+    log_rate = math.log(max(gsum[-1], 1.0) / max(lsum[-1], 1.0))
+    cost = np.full((num_w + 1, num_g + 1), np.inf)
+    back = np.zeros((num_w + 1, num_g + 1, 2), np.int64)
+    cost[0, 0] = 0.0
+    # log phonemes of espeak words [j, j + dg), for each j
+    log_size = {dg: np.log(np.maximum(gsum[dg:] - gsum[:-dg], 1e-6)) for dg in {m[1] for m in _MOVES} if dg <= num_g}
+    for i in range(num_w):
+        row = cost[i]
+        for dw, dg in _MOVES:
+            if i + dw > num_w or dg > num_g:
                 continue
-            for dw, dg in _MOVES:
-                if i + dw > num_w or j + dg > num_g:
-                    continue
-                ratio = sum(sizes[j:j + dg]) / (rate * sum(letters[i:i + dw]))
-                step = abs(math.log(max(ratio, 1e-6))) + _MOVE_COST * (dw + dg - 2)
-                if cost[i][j] + step < cost[i + dw][j + dg]:
-                    cost[i + dw][j + dg] = cost[i][j] + step
-                    back[i + dw][j + dg] = (dw, dg)
-    if cost[num_w][num_g] == inf:
+            share = log_rate + math.log(lsum[i + dw] - lsum[i])
+            step = np.abs(log_size[dg] - share) + _MOVE_COST * (dw + dg - 2)
+            candidate = row[:num_g + 1 - dg] + step
+            target = cost[i + dw, dg:]
+            better = candidate < target
+            target[better] = candidate[better]
+            back[i + dw, dg:][better] = (dw, dg)
+    if not np.isfinite(cost[num_w, num_g]):
         return [(0, num_w, 0, num_g)]
     blocks, i, j = [], num_w, num_g
     while i or j:
-        dw, dg = back[i][j]
+        dw, dg = (int(v) for v in back[i, j])
         blocks.append((i - dw, i, j - dg, j))
         i, j = i - dw, j - dg
     return blocks[::-1]
