@@ -7,9 +7,10 @@ parameter), and its routes are then checked like ours.
 
 Scopes: `public` (pages, assets, health, the API schema), `read` (any valid key),
 `speech`, `admin` (gateway/keys.py). With `auth` required (the default off loopback)
-every non-public request needs a key; on loopback a key is optional, but a key that is
-sent must be valid. A key in a query parameter is replaced by `redacted` in the scope,
-so the access log never shows it.
+every non-public request needs a key; on loopback a key is optional, but once the server
+has a key, a key that is sent must be valid (a server without any ignores what a client
+sends: agent clients always send something). A key in a query parameter is replaced by
+`redacted` in the scope, so the access log never shows it.
 
 A POST without a key must not have a body type a web page can send cross-site without
 a CORS preflight (a form, `text/plain`, or none): 415. That is what keeps `/unload`
@@ -112,6 +113,15 @@ class KeyCheck:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
+    @staticmethod
+    async def _keys_in_use(state: AppState) -> bool:
+        """Whether a presented key must be valid: keys are required, or some key exists.
+
+        Agent clients always send a key (pipecat and LiveKit want one), so a server that
+        has none and needs none ignores it and serves them as it serves any other client.
+        """
+        return state.settings.keys_required or (state.keys is not None and await state.keys.count_active() > 0)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -125,10 +135,11 @@ class KeyCheck:
             if secret is not None:
                 key = await state.keys.lookup(secret) if state.keys is not None else None
                 if key is None:
-                    await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",
-                               "Authorization", {"WWW-Authenticate": "Bearer"})
-                    return
-                if not key.allows(entry.scope):
+                    if await self._keys_in_use(state):
+                        await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",
+                                   "Authorization", {"WWW-Authenticate": "Bearer"})
+                        return
+                elif not key.allows(entry.scope):
                     await deny(scope, receive, send, 403, "insufficient_scope",
                                f"key {key.prefix} lacks the {entry.scope!r} scope this route needs "
                                f"(it has: {', '.join(sorted(key.scopes))})", "Authorization")

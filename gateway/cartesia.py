@@ -31,7 +31,7 @@ import time
 from typing import Any, AsyncIterator, Sequence
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
@@ -39,10 +39,11 @@ from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
 from gateway.stitch import speech_options
 from gateway.text import TextOptions
-from gateway.vendor_context import TextContext, VendorSocket, serve
+from gateway.vendor_context import TextContext, VendorSocket
 from gateway.vendor_formats import OutputFormat, cartesia_format
 from gateway.vendor_http import Speech, start_speech
 from gateway.voices import Choice, check_speed, resolve_vendor
+from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ async def websocket(ws: WebSocket) -> None:
     if state.draining:
         await ws.close(code=1013, reason="server is shutting down")
         return
-    await serve(ws, CartesiaSocket(state, ws))
+    await CartesiaSocket(state, ws, "cartesia").serve()
 
 
 async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]]:
@@ -184,7 +185,8 @@ async def _bytes(pieces: Speech) -> AsyncIterator[bytes]:
 
 async def tts_bytes(request: Request) -> Response:
     fmt, pieces, _ = await _speak(request)
-    return StreamingResponse(_bytes(pieces), media_type=fmt.media_type)
+    # Closing: the engine request is freed however the response ends (gateway/writes.py).
+    return ClosingStreamingResponse(_bytes(pieces), pieces.close, media_type=fmt.media_type)
 
 
 async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) -> AsyncIterator[str]:
@@ -210,5 +212,5 @@ async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) 
 async def tts_sse(request: Request) -> Response:
     _, pieces, data = await _speak(request)
     context_id = data.get("context_id") if isinstance(data.get("context_id"), str) else None
-    return StreamingResponse(_events(pieces, context_id, data.get("add_timestamps") is True),
-                             media_type="text/event-stream")
+    return ClosingStreamingResponse(_events(pieces, context_id, data.get("add_timestamps") is True), pieces.close,
+                                    media_type="text/event-stream")

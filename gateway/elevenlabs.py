@@ -40,7 +40,7 @@ from gateway.state import AppState
 from gateway.stitch import speech_options
 from gateway.text import TextOptions
 from gateway.timings import char_times
-from gateway.vendor_context import TextContext, VendorSocket, serve
+from gateway.vendor_context import TextContext, VendorSocket
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
 from gateway.voices import Choice, check_speed, resolve_vendor
 
@@ -109,7 +109,7 @@ class ElevenLabsContext(TextContext):
 class ElevenLabsSocket(VendorSocket):
     def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat,
                  options: TextOptions) -> None:
-        super().__init__(state, ws)
+        super().__init__(state, ws, "elevenlabs")
         self.options = options  # how its contexts' text is read (the text frontend)
         # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
         self.auto_mode = ws.query_params.get("auto_mode", "").lower() == "true"
@@ -200,9 +200,9 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
     except EngineError as error:
         await placeholder.send_error(error, None)
-        await ws.close(code=1008, reason=error.message[:120])
+        await placeholder.connection.close(1008, error.message[:120])
         return
-    await serve(ws, ElevenLabsSocket(state, ws, multi, choice, fmt, options))
+    await ElevenLabsSocket(state, ws, multi, choice, fmt, options).serve()
 
 
 async def multi_stream_input(ws: WebSocket) -> None:

@@ -20,7 +20,7 @@ import logging
 from typing import Any, AsyncIterator, Sequence
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from engine.types import EngineError, WordTiming
 from gateway.errors import ApiError, read_json
@@ -30,6 +30,7 @@ from gateway.timings import char_times
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
 from gateway.vendor_http import Speech, start_speech
 from gateway.voices import resolve_vendor
+from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ async def _audio(pieces: Speech) -> AsyncIterator[bytes]:
 
 async def convert(request: Request) -> Response:
     fmt, pieces, headers = await _speak(request)
-    return StreamingResponse(_audio(pieces), media_type=fmt.media_type, headers=headers)
+    # Closing: the engine request is freed however the response ends (gateway/writes.py).
+    return ClosingStreamingResponse(_audio(pieces), pieces.close, media_type=fmt.media_type, headers=headers)
 
 
 stream = convert  # the same stream of audio bytes
@@ -89,10 +91,13 @@ stream = convert  # the same stream of audio bytes
 async def with_timestamps(request: Request) -> Response:
     fmt, pieces, headers = await _speak(request)
     audio, words, end_ms = bytearray(), list[WordTiming](), 0.0
-    async for piece in pieces:
-        audio += piece.data
-        words.extend(piece.words)
-        end_ms = piece.end_ms
+    try:
+        async for piece in pieces:
+            audio += piece.data
+            words.extend(piece.words)
+            end_ms = piece.end_ms
+    finally:
+        pieces.close()
     aligned = alignment_seconds(words, end_ms)
     return JSONResponse({"audio_base64": base64.b64encode(bytes(audio)).decode("ascii"), "alignment": aligned,
                          "normalized_alignment": aligned}, headers=headers)
@@ -112,4 +117,4 @@ async def _lines(pieces: Speech) -> AsyncIterator[str]:
 
 async def stream_with_timestamps(request: Request) -> Response:
     _, pieces, headers = await _speak(request)
-    return StreamingResponse(_lines(pieces), media_type="application/x-ndjson", headers=headers)
+    return ClosingStreamingResponse(_lines(pieces), pieces.close, media_type="application/x-ndjson", headers=headers)

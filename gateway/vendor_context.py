@@ -14,16 +14,16 @@ once, engine request included. Subclasses write the wire messages.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from typing import Any, Sequence
 
 import numpy as np
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.audio import StreamEncoder
+from gateway.connection import CLIENT_GONE, Connection
 from gateway.errors import ApiError
 from gateway.rate import MessageRate
 from gateway.state import AppState
@@ -171,41 +171,37 @@ class TextContext:
 
 
 class VendorSocket:
-    """A vendor WebSocket: JSON text frames in, contexts by id, one send lock.
+    """A vendor WebSocket: JSON text frames in, contexts by id, bounded writes.
 
-    Messages are rate-limited per socket like `/v1/realtime`'s (`realtime_messages_per_s`,
-    `realtime_message_burst`), and the loop yields after each. Subclasses implement `handle(message)` and `send_error(error, context_id)`. A closed
-    socket cancels every context (engine requests included).
+    Frames are parsed and writes bounded like `/v1/realtime`'s (gateway/connection.py: a
+    client that stops reading is closed with 1008 and its contexts cancelled); messages
+    are rate-limited per socket (`realtime_messages_per_s`, `realtime_message_burst`) and
+    the loop yields after each. Subclasses implement `handle(message)` and
+    `send_error(error, context_id)`. A closed socket cancels every context (engine
+    requests included).
     """
 
-    def __init__(self, state: AppState, ws: WebSocket) -> None:
+    def __init__(self, state: AppState, ws: WebSocket, name: str) -> None:
         self.state = state
         self.ws = ws
+        self.connection = Connection(state, ws, name)
         self.contexts: dict[str, TextContext] = {}
-        self._send_lock = asyncio.Lock()
         settings = state.settings
         self.rate = MessageRate(settings.realtime_messages_per_s, settings.realtime_message_burst)
 
     async def send(self, message: dict[str, Any]) -> None:
-        async with self._send_lock:
-            if self.connected:
-                try:
-                    await self.ws.send_text(json.dumps(message))
-                except (RuntimeError, WebSocketDisconnect):  # the client left meanwhile
-                    pass
+        try:
+            await self.connection.send_json(message)
+        except (RuntimeError, *CLIENT_GONE):  # the client left, or was too slow (the connection ends the session)
+            pass
 
     @property
     def connected(self) -> bool:
-        return WebSocketState.CONNECTED == self.ws.client_state == self.ws.application_state
+        return self.connection.connected
 
     async def close_ws(self, code: int = 1000) -> None:
         """Close the socket (once; nothing if the client already left)."""
-        async with self._send_lock:
-            if self.connected:
-                try:
-                    await self.ws.close(code=code)
-                except (RuntimeError, WebSocketDisconnect):
-                    pass
+        await self.connection.close(code)
 
     async def handle(self, message: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -220,22 +216,14 @@ class VendorSocket:
             if message["type"] == "websocket.disconnect":
                 return
             await asyncio.sleep(0)  # queued messages run one at a time, not back to back
-            text = message.get("text")
-            context_id: str | None = None
             if not self.rate.allow():  # the same per-session bound as /v1/realtime
                 refusal = self.rate.refusal()
                 if refusal is not None:
                     await self.send_error(refusal, None)
                 continue
+            context_id: str | None = None
             try:
-                if text is None:
-                    raise ApiError(400, "invalid_message", "send JSON text frames, not binary")
-                try:
-                    data = json.loads(text)
-                except ValueError as error:
-                    raise ApiError(400, "invalid_json", f"message is not valid JSON: {error}") from error
-                if not isinstance(data, dict):
-                    raise ApiError(400, "invalid_json", "message must be a JSON object")
+                data = self.connection.parse(message)
                 raw_id = data.get("context_id")
                 context_id = raw_id if isinstance(raw_id, str) else None
                 await self.handle(data)
@@ -261,15 +249,10 @@ class VendorSocket:
             context.cancel()
         self.contexts.clear()
 
+    async def serve(self) -> None:
+        """Run on an accepted connection; a disconnect or a slow client cancels its contexts."""
 
-async def serve(ws: WebSocket, socket: VendorSocket) -> None:
-    """Run `socket` on an accepted connection; a disconnect cancels its contexts."""
-    state = socket.state
-    state.metrics.sessions.inc()
-    try:
-        await socket.run()
-    except WebSocketDisconnect:
-        pass
-    finally:
-        state.metrics.sessions.dec()
-        socket.close()
+        async def close() -> None:
+            self.close()
+
+        await self.connection.serve(self.run, close)

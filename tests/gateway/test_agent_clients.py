@@ -36,10 +36,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     yield from run_server(tmp_path_factory.mktemp("data"), preload_models="piper-joe")
 
 
-def pipecat_services(server: LiveServer) -> list[TTSService]:
-    return [ElevenLabsTTSService(api_key="k", url=server.ws_url, sample_rate=16000,
+def pipecat_services(server: LiveServer, api_key: str = "k") -> list[TTSService]:
+    return [ElevenLabsTTSService(api_key=api_key, url=server.ws_url, sample_rate=16000,
                                  settings=ElevenLabsTTSService.Settings(voice="21m00Tcm4TlvDq8ikWAM")),
-            CartesiaTTSService(api_key="k", url=f"{server.ws_url}/tts/websocket", sample_rate=16000,
+            CartesiaTTSService(api_key=api_key, url=f"{server.ws_url}/tts/websocket", sample_rate=16000,
                                settings=CartesiaTTSService.Settings(voice="a0e99841-438c-4a64-b679-ae501e7d6091"))]
 
 
@@ -99,11 +99,11 @@ async def livekit_speak(tts: Any, text: str) -> tuple[float, list[tuple[str, flo
     return samples / rate, words
 
 
-def livekit_tts(server: LiveServer, vendor: str, session: aiohttp.ClientSession) -> Any:
+def livekit_tts(server: LiveServer, vendor: str, session: aiohttp.ClientSession, api_key: str = "k") -> Any:
     if vendor == "elevenlabs":
-        return lk_elevenlabs.TTS(api_key="k", base_url=f"{server.url}/v1", voice_id="EXAVITQu4vr4xnSDxMaL",
+        return lk_elevenlabs.TTS(api_key=api_key, base_url=f"{server.url}/v1", voice_id="EXAVITQu4vr4xnSDxMaL",
                                  http_session=session)
-    return lk_cartesia.TTS(api_key="k", base_url=server.url, voice="v", http_session=session)
+    return lk_cartesia.TTS(api_key=api_key, base_url=server.url, voice="v", http_session=session)
 
 
 @pytest.mark.parametrize("vendor", ["elevenlabs", "cartesia"])

@@ -60,11 +60,50 @@ def test_a_websocket_client_that_stops_reading_is_closed_with_a_reason(strict: L
     assert strict.app_state.metrics.open_sessions() == 0
 
 
-def test_a_rest_client_that_stops_reading_is_dropped(strict: LiveServer, caplog: pytest.LogCaptureFixture) -> None:
+VENDOR_SOCKETS = [  # (path, the messages that start a long answer)
+    ("/v1/text-to-speech/v/multi-stream-input?output_format=pcm_48000",
+     [{"text": LONG_TEXT, "context_id": "c", "flush": True}]),
+    ("/tts/websocket", [{"context_id": "c", "transcript": LONG_TEXT, "continue": False, "model_id": "sonic-3",
+                         "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 48000}}]),
+]
+
+
+@pytest.mark.parametrize("path, messages", VENDOR_SOCKETS, ids=["elevenlabs", "cartesia"])
+def test_a_vendor_websocket_client_that_stops_reading_is_closed(strict: LiveServer, path: str,
+                                                                 messages: list[dict[str, object]]) -> None:
     sock = small_socket(strict)
-    body = json.dumps({"input": LONG_TEXT, "response_format": "pcm"}).encode()
-    sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    with connect(f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}{path}", sock=sock, max_queue=1) as ws:
+        for message in messages:
+            ws.send(json.dumps(message))
+        deadline = time.monotonic() + 60
+        while strict.app_state.engine.num_requests() == 0:  # speaking
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert strict.wait_idle(60) == 0  # the server gave up on us and cancelled the request
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert "read nothing" in closed.value.rcvd.reason
+    wait_unpinned(strict)
+    assert strict.app_state.metrics.open_sessions() == 0
+
+
+REST_STREAMS = [  # (path, body): OpenAI's and the vendors' streamed speech
+    ("/v1/audio/speech", {"input": LONG_TEXT, "response_format": "pcm"}),
+    ("/v1/text-to-speech/v/stream?output_format=pcm_48000", {"text": LONG_TEXT}),
+    ("/tts/bytes", {"transcript": LONG_TEXT, "model_id": "sonic-3",
+                    "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 48000}}),
+]
+
+
+@pytest.mark.parametrize("path, payload", REST_STREAMS, ids=["openai", "elevenlabs", "cartesia"])
+def test_a_rest_client_that_stops_reading_is_dropped(strict: LiveServer, caplog: pytest.LogCaptureFixture,
+                                                     path: str, payload: dict[str, object]) -> None:
+    sock = small_socket(strict)
+    body = json.dumps(payload).encode()
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
     try:
         deadline = time.monotonic() + 60
         while strict.app_state.engine.num_requests() == 0:
