@@ -8,9 +8,10 @@ prefill, then the codec items), post-processes the results and returns what to s
 so the same core runs under the engine's worker threads (time.monotonic) and in the
 simulator (a discrete-event clock that the simulated runner advances).
 
-With `codec_lane`, codec items run on a thread of their own while decode steps go on
-(the CPU's codec lane: on two cores a chunk's decode no longer stops the backbone); one
-codec batch is in flight at a time and its chunks are sent at the first step after it ends.
+With `lanes` > 0, codec work runs on that many threads of its own while the core goes on:
+a speech LM's codec lane (on a CPU a chunk's decode no longer stops the backbone; one batch
+in flight at a time) or a synthesiser's pool (one unit per lane, EDF: the most urgent item
+takes the next free lane). Chunks are sent at the first step after their work ends.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ Output = tuple[str, AudioChunk | EngineError]
 
 class EngineCore:
     def __init__(self, runner: Runner, config: EngineConfig, cost: CostModel | None = None,
-                 clock: Callable[[], float] = time.monotonic, codec_lane: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, lanes: int = 0,
+                 lane_init: Callable[[], None] | None = None) -> None:
         self.runner = runner
         self.clock = clock
         self.cost = cost or CostModel()
@@ -42,8 +44,9 @@ class EngineCore:
                                    max_codec_batch=runner.max_codec_batch, cost=self.cost,
                                    sample_rate=runner.sample_rate)
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
-        self._lane = ThreadPoolExecutor(1, thread_name_prefix="voxgate-codec") if codec_lane else None
-        self._codec: tuple[list[CodecItem], Future[list[ChunkOut]]] | None = None  # in flight on the lane
+        self.lanes = lanes
+        self._pool = ThreadPoolExecutor(lanes, "voxgate-lane", initializer=lane_init) if lanes else None
+        self._flying: list[tuple[list[CodecItem], Future[list[ChunkOut]]]] = []  # codec work on the lanes
         self.notify: Callable[[], None] | None = None  # wakes the worker when lane work ends
         self.was_idle = True  # the last step found nothing to do (the worker may sleep)
         self.num_steps = 0
@@ -55,7 +58,7 @@ class EngineCore:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.scheduler.num_requests) or self._decode_in_flight or self._codec is not None
+        return bool(self.scheduler.num_requests) or self._decode_in_flight or bool(self._flying)
 
     def add(self, spec: SpeechRequest, prepared: Prepared,
             unread_ms: Callable[[], float] | None = None) -> Request:
@@ -90,11 +93,13 @@ class EngineCore:
         """One iteration at time `now` (default: the clock); returns what to send."""
         scheduler, runner = self.scheduler, self.runner
         outputs: list[Output] = []
-        if self._codec is not None and self._codec[1].done():
-            items, done = self._codec
-            self._codec = None
-            outputs += self._send(items, done.result())
-        plan = scheduler.schedule(self.clock() if now is None else now, codec=self._codec is None)
+        for done in [w for w in self._flying if w[1].done()]:
+            self._flying.remove(done)
+            for finished in done[0]:
+                finished.request.in_flight = False
+            outputs += self._send(done[0], done[1].result())
+        free = None if self._pool is None else self.lanes - len(self._flying)
+        plan = scheduler.schedule(self.clock() if now is None else now, codec_slots=free)
         failed = []
         self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
         if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
@@ -106,13 +111,15 @@ class EngineCore:
             assert request.error is not None
             outputs.append((request.request_id, request.error))
         codec = [item for item in plan.codec if item.request.error is None]
-        if codec and self._lane is None:
+        if codec and self._pool is None:
             outputs += self._send(codec, runner.decode_codec(codec))
-        elif codec and self._lane is not None:
-            future = self._lane.submit(runner.decode_codec, codec)
-            if self.notify is not None:
+        elif codec and self._pool is not None:  # a batch on one lane (LM), one unit a lane (synthesiser)
+            for batch in [codec] if runner.has_backbone else [[unit] for unit in codec]:
+                for unit in batch:
+                    unit.request.in_flight = True
+                future = self._pool.submit(runner.decode_codec, batch)
                 future.add_done_callback(lambda _: self.notify() if self.notify else None)
-            self._codec = (codec, future)
+                self._flying.append((batch, future))
         for request_id, item in outputs:
             if isinstance(item, EngineError) or item.is_last:
                 self.cancel(request_id)
@@ -129,8 +136,8 @@ class EngineCore:
 
     def shutdown(self) -> None:
         """Wait for lane work in flight (the runner stays open)."""
-        if self._lane is not None:
-            self._lane.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
         scheduler = self.scheduler

@@ -41,6 +41,14 @@ SYNTH_NICE = 10
 SWITCH_INTERVAL_S = 0.001
 
 
+def _nice() -> None:
+    """Lower this thread's CPU priority by SYNTH_NICE (Linux: per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SYNTH_NICE)
+    except (AttributeError, OSError):
+        log.warning("could not lower the priority of thread %s", threading.current_thread().name)
+
+
 class AudioStream:
     """Async iterator over one request's chunks; raises the engine's error if it fails.
 
@@ -98,9 +106,9 @@ class AudioStream:
 class Worker:
     """A thread stepping the cores of the models placed on it, round robin."""
 
-    def __init__(self, name: str, engine: Engine, nice: int = 0) -> None:
+    def __init__(self, name: str, engine: Engine, low_priority: bool = False) -> None:
         self.name = name
-        self.nice = nice
+        self.low_priority = low_priority
         self.engine = engine
         self.cores: dict[str, EngineCore] = {}
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
@@ -116,11 +124,8 @@ class Worker:
         self.wake.set()
 
     def _run(self) -> None:
-        if self.nice and hasattr(os, "setpriority"):
-            try:  # per thread on Linux: the thread id is a process id for setpriority
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
-            except OSError:
-                log.warning("could not lower the priority of worker %s", self.name)
+        if self.low_priority:
+            _nice()
         while not self._stopping:
             self.wake.clear()
             self._drain()
@@ -236,15 +241,16 @@ class Engine:
         key = runner.device if runner.has_backbone else f"synth:{model_id}"
         worker = self._workers.get(key)
         if worker is None:
-            worker = self._workers[key] = Worker(key, self, 0 if runner.has_backbone else SYNTH_NICE)
+            worker = self._workers[key] = Worker(key, self, low_priority=not runner.has_backbone)
             if self._started:
                 worker.thread.start()
         self._models[model_id] = (runner, worker)
         self._active.setdefault(model_id, set())
         fut: Future[None] = Future()
-        # On the CPU a speech LM's codec gets a thread of its own (its lane); GPU lanes: issue 9.
-        lane = runner.has_backbone and runner.device == "cpu"
-        worker.send("attach", model_id, core or EngineCore(runner, self.config, codec_lane=lane), fut)
+        if core is None:  # a CPU speech LM's codec gets a lane; a synthesiser, one lane per session
+            lanes = (1 if runner.device == "cpu" else 0) if runner.has_backbone else runner.max_codec_batch
+            core = EngineCore(runner, self.config, lanes=lanes, lane_init=None if runner.has_backbone else _nice)
+        worker.send("attach", model_id, core, fut)
         return fut
 
     def detach(self, model_id: str) -> Future[Runner | None]:

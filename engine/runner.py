@@ -54,8 +54,10 @@ class Synthesizer(Protocol):
 
 @dataclass(slots=True)
 class SynthParts:
+    """`synthesizers`: independent instances of one model (one per lane of its pool)."""
+
     spec: SynthSpec
-    synthesizer: Synthesizer
+    synthesizers: list[Synthesizer]
     options: dict[str, Any] = field(default_factory=dict)
 
 

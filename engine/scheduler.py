@@ -126,7 +126,8 @@ class Scheduler:
         if self.lm is None:
             ahead = [r for r in list(self.running.values()) + self.waiting if not r.plan.is_done
                      and (self.policy == "fifo" or r.deadline_s() <= request.deadline_s())]
-            return sum(self._codec_est_ms(r) for r in ahead) + self._codec_est_ms(request)
+            lanes = self.max_codec_batch  # a synthesiser's pool runs that many units at once
+            return sum(self._codec_est_ms(r) for r in ahead) / lanes + self._codec_est_ms(request)
         step_ms = self.cost.step_ms(min(self.max_running, len(self.running) + 1), request.num_tokens + 64)
         wait_ms = 0.0
         queued = len(self.waiting) - (self.max_running - len(self.running))
@@ -141,9 +142,9 @@ class Scheduler:
 
     # -- policy ---------------------------------------------------------------------------
 
-    def schedule(self, now: float, codec: bool = True) -> Plan:
-        """The next iteration's work at `now`; `codec=False`: no codec items (a batch is
-        still in flight on the codec lane)."""
+    def schedule(self, now: float, codec_slots: int | None = None) -> Plan:
+        """The next iteration's work at `now`. `codec_slots`: free codec lanes (None: the
+        runner decodes in the step); a speech LM's batch takes one, a synthesiser's unit one."""
         plan = Plan()
         if self.running:
             context = max(r.num_tokens for r in self.running.values()) + 1
@@ -151,8 +152,11 @@ class Scheduler:
         self._admit(now, plan)
         if self.lm is not None:
             plan.decode = [r for r in self.running.values() if r.needs_decode and not self._is_held(r)]
-        if codec:
+        if codec_slots is None or codec_slots > 0:
             self._pick_codec(now, plan)
+            if codec_slots is not None and self.lm is None:  # one unit a lane, the most urgent first
+                del plan.urgent[codec_slots:]
+                del plan.background[max(0, codec_slots - len(plan.urgent)):]
         return plan
 
     def _admit(self, now: float, plan: Plan) -> None:
@@ -198,7 +202,7 @@ class Scheduler:
     def _pick_codec(self, now: float, plan: Plan) -> None:
         items = []
         for request in self.running.values():
-            if request.error is not None or self._is_held(request):
+            if request.error is not None or request.in_flight or self._is_held(request):
                 continue
             window = request.plan.next_window()
             if window is None and self.policy == "edf" and self.lm is not None:
