@@ -13,6 +13,7 @@ inbox, drained between steps. A request whose stream is not being read pauses on
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import queue
@@ -39,6 +40,11 @@ SYNTH_NICE = 10
 # Threads waiting for the GIL get it within this long (Python's default is 5 ms): a decode
 # step waiting behind another worker's Python code is then delayed by ~1 ms, not ~5.
 SWITCH_INTERVAL_S = 0.001
+
+
+def _executor(name: str, size: int, nice: bool = False) -> ThreadPoolExecutor:
+    """Threads for a lane; a synthesiser's pool runs niced."""
+    return ThreadPoolExecutor(size, f"voxgate-{name}", initializer=_nice if nice else None)
 
 
 def _nice() -> None:
@@ -247,9 +253,10 @@ class Engine:
         self._models[model_id] = (runner, worker)
         self._active.setdefault(model_id, set())
         fut: Future[None] = Future()
-        if core is None:  # a CPU speech LM's codec gets a lane; a synthesiser, one lane per session
-            lanes = (1 if runner.device == "cpu" else 0) if runner.has_backbone else runner.max_codec_batch
-            core = EngineCore(runner, self.config, lanes=lanes, lane_init=None if runner.has_backbone else _nice)
+        if core is None:  # fifo, the baseline, decodes a speech LM's chunks in its step: one stream
+            lanes = runner.lanes if self.config.uses("lanes") or not runner.has_backbone else {}
+            executor = functools.partial(_executor, nice=not runner.has_backbone)
+            core = EngineCore(runner, self.config, lanes=lanes, executor=executor)
         worker.send("attach", model_id, core, fut)
         return fut
 

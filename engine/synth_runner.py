@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 class SynthRunner:
     has_backbone = False
     max_seq_len = 0
+    max_prefill_batch = 0
     device = "cpu"
 
     def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
@@ -33,6 +34,7 @@ class SynthRunner:
         self.family = parts.spec.family
         self.synthesizers = parts.synthesizers
         self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
+        self.lanes = {"codec": len(parts.synthesizers)}
         self._free: queue.SimpleQueue[Synthesizer] = queue.SimpleQueue()
         for synthesizer in parts.synthesizers:
             self._free.put(synthesizer)
@@ -46,7 +48,7 @@ class SynthRunner:
     def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
         return []
 
-    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         outs = []
         for item in items:
             request, window = item.request, item.window
