@@ -22,16 +22,17 @@ import torch
 log = logging.getLogger(__name__)
 
 
-def _green_stream(num_sms: int, device: int) -> torch.cuda.Stream:
-    """A stream whose kernels run on `num_sms` SMs (torch.cuda.green_contexts, beta API)."""
+def _green_stream(num_sms: int, device: int) -> tuple[object, torch.cuda.Stream]:
+    """A green context of `num_sms` SMs and a stream on it (torch.cuda.green_contexts, beta
+    API); the context must outlive the stream."""
     from torch.cuda.green_contexts import GreenContext
 
     context = GreenContext.create(num_sms=num_sms, device_id=device)
     if hasattr(context, "Stream"):
-        return context.Stream()
+        return context, context.Stream()
     context.set_context()  # older API: a stream created while the green context is current
     try:
-        return torch.cuda.Stream(device)
+        return context, torch.cuda.Stream(device)
     finally:
         context.pop_context()
 
@@ -44,11 +45,13 @@ class GpuLanes:
         self.streams = {"lm": torch.cuda.Stream(index), "urgent": torch.cuda.Stream(index, priority=high),
                         "background": torch.cuda.Stream(index, priority=low)}
         self.sms = {"lm": self.total_sms, "urgent": self.total_sms, "background": self.total_sms}
+        self._contexts: list[object] = []  # alive as long as their streams
         if lm_sms and codec_sms:
             assert lm_sms + codec_sms <= self.total_sms, f"{lm_sms} + {codec_sms} SMs > {self.total_sms}"
             try:
-                self.streams["lm"] = _green_stream(lm_sms, index)
-                self.streams["background"] = _green_stream(codec_sms, index)
+                for lane, sms in (("lm", lm_sms), ("background", codec_sms)):
+                    context, self.streams[lane] = _green_stream(sms, index)
+                    self._contexts.append(context)
                 self.sms.update(lm=lm_sms, background=codec_sms)
             except Exception as error:  # a driver or torch without green contexts: plain streams
                 log.warning("no SM partition (%s); the lanes share the GPU", error)

@@ -168,6 +168,7 @@ class ModelRunner:
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=dev)
         self.readback = torch.zeros(3, n, dtype=torch.int64, device=dev)  # token, was_active, stopped
         self.row_index = torch.arange(n, dtype=torch.int64, device=dev)
+        self._true = torch.ones((), dtype=torch.bool, device=dev)
         self.vocab_ids = torch.arange(vocab, dtype=torch.int64, device=dev)
         pin = dev.type == "cuda"
         self._active_host = [torch.zeros(n, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
@@ -335,10 +336,12 @@ class ModelRunner:
 
     def _prefill_step(self, x: dict[str, torch.Tensor]) -> None:
         """Reset the prompts' state rows, one forward, sample the first tokens into x["out"]."""
-        rows = x["prompt_rows"]
-        self.seen[rows] = False
-        self.seen[x["rows"], x["ids"]] = True
-        self.steps[rows], self.stopped[rows], self.positions[rows] = 0, False, x["length"]
+        rows = x["prompt_rows"]  # capture-safe: no host scalars copied in (index_fill_, a device True)
+        self.seen.index_fill_(0, rows, False)
+        self.seen.index_put_((x["rows"], x["ids"]), self._true)
+        self.steps.index_fill_(0, rows, 0)
+        self.stopped.index_fill_(0, rows, False)
+        self.positions[rows] = x["length"]
         self.temperature[rows], self.top_p[rows], self.penalty[rows] = x["temperature"], x["top_p"], x["penalty"]
         self.seeds[rows], self.forced[rows], self.max_tokens[rows] = x["seed"], x["forced"], x["max_tokens"]
         owner, pos = x["owner"], x["pos"]
