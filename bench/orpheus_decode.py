@@ -67,20 +67,7 @@ def copy_bandwidth(device: str) -> float:
 
 
 def random_model(flavor: str, device: str, dtype: torch.dtype, seed: int) -> LlamaLM:
-    args = orpheus.FLAVORS[flavor]
-    with torch.device("meta"):
-        model = LlamaLM(args)
-    model = model.to_empty(device=device)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, param.shape[-1] ** -0.5, generator=generator)
-    if args.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    return model.to(dtype).eval()
+    return orpheus.random_backbone(orpheus.FLAVORS[flavor], device, dtype, seed)
 
 
 class _NoCodec:

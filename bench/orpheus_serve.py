@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -108,7 +109,9 @@ async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str
                    cost: CostModel) -> dict:
     engine = Engine(EngineConfig(policy=policy, max_waiting=4 * len(wave) + 64))
     engine.start()
-    engine.attach(MODEL_ID, runner, EngineCore(runner, engine.config, cost)).result()
+    lanes = runner.lanes if engine.config.uses("lanes") else {}  # as Engine.attach does
+    core = EngineCore(runner, engine.config, cost, lanes=lanes)
+    engine.attach(MODEL_ID, runner, core).result()
     requests = [SpeechRequest(f"{policy}-{len(wave)}-{i}", MODEL_ID, (text,), "tara",
                               options={"force_tokens": audio_tokens(text), "seed": seed + i})
                 for i, (_, text) in enumerate(wave)]
@@ -123,7 +126,8 @@ async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str
             "requests_with_stall": sum(x.stalls > 0 for x in listeners),
             "stall_ms_total": round(sum(x.stall_ms for x in listeners), 1),
             "audio_s": round(sum(x.audio_ms for x in listeners) / 1000, 1), "wall_s": round(wall_s, 2),
-            "decode_steps": steps, "ms_per_step": round(1000 * wall_s / max(1, steps), 2)}
+            "decode_steps": steps, "ms_per_step": round(1000 * wall_s / max(1, steps), 2),
+            "host_ms_p50": round(statistics.median(core.host_ms), 4) if core.host_ms else None}
 
 
 def main() -> None:
@@ -146,6 +150,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/orpheus_serve.json")
     parser.add_argument("--cost-out", default="", help="first measure the cost model (bench/cost_model.py) here")
     parser.add_argument("--requests", default="", help="requests per wave, one per --sessions entry (default: N)")
+    parser.add_argument("--lanes-out", default="", help="first profile the GPU lanes' SM splits (bench/lanes_profile.py)")
     parser.add_argument("--max-running", type=int, default=0, help="KV slots (default: the largest N)")
     opts = parser.parse_args()
     opts.sessions = [int(n) for n in opts.sessions.split(",")]
@@ -158,6 +163,10 @@ def main() -> None:
         from bench.cost_model import measure, save
 
         save(measure(runner), opts.cost_out, gpu, " ".join(["python", *sys.argv]))
+    if opts.lanes_out:
+        from bench import lanes_profile
+
+        lanes_profile.save(lanes_profile.profile(runner), opts.lanes_out, gpu, " ".join(["python", *sys.argv]))
     rng = random.Random(opts.seed)
     warm = [(0.0, t) for t in rng.sample(texts, 2)]
     asyncio.run(run_wave(runner, "edf", warm, opts.seed, CostModel()))  # warm-up

@@ -17,7 +17,7 @@ PCM is zeros of the exact length the real codec would emit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,7 +37,8 @@ TOKENS_PER_FRAME = 7
 AUDIO_TOKEN_BASE = 128266
 CODEBOOK_SIZE = 4096
 STOP_TOKEN = 128258
-ORPHEUS_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3)
+# models/orpheus.py CHUNK_SHAPE (not imported: it needs torch).
+ORPHEUS_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3, ramp_context=1)
 
 
 @dataclass(slots=True)
@@ -102,13 +103,22 @@ class SimRunner:
         self.max_running = max_running
         self.max_seq_len = max_seq_len if self.has_backbone else 0
         self.max_codec_batch = max_codec_batch if self.has_backbone else 1
+        self.max_prefill_batch = 8  # as engine/model_runner.py's captured prefills
+        self.lanes: dict[str, int] = {}  # the simulator runs codec work in the step unless it models lanes
         self._generated: dict[str, int] = {}  # "device" step count per request
         self._pending: list[TokenOut] = []  # last step's tokens, read back one step late
         self._timings: list[Timing] = []
         self.num_decode_steps = 0
+        self.on_lane = False  # codec work runs on a SimLanes lane: it does not hold the step
+        self.lane_cost_ms = 0.0
+        self.step_slowdown: Callable[[], float] = lambda: 1.0  # decode steps while codec lanes are busy
 
     def _spend(self, kind: str, a: float, b: float, ms: float) -> None:
-        if self.clock is not None:
+        if kind == "step":
+            ms *= self.step_slowdown()
+        if kind == "codec" and self.on_lane:
+            self.lane_cost_ms += ms
+        elif self.clock is not None:
             self.clock.advance_ms(ms)
         self._timings.append(Timing(kind, a, b, ms))
 
@@ -135,7 +145,7 @@ class SimRunner:
                              if self._generated.get(r.request_id, 0) < r.max_tokens]
         return previous
 
-    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         outs = []
         if self.has_backbone:
             sizes: dict[int, int] = {}
@@ -165,4 +175,60 @@ class SimRunner:
         return 0
 
     def close(self) -> None:
+        pass
+
+
+class SimFuture:
+    """A lane's result, done once the simulated clock reaches `ready_s`."""
+
+    def __init__(self, value: list[ChunkOut], ready_s: float, clock: SimClock) -> None:
+        self.value, self.ready_s, self.clock = value, ready_s, clock
+
+    def done(self) -> bool:
+        return self.clock.t >= self.ready_s - 1e-12
+
+    def result(self) -> list[ChunkOut]:
+        return self.value
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        pass  # the simulator polls
+
+
+class SimLanes:
+    """EngineCore lanes on the simulated clock: each lane runs one batch at a time beside the
+    step; a batch's chunks are ready when its lane would have finished it. `slowdown`: how
+    much longer a decode step takes while any codec lane is busy (SM sharing)."""
+
+    def __init__(self, clock: SimClock, runner: SimRunner, slowdown: float = 1.0) -> None:
+        self.clock, self.runner = clock, runner
+        self.free_at: dict[str, float] = {}
+        runner.step_slowdown = lambda: slowdown if self.busy() else 1.0
+
+    def busy(self) -> bool:
+        return any(t > self.clock.t for t in self.free_at.values())
+
+    def next_ready(self) -> float | None:
+        pending = [t for t in self.free_at.values() if t > self.clock.t]
+        return min(pending) if pending else None
+
+    def executor(self, name: str, size: int) -> _SimExecutor:
+        return _SimExecutor(self, name)
+
+
+class _SimExecutor:
+    def __init__(self, lanes: SimLanes, name: str) -> None:
+        self.lanes, self.name = lanes, name
+
+    def submit(self, fn: Callable[..., list[ChunkOut]], *args: Any) -> SimFuture:
+        runner, clock = self.lanes.runner, self.lanes.clock
+        runner.on_lane, runner.lane_cost_ms = True, 0.0
+        try:
+            value = fn(*args)
+        finally:
+            runner.on_lane = False
+        start = max(clock.t, self.lanes.free_at.get(self.name, 0.0))
+        self.lanes.free_at[self.name] = start + runner.lane_cost_ms / 1000.0
+        return SimFuture(value, self.lanes.free_at[self.name], clock)
+
+    def shutdown(self, wait: bool = True) -> None:
         pass

@@ -19,13 +19,14 @@ real run. The same arguments give the same output.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.sim_runner import SimClock, SimRunner, lm_spec, synth_spec  # noqa: E402
+from bench.sim_runner import ORPHEUS_SHAPE, SimClock, SimLanes, SimRunner, lm_spec, synth_spec  # noqa: E402
 from bench.workload import Listener, audio_frames, load_texts, poisson, serve_wave, summarize  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
@@ -37,13 +38,18 @@ REPORT_EVERY_S = 0.2  # a client's playback.position cadence (the studio reports
 
 def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str, family: str = "lm",
              max_running: int = 256, max_codec_batch: int = 32, reports: bool = False, host_ms: float = 0.1,
-             config: dict[str, float] | None = None) -> tuple[list[Listener], float]:
-    """Run one wave; returns each request's listener and the simulated wall time (s)."""
+             config: dict[str, float] | None = None, first_context: int = 1, lanes: bool = False,
+             lane_slowdown: float = 1.0) -> tuple[list[Listener], float]:
+    """Run one wave; returns each request's listener and the simulated wall time (s).
+    `lanes`: urgent and background codec lanes beside the LM (policies that use them)."""
     clock = SimClock()
-    spec = lm_spec() if family == "lm" else synth_spec()
+    shape = dataclasses.replace(ORPHEUS_SHAPE, ramp_context=first_context)
+    spec = lm_spec(shape) if family == "lm" else synth_spec()
     runner = SimRunner(spec, cost, clock, max_running=max_running, max_codec_batch=max_codec_batch)
-    core = EngineCore(runner, EngineConfig(policy=policy, max_waiting=1 << 20, **(config or {})),  # type: ignore[arg-type]
-                      clock=clock.now)
+    engine_config = EngineConfig(policy=policy, max_waiting=1 << 20, **(config or {}))  # type: ignore[arg-type]
+    sim_lanes = SimLanes(clock, runner, lane_slowdown)
+    lane_names = {"urgent": 1, "background": 1} if lanes and engine_config.uses("lanes") else None
+    core = EngineCore(runner, engine_config, clock=clock.now, lanes=lane_names, executor=sim_lanes.executor)
     listeners: dict[str, Listener] = {}
     next_report: dict[str, float] = {}
     i = 0
@@ -67,6 +73,11 @@ def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str,
         if not core.has_work:
             clock.t = arrivals[i][0]
             continue
+        if core.was_idle:  # waiting for a lane: jump to its end or the next arrival
+            ready = sim_lanes.next_ready()
+            times = [t for t in (ready, arrivals[i][0] if i < len(arrivals) else None) if t is not None]
+            if times:
+                clock.t = max(clock.t, min(times))
         outputs = core.step()
         clock.advance_ms(host_ms)
         for rid, item in outputs:
@@ -78,8 +89,6 @@ def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str,
                     next_report.pop(rid, None)
             else:
                 listeners[rid].refused = True  # failed: never met the SLO
-        if core.was_idle and i < len(arrivals):
-            clock.t = max(clock.t, arrivals[i][0])
     return list(listeners.values()), clock.t
 
 
@@ -111,13 +120,18 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=0, help="clients send playback.position reports")
     parser.add_argument("--host-ms", type=float, default=0.1, help="host time per engine step")
     parser.add_argument("--config", default="{}", help="EngineConfig fields as JSON, e.g. '{\"codec_batch\": 16}'")
+    parser.add_argument("--first-context", type=int, default=1, help="right-context frames of the first chunk")
+    parser.add_argument("--lanes", type=int, default=0, help="model urgent + background codec lanes (GPU)")
+    parser.add_argument("--lane-slowdown", type=float, default=1.0, help="decode step x this while a lane runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/simulate_orpheus.json")
     opts = parser.parse_args()
     cost_data = json.loads(Path(opts.cost).read_text())
     texts = load_texts(Path(opts.workload), opts.max_chars) if opts.workload else load_texts(max_chars=opts.max_chars)
     record: dict = {"command": " ".join(["python", *sys.argv]), "cost": opts.cost, "cost_measured_on": cost_data.get("gpu"),
-                    "family": opts.family, "reports": bool(opts.reports), "seed": opts.seed, "policies": {}}
+                    "family": opts.family, "reports": bool(opts.reports), "first_context": opts.first_context,
+                    "lanes": bool(opts.lanes), "lane_slowdown": opts.lane_slowdown, "host_ms": opts.host_ms,
+                    "seed": opts.seed, "policies": {}}
     for policy in opts.policies.split(","):
         rows = []
         if opts.serve_sessions:
@@ -134,7 +148,8 @@ def main() -> None:
             listeners, wall_s = simulate(arrivals, CostModel.from_json(cost_data), policy=policy, family=opts.family,
                                          max_running=opts.max_running, max_codec_batch=opts.max_codec_batch,
                                          reports=bool(opts.reports), host_ms=opts.host_ms,
-                                         config=json.loads(opts.config))
+                                         config=json.loads(opts.config), first_context=opts.first_context,
+                                         lanes=bool(opts.lanes), lane_slowdown=opts.lane_slowdown)
             row = {kind: value, **summarize(listeners, wall_s),
                    "mean_concurrency": mean_concurrency(listeners, wall_s), "wall_s": round(wall_s, 2)}
             rows.append(row)

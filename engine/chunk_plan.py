@@ -16,12 +16,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ChunkShape:
     """A family's chunking: `ramp[k]` frames for chunk k (the last size repeats), with
-    `context_frames` of left and right context; `first_context_frames` (None: the same)
-    is the right context of the first chunk only."""
+    `context_frames` of left and right context; `ramp_context` (None: the same) is the right
+    context of the ramp's growing chunks (all but the last size): a shorter wait for first
+    audio and for the chunks that must follow it faster than real time, at a small error."""
 
     ramp: tuple[int, ...]
     context_frames: int
-    first_context_frames: int | None = None
+    ramp_context: int | None = None
 
     def __post_init__(self) -> None:
         assert self.ramp and min(self.ramp) >= 1 and self.context_frames >= 0
@@ -30,8 +31,8 @@ class ChunkShape:
         return self.ramp[min(chunk_index, len(self.ramp) - 1)]
 
     def right_context(self, chunk_index: int) -> int:
-        if chunk_index == 0 and self.first_context_frames is not None:
-            return self.first_context_frames
+        if chunk_index < len(self.ramp) - 1 and self.ramp_context is not None:
+            return self.ramp_context
         return self.context_frames
 
     def window_lengths(self) -> tuple[int, ...]:

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# What `edf` adds to the `fifo` baseline, one name each (bench/goodput.py ablates them):
+# deadline order (EDF), urgent vs batched codec items, early chunks, prefill deferral,
+# codec lanes beside the step (GPU: streams, priorities, SM partitions).
+MECHANISMS = ("order", "urgency", "early", "defer", "lanes")
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -18,11 +23,17 @@ class EngineConfig:
     max_prefill_tokens: int = 4096  # prompt tokens prefilled in one iteration (at least one request)
     max_predicted_ttfa_ms: float = 2000.0  # refuse a request whose first audio is predicted later (0: never)
     max_unread_ms: float = 10000.0  # a request pauses while this much of its audio waits unread
-    policy: str = "edf"  # "edf": deadline-aware; "fifo": arrival order, the baseline for bench/
+    policy: str = "edf"  # "edf" (every mechanism), "fifo" (none: the baseline), or "fifo+early+..."
 
     def __post_init__(self) -> None:
         assert self.urgent_slack_ms >= 0, "urgent_slack_ms must be >= 0"
         assert self.codec_batch >= 1, "codec_batch must be >= 1"
         assert self.max_waiting >= 1 and self.max_prefill_tokens >= 1
         assert self.max_prefill_defer_ms >= 0 and self.max_predicted_ttfa_ms >= 0 and self.max_unread_ms > 0
-        assert self.policy in ("edf", "fifo"), f"policy must be 'edf' or 'fifo', got {self.policy!r}"
+        base, *added = self.policy.split("+")
+        assert base in ("edf", "fifo") and set(added) <= set(MECHANISMS) and not (base == "edf" and added), \
+            f"policy must be 'edf', 'fifo' or 'fifo+' any of {'+'.join(MECHANISMS)}, got {self.policy!r}"
+
+    def uses(self, mechanism: str) -> bool:
+        """Whether the policy uses `mechanism` (one of MECHANISMS)."""
+        return self.policy == "edf" or mechanism in self.policy.split("+")[1:]

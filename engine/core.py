@@ -8,16 +8,20 @@ prefill, then the codec items), post-processes the results and returns what to s
 so the same core runs under the engine's worker threads (time.monotonic) and in the
 simulator (a discrete-event clock that the simulated runner advances).
 
-With `codec_lane`, codec items run on a thread of their own while decode steps go on
-(the CPU's codec lane: on two cores a chunk's decode no longer stops the backbone); one
-codec batch is in flight at a time and its chunks are sent at the first step after it ends.
+With `lanes` ({name: capacity}), codec work runs on executors of its own while the core
+goes on: "urgent" and "background" lanes (a GPU: their own streams and SM partitions),
+else one "codec" lane for both (a CPU speech LM; a synthesiser's pool of sessions, one unit
+per session, the most urgent taking the next free one). A speech LM sends one batch per
+lane at a time. Chunks are sent at the first step after their work ends.
 """
 
 from __future__ import annotations
 
+import collections
+import statistics
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, Callable, Mapping
 
 from engine.config import EngineConfig
 from engine.cost import CostModel
@@ -33,21 +37,24 @@ Output = tuple[str, AudioChunk | EngineError]
 
 class EngineCore:
     def __init__(self, runner: Runner, config: EngineConfig, cost: CostModel | None = None,
-                 clock: Callable[[], float] = time.monotonic, codec_lane: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, lanes: Mapping[str, int] | None = None,
+                 executor: Callable[[str, int], Executor] | None = None) -> None:
         self.runner = runner
         self.clock = clock
         self.cost = cost or CostModel()
         lm = runner.spec if isinstance(runner.spec, LMSpec) else None
         self.scheduler = Scheduler(config, lm, max_running=runner.max_running, max_seq_len=runner.max_seq_len,
                                    max_codec_batch=runner.max_codec_batch, cost=self.cost,
-                                   sample_rate=runner.sample_rate)
+                                   sample_rate=runner.sample_rate, max_prefill_batch=runner.max_prefill_batch)
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
-        self._lane = ThreadPoolExecutor(1, thread_name_prefix="voxgate-codec") if codec_lane else None
-        self._codec: tuple[list[CodecItem], Future[list[ChunkOut]]] | None = None  # in flight on the lane
+        make = executor or (lambda name, n: ThreadPoolExecutor(n, f"voxgate-{name}"))
+        self.lanes = {name: (make(name, n), n) for name, n in (lanes or {}).items()}
+        self._flying: list[tuple[str, list[CodecItem], Future[list[ChunkOut]]]] = []  # (lane, items, work)
         self.notify: Callable[[], None] | None = None  # wakes the worker when lane work ends
         self.was_idle = True  # the last step found nothing to do (the worker may sleep)
         self.num_steps = 0
         self.last_batch: dict[str, int] = {}
+        self.host_ms: collections.deque[float] = collections.deque(maxlen=4096)  # per step, runner calls excluded
 
     @property
     def num_requests(self) -> int:
@@ -55,7 +62,7 @@ class EngineCore:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.scheduler.num_requests) or self._decode_in_flight or self._codec is not None
+        return bool(self.scheduler.num_requests) or self._decode_in_flight or bool(self._flying)
 
     def add(self, spec: SpeechRequest, prepared: Prepared,
             unread_ms: Callable[[], float] | None = None) -> Request:
@@ -89,39 +96,68 @@ class EngineCore:
     def step(self, now: float | None = None) -> list[Output]:
         """One iteration at time `now` (default: the clock); returns what to send."""
         scheduler, runner = self.scheduler, self.runner
+        t0, in_runner = time.perf_counter(), 0.0
         outputs: list[Output] = []
-        if self._codec is not None and self._codec[1].done():
-            items, done = self._codec
-            self._codec = None
-            outputs += self._send(items, done.result())
-        plan = scheduler.schedule(self.clock() if now is None else now, codec=self._codec is None)
+        for done in [w for w in self._flying if w[2].done()]:
+            self._flying.remove(done)
+            for finished in done[1]:
+                finished.request.in_flight = False
+            outputs += self._send(done[1], done[2].result())
+        urgent, background = self._route("urgent"), self._route("background")
+        plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
+                                  shared=urgent == background)
         failed = []
         self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
         if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
-            failed += scheduler.postprocess_tokens(runner.decode(plan.decode))
+            t1 = time.perf_counter()
+            tokens = runner.decode(plan.decode)
+            in_runner += time.perf_counter() - t1
+            failed += scheduler.postprocess_tokens(tokens)
             self._decode_in_flight = bool(plan.decode)
         if plan.prefill:
-            failed += scheduler.postprocess_tokens(runner.prefill(plan.prefill))
+            t1 = time.perf_counter()
+            tokens = runner.prefill(plan.prefill)
+            in_runner += time.perf_counter() - t1
+            failed += scheduler.postprocess_tokens(tokens)
         for request in failed:
             assert request.error is not None
             outputs.append((request.request_id, request.error))
-        codec = [item for item in plan.codec if item.request.error is None]
-        if codec and self._lane is None:
-            outputs += self._send(codec, runner.decode_codec(codec))
-        elif codec and self._lane is not None:
-            future = self._lane.submit(runner.decode_codec, codec)
-            if self.notify is not None:
-                future.add_done_callback(lambda _: self.notify() if self.notify else None)
-            self._codec = (codec, future)
+        works = [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
+            [(urgent, plan.codec)]
+        for lane, items in works:
+            items = [item for item in items if item.request.error is None]
+            if items and lane is None:
+                t1 = time.perf_counter()
+                outs = runner.decode_codec(items, "step")
+                in_runner += time.perf_counter() - t1
+                outputs += self._send(items, outs)
+            elif items and lane is not None:  # a batch a lane (LM), a unit a session (synthesiser)
+                for batch in [items] if runner.has_backbone else [[unit] for unit in items]:
+                    for unit in batch:
+                        unit.request.in_flight = True
+                    future = self.lanes[lane][0].submit(runner.decode_codec, batch, lane)
+                    future.add_done_callback(lambda _: self.notify() if self.notify else None)
+                    self._flying.append((lane, batch, future))
         for request_id, item in outputs:
             if isinstance(item, EngineError) or item.is_last:
                 self.cancel(request_id)
         for timing in runner.take_timings():
             self.cost.observe(timing.kind, timing.a, timing.b, timing.ms)
         self.num_steps += not plan.is_empty
+        if not plan.is_empty:
+            self.host_ms.append(1000.0 * (time.perf_counter() - t0 - in_runner))
         self.last_batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
                            "background": len(plan.background)}
         return outputs
+
+    def _route(self, kind: str) -> str | None:
+        """The lane that decodes `kind` items ("urgent", "background"); None: in the step."""
+        return kind if kind in self.lanes else "codec" if "codec" in self.lanes else None
+
+    def _free(self, lane: str | None) -> int | None:
+        if lane is None:
+            return None
+        return self.lanes[lane][1] - sum(1 for name, _, _ in self._flying if name == lane)
 
     def _send(self, items: list[CodecItem], outs: list[ChunkOut]) -> list[Output]:
         sent = self.scheduler.postprocess_codec(items, outs, self.clock())
@@ -129,8 +165,8 @@ class EngineCore:
 
     def shutdown(self) -> None:
         """Wait for lane work in flight (the runner stays open)."""
-        if self._lane is not None:
-            self._lane.shutdown(wait=True)
+        for lane, _ in self.lanes.values():
+            lane.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
         scheduler = self.scheduler
@@ -142,4 +178,5 @@ class EngineCore:
         if self.runner.has_backbone:
             stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)
         stats["est_codec_ms"] = round(self.cost.codec_ms(1, 8), 2)
+        stats["host_ms_p50"] = round(statistics.median(self.host_ms), 4) if self.host_ms else None
         return stats

@@ -13,6 +13,7 @@ inbox, drained between steps. A request whose stream is not being read pauses on
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import queue
@@ -39,6 +40,19 @@ SYNTH_NICE = 10
 # Threads waiting for the GIL get it within this long (Python's default is 5 ms): a decode
 # step waiting behind another worker's Python code is then delayed by ~1 ms, not ~5.
 SWITCH_INTERVAL_S = 0.001
+
+
+def _executor(name: str, size: int, nice: bool = False) -> ThreadPoolExecutor:
+    """Threads for a lane; a synthesiser's pool runs niced."""
+    return ThreadPoolExecutor(size, f"voxgate-{name}", initializer=_nice if nice else None)
+
+
+def _nice() -> None:
+    """Lower this thread's CPU priority by SYNTH_NICE (Linux: per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SYNTH_NICE)
+    except (AttributeError, OSError):
+        log.warning("could not lower the priority of thread %s", threading.current_thread().name)
 
 
 class AudioStream:
@@ -98,9 +112,9 @@ class AudioStream:
 class Worker:
     """A thread stepping the cores of the models placed on it, round robin."""
 
-    def __init__(self, name: str, engine: Engine, nice: int = 0) -> None:
+    def __init__(self, name: str, engine: Engine, low_priority: bool = False) -> None:
         self.name = name
-        self.nice = nice
+        self.low_priority = low_priority
         self.engine = engine
         self.cores: dict[str, EngineCore] = {}
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
@@ -116,11 +130,8 @@ class Worker:
         self.wake.set()
 
     def _run(self) -> None:
-        if self.nice and hasattr(os, "setpriority"):
-            try:  # per thread on Linux: the thread id is a process id for setpriority
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
-            except OSError:
-                log.warning("could not lower the priority of worker %s", self.name)
+        if self.low_priority:
+            _nice()
         while not self._stopping:
             self.wake.clear()
             self._drain()
@@ -236,15 +247,17 @@ class Engine:
         key = runner.device if runner.has_backbone else f"synth:{model_id}"
         worker = self._workers.get(key)
         if worker is None:
-            worker = self._workers[key] = Worker(key, self, 0 if runner.has_backbone else SYNTH_NICE)
+            worker = self._workers[key] = Worker(key, self, low_priority=not runner.has_backbone)
             if self._started:
                 worker.thread.start()
         self._models[model_id] = (runner, worker)
         self._active.setdefault(model_id, set())
         fut: Future[None] = Future()
-        # On the CPU a speech LM's codec gets a thread of its own (its lane); GPU lanes: issue 9.
-        lane = runner.has_backbone and runner.device == "cpu"
-        worker.send("attach", model_id, core or EngineCore(runner, self.config, codec_lane=lane), fut)
+        if core is None:  # fifo, the baseline, decodes a speech LM's chunks in its step: one stream
+            lanes = runner.lanes if self.config.uses("lanes") or not runner.has_backbone else {}
+            executor = functools.partial(_executor, nice=not runner.has_backbone)
+            core = EngineCore(runner, self.config, lanes=lanes, executor=executor)
+        worker.send("attach", model_id, core, fut)
         return fut
 
     def detach(self, model_id: str) -> Future[Runner | None]:

@@ -21,6 +21,9 @@ Step times vs the memory floor: bench/results/orpheus_decode.md.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -29,6 +32,7 @@ import numpy as np
 import torch
 
 from models.codec_graphs import CodecGraphs
+from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Request
 from engine.runner import LMParts
@@ -47,6 +51,11 @@ class RunnerConfig:
     triton_attention: bool = True  # GPU decode attention: models/decode_attention.py instead of SDPA
     attn_block: int = 256  # attention reads the cache in multiples of this many positions
     graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, 8, 16, 32, ... up to max_running
+    lanes: bool = True  # GPU: codec on urgent and background lanes beside the LM (engine/lanes.py)
+    lm_sms: int = 0  # GPU: SMs of the LM lane's partition and the background codec lane's (0: no partition)
+    codec_sms: int = 0
+    urgent_codec_batch: int = 8  # the urgent lane's largest codec batch (its graphs)
+    max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:
         assert self.max_seq_len >= 2 and self.attn_block >= 1 and self.max_codec_batch >= 1
@@ -68,6 +77,10 @@ def device_name(device: torch.device | str) -> str:
     return f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}" if dev.type == "cuda" else dev.type
 
 
+log = logging.getLogger(__name__)
+PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # prompt tokens of the captured prefills
+
+
 class ModelRunner:
     has_backbone = True
 
@@ -76,7 +89,7 @@ class ModelRunner:
         config = RunnerConfig(**{k: v for k, v in parts.options.items() if k in names})
         self.model_id, self.spec, self.family = model_id, parts.spec, parts.spec.family
         self.config, self.max_running, self.max_seq_len = config, max_running, config.max_seq_len
-        self.max_codec_batch = config.max_codec_batch
+        self.max_codec_batch, self.max_prefill_batch = config.max_codec_batch, config.max_prefill_batch
         self.torch_device = torch.device(device)
         self.device = device_name(device)
         self.model, self.codec = parts.backbone, parts.codec
@@ -104,12 +117,32 @@ class ModelRunner:
         self._batch_buckets = sorted(config.graph_batches or buckets(max_running))
         block, top = config.attn_block, config.max_seq_len + 1
         self._length_buckets = sorted({min(top, block * k) for k in range(1, -(-top // block) + 1)})
-        self.codec_graphs = CodecGraphs(self.codec, config.codec_graph_batches or buckets(
-            config.max_codec_batch, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30), parts.spec.shape.window_lengths())
+        on_gpu = self.torch_device.type == "cuda"
+        self.gpu_lanes = GpuLanes(self.torch_device, config.lm_sms, config.codec_sms) if on_gpu and config.lanes else None
+        self.lanes = {"codec": 1} if not on_gpu else {"urgent": 1, "background": 1} if self.gpu_lanes else {}
+        windows = parts.spec.shape.window_lengths()
+        batches = config.codec_graph_batches or buckets(config.max_codec_batch, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
+        self.codec_graphs = {lane: CodecGraphs(self.codec, [b for b in batches if b <= config.urgent_codec_batch]
+                                               if lane == "urgent" else batches, windows)
+                             for lane in (self.lanes or {"step": 1})}
+        if self.gpu_lanes is not None and attention is not None:  # split-K sized from the LM lane's SMs
+            attention = functools.partial(attention, target_programs=2 * self.gpu_lanes.sms["lm"])
+            for layer in self.model.model.layers:
+                layer.self_attn.decode_attention_fn = attention
+        self._prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._prefill_io: dict[int, dict[str, torch.Tensor]] = {}
         if self.use_graphs:
+            try:
+                with torch.inference_mode():
+                    self._capture_prefill()
+            except Exception:  # eager prefill still works; say so
+                log.exception("prefill graphs could not be captured; prefill runs eagerly")
+                self._prefill_graphs.clear()
+                self._prefill_io.clear()
             self._capture_graphs()
             if torch.device(self.codec.device).type == "cuda":
-                self.codec_graphs.capture()
+                for graphs in self.codec_graphs.values():
+                    graphs.capture()
 
     def _allocate_kv_cache(self) -> None:
         args = self.model.args
@@ -119,7 +152,8 @@ class ModelRunner:
             layer.self_attn.kv_cache = self.kv_cache[:, i]
 
     def _allocate_state(self) -> None:
-        n, vocab, dev = self.max_running, self.model.args.vocab_size, self.torch_device
+        # Row `max_running` is a spare: padding prompts of a captured prefill write it.
+        n, vocab, dev = self.max_running + 1, self.model.args.vocab_size, self.torch_device
         self.tokens = torch.zeros(n, dtype=torch.int64, device=dev)  # last sampled token = next input
         self.positions = torch.zeros(n, dtype=torch.int64, device=dev)  # position of that token
         self.steps = torch.zeros(n, dtype=torch.int64, device=dev)  # tokens generated so far
@@ -134,6 +168,7 @@ class ModelRunner:
         self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=dev)
         self.readback = torch.zeros(3, n, dtype=torch.int64, device=dev)  # token, was_active, stopped
         self.row_index = torch.arange(n, dtype=torch.int64, device=dev)
+        self._true = torch.ones((), dtype=torch.bool, device=dev)
         self.vocab_ids = torch.arange(vocab, dtype=torch.int64, device=dev)
         pin = dev.type == "cuda"
         self._active_host = [torch.zeros(n, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
@@ -151,7 +186,7 @@ class ModelRunner:
         for batch in reversed(self._batch_buckets):
             for length in reversed(self._length_buckets):
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                     self._decode_step(batch, length)
                 pool = pool or graph.pool()
                 self._graphs[(batch, length)] = graph
@@ -199,8 +234,16 @@ class ModelRunner:
             with torch.inference_mode():
                 self._decode_step(batch, length)
 
+    def _on(self, lane: str) -> Any:
+        return self.gpu_lanes.on(lane) if self.gpu_lanes is not None and lane in self.gpu_lanes.streams else \
+            contextlib.nullcontext()
+
     def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
-        """Launch one decode step for `requests`; returns the tokens of the previous step."""
+        """Launch one decode step for `requests` (LM lane); returns the previous step's tokens."""
+        with self._on("lm"):
+            return self._decode(requests)
+
+    def _decode(self, requests: Sequence[Request]) -> list[TokenOut]:
         launched = None
         if requests:
             batch = next(b for b in self._batch_buckets + [self.max_running] if b >= max(r.slot for r in requests) + 1)
@@ -247,45 +290,90 @@ class ModelRunner:
         return [TokenOut(r, int(values[0, row]), bool(values[2, row]))
                 for row, r in owners.items() if values[1, row]]
 
-    @torch.inference_mode()
     def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
-        """Pack the prompts of `requests` into one forward; sample each first token."""
-        dev = self.torch_device
-        t0 = time.perf_counter()
-        prompts = [r.prepared.prompt_ids for r in requests]
-        ids = torch.tensor([t for p in prompts for t in p], dtype=torch.int64, device=dev)
-        positions = torch.cat([torch.arange(len(p), device=dev) for p in prompts])
-        owner = torch.cat([torch.full((len(p),), i, device=dev) for i, p in enumerate(prompts)])
-        slots = torch.tensor([r.slot for r in requests], dtype=torch.int64, device=dev)
-        mask = (owner[:, None] == owner[None, :]) & (positions[None, :] <= positions[:, None])
-        for request, prompt in zip(requests, prompts):  # reset the slot's device state for its new owner
-            row, sampling = request.slot, request.prepared.sampling
-            assert sampling is not None
-            self.seen[row] = False
-            self.seen[row, torch.tensor(prompt, device=dev)] = True
-            self.steps[row] = 0
-            self.stopped[row] = False
-            self.positions[row] = len(prompt)
-            self.temperature[row] = sampling.temperature
-            self.top_p[row] = sampling.top_p
-            self.penalty[row] = sampling.repetition_penalty
-            self.seeds[row] = sampling.seed
-            self.forced[row] = sampling.force_tokens > 0
-            self.max_tokens[row] = request.max_tokens
-        set_context(Context(True, slots[owner], positions, _additive(mask[None, None], self.dtype), 0))
-        try:
-            hidden = self.model(ids, positions)
-        finally:
-            reset_context()
-        last = torch.tensor(np.cumsum([len(p) for p in prompts]) - 1, device=dev)
-        active = torch.ones(len(requests), dtype=torch.bool, device=dev)
-        token = self._sample_and_update(slots, self.model.compute_logits(hidden[last]), active)
-        values = torch.stack([token, self.stopped[slots].long()]).cpu().numpy()
-        self._timings.append(Timing("prefill", len(ids), 1, 1000.0 * (time.perf_counter() - t0)))
+        """Pack the prompts of `requests` into one forward (LM lane); sample each first token.
+        GPU: a CUDA graph of the smallest token bucket that holds them (PREFILL_BUCKETS; padding
+        tokens write the spare KV position, padding prompts the spare state row)."""
+        with self._on("lm"), torch.inference_mode():
+            t0 = time.perf_counter()
+            total = sum(len(r.prepared.prompt_ids) for r in requests)
+            bucket = next((b for b in sorted(self._prefill_graphs) if b >= total), None)
+            if bucket is None or len(requests) > self.max_prefill_batch:
+                x = self._prefill_inputs(requests, total, len(requests))
+                self._prefill_step(x)
+            else:
+                x = self._prefill_io[bucket]
+                for name, value in self._prefill_inputs(requests, bucket, self.max_prefill_batch).items():
+                    x[name].copy_(value, non_blocking=True)
+                self._prefill_graphs[bucket].replay()
+            values = x["out"][:, :len(requests)].cpu().numpy()
+            self._timings.append(Timing("prefill", total, 1, 1000.0 * (time.perf_counter() - t0)))
         return [TokenOut(r, int(values[0, i]), bool(values[1, i])) for i, r in enumerate(requests)]
 
-    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
-        """One chunk per item, in order: windows of equal length decode as one batch."""
+    def _prefill_inputs(self, requests: Sequence[Request], tokens: int, prompts: int) -> dict[str, torch.Tensor]:
+        """The prefill's inputs padded to `tokens` and `prompts` (int64/bool/float32 `[tokens]` or `[prompts]`)."""
+        n, spare, pad = len(requests), self.max_running, tokens - sum(len(r.prepared.prompt_ids) for r in requests)
+        sampling = [r.prepared.sampling for r in requests]
+        assert all(sampling) and pad >= 0 and prompts >= n
+        lens = [len(r.prepared.prompt_ids) for r in requests]
+        cat = lambda parts, fill: torch.tensor([v for part in parts for v in part] + [fill] * pad, dtype=torch.int64)  # noqa: E731
+        per = lambda values, fill, dtype=torch.int64: torch.tensor(list(values) + [fill] * (prompts - n), dtype=dtype)  # noqa: E731
+        x = {"ids": cat([r.prepared.prompt_ids for r in requests], 0),
+             "pos": cat([range(k) for k in lens], 0),
+             "owner": torch.cat([cat([[i] * k for i, k in enumerate(lens)], 0)[:tokens - pad], torch.arange(n, n + pad)]),
+             "kv_slots": cat([[r.slot] * k for r, k in zip(requests, lens)], 0),
+             "rows": cat([[r.slot] * k for r, k in zip(requests, lens)], spare),
+             "last": per(np.cumsum(lens) - 1, 0), "prompt_rows": per((r.slot for r in requests), spare),
+             "length": per(lens, 0), "max_tokens": per((r.max_tokens for r in requests), 1),
+             "seed": per((s.seed for s in sampling if s), 0), "forced": per((s.force_tokens > 0 for s in sampling if s), False, torch.bool),
+             "active": per([True] * n, False, torch.bool)}
+        x["write_pos"] = torch.where(torch.arange(tokens) < tokens - pad, x["pos"], self.max_seq_len)
+        for name, field in (("temperature", "temperature"), ("top_p", "top_p"), ("penalty", "repetition_penalty")):
+            x[name] = per((getattr(s, field) for s in sampling if s), 1.0, torch.float32)
+        x = {k: v.to(self.torch_device, non_blocking=True) for k, v in x.items()}
+        x["out"] = torch.zeros(2, prompts, dtype=torch.int64, device=self.torch_device)
+        return x
+
+    def _prefill_step(self, x: dict[str, torch.Tensor]) -> None:
+        """Reset the prompts' state rows, one forward, sample the first tokens into x["out"]."""
+        rows = x["prompt_rows"]  # capture-safe: no host scalars copied in (index_fill_, a device True)
+        self.seen.index_fill_(0, rows, False)
+        self.seen.index_put_((x["rows"], x["ids"]), self._true)
+        self.steps.index_fill_(0, rows, 0)
+        self.stopped.index_fill_(0, rows, False)
+        self.positions[rows] = x["length"]
+        self.temperature[rows], self.top_p[rows], self.penalty[rows] = x["temperature"], x["top_p"], x["penalty"]
+        self.seeds[rows], self.forced[rows], self.max_tokens[rows] = x["seed"], x["forced"], x["max_tokens"]
+        owner, pos = x["owner"], x["pos"]
+        mask = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
+        set_context(Context(True, x["kv_slots"], x["write_pos"], _additive(mask[None, None], self.dtype), 0))
+        try:
+            hidden = self.model(x["ids"], pos)
+        finally:
+            reset_context()
+        token = self._sample_and_update(rows, self.model.compute_logits(hidden[x["last"]]), x["active"])
+        x["out"][0], x["out"][1] = token, self.stopped[rows]
+
+    def _capture_prefill(self) -> None:
+        """One CUDA graph per token bucket (largest first, one pool), `max_prefill_batch` prompts."""
+        pool = None
+        for tokens in sorted((b for b in PREFILL_BUCKETS if b <= self.max_seq_len), reverse=True):
+            x = self._prefill_inputs([], tokens, self.max_prefill_batch)  # all padding: writes only spares
+            self._prefill_step(x)  # warm-up outside capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                self._prefill_step(x)
+            pool = pool or graph.pool()
+            self._prefill_graphs[tokens], self._prefill_io[tokens] = graph, x
+        torch.cuda.synchronize()
+
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+        """One chunk per item, in order, on `lane`: windows of equal length decode as one batch."""
+        with self._on(lane):
+            return self._decode_codec(items, self.codec_graphs.get(lane) or next(iter(self.codec_graphs.values())))
+
+    def _decode_codec(self, items: Sequence[CodecItem], graphs: CodecGraphs) -> list[ChunkOut]:
         spf = int(self.codec.samples_per_frame)
         pcm: dict[int, np.ndarray] = {}
         groups: dict[int, list[int]] = {}
@@ -300,7 +388,7 @@ class ModelRunner:
             frames = torch.tensor([items[i].request.frames[w.start:w.stop] for i, w in zip(members, windows)],
                                   dtype=torch.int64)
             starts = torch.tensor([w.start for w in windows], dtype=torch.int64)
-            audio = self.codec_graphs.decode(frames, starts).cpu().numpy()
+            audio = graphs.decode(frames, starts).cpu().numpy()
             for row, (i, window) in enumerate(zip(members, windows)):
                 pcm[i] = np.ascontiguousarray(audio[row, window.crop(spf)])
             self._timings.append(Timing("codec", len(members), num_frames, 1000.0 * (time.perf_counter() - t0)))
@@ -319,7 +407,8 @@ class ModelRunner:
 
     def close(self) -> None:
         self._graphs.clear()
-        self.codec_graphs.close()
+        for graphs in self.codec_graphs.values():
+            graphs.close()
         for layer in self.model.model.layers:
             layer.self_attn.kv_cache = None
         del self.kv_cache

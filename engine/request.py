@@ -66,6 +66,7 @@ class Request:
     frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame
     is_prefilled: bool = False
     is_stopped: bool = False  # generates no more tokens
+    in_flight: bool = False  # a chunk of it is being decoded on a lane
     error: EngineError | None = None
     unread_ms: Callable[[], float] | None = None  # audio delivered but not yet taken by the gateway
 

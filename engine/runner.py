@@ -7,7 +7,7 @@ A family module never builds engine machinery: `load` returns `LMParts` (a speec
 
 - `prefill(requests)` / `decode(requests)` -> `TokenOut`s (a GPU runner reads tokens back
   one step late: `decode` returns the tokens known now, from the previous step);
-- `decode_codec(items)` -> one `ChunkOut` per item, in order;
+- `decode_codec(items, lane)` -> one `ChunkOut` per item, in order, on that lane's stream;
 - `release(request)`, `take_timings()` (for the cost model), `memory_bytes()`, `close()`.
 Only the worker stepping a runner calls it, but for `decode_codec`, which a CPU codec lane
 (engine/core.py) runs on a thread of its own beside decode steps: codec state stays apart.
@@ -16,7 +16,7 @@ Only the worker stepping a runner calls it, but for `decode_codec`, which a CPU 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -54,8 +54,10 @@ class Synthesizer(Protocol):
 
 @dataclass(slots=True)
 class SynthParts:
+    """`synthesizers`: independent instances of one model (one per lane of its pool)."""
+
     spec: SynthSpec
-    synthesizer: Synthesizer
+    synthesizers: list[Synthesizer]
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -82,12 +84,16 @@ class Runner(Protocol):
     max_running: int  # requests served at once (KV slots): the model's one concurrency limit
     max_seq_len: int  # positions per KV slot (0 without a backbone)
     max_codec_batch: int
+    max_prefill_batch: int  # prompts one prefill may take
 
     @property
     def spec(self) -> LMSpec | SynthSpec: ...
+    @property
+    def lanes(self) -> Mapping[str, int]:  # codec lanes it can run beside its step ({name: capacity})
+        ...
     def prefill(self, requests: Sequence[Request]) -> list[TokenOut]: ...
     def decode(self, requests: Sequence[Request]) -> list[TokenOut]: ...
-    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]: ...
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]: ...
     def release(self, request: Request) -> None: ...
     def take_timings(self) -> list[Timing]: ...
     def memory_bytes(self) -> int: ...

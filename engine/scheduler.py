@@ -30,8 +30,10 @@ from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, In
 
 class Scheduler:
     def __init__(self, config: EngineConfig, lm: LMSpec | None, *, max_running: int, max_seq_len: int,
-                 max_codec_batch: int, cost: CostModel, sample_rate: int) -> None:
+                 max_codec_batch: int, cost: CostModel, sample_rate: int, max_prefill_batch: int = 8) -> None:
         self.policy = config.policy
+        self.by_deadline, self.urgency, self.early = config.uses("order"), config.uses("urgency"), config.uses("early")
+        self.defer = config.uses("defer")
         self.urgent_slack_ms = config.urgent_slack_ms
         self.codec_batch = min(config.codec_batch, max_codec_batch)
         self.max_codec_batch = max_codec_batch
@@ -39,6 +41,7 @@ class Scheduler:
         self.max_running = max_running
         self.max_prefill_defer_ms = config.max_prefill_defer_ms
         self.max_prefill_tokens = config.max_prefill_tokens
+        self.max_prefill_batch = max_prefill_batch
         self.max_predicted_ttfa_ms = config.max_predicted_ttfa_ms
         self.max_unread_ms = config.max_unread_ms
         self.lm = lm
@@ -125,8 +128,9 @@ class Scheduler:
         steps to its first chunk (speech LM)."""
         if self.lm is None:
             ahead = [r for r in list(self.running.values()) + self.waiting if not r.plan.is_done
-                     and (self.policy == "fifo" or r.deadline_s() <= request.deadline_s())]
-            return sum(self._codec_est_ms(r) for r in ahead) + self._codec_est_ms(request)
+                     and (not self.by_deadline or r.deadline_s() <= request.deadline_s())]
+            lanes = self.max_codec_batch  # a synthesiser's pool runs that many units at once
+            return sum(self._codec_est_ms(r) for r in ahead) / lanes + self._codec_est_ms(request)
         step_ms = self.cost.step_ms(min(self.max_running, len(self.running) + 1), request.num_tokens + 64)
         wait_ms = 0.0
         queued = len(self.waiting) - (self.max_running - len(self.running))
@@ -141,9 +145,11 @@ class Scheduler:
 
     # -- policy ---------------------------------------------------------------------------
 
-    def schedule(self, now: float, codec: bool = True) -> Plan:
-        """The next iteration's work at `now`; `codec=False`: no codec items (a batch is
-        still in flight on the codec lane)."""
+    def schedule(self, now: float, urgent_slots: int | None = None, background_slots: int | None = None,
+                 shared: bool = True) -> Plan:
+        """The next iteration's work at `now`. `*_slots`: free codec lanes for urgent and
+        background items (None: decoded in the step; 0: that lane is busy); a speech LM's
+        batch takes a lane, a synthesiser's unit one; `shared`: both kinds use one pool."""
         plan = Plan()
         if self.running:
             context = max(r.num_tokens for r in self.running.values()) + 1
@@ -151,14 +157,20 @@ class Scheduler:
         self._admit(now, plan)
         if self.lm is not None:
             plan.decode = [r for r in self.running.values() if r.needs_decode and not self._is_held(r)]
-        if codec:
+        if urgent_slots != 0 or background_slots != 0:
             self._pick_codec(now, plan)
+            if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
+                del plan.urgent[urgent_slots:]
+            if urgent_slots == 0:
+                plan.urgent.clear()
+            if background_slots is not None and (self.lm is None or background_slots == 0):
+                del plan.background[max(0, background_slots - (len(plan.urgent) if shared else 0)):]
         return plan
 
     def _admit(self, now: float, plan: Plan) -> None:
         if not self.waiting:
             return
-        if self.policy == "edf":
+        if self.by_deadline:
             self.waiting.sort(key=Request.deadline_s)
         if self.lm is None:  # no memory per request: admit up to the limit
             while self.waiting and len(self.running) < self.max_running:
@@ -168,7 +180,8 @@ class Scheduler:
         batch: list[Request] = []
         tokens = 0
         for request in self.waiting:
-            if len(self.running) + len(batch) >= self.max_running or not self.kv.num_free > len(batch):
+            if len(self.running) + len(batch) >= self.max_running or not self.kv.num_free > len(batch) \
+                    or len(batch) >= self.max_prefill_batch:
                 break
             if batch and tokens + len(request.prepared.prompt_ids) > self.max_prefill_tokens:
                 break
@@ -176,7 +189,7 @@ class Scheduler:
             tokens += len(request.prepared.prompt_ids)
         if not batch:
             return
-        if self.policy == "edf" and self.running:
+        if self.defer and self.running:
             # Would this prefill push a running request's chunk past its deadline?
             cost = self.cost.prefill_ms(tokens)
             pushed = any(0 <= s < cost for s in (self.slack_ms(r, now) for r in self.running.values()
@@ -198,10 +211,10 @@ class Scheduler:
     def _pick_codec(self, now: float, plan: Plan) -> None:
         items = []
         for request in self.running.values():
-            if request.error is not None or self._is_held(request):
+            if request.error is not None or request.in_flight or self._is_held(request):
                 continue
             window = request.plan.next_window()
-            if window is None and self.policy == "edf" and self.lm is not None:
+            if window is None and self.early and self.lm is not None:
                 early = request.plan.next_window(early=True)
                 if early is not None and self.slack_ms(request, now) < self.urgent_slack_ms:
                     window = early  # a short chunk on time beats a full chunk late
@@ -209,11 +222,10 @@ class Scheduler:
                 items.append(CodecItem(request, window))
         if not items:
             return
-        if self.policy == "fifo":  # baseline: oldest request first, no notion of deadlines
-            items.sort(key=lambda i: i.request.spec.arrival_s)
+        items.sort(key=(lambda i: i.request.deadline_s()) if self.by_deadline else (lambda i: i.request.spec.arrival_s))
+        if not self.urgency:  # every ready chunk at once, no notion of urgency
             plan.background = items[: self.max_codec_batch]
             return
-        items.sort(key=lambda i: i.request.deadline_s())
         relaxed = []
         for item in items:
             request = item.request

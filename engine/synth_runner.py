@@ -1,19 +1,22 @@
 """Runner (engine/runner.py) for a direct synthesiser (Piper): no backbone, no KV cache.
 
 Each codec item is one text unit of its request (`Window.start` indexes
-`Prepared.units`), synthesised whole into one chunk. A unit that fails fails only its
-request. Timings feed the cost model as codec calls of batch 1, size = characters.
+`Prepared.units`), synthesised whole into one chunk. The runner holds a pool of
+independent instances (each a single-threaded session); the engine calls `decode_codec`
+from one lane thread per instance, and each call takes a free one. A unit that fails fails
+only its request. Timings feed the cost model as codec calls of batch 1, size = characters.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import time
 from typing import Sequence
 
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Request
-from engine.runner import SynthParts
+from engine.runner import SynthParts, Synthesizer
 from engine.types import ChunkOut, GenerationFailed
 
 log = logging.getLogger(__name__)
@@ -22,15 +25,20 @@ log = logging.getLogger(__name__)
 class SynthRunner:
     has_backbone = False
     max_seq_len = 0
-    max_codec_batch = 1  # one unit at a time per runner (its own worker thread)
+    max_prefill_batch = 0
     device = "cpu"
 
     def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
         self.model_id = model_id
         self.spec = parts.spec
         self.family = parts.spec.family
-        self.synthesizer = parts.synthesizer
-        self.sample_rate = int(parts.synthesizer.sample_rate)
+        self.synthesizers = parts.synthesizers
+        self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
+        self.lanes = {"codec": len(parts.synthesizers)}
+        self._free: queue.SimpleQueue[Synthesizer] = queue.SimpleQueue()
+        for synthesizer in parts.synthesizers:
+            self._free.put(synthesizer)
+        self.sample_rate = int(parts.synthesizers[0].sample_rate)
         self.max_running = max_running
         self._timings: list[Timing] = []
 
@@ -40,18 +48,21 @@ class SynthRunner:
     def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
         return []
 
-    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         outs = []
         for item in items:
             request, window = item.request, item.window
             text = request.prepared.units[window.start]
             t0 = time.perf_counter()
+            synthesizer = self._free.get()
             try:
-                pcm, words = self.synthesizer.synthesize(text, request.spec, window.is_last)
+                pcm, words = synthesizer.synthesize(text, request.spec, window.is_last)
             except Exception as error:  # one bad unit fails its request, not the model
                 log.exception("request %s: synthesis failed", request.request_id)
                 outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))
                 continue
+            finally:
+                self._free.put(synthesizer)
             self._timings.append(Timing("codec", 1, len(text), 1000.0 * (time.perf_counter() - t0)))
             outs.append(ChunkOut(request.request_id, pcm, is_last=window.is_last, words=words))
         return outs
@@ -64,7 +75,8 @@ class SynthRunner:
         return timings
 
     def memory_bytes(self) -> int:
-        return self.synthesizer.memory_bytes()
+        return sum(s.memory_bytes() for s in self.synthesizers)
 
     def close(self) -> None:
-        self.synthesizer.close()
+        for synthesizer in self.synthesizers:
+            synthesizer.close()

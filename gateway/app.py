@@ -47,9 +47,13 @@ EMBEDDED_MODEL = {"id": "piper-joe", "family": "piper", "name": "Joe (en_US, Pip
 async def register_models(library: Library, settings: Settings) -> None:
     """The embedded voice on first start; `[[models]]` from the config file every start."""
     if await library.get_model(EMBEDDED_MODEL["id"]) is None:
-        info = await run_in_threadpool(lambda: family("piper").validate(family("piper").embedded_model_path()))
-        await library.add_model(EMBEDDED_MODEL["id"], "piper", EMBEDDED_MODEL["name"], None,
-                                info["voices"], size_bytes=info["size_bytes"], source="embedded")
+        try:
+            info = await run_in_threadpool(lambda: family("piper").validate(family("piper").embedded_model_path()))
+        except ImportError as error:  # e.g. a GPU box installed without the voice package: serve the rest
+            log.warning("the embedded voice is not installed (%s); serving the other models", error)
+        else:
+            await library.add_model(EMBEDDED_MODEL["id"], "piper", EMBEDDED_MODEL["name"], None,
+                                    info["voices"], size_bytes=info["size_bytes"], source="embedded")
     for entry in settings.models:
         options = {k: v for k, v in entry.items() if k not in ("id", "family", "path", "name")}
         path = Path(str(entry["path"])).expanduser()

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from engine.config import MECHANISMS
+
 
 AUTH_MODES = ("auto", "required", "off")
 _TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots")
@@ -34,7 +36,7 @@ class Settings:
     max_running: int = 64  # requests a model serves at once (its KV slots); a model's options may set its own
     max_waiting: int = 64  # queued beyond those before 503 overloaded
     max_predicted_ttfa_ms: float = 2000.0  # refuse (503) a request whose first audio is predicted later (0: never)
-    policy: str = "edf"  # scheduler: "edf" (deadline-aware) or "fifo" (baseline)
+    policy: str = "edf"  # scheduler: "edf" (deadline-aware), "fifo" (baseline), "fifo+early" ... (ablations)
     text_buffer_ms: float = 400.0  # realtime: speak a partial sentence after this pause
     first_segment_chars: int = 40  # cut an utterance's first segment to this for TTFA (0: off)
     # Text frontend (gateway/text/): how code and emoji are read unless a request says.
@@ -78,8 +80,10 @@ class Settings:
         object.__setattr__(self, "models", tuple(self.models))
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be 1..65535, got {self.port}")
-        if self.policy not in ("edf", "fifo"):
-            raise ValueError(f"policy must be 'edf' or 'fifo', got {self.policy!r}")
+        base, *added = self.policy.split("+")
+        if base not in ("edf", "fifo") or not set(added) <= set(MECHANISMS) or (base == "edf" and added):
+            raise ValueError(f"policy must be 'edf', 'fifo' or 'fifo+' any of {'+'.join(MECHANISMS)} "
+                             f"(an ablation), got {self.policy!r}")
         if self.max_input_chars < 1 or self.max_body_bytes < 1:
             raise ValueError("max_input_chars and max_body_bytes must be positive")
         for name in _TUPLE_FIELDS:

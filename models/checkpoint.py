@@ -104,8 +104,10 @@ def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> N
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
 
 
-def write_random(family: str, size: str, out_dir: Path, seed: int = 0) -> Path:
-    """Write a random `family` checkpoint of flavor `size` under `out_dir`; returns `out_dir`."""
+def write_random(family: str, size: str, out_dir: Path, seed: int = 0, weights: bool = True) -> Path:
+    """Write a random `family` checkpoint of flavor `size` under `out_dir`; returns `out_dir`.
+    `weights=False` (orpheus) leaves out the backbone's weights: a folder that loads with the
+    model option `random_weights` (GPU benchmarks without writing 6.6 GB)."""
     if family == "qwen3_tts":  # its own layout: models/qwen3_tts_checkpoint.py
         from models import qwen3_tts_checkpoint
 
@@ -125,7 +127,8 @@ def write_random(family: str, size: str, out_dir: Path, seed: int = 0) -> Path:
     config = {**args.to_hf(bos_token_id=orpheus.BEGIN_OF_TEXT, eos_token_id=orpheus.END_OF_SPEECH,
                            pad_token_id=orpheus.PAD_TOKEN), "torch_dtype": str(dtype).removeprefix("torch.")}
     (backbone / "config.json").write_text(json.dumps(config, indent=2))
-    _save_shards(_random_backbone(args, torch.Generator().manual_seed(seed), dtype), backbone)
+    if weights:
+        _save_shards(_random_backbone(args, torch.Generator().manual_seed(seed), dtype), backbone)
     build_tokenizer().save(str(backbone / "tokenizer.json"))
 
     with warnings.catch_warnings():  # snac uses torch.jit.script, deprecated in recent torch

@@ -33,7 +33,7 @@ class CodecGraphs:
                 self.codec.decode(codes, starts)  # warm-up (cuDNN picks its kernels) outside capture
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                     pcm = self.codec.decode(codes, starts)
                 pool = pool or graph.pool()
                 self._graphs[(frames, batch)] = graph

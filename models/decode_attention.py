@@ -84,20 +84,22 @@ def _merge_kernel(Acc, M, L, Out, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b
              mask=offs_g[:, None] < G)
 
 
-def num_splits(batch: int, kv_heads: int, attn_len: int) -> tuple[int, int]:
-    """(splits, keys per split): enough programs to fill the chip, whole BLOCK_N blocks."""
+def num_splits(batch: int, kv_heads: int, attn_len: int, target_programs: int = TARGET_PROGRAMS) -> tuple[int, int]:
+    """(splits, keys per split): enough programs to fill the SMs, whole BLOCK_N blocks."""
     blocks = -(-attn_len // BLOCK_N)
-    splits = max(1, min(blocks, -(-TARGET_PROGRAMS // (batch * kv_heads))))
+    splits = max(1, min(blocks, -(-target_programs // (batch * kv_heads))))
     split_len = -(-blocks // splits) * BLOCK_N
     return -(-attn_len // split_len), split_len
 
 
-def decode_attention(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, attn_len: int) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, attn_len: int,
+                     target_programs: int = TARGET_PROGRAMS) -> torch.Tensor:
+    """See the module docstring; `target_programs`: about two per SM of the lane it runs on."""
     batch, kv_heads, group, dim = q.shape
     assert kv.shape[0] == 2 and kv.shape[2] == kv_heads and kv.shape[-1] == dim and kv.stride(-1) == 1
     assert q.stride(-1) == 1 and dim & (dim - 1) == 0
     keys, values = kv[0], kv[1]
-    splits, split_len = num_splits(batch, kv_heads, attn_len)
+    splits, split_len = num_splits(batch, kv_heads, attn_len, target_programs)
     padded = max(16, triton.next_power_of_2(group))  # tl.dot needs >= 16 rows
     acc = torch.empty(batch, kv_heads, splits, padded, dim, dtype=torch.float32, device=q.device)
     m = torch.empty(batch, kv_heads, splits, padded, dtype=torch.float32, device=q.device)

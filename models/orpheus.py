@@ -19,9 +19,10 @@ Audio: each codec frame (85.33 ms of 24 kHz audio) is 7 tokens. Token k of a fra
 codebooks as coarse `[k0]`, middle `[k1, k4]`, fine `[k2, k3, k5, k6]`. A generation
 that stops mid-frame loses that partial frame (as the authors' decoder does).
 
-Streaming (`CHUNK_SHAPE`, engine/chunk_plan.py): the first chunk is 1 frame (85 ms)
-and is ready once 4 frames (28 tokens) exist, 3 being right context (SNAC's receptive
-field, models/snac.py); later chunks are 2, 4, then 8 frames (171, 341, 683 ms).
+Streaming (`CHUNK_SHAPE`, engine/chunk_plan.py): the first chunk is 1 frame (85 ms) and
+is ready once 2 frames (14 tokens) exist, 1 being right context (`RAMP_CONTEXT`;
+SNAC's receptive field is 3, models/snac.py, which later chunks keep, so they equal a
+whole decode); later chunks are 2, 4, then 8 frames (171, 341, 683 ms).
 
 The backbone is models/llama.py. `load` returns the model's parts (`engine.runner.LMParts`);
 the engine builds the runner. `make_spec` gives what the engine needs to know, including
@@ -30,6 +31,7 @@ the engine builds the runner. `make_spec` gives what the engine needs to know, i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -75,7 +77,11 @@ TOP_P = 0.8
 REPETITION_PENALTY = 1.1
 MAX_TOKENS = 2048  # ~25 s of audio (82 tokens/s); options["max_tokens"] may lower it
 MAX_TEXT_CHARS = 2000
-CHUNK_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=CONTEXT_FRAMES)  # frames per chunk
+# The first chunk's window has 1 frame of right context, not SNAC's 3: first audio after 14
+# decode steps instead of 28, its 85 ms at a median 39 dB signal-to-error against a
+# full-context decode (bench/results/first_chunk.md); later chunks stay exact.
+RAMP_CONTEXT = 1
+CHUNK_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=CONTEXT_FRAMES, ramp_context=RAMP_CONTEXT)
 
 
 def prompt_ids(text_ids: Sequence[int]) -> list[int]:
@@ -157,7 +163,7 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
     codec_weights = [codec / n for n in ("pytorch_model.bin", "model.safetensors") if (codec / n).is_file()]
     if not codec_weights:
         raise InvalidModel(f"{codec} has neither pytorch_model.bin nor model.safetensors")
-    files = _weight_files(backbone) + codec_weights
+    files = ([] if (options or {}).get("random_weights") else _weight_files(backbone)) + codec_weights
     return {"voices": list(VOICES), "sample_rate": 24000, "size_bytes": sum(f.stat().st_size for f in files),
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size}
 
@@ -181,11 +187,30 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {key: getattr(parsed, key) for key in settings if settings[key] is not None}
 
 
-def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype) -> LlamaLM:
-    """Build on the meta device, then assign the safetensors weights (cast to `dtype`)."""
+def random_backbone(args: Args, device: torch.device | str, dtype: torch.dtype, seed: int = 0) -> LlamaLM:
+    """Random weights of `args`' shapes on `device` (norms 1, the rest N(0, 1/fan_in)), tied
+    head: the compute of a real checkpoint without reading one (GPU benchmarks)."""
+    with torch.device("meta"):
+        model = LlamaLM(args)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.fill_(1.0) if name.endswith("norm.weight") else param.normal_(0.0, param.shape[-1] ** -0.5,
+                                                                                  generator=generator)
+    if args.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.to(dtype).eval()
+
+
+def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype, random_weights: bool = False) -> LlamaLM:
+    """Build on the meta device, then assign the safetensors weights (cast to `dtype`);
+    `random_weights`: `random_backbone` instead (no weight files read)."""
     from safetensors.torch import load_file
 
     args = Args.from_hf(json.loads((backbone / "config.json").read_text()))
+    if random_weights:
+        return random_backbone(args, device, dtype)
     with torch.device("meta"):
         model = LlamaLM(args)
     state: dict[str, torch.Tensor] = {}
@@ -202,9 +227,10 @@ def load_backbone(backbone: Path, device: torch.device | str, dtype: torch.dtype
     return model.eval()
 
 
-def make_spec(tokenizer: Any) -> LMSpec:
+def make_spec(tokenizer: Any, ramp_context: int = RAMP_CONTEXT) -> LMSpec:
     """The engine's view of Orpheus, with `prepare` tokenising through `tokenizer` (a
-    `tokenizers.Tokenizer`; thread-safe, so requests are prepared off the worker)."""
+    `tokenizers.Tokenizer`; thread-safe, so requests are prepared off the worker);
+    `ramp_context` (0..3): right context of the first chunk's codec window."""
     spec: LMSpec
 
     def prepare(request: SpeechRequest) -> Prepared:
@@ -221,15 +247,18 @@ def make_spec(tokenizer: Any) -> LMSpec:
         return Prepared(prompt_ids=tuple(prompt_ids(text_ids)), sampling=sampling)
 
     spec = LMSpec(FAMILY, VOICES, prepare, frame_codes, STOP_TOKEN_IDS, TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
-                  CODEBOOK_SIZE, CHUNK_SHAPE, TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS, MAX_TEXT_CHARS)
+                  CODEBOOK_SIZE, dataclasses.replace(CHUNK_SHAPE, ramp_context=ramp_context),
+                  TEMPERATURE, TOP_P, REPETITION_PENALTY, MAX_TOKENS, MAX_TEXT_CHARS)
     return spec
 
 
 def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None, device: str = "cpu") -> LMParts:
     """Load backbone + codec; returns the parts the engine builds a runner from.
 
-    options: `backbone_path`, `codec_path`, `dtype` ("bfloat16" | "float32"; default bf16
-    on CUDA, float32 on CPU), and runner settings (engine/model_runner.py `RunnerConfig`:
+    options: `backbone_path`, `codec_path`, `random_weights` (benchmarks: random weights of
+    config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float32"; default bf16
+    on CUDA, float32 on CPU), `ramp_context` (right context of the first chunk, 0..3,
+    default RAMP_CONTEXT), and runner settings (engine/model_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
     faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
     Raises InvalidModel for a folder that is not an Orpheus checkpoint.
@@ -243,7 +272,11 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     backbone, codec_dir = _folders(path, options)
     on_gpu = torch.device(device).type == "cuda"
     dtype = getattr(torch, options.get("dtype") or ("bfloat16" if on_gpu else "float32"))
-    model = load_backbone(backbone, device, dtype)
+    model = load_backbone(backbone, device, dtype, bool(options.get("random_weights")))
     codec = SnacCodec.from_dir(codec_dir, device, torch.float32)
-    spec = make_spec(Tokenizer.from_file(str(backbone / "tokenizer.json")))
+    first = int(options.get("ramp_context", RAMP_CONTEXT))
+    if not 0 <= first <= CONTEXT_FRAMES:
+        raise InvalidModel(f"options.ramp_context must be 0..{CONTEXT_FRAMES}, got {first}",
+                           field="options.ramp_context")
+    spec = make_spec(Tokenizer.from_file(str(backbone / "tokenizer.json")), first)
     return LMParts(spec, model, codec, options)

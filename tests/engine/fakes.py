@@ -36,11 +36,11 @@ class FakeRunner(SimRunner):
             return type(out)(request, 128266, out.is_stopped)
         return out
 
-    def decode_codec(self, items: Sequence[CodecItem]) -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         self.calls.append(("codec", [i.request.request_id for i in items]))
         if any(i.request.spec.text == "crash" for i in items):
             raise RuntimeError("runner bug")
-        outs = super().decode_codec(items)
+        outs = super().decode_codec(items, lane)
         return [ChunkOut(o.request_id, None, error=GenerationFailed("bad token")) if i.request.spec.text == "fail"
                 else o for i, o in zip(items, outs)]
 

@@ -54,7 +54,7 @@ def test_a_final_stream_ends_with_what_is_left_even_if_empty() -> None:
 
 
 def test_a_smaller_first_right_context_and_the_graph_window_lengths() -> None:
-    shape = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3, first_context_frames=1)
+    shape = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3, ramp_context=1)
     plan = ChunkPlan(shape, num_frames=2)
     assert plan.next_window() == Window(0, 2, 0, 1, False)  # 2 frames instead of 4 before first audio
     assert shape.window_lengths() == tuple(range(2, 15))

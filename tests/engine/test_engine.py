@@ -142,10 +142,10 @@ class _SlowSynth(FakeRunner):
     seconds = 0.5
     started = threading.Event()
 
-    def decode_codec(self, items):  # type: ignore[no-untyped-def]
+    def decode_codec(self, items, lane="step"):  # type: ignore[no-untyped-def]
         self.started.set()
         time.sleep(self.seconds)
-        return super().decode_codec(items)
+        return super().decode_codec(items, lane)
 
 
 def test_a_synthesiser_on_its_own_worker_never_delays_a_speech_lm() -> None:

@@ -23,9 +23,10 @@ from models.snac import SAMPLES_PER_FRAME  # noqa: E402
 TEXTS = {"a": "Hello there.", "b": "A somewhat longer sentence to speak.", "c": "Mid."}
 
 
-def _core(path: Path, max_running: int = 4, **options: Any) -> EngineCore:
+def _core(path: Path, max_running: int = 4, policy: str = "edf", **options: Any) -> EngineCore:
     parts = orpheus.load("tiny", path, {"max_seq_len": 256, **options}, "cpu")
-    return EngineCore(build_runner("tiny", parts, "cpu", max_running), EngineConfig(max_predicted_ttfa_ms=0))
+    return EngineCore(build_runner("tiny", parts, "cpu", max_running),
+                      EngineConfig(max_predicted_ttfa_ms=0, policy=policy))
 
 
 def _spec(rid: str, **options: Any) -> SpeechRequest:
@@ -120,22 +121,46 @@ def test_a_cancelled_requests_slot_goes_to_the_next_and_is_reset(orpheus_tiny: P
     assert b.status.value == "running"
 
 
+def _whole(core: EngineCore, tokens: list[int], frames: int) -> np.ndarray:
+    codec = core.runner.codec  # type: ignore[attr-defined]
+    codes = torch.tensor([[orpheus.frame_codes(tokens[i:i + 7]) for i in range(0, 7 * frames, 7)]])
+    return codec.decode(codes, torch.zeros(1, dtype=torch.int64))[0].numpy()
+
+
 def test_streamed_audio_equals_whole_sequence_decode(orpheus_tiny: Path) -> None:
-    core = _core(orpheus_tiny)
+    core = _core(orpheus_tiny, ramp_context=3)  # SNAC's whole receptive field for the first chunk too
     tokens, sent = _run(core, [_spec("a", force_tokens=7 * 13 + 3)])  # a partial last frame is dropped
     chunks = sent["a"]
     assert all(isinstance(c, AudioChunk) for c in chunks) and chunks[-1].is_last
     assert len(chunks[0].pcm) == SAMPLES_PER_FRAME  # first chunk: one frame, 85 ms
-    codec = core.runner.codec  # type: ignore[attr-defined]
-    frames = torch.tensor([[orpheus.frame_codes(tokens["a"][i:i + 7]) for i in range(0, 91, 7)]])
-    whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
+    whole = _whole(core, tokens["a"], 13)
     streamed = np.concatenate([c.pcm for c in chunks])
     assert streamed.shape == (13 * SAMPLES_PER_FRAME,) == whole.shape
     assert np.abs(streamed - whole).max() < 1e-4
 
 
+def test_the_ramps_chunks_with_less_context_are_close_and_the_rest_exact(orpheus_tiny: Path) -> None:
+    core = _core(orpheus_tiny, policy="fifo")  # planned chunks only; the default ramp context: 1 frame
+    assert core.runner.spec.shape.ramp_context == orpheus.RAMP_CONTEXT == 1
+    request = _add(core, _spec("a", force_tokens=7 * 20))
+    first_at = None
+    chunks: list[AudioChunk] = []
+    while core.has_work:
+        chunks += [x for _, x in core.step()]  # type: ignore[misc]
+        if chunks and first_at is None:
+            first_at = len(request.tokens)
+    assert first_at is not None and first_at <= 7 * 2 + 1  # 2 frames (one step of readback slack), not 4
+    assert [len(c.pcm) // SAMPLES_PER_FRAME for c in chunks[:3]] == [1, 2, 4]
+    whole = _whole(core, request.tokens, 20)
+    ramp = 7 * SAMPLES_PER_FRAME
+    head, rest = np.concatenate([c.pcm for c in chunks[:3]]), np.concatenate([c.pcm for c in chunks[3:]])
+    assert np.abs(rest - whole[ramp:]).max() < 1e-4  # after the ramp: exact
+    error = np.linalg.norm(head - whole[:ramp]) / np.linalg.norm(whole[:ramp])
+    assert 0 < error < 0.3  # an approximation, not noise (bench/results/first_chunk.md measures it)
+
+
 def test_early_chunks_during_generation_equal_whole_sequence_decode(orpheus_tiny: Path) -> None:
-    core = _core(orpheus_tiny)
+    core = _core(orpheus_tiny, ramp_context=3)
     request = _add(core, _spec("a", force_tokens=7 * 12))
     chunks = []
     for _ in range(300):
@@ -257,3 +282,24 @@ def test_engine_cancel_releases_the_kv_slot(orpheus_tiny: Path) -> None:
         assert kv.num_used == 0 and core.num_requests == 0
     finally:
         engine.stop()
+
+
+def test_a_padded_prefill_equals_an_exact_one(orpheus_tiny: Path) -> None:
+    """What the GPU's captured prefill runs (padded to a token bucket and to max_prefill_batch
+    prompts, padding writing only spare rows), on the CPU: same first tokens, same state."""
+    def first_tokens(padded: bool) -> tuple[list[int], list[int], torch.Tensor]:
+        core = _core(orpheus_tiny)
+        runner = core.runner
+        requests = [_add(core, _spec(rid, force_tokens=14, temperature=0.9, seed=i)) for i, rid in enumerate("abc")]
+        core.scheduler.schedule(0.0)  # admits: KV slots
+        total = sum(len(r.prepared.prompt_ids) for r in requests)
+        x = runner._prefill_inputs(requests, total + 37 if padded else total, 8 if padded else 3)  # type: ignore[attr-defined]
+        with torch.inference_mode():
+            runner._prefill_step(x)  # type: ignore[attr-defined]
+        slots = [r.slot for r in requests]
+        kv = runner.kv_cache[:, :, slots, :, :runner.max_seq_len].clone()  # type: ignore[attr-defined]
+        return [int(t) for t in x["out"][0, :3]], [int(t) for t in runner.tokens[slots]], kv  # type: ignore[attr-defined]
+
+    padded, exact = first_tokens(True), first_tokens(False)
+    assert padded[:2] == exact[:2] and len(set(exact[0])) > 1
+    torch.testing.assert_close(padded[2], exact[2])  # the real rows' KV, nothing of the padding

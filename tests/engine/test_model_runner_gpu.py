@@ -43,7 +43,7 @@ def test_cuda_graph_decode_matches_eager(orpheus_tiny: Path) -> None:
 def test_codec_graphs_match_eager(orpheus_tiny: Path) -> None:
     parts = orpheus.load("tiny", orpheus_tiny, {"max_seq_len": 64, "max_codec_batch": 8}, "cuda")
     runner = build_runner("tiny", parts, "cuda", 2)
-    graphs = runner.codec_graphs  # type: ignore[attr-defined]
+    graphs = runner.codec_graphs["background"]  # type: ignore[attr-defined]
     assert graphs._graphs, "codec graphs were not captured"
     generator = torch.Generator().manual_seed(0)
     for frames in orpheus.CHUNK_SHAPE.window_lengths():
@@ -56,3 +56,33 @@ def test_codec_graphs_match_eager(orpheus_tiny: Path) -> None:
             assert torch.isfinite(graphed).all()
             assert (graphed - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
     runner.close()
+
+
+def test_lanes_and_captured_prefill_give_the_eager_tokens_and_all_audio(orpheus_tiny: Path) -> None:
+    """The Engine on a GPU: urgent and background codec lanes on their own streams and threads,
+    prefill and decode graphs: every frame's audio comes out (tokens: the test above)."""
+    import asyncio
+
+    from engine.engine import Engine
+
+    parts = orpheus.load("tiny", orpheus_tiny, {"max_seq_len": 256}, "cuda")
+    runner = build_runner("tiny", parts, "cuda", 8)
+    assert runner.lanes == {"urgent": 1, "background": 1} and runner._prefill_graphs  # type: ignore[attr-defined]
+    engine = Engine(EngineConfig(max_predicted_ttfa_ms=0))
+    engine.start()
+    engine.attach("tiny", runner).result(30)
+    lengths = {"a": 21, "b": 49, "c": 35}
+
+    async def go() -> dict[str, int]:
+        async def one(i: int, rid: str, n: int) -> int:
+            spec = SpeechRequest(rid, "tiny", (f"Text number {i}.",), "tara",
+                                 options={"force_tokens": n, "temperature": 0.6, "seed": i})
+            return sum(len(c.pcm) for c in [c async for c in engine.submit(spec)])
+        samples = await asyncio.gather(*(one(i, rid, n) for i, (rid, n) in enumerate(lengths.items())))
+        return dict(zip(lengths, samples))
+
+    try:
+        samples = asyncio.run(asyncio.wait_for(go(), 120))
+    finally:
+        engine.stop()
+    assert samples == {rid: n // 7 * 2048 for rid, n in lengths.items()}

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -103,6 +105,9 @@ def test_llama3_rope_scaling_leaves_high_frequencies_alone() -> None:
     assert torch.allclose(torch.atan2(sin[1, 63], cos[1, 63]).double(), plain[-1] / 32, rtol=1e-3)
 
 
+EXACT = dataclasses.replace(orpheus.CHUNK_SHAPE, ramp_context=None)  # full context for the first chunk too
+
+
 def _codec(orpheus_tiny: Path) -> SnacCodec:
     return SnacCodec.from_dir(orpheus_tiny / "codec", "cpu")
 
@@ -111,7 +116,7 @@ def test_streamed_chunks_equal_one_whole_decode(orpheus_tiny: Path) -> None:
     codec = _codec(orpheus_tiny)
     frames = torch.randint(0, 4096, (1, 23, 7), generator=torch.Generator().manual_seed(1))
     whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
-    stream, pieces, sizes = ChunkPlan(orpheus.CHUNK_SHAPE), [], []
+    stream, pieces, sizes = ChunkPlan(EXACT), [], []
     for i in range(23):  # frames arrive one by one; decode whatever is ready
         stream.num_frames += 1
         stream.is_final = i == 22
@@ -131,7 +136,7 @@ def test_early_chunks_take_what_has_context_and_still_equal_one_whole_decode(orp
     codec = _codec(orpheus_tiny)
     frames = torch.randint(0, 4096, (1, 17, 7), generator=torch.Generator().manual_seed(3))
     whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
-    stream, pieces, sizes = ChunkPlan(orpheus.CHUNK_SHAPE), [], []
+    stream, pieces, sizes = ChunkPlan(EXACT), [], []
     for i in range(17):  # a listener always about to run dry: decode early whenever possible
         stream.num_frames += 1
         stream.is_final = i == 16
@@ -141,7 +146,7 @@ def test_early_chunks_take_what_has_context_and_still_equal_one_whole_decode(orp
             sizes.append(window.emit_to - window.emit_from)
             stream.advance(window)
     assert stream.is_done and sizes[:4] == [1, 1, 1, 1]  # one frame as soon as it has its context
-    early = ChunkPlan(orpheus.CHUNK_SHAPE, num_frames=5)
+    early = ChunkPlan(EXACT, num_frames=5)
     early.num_emitted, early.num_chunks = 1, 1
     assert early.next_window() is None  # the planned 2 frames need frames up to 6
     window = early.next_window(early=True)

@@ -1,0 +1,225 @@
+"""Goodput of the real server: Poisson arrivals over `/v1/realtime` (or REST), per policy.
+
+    python bench/goodput.py --rates 5,10,15,20,25,30 --requests 200 --out bench/results/goodput_orpheus.json
+
+For each policy a `voxgate serve` process (its own GIL) is started on a config of its
+own: Orpheus-3B shapes with random weights (`random_weights`: nothing 6.6 GB to write or
+read; the folder holds config, tokenizer and a random SNAC) on the GPU. Clients run in
+this process: one WebSocket session per request (`session.update` with a preset that
+forces the audio length from the text at 15.4 chars/s, then the whole text and
+`text.flush`), arrivals Poisson at each rate (bench/workload.py), each stream played at 1x
+from its first audio at the client; TTFA = flush sent -> first audio frame received.
+SLO (DESIGN.md §7): TTFA <= 200 ms and no stall; capacity = the highest measured rate
+with attainment >= 90% (99%). `--rest` uses `POST /v1/audio/speech` (streamed PCM) instead.
+Beside each measurement: bench/simulate.py's prediction at the same rates from the cost
+model `--cost` (measured on the GPU by bench/cost_model.py). A PNG of attainment vs rate
+is written next to the JSON when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.simulate import capacity, mean_concurrency, simulate  # noqa: E402
+from bench.workload import Listener, audio_frames, load_texts, poisson, summarize  # noqa: E402
+from engine.cost import CostModel  # noqa: E402
+
+MODEL = "orpheus"
+
+
+def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: argparse.Namespace) -> Path:
+    options = {"random_weights": True, "compile_layers": bool(opts.compile), "max_seq_len": 2048,
+               "max_running": opts.max_running, "lanes": bool(opts.lanes)}
+    lines = [f'port = {port}', f'data_dir = "{folder / policy}"', f'policy = "{policy}"', f'device = "{opts.device}"',
+             f'preload_models = ["{MODEL}"]', f'default_model = "{MODEL}"', 'first_segment_chars = 0',
+             'realtime_first_chars = 0', f'max_waiting = {4 * opts.requests}', 'busy_timeout_ms = 600000',
+             'max_input_chars = 4096', '', '[[models]]', f'id = "{MODEL}"', 'family = "orpheus"',
+             f'path = "{model_dir}"'] + [f"{k} = {json.dumps(v)}" for k, v in options.items()]
+    path = folder / f"{policy}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def realtime_client(url: str, text: str, delay_s: float) -> Listener:
+    from websockets.asyncio.client import connect
+
+    await asyncio.sleep(delay_s)
+    async with connect(url, max_size=None) as ws:
+        json.loads(await ws.recv())  # session.created
+        await ws.send(json.dumps({"type": "session.update", "session": {"voice": f"len{audio_frames(text)}"}}))
+        json.loads(await ws.recv())  # session.updated
+        listener = Listener(time.monotonic())
+        await ws.send(json.dumps({"type": "text.append", "text": text}))
+        await ws.send(json.dumps({"type": "text.flush"}))
+        async for message in ws:
+            if isinstance(message, bytes):
+                listener.receive(time.monotonic(), 1000.0 * len(message) / 2 / 24000)
+                continue
+            event = json.loads(message)
+            if event["type"] == "error":
+                listener.refused = True
+            if event["type"] in ("utterance.done", "error"):
+                break
+    return listener
+
+
+async def rest_client(client: httpx.AsyncClient, text: str, delay_s: float) -> Listener:
+    await asyncio.sleep(delay_s)
+    listener = Listener(time.monotonic())
+    body = {"model": MODEL, "voice": f"len{audio_frames(text)}", "input": text, "response_format": "pcm"}
+    async with client.stream("POST", "/v1/audio/speech", json=body) as response:
+        if response.status_code != 200:
+            listener.refused = True
+            return listener
+        async for data in response.aiter_raw():
+            listener.receive(time.monotonic(), 1000.0 * len(data) / 2 / 24000)
+    return listener
+
+
+async def wave(base: str, arrivals: list[tuple[float, str]], rest: bool) -> tuple[list[Listener], float]:
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(base_url=base, timeout=600, limits=httpx.Limits(max_connections=1000)) as client:
+        ws_url = base.replace("http", "ws") + "/v1/realtime"
+        jobs = [rest_client(client, text, at) if rest else realtime_client(ws_url, text, at) for at, text in arrivals]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+    listeners = [r if isinstance(r, Listener) else Listener(t0, refused=True) for r in results]
+    return listeners, time.monotonic() - t0
+
+
+def serve(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+
+
+def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            if httpx.get(f"{base}/v1/models/{MODEL}", timeout=2).json().get("loaded"):
+                return time.monotonic() - t0
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(1)
+    raise RuntimeError("the server did not load the model in time")
+
+
+def gpu_name() -> str:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--policies", default="edf,fifo")
+    parser.add_argument("--rates", default="5,10,15,20,25,30")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--rest", type=int, default=0)
+    parser.add_argument("--max-running", type=int, default=256)
+    parser.add_argument("--compile", type=int, default=1)
+    parser.add_argument("--lanes", type=int, default=1)
+    parser.add_argument("--workload", default="")
+    parser.add_argument("--cost", default="bench/results/cost_orpheus_h200.json")
+    parser.add_argument("--port", type=int, default=8700)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--size", default="full", help="full: Orpheus-3B shapes; tiny: a shake-down on the CPU")
+    parser.add_argument("--out", default="bench/results/goodput_orpheus.json")
+    opts = parser.parse_args()
+    from models.checkpoint import write_random
+
+    texts = load_texts(Path(opts.workload)) if opts.workload else load_texts()
+    rates = [float(r) for r in opts.rates.split(",")]
+    folder = Path(tempfile.mkdtemp(prefix="goodput-"))
+    model_dir = write_random("orpheus", opts.size, folder / "orpheus", seed=opts.seed, weights=False)
+    cost = json.loads(Path(opts.cost).read_text()) if Path(opts.cost).is_file() else None
+    record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None, "transport": "rest" if opts.rest else "realtime",
+                    "requests_per_rate": opts.requests, "policies": {}}
+    for n, policy in enumerate(opts.policies.split(",")):
+        port = opts.port + n
+        base = f"http://127.0.0.1:{port}"
+        process = serve(write_config(folder, model_dir, policy, port, opts), folder / f"{policy}.log")
+        try:
+            load_s = wait_ready(base, process, 900)
+            record["gpu"] = record["gpu"] or gpu_name()
+            for frames in sorted({audio_frames(t) for t in texts}):
+                httpx.post(f"{base}/v1/presets", json={"name": f"len{frames}", "model": MODEL, "voice": "tara",
+                                                       "settings": {"force_tokens": 7 * frames}}).raise_for_status()
+            asyncio.run(wave(base, poisson(texts, 4.0, 16, opts.seed + 99), bool(opts.rest)))  # warm-up
+            rows = []
+            for rate in rates:
+                arrivals = poisson(texts, rate, opts.requests, opts.seed)
+                listeners, wall_s = asyncio.run(wave(base, arrivals, bool(opts.rest)))
+                row = {"rate": rate, **summarize(listeners, wall_s),
+                       "mean_concurrency": mean_concurrency(listeners, wall_s)}
+                if cost is not None:
+                    sim, sim_wall = simulate(arrivals, CostModel.from_json(cost), policy=policy,
+                                             max_running=opts.max_running, lanes=bool(opts.lanes))
+                    row["simulated"] = {k: v for k, v in summarize(sim, sim_wall).items()
+                                        if k in ("attainment", "ttfa_p50_ms", "ttfa_p99_ms", "stall_free")}
+                rows.append(row)
+                print(policy, json.dumps(row), flush=True)
+            stats = httpx.get(f"{base}/v1/stats").json()["models"].get(MODEL, {})
+            record["policies"][policy] = {"capacity_90": capacity(rows, 0.9), "capacity_99": capacity(rows, 0.99),
+                                          "load_s": round(load_s, 1), "engine": stats, "rates": rows}
+        finally:
+            process.terminate()
+            process.wait(60)
+        Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.out).write_text(json.dumps(record, indent=1))
+    print(f"\n{'policy':>6} {'rate':>5} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6} {'sim':>6}")
+    for policy, entry in record["policies"].items():
+        for r in entry["rates"]:
+            print(f"{policy:>6} {r['rate']:5g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
+                  f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f} "
+                  f"{r.get('simulated', {}).get('attainment', float('nan')):6.3f}")
+        print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")
+    plot(record, Path(opts.out).with_suffix(".png"))
+
+
+def plot(record: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for policy, entry in record["policies"].items():
+        rates = [r["rate"] for r in entry["rates"]]
+        axis.plot(rates, [r["attainment"] for r in entry["rates"]], marker="o", label=f"{policy} (measured)")
+        if all("simulated" in r for r in entry["rates"]):
+            axis.plot(rates, [r["simulated"]["attainment"] for r in entry["rates"]], linestyle="--",
+                      label=f"{policy} (simulated)")
+    axis.axhline(0.9, color="grey", linewidth=0.8)
+    axis.set_xlabel("arrival rate, requests/s (Poisson)")
+    axis.set_ylabel("SLO attainment (TTFA <= 200 ms, no stall)")
+    axis.set_title(f"Orpheus-3B on {record['gpu']} ({record['transport']})")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    print(f"plot -> {path}")
+
+
+if __name__ == "__main__":
+    main()
