@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from models.codec_graphs import CodecGraphs
 from engine.lanes import GpuLanes
@@ -38,7 +39,7 @@ from engine.request import Request
 from engine.runner import LMParts
 from engine.types import ChunkOut
 from models.context import Context, reset_context, set_context
-from models.sampling import pick_tokens
+from models.sampling import pick_audio_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +101,19 @@ class ModelRunner:
         self.num_decode_steps = 0
         self.model.set_rope(config.max_seq_len + 1, self.torch_device)
         self.model.fuse_projections()
-        self._pick = pick_tokens
+        self._pick = pick_audio_tokens
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
         if is_compiled:
-            self._pick = torch.compile(pick_tokens, dynamic=True, fullgraph=True)
+            self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True)
+        # The audio head: only the rows that can be sampled (each frame position's codes, a
+        # contiguous slice of the LM head, then the stop tokens): less to read per step.
+        spec, weight = parts.spec, self.model.lm_head.weight
+        audio = spec.tokens_per_frame * spec.codebook_size
+        self._w_audio = weight[spec.audio_token_base:spec.audio_token_base + audio]
+        self._w_stop = weight[list(spec.stop_token_ids)]
+        self.head_ids = torch.tensor([*range(spec.audio_token_base, spec.audio_token_base + audio),
+                                      *spec.stop_token_ids], dtype=torch.int64, device=self.torch_device)
         self.dtype = next(self.model.parameters()).dtype
         attention = None
         if config.triton_attention and self.torch_device.type == "cuda":
@@ -153,7 +162,7 @@ class ModelRunner:
 
     def _allocate_state(self) -> None:
         # Row `max_running` is a spare: padding prompts of a captured prefill write it.
-        n, vocab, dev = self.max_running + 1, self.model.args.vocab_size, self.torch_device
+        n, dev = self.max_running + 1, self.torch_device
         self.tokens = torch.zeros(n, dtype=torch.int64, device=dev)  # last sampled token = next input
         self.positions = torch.zeros(n, dtype=torch.int64, device=dev)  # position of that token
         self.steps = torch.zeros(n, dtype=torch.int64, device=dev)  # tokens generated so far
@@ -165,11 +174,10 @@ class ModelRunner:
         self.top_p = torch.ones(n, dtype=torch.float32, device=dev)
         self.penalty = torch.ones(n, dtype=torch.float32, device=dev)
         self.seeds = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=dev)
+        head = self.spec.tokens_per_frame * self.spec.codebook_size + len(self.spec.stop_token_ids)
+        self.seen = torch.zeros(n, head, dtype=torch.bool, device=dev)  # per audio-head index
         self.readback = torch.zeros(3, n, dtype=torch.int64, device=dev)  # token, was_active, stopped
         self.row_index = torch.arange(n, dtype=torch.int64, device=dev)
-        self._true = torch.ones((), dtype=torch.bool, device=dev)
-        self.vocab_ids = torch.arange(vocab, dtype=torch.int64, device=dev)
         pin = dev.type == "cuda"
         self._active_host = [torch.zeros(n, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
         self._readback_host = [torch.zeros(3, n, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
@@ -192,19 +200,24 @@ class ModelRunner:
                 self._graphs[(batch, length)] = graph
         torch.cuda.synchronize()
 
-    def _sample_and_update(self, rows: torch.Tensor | slice, logits: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers), advance their
-        state where `active`; returns tokens `[N]`."""
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden `[N, hidden_size]` -> float32 logits of the audio head `[N, audio + stops]`."""
+        return torch.cat([F.linear(hidden, self._w_audio), F.linear(hidden, self._w_stop)], dim=-1).float()
+
+    def _sample_and_update(self, rows: torch.Tensor | slice, hidden: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers) from their hidden
+        states, advance their state where `active`; returns token ids `[N]`."""
         spec = self.spec
         steps = self.steps[rows]
-        token = self._pick(logits, self.temperature[rows], self.top_p[rows], self.penalty[rows], self.seen[rows],
-                           self.seeds[rows], steps, self.forced[rows], self.vocab_ids, spec.audio_token_base,
-                           spec.codebook_size, spec.tokens_per_frame)
+        index = self._pick(self._logits(hidden), self.temperature[rows], self.top_p[rows], self.penalty[rows],
+                           self.seen[rows], self.seeds[rows], steps, self.forced[rows], spec.codebook_size,
+                           spec.tokens_per_frame)
+        token = self.head_ids[index]
         self.tokens[rows] = torch.where(active, token, self.tokens[rows])
         if isinstance(rows, slice):
-            self.seen[rows][self.row_index[:len(token)], token] |= active
+            self.seen[rows][self.row_index[:len(index)], index] |= active
         else:
-            self.seen[rows, token] |= active
+            self.seen[rows, index] |= active
         is_stop = steps + 1 >= self.max_tokens[rows]  # before the update: `steps` may be a view
         self.steps[rows] = steps + active
         for stop_id in spec.stop_token_ids:
@@ -219,7 +232,7 @@ class ModelRunner:
         mask = torch.arange(length, device=self.torch_device)[None, :] <= write_positions[:, None]
         set_context(Context(False, rows, write_positions, _additive(mask[:, None, None, :], self.dtype), length))
         hidden = self.model(self.tokens[:batch], write_positions)
-        token = self._sample_and_update(slice(0, batch), self.model.compute_logits(hidden), active)
+        token = self._sample_and_update(slice(0, batch), hidden, active)
         self.positions[:batch] += active
         self.readback[0, :batch] = token
         self.readback[1, :batch] = active
@@ -337,8 +350,7 @@ class ModelRunner:
     def _prefill_step(self, x: dict[str, torch.Tensor]) -> None:
         """Reset the prompts' state rows, one forward, sample the first tokens into x["out"]."""
         rows = x["prompt_rows"]  # capture-safe: no host scalars copied in (index_fill_, a device True)
-        self.seen.index_fill_(0, rows, False)
-        self.seen.index_put_((x["rows"], x["ids"]), self._true)
+        self.seen.index_fill_(0, rows, False)  # the audio head's tokens seen so far: none yet
         self.steps.index_fill_(0, rows, 0)
         self.stopped.index_fill_(0, rows, False)
         self.positions[rows] = x["length"]
@@ -351,7 +363,7 @@ class ModelRunner:
             hidden = self.model(x["ids"], pos)
         finally:
             reset_context()
-        token = self._sample_and_update(rows, self.model.compute_logits(hidden[x["last"]]), x["active"])
+        token = self._sample_and_update(rows, hidden[x["last"]], x["active"])
         x["out"][0], x["out"][1] = token, self.stopped[rows]
 
     def _capture_prefill(self) -> None:
