@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from engine import prefill  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
@@ -304,9 +305,9 @@ def test_a_padded_prefill_equals_an_exact_one(orpheus_tiny: Path) -> None:
         requests = [_add(core, _spec(rid, force_tokens=14, temperature=0.9, seed=i)) for i, rid in enumerate("abc")]
         core.scheduler.schedule(0.0)  # admits: KV slots
         total = sum(len(r.prepared.prompt_ids) for r in requests)
-        x = runner._prefill_inputs(requests, total + 37 if padded else total, 8 if padded else 3)  # type: ignore[attr-defined]
+        x = prefill.inputs(runner, requests, total + 37 if padded else total, 8 if padded else 3)  # type: ignore[arg-type]
         with torch.inference_mode():
-            runner._prefill_step(x)  # type: ignore[attr-defined]
+            prefill.step(runner, x)  # type: ignore[arg-type]
         slots = [r.slot for r in requests]
         kv = runner.kv_cache[:, :, slots, :, :runner.max_seq_len].clone()  # type: ignore[attr-defined]
         return [int(t) for t in x["out"][0, :3]], [int(t) for t in runner.tokens[slots]], kv  # type: ignore[attr-defined]
