@@ -97,6 +97,7 @@ class ModelRunner:
         self._pending: tuple[torch.Tensor, Any, dict[int, Request], tuple[Any, int, int]] | None = None
         self._timings: list[Timing] = []
         self.num_decode_steps = 0
+        self.graph_counts = {"hit": 0, "miss": 0}  # GPU decode steps replayed from a graph, or run eagerly
         self.model.set_rope(config.max_seq_len + 1, self.torch_device)
         self.model.fuse_projections()
         self._pick = pick_audio_tokens
@@ -228,6 +229,8 @@ class ModelRunner:
 
     def _launch_decode(self, batch: int, length: int) -> None:
         graph = self._graphs.get((batch, length))
+        if self.use_graphs:
+            self.graph_counts["hit" if graph is not None else "miss"] += 1
         if graph is not None:
             graph.replay()
         else:
