@@ -163,14 +163,14 @@ def profile_step(runner: ModelRunner, batch: int, iters: int = 5) -> dict:
 
 
 def bench_sampler(runner: ModelRunner, batch: int, iters: int) -> float:
-    """ms of the batched sampler alone on `[batch, vocab]` logits, replayed as a CUDA graph."""
+    """ms of the audio head + batched sampler on `[batch, hidden]` states, replayed as a CUDA graph."""
     rows = slice(0, batch)
-    logits = torch.randn(batch, runner.model.args.vocab_size, device=runner.device) * 4
+    hidden = torch.randn(batch, runner.model.args.hidden_size, device=runner.torch_device, dtype=runner.dtype)
 
     def run() -> torch.Tensor:
-        return runner._pick(logits, runner.temperature[rows], runner.top_p[rows], runner.penalty[rows],
+        return runner._pick(runner._logits(hidden), runner.temperature[rows], runner.top_p[rows], runner.penalty[rows],
                             runner.seen[rows], runner.seeds[rows], runner.steps[rows], runner.forced[rows],
-                            runner.vocab_ids, orpheus.AUDIO_TOKEN_BASE, orpheus.CODEBOOK_SIZE, orpheus.TOKENS_PER_FRAME)
+                            orpheus.CODEBOOK_SIZE, orpheus.TOKENS_PER_FRAME)
 
     if not runner.use_graphs:
         return _time_ms(run, iters)
@@ -239,7 +239,11 @@ def main() -> None:
     bandwidth = copy_bandwidth(device)
     model = random_model(opts.flavor, device, torch.bfloat16, opts.seed)
     args = model.args
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # tied head counted once
+    args_ = model.args
+    # Bytes a step must read: the weights, but of the (tied) head only the audio head's rows
+    # (7 x 4096 codes + the stop token) -- the rest is never computed (engine/model_runner.py).
+    unread_head = (args_.vocab_size - orpheus.TOKENS_PER_FRAME * orpheus.CODEBOOK_SIZE - 1) * args_.hidden_size * 2
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) - unread_head
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
     rows, checks, profiles = [], {}, {}
     profile_batches = [int(b) for b in opts.profile_batches.split(",") if b]

@@ -174,7 +174,8 @@ class EngineCore:
         lanes = dict(batch) if self.runner.has_backbone else {"synth": batch.get("urgent", 0) + batch.get("background", 0)}
         stats: dict[str, Any] = {"waiting": len(scheduler.waiting), "running": len(scheduler.running),
                                  "has_backbone": self.runner.has_backbone, "last_batch": dict(batch),
-                                 "lanes": lanes, "prefill_deferrals": scheduler.num_deferred}
+                                 "lanes": lanes, "prefill_deferrals": scheduler.num_deferred,
+                                 "refused": scheduler.num_refused, "graphs": dict(getattr(self.runner, "graph_counts", {}))}
         if self.runner.has_backbone:
             stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)
         stats["est_codec_ms"] = round(self.cost.codec_ms(1, 8), 2)

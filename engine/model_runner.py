@@ -5,8 +5,8 @@ frames and KV slots. The constructor is a recipe: KV cache, per-slot state, grap
 
 - KV: one tensor `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` in
   per-layer views; position `max_seq_len` is a spare that padding rows write and nobody reads.
-- `prefill`: the new prompts packed into one forward (block-diagonal causal mask, no
-  padding), each first token sampled; one host sync.
+- `prefill`: the new prompts packed into one forward, each first token sampled; one host
+  sync (engine/prefill.py: captured per token bucket on a GPU).
 - `decode`: one step over slot rows `[0, B)` (B: the batch bucket above the highest slot).
   Per-slot state lives on the device, so a step reads and updates it without the host;
   `[token, was_active, stopped]` per row is copied back asynchronously and read one step
@@ -30,16 +30,19 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from models.codec_graphs import CodecGraphs
 from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, TokenOut
+from engine.prefill import PrefillGraphs
 from engine.request import Request
 from engine.runner import LMParts
 from engine.types import ChunkOut
 from models.context import Context, reset_context, set_context
-from models.sampling import pick_tokens
+from models.sampling import pick_audio_tokens
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class RunnerConfig:
@@ -61,7 +64,7 @@ class RunnerConfig:
         assert self.max_seq_len >= 2 and self.attn_block >= 1 and self.max_codec_batch >= 1
 
 
-def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """bool mask (True = visible) -> 0 / -inf in `dtype`, what attention adds to its scores."""
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
@@ -75,10 +78,6 @@ def device_name(device: torch.device | str) -> str:
     """A worker key: "cpu", or "cuda:N" with the index made explicit."""
     dev = torch.device(device)
     return f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}" if dev.type == "cuda" else dev.type
-
-
-log = logging.getLogger(__name__)
-PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # prompt tokens of the captured prefills
 
 
 class ModelRunner:
@@ -98,19 +97,23 @@ class ModelRunner:
         self._pending: tuple[torch.Tensor, Any, dict[int, Request], tuple[Any, int, int]] | None = None
         self._timings: list[Timing] = []
         self.num_decode_steps = 0
+        self.graph_counts = {"hit": 0, "miss": 0}  # GPU decode steps replayed from a graph, or run eagerly
         self.model.set_rope(config.max_seq_len + 1, self.torch_device)
         self.model.fuse_projections()
-        self._pick = pick_tokens
+        self._pick = pick_audio_tokens
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
         if is_compiled:
-            self._pick = torch.compile(pick_tokens, dynamic=True, fullgraph=True)
+            self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True)
+        # The audio head: only the rows that can be sampled (each frame position's codes, a
+        # contiguous slice of the LM head, then the stop tokens): less to read per step.
+        spec, weight = parts.spec, self.model.lm_head.weight
+        audio = spec.tokens_per_frame * spec.codebook_size
+        self._w_audio = weight[spec.audio_token_base:spec.audio_token_base + audio]
+        self._w_stop = weight[list(spec.stop_token_ids)]
+        self.head_ids = torch.tensor([*range(spec.audio_token_base, spec.audio_token_base + audio),
+                                      *spec.stop_token_ids], dtype=torch.int64, device=self.torch_device)
         self.dtype = next(self.model.parameters()).dtype
-        attention = None
-        if config.triton_attention and self.torch_device.type == "cuda":
-            from models.decode_attention import decode_attention as attention
-        for layer in self.model.model.layers:
-            layer.self_attn.decode_attention_fn = attention
         self._allocate_kv_cache()
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
@@ -120,25 +123,23 @@ class ModelRunner:
         on_gpu = self.torch_device.type == "cuda"
         self.gpu_lanes = GpuLanes(self.torch_device, config.lm_sms, config.codec_sms) if on_gpu and config.lanes else None
         self.lanes = {"codec": 1} if not on_gpu else {"urgent": 1, "background": 1} if self.gpu_lanes else {}
+        attention = None
+        if config.triton_attention and on_gpu:  # split-K sized from the LM lane's SMs
+            from models.decode_attention import decode_attention
+
+            attention = functools.partial(decode_attention, target_programs=2 * (
+                self.gpu_lanes.sms["lm"] if self.gpu_lanes else torch.cuda.get_device_properties(
+                    self.torch_device).multi_processor_count))
+        for layer in self.model.model.layers:
+            layer.self_attn.decode_attention_fn = attention
         windows = parts.spec.shape.window_lengths()
         batches = config.codec_graph_batches or buckets(config.max_codec_batch, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
         self.codec_graphs = {lane: CodecGraphs(self.codec, [b for b in batches if b <= config.urgent_codec_batch]
                                                if lane == "urgent" else batches, windows)
                              for lane in (self.lanes or {"step": 1})}
-        if self.gpu_lanes is not None and attention is not None:  # split-K sized from the LM lane's SMs
-            attention = functools.partial(attention, target_programs=2 * self.gpu_lanes.sms["lm"])
-            for layer in self.model.model.layers:
-                layer.self_attn.decode_attention_fn = attention
-        self._prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._prefill_io: dict[int, dict[str, torch.Tensor]] = {}
+        self._prefill = PrefillGraphs()
         if self.use_graphs:
-            try:
-                with torch.inference_mode():
-                    self._capture_prefill()
-            except Exception:  # eager prefill still works; say so
-                log.exception("prefill graphs could not be captured; prefill runs eagerly")
-                self._prefill_graphs.clear()
-                self._prefill_io.clear()
+            self._prefill.capture(self)
             self._capture_graphs()
             if torch.device(self.codec.device).type == "cuda":
                 for graphs in self.codec_graphs.values():
@@ -153,23 +154,18 @@ class ModelRunner:
 
     def _allocate_state(self) -> None:
         # Row `max_running` is a spare: padding prompts of a captured prefill write it.
-        n, vocab, dev = self.max_running + 1, self.model.args.vocab_size, self.torch_device
-        self.tokens = torch.zeros(n, dtype=torch.int64, device=dev)  # last sampled token = next input
-        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)  # position of that token
-        self.steps = torch.zeros(n, dtype=torch.int64, device=dev)  # tokens generated so far
-        self.max_tokens = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.forced = torch.zeros(n, dtype=torch.bool, device=dev)  # ignore stop, audio slots only
-        self.stopped = torch.zeros(n, dtype=torch.bool, device=dev)
-        self.host_active = torch.zeros(n, dtype=torch.bool, device=dev)  # rows the host runs this step
-        self.temperature = torch.zeros(n, dtype=torch.float32, device=dev)
-        self.top_p = torch.ones(n, dtype=torch.float32, device=dev)
-        self.penalty = torch.ones(n, dtype=torch.float32, device=dev)
-        self.seeds = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.seen = torch.zeros(n, vocab, dtype=torch.bool, device=dev)
+        n, dev = self.max_running + 1, self.torch_device
+        zeros = functools.partial(torch.zeros, n, device=dev)
+        self.tokens, self.positions = zeros(dtype=torch.int64), zeros(dtype=torch.int64)  # next input, its position
+        self.steps, self.max_tokens = zeros(dtype=torch.int64), zeros(dtype=torch.int64)  # generated so far, limit
+        self.forced, self.stopped = zeros(dtype=torch.bool), zeros(dtype=torch.bool)  # forced: never stop
+        self.host_active = zeros(dtype=torch.bool)  # rows the host runs this step
+        self.temperature, self.seeds = zeros(dtype=torch.float32), zeros(dtype=torch.int64)
+        self.top_p, self.penalty = torch.ones(n, device=dev), torch.ones(n, device=dev)
+        head = self.spec.tokens_per_frame * self.spec.codebook_size + len(self.spec.stop_token_ids)
+        self.seen = torch.zeros(n, head, dtype=torch.bool, device=dev)  # per audio-head index
         self.readback = torch.zeros(3, n, dtype=torch.int64, device=dev)  # token, was_active, stopped
         self.row_index = torch.arange(n, dtype=torch.int64, device=dev)
-        self._true = torch.ones((), dtype=torch.bool, device=dev)
-        self.vocab_ids = torch.arange(vocab, dtype=torch.int64, device=dev)
         pin = dev.type == "cuda"
         self._active_host = [torch.zeros(n, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
         self._readback_host = [torch.zeros(3, n, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
@@ -192,19 +188,24 @@ class ModelRunner:
                 self._graphs[(batch, length)] = graph
         torch.cuda.synchronize()
 
-    def _sample_and_update(self, rows: torch.Tensor | slice, logits: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers), advance their
-        state where `active`; returns tokens `[N]`."""
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden `[N, hidden_size]` -> float32 logits of the audio head `[N, audio + stops]`."""
+        return torch.cat([F.linear(hidden, self._w_audio), F.linear(hidden, self._w_stop)], dim=-1).float()
+
+    def _sample_and_update(self, rows: torch.Tensor | slice, hidden: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers) from their hidden
+        states, advance their state where `active`; returns token ids `[N]`."""
         spec = self.spec
         steps = self.steps[rows]
-        token = self._pick(logits, self.temperature[rows], self.top_p[rows], self.penalty[rows], self.seen[rows],
-                           self.seeds[rows], steps, self.forced[rows], self.vocab_ids, spec.audio_token_base,
-                           spec.codebook_size, spec.tokens_per_frame)
+        index = self._pick(self._logits(hidden), self.temperature[rows], self.top_p[rows], self.penalty[rows],
+                           self.seen[rows], self.seeds[rows], steps, self.forced[rows], spec.codebook_size,
+                           spec.tokens_per_frame)
+        token = self.head_ids[index]
         self.tokens[rows] = torch.where(active, token, self.tokens[rows])
         if isinstance(rows, slice):
-            self.seen[rows][self.row_index[:len(token)], token] |= active
+            self.seen[rows][self.row_index[:len(index)], index] |= active
         else:
-            self.seen[rows, token] |= active
+            self.seen[rows, index] |= active
         is_stop = steps + 1 >= self.max_tokens[rows]  # before the update: `steps` may be a view
         self.steps[rows] = steps + active
         for stop_id in spec.stop_token_ids:
@@ -217,9 +218,9 @@ class ModelRunner:
         active = self.host_active[:batch] & ~self.stopped[:batch]
         write_positions = torch.where(active, self.positions[:batch], self.max_seq_len)
         mask = torch.arange(length, device=self.torch_device)[None, :] <= write_positions[:, None]
-        set_context(Context(False, rows, write_positions, _additive(mask[:, None, None, :], self.dtype), length))
+        set_context(Context(False, rows, write_positions, additive(mask[:, None, None, :], self.dtype), length))
         hidden = self.model(self.tokens[:batch], write_positions)
-        token = self._sample_and_update(slice(0, batch), self.model.compute_logits(hidden), active)
+        token = self._sample_and_update(slice(0, batch), hidden, active)
         self.positions[:batch] += active
         self.readback[0, :batch] = token
         self.readback[1, :batch] = active
@@ -228,6 +229,8 @@ class ModelRunner:
 
     def _launch_decode(self, batch: int, length: int) -> None:
         graph = self._graphs.get((batch, length))
+        if self.use_graphs:
+            self.graph_counts["hit" if graph is not None else "miss"] += 1
         if graph is not None:
             graph.replay()
         else:
@@ -291,82 +294,14 @@ class ModelRunner:
                 for row, r in owners.items() if values[1, row]]
 
     def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
-        """Pack the prompts of `requests` into one forward (LM lane); sample each first token.
-        GPU: a CUDA graph of the smallest token bucket that holds them (PREFILL_BUCKETS; padding
-        tokens write the spare KV position, padding prompts the spare state row)."""
+        """Pack the prompts of `requests` into one forward (LM lane, engine/prefill.py); sample
+        each first token."""
         with self._on("lm"), torch.inference_mode():
             t0 = time.perf_counter()
+            values = self._prefill.run(self, requests)
             total = sum(len(r.prepared.prompt_ids) for r in requests)
-            bucket = next((b for b in sorted(self._prefill_graphs) if b >= total), None)
-            if bucket is None or len(requests) > self.max_prefill_batch:
-                x = self._prefill_inputs(requests, total, len(requests))
-                self._prefill_step(x)
-            else:
-                x = self._prefill_io[bucket]
-                for name, value in self._prefill_inputs(requests, bucket, self.max_prefill_batch).items():
-                    x[name].copy_(value, non_blocking=True)
-                self._prefill_graphs[bucket].replay()
-            values = x["out"][:, :len(requests)].cpu().numpy()
             self._timings.append(Timing("prefill", total, 1, 1000.0 * (time.perf_counter() - t0)))
         return [TokenOut(r, int(values[0, i]), bool(values[1, i])) for i, r in enumerate(requests)]
-
-    def _prefill_inputs(self, requests: Sequence[Request], tokens: int, prompts: int) -> dict[str, torch.Tensor]:
-        """The prefill's inputs padded to `tokens` and `prompts` (int64/bool/float32 `[tokens]` or `[prompts]`)."""
-        n, spare, pad = len(requests), self.max_running, tokens - sum(len(r.prepared.prompt_ids) for r in requests)
-        sampling = [r.prepared.sampling for r in requests]
-        assert all(sampling) and pad >= 0 and prompts >= n
-        lens = [len(r.prepared.prompt_ids) for r in requests]
-        cat = lambda parts, fill: torch.tensor([v for part in parts for v in part] + [fill] * pad, dtype=torch.int64)  # noqa: E731
-        per = lambda values, fill, dtype=torch.int64: torch.tensor(list(values) + [fill] * (prompts - n), dtype=dtype)  # noqa: E731
-        x = {"ids": cat([r.prepared.prompt_ids for r in requests], 0),
-             "pos": cat([range(k) for k in lens], 0),
-             "owner": torch.cat([cat([[i] * k for i, k in enumerate(lens)], 0)[:tokens - pad], torch.arange(n, n + pad)]),
-             "kv_slots": cat([[r.slot] * k for r, k in zip(requests, lens)], 0),
-             "rows": cat([[r.slot] * k for r, k in zip(requests, lens)], spare),
-             "last": per(np.cumsum(lens) - 1, 0), "prompt_rows": per((r.slot for r in requests), spare),
-             "length": per(lens, 0), "max_tokens": per((r.max_tokens for r in requests), 1),
-             "seed": per((s.seed for s in sampling if s), 0), "forced": per((s.force_tokens > 0 for s in sampling if s), False, torch.bool),
-             "active": per([True] * n, False, torch.bool)}
-        x["write_pos"] = torch.where(torch.arange(tokens) < tokens - pad, x["pos"], self.max_seq_len)
-        for name, field in (("temperature", "temperature"), ("top_p", "top_p"), ("penalty", "repetition_penalty")):
-            x[name] = per((getattr(s, field) for s in sampling if s), 1.0, torch.float32)
-        x = {k: v.to(self.torch_device, non_blocking=True) for k, v in x.items()}
-        x["out"] = torch.zeros(2, prompts, dtype=torch.int64, device=self.torch_device)
-        return x
-
-    def _prefill_step(self, x: dict[str, torch.Tensor]) -> None:
-        """Reset the prompts' state rows, one forward, sample the first tokens into x["out"]."""
-        rows = x["prompt_rows"]  # capture-safe: no host scalars copied in (index_fill_, a device True)
-        self.seen.index_fill_(0, rows, False)
-        self.seen.index_put_((x["rows"], x["ids"]), self._true)
-        self.steps.index_fill_(0, rows, 0)
-        self.stopped.index_fill_(0, rows, False)
-        self.positions[rows] = x["length"]
-        self.temperature[rows], self.top_p[rows], self.penalty[rows] = x["temperature"], x["top_p"], x["penalty"]
-        self.seeds[rows], self.forced[rows], self.max_tokens[rows] = x["seed"], x["forced"], x["max_tokens"]
-        owner, pos = x["owner"], x["pos"]
-        mask = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
-        set_context(Context(True, x["kv_slots"], x["write_pos"], _additive(mask[None, None], self.dtype), 0))
-        try:
-            hidden = self.model(x["ids"], pos)
-        finally:
-            reset_context()
-        token = self._sample_and_update(rows, self.model.compute_logits(hidden[x["last"]]), x["active"])
-        x["out"][0], x["out"][1] = token, self.stopped[rows]
-
-    def _capture_prefill(self) -> None:
-        """One CUDA graph per token bucket (largest first, one pool), `max_prefill_batch` prompts."""
-        pool = None
-        for tokens in sorted((b for b in PREFILL_BUCKETS if b <= self.max_seq_len), reverse=True):
-            x = self._prefill_inputs([], tokens, self.max_prefill_batch)  # all padding: writes only spares
-            self._prefill_step(x)  # warm-up outside capture
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                self._prefill_step(x)
-            pool = pool or graph.pool()
-            self._prefill_graphs[tokens], self._prefill_io[tokens] = graph, x
-        torch.cuda.synchronize()
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         """One chunk per item, in order, on `lane`: windows of equal length decode as one batch."""

@@ -27,8 +27,8 @@ class RequestStatus(enum.Enum):
 class Sampling:
     """Per-request sampling settings (models/options.py `parse_options` builds them).
 
-    `force_tokens` > 0: generate exactly that many audio tokens, stop token ignored and each
-    token drawn from its frame position's audio ids (benchmarks on random weights).
+    `force_tokens` > 0: generate exactly that many audio tokens, the stop token never taken
+    (benchmarks on random weights). Every token is drawn from its frame position's audio ids.
     """
 
     temperature: float

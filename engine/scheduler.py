@@ -50,7 +50,7 @@ class Scheduler:
         self.sample_rate = sample_rate
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
-        self.num_deferred = 0  # prefills deferred (iterations), for metrics
+        self.num_deferred = self.num_refused = 0  # prefills deferred (iterations), requests refused: metrics
         self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
 
     # -- membership -------------------------------------------------------------------
@@ -73,11 +73,13 @@ class Scheduler:
                                    f"{self.kv.max_seq_len} positions, too few left for audio", field="input")
             request.max_tokens = min(wanted, room)
         if self.num_requests >= self.max_running + self.max_waiting:
+            self.num_refused += 1
             raise Overloaded(f"model {request.spec.model_id!r} has {self.num_requests} requests (max_running="
                              f"{self.max_running} + max_waiting={self.max_waiting}); retry shortly")
         if self.max_predicted_ttfa_ms:
             predicted = self.predict_first_chunk_ms(request, now)
             if predicted > self.max_predicted_ttfa_ms:
+                self.num_refused += 1
                 raise Overloaded(f"model {request.spec.model_id!r} is busy: first audio predicted in "
                                  f"{predicted:.0f} ms (max_predicted_ttfa_ms={self.max_predicted_ttfa_ms:.0f}); "
                                  "retry shortly")

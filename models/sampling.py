@@ -78,13 +78,17 @@ def sample(
     return torch.where(temperature > 0, sampled, ids[:, 0])
 
 
-def pick_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, penalty: torch.Tensor,
-                seen: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor, forced: torch.Tensor,
-                vocab_ids: torch.Tensor, audio_token_base: int, codebook_size: int,
-                tokens_per_frame: int) -> torch.Tensor:
-    """`sample`, where forced rows may only pick an audio token of their
-    frame position (`steps % tokens_per_frame`). Pure: compiled as one unit on GPU."""
-    low = audio_token_base + codebook_size * (steps % tokens_per_frame)
-    ids = vocab_ids[None, :]
-    allowed = ((ids >= low[:, None]) & (ids < (low + codebook_size)[:, None])) | ~forced[:, None]
+def pick_audio_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, penalty: torch.Tensor,
+                      seen: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor, forced: torch.Tensor,
+                      codebook_size: int, tokens_per_frame: int) -> torch.Tensor:
+    """`sample` over a speech LM's audio head: logits `[B, tokens_per_frame * codebook_size +
+    stops]` (each frame position's codes, then the stop tokens). A row may pick only the
+    codes of its frame position (`steps % tokens_per_frame`), and a stop token only at a frame
+    boundary and when not forced. Returns indices into that head (int64 `[B]`). Pure:
+    compiled as one unit on GPU."""
+    position = (steps % tokens_per_frame)[:, None]
+    index = torch.arange(logits.shape[-1], device=logits.device)[None, :]
+    audio = tokens_per_frame * codebook_size
+    allowed = ((index // codebook_size == position) & (index < audio)) | \
+        ((index >= audio) & (position == 0) & ~forced[:, None])
     return sample(logits, temperature, top_p, penalty, seen, seeds, steps, allowed)

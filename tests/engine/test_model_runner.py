@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from engine import prefill  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
@@ -38,13 +39,13 @@ def _add(core: EngineCore, spec: SpeechRequest) -> Request:
 
 
 class _Logits:
-    """Wraps compute_logits to record each call's rows (CPU, eager)."""
+    """Wraps the runner's audio-head logits to record each call's rows (CPU, eager)."""
 
     def __init__(self, core: EngineCore) -> None:
         self.calls: list[torch.Tensor] = []
-        model = core.runner.model  # type: ignore[attr-defined]
-        inner = model.compute_logits
-        model.compute_logits = lambda h: self.calls.append(inner(h)) or self.calls[-1]
+        runner = core.runner
+        inner = runner._logits  # type: ignore[attr-defined]
+        runner._logits = lambda h: self.calls.append(inner(h)) or self.calls[-1]  # type: ignore[attr-defined]
 
 
 def _run(core: EngineCore, specs: list[SpeechRequest], join_at: dict[str, int] | None = None,
@@ -190,36 +191,47 @@ def test_codec_batch_matches_chunks_decoded_one_by_one(orpheus_tiny: Path) -> No
         np.testing.assert_allclose(batched[rid], single[rid], atol=1e-5)
 
 
-def test_token_in_a_wrong_slot_fails_only_that_request(orpheus_tiny: Path) -> None:
+def test_only_audio_tokens_of_each_frame_position_are_sampled(orpheus_tiny: Path) -> None:
+    """Issue 10: a model that favours a text token (zeroed norm: greedy would pick id 0) still
+    yields a valid frame stream, not a failed request: each position samples its own codes."""
     core = _core(orpheus_tiny)
-    _add(core, _spec("good", force_tokens=14))
-    core.step()
-    with torch.no_grad():  # greedy on zero hidden states picks id 0, a text byte, never audio
+    with torch.no_grad():
         core.runner.model.model.norm.weight.zero_()  # type: ignore[attr-defined]
-    _, sent = _run(core, [_spec("bad")])
-    (error,) = sent["bad"]
-    assert isinstance(error, GenerationFailed) and "position 0" in error.message
-    assert core.num_requests == 0
+    tokens, sent = _run(core, [_spec("plain", max_tokens=70)])  # no force_tokens: sampling is not forced
+    frames = [orpheus.frame_codes(tokens["plain"][i:i + 7]) for i in range(0, len(tokens["plain"]) - 6, 7)]
+    assert len(frames) == 10 and all(isinstance(x, AudioChunk) for x in sent["plain"])
+    assert sum(len(x.pcm) for x in sent["plain"]) == 10 * SAMPLES_PER_FRAME
 
 
 def test_stop_token_ends_the_request_with_an_empty_last_chunk(orpheus_tiny: Path) -> None:
     core = _core(orpheus_tiny)
-    model = core.runner.model  # type: ignore[attr-defined]
-    inner = model.compute_logits
-    model.compute_logits = lambda h: inner(h).index_fill(1, torch.tensor([orpheus.END_OF_SPEECH]), 1e4)
+    runner = core.runner
+    inner = runner._logits  # type: ignore[attr-defined]
+    runner._logits = lambda h: inner(h).index_fill(1, torch.tensor([inner(h).shape[1] - 1]), 1e4)  # type: ignore[attr-defined]
     tokens, sent = _run(core, [_spec("a")])
-    assert tokens == {"a": []}
+    assert tokens == {"a": []}  # stopped at the first frame boundary: its first token
     (last,) = sent["a"]
     assert last.is_last and len(last.pcm) == 0
 
 
+def test_the_stop_token_is_taken_only_at_a_frame_boundary(orpheus_tiny: Path) -> None:
+    core = _core(orpheus_tiny)
+    runner = core.runner
+    inner = runner._logits  # type: ignore[attr-defined]
+    calls = [0]
+
+    def late_stop(h: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        logits = inner(h)
+        return logits.index_fill(1, torch.tensor([logits.shape[1] - 1]), 1e4) if calls[0] > 10 else logits
+
+    runner._logits = late_stop  # type: ignore[attr-defined]
+    tokens, sent = _run(core, [_spec("a")])
+    assert len(tokens["a"]) == 14 and sent["a"][-1].is_last  # wanted at token 10, taken at 14 (2 frames)
+
+
 def test_max_tokens_bounds_generation(orpheus_tiny: Path) -> None:
     core = _core(orpheus_tiny)
-    model = core.runner.model  # type: ignore[attr-defined]
-    inner = model.compute_logits
-    allowed = torch.full((orpheus.VOCAB_SIZE,), -1e4)
-    allowed[orpheus.AUDIO_TOKEN_BASE:orpheus.AUDIO_TOKEN_BASE + 4096] = 0  # only slot-0 codes: fails at token 2
-    model.compute_logits = lambda h: inner(h) + allowed
     tokens, sent = _run(core, [_spec("a", max_tokens=1)])
     assert len(tokens["a"]) == 1 and sent["a"][-1].is_last
 
@@ -293,9 +305,9 @@ def test_a_padded_prefill_equals_an_exact_one(orpheus_tiny: Path) -> None:
         requests = [_add(core, _spec(rid, force_tokens=14, temperature=0.9, seed=i)) for i, rid in enumerate("abc")]
         core.scheduler.schedule(0.0)  # admits: KV slots
         total = sum(len(r.prepared.prompt_ids) for r in requests)
-        x = runner._prefill_inputs(requests, total + 37 if padded else total, 8 if padded else 3)  # type: ignore[attr-defined]
+        x = prefill.inputs(runner, requests, total + 37 if padded else total, 8 if padded else 3)  # type: ignore[arg-type]
         with torch.inference_mode():
-            runner._prefill_step(x)  # type: ignore[attr-defined]
+            prefill.step(runner, x)  # type: ignore[arg-type]
         slots = [r.slot for r in requests]
         kv = runner.kv_cache[:, :, slots, :, :runner.max_seq_len].clone()  # type: ignore[attr-defined]
         return [int(t) for t in x["out"][0, :3]], [int(t) for t in runner.tokens[slots]], kv  # type: ignore[attr-defined]

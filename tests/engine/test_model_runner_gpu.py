@@ -67,7 +67,7 @@ def test_lanes_and_captured_prefill_give_the_eager_tokens_and_all_audio(orpheus_
 
     parts = orpheus.load("tiny", orpheus_tiny, {"max_seq_len": 256}, "cuda")
     runner = build_runner("tiny", parts, "cuda", 8)
-    assert runner.lanes == {"urgent": 1, "background": 1} and runner._prefill_graphs  # type: ignore[attr-defined]
+    assert runner.lanes == {"urgent": 1, "background": 1} and runner._prefill.graphs  # type: ignore[attr-defined]
     engine = Engine(EngineConfig(max_predicted_ttfa_ms=0))
     engine.start()
     engine.attach("tiny", runner).result(30)
