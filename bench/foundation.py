@@ -10,7 +10,7 @@ as a client would (DESIGN.md §7):
   RTF = time to the last byte / audio duration; median of `--repeats` runs, short
   (~40 chars) and 600-character inputs;
 - realtime: N WebSocket sessions at once, each speaking 3 sentences from
-  ../shared/workloads (or a built-in list) and playing at 1x from its first frame; a
+  bench/workloads (or a built-in list) and playing at 1x from its first frame; a
   stall is a frame that arrives after the audio before it ran out. Reports TTFA
   p50/p95 and stalls per N; "sessions without stalls" = the largest N with none.
 """
@@ -35,7 +35,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOAD = ROOT.parent / "shared" / "workloads" / "librispeech_pc_test_clean.tsv"
+WORKLOAD = ROOT / "bench" / "workloads" / "librispeech_pc_test_clean.tsv"
 SHORT = "Hello! This is a short test of the voice."
 LONG = ("It was a bright cold day in April, and the clocks were striking thirteen. Winston Smith, his chin "
         "nuzzled into his breast in an effort to escape the vile wind, slipped quickly through the glass "

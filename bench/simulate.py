@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--max-running", type=int, default=256)
     parser.add_argument("--max-codec-batch", type=int, default=32)
     parser.add_argument("--max-chars", type=int, default=300)
-    parser.add_argument("--workload", default="", help="sentences file (default: ../shared/workloads)")
+    parser.add_argument("--workload", default="", help="sentences file (default: bench/workloads)")
     parser.add_argument("--reports", type=int, default=0, help="clients send playback.position reports")
     parser.add_argument("--host-ms", type=float, default=0.1, help="host time per engine step")
     parser.add_argument("--config", default="{}", help="EngineConfig fields as JSON, e.g. '{\"codec_batch\": 16}'")

@@ -1,7 +1,7 @@
 """The benchmark workload: real sentences, forced audio lengths, Poisson arrivals, the SLO.
 
 Shared by bench/simulate.py and the benchmarks it is checked against, so both see the
-same requests at the same times. Sentences: ../shared/workloads (LibriSpeech test-clean,
+same requests at the same times. Sentences: bench/workloads (LibriSpeech test-clean,
 1,000 lines `id<TAB>text`). Random weights make noise of any length, so a request is
 forced to the length a person would take to say it: characters / 15.4 per second.
 SLO (DESIGN.md §7): TTFA <= 200 ms and no stall, the client playing at 1x from the
@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-WORKLOAD = Path(__file__).resolve().parents[1].parent / "shared" / "workloads" / "librispeech_pc_test_clean.tsv"
+WORKLOAD = Path(__file__).resolve().parent / "workloads" / "librispeech_pc_test_clean.tsv"
 CHARS_PER_S = 15.4
 FRAME_S = 2048 / 24000  # Orpheus/SNAC frame: 85.33 ms
 TTFA_SLO_MS = 200.0
