@@ -12,7 +12,8 @@ from models.piper import PiperSynthesizer, _align, load
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[PiperSynthesizer]:
-    synthesizer = load("piper-joe", None).synthesizer
+    parts = load("piper-joe", None, {"workers": 1})
+    synthesizer = parts.synthesizers[0]
     assert isinstance(synthesizer, PiperSynthesizer)
     yield synthesizer
     synthesizer.close()
