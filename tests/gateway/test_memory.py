@@ -6,10 +6,14 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from gateway.app import create_app
 from gateway.memory import IdleTrim, malloc_trim, rss_bytes
+from gateway.settings import load_settings
+from tests.conftest import local_client
 
 MIB = 1 << 20
 
@@ -96,3 +100,15 @@ def test_malloc_trim_returns_freed_heap_pages_to_the_os() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
     assert int(out.stdout) > 48 * MIB
+
+
+def test_memory_trim_idle_s_is_checked_and_zero_turns_the_trim_off(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="memory_trim_idle_s"):
+        load_settings(env={"VOXGATE_MEMORY_TRIM_IDLE_S": "-1"}, data_dir=tmp_path)
+    app = create_app(load_settings(env={"VOXGATE_MEMORY_TRIM_IDLE_S": "0"}, data_dir=tmp_path))
+    with local_client(app) as client:
+        assert client.get("/health").status_code == 200
+        assert app.state.voxgate.memory is None
+    app = create_app(load_settings(env={}, data_dir=tmp_path))
+    with local_client(app):
+        assert app.state.voxgate.memory is not None and app.state.voxgate.memory.idle_s == 1.0
