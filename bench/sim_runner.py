@@ -16,6 +16,7 @@ PCM is zeros of the exact length the real codec would emit.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -197,11 +198,14 @@ class SimFuture:
 class SimLanes:
     """EngineCore lanes on the simulated clock: each lane runs one batch at a time beside the
     step; a batch's chunks are ready when its lane would have finished it. `slowdown`: how
-    much longer a decode step takes while any codec lane is busy (SM sharing)."""
+    much longer a decode step takes while any codec lane is busy (SM sharing). A lane's work
+    runs inside `submit`, on the caller's thread: `runner_ms` sums its real time, which a
+    measurement of the step's host time leaves out (on a device it runs beside the step)."""
 
     def __init__(self, clock: SimClock, runner: SimRunner, slowdown: float = 1.0) -> None:
         self.clock, self.runner = clock, runner
         self.free_at: dict[str, float] = {}
+        self.runner_ms = 0.0
         runner.step_slowdown = lambda: slowdown if self.busy() else 1.0
 
     def busy(self) -> bool:
@@ -222,10 +226,12 @@ class _SimExecutor:
     def submit(self, fn: Callable[..., list[ChunkOut]], *args: Any) -> SimFuture:
         runner, clock = self.lanes.runner, self.lanes.clock
         runner.on_lane, runner.lane_cost_ms = True, 0.0
+        t0 = time.perf_counter()
         try:
             value = fn(*args)
         finally:
             runner.on_lane = False
+            self.lanes.runner_ms += 1000.0 * (time.perf_counter() - t0)
         start = max(clock.t, self.lanes.free_at.get(self.name, 0.0))
         self.lanes.free_at[self.name] = start + runner.lane_cost_ms / 1000.0
         return SimFuture(value, self.lanes.free_at[self.name], clock)
