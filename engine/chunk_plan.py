@@ -10,7 +10,7 @@ chunk: the frames that already have their right context.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,23 +23,26 @@ class ChunkShape:
     ramp: tuple[int, ...]
     context_frames: int
     ramp_context: int | None = None
+    chunks: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (frames, right) per ramp step
 
     def __post_init__(self) -> None:
         assert self.ramp and min(self.ramp) >= 1 and self.context_frames >= 0
+        last, ramp_right = len(self.ramp) - 1, self.context_frames if self.ramp_context is None else self.ramp_context
+        object.__setattr__(self, "chunks", tuple((n, ramp_right if k < last else self.context_frames)
+                                                 for k, n in enumerate(self.ramp)))
+
+    def chunk(self, chunk_index: int) -> tuple[int, int]:
+        """(frames, right context frames) of chunk `chunk_index`."""
+        return self.chunks[min(chunk_index, len(self.chunks) - 1)]
 
     def frames_of(self, chunk_index: int) -> int:
-        return self.ramp[min(chunk_index, len(self.ramp) - 1)]
-
-    def right_context(self, chunk_index: int) -> int:
-        if chunk_index < len(self.ramp) - 1 and self.ramp_context is not None:
-            return self.ramp_context
-        return self.context_frames
+        return self.chunk(chunk_index)[0]
 
     def window_lengths(self) -> tuple[int, ...]:
         """Frames decoded per window of a stream's non-final chunks: every planned or early
         chunk of 1..max(ramp) frames with up to the context on each side (less at the
         stream's start). The codec shapes worth capturing as CUDA graphs."""
-        low = 1 + min(self.context_frames, self.right_context(0))
+        low = 1 + min(self.context_frames, self.chunks[0][1])
         return tuple(range(low, max(self.ramp) + 2 * self.context_frames + 1))
 
 
@@ -65,7 +68,7 @@ class Window:
 class ChunkPlan:
     """One request's stream: frames that exist, frames emitted as audio, chunks sent."""
 
-    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done")
+    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done", "ready_at")
 
     def __init__(self, shape: ChunkShape, num_frames: int = 0, is_final: bool = False) -> None:
         self.shape = shape
@@ -74,6 +77,7 @@ class ChunkPlan:
         self.num_chunks = 0
         self.is_final = is_final  # no more frames will come
         self.is_done = False  # the last chunk went out
+        self.ready_at = self.frames_needed()  # as of the last advance: a cheap "no planned chunk yet"
 
     @property
     def is_first(self) -> bool:
@@ -81,7 +85,8 @@ class ChunkPlan:
 
     def frames_needed(self) -> int:
         """Frames that must exist before the planned next chunk can be decoded."""
-        return self.num_emitted + self.shape.frames_of(self.num_chunks) + self.shape.right_context(self.num_chunks)
+        size, right = self.shape.chunk(self.num_chunks)
+        return self.num_emitted + size + right
 
     def next_window(self, early: bool = False) -> Window | None:
         """The next chunk to decode, or None if it must wait for more frames.
@@ -91,7 +96,7 @@ class ChunkPlan:
         """
         if self.is_done:
             return None
-        size, right = self.shape.frames_of(self.num_chunks), self.shape.right_context(self.num_chunks)
+        size, right = self.shape.chunk(self.num_chunks)
         total, emitted = self.num_frames, self.num_emitted
         if self.is_final:
             emit_to = total if total - emitted <= size + right else emitted + size
@@ -109,3 +114,4 @@ class ChunkPlan:
         self.num_emitted = window.emit_to
         self.num_chunks += 1
         self.is_done = window.is_last
+        self.ready_at = self.frames_needed()

@@ -21,18 +21,19 @@ import collections
 import statistics
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from engine.config import EngineConfig
 from engine.cost import CostModel
 from engine.lm_spec import LMSpec
-from engine.plan import CodecItem
+from engine.plan import CodecItem, Plan
 from engine.request import Prepared, Request
 from engine.runner import Runner
 from engine.scheduler import Scheduler
 from engine.types import AudioChunk, ChunkOut, EngineError, SpeechRequest
 
 Output = tuple[str, AudioChunk | EngineError]
+_T = TypeVar("_T")
 
 
 class EngineCore:
@@ -49,11 +50,15 @@ class EngineCore:
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
         make = executor or (lambda name, n: ThreadPoolExecutor(n, f"voxgate-{name}"))
         self.lanes = {name: (make(name, n), n) for name, n in (lanes or {}).items()}
+        # The lane that decodes urgent and background items (None: in the step).
+        self._urgent, self._background = (kind if kind in self.lanes else "codec" if "codec" in self.lanes else None
+                                          for kind in ("urgent", "background"))
         self._flying: list[tuple[str, list[CodecItem], Future[list[ChunkOut]]]] = []  # (lane, items, work)
         self.notify: Callable[[], None] | None = None  # wakes the worker when lane work ends
         self.was_idle = True  # the last step found nothing to do (the worker may sleep)
-        self.num_steps = 0
-        self.last_batch: dict[str, int] = {}
+        self.num_steps = 0  # non-empty steps
+        self._last_plan = Plan()
+        self._in_runner_s = 0.0  # this step's time inside runner calls
         self.host_ms: collections.deque[float] = collections.deque(maxlen=4096)  # per step, runner calls excluded
 
     @property
@@ -95,42 +100,29 @@ class EngineCore:
 
     def step(self, now: float | None = None) -> list[Output]:
         """One iteration at time `now` (default: the clock); returns what to send."""
-        scheduler, runner = self.scheduler, self.runner
-        t0, in_runner = time.perf_counter(), 0.0
+        scheduler, runner, urgent, background = self.scheduler, self.runner, self._urgent, self._background
+        t0, self._in_runner_s = time.perf_counter(), 0.0
         outputs: list[Output] = []
-        for done in [w for w in self._flying if w[2].done()]:
+        for done in [w for w in self._flying if w[2].done()] if self._flying else ():
             self._flying.remove(done)
             for finished in done[1]:
                 finished.request.in_flight = False
             outputs += self._send(done[1], done[2].result())
-        urgent, background = self._route("urgent"), self._route("background")
         plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
                                   shared=urgent == background)
         failed = []
         self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
         if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
-            t1 = time.perf_counter()
-            tokens = runner.decode(plan.decode)
-            in_runner += time.perf_counter() - t1
-            failed += scheduler.postprocess_tokens(tokens)
+            failed += scheduler.postprocess_tokens(self._run(runner.decode, plan.decode))
             self._decode_in_flight = bool(plan.decode)
         if plan.prefill:
-            t1 = time.perf_counter()
-            tokens = runner.prefill(plan.prefill)
-            in_runner += time.perf_counter() - t1
-            failed += scheduler.postprocess_tokens(tokens)
-        for request in failed:
-            assert request.error is not None
-            outputs.append((request.request_id, request.error))
-        works = [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
-            [(urgent, plan.codec)]
-        for lane, items in works:
+            failed += scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
+        outputs += [(request.request_id, request.error) for request in failed if request.error is not None]
+        for lane, items in [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
+                [(urgent, plan.codec)]:
             items = [item for item in items if item.request.error is None]
             if items and lane is None:
-                t1 = time.perf_counter()
-                outs = runner.decode_codec(items, "step")
-                in_runner += time.perf_counter() - t1
-                outputs += self._send(items, outs)
+                outputs += self._send(items, self._run(runner.decode_codec, items, "step"))
             elif items and lane is not None:  # a batch a lane (LM), a unit a session (synthesiser)
                 for batch in [items] if runner.has_backbone else [[unit] for unit in items]:
                     for unit in batch:
@@ -143,16 +135,19 @@ class EngineCore:
                 self.cancel(request_id)
         for timing in runner.take_timings():
             self.cost.observe(timing.kind, timing.a, timing.b, timing.ms)
-        self.num_steps += not plan.is_empty
+        self._last_plan = plan
         if not plan.is_empty:
-            self.host_ms.append(1000.0 * (time.perf_counter() - t0 - in_runner))
-        self.last_batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
-                           "background": len(plan.background)}
+            self.num_steps += 1
+            self.host_ms.append(1000.0 * (time.perf_counter() - t0 - self._in_runner_s))
         return outputs
 
-    def _route(self, kind: str) -> str | None:
-        """The lane that decodes `kind` items ("urgent", "background"); None: in the step."""
-        return kind if kind in self.lanes else "codec" if "codec" in self.lanes else None
+    def _run(self, call: Callable[..., _T], *args: Any) -> _T:
+        """A runner call, its time kept out of the step's host time."""
+        t0 = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self._in_runner_s += time.perf_counter() - t0
 
     def _free(self, lane: str | None) -> int | None:
         if lane is None:
@@ -169,8 +164,9 @@ class EngineCore:
             lane.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
-        scheduler = self.scheduler
-        batch = self.last_batch
+        scheduler, plan = self.scheduler, self._last_plan
+        batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
+                 "background": len(plan.background)}
         lanes = dict(batch) if self.runner.has_backbone else {"synth": batch.get("urgent", 0) + batch.get("background", 0)}
         stats: dict[str, Any] = {"waiting": len(scheduler.waiting), "running": len(scheduler.running),
                                  "has_backbone": self.runner.has_backbone, "last_batch": dict(batch),

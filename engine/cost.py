@@ -13,52 +13,61 @@ past the largest (never below it). An empty table answers its default.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 EMA = 0.2  # weight of a new observation
 
 
+@functools.cache  # a handful of distinct batch sizes and lengths; observed every step
 def snap(value: float) -> float:
     """The nearest grid value of the form 2^k or 1.5 * 2^k (values <= 1 snap to 1)."""
     if value <= 1:
         return 1.0
     k = math.floor(math.log2(value))
-    candidates = (2.0 ** k, 1.5 * 2.0 ** k, 2.0 ** (k + 1))
-    return min(candidates, key=lambda c: abs(c - value))
+    return min((2.0 ** k, 1.5 * 2.0 ** k, 2.0 ** (k + 1)), key=lambda c: abs(c - value))
 
 
-def _interp(xs: list[float], ys: list[float], x: float) -> float:
+def _interp(xs: list[float], y: Callable[[int], float], x: float) -> float:
+    """Piecewise linear through (xs[i], y(i)); `y` is asked only for the two points used."""
     if len(xs) == 1 or x <= xs[0]:
-        return ys[0]
+        return y(0)
     i = bisect.bisect_left(xs, x)
     if i >= len(xs):  # extrapolate from the last two points, never below the last
         i = len(xs) - 1
-        return max(ys[i], ys[i] + (ys[i] - ys[i - 1]) * (x - xs[i]) / (xs[i] - xs[i - 1]))
-    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        y0, y1 = y(i - 1), y(i)
+        return max(y1, y1 + (y1 - y0) * (x - xs[i]) / (xs[i] - xs[i - 1]))
+    y0, y1 = y(i - 1), y(i)
+    return y0 + (y1 - y0) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 class Table:
     """ms by (a, b) keys; a 1-D table uses b = 1 throughout. Lookups are memoised until
-    the next change: the scheduler asks the same few keys for every running request."""
+    the next change (the scheduler asks the same few keys for every running request), and
+    the sorted rows are kept between changes to a value (rebuilt when a key is added)."""
 
     def __init__(self, default_ms: float) -> None:
         self.default_ms = default_ms
         self.values: dict[tuple[float, float], float] = {}
         self._memo: dict[tuple[float, float], float] = {}
+        self.version = 0  # counts changes, for callers that keep values derived from lookups
+        self._rows: tuple[list[float], list[tuple[list[float], list[float]]]] | None = None  # bs, (as, ms) per b
+        self._spots: dict[tuple[float, float], tuple[list[float], int]] = {}  # key -> its place in _rows
 
     def observe(self, a: float, b: float, ms: float) -> None:
         key = (snap(a), snap(b))
         old = self.values.get(key)
-        self.set(a, b, ms if old is None else (1 - EMA) * old + EMA * ms)
-
-    def set(self, a: float, b: float, ms: float) -> None:
-        """Put a value in place (no averaging)."""
-        self.values[(snap(a), snap(b))] = ms
+        self.values[key] = value = ms if old is None else (1 - EMA) * old + EMA * ms
         self._memo.clear()
+        self.version += 1
+        spot = self._spots.get(key)
+        if spot is None:
+            self._rows = None
+        else:
+            spot[0][spot[1]] = value
 
     def __call__(self, a: float, b: float = 1.0) -> float:
         found = self._memo.get((a, b))
@@ -69,11 +78,17 @@ class Table:
     def _lookup(self, a: float, b: float) -> float:
         if not self.values:
             return self.default_ms
-        rows: dict[float, list[tuple[float, float]]] = {}
-        for (ka, kb), ms in sorted(self.values.items(), key=lambda item: (item[0][1], item[0][0])):
-            rows.setdefault(kb, []).append((ka, ms))
-        at_b = [_interp([p[0] for p in points], [p[1] for p in points], a) for points in rows.values()]
-        return _interp(list(rows), at_b, b)
+        if self._rows is None:
+            rows: dict[float, tuple[list[float], list[float]]] = {}
+            self._spots.clear()
+            for (ka, kb), ms in sorted(self.values.items(), key=lambda item: (item[0][1], item[0][0])):
+                row = rows.setdefault(kb, ([], []))
+                self._spots[(ka, kb)] = (row[1], len(row[1]))
+                row[0].append(ka)
+                row[1].append(ms)
+            self._rows = (list(rows), list(rows.values()))
+        bs, by_b = self._rows
+        return _interp(bs, lambda j: _interp(by_b[j][0], by_b[j][1].__getitem__, a), b)
 
     def to_json(self) -> list[list[float]]:
         return [[a, b, round(ms, 4)] for (a, b), ms in sorted(self.values.items())]
@@ -81,6 +96,8 @@ class Table:
     def load(self, rows: list[list[float]]) -> None:
         self.values = {(snap(a), snap(b)): float(ms) for a, b, ms in rows}
         self._memo.clear()
+        self.version += 1
+        self._rows = None
 
 
 class CostModel:
@@ -95,11 +112,11 @@ class CostModel:
         self._table(kind).observe(a, b, ms)
 
     def _table(self, kind: str) -> Table:
-        return {"step": self.step_ms, "prefill": self.prefill_ms, "codec": self.codec_ms}[kind]
+        table: Table = getattr(self, f"{kind}_ms")
+        return table
 
     def to_json(self) -> dict[str, Any]:
-        return {"step_ms": self.step_ms.to_json(), "prefill_ms": self.prefill_ms.to_json(),
-                "codec_ms": self.codec_ms.to_json()}
+        return {f"{kind}_ms": self._table(kind).to_json() for kind in ("step", "prefill", "codec")}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CostModel:

@@ -13,12 +13,17 @@ chunk x step estimate + codec estimate), from the cost model (engine/cost.py). U
    backbone is idle. A stream about to run dry takes an *early* chunk (engine/chunk_plan.py).
 `fifo` is the baseline: arrival order, no deferral, no urgency, no early chunks. Under both,
 a request whose first audio is predicted later than `max_predicted_ttfa_ms` is refused at once.
+
+The per-step path touches each running request a few times (DESIGN.md §3 budgets ~0.1 ms of
+host time per step): the longest context is kept as tokens arrive, and a slack is computed
+only for a deadline near enough that the slack could fall under the limit asked (`_far_s`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from engine.chunk_plan import ChunkShape
 from engine.config import EngineConfig
 from engine.cost import CostModel
 from engine.kv_cache import KVSlots
@@ -31,19 +36,14 @@ from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, In
 class Scheduler:
     def __init__(self, config: EngineConfig, lm: LMSpec | None, *, max_running: int, max_seq_len: int,
                  max_codec_batch: int, cost: CostModel, sample_rate: int, max_prefill_batch: int = 8) -> None:
-        self.policy = config.policy
-        self.by_deadline, self.urgency, self.early = config.uses("order"), config.uses("urgency"), config.uses("early")
-        self.defer = config.uses("defer")
+        self.by_deadline, self.urgency, self.defer = config.uses("order"), config.uses("urgency"), config.uses("defer")
+        self.early = config.uses("early") and lm is not None
         self.urgent_slack_ms = config.urgent_slack_ms
         self.codec_batch = min(config.codec_batch, max_codec_batch)
-        self.max_codec_batch = max_codec_batch
-        self.max_waiting = config.max_waiting
-        self.max_running = max_running
-        self.max_prefill_defer_ms = config.max_prefill_defer_ms
-        self.max_prefill_tokens = config.max_prefill_tokens
+        self.max_codec_batch, self.max_waiting, self.max_running = max_codec_batch, config.max_waiting, max_running
+        self.max_prefill_defer_ms, self.max_prefill_tokens = config.max_prefill_defer_ms, config.max_prefill_tokens
         self.max_prefill_batch = max_prefill_batch
-        self.max_predicted_ttfa_ms = config.max_predicted_ttfa_ms
-        self.max_unread_ms = config.max_unread_ms
+        self.max_predicted_ttfa_ms, self.max_unread_ms = config.max_predicted_ttfa_ms, config.max_unread_ms
         self.lm = lm
         self.kv = KVSlots(max_running, max_seq_len) if lm is not None else None
         self.cost = cost
@@ -52,6 +52,13 @@ class Scheduler:
         self.running: dict[str, Request] = {}
         self.num_deferred = self.num_refused = 0  # prefills deferred (iterations), requests refused: metrics
         self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
+        self._longest = 0  # the most KV positions a running request uses
+        # At most this many steps (a chunk's frames and right context, as frames are formed from
+        # tokens) and one of these codec windows stand between a speech LM's request and its chunk.
+        shape = lm.shape if lm is not None else ChunkShape((1,), 0)
+        self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
+        self._codec_frames = sorted({n + shape.context_frames * m for n, _ in shape.chunks for m in (1, 2)})
+        self._max_codec = (-1, 0.0)  # (codec table version, the most any of those windows costs)
 
     # -- membership -------------------------------------------------------------------
 
@@ -96,6 +103,8 @@ class Scheduler:
             request = next((r for r in self.waiting if r.request_id == request_id), None)
             if request is not None:
                 self.waiting.remove(request)
+        elif request.num_tokens >= self._longest:
+            self._longest = max((r.num_tokens for r in self.running.values()), default=0)
         if request is not None:
             request.status = RequestStatus.FINISHED
             if self.kv is not None:
@@ -106,23 +115,33 @@ class Scheduler:
 
     def steps_to_chunk(self, request: Request) -> int:
         """Decode steps until the planned next chunk has its frames (0 when ready)."""
-        if self.lm is None or request.plan.is_final:
+        plan = request.plan
+        if self.lm is None or plan.is_final:
             return 0
-        needed = self.lm.tokens_per_frame * request.plan.frames_needed() - len(request.tokens)
-        return max(0, min(needed, request.max_tokens - len(request.tokens)))
+        size, right = plan.shape.chunk(plan.num_chunks)
+        done = len(request.tokens)
+        steps = min(self.lm.tokens_per_frame * (plan.num_emitted + size + right), request.max_tokens) - done
+        return steps if steps > 0 else 0
 
     def _codec_est_ms(self, request: Request) -> float:
+        plan = request.plan
         if self.lm is None:
             units = request.prepared.units
-            return self.cost.codec_ms(1, len(units[min(request.plan.num_emitted, len(units) - 1)]))
-        plan = request.plan
-        frames = plan.shape.frames_of(plan.num_chunks) + plan.shape.context_frames * (1 + (plan.num_emitted > 0))
-        return self.cost.codec_ms(1, frames)
+            return self.cost.codec_ms(1, len(units[min(plan.num_emitted, len(units) - 1)]))
+        return self.cost.codec_ms(1, plan.shape.chunk(plan.num_chunks)[0] + plan.shape.context_frames * (
+            1 + (plan.num_emitted > 0)))
 
     def slack_ms(self, request: Request, now: float) -> float:
         """deadline - now - time to produce its next chunk (ms); may be negative."""
         work = self.steps_to_chunk(request) * self._step_ms + self._codec_est_ms(request)
         return 1000.0 * (request.deadline_s() - now) - work
+
+    def _far_s(self, now: float, limit_ms: float) -> float:
+        """A time past which a speech LM's deadline leaves a slack of `limit_ms` or more (1 ms spare)."""
+        table = self.cost.codec_ms
+        if self._max_codec[0] != table.version:
+            self._max_codec = (table.version, max(table(1, frames) for frames in self._codec_frames))
+        return now + (limit_ms + self._max_steps * self._step_ms + self._max_codec[1] + 1.0) / 1000.0
 
     def predict_first_chunk_ms(self, request: Request, now: float) -> float:
         """ms from `now` until a new request's first chunk, from the cost model: the work
@@ -142,9 +161,6 @@ class Scheduler:
         prefill = self.cost.prefill_ms(len(request.prepared.prompt_ids))
         return wait_ms + prefill + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
 
-    def _is_held(self, request: Request) -> bool:
-        return request.unread_ms is not None and request.unread_ms() > self.max_unread_ms
-
     # -- policy ---------------------------------------------------------------------------
 
     def schedule(self, now: float, urgent_slots: int | None = None, background_slots: int | None = None,
@@ -154,13 +170,13 @@ class Scheduler:
         batch takes a lane, a synthesiser's unit one; `shared`: both kinds use one pool."""
         plan = Plan()
         if self.running:
-            context = max(r.num_tokens for r in self.running.values()) + 1
-            self._step_ms = self.cost.step_ms(len(self.running), context)
+            self._step_ms = self.cost.step_ms(len(self.running), self._longest + 1)
         self._admit(now, plan)
+        held = {r for r in self.running.values() if r.unread_ms is not None and r.unread_ms() > self.max_unread_ms}
         if self.lm is not None:
-            plan.decode = [r for r in self.running.values() if r.needs_decode and not self._is_held(r)]
+            plan.decode = [r for r in self.running.values() if r.is_prefilled and not r.is_stopped and r not in held]
         if urgent_slots != 0 or background_slots != 0:
-            self._pick_codec(now, plan)
+            self._pick_codec(now, plan, held)
             if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
                 del plan.urgent[urgent_slots:]
             if urgent_slots == 0:
@@ -191,13 +207,13 @@ class Scheduler:
             tokens += len(request.prepared.prompt_ids)
         if not batch:
             return
-        if self.defer and self.running:
+        if self.defer and self.running and 1000.0 * (now - min(r.spec.arrival_s for r in batch)) < \
+                self.max_prefill_defer_ms:
             # Would this prefill push a running request's chunk past its deadline?
             cost = self.cost.prefill_ms(tokens)
-            pushed = any(0 <= s < cost for s in (self.slack_ms(r, now) for r in self.running.values()
-                                                 if not r.plan.is_done))
-            waited_ms = 1000.0 * (now - min(r.spec.arrival_s for r in batch))
-            if pushed and waited_ms < self.max_prefill_defer_ms:
+            far = self._far_s(now, cost)
+            if any(0 <= self.slack_ms(r, now) < cost for r in self.running.values()
+                   if not r.plan.is_done and r.deadline_s() <= far):
                 self.num_deferred += 1
                 return
         for request in batch:
@@ -209,17 +225,20 @@ class Scheduler:
     def _start(self, request: Request) -> None:
         request.status = RequestStatus.RUNNING
         self.running[request.request_id] = request
+        self._longest = max(self._longest, request.num_tokens)
 
-    def _pick_codec(self, now: float, plan: Plan) -> None:
-        items = []
+    def _pick_codec(self, now: float, plan: Plan, held: set[Request]) -> None:
+        items, far = [], None
         for request in self.running.values():
-            if request.error is not None or request.in_flight or self._is_held(request):
+            if request.error is not None or request.in_flight or request in held:
                 continue
-            window = request.plan.next_window()
-            if window is None and self.early and self.lm is not None:
-                early = request.plan.next_window(early=True)
-                if early is not None and self.slack_ms(request, now) < self.urgent_slack_ms:
-                    window = early  # a short chunk on time beats a full chunk late
+            stream, window = request.plan, None
+            if stream.is_final or stream.num_frames >= stream.ready_at:
+                window = stream.next_window()
+            if window is None and self.early:  # a short chunk on time beats a full chunk late
+                far = self._far_s(now, self.urgent_slack_ms) if far is None else far
+                if request.deadline_s() <= far and self.slack_ms(request, now) < self.urgent_slack_ms:
+                    window = stream.next_window(early=True)
             if window is not None:
                 items.append(CodecItem(request, window))
         if not items:
@@ -251,30 +270,36 @@ class Scheduler:
         lm = self.lm
         assert lm is not None
         failed = []
+        stop_ids, tokens_per_frame, longest = lm.stop_token_ids, lm.tokens_per_frame, self._longest
         for out in outs:
-            request = out.request
+            request, token = out.request, out.token
             if request.status is not RequestStatus.RUNNING or request.is_stopped:
                 continue  # cancelled meanwhile, or a row the device already masked
             request.is_prefilled = True
-            if out.token in lm.stop_token_ids and not request.is_forced:
+            if token in stop_ids and not request.is_forced:
                 request.is_stopped = True
             else:
-                request.tokens.append(out.token)
-                request.pending.append(out.token)
-                if len(request.pending) == lm.tokens_per_frame:
+                tokens, pending = request.tokens, request.pending
+                tokens.append(token)
+                pending.append(token)
+                num_tokens = len(tokens)
+                if num_tokens + len(request.prepared.prompt_ids) > longest:
+                    longest = num_tokens + len(request.prepared.prompt_ids)
+                if len(pending) == tokens_per_frame:
                     try:
-                        request.frames.append(lm.frame_codes(request.pending))
+                        request.frames.append(lm.frame_codes(pending))
                     except ValueError as error:
-                        request.error = GenerationFailed(f"generated token {len(request.tokens) - 1}: {error}")
+                        request.error = GenerationFailed(f"generated token {num_tokens - 1}: {error}")
                         request.is_stopped = True
                         failed.append(request)
                         continue
-                    request.pending.clear()
+                    pending.clear()
                     request.plan.num_frames += 1
-                if out.is_stopped or len(request.tokens) >= request.max_tokens:
+                if out.is_stopped or num_tokens >= request.max_tokens:
                     request.is_stopped = True
             if request.is_stopped:
                 request.plan.is_final = True  # a trailing partial frame is dropped
+        self._longest = longest
         return failed
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
