@@ -2,10 +2,9 @@
 
 A *frame* is the codec's unit (Orpheus: one SNAC coarse code, 7 tokens, 85.33 ms; Piper:
 one text segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` (clipped)
-and cropped, so chunks equal a whole decode when the codec's receptive field is within
-`context_frames` (models/snac.py measures SNAC's). Sizes follow a ramp (1, 2, 4, 8 frames)
-for a short time to first audio; under EDF a stream about to run dry may take an *early*
-chunk: the frames that already have their right context.
+and cropped: equal to a whole decode when the codec's receptive field is within
+`context_frames` (models/snac.py measures SNAC's). Sizes ramp up (1, 2, 4, 8 frames) for a
+short time to first audio; a stream about to run dry may take an *early* chunk (EDF).
 """
 
 from __future__ import annotations
@@ -15,10 +14,9 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class ChunkShape:
-    """A family's chunking: `ramp[k]` frames for chunk k (the last size repeats), with
-    `context_frames` of left and right context; `ramp_context` (None: the same) is the right
-    context of the ramp's growing chunks (all but the last size): a shorter wait for first
-    audio and for the chunks that must follow it faster than real time, at a small error."""
+    """`ramp[k]` frames for chunk k (the last size repeats), `context_frames` of context on
+    each side; `ramp_context` (None: the same): the right context of all chunks but the
+    last size, a shorter wait for first audio at a small error."""
 
     ramp: tuple[int, ...]
     context_frames: int
@@ -39,9 +37,8 @@ class ChunkShape:
         return self.chunk(chunk_index)[0]
 
     def window_lengths(self) -> tuple[int, ...]:
-        """Frames decoded per window of a stream's non-final chunks: every planned or early
-        chunk of 1..max(ramp) frames with up to the context on each side (less at the
-        stream's start). The codec shapes worth capturing as CUDA graphs."""
+        """Frames per window of non-final chunks (1..max(ramp) frames with up to the context
+        on each side): the codec shapes worth capturing as CUDA graphs."""
         low = 1 + min(self.context_frames, self.chunks[0][1])
         return tuple(range(low, max(self.ramp) + 2 * self.context_frames + 1))
 
@@ -89,11 +86,8 @@ class ChunkPlan:
         return self.num_emitted + size + right
 
     def next_window(self, early: bool = False) -> Window | None:
-        """The next chunk to decode, or None if it must wait for more frames.
-
-        `early`: if the planned chunk is not complete, take the frames that already have
-        their right context (at least one) as a smaller chunk.
-        """
+        """The next chunk to decode, or None if it must wait for more frames; `early`: if the
+        planned chunk is not complete, the frames that have their right context (at least one)."""
         if self.is_done:
             return None
         size, right = self.shape.chunk(self.num_chunks)

@@ -1,30 +1,22 @@
 """Playback clock: when does this listener's buffered audio run out? (DESIGN.md §2)
 
-All times are `time.monotonic()` seconds; audio amounts are milliseconds.
-
-- Before the first chunk the deadline is `arrival + ttfa_target_ms`, or later when the
-  listener still has `ahead_ms` of earlier audio queued (the next sentence of an
-  utterance): `arrival + max(ttfa_target_ms, ahead_ms)`.
-- Without client reports, playback is assumed to start when the first chunk is
-  delivered (or when the audio ahead of it runs out, if later) and to run at 1x (the
-  VoxServe assumption).
-- With a report `(played_ms, playing)` taken at time `t`, the client is extrapolated at
-  1x while playing: `played(now) = played_ms + (now - t)`, so the buffer runs dry at
-  `t + (delivered_ms - played_ms)`; a paused client has no deadline.
-- A stall is counted when a chunk (not the first) is delivered after that moment.
-
-Between events the deadline is constant, which is why the scheduler can keep it as a
-plain number and only recompute it when a chunk is delivered or a report arrives.
+Times are `time.monotonic()` seconds; audio amounts are milliseconds.
+- Before the first chunk the deadline is `arrival + max(ttfa_target_ms, ahead_ms)`
+  (`ahead_ms`: earlier audio the listener still has queued, e.g. the previous sentence).
+- Without client reports, playback starts when the first chunk is delivered (or when the
+  audio ahead of it runs out, if later) and runs at 1x (the VoxServe assumption).
+- A report `(played_ms, playing)` at time `t` is extrapolated at 1x while playing, so the
+  buffer runs dry at `t + (delivered_ms - played_ms)`; a paused client has no deadline.
+- A stall is a chunk (not the first) delivered after that moment.
+The deadline only changes when a chunk is delivered or a report arrives.
 """
 
 from __future__ import annotations
 
 
 class PlaybackClock:
-    __slots__ = (
-        "arrival_s", "ttfa_target_ms", "ahead_ms", "delivered_ms", "first_delivery_s",
-        "play_start_s", "num_chunks", "stalls", "stall_ms", "_report",
-    )
+    __slots__ = ("arrival_s", "ttfa_target_ms", "ahead_ms", "delivered_ms", "first_delivery_s", "play_start_s",
+                 "num_chunks", "stalls", "stall_ms", "_report")
 
     def __init__(self, arrival_s: float, ttfa_target_ms: float, ahead_ms: float = 0.0) -> None:
         self.arrival_s = arrival_s
@@ -40,9 +32,7 @@ class PlaybackClock:
 
     @property
     def ttfa_ms(self) -> float | None:
-        if self.first_delivery_s is None:
-            return None
-        return 1000.0 * (self.first_delivery_s - self.arrival_s)
+        return None if self.first_delivery_s is None else 1000.0 * (self.first_delivery_s - self.arrival_s)
 
     def deadline_s(self) -> float | None:
         """Monotonic time at which the next chunk must be delivered, None if paused."""
@@ -51,9 +41,7 @@ class PlaybackClock:
         if self._report is None:
             return self.play_start_s + self.delivered_ms / 1000.0
         at_s, played_ms, playing = self._report
-        if not playing:
-            return None
-        return at_s + (self.delivered_ms - played_ms) / 1000.0
+        return at_s + (self.delivered_ms - played_ms) / 1000.0 if playing else None
 
     def played_ms(self, now: float) -> float:
         """Audio the client has played by `now` (extrapolated, never past delivered)."""
@@ -79,12 +67,10 @@ class PlaybackClock:
             deadline = self.deadline_s()
             if deadline is not None and now > deadline:
                 late_ms = 1000.0 * (now - deadline)
-                self.stalls += 1
-                self.stall_ms += late_ms
+                self.stalls, self.stall_ms = self.stalls + 1, self.stall_ms + late_ms
                 # The client sat silent for late_ms; playback resumes from here.
                 if self._report is not None:
-                    at_s, played_ms, playing = self._report
-                    self._report = (now, self.delivered_ms, playing)
+                    self._report = (now, self.delivered_ms, self._report[2])
                 else:
                     self.play_start_s += late_ms / 1000.0
         self.delivered_ms += duration_ms
@@ -92,9 +78,6 @@ class PlaybackClock:
         return late_ms
 
     def on_report(self, now: float, played_ms: float, playing: bool) -> None:
-        """A client's `playback.position` report: `played_ms` of this stream played so far.
-
-        A negative `played_ms` means the client is still playing audio queued before this
-        stream (e.g. an earlier sentence of the same utterance): the deadline moves later.
-        """
+        """A client's `playback.position` report: `played_ms` of this stream played so far (negative:
+        audio queued before this stream is still playing, e.g. an earlier sentence)."""
         self._report = (now, min(float(played_ms), self.delivered_ms), bool(playing))

@@ -1,7 +1,6 @@
 """Engine settings: one frozen dataclass, checked once (STYLE.md §5).
 
-A model's concurrency limit is not here: it is the runner's `max_running` (its KV slots
-for a speech LM), set once when the runner is built (engine/runner.py `build_runner`).
+A model's concurrency limit is its runner's `max_running` (KV slots), set in `build_runner`.
 """
 
 from __future__ import annotations

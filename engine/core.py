@@ -1,18 +1,12 @@
 """EngineCore: one model's scheduler and runner, stepped by its caller (no thread).
 
-`add` / `cancel` / `report_playback` change the requests; `step()` plans one iteration
-(engine/scheduler.py), has the runner execute it (decode step launched first, then the
-prefill, then the codec items), post-processes the results and returns what to send:
-`(request_id, AudioChunk)` pairs (a chunk with `is_last` ends its request) and
-`(request_id, EngineError)` for failed requests. Time comes from the injected `clock`,
-so the same core runs under the engine's worker threads (time.monotonic) and in the
-simulator (a discrete-event clock that the simulated runner advances).
-
-With `lanes` ({name: capacity}), codec work runs on executors of its own while the core
-goes on: "urgent" and "background" lanes (a GPU: their own streams and SM partitions),
-else one "codec" lane for both (a CPU speech LM; a synthesiser's pool of sessions, one unit
-per session, the most urgent taking the next free one). A speech LM sends one batch per
-lane at a time. Chunks are sent at the first step after their work ends.
+`step()` plans an iteration (engine/scheduler.py), has the runner execute it (decode
+first, then prefill, then codec items) and returns what to send: `(request_id,
+AudioChunk)` (`is_last` ends it) or `(request_id, EngineError)`. Time comes from `clock`
+(the engine's workers: time.monotonic; the simulator: a discrete-event clock). With
+`lanes` ({name: capacity}) codec work runs on executors of its own beside the step:
+"urgent" and "background" (a GPU), or one "codec" lane (a CPU speech LM; a synthesiser:
+a unit a session, the most urgent first); its chunks go out at the next step.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from engine.config import EngineConfig
 from engine.cost import CostModel
-from engine.lm_spec import LMSpec
 from engine.plan import CodecItem, Plan
 from engine.request import Prepared, Request
 from engine.runner import Runner
@@ -43,10 +36,7 @@ class EngineCore:
         self.runner = runner
         self.clock = clock
         self.cost = cost or CostModel()
-        lm = runner.spec if isinstance(runner.spec, LMSpec) else None
-        self.scheduler = Scheduler(config, lm, max_running=runner.max_running, max_seq_len=runner.max_seq_len,
-                                   max_codec_batch=runner.max_codec_batch, cost=self.cost,
-                                   sample_rate=runner.sample_rate, max_prefill_batch=runner.max_prefill_batch)
+        self.scheduler = Scheduler(config, runner, self.cost)
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
         make = executor or (lambda name, n: ThreadPoolExecutor(n, f"voxgate-{name}"))
         self.lanes = {name: (make(name, n), n) for name, n in (lanes or {}).items()}
@@ -80,10 +70,9 @@ class EngineCore:
     def cancel(self, request_id: str) -> bool:
         """Drop a request and free what it holds; False if it is not here."""
         request = self.scheduler.remove(request_id)
-        if request is None:
-            return False
-        self.runner.release(request)
-        return True
+        if request is not None:
+            self.runner.release(request)
+        return request is not None
 
     def report_playback(self, request_id: str, at_s: float, played_ms: float, playing: bool) -> None:
         request = self.scheduler.get(request_id)
@@ -92,11 +81,10 @@ class EngineCore:
 
     def fail_all(self, error: EngineError) -> list[Output]:
         """End every request with `error` (the model is going away, or its runner broke)."""
-        outputs: list[Output] = []
-        for request in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
+        requests = [*self.scheduler.running.values(), *self.scheduler.waiting]
+        for request in requests:
             self.cancel(request.request_id)
-            outputs.append((request.request_id, error))
-        return outputs
+        return [(request.request_id, error) for request in requests]
 
     def step(self, now: float | None = None) -> list[Output]:
         """One iteration at time `now` (default: the clock); returns what to send."""
@@ -149,10 +137,8 @@ class EngineCore:
         finally:
             self._in_runner_s += time.perf_counter() - t0
 
-    def _free(self, lane: str | None) -> int | None:
-        if lane is None:
-            return None
-        return self.lanes[lane][1] - sum(1 for name, _, _ in self._flying if name == lane)
+    def _free(self, lane: str | None) -> int | None:  # free capacity of a lane; None: decoded in the step
+        return None if lane is None else self.lanes[lane][1] - sum(1 for name, _, _ in self._flying if name == lane)
 
     def _send(self, items: list[CodecItem], outs: list[ChunkOut]) -> list[Output]:
         sent = self.scheduler.postprocess_codec(items, outs, self.clock())
@@ -164,16 +150,15 @@ class EngineCore:
             lane.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
-        scheduler, plan = self.scheduler, self._last_plan
+        scheduler, plan, has_backbone = self.scheduler, self._last_plan, self.runner.has_backbone
         batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
                  "background": len(plan.background)}
-        lanes = dict(batch) if self.runner.has_backbone else {"synth": batch.get("urgent", 0) + batch.get("background", 0)}
-        stats: dict[str, Any] = {"waiting": len(scheduler.waiting), "running": len(scheduler.running),
-                                 "has_backbone": self.runner.has_backbone, "last_batch": dict(batch),
-                                 "lanes": lanes, "prefill_deferrals": scheduler.num_deferred,
-                                 "refused": scheduler.num_refused, "graphs": dict(getattr(self.runner, "graph_counts", {}))}
-        if self.runner.has_backbone:
+        stats: dict[str, Any] = {
+            "waiting": len(scheduler.waiting), "running": len(scheduler.running), "has_backbone": has_backbone,
+            "last_batch": batch, "lanes": dict(batch) if has_backbone else {"synth": len(plan.codec)},
+            "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": dict(getattr(
+                self.runner, "graph_counts", {})), "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
+            "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None}
+        if has_backbone:
             stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)
-        stats["est_codec_ms"] = round(self.cost.codec_ms(1, 8), 2)
-        stats["host_ms_p50"] = round(statistics.median(self.host_ms), 4) if self.host_ms else None
         return stats

@@ -1,22 +1,18 @@
 """The cost model: how long what a runner executes takes, in milliseconds (no torch).
 
-Three tables, learnt as the engine runs (the runner times its own work: CUDA events on a
-GPU, a host clock on the CPU), and read from / written to JSON (bench/cost_model.py
-measures one on the GPU for bench/simulate.py): `step_ms(batch, context)`, one decode
-step over attention `context`; `prefill_ms(tokens)`, one packed prefill; `codec_ms(batch,
-size)`, one codec call over windows of `size` frames (a synthesiser: text characters).
-Each keeps a moving average per observed key, snapped to a grid (1, 1.5, 2, 3, 4, 6, ...);
-a lookup interpolates linearly between observed keys along each axis and extrapolates
-past the largest (never below it). An empty table answers its default.
+Tables learnt from the runner's timings of its own work, read from / written to JSON
+(bench/cost_model.py measures one for bench/simulate.py): `step_ms(batch, context)`,
+`prefill_ms(tokens)`, `codec_ms(batch, size)` (size: window frames; a synthesiser: text
+characters). Each keeps a moving average per key snapped to a grid (1, 1.5, 2, 3, 4, ...);
+lookups interpolate linearly along each axis, extrapolate past the largest key (never
+below it), and answer the default while empty.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
-import json
 import math
-from pathlib import Path
 from typing import Any, Callable
 
 EMA = 0.2  # weight of a new observation
@@ -35,39 +31,38 @@ def _interp(xs: list[float], y: Callable[[int], float], x: float) -> float:
     """Piecewise linear through (xs[i], y(i)); `y` is asked only for the two points used."""
     if len(xs) == 1 or x <= xs[0]:
         return y(0)
-    i = bisect.bisect_left(xs, x)
-    if i >= len(xs):  # extrapolate from the last two points, never below the last
-        i = len(xs) - 1
-        y0, y1 = y(i - 1), y(i)
-        return max(y1, y1 + (y1 - y0) * (x - xs[i]) / (xs[i] - xs[i - 1]))
+    i = min(bisect.bisect_left(xs, x), len(xs) - 1)
     y0, y1 = y(i - 1), y(i)
+    if x > xs[i]:  # extrapolate from the last two points, never below the last
+        return max(y1, y1 + (y1 - y0) * (x - xs[i]) / (xs[i] - xs[i - 1]))
     return y0 + (y1 - y0) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 class Table:
     """ms by (a, b) keys; a 1-D table uses b = 1 throughout. Lookups are memoised until
-    the next change (the scheduler asks the same few keys for every running request), and
-    the sorted rows are kept between changes to a value (rebuilt when a key is added)."""
+    the next change: the scheduler asks the same few keys for every running request."""
 
     def __init__(self, default_ms: float) -> None:
         self.default_ms = default_ms
         self.values: dict[tuple[float, float], float] = {}
-        self._memo: dict[tuple[float, float], float] = {}
         self.version = 0  # counts changes, for callers that keep values derived from lookups
-        self._rows: tuple[list[float], list[tuple[list[float], list[float]]]] | None = None  # bs, (as, ms) per b
-        self._spots: dict[tuple[float, float], tuple[list[float], int]] = {}  # key -> its place in _rows
+        self._memo: dict[tuple[float, float], float] = {}
+        self._bs: list[float] = []  # the observed b keys, sorted, and the a keys observed at each
+        self._as: dict[float, list[float]] = {}
 
     def observe(self, a: float, b: float, ms: float) -> None:
         key = (snap(a), snap(b))
         old = self.values.get(key)
-        self.values[key] = value = ms if old is None else (1 - EMA) * old + EMA * ms
+        self._put(key, ms if old is None else (1 - EMA) * old + EMA * ms)
+
+    def _put(self, key: tuple[float, float], ms: float) -> None:
+        if key not in self.values:
+            if key[1] not in self._as:
+                bisect.insort(self._bs, key[1])
+            bisect.insort(self._as.setdefault(key[1], []), key[0])
+        self.values[key] = ms
         self._memo.clear()
         self.version += 1
-        spot = self._spots.get(key)
-        if spot is None:
-            self._rows = None
-        else:
-            spot[0][spot[1]] = value
 
     def __call__(self, a: float, b: float = 1.0) -> float:
         found = self._memo.get((a, b))
@@ -78,26 +73,20 @@ class Table:
     def _lookup(self, a: float, b: float) -> float:
         if not self.values:
             return self.default_ms
-        if self._rows is None:
-            rows: dict[float, tuple[list[float], list[float]]] = {}
-            self._spots.clear()
-            for (ka, kb), ms in sorted(self.values.items(), key=lambda item: (item[0][1], item[0][0])):
-                row = rows.setdefault(kb, ([], []))
-                self._spots[(ka, kb)] = (row[1], len(row[1]))
-                row[0].append(ka)
-                row[1].append(ms)
-            self._rows = (list(rows), list(rows.values()))
-        bs, by_b = self._rows
-        return _interp(bs, lambda j: _interp(by_b[j][0], by_b[j][1].__getitem__, a), b)
+
+        def at_b(j: int) -> float:  # row j (the j-th b key) interpolated at a
+            kb, keys = self._bs[j], self._as[self._bs[j]]
+            return _interp(keys, lambda i: self.values[(keys[i], kb)], a)
+
+        return _interp(self._bs, at_b, b)
 
     def to_json(self) -> list[list[float]]:
         return [[a, b, round(ms, 4)] for (a, b), ms in sorted(self.values.items())]
 
     def load(self, rows: list[list[float]]) -> None:
-        self.values = {(snap(a), snap(b)): float(ms) for a, b, ms in rows}
-        self._memo.clear()
-        self.version += 1
-        self._rows = None
+        self.values, self._bs, self._as = {}, [], {}
+        for a, b, ms in rows:
+            self._put((snap(a), snap(b)), float(ms))
 
 
 class CostModel:
@@ -126,7 +115,3 @@ class CostModel:
             model._table(kind).load(data.get(f"{kind}_ms", []))
         model.source = str(data.get("source", "json"))
         return model
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> CostModel:
-        return cls.from_json(json.loads(Path(path).read_text()))

@@ -1,13 +1,11 @@
 """The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
-One worker per device for speech LMs (each GPU, and the CPU where a small LM runs),
-stepping every model resident on it; each synthesiser (Piper) has a worker of its own, so
-a sentence being synthesised never delays an LM's step (DESIGN.md §3). The calls, safe
-from any thread: `submit(spec) -> AudioStream`, `cancel`, `report_playback`, `attach`,
-`detach`. The family's `prepare` runs in a small thread pool (off the event loop and the
-workers); its errors arrive through the stream. Commands reach a worker through its
-inbox, drained between steps. A request whose stream is not being read pauses once
-`EngineConfig.max_unread_ms` of audio waits, so memory per request stays bounded.
+One worker per device for speech LMs steps every model resident there; each synthesiser
+(Piper) has a worker of its own, so a sentence never delays an LM's step (DESIGN.md §3).
+`submit`, `cancel`, `report_playback`, `attach` and `detach` are safe from any thread and
+reach a worker through its inbox, drained between steps. The family's `prepare` runs in a
+small thread pool; its errors come through the stream. A request whose stream is not
+read pauses once `EngineConfig.max_unread_ms` of audio waits.
 """
 
 from __future__ import annotations
@@ -56,12 +54,9 @@ def _nice() -> None:
 
 
 class AudioStream:
-    """Async iterator over one request's chunks; raises the engine's error if it fails.
-
-    Items cross from the worker thread through `loop.call_soon_threadsafe`, so the event
-    loop never blocks. Leaving the iteration early (break, exception, disconnect) must be
-    followed by `Engine.cancel`; `aclose()` does that.
-    """
+    """Async iterator over one request's chunks; raises the engine's error if it fails. Items
+    cross from the worker thread by `loop.call_soon_threadsafe` (the loop never blocks).
+    Leaving early (break, exception, disconnect) must be followed by `aclose()`: a cancel."""
 
     def __init__(self, engine: Engine, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine
@@ -113,9 +108,7 @@ class Worker:
     """A thread stepping the cores of the models placed on it, round robin."""
 
     def __init__(self, name: str, engine: Engine, low_priority: bool = False) -> None:
-        self.name = name
-        self.low_priority = low_priority
-        self.engine = engine
+        self.name, self.low_priority, self.engine = name, low_priority, engine
         self.cores: dict[str, EngineCore] = {}
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -222,8 +215,6 @@ class Engine:
         self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="voxgate-prepare")
         self._started = False
 
-    # -- lifecycle --------------------------------------------------------------------
-
     def start(self) -> None:
         self._started = True
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
@@ -239,11 +230,8 @@ class Engine:
             worker.thread.join(timeout_s)
         self._prepare.shutdown(wait=False, cancel_futures=True)
 
-    # -- calls from other threads -----------------------------------------------------
-
     def attach(self, model_id: str, runner: Runner, core: EngineCore | None = None) -> Future[None]:
-        """Start serving a built runner under `model_id`, on its device's worker (a
-        synthesiser: a worker of its own)."""
+        """Serve a built runner as `model_id`, on its device's worker (a synthesiser: its own)."""
         key = runner.device if runner.has_backbone else f"synth:{model_id}"
         worker = self._workers.get(key)
         if worker is None:
@@ -271,11 +259,9 @@ class Engine:
         return fut
 
     def submit(self, spec: SpeechRequest) -> AudioStream:
-        """Queue a request; call it from the event loop that will read the stream.
-
-        Raises ModelNotLoaded at once; the family's validation errors (UnknownVoice,
-        InvalidInput, InputTooLong) and Overloaded come through the stream.
-        """
+        """Queue a request, from the event loop that will read the stream. Raises ModelNotLoaded;
+        the family's validation errors (UnknownVoice, InvalidInput, InputTooLong) and
+        Overloaded come through the stream."""
         if spec.model_id not in self._models:
             raise ModelNotLoaded(f"model {spec.model_id!r} is not loaded", field="model")
         runner, worker = self._models[spec.model_id]
@@ -288,20 +274,19 @@ class Engine:
         return stream
 
     def cancel(self, request_id: str) -> None:
-        worker = self._owner.get(request_id)
-        if worker is not None:
-            worker.send("cancel", request_id)
+        self._to_owner(request_id, "cancel", request_id)
 
     def report_playback(self, request_id: str, played_ms: float, playing: bool) -> None:
+        self._to_owner(request_id, "report", request_id, float(played_ms), bool(playing), time.monotonic())
+
+    def _to_owner(self, request_id: str, *command: Any) -> None:
         worker = self._owner.get(request_id)
         if worker is not None:
-            worker.send("report", request_id, float(played_ms), bool(playing), time.monotonic())
+            worker.send(*command)
 
     def num_requests(self, model_id: str | None = None) -> int:
         """Requests queued or running (all models, or one): streams not yet ended."""
-        if model_id is None:
-            return len(self._streams)
-        return len(self._active.get(model_id, ()))
+        return len(self._streams) if model_id is None else len(self._active.get(model_id, ()))
 
     def is_attached(self, model_id: str) -> bool:
         return model_id in self._models
@@ -312,8 +297,6 @@ class Engine:
             for model_id, stats in list(worker.stats.items()):
                 models[model_id] = {**stats, "worker": worker.name}
         return {"requests": len(self._streams), "policy": self.config.policy, "models": models}
-
-    # -- from the workers ---------------------------------------------------------------
 
     def _wake_owner(self, request_id: str) -> None:
         worker = self._owner.get(request_id)

@@ -1,14 +1,12 @@
 """GPU lanes (DESIGN.md §3): where a speech LM's work runs on the device.
 
-- LM lane: prefill and decode steps, launched by the device worker's thread, on a stream of
-  its own, inside a green-context SM partition of `lm_sms` SMs when given;
-- background codec lane: batched, non-urgent chunks, on the remaining SMs (a second green
-  context of `codec_sms`) or, without partitions, a low-priority stream;
-- urgent codec lane: first chunks and chunks near their deadline, on the whole GPU at high
-  stream priority.
-Each codec lane has its own launching thread (engine/core.py) and its own CUDA graphs
-(engine/model_runner.py). Green contexts are created once, here; kernels that size their
-grid from the SM count (models/decode_attention.py) get their lane's count.
+- LM lane: prefill and decode, launched by the device worker's thread, on its own stream,
+  in a green-context partition of `lm_sms` SMs when given;
+- background codec lane: batched, non-urgent chunks, on a second green context of
+  `codec_sms` SMs or, without partitions, a low-priority stream;
+- urgent codec lane: first chunks and chunks near their deadline, whole GPU, high priority.
+Each codec lane has its own launching thread (engine/core.py) and CUDA graphs; kernels that
+size their grid from the SM count (models/decode_attention.py) get their lane's count.
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """Runner (engine/runner.py) for speech LMs: a Llama-style backbone + a frame codec.
 
-It executes plans and owns all device memory; the scheduler's `Request`s hold the tokens,
+It executes plans and owns all device memory; the scheduler's `Request`s hold tokens,
 frames and KV slots. The constructor is a recipe: KV cache, per-slot state, graphs.
-
 - KV: one tensor `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` in
-  per-layer views; position `max_seq_len` is a spare that padding rows write and nobody reads.
-- `prefill`: the new prompts packed into one forward, each first token sampled; one host
-  sync (engine/prefill.py: captured per token bucket on a GPU).
-- `decode`: one step over slot rows `[0, B)` (B: the batch bucket above the highest slot).
-  Per-slot state lives on the device, so a step reads and updates it without the host;
-  `[token, was_active, stopped]` per row is copied back asynchronously and read one step
-  late (after the next launch): stop checks never stall the GPU.
-- GPU: bf16, one CUDA graph per (batch bucket, attention-length bucket), captured largest
-  first into one pool (`enforce_eager`: none); CPU: float32, eager, the same code.
+  per-layer views; position `max_seq_len` is a spare that padding rows write, nobody reads.
+- `prefill`: new prompts packed into one forward, first tokens sampled (engine/prefill.py).
+- `decode`: one step over slot rows `[0, B)` (B: the batch bucket above the highest slot),
+  per-slot state on the device; `[token, was_active, stopped]` per row is copied back
+  asynchronously and read one step late (after the next launch): no stall for stop checks.
+- GPU: bf16, one CUDA graph per (batch bucket, attention-length bucket), largest first into
+  one pool (`enforce_eager`: none); CPU: float32, eager, the same code.
 - `decode_codec`: windows of equal length decode as one batch (models/codec_graphs.py).
-- Timings for the cost model: decode steps by CUDA events (GPU) or the host clock (CPU);
+- Timings for the cost model: decode steps by CUDA events (GPU) or the host clock (CPU),
   prefill and codec calls by the host clock (they end in a host sync anyway).
 Step times vs the memory floor: bench/results/orpheus_decode.md.
 """

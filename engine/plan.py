@@ -1,7 +1,7 @@
 """What the scheduler asks a runner to execute in one iteration, and what comes back.
 
 A `Plan` (DESIGN.md §3): requests to `prefill`, requests taking one `decode` step, and
-codec items, `urgent` and `background`, each naming its window of frames. The runner
+`urgent` and `background` codec items, each naming its window of frames; the runner
 answers with a `TokenOut` per token and a `ChunkOut` per codec item.
 """
 

@@ -1,12 +1,10 @@
 """Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py).
 
-The prompts are concatenated (block-diagonal causal mask), each slot's device state is
-reset for its new owner, and each first token is sampled. On a GPU it runs as a CUDA graph
-of the smallest token bucket that holds the prompts (`PREFILL_BUCKETS`), padded to
-`max_prefill_batch` prompts: padding tokens write the spare KV position, padding prompts
-the spare state row, so nothing real is touched. Larger prefills, and the CPU, run the same
-step eagerly at their exact size. Only host scalars are kept out of the step (index_fill_
-instead of assigning a Python value), as capture requires.
+Prompts are concatenated (block-diagonal causal mask), each slot's device state is reset
+for its new owner, each first token sampled. On a GPU it replays the CUDA graph of the
+smallest token bucket that holds them (`PREFILL_BUCKETS`), padded to `max_prefill_batch`
+prompts: padding writes the spare KV position and state row. Larger prefills, and the
+CPU, run the same step eagerly. No host scalars in the step (index_fill_), as capture needs.
 """
 
 from __future__ import annotations

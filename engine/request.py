@@ -1,9 +1,8 @@
 """Everything about one utterance that the scheduler keeps (pure Python, no torch).
 
-Built from the gateway's `SpeechRequest` and the family's `Prepared` (prompt ids
-tokenised once, before queueing; sampling settings), a `Request` carries the tokens, the
-frame being filled, the frames' codes, its chunk plan, stop state and `PlaybackClock`;
-its tensors live in the runner, in the KV slot the scheduler gave it.
+A `Request` (from the gateway's `SpeechRequest` and the family's `Prepared`) carries the
+generated tokens, the frames' codes, its chunk plan, stop state and `PlaybackClock`; its
+tensors live in the runner, in the KV slot the scheduler gave it.
 """
 
 from __future__ import annotations
@@ -25,11 +24,8 @@ class RequestStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """Per-request sampling settings (models/options.py `parse_options` builds them).
-
-    `force_tokens` > 0: generate exactly that many audio tokens, the stop token never taken
-    (benchmarks on random weights). Every token is drawn from its frame position's audio ids.
-    """
+    """Per-request sampling settings (models/options.py `parse_options`). `force_tokens` > 0:
+    exactly that many audio tokens, never the stop token (benchmarks on random weights)."""
 
     temperature: float
     top_p: float
@@ -41,11 +37,8 @@ class Sampling:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """What a family's `prepare(spec)` returns: validated, tokenised, ready to queue.
-
-    `prompt_ids`: the backbone's prompt (empty for a direct synthesiser); `units`: what a
-    synthesiser speaks, one per frame (Piper: the text segments); `sampling`: speech LMs only.
-    """
+    """A family's `prepare(spec)`, validated and tokenised once before queueing: the
+    backbone's `prompt_ids` and `sampling` (speech LMs), or a synthesiser's `units`, one a frame."""
 
     prompt_ids: tuple[int, ...] = ()
     units: tuple[str, ...] = ()
@@ -62,9 +55,7 @@ class Request:
     slot: int = -1  # KV slot while running (speech LMs)
     max_tokens: int = 0  # tokens it may generate (the scheduler fits it to the slot)
     tokens: list[int] = field(default_factory=list)  # generated, stop token excluded
-    pending: list[int] = field(default_factory=list)  # tokens of the frame being filled
-    frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame
-    is_prefilled: bool = False
+    frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame of tokens
     is_stopped: bool = False  # generates no more tokens
     in_flight: bool = False  # a chunk of it is being decoded on a lane
     error: EngineError | None = None
@@ -88,10 +79,6 @@ class Request:
     @property
     def is_forced(self) -> bool:
         return self.prepared.sampling is not None and self.prepared.sampling.force_tokens > 0
-
-    @property
-    def needs_decode(self) -> bool:
-        return self.is_prefilled and not self.is_stopped
 
     def deadline_s(self) -> float:
         """Next chunk's deadline; a paused listener sorts last (infinite deadline)."""

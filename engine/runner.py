@@ -1,16 +1,9 @@
 """What a family's `load` returns (its model parts) and what the engine builds from them.
 
-A family module never builds engine machinery: `load` returns `LMParts` (a speech LM:
-`LMSpec`, backbone, codec) or `SynthParts` (a direct synthesiser such as Piper), and
-`build_runner` turns them into a runner. Runners only execute what the scheduler planned
-(engine/plan.py); they own device memory and nothing about policy:
-
-- `prefill(requests)` / `decode(requests)` -> `TokenOut`s (a GPU runner reads tokens back
-  one step late: `decode` returns the tokens known now, from the previous step);
-- `decode_codec(items, lane)` -> one `ChunkOut` per item, in order, on that lane's stream;
-- `release(request)`, `take_timings()` (for the cost model), `memory_bytes()`, `close()`.
-Only the worker stepping a runner calls it, but for `decode_codec`, which a CPU codec lane
-(engine/core.py) runs on a thread of its own beside decode steps: codec state stays apart.
+`LMParts` (a speech LM: `LMSpec`, backbone, codec) or `SynthParts` (a synthesiser such as
+Piper) become a runner in `build_runner`. Runners execute plans and own device memory,
+no policy; only the worker stepping one calls it, but for `decode_codec`, which a codec
+lane (engine/core.py) runs on its own thread beside the steps.
 """
 
 from __future__ import annotations
@@ -92,10 +85,10 @@ class Runner(Protocol):
     def lanes(self) -> Mapping[str, int]:  # codec lanes it can run beside its step ({name: capacity})
         ...
     def prefill(self, requests: Sequence[Request]) -> list[TokenOut]: ...
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]: ...
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]: ...
+    def decode(self, requests: Sequence[Request]) -> list[TokenOut]: ...  # a GPU's: the previous step's tokens
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]: ...  # one an item
     def release(self, request: Request) -> None: ...
-    def take_timings(self) -> list[Timing]: ...
+    def take_timings(self) -> list[Timing]: ...  # its work's timings since the last call (cost model)
     def memory_bytes(self) -> int: ...
     def close(self) -> None: ...
 

@@ -8,15 +8,13 @@ chunk x step estimate + codec estimate), from the cost model (engine/cost.py). U
    a running request's chunk past its deadline.
 2. Decode: every prefilled request still generating takes one step (continuous batching),
    unless its unread audio passed `max_unread_ms` (backpressure).
-3. Codec, EDF: first chunks and chunks with slack under `urgent_slack_ms` are urgent; the
-   rest wait until `codec_batch` are ready, the earliest is near its deadline, or the
-   backbone is idle. A stream about to run dry takes an *early* chunk (engine/chunk_plan.py).
+3. Codec: first chunks and chunks with slack under `urgent_slack_ms` are urgent; the rest
+   wait until `codec_batch` are ready, the earliest is near its deadline, or the backbone
+   is idle. A stream about to run dry takes an *early* chunk (engine/chunk_plan.py).
 `fifo` is the baseline: arrival order, no deferral, no urgency, no early chunks. Under both,
 a request whose first audio is predicted later than `max_predicted_ttfa_ms` is refused at once.
-
-The per-step path touches each running request a few times (DESIGN.md §3 budgets ~0.1 ms of
-host time per step): the longest context is kept as tokens arrive, and a slack is computed
-only for a deadline near enough that the slack could fall under the limit asked (`_far_s`).
+Host time per step (issue 9: <= 0.1 ms): the longest context is kept as tokens arrive, and
+slack is computed only for deadlines near enough for it to matter (`_far_s`).
 """
 
 from __future__ import annotations
@@ -30,24 +28,23 @@ from engine.kv_cache import KVSlots
 from engine.lm_spec import LMSpec
 from engine.plan import CodecItem, Plan, TokenOut
 from engine.request import Request, RequestStatus
+from engine.runner import Runner
 from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, InputTooLong, Overloaded
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, lm: LMSpec | None, *, max_running: int, max_seq_len: int,
-                 max_codec_batch: int, cost: CostModel, sample_rate: int, max_prefill_batch: int = 8) -> None:
+    def __init__(self, config: EngineConfig, runner: Runner, cost: CostModel) -> None:
+        lm = self.lm = runner.spec if isinstance(runner.spec, LMSpec) else None
         self.by_deadline, self.urgency, self.defer = config.uses("order"), config.uses("urgency"), config.uses("defer")
         self.early = config.uses("early") and lm is not None
-        self.urgent_slack_ms = config.urgent_slack_ms
-        self.codec_batch = min(config.codec_batch, max_codec_batch)
-        self.max_codec_batch, self.max_waiting, self.max_running = max_codec_batch, config.max_waiting, max_running
+        self.urgent_slack_ms, self.codec_batch = config.urgent_slack_ms, min(config.codec_batch, runner.max_codec_batch)
+        self.max_running, self.max_codec_batch, self.max_waiting = runner.max_running, runner.max_codec_batch, \
+            config.max_waiting
+        self.max_prefill_batch, self.sample_rate = runner.max_prefill_batch, runner.sample_rate
         self.max_prefill_defer_ms, self.max_prefill_tokens = config.max_prefill_defer_ms, config.max_prefill_tokens
-        self.max_prefill_batch = max_prefill_batch
         self.max_predicted_ttfa_ms, self.max_unread_ms = config.max_predicted_ttfa_ms, config.max_unread_ms
-        self.lm = lm
-        self.kv = KVSlots(max_running, max_seq_len) if lm is not None else None
+        self.kv = KVSlots(runner.max_running, runner.max_seq_len) if lm is not None else None
         self.cost = cost
-        self.sample_rate = sample_rate
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
         self.num_deferred = self.num_refused = 0  # prefills deferred (iterations), requests refused: metrics
@@ -59,8 +56,6 @@ class Scheduler:
         self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
         self._codec_frames = sorted({n + shape.context_frames * m for n, _ in shape.chunks for m in (1, 2)})
         self._max_codec = (-1, 0.0)  # (codec table version, the most any of those windows costs)
-
-    # -- membership -------------------------------------------------------------------
 
     @property
     def num_requests(self) -> int:
@@ -98,29 +93,24 @@ class Scheduler:
 
     def remove(self, request_id: str) -> Request | None:
         """Take a request out (finished, failed or cancelled) and free its KV slot."""
-        request = self.running.pop(request_id, None)
+        request = self.get(request_id)
         if request is None:
-            request = next((r for r in self.waiting if r.request_id == request_id), None)
-            if request is not None:
-                self.waiting.remove(request)
+            return None
+        if self.running.pop(request_id, None) is None:
+            self.waiting.remove(request)
         elif request.num_tokens >= self._longest:
             self._longest = max((r.num_tokens for r in self.running.values()), default=0)
-        if request is not None:
-            request.status = RequestStatus.FINISHED
-            if self.kv is not None:
-                self.kv.free(request_id)
+        request.status = RequestStatus.FINISHED
+        if self.kv is not None:
+            self.kv.free(request_id)
         return request
-
-    # -- estimates ----------------------------------------------------------------------
 
     def steps_to_chunk(self, request: Request) -> int:
         """Decode steps until the planned next chunk has its frames (0 when ready)."""
         plan = request.plan
         if self.lm is None or plan.is_final:
             return 0
-        size, right = plan.shape.chunk(plan.num_chunks)
-        done = len(request.tokens)
-        steps = min(self.lm.tokens_per_frame * (plan.num_emitted + size + right), request.max_tokens) - done
+        steps = min(self.lm.tokens_per_frame * plan.frames_needed(), request.max_tokens) - len(request.tokens)
         return steps if steps > 0 else 0
 
     def _codec_est_ms(self, request: Request) -> float:
@@ -161,8 +151,6 @@ class Scheduler:
         prefill = self.cost.prefill_ms(len(request.prepared.prompt_ids))
         return wait_ms + prefill + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
 
-    # -- policy ---------------------------------------------------------------------------
-
     def schedule(self, now: float, urgent_slots: int | None = None, background_slots: int | None = None,
                  shared: bool = True) -> Plan:
         """The next iteration's work at `now`. `*_slots`: free codec lanes for urgent and
@@ -174,7 +162,7 @@ class Scheduler:
         self._admit(now, plan)
         held = {r for r in self.running.values() if r.unread_ms is not None and r.unread_ms() > self.max_unread_ms}
         if self.lm is not None:
-            plan.decode = [r for r in self.running.values() if r.is_prefilled and not r.is_stopped and r not in held]
+            plan.decode = [r for r in self.running.values() if r.tokens and not r.is_stopped and r not in held]
         if urgent_slots != 0 or background_slots != 0:
             self._pick_codec(now, plan, held)
             if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
@@ -196,11 +184,8 @@ class Scheduler:
             return
         assert self.kv is not None
         batch: list[Request] = []
-        tokens = 0
-        for request in self.waiting:
-            if len(self.running) + len(batch) >= self.max_running or not self.kv.num_free > len(batch) \
-                    or len(batch) >= self.max_prefill_batch:
-                break
+        tokens, room = 0, min(self.max_running - len(self.running), self.kv.num_free, self.max_prefill_batch)
+        for request in self.waiting[:max(0, room)]:
             if batch and tokens + len(request.prepared.prompt_ids) > self.max_prefill_tokens:
                 break
             batch.append(request)
@@ -262,8 +247,6 @@ class Scheduler:
         del plan.urgent[self.max_codec_batch:]
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 
-    # -- post-processing --------------------------------------------------------------------
-
     def postprocess_tokens(self, outs: Sequence[TokenOut]) -> list[Request]:
         """Append each token, assemble frames, check stop and max_tokens; returns the
         requests that failed (a token outside its frame position's audio ids)."""
@@ -272,30 +255,25 @@ class Scheduler:
         failed = []
         stop_ids, tokens_per_frame, longest = lm.stop_token_ids, lm.tokens_per_frame, self._longest
         for out in outs:
-            request, token = out.request, out.token
+            request, token, tokens = out.request, out.token, out.request.tokens
             if request.status is not RequestStatus.RUNNING or request.is_stopped:
                 continue  # cancelled meanwhile, or a row the device already masked
-            request.is_prefilled = True
             if token in stop_ids and not request.is_forced:
                 request.is_stopped = True
             else:
-                tokens, pending = request.tokens, request.pending
                 tokens.append(token)
-                pending.append(token)
-                num_tokens = len(tokens)
-                if num_tokens + len(request.prepared.prompt_ids) > longest:
-                    longest = num_tokens + len(request.prepared.prompt_ids)
-                if len(pending) == tokens_per_frame:
+                if len(tokens) + len(request.prepared.prompt_ids) > longest:
+                    longest = len(tokens) + len(request.prepared.prompt_ids)
+                if len(tokens) % tokens_per_frame == 0:  # the frame is complete
                     try:
-                        request.frames.append(lm.frame_codes(pending))
+                        request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
                     except ValueError as error:
-                        request.error = GenerationFailed(f"generated token {num_tokens - 1}: {error}")
+                        request.error = GenerationFailed(f"generated token {len(tokens) - 1}: {error}")
                         request.is_stopped = True
                         failed.append(request)
                         continue
-                    pending.clear()
                     request.plan.num_frames += 1
-                if out.is_stopped or num_tokens >= request.max_tokens:
+                if out.is_stopped or len(tokens) >= request.max_tokens:
                     request.is_stopped = True
             if request.is_stopped:
                 request.plan.is_final = True  # a trailing partial frame is dropped
@@ -317,9 +295,7 @@ class Scheduler:
                 continue
             request.plan.advance(item.window)
             if len(out.pcm) or item.window.is_last:
-                duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
-                index = request.clock.num_chunks
-                late_ms = request.clock.on_delivery(now, duration_ms)
-                sent.append((request, AudioChunk(request.request_id, index, out.pcm, self.sample_rate,
-                                                 item.window.is_last, late_ms, out.words)))
+                late_ms = request.clock.on_delivery(now, 1000.0 * len(out.pcm) / self.sample_rate)
+                sent.append((request, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
+                                                 self.sample_rate, item.window.is_last, late_ms, out.words)))
         return sent

@@ -1,10 +1,9 @@
 """Runner (engine/runner.py) for a direct synthesiser (Piper): no backbone, no KV cache.
 
-Each codec item is one text unit of its request (`Window.start` indexes
-`Prepared.units`), synthesised whole into one chunk. The runner holds a pool of
-independent instances (each a single-threaded session); the engine calls `decode_codec`
-from one lane thread per instance, and each call takes a free one. A unit that fails fails
-only its request. Timings feed the cost model as codec calls of batch 1, size = characters.
+A codec item is one text unit (`Window.start` indexes `Prepared.units`), synthesised whole
+into one chunk by a free instance of the pool (single-threaded sessions, one lane thread
+each); a unit that fails fails only its request. Timings: codec calls of batch 1, size =
+characters.
 """
 
 from __future__ import annotations
@@ -29,9 +28,7 @@ class SynthRunner:
     device = "cpu"
 
     def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
-        self.model_id = model_id
-        self.spec = parts.spec
-        self.family = parts.spec.family
+        self.model_id, self.spec, self.family = model_id, parts.spec, parts.spec.family
         self.synthesizers = parts.synthesizers
         self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
         self.lanes = {"codec": len(parts.synthesizers)}

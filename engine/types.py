@@ -1,8 +1,7 @@
 """The boundary between gateway and engine: requests in, audio chunks out, typed errors.
 
-Nothing here imports torch or knows about HTTP. The gateway builds a `SpeechRequest`,
-the engine streams back `AudioChunk`s; errors are small exception classes carrying a
-stable `code`, a human `message` and, where one input is to blame, the `field`.
+No torch, no HTTP. Errors carry a stable `code`, a human `message` and, where one input is
+to blame, the `field`.
 """
 
 from __future__ import annotations
@@ -18,14 +17,11 @@ import numpy as np
 class SpeechRequest:
     """One utterance to synthesise.
 
-    `segments` are the units the text frontend split `text` into (sentences); families
-    without a backbone synthesise one segment per chunk, speech LMs may join them.
-    `arrival_s` is `time.monotonic()` seconds when the request reached the server.
-    `ttfa_target_ms` sets the first chunk's deadline (arrival + target, DESIGN.md §2).
-    `ahead_ms` is audio the listener still has queued before this request's (the next
-    sentence of an utterance that is playing): its first chunk is due when that runs
-    out, not at the TTFA target, and is not urgent just for being a first chunk.
-    `options` carries family-specific knobs (sampling overrides, `max_tokens`,
+    `segments`: the text frontend's units of `text` (sentences); a synthesiser speaks one per
+    chunk. `arrival_s`: `time.monotonic()` seconds at the server; the first chunk is due at
+    arrival + `ttfa_target_ms` (DESIGN.md §2), or once the `ahead_ms` of audio the listener
+    still has queued before it runs out (the next sentence of a playing utterance; then it
+    is not urgent for being a first chunk). `options`: family knobs (sampling, `max_tokens`,
     `force_tokens` for benchmarks on random weights); unknown keys are ignored.
     """
 
@@ -58,12 +54,10 @@ class WordTiming:
 class AudioChunk:
     """A piece of an utterance's audio, in order.
 
-    pcm: float32 mono samples in [-1, 1], shape `[samples]`, at `sample_rate` Hz.
-    `index` counts chunks of one request from 0; `is_last` marks the final one (it may
-    hold zero samples). `late_ms` is how far past its deadline the chunk was emitted
-    (0 when on time): a positive value means the listener's buffer ran dry (a stall).
-    `words`: timings of the words this chunk speaks, from the model's own durations
-    (Piper); empty when the model has none (the gateway then estimates them).
+    pcm: float32 mono samples in [-1, 1], shape `[samples]`, at `sample_rate` Hz. `index`
+    counts a request's chunks from 0; the last (`is_last`) may hold no samples. `late_ms`:
+    how far past its deadline it was emitted (> 0: the listener's buffer ran dry, a stall).
+    `words`: the model's own word timings (Piper); empty when it has none.
     """
 
     request_id: str
@@ -81,10 +75,8 @@ class AudioChunk:
 
 @dataclass(frozen=True, slots=True)
 class ChunkOut:
-    """What a runner returns for one request from a step: audio, the end, or a failure.
-
-    pcm: float32 `[samples]` at the runner's `sample_rate`, or None with `error` set.
-    """
+    """A runner's audio for one codec item: float32 `pcm` `[samples]` at its `sample_rate`,
+    or None with `error` set."""
 
     request_id: str
     pcm: np.ndarray | None
