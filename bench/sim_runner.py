@@ -28,7 +28,7 @@ from engine.lm_spec import LMSpec
 from models.options import parse_options
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Prepared, Request
-from engine.runner import SynthSpec
+from engine.runner import Runner, SynthSpec
 from engine.types import ChunkOut, InvalidInput, SpeechRequest
 from bench.workload import CHARS_PER_S
 
@@ -89,26 +89,22 @@ def synth_spec() -> SynthSpec:
     return SynthSpec("sim-synth", ("default",), prepare)
 
 
-class SimRunner:
+class SimRunner(Runner):
     def __init__(self, spec: LMSpec | SynthSpec, cost: CostModel, clock: SimClock | None = None, *,
                  max_running: int = 64, max_seq_len: int = 2048, max_codec_batch: int = 32,
                  device: str = "sim") -> None:
-        self.model_id = "sim"
-        self.spec = spec
-        self.family = spec.family
+        super().__init__("sim", spec, max_running)
         self.has_backbone = isinstance(spec, LMSpec)
         self.cost = cost
         self.clock = clock
         self.device = device
         self.sample_rate = SAMPLE_RATE
-        self.max_running = max_running
         self.max_seq_len = max_seq_len if self.has_backbone else 0
         self.max_codec_batch = max_codec_batch if self.has_backbone else 1
         self.max_prefill_batch = 8  # as engine/model_runner.py's captured prefills
         self.lanes: dict[str, int] = {}  # the simulator runs codec work in the step unless it models lanes
         self._generated: dict[str, int] = {}  # "device" step count per request
         self._pending: list[TokenOut] = []  # last step's tokens, read back one step late
-        self._timings: list[Timing] = []
         self.num_decode_steps = 0
         self.on_lane = False  # codec work runs on a SimLanes lane: it does not hold the step
         self.lane_cost_ms = 0.0
@@ -167,16 +163,6 @@ class SimRunner:
 
     def release(self, request: Request) -> None:
         self._generated.pop(request.request_id, None)
-
-    def take_timings(self) -> list[Timing]:
-        timings, self._timings = self._timings, []
-        return timings
-
-    def memory_bytes(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
 
 
 class SimFuture:

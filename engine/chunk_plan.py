@@ -1,10 +1,10 @@
 """Which frames make a request's next audio chunk (pure arithmetic, no torch).
 
-A *frame* is the codec's unit (Orpheus: one SNAC coarse code, 7 tokens, 85.33 ms; Piper:
-one text segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` (clipped)
-and cropped: equal to a whole decode when the codec's receptive field is within
-`context_frames` (models/snac.py measures SNAC's). Sizes ramp up (1, 2, 4, 8 frames) for a
-short time to first audio; a stream about to run dry may take an *early* chunk (EDF).
+A *frame* is the codec's unit (Orpheus: a SNAC coarse code, 7 tokens, 85.33 ms; Piper: a
+text segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` (clipped) and
+cropped: a whole decode's samples while the codec's receptive field is within the context
+(models/snac.py measures it). Sizes ramp 1, 2, 4, 8 frames; a stream about to run dry may
+take an *early* chunk (EDF).
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class ChunkShape:
-    """`ramp[k]` frames for chunk k (the last size repeats), `context_frames` of context on
-    each side; `ramp_context` (None: the same): the right context of all chunks but the
-    last size, a shorter wait for first audio at a small error."""
+    """A family's chunking."""
 
-    ramp: tuple[int, ...]
-    context_frames: int
-    ramp_context: int | None = None
+    ramp: tuple[int, ...]  # frames of chunk k (the last size repeats)
+    context_frames: int  # decoded on each side of a chunk
+    ramp_context: int | None = None  # right context of chunks before the last size (None: the same): sooner audio
     chunks: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (frames, right) per ramp step
 
     def __post_init__(self) -> None:

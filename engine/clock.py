@@ -1,14 +1,12 @@
 """Playback clock: when does this listener's buffered audio run out? (DESIGN.md §2)
 
-Times are `time.monotonic()` seconds; audio amounts are milliseconds.
-- Before the first chunk the deadline is `arrival + max(ttfa_target_ms, ahead_ms)`
-  (`ahead_ms`: earlier audio the listener still has queued, e.g. the previous sentence).
-- Without client reports, playback starts when the first chunk is delivered (or when the
-  audio ahead of it runs out, if later) and runs at 1x (the VoxServe assumption).
-- A report `(played_ms, playing)` at time `t` is extrapolated at 1x while playing, so the
-  buffer runs dry at `t + (delivered_ms - played_ms)`; a paused client has no deadline.
-- A stall is a chunk (not the first) delivered after that moment.
-The deadline only changes when a chunk is delivered or a report arrives.
+Times are `time.monotonic()` seconds, audio in milliseconds. The first chunk is due at
+`arrival + max(ttfa_target_ms, ahead_ms)` (`ahead_ms`: audio still queued before it).
+Without reports, playback starts at the first delivery (or when the audio ahead runs out)
+and runs at 1x (as VoxServe assumes); a report `(played_ms, playing)` at `t` is
+extrapolated at 1x, so the buffer runs dry at `t + (delivered_ms - played_ms)`; a paused
+client has no deadline. A stall: a later chunk delivered after that. The deadline only
+changes when a chunk is delivered or a report arrives.
 """
 
 from __future__ import annotations
@@ -19,15 +17,10 @@ class PlaybackClock:
                  "num_chunks", "stalls", "stall_ms", "_report")
 
     def __init__(self, arrival_s: float, ttfa_target_ms: float, ahead_ms: float = 0.0) -> None:
-        self.arrival_s = arrival_s
-        self.ttfa_target_ms = ttfa_target_ms
-        self.ahead_ms = ahead_ms
-        self.delivered_ms = 0.0
+        self.arrival_s, self.ttfa_target_ms, self.ahead_ms = arrival_s, ttfa_target_ms, ahead_ms
         self.first_delivery_s: float | None = None
         self.play_start_s = 0.0  # when this stream's audio starts playing (no reports)
-        self.num_chunks = 0
-        self.stalls = 0
-        self.stall_ms = 0.0
+        self.delivered_ms, self.num_chunks, self.stalls, self.stall_ms = 0.0, 0, 0, 0.0
         self._report: tuple[float, float, bool] | None = None  # (at_s, played_ms, playing)
 
     @property

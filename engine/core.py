@@ -95,7 +95,7 @@ class EngineCore:
             self._flying.remove(done)
             for finished in done[1]:
                 finished.request.in_flight = False
-            outputs += self._send(done[1], done[2].result())
+            outputs += scheduler.postprocess_codec(done[1], done[2].result(), self.clock())
         plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
                                   shared=urgent == background)
         failed = []
@@ -110,7 +110,8 @@ class EngineCore:
                 [(urgent, plan.codec)]:
             items = [item for item in items if item.request.error is None]
             if items and lane is None:
-                outputs += self._send(items, self._run(runner.decode_codec, items, "step"))
+                outs = self._run(runner.decode_codec, items, "step")
+                outputs += scheduler.postprocess_codec(items, outs, self.clock())
             elif items and lane is not None:  # a batch a lane (LM), a unit a session (synthesiser)
                 for batch in [items] if runner.has_backbone else [[unit] for unit in items]:
                     for unit in batch:
@@ -139,10 +140,6 @@ class EngineCore:
 
     def _free(self, lane: str | None) -> int | None:  # free capacity of a lane; None: decoded in the step
         return None if lane is None else self.lanes[lane][1] - sum(1 for name, _, _ in self._flying if name == lane)
-
-    def _send(self, items: list[CodecItem], outs: list[ChunkOut]) -> list[Output]:
-        sent = self.scheduler.postprocess_codec(items, outs, self.clock())
-        return [(request.request_id, item) for request, item in sent]
 
     def shutdown(self) -> None:
         """Wait for lane work in flight (the runner stays open)."""

@@ -31,13 +31,10 @@ log = logging.getLogger(__name__)
 
 _END = object()
 STATS_EVERY_S = 0.25  # how often a worker refreshes its stats snapshot
-# A synthesiser's worker runs at a lower CPU priority (Linux nice) than the device workers,
-# whose steps are latency-bound (a GPU waits for its launching thread); on a machine where
-# nothing else runs it loses nothing.
+# A synthesiser's worker runs niced: device workers' steps are latency-bound (a GPU waits for
+# its launching thread); on an otherwise idle machine it loses nothing.
 SYNTH_NICE = 10
-# Threads waiting for the GIL get it within this long (Python's default is 5 ms): a decode
-# step waiting behind another worker's Python code is then delayed by ~1 ms, not ~5.
-SWITCH_INTERVAL_S = 0.001
+SWITCH_INTERVAL_S = 0.001  # GIL hand-over (default 5 ms): a step waits ~1 ms behind another worker's Python
 
 
 def _executor(name: str, size: int, nice: bool = False) -> ThreadPoolExecutor:
@@ -58,14 +55,10 @@ class AudioStream:
     cross from the worker thread by `loop.call_soon_threadsafe` (the loop never blocks).
     Leaving early (break, exception, disconnect) must be followed by `aclose()`: a cancel."""
 
-    def __init__(self, engine: Engine, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.engine = engine
-        self.request_id = request_id
-        self._loop = loop
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.done = False
-        self._put_ms = 0.0  # written by the worker thread only
-        self._taken_ms = 0.0  # written by the event loop only
+    def __init__(self, engine: Engine, spec: SpeechRequest, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine, self.request_id, self.model_id, self.worker = engine, spec.request_id, spec.model_id, worker
+        self._loop, self._queue, self.done = loop, asyncio.Queue[Any](), False
+        self._put_ms = self._taken_ms = 0.0  # audio put (by the worker thread), taken (by the event loop)
 
     def unread_ms(self) -> float:
         """Audio delivered to this stream that its reader has not taken yet."""
@@ -113,9 +106,7 @@ class Worker:
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.wake = threading.Event()
-        self._stopping = False
-        self._stats_s = 0.0
-        self._stats_stale = False
+        self._stopping, self._stats_s, self._stats_stale = False, 0.0, False
         self.thread = threading.Thread(target=self._run, name=f"voxgate-{name}", daemon=True)
 
     def send(self, *command: Any) -> None:
@@ -209,9 +200,7 @@ class Engine:
         self.config = config or EngineConfig()
         self._workers: dict[str, Worker] = {}
         self._models: dict[str, tuple[Runner, Worker]] = {}  # model id -> its runner, the worker stepping it
-        self._streams: dict[str, AudioStream] = {}
-        self._owner: dict[str, Worker] = {}  # request id -> its model's worker
-        self._active: dict[str, set[str]] = {}  # model id -> open request ids
+        self._streams: dict[str, AudioStream] = {}  # by request id, until the request ends
         self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="voxgate-prepare")
         self._started = False
 
@@ -239,7 +228,6 @@ class Engine:
             if self._started:
                 worker.thread.start()
         self._models[model_id] = (runner, worker)
-        self._active.setdefault(model_id, set())
         fut: Future[None] = Future()
         if core is None:  # fifo, the baseline, decodes a speech LM's chunks in its step: one stream
             lanes = runner.lanes if self.config.uses("lanes") or not runner.has_backbone else {}
@@ -265,10 +253,7 @@ class Engine:
         if spec.model_id not in self._models:
             raise ModelNotLoaded(f"model {spec.model_id!r} is not loaded", field="model")
         runner, worker = self._models[spec.model_id]
-        stream = AudioStream(self, spec.request_id, asyncio.get_running_loop())
-        self._streams[spec.request_id] = stream
-        self._owner[spec.request_id] = worker
-        self._active.setdefault(spec.model_id, set()).add(spec.request_id)
+        stream = self._streams[spec.request_id] = AudioStream(self, spec, worker, asyncio.get_running_loop())
         prepared = self._prepare.submit(runner.spec.prepare, spec)
         prepared.add_done_callback(lambda fut: worker.send("add", spec, fut))
         return stream
@@ -280,13 +265,14 @@ class Engine:
         self._to_owner(request_id, "report", request_id, float(played_ms), bool(playing), time.monotonic())
 
     def _to_owner(self, request_id: str, *command: Any) -> None:
-        worker = self._owner.get(request_id)
-        if worker is not None:
-            worker.send(*command)
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.worker.send(*command)
 
     def num_requests(self, model_id: str | None = None) -> int:
         """Requests queued or running (all models, or one): streams not yet ended."""
-        return len(self._streams) if model_id is None else len(self._active.get(model_id, ()))
+        streams = list(self._streams.values())  # a snapshot: workers remove ended streams
+        return len(streams) if model_id is None else sum(stream.model_id == model_id for stream in streams)
 
     def is_attached(self, model_id: str) -> bool:
         return model_id in self._models
@@ -299,9 +285,9 @@ class Engine:
         return {"requests": len(self._streams), "policy": self.config.policy, "models": models}
 
     def _wake_owner(self, request_id: str) -> None:
-        worker = self._owner.get(request_id)
-        if worker is not None:
-            worker.wake.set()
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.worker.wake.set()
 
     def _deliver(self, outputs: list[Output]) -> None:
         for request_id, item in outputs:
@@ -316,8 +302,5 @@ class Engine:
 
     def _finish(self, request_id: str, error: EngineError | None) -> None:
         stream = self._streams.pop(request_id, None)
-        self._owner.pop(request_id, None)
-        for active in list(self._active.values()):
-            active.discard(request_id)
         if stream is not None:
             stream._put(error if error is not None else _END)

@@ -1,8 +1,7 @@
 """KV cache bookkeeping: which request holds which slot (no torch, STYLE.md §3).
 
-engine/model_runner.py allocates the memory; here `num_slots` slots of `max_seq_len`
-positions are counted out, lowest first, so a decode step over the rows up to the highest
-occupied one touches few idle rows. Ask/do: `can_allocate(num_tokens)`, then `allocate`.
+engine/model_runner.py allocates the memory; slots here go lowest first, so a decode step
+over rows up to the highest occupied one touches few idle rows. Ask, then do.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """GPU lanes (DESIGN.md §3): where a speech LM's work runs on the device.
 
-- LM lane: prefill and decode, launched by the device worker's thread, on its own stream,
-  in a green-context partition of `lm_sms` SMs when given;
-- background codec lane: batched, non-urgent chunks, on a second green context of
-  `codec_sms` SMs or, without partitions, a low-priority stream;
-- urgent codec lane: first chunks and chunks near their deadline, whole GPU, high priority.
-Each codec lane has its own launching thread (engine/core.py) and CUDA graphs; kernels that
-size their grid from the SM count (models/decode_attention.py) get their lane's count.
+LM lane (prefill, decode: the worker's thread, own stream, a green-context partition of
+`lm_sms` SMs if given); background codec lane (batched chunks: `codec_sms` SMs, or a
+low-priority stream); urgent codec lane (first and near-deadline chunks: whole GPU, high
+priority). Codec lanes have their own threads (engine/core.py) and CUDA graphs; kernels
+sized by SM count (models/decode_attention.py) get their lane's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Iterator
 
 import torch
 
@@ -54,8 +50,6 @@ class GpuLanes:
             except Exception as error:  # a driver or torch without green contexts: plain streams
                 log.warning("no SM partition (%s); the lanes share the GPU", error)
 
-    @contextlib.contextmanager
-    def on(self, lane: str) -> Iterator[None]:
-        """Run the enclosed work on `lane`'s stream ("lm", "urgent", "background")."""
-        with torch.cuda.stream(self.streams[lane]):
-            yield
+    def on(self, lane: str) -> torch.cuda.StreamContext:
+        """A context that runs the enclosed work on `lane`'s stream ("lm", "urgent", "background")."""
+        return torch.cuda.stream(self.streams[lane])

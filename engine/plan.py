@@ -1,8 +1,5 @@
-"""What the scheduler asks a runner to execute in one iteration, and what comes back.
-
-A `Plan` (DESIGN.md §3): requests to `prefill`, requests taking one `decode` step, and
-`urgent` and `background` codec items, each naming its window of frames; the runner
-answers with a `TokenOut` per token and a `ChunkOut` per codec item.
+"""What the scheduler asks a runner to execute in one iteration, and what comes back:
+a `Plan` (DESIGN.md §3); a `TokenOut` per token and a `ChunkOut` per codec item.
 """
 
 from __future__ import annotations

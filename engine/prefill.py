@@ -1,10 +1,9 @@
 """Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py).
 
-Prompts are concatenated (block-diagonal causal mask), each slot's device state is reset
-for its new owner, each first token sampled. On a GPU it replays the CUDA graph of the
-smallest token bucket that holds them (`PREFILL_BUCKETS`), padded to `max_prefill_batch`
-prompts: padding writes the spare KV position and state row. Larger prefills, and the
-CPU, run the same step eagerly. No host scalars in the step (index_fill_), as capture needs.
+Block-diagonal causal mask; each slot's device state is reset for its new owner; first
+tokens sampled. A GPU replays the CUDA graph of the smallest `PREFILL_BUCKETS` token count
+that holds the prompts, padded to `max_prefill_batch` (padding writes the spare KV position
+and state row); larger prefills and the CPU run eagerly. No host scalars in the step.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Everything about one utterance that the scheduler keeps (pure Python, no torch).
-
-A `Request` (from the gateway's `SpeechRequest` and the family's `Prepared`) carries the
-generated tokens, the frames' codes, its chunk plan, stop state and `PlaybackClock`; its
-tensors live in the runner, in the KV slot the scheduler gave it.
+"""Everything about one utterance that the scheduler keeps (pure Python, no torch): tokens,
+frames' codes, chunk plan, stop state, `PlaybackClock`; its tensors live in the runner.
 """
 
 from __future__ import annotations
@@ -24,25 +21,23 @@ class RequestStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """Per-request sampling settings (models/options.py `parse_options`). `force_tokens` > 0:
-    exactly that many audio tokens, never the stop token (benchmarks on random weights)."""
+    """Per-request sampling settings (models/options.py `parse_options`)."""
 
     temperature: float
     top_p: float
     repetition_penalty: float
     seed: int
     max_tokens: int
-    force_tokens: int = 0
+    force_tokens: int = 0  # > 0: exactly that many audio tokens, never the stop token (random-weight benchmarks)
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A family's `prepare(spec)`, validated and tokenised once before queueing: the
-    backbone's `prompt_ids` and `sampling` (speech LMs), or a synthesiser's `units`, one a frame."""
+    """A family's `prepare(spec)`: validated and tokenised once, before queueing."""
 
-    prompt_ids: tuple[int, ...] = ()
-    units: tuple[str, ...] = ()
-    sampling: Sampling | None = None
+    prompt_ids: tuple[int, ...] = ()  # the backbone's prompt (speech LMs)
+    units: tuple[str, ...] = ()  # what a synthesiser speaks, one a frame (Piper: text segments)
+    sampling: Sampling | None = None  # speech LMs only
 
 
 @dataclass(eq=False, slots=True)

@@ -22,12 +22,11 @@ from engine.types import ChunkOut, SpeechRequest, WordTiming
 
 @dataclass(frozen=True, slots=True)
 class SynthSpec:
-    """A direct synthesiser's facts: `prepare(spec)` validates a request (raises UnknownVoice,
-    InvalidInput) and returns its text units; one unit is synthesised per chunk."""
+    """A direct synthesiser's facts; one text unit is synthesised per chunk."""
 
     family: str
     voices: tuple[str, ...]  # default first
-    prepare: Callable[[SpeechRequest], Prepared]
+    prepare: Callable[[SpeechRequest], Prepared]  # validates (UnknownVoice, InvalidInput), returns the units
     shape: ChunkShape = ChunkShape(ramp=(1,), context_frames=0)
     max_text_chars: int = 0  # longest text one request may carry (0: no limit of its own)
 
@@ -47,10 +46,8 @@ class Synthesizer(Protocol):
 
 @dataclass(slots=True)
 class SynthParts:
-    """`synthesizers`: independent instances of one model (one per lane of its pool)."""
-
     spec: SynthSpec
-    synthesizers: list[Synthesizer]
+    synthesizers: list[Synthesizer]  # independent instances of one model, one a lane of its pool
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,29 +65,44 @@ class LMParts:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class Runner(Protocol):
-    model_id: str
-    family: str
-    device: str  # where it runs: "cpu", "cuda:0"; picks the worker that steps it
-    has_backbone: bool
-    sample_rate: int  # Hz of the PCM it returns
-    max_running: int  # requests served at once (KV slots): the model's one concurrency limit
-    max_seq_len: int  # positions per KV slot (0 without a backbone)
-    max_codec_batch: int
-    max_prefill_batch: int  # prompts one prefill may take
+class Runner:
+    """What the engine calls to execute plans (engine/core.py); the defaults are a runner's
+    without a backbone. `spec`: an LMSpec (speech LM) or a SynthSpec (synthesiser)."""
 
-    @property
-    def spec(self) -> LMSpec | SynthSpec: ...
-    @property
-    def lanes(self) -> Mapping[str, int]:  # codec lanes it can run beside its step ({name: capacity})
-        ...
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]: ...
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]: ...  # a GPU's: the previous step's tokens
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]: ...  # one an item
-    def release(self, request: Request) -> None: ...
-    def take_timings(self) -> list[Timing]: ...  # its work's timings since the last call (cost model)
-    def memory_bytes(self) -> int: ...
-    def close(self) -> None: ...
+    has_backbone = False
+    device = "cpu"  # where it runs ("cpu", "cuda:0"): picks the worker that steps it
+    max_seq_len = 0  # positions per KV slot (0 without a backbone)
+    max_prefill_batch = 0  # prompts one prefill may take
+    sample_rate: int  # Hz of the PCM it returns
+    max_codec_batch: int
+    lanes: Mapping[str, int]  # codec lanes it can run beside its step ({name: capacity})
+
+    def __init__(self, model_id: str, spec: LMSpec | SynthSpec, max_running: int) -> None:
+        self.model_id, self.spec, self.family = model_id, spec, spec.family
+        self.max_running = max_running  # requests served at once (KV slots): the model's one concurrency limit
+        self._timings: list[Timing] = []  # of its own work, for the cost model
+
+    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
+        return []
+
+    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:  # a GPU's: the previous step's tokens
+        return []
+
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:  # one an item
+        raise NotImplementedError
+
+    def release(self, request: Request) -> None:
+        """Free what `request` holds (nothing by default: a slot's state is reset by its next owner)."""
+
+    def take_timings(self) -> list[Timing]:
+        timings, self._timings = self._timings, []
+        return timings
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
 
 
 def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_running: int = 64) -> Runner:

@@ -1,20 +1,19 @@
 """Deadline-aware scheduling, pure Python (no torch), one instance per model.
 
-`schedule(now)` returns a `Plan` (engine/plan.py); the runner executes it; `postprocess_*`
-take the results back. Slack of a request = deadline - now - (decode steps until its next
-chunk x step estimate + codec estimate), from the cost model (engine/cost.py). Under `edf`:
-1. Admission, earliest deadline first, while KV slots are free (a synthesiser: up to
-   `max_running`); a prefill is deferred (at most `max_prefill_defer_ms`) when it would push
-   a running request's chunk past its deadline.
-2. Decode: every prefilled request still generating takes one step (continuous batching),
-   unless its unread audio passed `max_unread_ms` (backpressure).
+`schedule(now)` returns a `Plan` (engine/plan.py) for the runner; `postprocess_*` take the
+results back. Slack = deadline - now - (decode steps until the next chunk x step estimate
++ codec estimate), from the cost model (engine/cost.py). Under `edf`:
+1. Admission, earliest deadline first, while KV slots are free; a prefill waits (at most
+   `max_prefill_defer_ms`) while it would push a running request's chunk past its deadline.
+2. Decode: every request still generating takes a step, unless `max_unread_ms` of its
+   audio waits unread (backpressure).
 3. Codec: first chunks and chunks with slack under `urgent_slack_ms` are urgent; the rest
-   wait until `codec_batch` are ready, the earliest is near its deadline, or the backbone
-   is idle. A stream about to run dry takes an *early* chunk (engine/chunk_plan.py).
-`fifo` is the baseline: arrival order, no deferral, no urgency, no early chunks. Under both,
-a request whose first audio is predicted later than `max_predicted_ttfa_ms` is refused at once.
-Host time per step (issue 9: <= 0.1 ms): the longest context is kept as tokens arrive, and
-slack is computed only for deadlines near enough for it to matter (`_far_s`).
+   wait for `codec_batch` of them, a near deadline or an idle backbone. A stream about to
+   run dry takes an *early* chunk (engine/chunk_plan.py).
+`fifo`, the baseline, has arrival order and none of that. Under both, a request whose first
+audio is predicted later than `max_predicted_ttfa_ms` is refused at once. Host time per step
+(<= 0.1 ms, issue 9): the longest context is kept as tokens arrive, and slack is computed
+only for deadlines near enough to matter (`_far_s`).
 """
 
 from __future__ import annotations
@@ -74,17 +73,13 @@ class Scheduler:
                 raise InputTooLong(f"the prompt takes {len(request.prepared.prompt_ids)} of the model's "
                                    f"{self.kv.max_seq_len} positions, too few left for audio", field="input")
             request.max_tokens = min(wanted, room)
-        if self.num_requests >= self.max_running + self.max_waiting:
+        full = self.num_requests >= self.max_running + self.max_waiting
+        predicted = self.predict_first_chunk_ms(request, now) if self.max_predicted_ttfa_ms and not full else 0.0
+        if full or predicted > self.max_predicted_ttfa_ms:
             self.num_refused += 1
-            raise Overloaded(f"model {request.spec.model_id!r} has {self.num_requests} requests (max_running="
-                             f"{self.max_running} + max_waiting={self.max_waiting}); retry shortly")
-        if self.max_predicted_ttfa_ms:
-            predicted = self.predict_first_chunk_ms(request, now)
-            if predicted > self.max_predicted_ttfa_ms:
-                self.num_refused += 1
-                raise Overloaded(f"model {request.spec.model_id!r} is busy: first audio predicted in "
-                                 f"{predicted:.0f} ms (max_predicted_ttfa_ms={self.max_predicted_ttfa_ms:.0f}); "
-                                 "retry shortly")
+            why = (f"has {self.num_requests} requests (max_running + max_waiting)" if full else
+                   f"is busy: first audio predicted in {predicted:.0f} ms (max {self.max_predicted_ttfa_ms:.0f})")
+            raise Overloaded(f"model {request.spec.model_id!r} {why}; retry shortly")
         self.waiting.append(request)
 
     def get(self, request_id: str) -> Request | None:
@@ -281,21 +276,21 @@ class Scheduler:
         return failed
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
-                          now: float) -> list[tuple[Request, AudioChunk | EngineError]]:
+                          now: float) -> list[tuple[str, AudioChunk | EngineError]]:
         """Advance each chunk plan, record the delivery on the playback clock; returns what
-        to send: an AudioChunk (`is_last` ends the request) or the request's error."""
-        sent: list[tuple[Request, AudioChunk | EngineError]] = []
+        to send by request id: an AudioChunk (`is_last` ends the request) or the request's error."""
+        sent: list[tuple[str, AudioChunk | EngineError]] = []
         for item, out in zip(items, outs):
             request = item.request
             if request.status is not RequestStatus.RUNNING:
                 continue
             if out.error is not None or out.pcm is None:
                 request.error = out.error or GenerationFailed("the runner returned no audio")
-                sent.append((request, request.error))
+                sent.append((request.request_id, request.error))
                 continue
             request.plan.advance(item.window)
             if len(out.pcm) or item.window.is_last:
                 late_ms = request.clock.on_delivery(now, 1000.0 * len(out.pcm) / self.sample_rate)
-                sent.append((request, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
-                                                 self.sample_rate, item.window.is_last, late_ms, out.words)))
+                sent.append((request.request_id, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
+                                                            self.sample_rate, item.window.is_last, late_ms, out.words)))
         return sent

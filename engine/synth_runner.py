@@ -1,9 +1,7 @@
 """Runner (engine/runner.py) for a direct synthesiser (Piper): no backbone, no KV cache.
 
-A codec item is one text unit (`Window.start` indexes `Prepared.units`), synthesised whole
-into one chunk by a free instance of the pool (single-threaded sessions, one lane thread
-each); a unit that fails fails only its request. Timings: codec calls of batch 1, size =
-characters.
+A codec item is one text unit (`Window.start` indexes `Prepared.units`), synthesised whole by
+a free instance of the pool (one lane thread each); a failing unit fails only its request.
 """
 
 from __future__ import annotations
@@ -13,22 +11,16 @@ import queue
 import time
 from typing import Sequence
 
-from engine.plan import CodecItem, Timing, TokenOut
-from engine.request import Request
-from engine.runner import SynthParts, Synthesizer
+from engine.plan import CodecItem, Timing
+from engine.runner import Runner, SynthParts, Synthesizer
 from engine.types import ChunkOut, GenerationFailed
 
 log = logging.getLogger(__name__)
 
 
-class SynthRunner:
-    has_backbone = False
-    max_seq_len = 0
-    max_prefill_batch = 0
-    device = "cpu"
-
+class SynthRunner(Runner):
     def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
-        self.model_id, self.spec, self.family = model_id, parts.spec, parts.spec.family
+        super().__init__(model_id, parts.spec, max_running)
         self.synthesizers = parts.synthesizers
         self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
         self.lanes = {"codec": len(parts.synthesizers)}
@@ -36,14 +28,6 @@ class SynthRunner:
         for synthesizer in parts.synthesizers:
             self._free.put(synthesizer)
         self.sample_rate = int(parts.synthesizers[0].sample_rate)
-        self.max_running = max_running
-        self._timings: list[Timing] = []
-
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
-        return []
-
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
-        return []
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         outs = []
@@ -63,13 +47,6 @@ class SynthRunner:
             self._timings.append(Timing("codec", 1, len(text), 1000.0 * (time.perf_counter() - t0)))
             outs.append(ChunkOut(request.request_id, pcm, is_last=window.is_last, words=words))
         return outs
-
-    def release(self, request: Request) -> None:
-        pass
-
-    def take_timings(self) -> list[Timing]:
-        timings, self._timings = self._timings, []
-        return timings
 
     def memory_bytes(self) -> int:
         return sum(s.memory_bytes() for s in self.synthesizers)

@@ -1,7 +1,6 @@
 """The boundary between gateway and engine: requests in, audio chunks out, typed errors.
 
-No torch, no HTTP. Errors carry a stable `code`, a human `message` and, where one input is
-to blame, the `field`.
+No torch, no HTTP. An error has a stable `code`, a `message` and maybe the `field` to blame.
 """
 
 from __future__ import annotations
@@ -15,25 +14,18 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class SpeechRequest:
-    """One utterance to synthesise.
-
-    `segments`: the text frontend's units of `text` (sentences); a synthesiser speaks one per
-    chunk. `arrival_s`: `time.monotonic()` seconds at the server; the first chunk is due at
-    arrival + `ttfa_target_ms` (DESIGN.md §2), or once the `ahead_ms` of audio the listener
-    still has queued before it runs out (the next sentence of a playing utterance; then it
-    is not urgent for being a first chunk). `options`: family knobs (sampling, `max_tokens`,
-    `force_tokens` for benchmarks on random weights); unknown keys are ignored.
-    """
+    """One utterance to synthesise; its first chunk is due at `arrival_s` + the larger of
+    `ttfa_target_ms` and `ahead_ms` (DESIGN.md §2), urgent only when nothing is ahead of it."""
 
     request_id: str
     model_id: str
-    segments: tuple[str, ...]
+    segments: tuple[str, ...]  # the text frontend's units (sentences); a synthesiser speaks one a chunk
     voice: str
     speed: float = 1.0
-    options: Mapping[str, Any] = field(default_factory=dict)
-    arrival_s: float = field(default_factory=time.monotonic)
+    options: Mapping[str, Any] = field(default_factory=dict)  # family knobs (sampling, max_tokens, force_tokens)
+    arrival_s: float = field(default_factory=time.monotonic)  # time.monotonic() seconds at the server
     ttfa_target_ms: float = 200.0
-    ahead_ms: float = 0.0
+    ahead_ms: float = 0.0  # audio the listener still has queued before this one (the previous sentence)
 
     @property
     def text(self) -> str:
@@ -52,21 +44,15 @@ class WordTiming:
 
 @dataclass(frozen=True, slots=True)
 class AudioChunk:
-    """A piece of an utterance's audio, in order.
-
-    pcm: float32 mono samples in [-1, 1], shape `[samples]`, at `sample_rate` Hz. `index`
-    counts a request's chunks from 0; the last (`is_last`) may hold no samples. `late_ms`:
-    how far past its deadline it was emitted (> 0: the listener's buffer ran dry, a stall).
-    `words`: the model's own word timings (Piper); empty when it has none.
-    """
+    """A piece of an utterance's audio, in order."""
 
     request_id: str
-    index: int
-    pcm: np.ndarray
-    sample_rate: int
-    is_last: bool
-    late_ms: float = 0.0
-    words: tuple[WordTiming, ...] = ()
+    index: int  # the request's chunks count from 0
+    pcm: np.ndarray  # float32 mono samples in [-1, 1], `[samples]`
+    sample_rate: int  # Hz
+    is_last: bool  # the last chunk may hold no samples
+    late_ms: float = 0.0  # how far past its deadline it was emitted (> 0: the listener's buffer ran dry)
+    words: tuple[WordTiming, ...] = ()  # the model's own word timings (Piper); empty when it has none
 
     @property
     def duration_ms(self) -> float:
@@ -75,11 +61,10 @@ class AudioChunk:
 
 @dataclass(frozen=True, slots=True)
 class ChunkOut:
-    """A runner's audio for one codec item: float32 `pcm` `[samples]` at its `sample_rate`,
-    or None with `error` set."""
+    """A runner's audio for one codec item."""
 
     request_id: str
-    pcm: np.ndarray | None
+    pcm: np.ndarray | None  # float32 `[samples]` at the runner's sample_rate, or None with `error` set
     is_last: bool = False
     error: EngineError | None = None
     words: tuple[WordTiming, ...] = ()  # as AudioChunk.words
