@@ -1,15 +1,14 @@
 """Which frames make a request's next audio chunk (pure arithmetic, no torch).
 
-A *frame* is the codec's unit (Orpheus: a SNAC coarse code, 7 tokens, 85.33 ms; Piper: a
-text segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` (clipped) and
-cropped: a whole decode's samples while the codec's receptive field is within the context
-(models/snac.py measures it). Sizes ramp 1, 2, 4, 8 frames; a stream about to run dry may
-take an *early* chunk (EDF).
+A *frame* is the codec's unit (Orpheus: a SNAC code, 7 tokens, 85.33 ms; Piper: a text
+segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` and cropped, which
+equals a whole decode within the codec's receptive field (models/snac.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,20 +28,15 @@ class ChunkShape:
 
     def chunk(self, chunk_index: int) -> tuple[int, int]:
         """(frames, right context frames) of chunk `chunk_index`."""
-        return self.chunks[min(chunk_index, len(self.chunks) - 1)]
-
-    def frames_of(self, chunk_index: int) -> int:
-        return self.chunk(chunk_index)[0]
+        return self.chunks[chunk_index] if chunk_index < len(self.chunks) else self.chunks[-1]
 
     def window_lengths(self) -> tuple[int, ...]:
-        """Frames per window of non-final chunks (1..max(ramp) frames with up to the context
-        on each side): the codec shapes worth capturing as CUDA graphs."""
+        """Frames per window of non-final chunks: the codec shapes worth capturing as CUDA graphs."""
         low = 1 + min(self.context_frames, self.chunks[0][1])
         return tuple(range(low, max(self.ramp) + 2 * self.context_frames + 1))
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):  # a tuple: cheap to make, one or two per request and step
     """Decode frames `[start, stop)`, keep output frames `[emit_from, emit_to)`."""
 
     start: int
@@ -66,11 +60,8 @@ class ChunkPlan:
     __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done", "ready_at")
 
     def __init__(self, shape: ChunkShape, num_frames: int = 0, is_final: bool = False) -> None:
-        self.shape = shape
-        self.num_frames = num_frames  # frames that exist so far
-        self.num_emitted = 0  # frames already turned into audio
-        self.num_chunks = 0
-        self.is_final = is_final  # no more frames will come
+        self.shape, self.num_frames, self.is_final = shape, num_frames, is_final  # frames so far; no more to come
+        self.num_emitted = self.num_chunks = 0  # frames already turned into audio; chunks sent
         self.is_done = False  # the last chunk went out
         self.ready_at = self.frames_needed()  # as of the last advance: a cheap "no planned chunk yet"
 
@@ -98,8 +89,7 @@ class ChunkPlan:
             emit_to = total - right
         else:
             return None
-        context = self.shape.context_frames
-        return Window(max(0, emitted - context), min(total, emit_to + right), emitted, emit_to,
+        return Window(max(0, emitted - self.shape.context_frames), min(total, emit_to + right), emitted, emit_to,
                       self.is_final and emit_to == total)
 
     def advance(self, window: Window) -> None:

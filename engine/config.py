@@ -1,6 +1,5 @@
-"""Engine settings: one frozen dataclass, checked once (STYLE.md §5).
-
-A model's concurrency limit is its runner's `max_running` (KV slots), set in `build_runner`.
+"""Engine settings: one frozen dataclass, checked once (STYLE.md §5). A model's concurrency
+limit is its runner's `max_running` (KV slots), set in `build_runner`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """EngineCore: one model's scheduler and runner, stepped by its caller (no thread).
 
-`step()` plans an iteration (engine/scheduler.py), has the runner execute it (decode
-first, then prefill, then codec items) and returns what to send: `(request_id,
-AudioChunk)` (`is_last` ends it) or `(request_id, EngineError)`. Time comes from `clock`
-(the engine's workers: time.monotonic; the simulator: a discrete-event clock). With
-`lanes` ({name: capacity}) codec work runs on executors of its own beside the step:
-"urgent" and "background" (a GPU), or one "codec" lane (a CPU speech LM; a synthesiser:
-a unit a session, the most urgent first); its chunks go out at the next step.
+`step()` plans an iteration, has the runner execute it (decode, prefill, then codec) and
+returns `(request_id, AudioChunk | EngineError)` to send. Time comes from `clock`
+(time.monotonic, or the simulator's). With `lanes` ({name: capacity}) codec work runs on
+executors of its own beside the step: "urgent" and "background" (GPU) or one "codec" lane
+(a CPU LM; a synthesiser: a unit a session); its chunks go out at the next step.
 """
 
 from __future__ import annotations
@@ -50,10 +48,6 @@ class EngineCore:
         self._last_plan = Plan()
         self._in_runner_s = 0.0  # this step's time inside runner calls
         self.host_ms: collections.deque[float] = collections.deque(maxlen=4096)  # per step, runner calls excluded
-
-    @property
-    def num_requests(self) -> int:
-        return self.scheduler.num_requests
 
     @property
     def has_work(self) -> bool:

@@ -1,11 +1,9 @@
 """The cost model: how long what a runner executes takes, in milliseconds (no torch).
 
-Tables learnt from the runner's timings of its own work, read from / written to JSON
-(bench/cost_model.py measures one for bench/simulate.py): `step_ms(batch, context)`,
-`prefill_ms(tokens)`, `codec_ms(batch, size)` (size: window frames; a synthesiser: text
-characters). Each keeps a moving average per key snapped to a grid (1, 1.5, 2, 3, 4, ...);
-lookups interpolate linearly along each axis, extrapolate past the largest key (never
-below it), and answer the default while empty.
+`step_ms(batch, context)`, `prefill_ms(tokens)`, `codec_ms(batch, size)` (size: frames; a
+synthesiser: characters): moving averages per key snapped to a grid (1, 1.5, 2, 3, 4, ...),
+learnt from the runner's timings or read from JSON (bench/cost_model.py); lookups interpolate
+along each axis, extrapolate past the largest key (never below it), default while empty.
 """
 
 from __future__ import annotations
@@ -39,30 +37,25 @@ def _interp(xs: list[float], y: Callable[[int], float], x: float) -> float:
 
 
 class Table:
-    """ms by (a, b) keys; a 1-D table uses b = 1 throughout. Lookups are memoised until
-    the next change: the scheduler asks the same few keys for every running request."""
+    """ms by (a, b) (1-D: b = 1); lookups memoised until the next change (the same few keys recur)."""
 
     def __init__(self, default_ms: float) -> None:
         self.default_ms = default_ms
         self.values: dict[tuple[float, float], float] = {}
-        self.version = 0  # counts changes, for callers that keep values derived from lookups
         self._memo: dict[tuple[float, float], float] = {}
         self._bs: list[float] = []  # the observed b keys, sorted, and the a keys observed at each
         self._as: dict[float, list[float]] = {}
 
-    def observe(self, a: float, b: float, ms: float) -> None:
+    def observe(self, a: float, b: float, ms: float, average: bool = True) -> None:
+        """Fold `ms` into the moving average at (a, b) (`average=False`: replace it)."""
         key = (snap(a), snap(b))
         old = self.values.get(key)
-        self._put(key, ms if old is None else (1 - EMA) * old + EMA * ms)
-
-    def _put(self, key: tuple[float, float], ms: float) -> None:
-        if key not in self.values:
+        if old is None:
             if key[1] not in self._as:
                 bisect.insort(self._bs, key[1])
             bisect.insort(self._as.setdefault(key[1], []), key[0])
-        self.values[key] = ms
+        self.values[key] = ms if old is None or not average else (1 - EMA) * old + EMA * ms
         self._memo.clear()
-        self.version += 1
 
     def __call__(self, a: float, b: float = 1.0) -> float:
         found = self._memo.get((a, b))
@@ -80,13 +73,21 @@ class Table:
 
         return _interp(self._bs, at_b, b)
 
+    def most_ms(self, b_max: float) -> float:
+        """An upper bound of lookups at (1, b) for every b <= b_max: each row answers a stored value
+        at a = 1, interpolation stays between two, extrapolation past the last b grows toward b_max."""
+        if not self.values:
+            return self.default_ms
+        most = max(self.values.values())
+        return most if b_max <= self._bs[-1] else max(most, self(1, b_max))
+
     def to_json(self) -> list[list[float]]:
         return [[a, b, round(ms, 4)] for (a, b), ms in sorted(self.values.items())]
 
     def load(self, rows: list[list[float]]) -> None:
         self.values, self._bs, self._as = {}, [], {}
         for a, b, ms in rows:
-            self._put((snap(a), snap(b)), float(ms))
+            self.observe(a, b, float(ms), average=False)
 
 
 class CostModel:
@@ -98,20 +99,16 @@ class CostModel:
 
     def observe(self, kind: str, a: float, b: float, ms: float) -> None:
         """Record one timing; `kind` is "step", "prefill" or "codec"."""
-        self._table(kind).observe(a, b, ms)
-
-    def _table(self, kind: str) -> Table:
-        table: Table = getattr(self, f"{kind}_ms")
-        return table
+        getattr(self, f"{kind}_ms").observe(a, b, ms)
 
     def to_json(self) -> dict[str, Any]:
-        return {f"{kind}_ms": self._table(kind).to_json() for kind in ("step", "prefill", "codec")}
+        return {f"{kind}_ms": getattr(self, f"{kind}_ms").to_json() for kind in ("step", "prefill", "codec")}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CostModel:
         """A model from `to_json()` output (extra keys, e.g. "command" or "gpu", are ignored)."""
         model = cls()
         for kind in ("step", "prefill", "codec"):
-            model._table(kind).load(data.get(f"{kind}_ms", []))
+            getattr(model, f"{kind}_ms").load(data.get(f"{kind}_ms", []))
         model.source = str(data.get("source", "json"))
         return model

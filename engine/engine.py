@@ -1,11 +1,9 @@
 """The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
-One worker per device for speech LMs steps every model resident there; each synthesiser
-(Piper) has a worker of its own, so a sentence never delays an LM's step (DESIGN.md §3).
-`submit`, `cancel`, `report_playback`, `attach` and `detach` are safe from any thread and
-reach a worker through its inbox, drained between steps. The family's `prepare` runs in a
-small thread pool; its errors come through the stream. A request whose stream is not
-read pauses once `EngineConfig.max_unread_ms` of audio waits.
+A worker per device steps every speech LM resident there; each synthesiser has its own, so
+a sentence never delays an LM's step (DESIGN.md §3). The calls are safe from any thread and
+reach a worker through its inbox; `prepare` runs in a small pool, its errors come through
+the stream. A stream not read pauses its request at `EngineConfig.max_unread_ms`.
 """
 
 from __future__ import annotations
@@ -51,9 +49,8 @@ def _nice() -> None:
 
 
 class AudioStream:
-    """Async iterator over one request's chunks; raises the engine's error if it fails. Items
-    cross from the worker thread by `loop.call_soon_threadsafe` (the loop never blocks).
-    Leaving early (break, exception, disconnect) must be followed by `aclose()`: a cancel."""
+    """Async iterator over one request's chunks (put by the worker via `call_soon_threadsafe`);
+    raises the request's error. Leaving early must be followed by `aclose()` (a cancel)."""
 
     def __init__(self, engine: Engine, spec: SpeechRequest, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
         self.engine, self.request_id, self.model_id, self.worker = engine, spec.request_id, spec.model_id, worker
@@ -87,8 +84,8 @@ class AudioStream:
             raise item
         assert isinstance(item, AudioChunk)
         self._taken_ms += item.duration_ms
-        if self.unread_ms() < self.engine.config.max_unread_ms:
-            self.engine._wake_owner(self.request_id)  # a paused request may go on
+        if self.unread_ms() < self.engine.config.max_unread_ms and self.engine._streams.get(self.request_id) is self:
+            self.worker.wake.set()  # a paused request may go on
         return item
 
     async def aclose(self) -> None:
@@ -247,9 +244,8 @@ class Engine:
         return fut
 
     def submit(self, spec: SpeechRequest) -> AudioStream:
-        """Queue a request, from the event loop that will read the stream. Raises ModelNotLoaded;
-        the family's validation errors (UnknownVoice, InvalidInput, InputTooLong) and
-        Overloaded come through the stream."""
+        """Queue a request, from the loop that reads the stream; raises ModelNotLoaded. UnknownVoice,
+        InvalidInput, InputTooLong and Overloaded come through the stream."""
         if spec.model_id not in self._models:
             raise ModelNotLoaded(f"model {spec.model_id!r} is not loaded", field="model")
         runner, worker = self._models[spec.model_id]
@@ -278,16 +274,9 @@ class Engine:
         return model_id in self._models
 
     def stats(self) -> dict[str, Any]:
-        models = {}
-        for worker in list(self._workers.values()):
-            for model_id, stats in list(worker.stats.items()):
-                models[model_id] = {**stats, "worker": worker.name}
+        models = {model_id: {**stats, "worker": worker.name} for worker in list(self._workers.values())
+                  for model_id, stats in list(worker.stats.items())}
         return {"requests": len(self._streams), "policy": self.config.policy, "models": models}
-
-    def _wake_owner(self, request_id: str) -> None:
-        stream = self._streams.get(request_id)
-        if stream is not None:
-            stream.worker.wake.set()
 
     def _deliver(self, outputs: list[Output]) -> None:
         for request_id, item in outputs:

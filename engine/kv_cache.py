@@ -1,7 +1,5 @@
-"""KV cache bookkeeping: which request holds which slot (no torch, STYLE.md §3).
-
-engine/model_runner.py allocates the memory; slots here go lowest first, so a decode step
-over rows up to the highest occupied one touches few idle rows. Ask, then do.
+"""KV cache bookkeeping (no torch, STYLE.md §3): the lowest free slot first, so a decode
+step over rows up to the highest occupied one touches few idle rows.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""GPU lanes (DESIGN.md §3): where a speech LM's work runs on the device.
-
-LM lane (prefill, decode: the worker's thread, own stream, a green-context partition of
-`lm_sms` SMs if given); background codec lane (batched chunks: `codec_sms` SMs, or a
-low-priority stream); urgent codec lane (first and near-deadline chunks: whole GPU, high
-priority). Codec lanes have their own threads (engine/core.py) and CUDA graphs; kernels
-sized by SM count (models/decode_attention.py) get their lane's.
+"""GPU lanes (DESIGN.md §3): an LM lane (prefill, decode; a green-context partition of
+`lm_sms` SMs if given), a background codec lane (`codec_sms` SMs, or a low-priority stream)
+and an urgent codec lane (the whole GPU, high priority), each on a stream of its own.
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def _green_stream(num_sms: int, device: int) -> tuple[object, torch.cuda.Stream]:
-    """A green context of `num_sms` SMs and a stream on it (torch.cuda.green_contexts, beta
-    API); the context must outlive the stream."""
+    """A green context of `num_sms` SMs (beta API) and a stream on it, which it must outlive."""
     from torch.cuda.green_contexts import GreenContext
 
     context = GreenContext.create(num_sms=num_sms, device_id=device)

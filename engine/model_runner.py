@@ -1,15 +1,13 @@
 """Runner (engine/runner.py) for speech LMs: a Llama-style backbone + a frame codec.
 
-It executes plans and owns all device memory; the constructor is a recipe: KV cache,
-per-slot state, graphs. KV: one tensor `[2, layers, max_running, kv_heads, max_seq_len + 1,
-head_dim]` in per-layer views (position `max_seq_len`: a spare that padding rows write).
-`decode` steps slot rows `[0, B)` (B: the batch bucket above the highest slot) with the
-per-slot state on the device; `[token, was_active, stopped]` per row comes back
-asynchronously, read one step late, so stop checks never stall the GPU. GPU: bf16, a CUDA
-graph per (batch, attention-length) bucket, largest first into one pool (`enforce_eager`:
-none); CPU: float32, eager, the same code. `decode_codec` batches windows of one length.
-Timings: decode by CUDA events (GPU) or the host clock; prefill and codec by the host clock
-(they end in a host sync). Step times vs the memory floor: bench/results/orpheus_decode.md.
+It owns all device memory; the constructor is a recipe: KV cache, per-slot state, graphs.
+KV: `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` in per-layer views
+(position `max_seq_len`: a spare for padding rows). A decode step covers slot rows `[0, B)`
+(B: the batch bucket above the highest slot) with per-slot state on the device; `[token,
+was_active, stopped]` per row is read back one step late, so stop checks never stall the
+GPU. GPU: bf16, CUDA graphs per (batch, attention-length) bucket, largest first into one
+pool; CPU: float32, eager. Timings: decode by CUDA events (GPU) or the host clock, prefill
+and codec by the host clock. Step times vs the memory floor: bench/results/orpheus_decode.md.
 """
 
 from __future__ import annotations
@@ -94,11 +92,10 @@ class ModelRunner(Runner):
         self.graph_counts = {"hit": 0, "miss": 0}  # GPU decode steps replayed from a graph, or run eagerly
         self.model.set_rope(config.max_seq_len + 1, self.torch_device)
         self.model.fuse_projections()
-        self._pick = pick_audio_tokens
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
-        if is_compiled:
-            self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True)
+        self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
+            pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a
         # contiguous slice of the LM head, then the stop tokens): less to read per step.
         spec, weight = parts.spec, self.model.lm_head.weight

@@ -1,9 +1,7 @@
-"""Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py).
-
-Block-diagonal causal mask; each slot's device state is reset for its new owner; first
-tokens sampled. A GPU replays the CUDA graph of the smallest `PREFILL_BUCKETS` token count
-that holds the prompts, padded to `max_prefill_batch` (padding writes the spare KV position
-and state row); larger prefills and the CPU run eagerly. No host scalars in the step.
+"""Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py), each
+slot's state reset for its new owner, first tokens sampled. A GPU replays the graph of the
+smallest `PREFILL_BUCKETS` size that fits, padded to `max_prefill_batch` (padding writes
+spares); larger prefills and the CPU run eagerly.
 """
 
 from __future__ import annotations
@@ -92,8 +90,7 @@ class PrefillGraphs:
             torch.cuda.synchronize()
         except Exception:  # eager prefill still works; say so
             log.exception("prefill graphs could not be captured; prefill runs eagerly")
-            self.graphs.clear()
-            self.io.clear()
+            self.graphs, self.io = {}, {}
 
     def run(self, runner: ModelRunner, requests: Sequence[Request]) -> np.ndarray:
         """[token, stopped] per request: int64 `[2, len(requests)]` on the host."""

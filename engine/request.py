@@ -77,5 +77,4 @@ class Request:
 
     def deadline_s(self) -> float:
         """Next chunk's deadline; a paused listener sorts last (infinite deadline)."""
-        deadline = self.clock.deadline_s()
-        return float("inf") if deadline is None else deadline
+        return self.clock.due_s

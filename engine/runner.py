@@ -1,9 +1,7 @@
-"""What a family's `load` returns (its model parts) and what the engine builds from them.
+"""What a family's `load` returns (`LMParts`, `SynthParts`) and the runner built from it.
 
-`LMParts` (a speech LM: `LMSpec`, backbone, codec) or `SynthParts` (a synthesiser such as
-Piper) become a runner in `build_runner`. Runners execute plans and own device memory,
-no policy; only the worker stepping one calls it, but for `decode_codec`, which a codec
-lane (engine/core.py) runs on its own thread beside the steps.
+Runners execute plans and own device memory, no policy; only the worker stepping one calls
+it, but for `decode_codec`, which a codec lane (engine/core.py) runs beside the steps.
 """
 
 from __future__ import annotations
@@ -106,8 +104,7 @@ class Runner:
 
 
 def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_running: int = 64) -> Runner:
-    """The runner for a family's parts. `max_running` applies unless the model's options set
-    it. Speech LMs need torch (engine/model_runner.py, imported only here)."""
+    """The runner for a family's parts (`max_running` unless its options set one); torch only here."""
     max_running = int(parts.options.get("max_running", max_running))
     if isinstance(parts, SynthParts):
         from engine.synth_runner import SynthRunner

@@ -1,19 +1,15 @@
 """Deadline-aware scheduling, pure Python (no torch), one instance per model.
 
-`schedule(now)` returns a `Plan` (engine/plan.py) for the runner; `postprocess_*` take the
-results back. Slack = deadline - now - (decode steps until the next chunk x step estimate
-+ codec estimate), from the cost model (engine/cost.py). Under `edf`:
-1. Admission, earliest deadline first, while KV slots are free; a prefill waits (at most
-   `max_prefill_defer_ms`) while it would push a running request's chunk past its deadline.
-2. Decode: every request still generating takes a step, unless `max_unread_ms` of its
-   audio waits unread (backpressure).
-3. Codec: first chunks and chunks with slack under `urgent_slack_ms` are urgent; the rest
-   wait for `codec_batch` of them, a near deadline or an idle backbone. A stream about to
-   run dry takes an *early* chunk (engine/chunk_plan.py).
-`fifo`, the baseline, has arrival order and none of that. Under both, a request whose first
-audio is predicted later than `max_predicted_ttfa_ms` is refused at once. Host time per step
-(<= 0.1 ms, issue 9): the longest context is kept as tokens arrive, and slack is computed
-only for deadlines near enough to matter (`_far_s`).
+`schedule(now)` returns a `Plan` (engine/plan.py); `postprocess_*` take the results back.
+Slack = deadline - now - (steps to the next chunk x step estimate + codec estimate), from
+engine/cost.py. Under `edf`: admission earliest deadline first, a prefill deferred (at most
+`max_prefill_defer_ms`) while it would make a running chunk late; every request still
+generating decodes, unless `max_unread_ms` of its audio waits unread; first chunks and
+chunks with slack under `urgent_slack_ms` are urgent, the rest wait for `codec_batch` of
+them, a near deadline or an idle backbone, and a stream about to run dry takes an *early*
+chunk. `fifo`, the baseline, has arrival order and none of that. Both refuse a request
+whose first audio is predicted after `max_predicted_ttfa_ms`. Host time per step (issue 9):
+the longest context is kept as tokens arrive; slack only for deadlines near enough (`_far_s`).
 """
 
 from __future__ import annotations
@@ -50,11 +46,10 @@ class Scheduler:
         self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
         self._longest = 0  # the most KV positions a running request uses
         # At most this many steps (a chunk's frames and right context, as frames are formed from
-        # tokens) and one of these codec windows stand between a speech LM's request and its chunk.
+        # tokens) and a window of at most this many frames stand between a speech LM's request and its chunk.
         shape = lm.shape if lm is not None else ChunkShape((1,), 0)
         self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
-        self._codec_frames = sorted({n + shape.context_frames * m for n, _ in shape.chunks for m in (1, 2)})
-        self._max_codec = (-1, 0.0)  # (codec table version, the most any of those windows costs)
+        self._max_window = max(n for n, _ in shape.chunks) + 2 * shape.context_frames
 
     @property
     def num_requests(self) -> int:
@@ -119,19 +114,16 @@ class Scheduler:
     def slack_ms(self, request: Request, now: float) -> float:
         """deadline - now - time to produce its next chunk (ms); may be negative."""
         work = self.steps_to_chunk(request) * self._step_ms + self._codec_est_ms(request)
-        return 1000.0 * (request.deadline_s() - now) - work
+        return 1000.0 * (request.clock.due_s - now) - work
 
     def _far_s(self, now: float, limit_ms: float) -> float:
         """A time past which a speech LM's deadline leaves a slack of `limit_ms` or more (1 ms spare)."""
-        table = self.cost.codec_ms
-        if self._max_codec[0] != table.version:
-            self._max_codec = (table.version, max(table(1, frames) for frames in self._codec_frames))
-        return now + (limit_ms + self._max_steps * self._step_ms + self._max_codec[1] + 1.0) / 1000.0
+        codec_ms = self.cost.codec_ms.most_ms(self._max_window)
+        return now + (limit_ms + self._max_steps * self._step_ms + codec_ms + 1.0) / 1000.0
 
     def predict_first_chunk_ms(self, request: Request, now: float) -> float:
-        """ms from `now` until a new request's first chunk, from the cost model: the work
-        queued ahead of it (synthesiser), or the wait for a KV slot, its prefill and the
-        steps to its first chunk (speech LM)."""
+        """ms until a new request's first chunk: the work ahead of it (synthesiser), or the wait
+        for a KV slot, its prefill and its steps (speech LM)."""
         if self.lm is None:
             ahead = [r for r in list(self.running.values()) + self.waiting if not r.plan.is_done
                      and (not self.by_deadline or r.deadline_s() <= request.deadline_s())]
@@ -143,14 +135,13 @@ class Scheduler:
         if queued >= 0:  # no slot for it yet: the (queued + 1)-th running request to finish frees one
             left = sorted(r.max_tokens - len(r.tokens) for r in self.running.values())
             wait_ms = step_ms * left[min(queued, len(left) - 1)] if left else 0.0
-        prefill = self.cost.prefill_ms(len(request.prepared.prompt_ids))
-        return wait_ms + prefill + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
+        prefill_ms = self.cost.prefill_ms(len(request.prepared.prompt_ids))
+        return wait_ms + prefill_ms + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
 
     def schedule(self, now: float, urgent_slots: int | None = None, background_slots: int | None = None,
                  shared: bool = True) -> Plan:
-        """The next iteration's work at `now`. `*_slots`: free codec lanes for urgent and
-        background items (None: decoded in the step; 0: that lane is busy); a speech LM's
-        batch takes a lane, a synthesiser's unit one; `shared`: both kinds use one pool."""
+        """The next iteration's work. `*_slots`: free codec lanes (None: decoded in the step) for
+        a speech LM's batch or a synthesiser's unit each; `shared`: urgent and background share them."""
         plan = Plan()
         if self.running:
             self._step_ms = self.cost.step_ms(len(self.running), self._longest + 1)
@@ -217,7 +208,7 @@ class Scheduler:
                 window = stream.next_window()
             if window is None and self.early:  # a short chunk on time beats a full chunk late
                 far = self._far_s(now, self.urgent_slack_ms) if far is None else far
-                if request.deadline_s() <= far and self.slack_ms(request, now) < self.urgent_slack_ms:
+                if request.clock.due_s <= far and self.slack_ms(request, now) < self.urgent_slack_ms:
                     window = stream.next_window(early=True)
             if window is not None:
                 items.append(CodecItem(request, window))
@@ -243,8 +234,7 @@ class Scheduler:
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 
     def postprocess_tokens(self, outs: Sequence[TokenOut]) -> list[Request]:
-        """Append each token, assemble frames, check stop and max_tokens; returns the
-        requests that failed (a token outside its frame position's audio ids)."""
+        """Append tokens, assemble frames, stop; returns the requests a wrong-position token failed."""
         lm = self.lm
         assert lm is not None
         failed = []
@@ -277,8 +267,7 @@ class Scheduler:
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
                           now: float) -> list[tuple[str, AudioChunk | EngineError]]:
-        """Advance each chunk plan, record the delivery on the playback clock; returns what
-        to send by request id: an AudioChunk (`is_last` ends the request) or the request's error."""
+        """Advance chunk plans, record deliveries; returns what to send: chunks or the request's error."""
         sent: list[tuple[str, AudioChunk | EngineError]] = []
         for item, out in zip(items, outs):
             request = item.request

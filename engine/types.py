@@ -34,8 +34,7 @@ class SpeechRequest:
 
 @dataclass(frozen=True, slots=True)
 class WordTiming:
-    """When one word of the text is heard: milliseconds from the first sample of the
-    chunk that carries it (`end_ms` may pass the chunk's end for a word cut by it)."""
+    """When a word is heard: ms from the first sample of the chunk carrying it (`end_ms` may pass its end)."""
 
     word: str
     start_ms: float
@@ -76,8 +75,7 @@ class EngineError(Exception):
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
-        self.field = field
+        self.message, self.field = message, field
 
 
 class InvalidInput(EngineError):

@@ -291,7 +291,7 @@ def test_engine_cancel_releases_the_kv_slot(orpheus_tiny: Path) -> None:
             return chunk.index
 
         assert asyncio.run(asyncio.wait_for(first_then_cancel(), timeout=60)) == 0
-        assert kv.num_used == 0 and core.num_requests == 0
+        assert kv.num_used == 0 and core.scheduler.num_requests == 0
     finally:
         engine.stop()
 
