@@ -65,10 +65,6 @@ class ChunkPlan:
         self.is_done = False  # the last chunk went out
         self.ready_at = self.frames_needed()  # as of the last advance: a cheap "no planned chunk yet"
 
-    @property
-    def is_first(self) -> bool:
-        return self.num_chunks == 0
-
     def frames_needed(self) -> int:
         """Frames that must exist before the planned next chunk can be decoded."""
         size, right = self.shape.chunk(self.num_chunks)

@@ -24,8 +24,7 @@ class EngineConfig:
     policy: str = "edf"  # "edf" (every mechanism), "fifo" (none: the baseline), or "fifo+early+..."
 
     def __post_init__(self) -> None:
-        assert self.urgent_slack_ms >= 0, "urgent_slack_ms must be >= 0"
-        assert self.codec_batch >= 1, "codec_batch must be >= 1"
+        assert self.urgent_slack_ms >= 0 and self.codec_batch >= 1, "urgent_slack_ms >= 0 and codec_batch >= 1"
         assert self.max_waiting >= 1 and self.max_prefill_tokens >= 1
         assert self.max_prefill_defer_ms >= 0 and self.max_predicted_ttfa_ms >= 0 and self.max_unread_ms > 0
         base, *added = self.policy.split("+")

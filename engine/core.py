@@ -1,10 +1,9 @@
 """EngineCore: one model's scheduler and runner, stepped by its caller (no thread).
 
-`step()` plans an iteration, has the runner execute it (decode, prefill, then codec) and
-returns `(request_id, AudioChunk | EngineError)` to send. Time comes from `clock`
-(time.monotonic, or the simulator's). With `lanes` ({name: capacity}) codec work runs on
-executors of its own beside the step: "urgent" and "background" (GPU) or one "codec" lane
-(a CPU LM; a synthesiser: a unit a session); its chunks go out at the next step.
+`step()` plans, has the runner execute (decode, prefill, codec) and returns `(request_id,
+AudioChunk | EngineError)` to send; time comes from `clock`. With `lanes` ({name: capacity})
+codec work runs beside the step: "urgent" and "background" (GPU), or one "codec" lane (a CPU
+LM; a synthesiser: a unit a session); its chunks go out at the next step.
 """
 
 from __future__ import annotations

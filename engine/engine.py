@@ -1,9 +1,8 @@
 """The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
-A worker per device steps every speech LM resident there; each synthesiser has its own, so
-a sentence never delays an LM's step (DESIGN.md §3). The calls are safe from any thread and
-reach a worker through its inbox; `prepare` runs in a small pool, its errors come through
-the stream. A stream not read pauses its request at `EngineConfig.max_unread_ms`.
+A worker per device steps every speech LM there, each synthesiser has its own (a sentence
+never delays an LM's step, DESIGN.md §3). Calls are safe from any thread: commands go to a
+worker's inbox; `prepare` runs in a small pool, its errors come through the stream.
 """
 
 from __future__ import annotations

@@ -19,10 +19,6 @@ class KVSlots:
     def num_free(self) -> int:
         return len(self._free)
 
-    @property
-    def num_used(self) -> int:
-        return len(self._slot_of)
-
     def can_allocate(self, num_tokens: int) -> bool:
         """Whether a request of `num_tokens` positions fits a slot, and one is free."""
         return 0 < num_tokens <= self.max_seq_len and bool(self._free)

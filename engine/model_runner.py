@@ -3,11 +3,10 @@
 It owns all device memory; the constructor is a recipe: KV cache, per-slot state, graphs.
 KV: `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` in per-layer views
 (position `max_seq_len`: a spare for padding rows). A decode step covers slot rows `[0, B)`
-(B: the batch bucket above the highest slot) with per-slot state on the device; `[token,
-was_active, stopped]` per row is read back one step late, so stop checks never stall the
-GPU. GPU: bf16, CUDA graphs per (batch, attention-length) bucket, largest first into one
-pool; CPU: float32, eager. Timings: decode by CUDA events (GPU) or the host clock, prefill
-and codec by the host clock. Step times vs the memory floor: bench/results/orpheus_decode.md.
+(B: the batch bucket above the highest slot), its `[token, was_active, stopped]` read back
+one step late so stop checks never stall the GPU. GPU: bf16, CUDA graphs per (batch,
+attention-length) bucket; CPU: float32, eager. Timings: decode by CUDA events (GPU) or the
+host clock, the rest by the host clock. Step times: bench/results/orpheus_decode.md.
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ class SynthSpec:
 class Synthesizer(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str, request: SpeechRequest,
-                   is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         """float32 PCM `[samples]` at `sample_rate` for one text unit (with the pause that
         follows it unless `is_last`), and its word timings (empty when the model has none)."""
         ...

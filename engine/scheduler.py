@@ -1,15 +1,14 @@
 """Deadline-aware scheduling, pure Python (no torch), one instance per model.
 
-`schedule(now)` returns a `Plan` (engine/plan.py); `postprocess_*` take the results back.
-Slack = deadline - now - (steps to the next chunk x step estimate + codec estimate), from
-engine/cost.py. Under `edf`: admission earliest deadline first, a prefill deferred (at most
-`max_prefill_defer_ms`) while it would make a running chunk late; every request still
-generating decodes, unless `max_unread_ms` of its audio waits unread; first chunks and
-chunks with slack under `urgent_slack_ms` are urgent, the rest wait for `codec_batch` of
-them, a near deadline or an idle backbone, and a stream about to run dry takes an *early*
-chunk. `fifo`, the baseline, has arrival order and none of that. Both refuse a request
-whose first audio is predicted after `max_predicted_ttfa_ms`. Host time per step (issue 9):
-the longest context is kept as tokens arrive; slack only for deadlines near enough (`_far_s`).
+`schedule(now)` returns a `Plan`; `postprocess_*` take the results back. Slack = deadline -
+now - (steps to the next chunk x step estimate + codec estimate) (engine/cost.py). `edf`:
+earliest deadline first; a prefill waits (<= `max_prefill_defer_ms`) while it would make a
+running chunk late; first chunks and chunks with slack under `urgent_slack_ms` are urgent,
+the rest wait for `codec_batch`, a near deadline or an idle backbone; a stream about to run
+dry takes an *early* chunk. `fifo`, the baseline: arrival order, none of that. Both pause a
+request whose audio is not read (`max_unread_ms`) and refuse one whose first audio is
+predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) the
+longest context is kept as tokens arrive; slack only for deadlines that are near (`_far_s`).
 """
 
 from __future__ import annotations
@@ -221,7 +220,7 @@ class Scheduler:
         relaxed = []
         for item in items:
             request = item.request
-            starts_audio = request.plan.is_first and request.spec.ahead_ms <= 0
+            starts_audio = request.plan.num_chunks == 0 and request.spec.ahead_ms <= 0
             if starts_audio or self.slack_ms(request, now) < self.urgent_slack_ms:
                 plan.urgent.append(item)
             else:
