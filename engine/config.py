@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# What `edf` adds to the `fifo` baseline, one name each (bench/goodput.py ablates them):
-# deadline order (EDF), urgent vs batched codec items, early chunks, prefill deferral,
-# codec lanes beside the step (GPU: streams, priorities, SM partitions).
+# What `edf` adds to `fifo`, one name each (bench/goodput.py ablates them): deadline order,
+# urgent vs batched codec items, early chunks, prefill deferral, codec lanes beside the step.
 MECHANISMS = ("order", "urgency", "early", "defer", "lanes")
 
 

@@ -30,9 +30,7 @@ class EngineCore:
     def __init__(self, runner: Runner, config: EngineConfig, cost: CostModel | None = None,
                  clock: Callable[[], float] = time.monotonic, lanes: Mapping[str, int] | None = None,
                  executor: Callable[[str, int], Executor] | None = None) -> None:
-        self.runner = runner
-        self.clock = clock
-        self.cost = cost or CostModel()
+        self.runner, self.clock, self.cost = runner, clock, cost or CostModel()
         self.scheduler = Scheduler(config, runner, self.cost)
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
         make = executor or (lambda name, n: ThreadPoolExecutor(n, f"voxgate-{name}"))

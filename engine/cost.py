@@ -74,8 +74,7 @@ class Table:
         return _interp(self._bs, at_b, b)
 
     def most_ms(self, b_max: float) -> float:
-        """An upper bound of lookups at (1, b) for every b <= b_max: each row answers a stored value
-        at a = 1, interpolation stays between two, extrapolation past the last b grows toward b_max."""
+        """An upper bound of lookups at (1, b <= b_max): stored values, or the extrapolation at b_max."""
         if not self.values:
             return self.default_ms
         most = max(self.values.values())

@@ -75,12 +75,9 @@ class AudioStream:
         if self.done:
             raise StopAsyncIteration
         item = await self._queue.get()
-        if item is _END:
+        if item is _END or isinstance(item, BaseException):  # the end, or the request's error
             self.done = True
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            self.done = True
-            raise item
+            raise item if isinstance(item, BaseException) else StopAsyncIteration()
         assert isinstance(item, AudioChunk)
         self._taken_ms += item.duration_ms
         if self.unread_ms() < self.engine.config.max_unread_ms and self.engine._streams.get(self.request_id) is self:
@@ -142,11 +139,8 @@ class Worker:
         self.cores.clear()
 
     def _drain(self) -> None:
-        while True:
-            try:
-                kind, *args = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        while not self._inbox.empty():  # only this thread takes from it
+            kind, *args = self._inbox.get_nowait()
             getattr(self, f"_on_{kind}")(*args)
 
     def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared]) -> None:

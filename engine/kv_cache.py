@@ -27,8 +27,7 @@ class KVSlots:
         """Give `request_id` a slot for `num_tokens` positions; returns the slot index."""
         assert request_id not in self._slot_of, f"{request_id} already holds a slot"
         assert self.can_allocate(num_tokens), "allocate without can_allocate"
-        slot = heapq.heappop(self._free)
-        self._slot_of[request_id] = slot
+        slot = self._slot_of[request_id] = heapq.heappop(self._free)
         return slot
 
     def free(self, request_id: str) -> None:

@@ -81,10 +81,8 @@ class ModelRunner(Runner):
         config = RunnerConfig(**{k: v for k, v in parts.options.items() if k in names})
         self.max_seq_len, self.max_codec_batch = config.max_seq_len, config.max_codec_batch
         self.max_prefill_batch = config.max_prefill_batch
-        self.torch_device = torch.device(device)
-        self.device = device_name(device)
-        self.model, self.codec = parts.backbone, parts.codec
-        self.sample_rate = int(self.codec.sample_rate)
+        self.torch_device, self.device = torch.device(device), device_name(device)
+        self.model, self.codec, self.sample_rate = parts.backbone, parts.codec, int(parts.codec.sample_rate)
         self.use_graphs = self.torch_device.type == "cuda" and not config.enforce_eager
         self._pending: tuple[torch.Tensor, Any, dict[int, Request], tuple[Any, int, int]] | None = None
         self.num_decode_steps = 0

@@ -58,8 +58,7 @@ class Request:
 
     @classmethod
     def create(cls, spec: SpeechRequest, prepared: Prepared, shape: ChunkShape) -> Request:
-        # A synthesiser's frames (its text units) all exist from the start.
-        plan = ChunkPlan(shape, len(prepared.units), is_final=prepared.sampling is None)
+        plan = ChunkPlan(shape, len(prepared.units), is_final=prepared.sampling is None)  # a synthesiser's all exist
         return cls(spec, prepared, plan, PlaybackClock(spec.arrival_s, spec.ttfa_target_ms, spec.ahead_ms))
 
     @property

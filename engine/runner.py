@@ -1,11 +1,16 @@
 """What a family's `load` returns (`LMParts`, `SynthParts`) and the runner built from it.
 
 Runners execute plans and own device memory, no policy; only the worker stepping one calls
-it, but for `decode_codec`, which a codec lane (engine/core.py) runs beside the steps.
+it, but for `decode_codec`, which a codec lane (engine/core.py) runs beside the steps. A
+synthesiser's (`SynthRunner`) speaks one text unit (`Window.start` indexes `Prepared.units`)
+a chunk, on a free instance of its pool; a unit that fails fails only its request.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -15,7 +20,9 @@ from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Prepared, Request
-from engine.types import ChunkOut, SpeechRequest, WordTiming
+from engine.types import ChunkOut, GenerationFailed, SpeechRequest, WordTiming
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +109,48 @@ class Runner:
         pass
 
 
+class SynthRunner(Runner):
+    def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
+        super().__init__(model_id, parts.spec, max_running)
+        self.synthesizers = parts.synthesizers
+        self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
+        self.lanes = {"codec": len(parts.synthesizers)}
+        self._free: queue.SimpleQueue[Synthesizer] = queue.SimpleQueue()
+        for synthesizer in parts.synthesizers:
+            self._free.put(synthesizer)
+        self.sample_rate = int(parts.synthesizers[0].sample_rate)
+
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+        outs = []
+        for item in items:
+            request, window = item.request, item.window
+            text = request.prepared.units[window.start]
+            t0 = time.perf_counter()
+            synthesizer = self._free.get()
+            try:
+                pcm, words = synthesizer.synthesize(text, request.spec, window.is_last)
+            except Exception as error:  # one bad unit fails its request, not the model
+                log.exception("request %s: synthesis failed", request.request_id)
+                outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))
+                continue
+            finally:
+                self._free.put(synthesizer)
+            self._timings.append(Timing("codec", 1, len(text), 1000.0 * (time.perf_counter() - t0)))
+            outs.append(ChunkOut(request.request_id, pcm, is_last=window.is_last, words=words))
+        return outs
+
+    def memory_bytes(self) -> int:
+        return sum(s.memory_bytes() for s in self.synthesizers)
+
+    def close(self) -> None:
+        for synthesizer in self.synthesizers:
+            synthesizer.close()
+
+
 def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_running: int = 64) -> Runner:
     """The runner for a family's parts (`max_running` unless its options set one); torch only here."""
     max_running = int(parts.options.get("max_running", max_running))
     if isinstance(parts, SynthParts):
-        from engine.synth_runner import SynthRunner
-
         return SynthRunner(model_id, parts, max_running)
     from engine.model_runner import ModelRunner
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.chunk_plan import ChunkShape
 from engine.config import EngineConfig
 from engine.cost import CostModel
 from engine.kv_cache import KVSlots
@@ -46,7 +45,7 @@ class Scheduler:
         self._longest = 0  # the most KV positions a running request uses
         # At most this many steps (a chunk's frames and right context, as frames are formed from
         # tokens) and a window of at most this many frames stand between a speech LM's request and its chunk.
-        shape = lm.shape if lm is not None else ChunkShape((1,), 0)
+        shape = runner.spec.shape
         self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
         self._max_window = max(n for n, _ in shape.chunks) + 2 * shape.context_frames
 
@@ -179,8 +178,7 @@ class Scheduler:
             return
         if self.defer and self.running and 1000.0 * (now - min(r.spec.arrival_s for r in batch)) < \
                 self.max_prefill_defer_ms:
-            # Would this prefill push a running request's chunk past its deadline?
-            cost = self.cost.prefill_ms(tokens)
+            cost = self.cost.prefill_ms(tokens)  # would it push a running request's chunk past its deadline?
             far = self._far_s(now, cost)
             if any(0 <= self.slack_ms(r, now) < cost for r in self.running.values()
                    if not r.plan.is_done and r.deadline_s() <= far):
@@ -246,8 +244,7 @@ class Scheduler:
                 request.is_stopped = True
             else:
                 tokens.append(token)
-                if len(tokens) + len(request.prepared.prompt_ids) > longest:
-                    longest = len(tokens) + len(request.prepared.prompt_ids)
+                longest = max(longest, len(tokens) + len(request.prepared.prompt_ids))
                 if len(tokens) % tokens_per_frame == 0:  # the frame is complete
                     try:
                         request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
@@ -257,8 +254,7 @@ class Scheduler:
                         failed.append(request)
                         continue
                     request.plan.num_frames += 1
-                if out.is_stopped or len(tokens) >= request.max_tokens:
-                    request.is_stopped = True
+                request.is_stopped = out.is_stopped or len(tokens) >= request.max_tokens
             if request.is_stopped:
                 request.plan.is_final = True  # a trailing partial frame is dropped
         self._longest = longest
