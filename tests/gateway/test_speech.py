@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 
 import httpx
 import numpy as np
@@ -149,6 +150,11 @@ def test_disconnect_mid_stream_leaves_no_job(server: LiveServer) -> None:
         with client.stream("POST", "/v1/audio/speech", json={"input": text, "response_format": "pcm"}) as response:
             assert response.status_code == 200
             next(response.iter_bytes())  # audio has started, then we hang up
+            # A long text is several engine requests in turn (stitched): between two there is a
+            # moment with none, so wait for the next one rather than reading the count once.
+            deadline = time.monotonic() + 10
+            while server.app_state.engine.num_requests() != 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert server.app_state.engine.num_requests() == 1
     assert server.wait_idle() == 0
 
