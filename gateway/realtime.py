@@ -247,7 +247,7 @@ class Session(SessionText):
         async with self._send_lock:
             if self.ws.client_state == WebSocketState.CONNECTED:
                 await self.ws.send_bytes(pcm)
-        utterance.clock.on_delivery(time.monotonic(), ms)
+        self.state.metrics.observe_delivery(utterance.model_id, utterance.clock, time.monotonic(), ms)
 
     async def pump(self, utterance: Utterance, stream: AudioStream, lease: Lease) -> None:
         resample: Resampler | None = None
@@ -263,7 +263,8 @@ class Session(SessionText):
                 if len(pcm):
                     async with self._send_lock:
                         await self.ws.send_bytes(to_pcm16(pcm))
-                    utterance.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / utterance.sample_rate)
+                    self.state.metrics.observe_delivery(utterance.model_id, utterance.clock, time.monotonic(),
+                                                        1000.0 * len(pcm) / utterance.sample_rate)
         except EngineError as error:
             if self.utterance is utterance:
                 self.utterance = None
