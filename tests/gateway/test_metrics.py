@@ -42,12 +42,12 @@ def test_policy_flag_wins_over_the_environment_and_shows_in_stats(tmp_path: Path
     args = parser().parse_args(["serve", "--policy", "fifo+early", "--data-dir", str(tmp_path)])
     settings = settings_from_args(args)
     assert settings.policy == "fifo+early"
-    with TestClient(create_app(settings)) as client:
-        stats = client.get("/v1/stats").json()
-        assert stats["policy"] == "fifo+early"
+    with TestClient(create_app(settings), base_url="http://localhost") as client:  # a Host the server answers
+        stats = client.get("/v1/stats")
+        assert stats.status_code == 200 and stats.json()["policy"] == "fifo+early"
     monkeypatch.delenv("VOXGATE_POLICY")
-    with TestClient(create_app(settings_from_args(parser().parse_args(["serve", "--data-dir", str(tmp_path)])))) \
-            as client:
+    default = settings_from_args(parser().parse_args(["serve", "--data-dir", str(tmp_path)]))
+    with TestClient(create_app(default), base_url="http://localhost") as client:
         assert client.get("/v1/stats").json()["policy"] == "edf"
 
 
