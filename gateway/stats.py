@@ -1,8 +1,9 @@
 """`GET /v1/stats`: what the live page plots, as JSON (Prometheus has the long view).
 
   {"time", "device", "policy", "sessions", "requests",
-   "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals",
-                   "est_codec_ms", "est_step_ms" (speech LMs),
+   "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals", "refused",
+                   "est_codec_ms", "est_step_ms" (speech LMs), "host_ms_p50" (null before a step),
+                   "graphs": {"hit", "miss"} (speech LMs' decode CUDA graphs; {} for a synthesiser),
                    "last_batch": {"prefill", "decode", "urgent", "background"},
                    "lanes": {lane: batch size}}},  # attached models; only the lanes a model has
    "recent": [{"at", "model", "source", "ttfa_ms", "late_ms", "stalls", "audio_ms", "rtf"}]}
