@@ -132,6 +132,24 @@ def test_realtime_chunks_are_observed_as_they_are_sent(server: LiveServer, clien
     assert delta("voxgate_ttfa_seconds_count") == 1
 
 
+def test_vendor_http_chunks_are_observed(client: httpx.Client) -> None:
+    """A Cartesia `/tts/bytes` stream goes through gateway/vendor_http.py, like ElevenLabs' HTTP routes."""
+    before = scrape(client)
+    response = client.post("/tts/bytes", headers={"Cartesia-Version": "2026-03-01"}, json={
+        "model_id": "sonic-3", "voice": {"mode": "id", "id": "v"}, "transcript": "One sentence here. Then "
+        "another one. And a last.", "output_format": {"container": "raw", "encoding": "pcm_s16le",
+                                                       "sample_rate": 24000}})
+    assert response.status_code == 200 and len(response.content) > 0
+    after = scrape(client)
+
+    def delta(name: str) -> float:
+        key = (name, (("model", MODEL),))
+        return after[key] - before.get(key, 0.0)
+
+    assert delta("voxgate_ttfa_seconds_count") == 1 and delta("voxgate_requests_total") == 1
+    assert delta("voxgate_chunk_lateness_seconds_count") >= 1  # three sentences: chunks after the first
+
+
 class _Engine:
     """Engine.stats() as a GPU speech LM reports it (CUDA graph counts need a GPU)."""
 

@@ -61,7 +61,7 @@ def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
 
         with connect(f"{server.ws_url}/v1/realtime") as ws:
             assert json.loads(ws.recv())["type"] == "session.created"
-            ws.send(json.dumps({"type": "session.update", "session": {"voice": "noise"}}))
+            ws.send(json.dumps({"type": "session.update", "session": {"voice": "noise", "timings": True}}))
             assert json.loads(ws.recv())["session"]["model"] == "orpheus-tiny"
             ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
             ws.send(json.dumps({"type": "text.flush"}))
@@ -74,4 +74,9 @@ def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
                     events.append(json.loads(message))
             assert events[0]["type"] == "audio.start" and events[-1]["type"] == "utterance.done", events
             assert audio == FRAMES * SAMPLES_PER_FRAME and events[-1]["ttfa_ms"] > 0
+            # Orpheus has no durations of its own: words are estimated, within the audio.
+            words = [w for e in events if e["type"] == "audio.words" for w in e["words"]]
+            assert [w["word"] for w in words] == ["Hello", "there."]
+            assert all(e["estimated"] for e in events if e["type"] == "audio.words")
+            assert words[-1]["end_ms"] <= events[-1]["audio_ms"] + 0.1
         assert server.wait_idle() == 0
