@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import LiveServer
 
@@ -169,7 +170,7 @@ def test_models_voices_and_health(client: httpx.Client) -> None:
     assert client.get("/v1/audio/voices", params={"model": "nope"}).status_code == 404
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["schema_version"] >= 1
-    assert b"voxgate_ttfa_ms" in client.get("/metrics").content
+    assert b"voxgate_ttfa_seconds" in client.get("/metrics").content
 
 
 def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
@@ -192,3 +193,13 @@ def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
         busy = next(r for r in responses if r.status_code == 503)
         assert busy.json()["error"]["code"] == "overloaded" and busy.headers["retry-after"] == "1"
         assert server.wait_idle() == 0
+        # Each 503 is one refusal in /metrics (the engine's stats snapshot follows its steps).
+        def refused() -> float:
+            families = text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)
+            return next(s.value for f in families for s in f.samples
+                        if s.name == "voxgate_refused_requests_total" and s.labels == {"model": "piper-joe"})
+
+        deadline = time.monotonic() + 5
+        while refused() != statuses.count(503) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refused() == statuses.count(503)
