@@ -1,5 +1,6 @@
-"""The Starlette application: routes as one list, errors mapped once, a lifespan that
-applies migrations, registers the embedded voice and config models, and runs the engine.
+"""The Starlette application: routes as one list (gateway/routes.py), middleware, errors
+mapped once, a lifespan that applies migrations, registers the embedded voice and config
+models, and runs the engine.
 """
 
 from __future__ import annotations
@@ -13,31 +14,34 @@ from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import Mount, Route, WebSocketRoute
-from starlette.staticfiles import StaticFiles
+from starlette.middleware import Middleware
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from gateway import (
-    library_api, models_api, pages, presets, projects_api, projects_takes, realtime, references, speech, stats, takes,
-    text_api,
-)
+from gateway import library_api
+from gateway.auth import KeyCheck
 from gateway.catalog import load_catalog
 from gateway.downloads import DownloadError, DownloadManager
 from gateway.errors import exception_handlers
+from gateway.keys import KeyStore, no_key_message
 from gateway.library import Library
+from gateway.limits import KeyLimits
 from gateway.metrics import Metrics
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
+from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
+from gateway.routes import app_routes
+from gateway.security import browser_middleware
 from gateway.settings import Settings
 from gateway.state import AppState
+from gateway.takes import TakeStore
+from gateway.writes import WriteGuard, WriteTimeout
 from models import FAMILIES, family
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL = {"id": "piper-joe", "family": "piper", "name": "Joe (en_US, Piper medium, embedded)"}
-SHUTDOWN_GRACE_S = 5.0
 
 
 async def register_models(library: Library, settings: Settings) -> None:
@@ -67,6 +71,11 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         catalog = load_catalog(settings.catalog_path or None)  # a bad catalog stops the start here
         library = await Library.open(settings.db_path)
+        keys = KeyStore(library)
+        if settings.keys_required and not await keys.count_active():
+            await library.close()
+            raise RuntimeError(no_key_message(settings))
+        await TakeStore(library, settings.data_dir / "takes").sweep()  # what a kill left behind
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
@@ -84,8 +93,10 @@ def create_app(settings: Settings) -> Starlette:
             base_url=settings.download_base_url, token=settings.download_token or None,
             min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
         metrics = Metrics()
-        metrics.watch(residency)
-        state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads)
+        metrics.watch(residency, engine)
+        state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
+                         keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
+                         writes=WriteGuard(settings.send_timeout_s))
         generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
         state.projects = generator
         app.state.voxgate = state
@@ -108,74 +119,20 @@ def create_app(settings: Settings) -> Starlette:
             yield
         finally:
             await downloads.aclose()  # keeps partial files for the next start
-            # Like uvicorn: stop admitting, let running requests drain, then cancel.
+            # Like uvicorn: stop admitting, let running requests drain, then cancel (the
+            # server's drain, gateway/server.py, has usually done this before we get here).
             state.draining = True
             await generator.close()  # background generation stops; its partial audio is dropped
-            deadline = time.monotonic() + SHUTDOWN_GRACE_S
+            deadline = state.drain_deadline_s or time.monotonic() + settings.graceful_shutdown_s
             while engine.num_requests() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             await residency.close()
             await run_in_threadpool(engine.stop)
             await library.close()
 
-    routes = [
-        Route("/", pages.index),
-        Route("/library", pages.library),
-        Route("/voices", pages.voices),
-        Route("/live", pages.live),
-        Route("/projects", pages.projects),
-        Route("/projects/{project_id}", pages.project),
-        Route("/health", models_api.health),
-        Route("/metrics", models_api.metrics),
-        Route("/v1/models", models_api.list_models),
-        Route("/v1/models/{model_id}", models_api.get_model, methods=["GET"]),
-        Route("/v1/audio/voices", models_api.list_voices),
-        Route("/v1/audio/speech", speech.speech, methods=["POST"]),
-        Route("/v1/text/normalize", text_api.normalize, methods=["POST"]),
-        Route("/v1/models/{model_id}/load", library_api.load_model, methods=["POST"]),
-        Route("/v1/models/{model_id}/unload", library_api.unload_model, methods=["POST"]),
-        Route("/v1/library/catalog", library_api.catalog),
-        Route("/v1/library/install", library_api.install, methods=["POST"]),
-        Route("/v1/library/downloads", library_api.list_downloads),
-        Route("/v1/library/downloads/events", library_api.download_events),
-        Route("/v1/library/downloads/{download_id}", library_api.cancel_download, methods=["DELETE"]),
-        Route("/v1/library/models/{model_id}", library_api.delete_model, methods=["DELETE"]),
-        Route("/v1/presets", presets.list_presets, methods=["GET"]),
-        Route("/v1/presets", presets.create_preset, methods=["POST"]),
-        Route("/v1/presets/{name}", presets.get_preset, methods=["GET"]),
-        Route("/v1/presets/{name}", presets.update_preset, methods=["PUT", "PATCH"]),
-        Route("/v1/presets/{name}", presets.delete_preset, methods=["DELETE"]),
-        Route("/v1/takes", takes.list_takes, methods=["GET"]),
-        Route("/v1/takes", takes.create_take, methods=["POST"]),
-        Route("/v1/takes/{take_id}", takes.get_take, methods=["GET"]),
-        Route("/v1/takes/{take_id}", takes.delete_take, methods=["DELETE"]),
-        Route("/v1/takes/{take_id}/audio", takes.take_audio, methods=["GET"]),
-        Route("/v1/voices/references", references.list_references, methods=["GET"]),
-        Route("/v1/voices/references", references.create_reference, methods=["POST"]),
-        Route("/v1/voices/references/{name}", references.get_reference, methods=["GET"]),
-        Route("/v1/voices/references/{name}", references.delete_reference, methods=["DELETE"]),
-        Route("/v1/voices/references/{name}/audio", references.reference_audio, methods=["GET"]),
-        Route("/v1/projects", projects_api.list_projects, methods=["GET"]),
-        Route("/v1/projects", projects_api.create_project, methods=["POST"]),
-        Route("/v1/projects/{project_id}", projects_api.get_project, methods=["GET"]),
-        Route("/v1/projects/{project_id}", projects_api.update_project, methods=["PATCH"]),
-        Route("/v1/projects/{project_id}", projects_api.delete_project, methods=["DELETE"]),
-        Route("/v1/projects/{project_id}/import", projects_api.import_text, methods=["POST"]),
-        Route("/v1/projects/{project_id}/passages", projects_api.add_passage, methods=["POST"]),
-        Route("/v1/projects/{project_id}/passages/{passage_id}", projects_api.update_passage, methods=["PATCH"]),
-        Route("/v1/projects/{project_id}/passages/{passage_id}", projects_api.delete_passage, methods=["DELETE"]),
-        Route("/v1/projects/{project_id}/passages/{passage_id}/split", projects_api.split_passage, methods=["POST"]),
-        Route("/v1/projects/{project_id}/passages/{passage_id}/merge", projects_api.merge_passage, methods=["POST"]),
-        Route("/v1/projects/{project_id}/passages/{passage_id}/join", projects_takes.join_audio, methods=["GET"]),
-        Route("/v1/projects/{project_id}/generate", projects_api.generate, methods=["POST"]),
-        Route("/v1/projects/{project_id}/job", projects_api.get_job, methods=["GET"]),
-        Route("/v1/projects/{project_id}/job", projects_api.cancel_job, methods=["DELETE"]),
-        Route("/v1/projects/{project_id}/takes/{take_id}/audio", projects_takes.take_audio, methods=["GET"]),
-        Route("/v1/projects/{project_id}/takes/{take_id}/edit", projects_takes.edit_take, methods=["POST"]),
-        Route("/v1/projects/{project_id}/takes/{take_id}", projects_takes.delete_take, methods=["DELETE"]),
-        Route("/v1/projects/{project_id}/export", projects_takes.export, methods=["GET"]),
-        Route("/v1/stats", stats.stats),
-        WebSocketRoute("/v1/realtime", realtime.realtime),
-        Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),
-    ]
-    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    # Outermost first: the request id (so refusals carry one too), Host and Origin, CORS (if
+    # configured), keys, then write time bounds.
+    middleware = [Middleware(RequestIdMiddleware), *browser_middleware(settings), Middleware(KeyCheck),
+                  Middleware(WriteTimeout)]
+    return Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
+                     lifespan=lifespan)

@@ -3,6 +3,9 @@
 Formats follow OpenAI's `response_format`: `wav`, `flac`, `mp3`, `opus` (Ogg Opus) and
 `pcm` = raw signed 16-bit little-endian mono at 24 kHz. Every REST format is produced
 at 24 kHz, like OpenAI's, so the same text gives the same duration in every format.
+The vendor protocols (gateway/vendor_formats.py) add raw `ulaw` and `alaw` (G.711,
+through libsndfile's RAW container), raw `f32` (float32 LE), other rates, and MP3 and
+Opus bitrates (libsndfile's compression level, mapped as below).
 
 Streaming: `StreamEncoder.feed(pcm)` returns the bytes that are final so far. WAV is
 written by hand (a 44-byte RIFF header whose sizes say "unknown length", 0xFFFFFFFF,
@@ -30,7 +33,29 @@ MEDIA_TYPES = {
     "wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac",
     "mp3": "audio/mpeg", "opus": "audio/ogg; codecs=opus",
 }
-_SNDFILE = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
+_SNDFILE = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"),
+            "ulaw": ("RAW", "ULAW"), "alaw": ("RAW", "ALAW")}
+CODECS = (*FORMATS, "ulaw", "alaw", "f32")  # what StreamEncoder writes
+
+
+def compression_level(fmt: str, sample_rate: int, bitrate_kbps: float) -> float:
+    """libsndfile's compression level (0..1) for a constant `bitrate_kbps`.
+
+    libsndfile maps the level linearly onto a bitrate range, high to low: MP3 320..32
+    kbps for MPEG-1 rates (32-48 kHz), 160..8 for MPEG-2 (16-24 kHz), 64..8 for MPEG-2.5
+    (8-12 kHz), where LAME takes the nearest standard bitrate; Opus 256..6 kbps
+    (measured with libsndfile 1.2 as packaged by soundfile; tests/gateway/test_vendor_formats.py
+    checks the bitrates that come out).
+    """
+    if fmt == "opus":
+        high, low = 256.0, 6.0
+    elif sample_rate >= 32000:
+        high, low = 320.0, 32.0
+    elif sample_rate >= 16000:
+        high, low = 160.0, 8.0
+    else:
+        high, low = 64.0, 8.0
+    return min(max((high - bitrate_kbps) / (high - low), 0.0), 0.999)  # 1.0 is refused
 
 
 def to_pcm16(pcm: np.ndarray) -> bytes:
@@ -104,10 +129,12 @@ class _Sink:
 
 
 class StreamEncoder:
-    """Encode float32 PCM at `in_rate` Hz into `fmt` at 24 kHz, piece by piece."""
+    """Encode float32 PCM at `in_rate` Hz into `fmt` (one of CODECS) at `out_rate` Hz
+    (24 kHz by default), piece by piece; MP3 and Opus at `bitrate_kbps` when given."""
 
-    def __init__(self, fmt: str, in_rate: int, out_rate: int = OUTPUT_RATE) -> None:
-        if fmt not in FORMATS:
+    def __init__(self, fmt: str, in_rate: int, out_rate: int = OUTPUT_RATE,
+                 bitrate_kbps: float | None = None) -> None:
+        if fmt not in CODECS:
             raise InvalidInput(f"response_format must be one of {', '.join(FORMATS)}", field="response_format")
         self.fmt = fmt
         self.streams = fmt != "flac"  # see the module docstring
@@ -119,8 +146,12 @@ class StreamEncoder:
         if fmt in _SNDFILE:
             container, subtype = _SNDFILE[fmt]
             self._sink = _Sink()
+            level = None
+            if bitrate_kbps is not None and fmt in ("mp3", "opus"):
+                level = compression_level(fmt, out_rate, bitrate_kbps)
             self._file = sf.SoundFile(self._sink, "w", samplerate=out_rate, channels=1,
-                                      format=container, subtype=subtype)
+                                      format=container, subtype=subtype, compression_level=level,
+                                      bitrate_mode="CONSTANT" if level is not None and fmt == "mp3" else None)
         self.num_samples = 0
 
     def _encode(self, pcm: np.ndarray) -> bytes:
@@ -130,6 +161,9 @@ class StreamEncoder:
                 self._file.write(pcm)
             return self._sink.take() if self.streams else b""
         out = b""
+        if self.fmt == "f32":
+            data: bytes = np.clip(pcm, -1.0, 1.0).astype("<f4").tobytes()
+            return data
         if self.fmt == "wav" and not self._header_sent:
             out = wav_header(self.out_rate)
             self._header_sent = True

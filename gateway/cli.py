@@ -1,12 +1,14 @@
 """The `voxgate` command.
 
   voxgate --version
-  voxgate serve [--host H] [--port P] [--data-dir D] [--config FILE]
+  voxgate serve [--host H] [--port P] [--policy edf|fifo|fifo+MECHANISMS] [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
   voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full DIR
+  voxgate keys create NAME [--scope speech|admin ...] [--rate-limit 600/minute] [--max-concurrent N]
+  voxgate keys list | voxgate keys revoke ID|PREFIX|NAME     [--data-dir D] [--config FILE]
 """
 
 from __future__ import annotations
@@ -16,22 +18,33 @@ import asyncio
 import logging
 import socket
 import sys
+import time
 from pathlib import Path
 
-from gateway.settings import Settings, load_settings
+from engine.config import MECHANISMS
+from gateway.settings import Settings, is_loopback, load_settings
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings a parsed command line (`parser().parse_args`) means: its flags over
+    the environment and the config file; ValueError naming a bad value and its source."""
     return load_settings(getattr(args, "config", None), host=getattr(args, "host", None),
-                         port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None))
+                         port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
+                         policy=getattr(args, "policy", None))
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.app import create_app
+    from gateway.keys import no_key_message
+    from gateway.server import Server
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
+    if settings.keys_required and not asyncio.run(_count_keys(settings)):
+        print(f"error: {no_key_message(settings)}", file=sys.stderr)
+        return 2
+    if settings.auth == "off" and not is_loopback(settings.host):
+        print(f"warning: auth is off and Voxgate listens on {settings.host}: anyone who reaches port "
+              f"{settings.port} can use and change this server", file=sys.stderr)
     try:  # fail before start-up work touches the data dir (uvicorn binds after the lifespan)
         with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -42,8 +55,56 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_level=settings.log_level, timeout_graceful_shutdown=10)
+    Server(create_app(settings), settings).run()
+    return 0
+
+
+async def _count_keys(settings: Settings) -> int:
+    from gateway.keys import KeyStore
+    from gateway.library import Library
+
+    library = await Library.open(settings.db_path)
+    try:
+        return await KeyStore(library).count_active()
+    finally:
+        await library.close()
+
+
+async def _keys(args: argparse.Namespace) -> int:
+    from gateway.keys import KeyStore
+    from gateway.library import Library
+    from gateway.limits import parse_rate
+
+    settings = settings_from_args(args)
+    library = await Library.open(settings.db_path)
+    store = KeyStore(library)
+    try:
+        if args.action == "create":
+            if args.rate_limit is not None:
+                parse_rate(args.rate_limit)  # ValueError: main() prints it
+            key, secret = await store.create(args.name, tuple(args.scope or ["speech"]), args.rate_limit,
+                                             args.max_concurrent)
+            print(secret)
+            print(f"created {key.key_id} ({key.name}; scopes: {', '.join(sorted(key.scopes))}). The key is shown "
+                  "only now: send it as `Authorization: Bearer <key>`.", file=sys.stderr)
+        elif args.action == "list":
+            for key in await store.list_keys():
+                state = "revoked" if key.revoked_at else "active"
+                used = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.last_used_at)) if key.last_used_at \
+                    else "never"
+                limits = f"{key.rate_limit or settings.key_rate_limit}, " \
+                         f"{key.max_concurrent or settings.key_max_concurrent} at once"
+                print(f"{key.key_id}\t{key.prefix}\t{key.name}\t{','.join(sorted(key.scopes))}\t{state}\t"
+                      f"used {used}\t{limits}")
+        else:
+            revoked = await store.revoke(args.key)
+            if not revoked:
+                print(f"error: no active key {args.key!r} (see `voxgate keys list`)", file=sys.stderr)
+                return 1
+            for key in revoked:
+                print(f"revoked {key.key_id} ({key.name})")
+    finally:
+        await library.close()
     return 0
 
 
@@ -51,7 +112,7 @@ async def _models_add(args: argparse.Namespace) -> int:
     from gateway.library import Library
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     path = Path(args.path).expanduser().resolve()
     try:
         module = family(args.family)
@@ -83,7 +144,7 @@ async def _models_add(args: argparse.Namespace) -> int:
 async def _models_list(args: argparse.Namespace) -> int:
     from gateway.library import Library
 
-    library = await Library.open(_settings(args).db_path)
+    library = await Library.open(settings_from_args(args).db_path)
     try:
         for record in await library.list_models():
             voices = await library.voices(record["id"])
@@ -96,7 +157,7 @@ async def _models_list(args: argparse.Namespace) -> int:
 async def _models_catalog(args: argparse.Namespace) -> int:
     from gateway.catalog import load_catalog
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     for model in load_catalog(settings.catalog_path or None).models:
         size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
         gated = "  (gated: needs download_token)" if model.gated else ""
@@ -111,7 +172,7 @@ async def _models_install(args: argparse.Namespace) -> int:
     from gateway.library import Library
     from gateway.library_api import catalog_registrar
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     model = load_catalog(settings.catalog_path or None).get(args.id)
     if model is None:
         print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
@@ -182,6 +243,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start the server")
     s.add_argument("--host", help="bind address (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="port (default 8000)")
+    s.add_argument("--policy", help="scheduler policy: edf (default), fifo, or fifo+ mechanisms for ablations "
+                                    f"({'+'.join(MECHANISMS)})")
     common(s)
     s.set_defaults(func=serve)
 
@@ -203,6 +266,20 @@ def parser() -> argparse.ArgumentParser:
     ins.add_argument("id")
     common(ins)
     ins.set_defaults(func=lambda args: asyncio.run(_models_install(args)))
+
+    k = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
+    kc = k.add_parser("create", help="create a key (printed once)")
+    kc.add_argument("name", help="who or what uses it")
+    kc.add_argument("--scope", action="append", choices=["speech", "admin"],
+                    help="speech (default): speech and realtime; admin: also library, presets, takes, load/unload")
+    kc.add_argument("--rate-limit", help="this key's rate, e.g. 600/minute (default: the key_rate_limit setting)")
+    kc.add_argument("--max-concurrent", type=int, help="requests and sessions at once (default: key_max_concurrent)")
+    kl = k.add_parser("list", help="list keys (never their secrets)")
+    kr = k.add_parser("revoke", help="revoke a key by id, prefix or name")
+    kr.add_argument("key")
+    for q in (kc, kl, kr):
+        common(q)
+        q.set_defaults(func=lambda args: asyncio.run(_keys(args)))
 
     c = sub.add_parser("checkpoint", help="write checkpoints").add_subparsers(dest="action", required=True)
     r = c.add_parser("random", help="a random checkpoint in the family's on-disk format")

@@ -10,7 +10,10 @@ Layout under `data_dir`:
 - when every file is complete and verified (SHA-256 where the catalog has one, else size),
   the files move into `models/.tmp-<id>-<hex>/`, which `os.replace` renames to
   `models/<id>/`; then `register(model, path)` records it (the library does that in one
-  transaction). A failed registration removes the folder, so nothing broken is registered.
+  transaction), and only then does `.in-progress` go. A kill between the rename and the
+  registration leaves the download pending; the next start finds the folder complete in
+  place and registers it. A failed registration removes the folder, so nothing broken is
+  registered.
 
 One `Download` per model at a time: a second request for the same model gets the running
 one. Progress events go to every `subscribe()`r and `downloads()` returns the same data
@@ -315,12 +318,22 @@ class DownloadManager:
         try:
             work.mkdir(parents=True, exist_ok=True)
             (work / IN_PROGRESS).touch()
-            await asyncio.to_thread(self._check_disk, download, work)
-            for f in model.files:
-                await self._fetch(download, f, work / (f.dest + ".part"))
+            final = self.models_dir / model.id
+            if await asyncio.to_thread(_is_complete, model, final):
+                # Moved into place by a run that was stopped or killed before registering it.
+                log.info("model %s: found in place from an earlier run; registering it", model.id)
+                for f in model.files:
+                    download._done[f.dest] = download._total[f.dest]
+            else:
+                await asyncio.to_thread(self._check_disk, download, work)
+                for f in model.files:
+                    await self._fetch(download, f, work / (f.dest + ".part"))
+                self._set_state(download, DownloadState.INSTALLING)
+                download.current_file = None
+                await self._install(download, work)
             self._set_state(download, DownloadState.INSTALLING)
-            download.current_file = None
-            download.path = await self._install(download, work)
+            download.path = await self._register_folder(download, final)
+            await asyncio.to_thread(shutil.rmtree, work, True)  # with it the marker: nothing to resume
             download.rate_bps = 0.0
             self._set_state(download, DownloadState.DONE)
             log.info("model %s installed in %s (%d bytes)", model.id, download.path, download.bytes_done)
@@ -520,6 +533,12 @@ class DownloadManager:
         await asyncio.to_thread(fsync, part)
 
     async def _install(self, download: Download, work: Path) -> Path:
+        """Move the verified files into `models/<id>/` in one rename.
+
+        The work folder and its IN_PROGRESS marker stay until the model is registered: a
+        kill in between leaves the download pending, and the next start registers the
+        folder it finds in place (`_run`) instead of losing the install.
+        """
         model = download.model
         final = self.models_dir / model.id
         staging = self.models_dir / f".tmp-{model.id}-{uuid.uuid4().hex[:8]}"
@@ -536,16 +555,22 @@ class DownloadManager:
                 shutil.rmtree(trash, ignore_errors=True)
             os.replace(staging, final)
             fsync_dir(self.models_dir)
-            shutil.rmtree(work, ignore_errors=True)
 
         try:
             await asyncio.to_thread(move_into_place)
         except OSError as error:
             shutil.rmtree(staging, ignore_errors=True)
             raise DownloadError("install_failed", f"cannot move {model.id!r} into place: {error}", 500) from error
+        return final
+
+    async def _register_folder(self, download: Download, final: Path) -> Path:
+        """Record the installed folder in the library; a failure removes it (nothing broken stays)."""
+        model = download.model
         try:
             await self._register(model, final)
         except BaseException as error:
+            if isinstance(error, asyncio.CancelledError) and download._cancel_keeps_partials:
+                raise  # a stop, not a failure: the next start registers what is in place
             await asyncio.to_thread(shutil.rmtree, final, True)
             if isinstance(error, Exception):
                 message = getattr(error, "message", None) or str(error)
@@ -610,6 +635,17 @@ def _content_range(response: httpx.Response, status: int) -> tuple[int, int | No
             raise DownloadError("download_failed", f"bad Content-Range {value!r}") from None
     length = response.headers.get("content-length")
     return 0, int(length) if length and length.isdigit() else None
+
+
+def _is_complete(model: CatalogModel, folder: Path) -> bool:
+    """Whether `folder` holds every file of `model` at its catalog size (verified before the move)."""
+    if not folder.is_dir():
+        return False
+    for f in model.files:
+        path = folder / f.dest
+        if not path.is_file() or (not f.size_is_approximate and path.stat().st_size != f.size_bytes):
+            return False
+    return True
 
 
 def _write_and_hash(out: BinaryIO, hasher: Hasher, data: bytes) -> None:

@@ -1,4 +1,8 @@
-"""One error shape for the whole API: `{"error": {"code", "message", "field"}}`.
+"""One error shape for the whole API: `{"error": {"code", "message", "field", "type", "param"}}`.
+
+`type` and `param` are OpenAI's names (its SDK reads them): `type` is
+`invalid_request_error` for 4xx (`authentication_error` 401, `permission_error` 403,
+`rate_limit_error` 429) and `server_error` for 5xx; `param` repeats `field`.
 
 Engine errors (engine/types.py) carry their own code and status; `ApiError` covers what
 only the gateway knows (malformed JSON, wrong content type, body too large). Both are
@@ -28,8 +32,16 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "field": field}}
+_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error `type` for an HTTP status."""
+    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(code: str, message: str, field: str | None = None, status: int = 400) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field, "type": error_type(status), "param": field}}
 
 
 def as_api_error(error: Exception) -> ApiError:
@@ -43,22 +55,33 @@ def as_api_error(error: Exception) -> ApiError:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     error = as_api_error(exc)
-    return JSONResponse(error_body(error.code, error.message, error.field), error.status,
+    return JSONResponse(error_body(error.code, error.message, error.field, error.status), error.status,
                         headers=error.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+    return JSONResponse(error_body(code, str(exc.detail), status=exc.status_code), exc.status_code,
+                        headers=exc.headers)
 
 
 exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error}
 
 
-async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
-    """The request body as a JSON object; ApiError 413/415/400 otherwise."""
+async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The request body as a JSON object; ApiError 413/415/400 otherwise.
+
+    The body is read up to `max_body_bytes` (413 past it, chunked bodies too) and parsed
+    by `gateway.json_input.parse_json` (nesting depth bounded by the `max_json_depth`
+    setting). `allow_empty`: an empty body is `{}` (for routes whose fields are all optional),
+    with or without a Content-Type.
+    """
+    from gateway.json_input import DEFAULT_MAX_DEPTH, parse_json  # (it imports ApiError from here)
+
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if allow_empty and not content_type and not await request.body():
+        return {}  # a keyed POST without a body (gateway/auth.py refuses it without a key)
     if content_type != "application/json":
         raise ApiError(415, "unsupported_media_type",
                        f"Content-Type must be application/json, got {content_type or 'none'!r}")
@@ -70,10 +93,11 @@ async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
         body += piece
         if len(body) > max_body_bytes:
             raise ApiError(413, "body_too_large", f"request body is over {max_body_bytes} bytes")
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {error}") from error
+    if allow_empty and not body.strip():
+        return {}
+    state = getattr(request.app.state, "voxgate", None)
+    max_depth = state.settings.max_json_depth if state is not None else DEFAULT_MAX_DEPTH
+    data = parse_json(bytes(body), max_depth)
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "body must be a JSON object")
     return data

@@ -3,7 +3,9 @@
   GET    /v1/library/catalog               installable models, with installed / download state
   POST   /v1/library/install               {"id": catalog id, "wait"?: bool}  -> 202 (201 when waited);
                                            400 auth_required for a gated model without a token
-                                           {"path", "family", "id"?, "name"?, "options"?} -> 201
+                                           {"path", "family", "id"?, "name"?, "options"?} -> 201: a
+                                           folder under `local_model_roots` (403 when unset; 422
+                                           invalid_model_folder for any folder that does not qualify)
   GET    /v1/library/downloads             running and recent downloads (poll)
   GET    /v1/library/downloads/events      the same as Server-Sent Events (`?until=idle` ends
                                            the stream once nothing is downloading)
@@ -11,8 +13,9 @@
                                            remove an ended one from the list (a failed one's
                                            kept partial files too)
   DELETE /v1/library/models/{id}           409 while the model serves requests
-  POST   /v1/models/{id}/load              {"timeout_ms"?}; 503 server_busy / insufficient_memory
-  POST   /v1/models/{id}/unload            409 while busy
+  POST   /v1/models/{id}/load              {"timeout_ms"?} (JSON; may be empty); 503 server_busy /
+                                           insufficient_memory
+  POST   /v1/models/{id}/unload            (JSON; may be empty) 409 while busy
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from engine.types import InvalidInput, UnknownModel
 from gateway.catalog import CatalogModel
 from gateway.downloads import DownloadError, DownloadManager, Register
 from gateway.errors import ApiError, read_json
+from gateway.json_input import finite_number
 from gateway.library import Library
 from gateway.state import AppState
 from models import FAMILIES, InvalidModel, family
@@ -112,28 +116,50 @@ async def install(request: Request) -> JSONResponse:
     return JSONResponse(download.as_json(), status_code=202)
 
 
+def _under_roots(path: Path, roots: tuple[str, ...]) -> bool:
+    for root in roots:
+        resolved = Path(root).expanduser().resolve()
+        if path == resolved or resolved in path.parents:
+            return True
+    return False
+
+
 async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse:
+    """Register a folder on the server; only under `local_model_roots`, and with one error for
+    every way a folder can fail (missing, outside the roots, not the family's layout), so the
+    endpoint never tells whether a path exists. The reason goes to the server log."""
     raw_path, family_name = data.get("path"), data.get("family")
-    if not isinstance(raw_path, str) or not raw_path:
+    if not isinstance(raw_path, str) or not raw_path or "\0" in raw_path:
         raise InvalidInput("path must name a model folder on the server", field="path")
     if not isinstance(family_name, str):
         raise InvalidInput("family is required with a path (e.g. \"piper\")", field="family")
-    path = Path(raw_path).expanduser().resolve()
-    model_id = data.get("id") or re.sub(r"[^A-Za-z0-9_.-]", "-", path.name)
-    if not isinstance(model_id, str) or not _MODEL_ID.match(model_id):
-        raise InvalidInput(f"id must match {_MODEL_ID.pattern}", field="id")
-    options = data.get("options") or {}
-    if not isinstance(options, dict):
-        raise InvalidInput("options must be an object", field="options")
     try:
         module = family(family_name)
     except KeyError:
         raise ApiError(422, "unknown_family", f"unknown family {family_name!r}; known families: "
                        f"{', '.join(FAMILIES)}", field="family") from None
+    roots = state.settings.local_model_roots
+    if not roots:
+        raise ApiError(403, "local_install_disabled", "installing from a server folder is off: list the folders "
+                       "it may use in the local_model_roots setting (or use `voxgate models add` on the server)",
+                       field="path")
+    options = data.get("options") or {}
+    if not isinstance(options, dict):
+        raise InvalidInput("options must be an object", field="options")
+    path = Path(raw_path).expanduser()
+    invalid = ApiError(422, "invalid_model_folder", f"{raw_path!r} is not a valid {family_name} model folder "
+                       "under the local_model_roots", field="path")
     try:
+        path = await run_in_threadpool(path.resolve)  # symlinks out of a root do not count as in it
+        if not path.is_absolute() or not _under_roots(path, roots):
+            raise InvalidModel(f"{path} is outside the local_model_roots")
         info = await run_in_threadpool(module.validate, path, options)
-    except InvalidModel as error:
-        raise ApiError(422, "invalid_model", error.message, field=error.field) from error
+    except (InvalidModel, OSError, ValueError) as error:
+        log.info("local install of %r refused: %s", raw_path, getattr(error, "message", None) or error)
+        raise invalid from None
+    model_id = data.get("id") or re.sub(r"[^A-Za-z0-9_.-]", "-", path.name)
+    if not isinstance(model_id, str) or not _MODEL_ID.match(model_id):
+        raise InvalidInput(f"id must match {_MODEL_ID.pattern}", field="id")
     if await state.library.get_model(model_id) is not None:
         raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
                        field="id")
@@ -233,16 +259,16 @@ def _timeout_ms(data: dict[str, Any]) -> float | None:
     value = data.get("timeout_ms")
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+    number = finite_number(value)
+    if number is None or number < 0:
         raise InvalidInput("timeout_ms must be a number >= 0", field="timeout_ms")
-    return float(value)
+    return number
 
 
 async def load_model(request: Request) -> JSONResponse:
     state = _state(request)
     model_id = request.path_params["model_id"]
-    has_body = request.headers.get("content-length", "0") != "0"
-    data = await read_json(request, state.settings.max_body_bytes) if has_body else {}
+    data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)
     status = await state.residency.load(model_id, _timeout_ms(data))
     return JSONResponse({"id": model_id, **status})
 
@@ -250,6 +276,7 @@ async def load_model(request: Request) -> JSONResponse:
 async def unload_model(request: Request) -> JSONResponse:
     state = _state(request)
     model_id = request.path_params["model_id"]
+    await read_json(request, state.settings.max_body_bytes, allow_empty=True)  # JSON, bounded: see gateway/auth.py
     if await state.library.get_model(model_id) is None and not state.residency.is_loaded(model_id):
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
     unloaded = await state.residency.unload(model_id)

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.types import UnknownModel
 from gateway.state import AppState
-from gateway.voices import OPENAI_MODELS
+from gateway.voices import is_openai_model
 
 
 async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +33,7 @@ async def list_models(request: Request) -> JSONResponse:
 async def get_model(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     model_id = request.path_params["model_id"]
-    record = await state.library.get_model(state.settings.default_model if model_id in OPENAI_MODELS else model_id)
+    record = await state.library.get_model(state.settings.default_model if is_openai_model(model_id) else model_id)
     if record is None:
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     return JSONResponse(await _describe(state, record))
@@ -42,7 +42,7 @@ async def get_model(request: Request) -> JSONResponse:
 async def list_voices(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     model_id = request.query_params.get("model")
-    if model_id in OPENAI_MODELS:
+    if is_openai_model(model_id):
         model_id = state.settings.default_model
     models = await state.library.list_models()
     if model_id is not None:

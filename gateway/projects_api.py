@@ -334,8 +334,7 @@ async def merge_passage(request: Request) -> JSONResponse:
 async def generate(request: Request) -> JSONResponse:
     state, store, generator = context(request)
     project = await existing_project(request, store)
-    has_body = request.headers.get("content-length", "0") != "0"
-    data = await read_json(request, state.settings.max_body_bytes) if has_body else {}
+    data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)
     _unknown(data, {"passages"}, "generate requests")
     wanted = data.get("passages", "out_of_date")
     described = await project_json(state, store, project)

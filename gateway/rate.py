@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 
+from gateway.errors import ApiError
+
+REFUSAL_INTERVAL_S = 1.0  # at most one error a second for refused messages
+
 
 class MessageRate:
-    """`allow()` says whether one more event fits; `is_limiting` while events are refused.
+    """`allow()` says whether one more event fits; `refusal()` what to answer a refused one.
 
     The bucket holds up to `burst` tokens and refills at `per_s` tokens a second; each
     allowed event takes one (the classic token bucket, as in RFC 2698's committed rate).
@@ -17,7 +21,7 @@ class MessageRate:
         self.burst = burst
         self._tokens = float(burst)
         self._at_s = time.monotonic()
-        self.is_limiting = False
+        self._refused_at_s = -REFUSAL_INTERVAL_S  # the last refusal that was answered
 
     def allow(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -25,6 +29,16 @@ class MessageRate:
         self._at_s = now
         if self._tokens >= 1.0:
             self._tokens -= 1.0
-            self.is_limiting = False
             return True
         return False
+
+    def refusal(self, now: float | None = None) -> ApiError | None:
+        """The error to answer a refused message with, at most one a second (None for the
+        others, which are dropped silently): a flood at the limit's edge, refused and
+        allowed by turns, gets a few errors, not one per message."""
+        now = time.monotonic() if now is None else now
+        if now - self._refused_at_s < REFUSAL_INTERVAL_S:
+            return None
+        self._refused_at_s = now
+        return ApiError(429, "rate_limited", f"more than {self.per_s:g} messages a second (bursts of {self.burst}); "
+                        "messages are dropped until the rate falls")

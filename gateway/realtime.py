@@ -2,18 +2,23 @@
 
 Client → server (JSON text frames): `session.update`, `text.append`, `text.flush`,
 `response.cancel`, `playback.position`. Server → client: `session.created`,
-`session.updated`, `audio.start`, binary PCM16 frames, `utterance.done`, `error`.
-docs/realtime.md is the protocol reference, with a client example.
+`session.updated`, `audio.start`, binary PCM16 frames, `audio.words` (with the session's
+`timings`), `utterance.done`, `error`. docs/realtime.md is the protocol reference, with a
+client example.
 
-Text arriving in pieces goes through the session's TextStream (gateway/text/): the
-first clause of an utterance is queued as soon as it is complete, then each sentence;
-an incomplete tail is spoken after `text_buffer_ms` without new text, or on
-`text.flush`, which also ends the utterance once its audio is done. An utterance that is
-never flushed ends `utterance_end_ms` after its audio has played out. Segments queued
-while one engine request runs are sent as the next request (at most the family's
-request size, gateway/stitch.py); SSML pauses are sent as silence. Each session's
+Text arriving in pieces goes through the session's TextFeed (gateway/text_feed.py, the
+text frontend's TextStream): the first clause of an utterance is queued as soon as it is
+complete, then each sentence; an incomplete tail is spoken after `text_buffer_ms`
+without new text, or on `text.flush`, which also ends the utterance once its audio is
+done. An utterance that is never flushed ends `utterance_end_ms` after its audio has
+played out (gateway/realtime_text.py). The utterance itself is an UtteranceStream
+(gateway/utterance.py, shared with the vendor protocols): segments queued while one
+engine request runs are sent as the next request (at most the family's request size,
+gateway/stitch.py), SSML pauses as silence, word timings with the audio. Each session's
 messages are rate-limited (`realtime_messages_per_s`, `realtime_message_burst`) and the
-loop yields after each, so one flooding client cannot hold the event loop.
+loop yields after each, so one flooding client cannot hold the event loop. Frames are
+parsed within bounds and every write is time-bounded (gateway/connection.py): a client
+that stops reading is closed (1008, with the reason) and its engine request freed.
 
 The utterance's PlaybackClock (engine/clock.py) turns the client's `playback.position`
 reports into stall counts, and each engine request gets the same reports shifted by
@@ -23,70 +28,65 @@ the audio that preceded it, so its deadlines match what the listener hears.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
-import time
-import uuid
-from typing import Any
+from typing import Any, Sequence
 
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+import numpy as np
+from starlette.websockets import WebSocket
 
-from engine.engine import AudioStream
-from engine.types import EngineError, InputTooLong, InvalidInput, SpeechRequest
-from gateway.audio import Resampler, to_pcm16
+from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.audio import to_pcm16
+from gateway.connection import Connection
 from gateway.errors import ApiError, as_api_error
+from gateway.json_input import finite_number
 from gateway.rate import MessageRate
-from gateway.residency import Lease
-from gateway.state import AppState
-from gateway.stitch import request_chars, speech_options
 from gateway.realtime_text import SessionText
-from gateway.text import TEXT_FIELDS, Item, TextOptions, TextStream
-from gateway.utterance import Utterance
+from gateway.state import AppState
+from gateway.stitch import speech_options
+from gateway.text import TEXT_FIELDS, Item
+from gateway.text_feed import TextFeed
+from gateway.timings import WordQueue, words_json
+from gateway.utterance import UtteranceStream
 from gateway.voices import Choice, check_speed, resolve
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
-REALTIME_MIN_FIRST_CHARS = 12
-SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", *TEXT_FIELDS)
+SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", "timings", *TEXT_FIELDS)
 
 
 class Session(SessionText):
     def __init__(self, state: AppState, ws: WebSocket) -> None:
         self.state = state
         self.ws = ws
+        self.connection = Connection(state, ws, "realtime")  # bounded writes (gateway/writes.py)
         self.settings = state.settings
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
         self.sample_rate = 24000
-        # A clause of REALTIME_MIN_FIRST_CHARS already plays for ~1 s, far longer than the
-        # next words take to arrive at LLM pace, so the first segment can be that short.
-        self.text = TextStream(TextOptions(), self.settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
-                               field="text")
-        self.utterance: Utterance | None = None
+        self.timings = False  # session field: send `audio.words` with the audio
+        self.feed = TextFeed(self.settings, self.queue, self.send_error, field="text")
+        self.utterance: UtteranceStream | None = None
+        self.words = WordQueue()  # the current utterance's words not yet sent
+        self.words_estimated = False
+        self.audio_started = False  # audio.start sent for the current utterance
         # Text that arrived after text.flush while that utterance still plays: the next one.
         self.backlog: list[Item] = []
         self.backlog_flushed = False
         self.backlog_since_s: float | None = None
-        self.text_since_s: float | None = None  # first text.append of the utterance to come
-        self.tail_timer: asyncio.TimerHandle | None = None
         self.end_timer: asyncio.TimerHandle | None = None
         self.rate = MessageRate(self.settings.realtime_messages_per_s, self.settings.realtime_message_burst)
-        self._send_lock = asyncio.Lock()
 
     # -- sending ----------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        options = self.text.options
+        options = self.feed.options
         return {"model": self.choice.model_id, "voice": self.choice.preset or self.choice.voice,
                 "speed": self.choice.speed, "sample_rate": self.sample_rate, "format": "pcm16",
-                "normalize": options.normalize, "code": options.code, "emoji": options.emoji,
-                "language": options.language}
+                "timings": self.timings, "normalize": options.normalize, "code": options.code,
+                "emoji": options.emoji, "language": options.language}
 
     async def send(self, event: dict[str, Any]) -> None:
-        async with self._send_lock:
-            if self.ws.client_state == WebSocketState.CONNECTED:
-                await self.ws.send_text(json.dumps(event))
+        await self.connection.send_json(event)
 
     async def send_error(self, error: Exception) -> None:
         api = as_api_error(error)
@@ -95,7 +95,7 @@ class Session(SessionText):
     # -- main loop --------------------------------------------------------------------
 
     async def run(self) -> None:
-        self.text.options = await speech_options(self.state, self.choice, {})
+        self.feed.options = await speech_options(self.state, self.choice, {})
         await self.send({"type": "session.created", "session": self.describe()})
         while True:
             message = await self.ws.receive()
@@ -103,25 +103,12 @@ class Session(SessionText):
                 return
             await asyncio.sleep(0)  # queued messages run one at a time, not back to back
             if not self.rate.allow():
-                if not self.rate.is_limiting:  # one error per run of refused messages
-                    self.rate.is_limiting = True
-                    await self.send_error(ApiError(
-                        429, "rate_limited", f"more than {self.rate.per_s:g} messages a second "
-                        f"(bursts of {self.rate.burst}); messages are dropped until the rate falls"))
-                continue
-            if message.get("text") is None:
-                await self.send_error(ApiError(400, "invalid_message", "send JSON text frames, not binary"))
+                refusal = self.rate.refusal()
+                if refusal is not None:
+                    await self.send_error(refusal)
                 continue
             try:
-                event = json.loads(message["text"])
-            except ValueError as error:
-                await self.send_error(ApiError(400, "invalid_json", f"message is not valid JSON: {error}"))
-                continue
-            if not isinstance(event, dict):
-                await self.send_error(ApiError(400, "invalid_json", "message must be a JSON object"))
-                continue
-            try:
-                await self.handle(event)
+                await self.handle(self.connection.parse(message))
             except (ApiError, EngineError) as error:
                 await self.send_error(error)
 
@@ -159,6 +146,9 @@ class Session(SessionText):
             raise InvalidInput(f"sample_rate must be one of {SAMPLE_RATES}", field="session.sample_rate")
         if "speed" in session:
             check_speed(session["speed"], "session.speed")
+        timings = session.get("timings", self.timings)
+        if not isinstance(timings, bool):
+            raise InvalidInput("timings must be true or false", field="session.timings")
         model = session.get("model", self.choice.model_id)
         if "voice" in session:
             voice = session["voice"]
@@ -176,140 +166,71 @@ class Session(SessionText):
             error.field = f"session.{error.field}" if error.field else "session"
             raise
         options = await speech_options(self.state, choice, {**self._text_fields(), **session}, prefix="session.")
-        self.choice, self.sample_rate = choice, rate  # applies from the next utterance
-        self.text.options = options  # applies to text not yet cut into segments
+        # Applies from the next utterance (text options: to text not yet cut into segments).
+        self.choice, self.sample_rate, self.timings = choice, rate, timings
+        self.feed.options = options
         await self.send({"type": "session.updated", "session": self.describe()})
 
     def _text_fields(self) -> dict[str, Any]:
-        options = self.text.options
+        options = self.feed.options
         return {"normalize": options.normalize, "code": options.code, "emoji": options.emoji}
 
     def playback(self, event: dict[str, Any]) -> None:
-        played, playing = event.get("played_ms"), event.get("playing", True)
-        if (isinstance(played, bool) or not isinstance(played, (int, float)) or not math.isfinite(played)
-                or played < 0):
+        played, playing = finite_number(event.get("played_ms")), event.get("playing", True)
+        if played is None or played < 0:
             raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
-        utterance = self.utterance
-        if utterance is None:
+        if self.utterance is not None:
+            self.utterance.playback(float(played), playing)
+
+    # -- utterance output (gateway/utterance.py Listener; on_idle, on_error: realtime_text.py)
+
+    def new_utterance(self) -> UtteranceStream:
+        self.words = WordQueue()
+        return UtteranceStream(self.state, self, lambda: self.choice, self.sample_rate, prefix="rt",
+                               timings=self.timings)
+
+    async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,
+                       words: Sequence[WordTiming], estimated: bool) -> None:
+        if utterance is not self.utterance:
             return
-        utterance.clock.on_report(time.monotonic(), float(played), playing)
-        if utterance.request_id is not None:
-            self.state.engine.report_playback(
-                utterance.request_id, float(played) - utterance.request_offset_ms, playing)
+        if not self.audio_started:
+            self.audio_started = True
+            await self.send({"type": "audio.start", "utterance_id": utterance.utterance_id,
+                             "sample_rate": utterance.sample_rate})
+        if len(pcm):
+            await self.connection.send_bytes(to_pcm16(pcm))
+        if utterance.timings:
+            self.words.add(words)
+            self.words_estimated = self.words_estimated or estimated
+            await self._send_words(utterance, self.words.take(utterance.clock.delivered_ms))
 
-    # -- utterance lifecycle ----------------------------------------------------------
+    async def _send_words(self, utterance: UtteranceStream, words: Sequence[WordTiming]) -> None:
+        if words:
+            await self.send({"type": "audio.words", "utterance_id": utterance.utterance_id,
+                             "words": words_json(words), "estimated": self.words_estimated})
 
-    async def advance(self) -> None:
-        """Submit queued segments if no request is in flight; end a flushed utterance."""
-        utterance = self.utterance
-        if utterance is None or utterance.request_id is not None:
-            return
-        pause_ms = utterance.take_pause_ms()
-        if pause_ms and utterance.started:
-            await self._send_silence(utterance, pause_ms)
-        if utterance.items:
-            choice = self.choice
-            lease: Lease | None = None
-            # Set before the model may load, so that a second advance() waits for this request.
-            utterance.request_id = request_id = f"rt-{uuid.uuid4().hex[:16]}"
-            try:
-                lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
-                segments = utterance.take_group(request_chars(lease.runner))
-                # The listener may still be playing earlier sentences: tell the engine how much.
-                ahead_ms = utterance.clock.buffered_ms(time.monotonic()) if utterance.started else 0.0
-                spec = SpeechRequest(
-                    request_id=request_id, model_id=choice.model_id, segments=segments,
-                    voice=choice.voice, speed=choice.speed, options=choice.options,
-                    ttfa_target_ms=self.settings.ttfa_target_ms, ahead_ms=ahead_ms)
-                utterance.model_id = choice.model_id
-                stream = self.state.engine.submit(spec)
-            except BaseException:
-                if lease is not None:
-                    lease.release()
-                utterance.request_id = None
-                if self.utterance is utterance:
-                    self.utterance = None
-                raise
-            utterance.request_offset_ms = utterance.clock.delivered_ms
-            utterance.pump = asyncio.create_task(self.pump(utterance, stream, lease))
-        elif utterance.flushed:
-            self.utterance = None
-            if utterance.started:  # (else it was flushed before anything was speakable)
-                await self.done(utterance, cancelled=False)
-            await self._start_backlog()
-        elif not self.text.pending and self.tail_timer is None:
-            self._arm_end_timer(utterance)
-
-    async def _send_silence(self, utterance: Utterance, ms: float) -> None:
-        pcm = bytes(2 * int(round(utterance.sample_rate * ms / 1000.0)))
-        async with self._send_lock:
-            if self.ws.client_state == WebSocketState.CONNECTED:
-                await self.ws.send_bytes(pcm)
-        utterance.clock.on_delivery(time.monotonic(), ms)
-
-    async def pump(self, utterance: Utterance, stream: AudioStream, lease: Lease) -> None:
-        resample: Resampler | None = None
-        try:
-            async for chunk in stream:
-                if resample is None:
-                    resample = Resampler(chunk.sample_rate, utterance.sample_rate)
-                pcm = resample(chunk.pcm, last=chunk.is_last)
-                if not utterance.started:
-                    utterance.started = True
-                    await self.send({"type": "audio.start", "utterance_id": utterance.utterance_id,
-                                     "sample_rate": utterance.sample_rate})
-                if len(pcm):
-                    async with self._send_lock:
-                        await self.ws.send_bytes(to_pcm16(pcm))
-                    utterance.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / utterance.sample_rate)
-        except EngineError as error:
-            if self.utterance is utterance:
-                self.utterance = None
-                self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None
-                await self.send_error(error)
-                await self.done(utterance, cancelled=False, error=error.code)
-            return
-        finally:
-            if not stream.done:
-                self.state.engine.cancel(stream.request_id)
-            lease.release()
-        if self.utterance is utterance:
-            utterance.request_id = None
-            utterance.pump = None
-            try:
-                await self.advance()
-            except (ApiError, EngineError) as error:
-                await self.send_error(error)
-
-    async def done(self, utterance: Utterance, cancelled: bool, error: str | None = None) -> None:
+    async def done(self, utterance: UtteranceStream, cancelled: bool, error: str | None = None) -> None:
         """`utterance.done`; `error` is the code of a failure that ended it early."""
+        if utterance.timings and not cancelled:
+            await self._send_words(utterance, self.words.take())
+        self.audio_started, self.words_estimated = False, False
+        utterance.observe("realtime", cancelled)
         clock = utterance.clock
-        audio_ms = clock.delivered_ms
-        if audio_ms and not cancelled:
-            elapsed = time.monotonic() - (utterance.ready_s or clock.arrival_s)
-            self.state.metrics.observe_done(utterance.model_id, audio_ms, elapsed, clock.stalls,
-                                            ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source="realtime")
-        if clock.ttfa_ms is not None:
-            self.state.metrics.observe_first_chunk(utterance.model_id, clock.ttfa_ms)
         await self.send({
             "type": "utterance.done", "utterance_id": utterance.utterance_id,
-            "audio_ms": round(audio_ms, 1),
+            "audio_ms": round(clock.delivered_ms, 1),
             "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
-            "stalls": clock.stalls, "cancelled": cancelled, "error": error,
-            "text": " ".join(utterance.spoken),
+            "stalls": clock.stalls, "cancelled": cancelled, "error": error, "text": utterance.text,
         })
 
     async def close(self) -> None:
-        self._cancel_timer("tail_timer")
-        self._cancel_timer("end_timer")
+        self.feed.cancel_timer()
+        self._cancel_end_timer()
         utterance, self.utterance = self.utterance, None
         if utterance is not None:
-            if utterance.request_id is not None:
-                self.state.engine.cancel(utterance.request_id)
-            if utterance.pump is not None:
-                utterance.pump.cancel()
+            utterance.cancel()
 
 
 async def realtime(ws: WebSocket) -> None:
@@ -319,11 +240,4 @@ async def realtime(ws: WebSocket) -> None:
         await ws.close(code=1013, reason="server is shutting down")
         return
     session = Session(state, ws)
-    state.metrics.sessions.inc()
-    try:
-        await session.run()
-    except WebSocketDisconnect:
-        pass
-    finally:
-        state.metrics.sessions.dec()
-        await session.close()
+    await session.connection.serve(session.run, session.close)

@@ -8,6 +8,7 @@ Every scalar field also reads from `VOXGATE_<FIELD>` (e.g. `VOXGATE_PORT=9000`).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -15,6 +16,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.config import MECHANISMS
+
+
+AUTH_MODES = ("auto", "required", "off")
+_TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,17 @@ class Settings:
     download_base_url: str = "https://huggingface.co/"  # or a mirror, file:///dir, or /dir
     download_token: str = field(default="", repr=False)  # Bearer token for gated models
     min_free_disk_mb: float = 256.0
+    # Security and limits (README "Security"; gateway/security.py, auth.py, keys.py).
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides loopback ones and IP addresses; "*": any
+    allowed_origins: tuple[str, ...] = ()  # browser origins besides the server's own (WebSocket, writes)
+    cors_origins: tuple[str, ...] = ()  # origins sent CORS headers; empty: CORS off
+    auth: str = "auto"  # auto: keys required off loopback; required; off (explicit opt-out)
+    key_rate_limit: str = "600/minute"  # per API key, unless the key has its own
+    key_max_concurrent: int = 16  # requests and sessions in flight per API key, unless its own
+    local_model_roots: tuple[str, ...] = ()  # folders POST /v1/library/install {"path"} may register from
+    max_json_depth: int = 32  # nesting of arrays/objects in a JSON body or WebSocket message
+    send_timeout_s: float = 10.0  # longest a write to a client (REST body, WebSocket frame) may wait
+    graceful_shutdown_s: float = 5.0  # shutdown: running requests get this long, then are cancelled
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser())
@@ -70,7 +86,8 @@ class Settings:
                              f"(an ablation), got {self.policy!r}")
         if self.max_input_chars < 1 or self.max_body_bytes < 1:
             raise ValueError("max_input_chars and max_body_bytes must be positive")
-        object.__setattr__(self, "preload_models", tuple(self.preload_models))
+        for name in _TUPLE_FIELDS:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.max_loaded_models < 1:
             raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
         if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb,
@@ -88,6 +105,15 @@ class Settings:
                              "utterance_end_ms >= 0")
         if self.memory_factor <= 0:
             raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
+        if self.auth not in AUTH_MODES:
+            raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+        from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)
+
+        parse_rate(self.key_rate_limit)
+        if self.max_json_depth < 1 or self.key_max_concurrent < 1:
+            raise ValueError("max_json_depth and key_max_concurrent must be >= 1")
+        if self.send_timeout_s <= 0 or self.graceful_shutdown_s <= 0:
+            raise ValueError("send_timeout_s and graceful_shutdown_s must be positive")
         for entry in self.models:
             missing = {"id", "family", "path"} - set(entry)
             if missing:
@@ -96,6 +122,23 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return self.data_dir / "voxgate.db"
+
+    @property
+    def keys_required(self) -> bool:
+        """Whether every API request needs a key (`auth`; auto: when not bound to loopback)."""
+        if self.auth == "auto":
+            return not is_loopback(self.host)
+        return self.auth == "required"
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1); False for 0.0.0.0 and names."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
@@ -106,7 +149,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _FIELDS[name].type
     if name == "models":
         return tuple(value)
-    if name == "preload_models":
+    if name in _TUPLE_FIELDS:  # comma-separated in the environment
         return tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else tuple(value)
     expected = {"int": (int,), "float": (int, float), "str": (str,), "Path": (str, Path)}.get(str(kind))
     if isinstance(value, str) and kind in ("int", "float"):
@@ -160,4 +203,7 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
     try:
         return Settings(**coerced)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"invalid settings: {error}") from error
+        # Checks in Settings name their setting first ("policy must be ..."): say where it was set.
+        name = str(error).split(" ", 1)[0]
+        where = f" (from {sources[name]})" if name in sources else ""
+        raise ValueError(f"invalid settings: {error}{where}") from error

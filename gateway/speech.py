@@ -28,16 +28,16 @@ import time
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 
 from engine.types import AudioChunk, EngineError, InvalidInput
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
-from gateway.errors import ApiError, read_json
+from gateway.errors import ApiError, error_body, read_json
 from gateway.residency import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare
 from gateway.voices import resolve
+from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,15 @@ def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: s
     value = data.get(key, default)
     if value is None:
         value = default
+    if key == "response_format" and value == "aac":
+        raise InvalidInput(f"response_format 'aac' is not offered (no AAC encoder is packaged); "
+                           f"use one of {', '.join(allowed)}", field=key)
     if not isinstance(value, str) or value not in allowed:
         raise InvalidInput(f"{key} must be one of {', '.join(allowed)}; got {value!r}", field=key)
     return value
 
 
-async def speech(request: Request) -> StreamingResponse:
+async def speech(request: Request) -> ClosingStreamingResponse:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -66,7 +69,12 @@ async def speech(request: Request) -> StreamingResponse:
     instructions = data.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidInput("instructions must be a string", field="instructions")
-    choice = await resolve(state.library, model=data.get("model"), voice=data.get("voice"),
+    voice = data.get("voice")
+    if isinstance(voice, dict):  # OpenAI's newer form: {"id": "..."}
+        voice = voice.get("id")
+        if not isinstance(voice, str):
+            raise InvalidInput('voice as an object must be {"id": "<voice>"}', field="voice.id")
+    choice = await resolve(state.library, model=data.get("model"), voice=voice,
                            speed=data.get("speed"), default_model=state.settings.default_model,
                            default_voice=state.settings.default_voice)
     busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's
@@ -97,9 +105,16 @@ async def speech(request: Request) -> StreamingResponse:
     log.info("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
              choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)
     body = _audio_body(state, audio, first, encoder, lease)
+
+    def on_close() -> None:  # also when the response is abandoned (gateway/writes.py)
+        audio.cancel()
+        lease.release()
+
     if stream_format == "sse":
-        return StreamingResponse(_sse(body), media_type="text/event-stream", headers=headers)
-    return StreamingResponse(_plain(body, audio.request_id), media_type=MEDIA_TYPES[fmt], headers=headers)
+        return ClosingStreamingResponse(_sse(body, len(data["input"]), encoder), on_close,
+                                        media_type="text/event-stream", headers=headers)
+    return ClosingStreamingResponse(_plain(body, audio.request_id), on_close, media_type=MEDIA_TYPES[fmt],
+                                    headers=headers)
 
 
 async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encoder: StreamEncoder,
@@ -110,11 +125,15 @@ async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encod
     audio_ms = 0.0
     stalls = 0
     late_ms = 0.0
+    engine_request = ""  # the engine request of the last chunk
     try:
         async for chunk in audio:
             audio_ms += chunk.duration_ms
             stalls += chunk.late_ms > 0
             late_ms += chunk.late_ms
+            if chunk.request_id == engine_request:  # a request's first chunk has no lateness of its own
+                state.metrics.observe_chunk(model_id, chunk.late_ms)
+            engine_request = chunk.request_id
             data = encoder.feed(chunk.pcm)
             if data:
                 yield data
@@ -139,7 +158,9 @@ async def _plain(body: AsyncIterator[bytes], request_id: str) -> AsyncIterator[b
         log.warning("request %s ended early: %s", request_id, error.message)
 
 
-async def _sse(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
+async def _sse(body: AsyncIterator[bytes], input_chars: int, encoder: StreamEncoder) -> AsyncIterator[str]:
+    """`speech.audio.delta` events, then `speech.audio.done` with `usage`: Voxgate has no
+    token count for every family, so it reports characters in and audio out."""
     total = 0
     try:
         async for data in body:
@@ -147,7 +168,9 @@ async def _sse(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
             delta = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
             yield f"data: {json.dumps(delta)}\n\n"
     except EngineError as error:
-        failure = {"type": "error", "error": {"code": error.code, "message": error.message, "field": error.field}}
+        failure = {"type": "error", "error": error_body(error.code, error.message, error.field, error.status)["error"]}
         yield f"data: {json.dumps(failure)}\n\n"
         return
-    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': {'output_bytes': total}})}\n\n"
+    usage = {"input_characters": input_chars, "output_bytes": total,
+             "output_audio_ms": round(1000.0 * encoder.num_samples / encoder.out_rate, 1)}
+    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n"

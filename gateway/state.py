@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.engine import Engine
 from gateway.catalog import Catalog
 from gateway.downloads import DownloadManager
+from gateway.keys import KeyStore
 from gateway.library import Library
+from gateway.limits import KeyLimits
 from gateway.metrics import Metrics
 from gateway.residency import Residency
 from gateway.settings import Settings
+from gateway.writes import WriteGuard
 
 if TYPE_CHECKING:  # projects_jobs imports this module
     from gateway.projects_jobs import Generator
@@ -28,3 +31,7 @@ class AppState:
     catalog: Catalog | None = None
     downloads: DownloadManager | None = None
     projects: Generator | None = None  # studio projects' background generation
+    keys: KeyStore | None = None
+    limits: KeyLimits | None = None
+    writes: WriteGuard = field(default_factory=lambda: WriteGuard(10.0))
+    drain_deadline_s: float | None = None  # time.monotonic() when running requests are cancelled

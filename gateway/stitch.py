@@ -6,7 +6,9 @@ of speech). `plan` groups an input's segments into requests of at most the famil
 `request_chars`, split where the input has a pause; `Stitched` submits them one after
 the other (the next when the previous has ended, telling the engine how much audio the
 listener still has queued, `ahead_ms`), inserts each pause as silence, and yields one
-`AudioChunk` stream whose only `is_last` chunk is the end of the whole input.
+`AudioChunk` stream whose only `is_last` chunk is the end of the whole input. Its chunks'
+`words` are timed from the stream's first sample (gateway/timings.py `RequestWords`:
+the model's own timings, or estimated ones with `estimate_words`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine.runner import Runner
 from engine.types import AudioChunk, SpeechRequest
 from gateway.state import AppState
 from gateway.text import Item, Pause, TextOptions, model_language, parse_options
+from gateway.timings import RequestWords
 from gateway.voices import Choice
 
 # Text per engine request. A speech LM streams within a request, so a bound here only
@@ -80,12 +83,15 @@ class Stitched:
     `start()` submits the first request and returns its first chunk, so that errors up to
     then (UnknownVoice, Overloaded, ...) reach the caller before a response starts. Later
     requests are submitted as earlier ones end; engine errors come through the iterator.
-    `aclose()` (or leaving the iteration and calling it) cancels the request in flight.
-    Chunks keep their engine `request_id`; `request_ids` lists every id used.
+    `aclose()` or `cancel()` (or leaving the iteration and calling one) cancels the request
+    in flight. Chunks keep their engine `request_id`; `request_ids` lists every id used.
+    Chunk `words` are in ms from the stream's first sample; with `estimate_words`, a model
+    without timings of its own gets estimated ones, and `words_estimated` says so.
     """
 
     def __init__(self, engine: Engine, choice: Choice, groups: Sequence[Group], ttfa_target_ms: float,
-                 request_id: str | None = None, arrival_s: float | None = None) -> None:
+                 request_id: str | None = None, arrival_s: float | None = None,
+                 estimate_words: bool = False) -> None:
         assert groups and not isinstance(groups[0], Pause), "a plan starts with text"
         self._engine = engine
         self._choice = choice
@@ -100,6 +106,9 @@ class Stitched:
         self._delivered_ms = 0.0
         self._first_s: float | None = None
         self._first: AudioChunk | None = None
+        self._estimate_words = estimate_words
+        self._words: RequestWords | None = None  # the request in flight's word timings
+        self.words_estimated = False
         self.done = False
 
     @property
@@ -119,6 +128,7 @@ class Stitched:
                              arrival_s=self.arrival_s if number == 0 else time.monotonic())
         self._stream = self._engine.submit(spec)
         self.request_ids.append(request_id)
+        self._words = RequestWords(segments, choice.speed, self._delivered_ms, self._estimate_words)
 
     async def start(self) -> AudioChunk:
         group = self._groups[0]
@@ -144,6 +154,10 @@ class Stitched:
                                    self._sample_rate or 24000, is_last=True)
             if self._first_s is None:
                 self._first_s = time.monotonic()
+            assert self._words is not None
+            words, estimated = self._words.take(chunk)  # (before any silence is added to it)
+            self.words_estimated = self.words_estimated or estimated
+            chunk = dataclasses.replace(chunk, words=words)
             self._sample_rate = chunk.sample_rate
             self._delivered_ms += chunk.duration_ms
             if not chunk.is_last:
@@ -186,6 +200,10 @@ class Stitched:
 
     async def aclose(self) -> None:
         """Cancel the engine request in flight, if any; idempotent."""
+        self.cancel()
+
+    def cancel(self) -> None:
+        """`aclose()` for callers that cannot await (a response's close callback)."""
         self.done = True
         if self._stream is not None and not self._stream.done:
             self._stream.done = True

@@ -1,7 +1,9 @@
 """Studio takes (`/v1/takes`): an utterance kept with its settings, replayed or downloaded.
 
-  POST   /v1/takes                   JSON: text, model, voice, speed, sample_rate, ttfa_ms,
-                                     stalls, audio (base64 PCM16 LE mono) -> 201 the take
+  POST   /v1/takes                   `Content-Type: audio/pcm`: the body is PCM16 LE mono, streamed
+                                     to disk; text, model, voice, speed, sample_rate, ttfa_ms,
+                                     stalls in the query string -> 201 the take
+                                     or JSON (small takes): the same fields + audio (base64 PCM16)
   GET    /v1/takes                   newest first (`?limit=N`, default 100)
   GET    /v1/takes/{id}              one take
   GET    /v1/takes/{id}/audio        `?format=wav|mp3|flac` (default wav)
@@ -16,19 +18,26 @@ library's one SQLite connection is shared by every request, and multi-megabyte B
 writes and reads would hold it; a file is also served with Range requests, which the
 page's `<audio>` element uses to seek. A file is written under a temporary name and
 renamed before its row is inserted, and deleted after its row, so a row always has a file.
+A kill can leave a `.wav.part` (mid-upload) or a `.wav` without a row (between the rename
+and the insert): `TakeStore.sweep()` removes both at start.
+
+An upload as `audio/pcm` is written to disk piece by piece as it arrives, in a worker
+thread, so a take costs no more memory than one network read and never blocks the event
+loop; the JSON form holds the whole body (base64) and is limited to MAX_TAKE_JSON_BYTES.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import math
+import logging
 import os
 import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, AsyncIterator
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +47,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from engine.types import InvalidInput, UnknownModel
 from gateway.audio import MEDIA_TYPES, encode_whole, wav_header
 from gateway.errors import ApiError, read_json
+from gateway.json_input import finite_number
 from gateway.library import Library
 from gateway.realtime import SAMPLE_RATES
 from gateway.state import AppState
@@ -45,11 +55,22 @@ from gateway.text import check_input
 from gateway.voices import check_speed
 
 MAX_TAKE_AUDIO_BYTES = 64 * 1024 * 1024  # PCM16: about 23 minutes at 24 kHz
-MAX_TAKE_BODY_BYTES = 4 * math.ceil(MAX_TAKE_AUDIO_BYTES / 3) + 1024 * 1024  # base64 + the rest
+MAX_TAKE_JSON_BYTES = 8 * 1024 * 1024  # base64 audio of ~2 minutes at 24 kHz; larger: send audio/pcm
 DOWNLOAD_FORMATS = ("wav", "mp3", "flac")
-_FIELDS = {"text", "model", "voice", "speed", "sample_rate", "ttfa_ms", "stalls", "audio"}
+_FIELDS = frozenset({"text", "model", "voice", "speed", "sample_rate", "ttfa_ms", "stalls", "audio"})
+_NUMBER_FIELDS = frozenset({"speed", "sample_rate", "ttfa_ms", "stalls"})
 _TAKE_ID = re.compile(r"^take-[0-9a-f]{12}$")
 _WAV_HEADER_BYTES = 44
+
+log = logging.getLogger(__name__)
+
+
+def _finish_wav(fh: IO[bytes], sample_rate: int, num_samples: int) -> None:
+    """Write the real sizes into the header of a WAV whose samples are all written, and sync it."""
+    fh.seek(0)
+    fh.write(wav_header(sample_rate, num_samples))
+    fh.flush()
+    os.fsync(fh.fileno())
 
 
 class TakeStore:
@@ -63,8 +84,11 @@ class TakeStore:
         take_id = f"take-{uuid.uuid4().hex[:12]}"
         name = f"{take_id}.wav"
         await run_in_threadpool(self._write, name, take["sample_rate"], pcm16)
+        return await self._insert(take, take_id, name, len(pcm16))
+
+    async def _insert(self, take: dict[str, Any], take_id: str, name: str, num_bytes: int) -> dict[str, Any]:
         row = {**take, "id": take_id, "audio_file": name, "created_at": time.time(),
-               "audio_ms": 1000.0 * (len(pcm16) // 2) / take["sample_rate"]}
+               "audio_ms": 1000.0 * (num_bytes // 2) / take["sample_rate"]}
         try:
             async with self.library.transaction() as db:
                 await db.execute(
@@ -82,7 +106,64 @@ class TakeStore:
         with open(partial, "wb") as fh:
             fh.write(wav_header(sample_rate, len(pcm16) // 2))
             fh.write(pcm16)
+            os.fsync(fh.fileno())
         os.replace(partial, self.folder / name)
+
+    async def add_stream(self, take: dict[str, Any], chunks: AsyncIterator[bytes],
+                         max_bytes: int = MAX_TAKE_AUDIO_BYTES) -> dict[str, Any]:
+        """Like `add`, with the PCM16 arriving in pieces: each is written as it comes, off the loop.
+
+        ApiError 413 past `max_bytes`, InvalidInput for no audio or half a sample; the
+        partial file is removed whatever ends the upload early (a disconnect too).
+        """
+        take_id = f"take-{uuid.uuid4().hex[:12]}"
+        name = f"{take_id}.wav"
+        partial = self.folder / f"{name}.part"
+        await asyncio.to_thread(self.folder.mkdir, parents=True, exist_ok=True)
+        fh = await asyncio.to_thread(open, partial, "wb")
+        num_bytes = 0
+        try:
+            try:
+                await asyncio.to_thread(fh.write, wav_header(take["sample_rate"], 0))  # sizes set at the end
+                async for piece in chunks:
+                    num_bytes += len(piece)
+                    if num_bytes > max_bytes:
+                        raise ApiError(413, "audio_too_large", f"audio is over {max_bytes} bytes", field="audio")
+                    if piece:
+                        await asyncio.to_thread(fh.write, piece)
+                if num_bytes < 2 or num_bytes % 2:
+                    raise InvalidInput("audio must hold whole 16-bit samples (PCM16 LE mono)", field="audio")
+                await asyncio.to_thread(_finish_wav, fh, take["sample_rate"], num_bytes // 2)
+            finally:
+                await asyncio.to_thread(fh.close)
+            await asyncio.to_thread(os.replace, partial, self.folder / name)
+        except BaseException:
+            await asyncio.to_thread(partial.unlink, missing_ok=True)
+            raise
+        return await self._insert(take, take_id, name, num_bytes)
+
+    async def sweep(self) -> tuple[int, int]:
+        """Remove partial uploads and WAV files without a row (left by a kill); returns both counts."""
+        if not self.folder.is_dir():
+            return 0, 0
+        async with self.library.db.execute("SELECT audio_file FROM takes") as cur:
+            kept = {row[0] for row in await cur.fetchall()}
+
+        def sweep() -> tuple[int, int]:
+            partials = orphans = 0
+            for path in self.folder.iterdir():
+                if path.name.endswith(".part"):
+                    path.unlink(missing_ok=True)
+                    partials += 1
+                elif path.suffix == ".wav" and path.name not in kept:
+                    path.unlink(missing_ok=True)
+                    orphans += 1
+            return partials, orphans
+
+        partials, orphans = await asyncio.to_thread(sweep)
+        if partials or orphans:
+            log.info("takes: removed %d partial upload(s) and %d file(s) without a row", partials, orphans)
+        return partials, orphans
 
     async def list(self, limit: int) -> list[dict[str, Any]]:
         async with self.library.db.execute(
@@ -124,18 +205,19 @@ def _number(data: dict[str, Any], key: str, *, integer: bool = False, optional: 
     value = data.get(key)
     if value is None and optional:
         return None
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0:
+    number = finite_number(value)
+    if number is None or number < 0 or (integer and not isinstance(value, int)) or number > 1e12:
         kind = "an integer" if integer else "a number"
         raise InvalidInput(f"{key} must be {kind} >= 0{' or null' if optional else ''}", field=key)
     return value
 
 
-async def _validated(state: AppState, data: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-    unknown = set(data) - _FIELDS
+async def _validated(state: AppState, data: dict[str, Any], fields: frozenset[str] = _FIELDS) -> dict[str, Any]:
+    """The take's row fields from `data` (JSON or query parameters), checked; not its audio."""
+    unknown = set(data) - fields
     if unknown:
         field = min(unknown)
-        raise InvalidInput(f"unknown field {field!r}; takes have {', '.join(sorted(_FIELDS))}", field=field)
+        raise InvalidInput(f"unknown field {field!r}; takes have {', '.join(sorted(fields))}", field=field)
     text = data.get("text")
     check_input(text, state.settings.max_input_chars, field="text")
     model_id = data.get("model")
@@ -150,6 +232,11 @@ async def _validated(state: AppState, data: dict[str, Any]) -> tuple[dict[str, A
         raise InvalidInput(f"sample_rate must be one of {SAMPLE_RATES}", field="sample_rate")
     ttfa_ms = _number(data, "ttfa_ms", optional=True)
     stalls = _number(data, "stalls", integer=True) if "stalls" in data else 0
+    return {"text": text, "model_id": model_id, "voice": voice, "speed": speed, "sample_rate": sample_rate,
+            "ttfa_ms": ttfa_ms, "stalls": stalls}
+
+
+def _audio(data: dict[str, Any]) -> bytes:
     audio = data.get("audio")
     if not isinstance(audio, str) or not audio:
         raise InvalidInput("audio must be base64 PCM16 little-endian mono", field="audio")
@@ -161,9 +248,23 @@ async def _validated(state: AppState, data: dict[str, Any]) -> tuple[dict[str, A
         raise InvalidInput("audio must hold whole 16-bit samples", field="audio")
     if len(pcm16) > MAX_TAKE_AUDIO_BYTES:
         raise ApiError(413, "audio_too_large", f"audio is over {MAX_TAKE_AUDIO_BYTES} bytes", field="audio")
-    take = {"text": text, "model_id": model_id, "voice": voice, "speed": speed, "sample_rate": sample_rate,
-            "ttfa_ms": ttfa_ms, "stalls": stalls}
-    return take, pcm16
+    return pcm16
+
+
+def _from_query(request: Request) -> dict[str, Any]:
+    """Query parameters as the JSON form's types (numbers parsed; a bad one names its field)."""
+    data: dict[str, Any] = {}
+    for key, value in request.query_params.multi_items():
+        if key in data:
+            raise InvalidInput(f"{key} is given twice", field=key)
+        if key in _NUMBER_FIELDS:
+            try:
+                data[key] = int(value) if key in ("sample_rate", "stalls") else float(value)
+            except ValueError:
+                raise InvalidInput(f"{key} must be a number, got {value[:40]!r}", field=key) from None
+        else:
+            data[key] = value
+    return data
 
 
 def _take_id(request: Request) -> str:
@@ -183,8 +284,15 @@ async def _existing(store: TakeStore, request: Request) -> dict[str, Any]:
 
 async def create_take(request: Request) -> JSONResponse:
     state, store = _store(request)
-    take, pcm16 = await _validated(state, await read_json(request, MAX_TAKE_BODY_BYTES))
-    return JSONResponse(_public(await store.add(take, pcm16)), status_code=201)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "audio/pcm":
+        take = await _validated(state, _from_query(request), _FIELDS - {"audio"})
+        row = await store.add_stream(take, request.stream())
+    else:  # JSON, or read_json's 415 naming both forms
+        data = await read_json(request, MAX_TAKE_JSON_BYTES)
+        take = await _validated(state, data)
+        row = await store.add(take, _audio(data))
+    return JSONResponse(_public(row), status_code=201)
 
 
 async def list_takes(request: Request) -> JSONResponse:

@@ -1,43 +1,134 @@
-"""One realtime utterance: its queued text, its playback clock, the request in flight.
+"""An utterance stream: text items in, engine requests in order, audio and word timings out.
 
-An utterance's text arrives as items (segments and pauses) from the session's
-TextStream; `take_group` hands the next engine request's worth of segments, and a pause
-at the head of the queue becomes silence the session sends itself (the engine has no
-pause item). `spoken` keeps what was submitted, for `utterance.done`'s `text`.
+Shared by every streaming protocol (`/v1/realtime`, the ElevenLabs and Cartesia
+WebSockets): the protocol owns the wire format and when an utterance ends; its text
+comes through a `gateway.text_feed.TextFeed`; this module owns what they have in
+common (DESIGN.md §2):
+
+- items (segments and `Pause`s from the text frontend) queued while no engine request
+  runs are submitted at once, grouped into one `SpeechRequest` of at most the family's
+  `stitch.request_chars`; those queued meanwhile become the next request, with
+  `ahead_ms` telling the engine how much audio the listener still has buffered;
+- a pause at the head of the queue is sent as silence (the engine has no pause item;
+  a pause before any text is dropped);
+- the engine's audio is resampled (soxr) to the stream's `sample_rate` and handed to
+  the `Listener` piece by piece, with the words it speaks;
+- one `PlaybackClock` per utterance counts delivery, TTFA and stalls. It starts at the
+  first append of the utterance's text (`queue(items, since_s)`), so TTFA includes the
+  wait for the first clause to complete. Playback is assumed at 1x from the first piece
+  unless the client reports positions, which are passed to the engine shifted by the
+  audio before the current request;
+- `cancel()` frees the engine request at once; a listener whose client left or stopped
+  reading (`connection.CLIENT_GONE`) stops the utterance quietly.
+
+Word times are milliseconds from the utterance's first sample. They come from the model
+(`AudioChunk.words`, Piper) or, when `timings` is on and the model has none, from
+`gateway.timings.Estimator` (marked estimated).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
 
 from engine.clock import PlaybackClock
+from engine.engine import AudioStream
+from engine.types import EngineError, SpeechRequest, WordTiming
+from gateway.audio import Resampler
+from gateway.connection import CLIENT_GONE
+from gateway.errors import ApiError
+from gateway.residency import Lease
+from gateway.state import AppState
+from gateway.stitch import request_chars
 from gateway.text import Item, Pause
+from gateway.timings import RequestWords
+from gateway.voices import Choice
+
+log = logging.getLogger(__name__)
 
 
-class Utterance:
-    def __init__(self, sample_rate: int, ttfa_target_ms: float, arrival_s: float | None = None) -> None:
-        self.utterance_id = f"utt-{uuid.uuid4().hex[:12]}"
-        self.items: list[Item] = []  # complete, not yet submitted
-        # arrival_s: the utterance's first text.append, which TTFA counts from.
-        self.clock = PlaybackClock(time.monotonic() if arrival_s is None else arrival_s, ttfa_target_ms)
+class Listener(Protocol):
+    """What a protocol does with an utterance's output (all called on the event loop)."""
+
+    async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,
+                       words: Sequence[WordTiming], estimated: bool) -> None:
+        """`pcm`: float32 `[samples]` at `utterance.sample_rate` (may be empty when only
+        `words` are new); `words`: ms from the utterance's first sample."""
+
+    async def on_idle(self, utterance: UtteranceStream) -> None:
+        """Everything queued so far is spoken and no request is in flight."""
+
+    async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
+        """A request failed (or could not start); the utterance stops."""
+
+
+class UtteranceStream:
+    """One utterance: its queued items, its playback clock and the engine requests that
+    speak it, in order.
+
+    `choose()` gives the model, voice and speed for the next request (a session may
+    change them meanwhile). `prefix` names its engine requests (`rt`, `el`, ...).
+    """
+
+    def __init__(self, state: AppState, listener: Listener, choose: Callable[[], Choice], sample_rate: int,
+                 *, prefix: str = "utt", timings: bool = False) -> None:
+        self.state = state
+        self.listener = listener
+        self.choose = choose
         self.sample_rate = sample_rate
-        self.started = False  # audio.start sent
-        self.flushed = False  # text.flush received: end when everything is spoken
+        self.prefix = prefix
+        self.timings = timings
+        self.utterance_id = f"utt-{uuid.uuid4().hex[:12]}"
+        self.ttfa_target_ms = state.settings.ttfa_target_ms
+        self.clock = PlaybackClock(time.monotonic(), self.ttfa_target_ms)
+        self.items: list[Item] = []  # complete, not yet submitted
+        self.spoken: list[str] = []  # segments submitted, for `utterance.done`'s `text`
+        self.started = False  # some audio was delivered
+        self.ending = False  # no more text: the utterance ends when everything is spoken
+        self.cancelled = False
         self.ready_s: float | None = None  # when its first text became speakable
         self.request_id: str | None = None  # engine request in flight
         self.request_offset_ms = 0.0  # utterance audio before that request's first sample
-        self.model_id = ""  # what it is spoken with (the session may change meanwhile)
+        self.model_id = ""  # what it is spoken with
         self.pump: asyncio.Task[None] | None = None
-        self.spoken: list[str] = []
+
+    @property
+    def busy(self) -> bool:
+        """A request is in flight or items wait for one."""
+        return self.request_id is not None or bool(self.items)
 
     @property
     def queued_chars(self) -> int:
         return sum(len(item) for item in self.items if isinstance(item, str))
 
-    def take_pause_ms(self) -> float:
-        """Milliseconds of the pauses at the head of the queue, removed from it."""
+    @property
+    def text(self) -> str:
+        return " ".join(self.spoken)
+
+    async def queue(self, items: Sequence[Item], since_s: float | None = None) -> None:
+        """Add complete items; `since_s`: when the first of the utterance's text was
+        appended (TTFA counts from it). Raises ApiError/EngineError if a request cannot start."""
+        if self.cancelled or not items:
+            return
+        if self.ready_s is None:
+            if not any(isinstance(item, str) for item in items):
+                return  # a pause before any text says nothing
+            self.ready_s = time.monotonic()
+            self.clock = PlaybackClock(self.ready_s if since_s is None else since_s, self.ttfa_target_ms)
+        self.items.extend(items)
+        await self.advance()
+
+    async def end(self) -> None:
+        """No more text: `on_idle` follows once everything queued is spoken."""
+        self.ending = True
+        await self.advance()
+
+    def _take_pause_ms(self) -> float:
         total = 0.0
         while self.items and isinstance(self.items[0], Pause):
             pause = self.items.pop(0)
@@ -45,7 +136,7 @@ class Utterance:
             total += pause.ms
         return total
 
-    def take_group(self, max_chars: int) -> tuple[str, ...]:
+    def _take_group(self, max_chars: int) -> tuple[str, ...]:
         """Segments from the head of the queue, up to a pause or `max_chars` (at least one)."""
         group: list[str] = []
         size = 0
@@ -58,3 +149,118 @@ class Utterance:
             self.items.pop(0)
         self.spoken.extend(group)
         return tuple(group)
+
+    async def advance(self) -> None:
+        """Send a pause at the head, submit queued segments if no request is in flight;
+        else report idleness."""
+        if self.request_id is not None or self.cancelled:
+            return
+        pause_ms = self._take_pause_ms()
+        if pause_ms and self.started:
+            await self._silence(pause_ms)
+            if self.request_id is not None or self.cancelled:
+                return
+        if not self.items:
+            await self.listener.on_idle(self)
+            return
+        choice = self.choose()
+        # Set before the model may load, so that a second advance() waits for this request.
+        self.request_id = request_id = f"{self.prefix}-{uuid.uuid4().hex[:16]}"
+        self.model_id = choice.model_id
+        lease: Lease | None = None
+        try:
+            lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
+            if self.cancelled:  # while the model loaded
+                lease.release()
+                self.request_id = None
+                return
+            segments = self._take_group(request_chars(lease.runner))
+            # The listener may still be playing earlier sentences: tell the engine how much.
+            ahead_ms = self.clock.buffered_ms(time.monotonic()) if self.started else 0.0
+            spec = SpeechRequest(
+                request_id=request_id, model_id=choice.model_id, segments=segments, voice=choice.voice,
+                speed=choice.speed, options=choice.options, ttfa_target_ms=self.ttfa_target_ms, ahead_ms=ahead_ms)
+            stream = self.state.engine.submit(spec)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            self.request_id = None
+            raise
+        self.request_offset_ms = self.clock.delivered_ms
+        words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings)
+        self.pump = asyncio.create_task(self._pump(stream, lease, words))
+
+    async def _silence(self, ms: float) -> None:
+        pcm = np.zeros(int(round(self.sample_rate * ms / 1000.0)), np.float32)
+        self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
+                                            1000.0 * len(pcm) / self.sample_rate)
+        await self.listener.on_audio(self, pcm, (), False)
+
+    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords) -> None:
+        resample: Resampler | None = None
+        try:
+            async for chunk in stream:
+                if resample is None:
+                    resample = Resampler(chunk.sample_rate, self.sample_rate)
+                pcm = resample(chunk.pcm, last=chunk.is_last)
+                words, estimated = timings.take(chunk)
+                if len(pcm):
+                    self.started = True
+                    self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
+                                                        1000.0 * len(pcm) / self.sample_rate)
+                if len(pcm) or words:
+                    await self.listener.on_audio(self, pcm, words, estimated)
+        except EngineError as error:
+            if not self.cancelled:
+                self.cancelled = True
+                await self._report(error)
+            return
+        except CLIENT_GONE:
+            self.cancelled = True
+            return
+        finally:
+            if not stream.done:
+                self.state.engine.cancel(stream.request_id)
+            lease.release()
+        if self.cancelled:
+            return
+        self.request_id = None
+        self.pump = None
+        try:
+            await self.advance()
+        except (ApiError, EngineError) as error:
+            self.cancelled = True
+            await self._report(error)
+        except CLIENT_GONE:
+            self.cancelled = True
+
+    async def _report(self, error: ApiError | EngineError) -> None:
+        try:
+            await self.listener.on_error(self, error)
+        except CLIENT_GONE:
+            pass
+
+    def playback(self, played_ms: float, playing: bool) -> None:
+        """A client's playback report (ms of this utterance played)."""
+        self.clock.on_report(time.monotonic(), played_ms, playing)
+        if self.request_id is not None:
+            self.state.engine.report_playback(self.request_id, played_ms - self.request_offset_ms, playing)
+
+    def cancel(self) -> None:
+        """Stop now: the engine request is freed at its next step; nothing more is sent."""
+        self.cancelled = True
+        self.items = []
+        if self.request_id is not None:
+            self.state.engine.cancel(self.request_id)
+        if self.pump is not None and self.pump is not asyncio.current_task():
+            self.pump.cancel()
+
+    def observe(self, source: str, cancelled: bool) -> None:
+        """Record the utterance in the metrics (TTFA, lateness), as `source`."""
+        clock, metrics = self.clock, self.state.metrics
+        if clock.delivered_ms and not cancelled:
+            elapsed = time.monotonic() - (self.ready_s or clock.arrival_s)
+            metrics.observe_done(self.model_id, clock.delivered_ms, elapsed, clock.stalls,
+                                 ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source=source)
+        if clock.ttfa_ms is not None:
+            metrics.observe_first_chunk(self.model_id, clock.ttfa_ms)

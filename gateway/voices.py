@@ -3,11 +3,17 @@
 Resolution order for `voice`: a speaker preset of that name (its model, voice, speed
 and settings apply), a voice of the requested model, or an OpenAI voice name, which
 maps to the configured default voice so OpenAI clients work unchanged. OpenAI model
-names (`tts-1`, ...) map to the default model.
+names (`tts-1`, dated ones like `gpt-4o-mini-tts-2025-12-15`) map to the default model.
+
+The vendor protocols (ElevenLabs, Cartesia) resolve with `resolve_vendor`: their model
+ids map to the default model, and a voice id they send means the voice or preset of
+that name, else the model's default voice (so a preset can be named after the id an
+agent uses).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +25,10 @@ OPENAI_VOICES = frozenset({
     "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
     "verse", "marin", "cedar",
 })
+# ElevenLabs (eleven_flash_v2_5, ...) and Cartesia (sonic-3, ...) model ids.
+VENDOR_MODEL_PREFIXES = ("eleven_", "sonic")
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
+_DATED = re.compile(r"^.+-\d{4}-\d{2}-\d{2}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +39,12 @@ class Choice:
     options: dict[str, Any] = field(default_factory=dict)
     preset: str | None = None
     family: str = ""
+
+
+def is_openai_model(model: object) -> bool:
+    """`tts-1`, `gpt-4o-mini-tts`, ... with or without a `-YYYY-MM-DD` date."""
+    return isinstance(model, str) and (model in OPENAI_MODELS or (
+        _DATED.match(model) is not None and model[:-11] in OPENAI_MODELS))
 
 
 def check_speed(speed: object, field_name: str = "speed") -> float:
@@ -54,7 +69,7 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     if voice is not None and not isinstance(voice, str):
         raise InvalidInput("voice must be a string", field="voice")
     speed_value = None if speed is None else check_speed(speed)
-    explicit_model = bool(model) and model not in OPENAI_MODELS
+    explicit_model = bool(model) and not is_openai_model(model)
     model_id = str(model) if explicit_model else default_model
     record = await library.get_model(model_id)
     voices = await library.voices(model_id) if record is not None else []
@@ -85,3 +100,23 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
         raise UnknownVoice(f"model {model_id!r} has no voice or preset {voice!r}; voices: {', '.join(voices)}",
                            field="voice")
     return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
+
+
+async def resolve_vendor(library: Library, *, model: object, voice: object, speed: object | None,
+                         default_model: str, default_voice: str) -> Choice:
+    """A Choice for an ElevenLabs or Cartesia request (see the module docstring).
+
+    `model`: a vendor id or none (the default model) or an installed model's id;
+    `voice`: any string. Raises InvalidInput (bad speed) or UnknownModel naming the field.
+    """
+    if model is None or model == "" or (isinstance(model, str) and model.startswith(VENDOR_MODEL_PREFIXES)):
+        model = None
+    if not isinstance(voice, str):
+        voice = None
+    try:
+        choice = await resolve(library, model=model, voice=voice, speed=speed, default_model=default_model,
+                               default_voice=default_voice, preset_may_switch_model=model is None)
+    except UnknownVoice:
+        choice = await resolve(library, model=model, voice=None, speed=speed, default_model=default_model,
+                               default_voice=default_voice)
+    return choice

@@ -12,10 +12,13 @@ export class ApiError extends Error {
   }
 }
 
-// fetch + JSON; throws ApiError (network failures become status 0).
+// fetch + JSON (or a Blob body); throws ApiError (network failures become status 0).
 export async function api(method, url, body) {
   const init = { method, headers: {} };
-  if (body !== undefined) {
+  if (body instanceof Blob) {  // raw bytes (a take's audio), typed by the Blob
+    init.headers["Content-Type"] = body.type;
+    init.body = body;
+  } else if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }

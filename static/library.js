@@ -38,8 +38,8 @@ function modelRow(m) {
     return b;
   };
   const actions = [
-    m.loaded ? act("Unload", () => api("POST", `/v1/models/${encodeURIComponent(m.id)}/unload`))
-             : act("Load", () => api("POST", `/v1/models/${encodeURIComponent(m.id)}/load`)),
+    m.loaded ? act("Unload", () => api("POST", `/v1/models/${encodeURIComponent(m.id)}/unload`, {}))
+             : act("Load", () => api("POST", `/v1/models/${encodeURIComponent(m.id)}/load`, {})),
   ];
   if (m.source !== "embedded") {
     actions.push(act("Delete", async () => {

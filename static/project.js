@@ -127,7 +127,7 @@ function passageItem(passage, i, count) {
   const split = act("Split at cursor", `Split passage ${n} at the cursor`, () =>
     api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at: text.selectionStart }));
   const merge = i < count - 1 ? act("Merge with next", `Merge passage ${n} with passage ${n + 1}`, () =>
-    api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`)) : null;
+    api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`, {})) : null;
   const del = act("Delete", `Delete passage ${n}`, async () => {
     if (!confirm(`Delete passage ${n} and its takes?`)) return;
     await api("DELETE", `/v1/projects/${projectId}/passages/${passage.id}`);

@@ -1,6 +1,6 @@
 // Studio: speak text over /v1/realtime, watch the waveform arrive, keep takes.
 import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices } from "./common.js";
-import { Speaker, pcmToBase64 } from "./speaker.js";
+import { Speaker } from "./speaker.js";
 import { Waveform } from "./waveform.js";
 
 const status = $("status");
@@ -120,9 +120,10 @@ async function keepTake(settings, { done, chunks, sampleRate }) {
   const takesStatus = $("takes-status");
   say(takesStatus, "Saving the take…", "busy");
   try {
-    await api("POST", "/v1/takes", {
-      ...settings, sample_rate: sampleRate, ttfa_ms: done.ttfa_ms, stalls: done.stalls, audio: pcmToBase64(chunks),
-    });
+    // The audio streams to the server's disk as raw PCM16; the take's fields ride in the query.
+    const fields = { ...settings, sample_rate: sampleRate, ttfa_ms: done.ttfa_ms, stalls: done.stalls };
+    const query = new URLSearchParams(Object.entries(fields).filter(([, v]) => v !== null && v !== undefined));
+    await api("POST", `/v1/takes?${query}`, new Blob(chunks, { type: "audio/pcm" }));
     say(takesStatus, "");
     await loadTakes();
     window.voxgate.lastKept = { audio_ms: (1000 * chunks.reduce((n, c) => n + c.length, 0)) / sampleRate };

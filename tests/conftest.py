@@ -3,6 +3,7 @@ one tiny random Orpheus checkpoint per test session."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from gateway.app import create_app
+from gateway.server import Server
 from gateway.settings import Settings, load_settings
 from gateway.state import AppState
 
@@ -32,23 +35,33 @@ class LiveServer:
     app_state: AppState
     settings: Settings
 
-    def wait_idle(self, timeout_s: float = 10.0) -> int:
-        """Wait until the engine holds no request; returns how many it still holds."""
+    def wait_idle(self, timeout_s: float = 10.0, settle_s: float = 0.25) -> int:
+        """Wait until the engine holds no request, and goes on holding none for `settle_s`
+        (an utterance of several requests has a moment between two with none); returns how
+        many it still holds."""
         deadline = time.monotonic() + timeout_s
+        idle_since: float | None = None
         while time.monotonic() < deadline:
+            now = time.monotonic()
             if self.app_state.engine.num_requests() == 0:
-                return 0
+                idle_since = now if idle_since is None else idle_since
+                if now - idle_since >= settle_s:
+                    return 0
+            else:
+                idle_since = None
             time.sleep(0.02)
         return self.app_state.engine.num_requests()
 
 
 def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
+    """A real uvicorn server on a free loopback port, in a thread. The predicted-TTFA refusal
+    is raised to 10 s unless a test sets it: the cost model learns from this (shared, often
+    loaded) machine, and a test about something else must not be refused because it is slow."""
     port = free_port()
+    overrides.setdefault("max_predicted_ttfa_ms", 10000.0)
     settings = load_settings(env={}, data_dir=data_dir, port=port, **overrides)
     app = create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    server = Server(app, dataclasses.replace(settings, host="127.0.0.1", log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
@@ -62,6 +75,12 @@ def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+def local_client(app: Starlette) -> TestClient:
+    """A TestClient that calls the app as http://localhost (its default `testserver` is not
+    a name the server answers to: gateway/security.py)."""
+    return TestClient(app, base_url="http://localhost")
 
 
 @pytest.fixture(scope="module")

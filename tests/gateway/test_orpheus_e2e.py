@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
 from gateway.cli import main
@@ -46,12 +47,21 @@ def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
             pcm = np.frombuffer(response.content, "<i2")
             assert len(pcm) == FRAMES * SAMPLES_PER_FRAME  # every frame, nothing dropped (24 kHz in and out)
             assert np.abs(pcm).max() > 0
+            lm = {(m.name, m.labels.get("lane", "")): m.value
+                  for family in text_string_to_metric_families(client.get("/metrics").text)
+                  for m in family.samples if m.labels.get("model") == "orpheus-tiny"}
+            assert {lane for name, lane in lm if name == "voxgate_batch_size"} == {"prefill", "decode", "urgent",
+                                                                                 "background"}
+            assert 0 < lm[("voxgate_decode_step_estimate_seconds", "")] < 10
+            assert 0 < lm[("voxgate_step_host_median_seconds", "")] < 1
+            assert lm[("voxgate_cuda_graph_hits_total", "")] == lm[("voxgate_cuda_graph_misses_total", "")] == 0  # CPU
+            assert lm[("voxgate_chunk_lateness_seconds_count", "")] >= 1  # the ramp's 1/2/4/... frame chunks
             bad = client.post("/v1/audio/speech", json={"input": "Hi.", "model": "orpheus-tiny", "voice": "nobody"})
             assert bad.status_code == 404 and bad.json()["error"]["field"] == "voice"
 
         with connect(f"{server.ws_url}/v1/realtime") as ws:
             assert json.loads(ws.recv())["type"] == "session.created"
-            ws.send(json.dumps({"type": "session.update", "session": {"voice": "noise"}}))
+            ws.send(json.dumps({"type": "session.update", "session": {"voice": "noise", "timings": True}}))
             assert json.loads(ws.recv())["session"]["model"] == "orpheus-tiny"
             ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
             ws.send(json.dumps({"type": "text.flush"}))
@@ -64,4 +74,9 @@ def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
                     events.append(json.loads(message))
             assert events[0]["type"] == "audio.start" and events[-1]["type"] == "utterance.done", events
             assert audio == FRAMES * SAMPLES_PER_FRAME and events[-1]["ttfa_ms"] > 0
+            # Orpheus has no durations of its own: words are estimated, within the audio.
+            words = [w for e in events if e["type"] == "audio.words" for w in e["words"]]
+            assert [w["word"] for w in words] == ["Hello", "there."]
+            assert all(e["estimated"] for e in events if e["type"] == "audio.words")
+            assert words[-1]["end_ms"] <= events[-1]["audio_ms"] + 0.1
         assert server.wait_idle() == 0

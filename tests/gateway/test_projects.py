@@ -149,13 +149,13 @@ def test_changing_text_or_speaker_marks_takes_out_of_date(client: httpx.Client) 
     assert client.post("/v1/presets", json={"name": "Slow reader", "speed": 0.8}).status_code == 201
     project = imported(client, new_project(client)["id"], "Only one passage.")
     pid, passage = project["id"], project["passages"][0]
-    client.post(f"/v1/projects/{pid}/generate")
+    client.post(f"/v1/projects/{pid}/generate", json={})
     wait_job(client, pid)
     take = client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"][0]
     assert not take["out_of_date"] and take["chosen"]
     changed = client.patch(f"/v1/projects/{pid}/passages/{passage['id']}", json={"speaker": "Slow reader"}).json()
     assert changed["passages"][0]["out_of_date"] and changed["passages"][0]["takes"][0]["out_of_date"]
-    client.post(f"/v1/projects/{pid}/generate")
+    client.post(f"/v1/projects/{pid}/generate", json={})
     wait_job(client, pid)
     passage = client.get(f"/v1/projects/{pid}").json()["passages"][0]
     old, new = passage["takes"]
@@ -173,10 +173,11 @@ def test_split_and_merge_keep_takes(client: httpx.Client) -> None:
     split = client.post(f"/v1/projects/{pid}/passages/{first['id']}/split", json={"at": 11}).json()
     assert [p["text"] for p in split["passages"]] == ["Alpha beta.", "Gamma delta.", "Epsilon."]
     assert [p["position"] for p in split["passages"]] == [0, 1, 2]
-    merged = client.post(f"/v1/projects/{pid}/passages/{split['passages'][1]['id']}/merge").json()
+    merged = client.post(f"/v1/projects/{pid}/passages/{split['passages'][1]['id']}/merge", json={}).json()
     assert [p["text"] for p in merged["passages"]] == ["Alpha beta.", "Gamma delta. Epsilon."]
     last = merged["passages"][-1]["id"]
-    assert client.post(f"/v1/projects/{pid}/passages/{last}/merge").json()["error"]["code"] == "no_next_passage"
+    assert client.post(f"/v1/projects/{pid}/passages/{last}/merge", json={}).json()["error"]["code"] == \
+        "no_next_passage"
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "field"), [
@@ -214,7 +215,7 @@ def test_passage_and_take_errors(client: httpx.Client) -> None:
     assert client.patch(url, json={"chosen_take": "ptk-000000000000"}).json()["error"]["field"] == "chosen_take"
     assert client.patch(url, json={"pause_ms": 20000}).json()["error"]["field"] == "pause_ms"
     assert client.get(f"{url}/join").json()["error"]["code"] == "take_missing"
-    client.post(f"/v1/projects/{pid}/generate")
+    client.post(f"/v1/projects/{pid}/generate", json={})
     wait_job(client, pid)
     take = client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"][0]["id"]
     edit = f"/v1/projects/{pid}/takes/{take}/edit"
@@ -235,7 +236,7 @@ def test_cancelling_a_job_frees_the_engine_and_keeps_no_partial_take(server: Liv
     long_text = " ".join(["The keeper climbed the long stairs again, slowly, counting every step."] * 8)
     project = imported(client, new_project(client)["id"], f"{long_text}\n\nA second passage to queue.")
     pid = project["id"]
-    assert client.post(f"/v1/projects/{pid}/generate").status_code == 202
+    assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
     deadline = time.monotonic() + 30
     while server.app_state.engine.num_requests() == 0 and time.monotonic() < deadline:
         time.sleep(0.01)

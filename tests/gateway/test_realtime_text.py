@@ -100,7 +100,7 @@ def test_a_flooding_session_does_not_freeze_another(limited: LiveServer) -> None
     assert not flooder.is_alive()
     errors = result["errors"]
     assert isinstance(errors, list) and "rate_limited" in errors  # told, not silently dropped
-    assert errors.count("rate_limited") < 100  # one error per run of refused messages, not 9,600
+    assert errors.count("rate_limited") <= 25  # at most one a second of refused messages, not 9,600
     assert limited.wait_idle() == 0
 
 

@@ -72,3 +72,18 @@ def test_the_command_line_says_what_is_wrong_without_a_traceback(tmp_path: Path)
         assert "Traceback" not in result.stderr
     unknown = voxgate("models", "add", "--family", "nope", "--path", str(tmp_path), "--data-dir", str(tmp_path))
     assert unknown.returncode == 2 and "known families: piper, orpheus" in unknown.stderr
+
+
+def test_security_settings_from_the_environment() -> None:
+    settings = load_settings(env={"VOXGATE_ALLOWED_HOSTS": "tts.example.org, box.lan", "VOXGATE_AUTH": "required",
+                                  "VOXGATE_SEND_TIMEOUT_S": "2.5", "VOXGATE_LOCAL_MODEL_ROOTS": "/models"})
+    assert settings.allowed_hosts == ("tts.example.org", "box.lan") and settings.local_model_roots == ("/models",)
+    assert settings.keys_required and settings.send_timeout_s == 2.5
+    assert not load_settings(env={}).keys_required  # loopback: keys optional
+    assert load_settings(env={}, host="0.0.0.0").keys_required
+    assert not load_settings(env={}, host="::1").keys_required
+    assert not load_settings(env={"VOXGATE_AUTH": "off"}, host="0.0.0.0").keys_required
+    for env, name in (({"VOXGATE_AUTH": "maybe"}, "auth"), ({"VOXGATE_KEY_RATE_LIMIT": "lots"}, "rate limit"),
+                      ({"VOXGATE_MAX_JSON_DEPTH": "0"}, "max_json_depth")):
+        with pytest.raises(ValueError, match=name):
+            load_settings(env=env)

@@ -84,7 +84,7 @@ def test_bad_take_is_a_4xx_naming_the_field(client: httpx.Client, overrides: dic
     response = client.post("/v1/takes", json=take_body(**overrides))
     assert response.status_code == status, response.text
     assert response.json() == {"error": {"code": code, "message": response.json()["error"]["message"],
-                                         "field": field}}
+                                         "field": field, "type": "invalid_request_error", "param": field}}
 
 
 def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,7 +96,7 @@ def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pyt
 def test_take_body_errors(client: httpx.Client) -> None:
     response = client.post("/v1/takes", content=b"{", headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
-    response = client.post("/v1/takes", content=tone(), headers={"Content-Type": "audio/pcm"})
+    response = client.post("/v1/takes", content=tone(), headers={"Content-Type": "audio/wav"})
     assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
 
 
@@ -106,7 +106,8 @@ def test_missing_takes_and_bad_queries(client: httpx.Client) -> None:
         assert response.status_code == 404, path
         assert response.json()["error"]["code"] in ("take_not_found", "not_found")
     assert client.delete("/v1/takes/nonsense").json()["error"] == {
-        "code": "take_not_found", "message": "no take 'nonsense'", "field": "id"}
+        "code": "take_not_found", "message": "no take 'nonsense'", "field": "id", "type": "invalid_request_error",
+        "param": "id"}
     take = client.post("/v1/takes", json=take_body()).json()
     response = client.get(take["audio_url"], params={"format": "ogg"})
     assert response.status_code == 400 and response.json()["error"]["field"] == "format"

@@ -1,0 +1,173 @@
+"""Who may call what: API keys per route, per-key limits, and JSON-or-key writes.
+
+`RULES` is the table, first match wins: a path pattern, the methods it covers, the scope
+it needs and where, besides `Authorization: Bearer`, its clients put the key. A
+vendor-compatible protocol plugs in as one more row (its clients' header or query
+parameter), and its routes are then checked like ours.
+
+Scopes: `public` (pages, assets, health, the API schema), `read` (any valid key),
+`speech`, `admin` (gateway/keys.py). With `auth` required (the default off loopback)
+every non-public request needs a key; on loopback a key is optional, but once the server
+has a key, a key that is sent must be valid (a server without any ignores what a client
+sends: agent clients always send something). A key in a query parameter is replaced by
+`redacted` in the scope, so the access log never shows it.
+
+A POST without a key must not have a body type a web page can send cross-site without
+a CORS preflight (a form, `text/plain`, or none): 415. That is what keeps `/unload`
+and friends out of reach of other sites' forms (PUT, PATCH and DELETE are always
+preflighted).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.keys import ApiKey
+from gateway.limits import Refused
+from gateway.security import deny
+from gateway.state import AppState
+
+PUBLIC, READ = "public", "read"
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Content types a page may POST cross-site without a preflight (the Fetch standard's
+# CORS-safelisted request headers), and no content type at all.
+SIMPLE_CONTENT_TYPES = frozenset({"", "application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
+# Uploads that are multipart by nature (a file and its fields): without a key they rely on
+# the Origin check alone (gateway/security.py refuses a foreign or `null` Origin, which
+# browsers send with every cross-site form POST).
+MULTIPART_UPLOADS = re.compile(r"^/v1/voices/references$")
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """Where a client puts its key: `bearer` (Authorization: Bearer), `header`, or `query`."""
+
+    kind: str
+    name: str = ""
+
+
+BEARER = Credential("bearer", "authorization")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    pattern: re.Pattern[str]
+    scope: str
+    methods: frozenset[str] | None = None  # None: every method (and WebSockets)
+    credentials: tuple[Credential, ...] = ()  # accepted besides BEARER
+
+
+def rule(pattern: str, scope: str, methods: frozenset[str] | None = None, *credentials: Credential) -> Rule:
+    return Rule(re.compile(pattern), scope, methods, credentials)
+
+
+RULES: tuple[Rule, ...] = (
+    rule(r"^/(library|voices|live|projects|projects/[^/]+|docs|health|openapi\.json)?$", PUBLIC),  # pages
+    rule(r"^/static/", PUBLIC),
+    rule(r"^/v1/audio/speech$", "speech"),
+    rule(r"^/v1/realtime$", "speech", None, Credential("query", "api_key")),  # browsers cannot set headers
+    # Vendor-compatible routes (docs/agents.md): the header or parameter their SDKs send.
+    rule(r"^/v1/text-to-speech/", "speech", None, Credential("header", "xi-api-key")),  # ElevenLabs
+    rule(r"^/tts/", "speech", None, Credential("header", "x-api-key"), Credential("query", "api_key")),  # Cartesia
+    rule(r"^/v1/models/[^/]+/(load|unload)$", "admin"),
+    rule(r"^/v1/(library|presets|takes|projects|voices/references)(/|$)", "admin", WRITES),
+    rule(r"", READ),  # the rest of the API: any valid key
+)
+
+
+def match(path: str, method: str | None) -> Rule:
+    for entry in RULES:
+        if entry.pattern.search(path) and (entry.methods is None or method in entry.methods):
+            return entry
+    raise AssertionError("RULES ends with a catch-all")
+
+
+def presented_key(scope: Scope, entry: Rule) -> str | None:
+    """The key the request carries, by the rule's credentials; a query key is redacted in `scope`."""
+    headers = Headers(scope=scope)
+    authorization = headers.get("authorization", "")
+    if authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip()
+    for credential in entry.credentials:
+        if credential.kind == "header" and headers.get(credential.name):
+            return str(headers[credential.name]).strip()
+        if credential.kind == "query":
+            raw: bytes = scope.get("query_string", b"")
+            query = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+            values = [str(v) for k, v in query if k == credential.name]
+            if values:
+                scope["query_string"] = urlencode(
+                    [(k, "redacted" if k == credential.name else v) for k, v in query]).encode("latin-1")
+                return values[0].strip()
+    return None
+
+
+class KeyCheck:
+    """ASGI middleware applying RULES; AppState.keys and .limits come from the lifespan."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    @staticmethod
+    async def _keys_in_use(state: AppState) -> bool:
+        """Whether a presented key must be valid: keys are required, or some key exists.
+
+        Agent clients always send a key (pipecat and LiveKit want one), so a server that
+        has none and needs none ignores it and serves them as it serves any other client.
+        """
+        return state.settings.keys_required or (state.keys is not None and await state.keys.count_active() > 0)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        state: AppState = scope["app"].state.voxgate
+        method = scope.get("method")
+        entry = match(scope["path"], method)
+        key: ApiKey | None = None
+        if entry.scope != PUBLIC:
+            secret = presented_key(scope, entry)
+            if secret is not None:
+                key = await state.keys.lookup(secret) if state.keys is not None else None
+                if key is None:
+                    if await self._keys_in_use(state):
+                        await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",
+                                   "Authorization", {"WWW-Authenticate": "Bearer"})
+                        return
+                elif not key.allows(entry.scope):
+                    await deny(scope, receive, send, 403, "insufficient_scope",
+                               f"key {key.prefix} lacks the {entry.scope!r} scope this route needs "
+                               f"(it has: {', '.join(sorted(key.scopes))})", "Authorization")
+                    return
+            elif state.settings.keys_required:
+                await deny(scope, receive, send, 401, "api_key_required",
+                           "this server needs an API key: send `Authorization: Bearer <key>` (create one with "
+                           "`voxgate keys create NAME`)", "Authorization", {"WWW-Authenticate": "Bearer"})
+                return
+        if key is None and method == "POST":
+            content_type = Headers(scope=scope).get("content-type", "").split(";")[0].strip().lower()
+            upload = content_type == "multipart/form-data" and MULTIPART_UPLOADS.match(scope["path"]) is not None
+            if content_type in SIMPLE_CONTENT_TYPES and not upload:
+                await deny(scope, receive, send, 415, "unsupported_media_type",
+                           f"POST needs Content-Type: application/json (got {content_type or 'none'!r}; a web page "
+                           "can send that to any server), or an API key", "Content-Type")
+                return
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        assert state.limits is not None
+        try:
+            state.limits.enter(key)
+        except Refused as refused:
+            await deny(scope, receive, send, 429, refused.code, refused.message, "Authorization",
+                       {"Retry-After": str(refused.retry_after_s)})
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            state.limits.leave(key)

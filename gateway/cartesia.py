@@ -1,0 +1,216 @@
+"""Cartesia-compatible text-to-speech: `WS /tts/websocket`, `POST /tts/bytes`, `POST /tts/sse`
+(protocols/vendors.md §4-5).
+
+WebSocket, client → server (JSON): a generation message `{"context_id", "transcript",
+"continue", "model_id", "voice", "output_format", "add_timestamps",
+"max_buffer_delay_ms", "generation_config": {"speed"}, "flush"}` (the first one of a
+context opens it with that `output_format`; `continue: false`, the default, ends its
+input), and `{"context_id", "cancel": true}` (stop now; nothing more is sent for it).
+`max_buffer_delay_ms: 0` speaks each sentence as soon as it ends instead of waiting
+for the next one to begin. Server → client, each with `type` and `context_id`:
+`chunk` (`data`: base64 audio, `done: false`), `timestamps` (`word_timestamps`:
+`words`, `start`, `end` in seconds from the context's start), `flush_done`
+(`flush_id`), `done` (its own message), `error` (`title`, `message`, `error_code`,
+`field`; `done: true`).
+
+HTTP: the same fields without `context_id`/`continue`; `/tts/bytes` answers audio in
+`output_format`, `/tts/sse` Server-Sent Events whose `data` is a `chunk`,
+`timestamps` (with `add_timestamps`) or the final `done` message. Headers `X-API-Key`,
+`Authorization`, `Cartesia-Version` and the `api_key`/`cartesia_version` query
+parameters are accepted. Vendor model ids (`sonic-3`) mean the default model; a voice
+id means the voice or preset of that name, else the default voice. Text goes through
+the text frontend as on every route (gateway/vendor_context.py, gateway/vendor_http.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from typing import Any, AsyncIterator, Sequence
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket
+
+from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.errors import ApiError, as_api_error, read_json
+from gateway.state import AppState
+from gateway.stitch import speech_options
+from gateway.text import TextOptions
+from gateway.vendor_context import TextContext, VendorSocket
+from gateway.vendor_formats import OutputFormat, cartesia_format
+from gateway.vendor_http import Speech, start_speech
+from gateway.voices import Choice, check_speed, resolve_vendor
+from gateway.writes import ClosingStreamingResponse
+
+log = logging.getLogger(__name__)
+
+
+def voice_id(value: object) -> str | None:
+    """`{"mode": "id", "id": X}`, `{"id": X}` or `"X"` -> X; anything else (an embedding) -> None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("id"), str) and value.get("mode", "id") == "id":
+        return str(value["id"])
+    return None
+
+
+async def choose(state: AppState, message: dict[str, Any]) -> Choice:
+    config = message.get("generation_config")
+    speed = None
+    if isinstance(config, dict) and config.get("speed") is not None:
+        speed = check_speed(config["speed"], "generation_config.speed")
+    return await resolve_vendor(state.library, model=message.get("model_id"), voice=voice_id(message.get("voice")),
+                                speed=speed, default_model=state.settings.default_model,
+                                default_voice=state.settings.default_voice)
+
+
+def timestamps(words: Sequence[WordTiming]) -> dict[str, Any]:
+    return {"words": [w.word for w in words], "start": [round(w.start_ms / 1000, 4) for w in words],
+            "end": [round(w.end_ms / 1000, 4) for w in words]}
+
+
+def error_message(error: ApiError | EngineError, context_id: str | None) -> dict[str, Any]:
+    api = as_api_error(error)
+    return {"type": "error", "context_id": context_id, "done": True, "status_code": api.status,
+            "title": api.code.replace("_", " "), "message": api.message, "error_code": api.code,
+            "field": api.field}
+
+
+class CartesiaContext(TextContext):
+    source = "cartesia"
+
+    def __init__(self, socket: CartesiaSocket, context_id: str, choice: Choice, fmt: OutputFormat,
+                 options: TextOptions, add_timestamps: bool, eager: bool) -> None:
+        super().__init__(socket.state, context_id, choice, fmt, options, timings=add_timestamps, eager=eager,
+                         field="transcript")
+        self.socket = socket
+        self.add_timestamps = add_timestamps
+        self.num_flushes = 0
+        self.started_s = time.monotonic()
+
+    async def send_audio(self, data: bytes, words: Sequence[WordTiming], start_ms: float, end_ms: float) -> None:
+        if data:
+            await self.socket.send({"type": "chunk", "context_id": self.context_id, "done": False,
+                                    "status_code": 206, "data": base64.b64encode(data).decode("ascii"),
+                                    "step_time": round(1000 * (time.monotonic() - self.started_s), 1)})
+        if words and self.add_timestamps:
+            await self.socket.send({"type": "timestamps", "context_id": self.context_id, "done": False,
+                                    "status_code": 206, "word_timestamps": timestamps(words)})
+
+    async def send_flush_done(self, flush_id: int) -> None:
+        await self.socket.send({"type": "flush_done", "context_id": self.context_id, "done": False,
+                                "flush_done": True, "flush_id": flush_id, "status_code": 206})
+
+    async def send_final(self) -> None:
+        await self.socket.send({"type": "done", "context_id": self.context_id, "done": True, "status_code": 206})
+        if self.socket.contexts.get(self.context_id) is self:
+            del self.socket.contexts[self.context_id]
+
+    async def send_error(self, error: ApiError | EngineError) -> None:
+        if self.socket.contexts.get(self.context_id) is self:
+            del self.socket.contexts[self.context_id]
+        await self.socket.send_error(error, self.context_id)
+
+
+class CartesiaSocket(VendorSocket):
+    contexts: dict[str, CartesiaContext]  # type: ignore[assignment]
+
+    async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
+        await self.send(error_message(error, context_id))
+
+    async def handle(self, message: dict[str, Any]) -> None:
+        context_id = message.get("context_id")
+        if not isinstance(context_id, str) or not context_id:
+            raise InvalidInput("context_id must be a non-empty string", field="context_id")
+        context = self.contexts.get(context_id)
+        if message.get("cancel") is True:
+            if context is not None:
+                context.cancel()
+                del self.contexts[context_id]
+            return
+        transcript = message.get("transcript", "")
+        if not isinstance(transcript, str):
+            raise InvalidInput("transcript must be a string", field="transcript")
+        if context is None:
+            fmt = cartesia_format(message.get("output_format"))
+            add = message.get("add_timestamps", False)
+            delay = message.get("max_buffer_delay_ms")  # 0: speak what arrives at once
+            choice = await choose(self.state, message)
+            options = await speech_options(self.state, choice, {})
+            context = CartesiaContext(self, context_id, choice, fmt, options, add_timestamps=add is True,
+                                      eager=delay == 0)
+            self.contexts[context_id] = context
+        if transcript:
+            await context.append(transcript)
+        if message.get("flush") is True:
+            context.num_flushes += 1
+            await context.flush(context.num_flushes)
+        if message.get("continue", False) is not True:
+            await context.close()
+
+
+async def websocket(ws: WebSocket) -> None:
+    state: AppState = ws.app.state.voxgate
+    await ws.accept()
+    if state.draining:
+        await ws.close(code=1013, reason="server is shutting down")
+        return
+    await CartesiaSocket(state, ws, "cartesia").serve()
+
+
+async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]]:
+    state: AppState = request.app.state.voxgate
+    if state.draining:
+        raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
+    data = await read_json(request, state.settings.max_body_bytes)
+    if "transcript" not in data:
+        raise InvalidInput("transcript is required", field="transcript")
+    fmt = cartesia_format(data.get("output_format"))
+    choice = await choose(state, data)
+    pieces = await start_speech(state, choice, data["transcript"], fmt, source="cartesia", field="transcript")
+    return fmt, pieces, data
+
+
+async def _bytes(pieces: Speech) -> AsyncIterator[bytes]:
+    try:
+        async for piece in pieces:
+            if piece.data:
+                yield piece.data
+    except EngineError as error:
+        log.warning("tts/bytes ended early: %s", error.message)
+
+
+async def tts_bytes(request: Request) -> Response:
+    fmt, pieces, _ = await _speak(request)
+    # Closing: the engine request is freed however the response ends (gateway/writes.py).
+    return ClosingStreamingResponse(_bytes(pieces), pieces.close, media_type=fmt.media_type)
+
+
+async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) -> AsyncIterator[str]:
+    started_s = time.monotonic()
+    tag = {} if context_id is None else {"context_id": context_id}
+    try:
+        async for piece in pieces:
+            if piece.data:
+                chunk = {"type": "chunk", **tag, "data": base64.b64encode(piece.data).decode("ascii"),
+                         "done": False, "status_code": 206,
+                         "step_time": round(1000 * (time.monotonic() - started_s), 1)}
+                yield f"event: chunk\ndata: {json.dumps(chunk)}\n\n"
+            if add_timestamps and piece.words:
+                stamps = {"type": "timestamps", **tag, "done": False, "status_code": 206,
+                          "word_timestamps": timestamps(piece.words)}
+                yield f"event: timestamps\ndata: {json.dumps(stamps)}\n\n"
+    except EngineError as error:
+        yield f"event: error\ndata: {json.dumps(error_message(error, context_id))}\n\n"
+        return
+    yield f"event: done\ndata: {json.dumps({'type': 'done', **tag, 'done': True, 'status_code': 200})}\n\n"
+
+
+async def tts_sse(request: Request) -> Response:
+    _, pieces, data = await _speak(request)
+    context_id = data.get("context_id") if isinstance(data.get("context_id"), str) else None
+    return ClosingStreamingResponse(_events(pieces, context_id, data.get("add_timestamps") is True), pieces.close,
+                                    media_type="text/event-stream")

@@ -1,0 +1,213 @@
+"""ElevenLabs-compatible text-to-speech WebSockets (protocols/vendors.md §1-2).
+
+`WS /v1/text-to-speech/{voice_id}/multi-stream-input`: several contexts per socket.
+Client messages (JSON): `{"text", "context_id"[, "voice_settings"][, "flush"]}` (the
+first message of a context opens it; `" "` is no speech); `{"context_id", "flush":
+true}` speaks what is buffered and keeps the context open; `{"context_id",
+"close_context": true}` ends it after its audio (a second one while it still speaks
+cancels it: pipecat's interruption); `{"text": ""}` is a keep-alive; `{"close_socket":
+true}` finishes the contexts (at most `CLOSE_SOCKET_S`) and closes.
+
+`WS /v1/text-to-speech/{voice_id}/stream-input`: one context; `{"text": ""}` ends the
+input, and the socket closes (1000) after `{"isFinal": true}`.
+
+Server messages: `{"audio": base64, "isFinal": null, "contextId", "alignment",
+"normalizedAlignment"}` with `alignment = {"chars", "charStartTimesMs",
+"charDurationsMs"}` relative to that message's audio; `{"isFinal": true, "contextId"}`;
+errors `{"error": code, "message", "code", "field", "contextId"}` (the socket lives on).
+Query: `model_id` (vendor ids: the default model), `output_format` (gateway/
+vendor_formats.py), `auto_mode=true` (a message that ends a sentence is spoken at
+once, without waiting for the next or a flush), `apply_text_normalization=off` (text
+read as written); others are ignored. The `xi-api-key` header is accepted.
+
+Each context's text goes through the text frontend like `/v1/realtime`'s
+(gateway/vendor_context.py); timings and alignments are of the words as spoken (after
+normalisation), so `alignment` and `normalizedAlignment` are the same.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+from typing import Any, Sequence
+
+from starlette.websockets import WebSocket
+
+from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.errors import ApiError, as_api_error
+from gateway.state import AppState
+from gateway.stitch import speech_options
+from gateway.text import TextOptions
+from gateway.timings import char_times
+from gateway.vendor_context import TextContext, VendorSocket
+from gateway.vendor_formats import OutputFormat, elevenlabs_format
+from gateway.voices import Choice, check_speed, resolve_vendor
+
+log = logging.getLogger(__name__)
+
+CLOSE_SOCKET_S = 1.5  # pipecat waits 2 s for the server to close after close_socket
+SINGLE = "default"  # the context id of /stream-input
+
+
+def alignment(words: Sequence[WordTiming], start_ms: float, end_ms: float) -> dict[str, Any] | None:
+    """ElevenLabs' `alignment` for a message whose audio spans [start_ms, end_ms)."""
+    if not words:
+        if end_ms <= start_ms:
+            return None
+        # No word starts here: a space keeps the clients' clocks moving by this audio.
+        return {"chars": [" "], "charStartTimesMs": [0.0], "charDurationsMs": [round(end_ms - start_ms, 1)]}
+    times = char_times(words, start_ms, end_ms)
+    return {"chars": list(times.chars), "charStartTimesMs": list(times.start_ms),
+            "charDurationsMs": list(times.duration_ms)}
+
+
+def text_fields(apply_text_normalization: object) -> dict[str, Any]:
+    """Voxgate's text fields for ElevenLabs' `apply_text_normalization` (`auto`, `on`,
+    `off`): `off` reads the text as written; the others normalise it (gateway/text/)."""
+    return {"normalize": False} if apply_text_normalization == "off" else {}
+
+
+def voice_speed(message: dict[str, Any]) -> float | None:
+    settings = message.get("voice_settings")
+    if settings is None:
+        return None
+    if not isinstance(settings, dict):
+        raise InvalidInput("voice_settings must be an object", field="voice_settings")
+    speed = settings.get("speed")
+    return None if speed is None else check_speed(speed, "voice_settings.speed")
+
+
+class ElevenLabsContext(TextContext):
+    source = "elevenlabs"
+
+    def __init__(self, socket: ElevenLabsSocket, context_id: str, choice: Choice, fmt: OutputFormat) -> None:
+        super().__init__(socket.state, context_id, choice, fmt, socket.options, timings=True, eager=socket.auto_mode)
+        self.socket = socket
+
+    def _tag(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.socket.multi:
+            message["contextId"] = self.context_id  # pipecat reads only the camelCase key
+        return message
+
+    async def send_audio(self, data: bytes, words: Sequence[WordTiming], start_ms: float, end_ms: float) -> None:
+        aligned = alignment(words, start_ms, end_ms)
+        if not data and aligned is None:
+            return
+        await self.socket.send(self._tag({
+            "audio": base64.b64encode(data).decode("ascii"), "isFinal": None,
+            "alignment": aligned, "normalizedAlignment": aligned}))
+
+    async def send_final(self) -> None:
+        await self.socket.send(self._tag({"isFinal": True}))
+        await self.socket.ended(self)
+
+    async def send_error(self, error: ApiError | EngineError) -> None:
+        await self.socket.send_error(error, self.context_id)
+
+
+class ElevenLabsSocket(VendorSocket):
+    def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat,
+                 options: TextOptions) -> None:
+        super().__init__(state, ws, "elevenlabs")
+        self.options = options  # how its contexts' text is read (the text frontend)
+        # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
+        self.auto_mode = ws.query_params.get("auto_mode", "").lower() == "true"
+        self.multi = multi
+        self.choice = choice
+        self.format = fmt
+
+    async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
+        api = as_api_error(error)
+        message: dict[str, Any] = {"error": api.code, "code": api.code, "message": api.message, "field": api.field}
+        if self.multi and context_id is not None:
+            message["contextId"] = context_id
+        await self.send(message)
+
+    async def ended(self, context: ElevenLabsContext) -> None:
+        if self.contexts.get(context.context_id) is context:
+            del self.contexts[context.context_id]
+        if not self.multi:
+            await self.close_ws(1000)
+
+    async def open(self, context_id: str, message: dict[str, Any]) -> ElevenLabsContext:
+        speed = voice_speed(message)
+        choice = self.choice if speed is None else dataclasses.replace(self.choice, speed=speed)
+        context = ElevenLabsContext(self, context_id, choice, self.format)
+        self.contexts[context_id] = context
+        return context
+
+    async def handle(self, message: dict[str, Any]) -> None:
+        if message.get("close_socket") is True:
+            await self.finish(CLOSE_SOCKET_S)
+            self.close()
+            await self.close_ws(1000)
+            return
+        context_id = message.get("context_id", SINGLE) if self.multi else SINGLE
+        if not isinstance(context_id, str) or not context_id:
+            raise InvalidInput("context_id must be a non-empty string", field="context_id")
+        text = message.get("text")
+        if text is not None and not isinstance(text, str):
+            raise InvalidInput("text must be a string", field="text")
+        context = self.contexts.get(context_id)
+        if context is not None and context.finished:  # ended by an error: the id may start anew
+            del self.contexts[context_id]
+            context = None
+        if message.get("close_context") is True:
+            if context is None:
+                return
+            if context.closing:  # closed before and still speaking: the client moved on
+                context.cancel()
+                del self.contexts[context_id]
+                await self.send({"isFinal": True, "contextId": context_id})
+            else:
+                await context.close()
+            return
+        flush = message.get("flush") is True
+        if text == "" and not flush:
+            if self.multi:
+                return  # multi-stream-input: a keep-alive, which ends nothing
+            if context is None:  # /stream-input: end of input, with nothing said
+                await self.send({"isFinal": True})
+                await self.close_ws(1000)
+            else:
+                await context.close()  # /stream-input: end of input
+            return
+        if context is None:
+            if text is None and not flush:
+                raise InvalidInput('a message needs "text", "flush", "close_context" or "close_socket"',
+                                   field="text")
+            context = await self.open(context_id, message)
+        if text:
+            await context.append(text)
+        if flush:
+            await context.flush()
+
+
+async def _socket(ws: WebSocket, multi: bool) -> None:
+    state: AppState = ws.app.state.voxgate
+    await ws.accept()
+    if state.draining:
+        await ws.close(code=1013, reason="server is shutting down")
+        return
+    query = ws.query_params
+    placeholder = ElevenLabsSocket(state, ws, multi, Choice("", "", 1.0), elevenlabs_format(None), TextOptions())
+    try:
+        fmt = elevenlabs_format(query.get("output_format"))
+        choice = await resolve_vendor(state.library, model=query.get("model_id"), voice=ws.path_params["voice_id"],
+                                      speed=None, default_model=state.settings.default_model,
+                                      default_voice=state.settings.default_voice)
+        options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
+    except EngineError as error:
+        await placeholder.send_error(error, None)
+        await placeholder.connection.close(1008, error.message[:120])
+        return
+    await ElevenLabsSocket(state, ws, multi, choice, fmt, options).serve()
+
+
+async def multi_stream_input(ws: WebSocket) -> None:
+    await _socket(ws, multi=True)
+
+
+async def stream_input(ws: WebSocket) -> None:
+    await _socket(ws, multi=False)

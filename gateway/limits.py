@@ -1,0 +1,75 @@
+"""Per-key limits: a request rate and a number of requests in flight (429 + Retry-After).
+
+The rate uses the `limits` package (the rate-limit library behind Flask-Limiter and
+slowapi): a moving window in memory, limits written as `"600/minute"`, `"10/second"`.
+Concurrency counts HTTP requests until their response has been sent (a speech stream
+counts until its last byte) and WebSocket sessions until they close.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import limits
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+
+from gateway.keys import ApiKey
+
+
+def parse_rate(text: str) -> limits.RateLimitItem:
+    """`"600/minute"` as a limits item; ValueError with the accepted form otherwise."""
+    try:
+        return limits.parse(text)
+    except ValueError:
+        raise ValueError(f"a rate limit looks like '600/minute' or '10/second', got {text!r}") from None
+
+
+class Refused(Exception):
+    """Over a limit; `retry_after_s` is when trying again may succeed."""
+
+    def __init__(self, code: str, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class KeyLimits:
+    def __init__(self, default_rate: str, default_max_concurrent: int) -> None:
+        self.default_rate = parse_rate(default_rate)
+        self.default_max_concurrent = default_max_concurrent
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._rates: dict[str, limits.RateLimitItem] = {}
+        self.in_flight: Counter[str] = Counter()  # key_id -> requests and sessions running
+
+    def _rate(self, key: ApiKey) -> limits.RateLimitItem:
+        if key.rate_limit is None:
+            return self.default_rate
+        item = self._rates.get(key.rate_limit)
+        if item is None:
+            item = self._rates[key.rate_limit] = parse_rate(key.rate_limit)
+        return item
+
+    def enter(self, key: ApiKey) -> None:
+        """Count one request of `key` in; raises Refused (and counts nothing) when over a limit.
+
+        Every `enter` that returns is paired with one `leave`.
+        """
+        cap = key.max_concurrent or self.default_max_concurrent
+        if self.in_flight[key.key_id] >= cap:
+            raise Refused("too_many_concurrent", f"key {key.prefix} already has {cap} requests or sessions "
+                          "running; wait for one to end", 1)
+        rate = self._rate(key)
+        if not self._limiter.hit(rate, key.key_id):
+            reset_s = self._limiter.get_window_stats(rate, key.key_id).reset_time - time.time()
+            raise Refused("rate_limited", f"key {key.prefix} is over its rate limit of {rate}",
+                          max(1, math.ceil(reset_s)))
+        self.in_flight[key.key_id] += 1
+
+    def leave(self, key: ApiKey) -> None:
+        self.in_flight[key.key_id] -= 1
+        if self.in_flight[key.key_id] <= 0:
+            del self.in_flight[key.key_id]

@@ -1,0 +1,31 @@
+"""`X-Request-Id` on every HTTP response (OpenAI's clients report it with errors).
+
+A pure ASGI middleware: a response that already names its request (speech responses
+carry their engine request id) keeps it; any other gets `req_<32 hex>`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class RequestIdMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if "x-request-id" not in headers:
+                    headers["X-Request-Id"] = f"req_{uuid.uuid4().hex}"
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

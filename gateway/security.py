@@ -1,0 +1,145 @@
+"""No way in from a web page: `Host` and `Origin` checks (README "Security").
+
+A page on another site can make a browser send requests to a server on loopback. Two
+ways stay open after CORS (which is off unless `cors_origins` is set):
+- **DNS rebinding**: the attacker's name resolves to 127.0.0.1, so the page is
+  same-origin with the server and reads its answers. Its requests carry the attacker's
+  name in `Host`, so only requests whose `Host` is a name the server knows pass:
+  loopback names, the `host` it is bound to and `allowed_hosts`. A bare IP address always
+  passes: rebinding needs a name, and a page loaded from the IP itself is the server's own.
+- **Cross-site WebSockets and writes**: browsers apply no CORS to WebSockets, and a form
+  can POST anywhere. A WebSocket handshake and a write (POST, PUT, PATCH, DELETE) that
+  carry an `Origin` must come from the server's own origin (the `Host` it was reached
+  at), `allowed_origins` or `cors_origins`; `Origin: null` (sandboxed pages, files)
+  never passes. Clients that are not browsers send no `Origin` and are not affected.
+
+Refusals are the API's JSON errors: 400 `invalid_host`, 403 `origin_not_allowed`; on a
+WebSocket the same body as an HTTP denial response (where the server supports one),
+else a close before accept (HTTP 403).
+
+Starlette's TrustedHostMiddleware answers in plain text and has no Origin check, hence
+this middleware; CORS itself is Starlette's CORSMiddleware (see `cors_middleware`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.errors import error_body
+from gateway.settings import Settings
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+EXPOSED_HEADERS = ("Retry-After", "X-Request-Id", "X-Voxgate-Model", "X-Voxgate-Voice", "X-Voxgate-Instructions")
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """(lower-case host, port) of a `Host` header or an origin's netloc; None if malformed."""
+    if not value or any(c in value for c in "/?#@ \\"):
+        return None
+    try:
+        parts = urlsplit(f"//{value}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    return (host, port) if host else None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _origin(value: str) -> str | None:
+    """`scheme://host[:port]` in lower case, or None for `null` and anything malformed."""
+    parts = urlsplit(value.strip().lower())
+    if parts.scheme not in ("http", "https") or parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    if split_host(parts.netloc) is None:
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class BrowserGuard:
+    """ASGI middleware: refuse unknown `Host` names, and cross-origin WebSockets and writes."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = (), allowed_origins: Iterable[str] = ()) -> None:
+        self.app = app
+        hosts = {h.strip().lower().strip("[]") for h in allowed_hosts if h.strip()}
+        self.any_host = "*" in hosts
+        self.hosts = frozenset(hosts | set(LOOPBACK_NAMES))
+        origins = {o.strip() for o in allowed_origins if o.strip()}
+        self.any_origin = "*" in origins
+        self.origins = frozenset(filter(None, (_origin(o) for o in origins - {"*"})))
+
+    def host_allowed(self, value: str | None) -> bool:
+        parsed = split_host(value or "")
+        if parsed is None:
+            return False
+        host = parsed[0]
+        return self.any_host or host in self.hosts or _is_ip(host)
+
+    def origin_allowed(self, value: str, host_header: str) -> bool:
+        origin = _origin(value)
+        if origin is None:
+            return False
+        if self.any_origin or origin in self.origins:
+            return True
+        return origin.split("://", 1)[1] == host_header.strip().lower()  # the server's own origin
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if not self.host_allowed(host):
+            allowed = ", ".join(sorted(self.hosts))
+            await deny(scope, receive, send, 400, "invalid_host",
+                       f"Host {host!r} is not a name this server answers to ({allowed}, or an IP address); "
+                       "add it to the allowed_hosts setting", "Host")
+            return
+        origin = headers.get("origin")
+        is_write = scope["type"] == "websocket" or scope["method"] not in SAFE_METHODS
+        if origin is not None and is_write and not self.origin_allowed(origin, host or ""):
+            what = "WebSocket connections" if scope["type"] == "websocket" else f"{scope['method']} requests"
+            await deny(scope, receive, send, 403, "origin_not_allowed",
+                       f"{what} from the page origin {origin!r} are not allowed; add it to the "
+                       "allowed_origins setting", "Origin")
+            return
+        await self.app(scope, receive, send)
+
+
+async def deny(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
+               field: str | None = None, headers: dict[str, str] | None = None) -> None:
+    """Answer with the API's JSON error, before the app runs (HTTP, or a WebSocket handshake)."""
+    response = JSONResponse(error_body(code, message, field, status), status, headers=headers)
+    if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})  # the server answers 403
+        return
+    await response(scope, receive, send)
+
+
+def browser_middleware(settings: Settings) -> list[Middleware]:
+    """BrowserGuard, then CORS when `cors_origins` is set (outermost first)."""
+    hosts = list(settings.allowed_hosts)
+    if settings.host not in ("0.0.0.0", "::", ""):
+        hosts.append(settings.host)
+    origins = [*settings.allowed_origins, *settings.cors_origins]
+    middleware = [Middleware(BrowserGuard, allowed_hosts=hosts, allowed_origins=origins)]
+    if settings.cors_origins:
+        middleware.append(Middleware(
+            CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["*"],
+            allow_headers=["*"], expose_headers=list(EXPOSED_HEADERS), max_age=600))
+    return middleware

@@ -1,0 +1,76 @@
+"""The HTTP server: uvicorn, with Voxgate's settings and a bounded, quiet shutdown.
+
+uvicorn's own shutdown waits for every connection to close, up to
+`timeout_graceful_shutdown`, then cancels what is left, which logs a traceback per
+cancelled request; and a client that stops reading keeps its connection open past any
+wait (a transport with unsent data is only closed once the data is sent). So on
+SIGINT/SIGTERM, beside uvicorn's shutdown (which stops accepting, closes idle
+connections and WebSocket sessions with 1012), `Server` drains like this:
+
+1. stop admitting: `AppState.draining` (speech answers 503, new sessions close with 1013);
+2. running responses get until `graceful_shutdown_s` - `margin` to finish;
+3. then every write still waiting, or started later, fails (`WriteGuard.abort_all`), so
+   the streams end and cancel their engine requests, and the connections still open
+   (slow clients) are aborted, so nothing is left for uvicorn to cancel.
+
+The lifespan then stops the engine (gateway/app.py). All of it fits in `graceful_shutdown_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+import uvicorn
+from starlette.applications import Starlette
+
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+WS_MAX_MESSAGE_BYTES = 1 << 20  # uvicorn closes a session (1009) whose message is larger
+
+
+def shutdown_margin_s(grace_s: float) -> float:
+    """Time kept at the end of the grace for aborting and stopping the engine."""
+    return min(1.0, grace_s / 2)
+
+
+class Server(uvicorn.Server):
+    def __init__(self, app: Starlette, settings: Settings, **options: object) -> None:
+        config = uvicorn.Config(
+            app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on",
+            timeout_graceful_shutdown=int(max(1.0, settings.graceful_shutdown_s)),
+            ws_max_size=max(WS_MAX_MESSAGE_BYTES, settings.max_body_bytes), **options)  # type: ignore[arg-type]
+        super().__init__(config)
+        self.app = app
+        self.grace_s = settings.graceful_shutdown_s
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        drain = asyncio.create_task(self._drain())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            drain.cancel()
+
+    async def _drain(self) -> None:
+        state = getattr(self.app.state, "voxgate", None)
+        if state is None:
+            return
+        margin_s = shutdown_margin_s(self.grace_s)
+        state.draining = True
+        state.drain_deadline_s = time.monotonic() + self.grace_s - margin_s
+        while self.server_state.connections and time.monotonic() < state.drain_deadline_s:
+            await asyncio.sleep(0.05)
+        if not self.server_state.connections:
+            return
+        log.info("shutdown: ending %d connection(s) still open after %.1f s", len(self.server_state.connections),
+                 self.grace_s - margin_s)
+        state.writes.abort_all()
+        await asyncio.sleep(margin_s / 2)  # the streams see it at their next write and end
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()  # its client stopped reading: the unsent data would never go

@@ -1,0 +1,132 @@
+"""Streamed text in, speakable items out: the text buffering every streaming protocol shares.
+
+`/v1/realtime` sessions and the ElevenLabs and Cartesia contexts each own one `TextFeed`
+in front of their utterance streams (gateway/utterance.py). It reads the text through
+the text frontend's `TextStream` (gateway/text/: markdown, SSML breaks, numbers, links;
+sentences in the voice's language), so every route reads text the same way:
+
+- `append(text)` checks the piece (a string; the text waiting to be spoken stays under
+  `max_input_chars`; an unreadable SSML break refuses the whole piece, naming `field`),
+  then hands the items it completes to `sink(items, since_s)`. An utterance's first
+  clause is complete early (`realtime_first_chars`, at least `REALTIME_MIN_FIRST_CHARS`),
+  then each sentence. A long piece is read `APPEND_SLICE_CHARS` at a time, yielding to the
+  event loop between slices, so one client cannot hold the loop;
+- an unfinished tail is released after `text_buffer_ms` without new text (`release()`,
+  also called by protocols whose clients send whole sentences);
+- `flush()` returns every item still buffered (the protocol decides what a flush means
+  for its utterance); `restart()` drops the buffer (a cancel).
+
+`since_s` is the time of the first non-blank append since the last `flush`/`restart`:
+the utterance's TTFA counts from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+from engine.types import EngineError, InputTooLong, InvalidInput
+from gateway.connection import CLIENT_GONE
+from gateway.errors import ApiError
+from gateway.settings import Settings
+from gateway.text import Item, TextOptions, TextStream
+
+APPEND_SLICE_CHARS = 256
+# A clause of this many characters already plays for ~1 s, far longer than the next words
+# take to arrive at LLM pace, so a streamed utterance's first segment can be that short.
+REALTIME_MIN_FIRST_CHARS = 12
+
+Sink = Callable[[list[Item], "float | None"], Awaitable[None]]
+ErrorSink = Callable[[ApiError | EngineError], Awaitable[None]]
+
+
+class TextFeed:
+    """One stream of text pieces; see the module docstring.
+
+    `sink(items, since_s)` receives completed items (segments and pauses) in order;
+    `on_error(error)` an error raised by `sink` when the tail timer released text.
+    """
+
+    def __init__(self, settings: Settings, sink: Sink, on_error: ErrorSink, *,
+                 options: TextOptions | None = None, field: str = "text") -> None:
+        self.settings = settings
+        self.sink = sink
+        self.on_error = on_error
+        self.field = field
+        self.text = TextStream(options or TextOptions(), settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
+                               field=field)
+        self.since_s: float | None = None
+        self.tail_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def options(self) -> TextOptions:
+        return self.text.options
+
+    @options.setter
+    def options(self, options: TextOptions) -> None:
+        self.text.options = options  # applies to text not yet cut into segments
+
+    @property
+    def pending_chars(self) -> int:
+        return self.text.pending_chars
+
+    @property
+    def has_pending(self) -> bool:
+        """Some speakable text is buffered, not yet released."""
+        return bool(self.text.pending)
+
+    async def append(self, text: object, queued_chars: int = 0) -> None:
+        """Add a piece; `queued_chars`: text already released but not yet spoken, which
+        counts towards `max_input_chars`. Raises InvalidInput / InputTooLong naming the
+        field, or what `sink` raises."""
+        if not isinstance(text, str):
+            raise InvalidInput(f"{self.field} must be a string", field=self.field)
+        limit = self.settings.max_input_chars
+        if self.text.pending_chars + queued_chars + len(text) > limit:
+            raise InputTooLong(f"more than {limit} characters of text are waiting to be spoken", field=self.field)
+        self.text.check(text)  # an unreadable <break> refuses the whole append
+        if self.since_s is None and text.strip():
+            self.since_s = time.monotonic()
+        self.cancel_timer()
+        for at in range(0, len(text), APPEND_SLICE_CHARS):
+            if at:
+                await asyncio.sleep(0)  # a long append lets the server's other sessions run
+            await self.sink(self.text.append(text[at:at + APPEND_SLICE_CHARS]), self.since_s)
+        if self.text.pending:
+            loop = asyncio.get_running_loop()
+            self.tail_timer = loop.call_later(self.settings.text_buffer_ms / 1000.0,
+                                              lambda: asyncio.ensure_future(self._speak_tail()))
+
+    async def release(self) -> None:
+        """Speak the buffered tail now (an open code fence still waits for its end)."""
+        self.cancel_timer()
+        await self.sink(self.text.release(), self.since_s)
+
+    async def _speak_tail(self) -> None:
+        self.tail_timer = None
+        try:
+            try:
+                await self.release()
+            except (ApiError, EngineError) as error:
+                await self.on_error(error)
+        except CLIENT_GONE:
+            pass  # (the connection's own handler ends the session)
+
+    def flush(self) -> tuple[list[Item], float | None]:
+        """Everything buffered as items, and the `since_s` they count from; what follows
+        starts anew (a new first clause, a new `since_s`)."""
+        self.cancel_timer()
+        since, self.since_s = self.since_s, None
+        return self.text.flush(), since
+
+    def restart(self) -> None:
+        """Drop what is buffered; what follows starts anew."""
+        self.cancel_timer()
+        self.text.restart()
+        self.since_s = None
+
+    def cancel_timer(self) -> None:
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+            self.tail_timer = None

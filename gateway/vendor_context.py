@@ -1,0 +1,258 @@
+"""A context of the ElevenLabs and Cartesia WebSockets: text in pieces, one utterance out.
+
+A context is an utterance stream (gateway/utterance.py) fed by a TextFeed
+(gateway/text_feed.py), exactly as `/v1/realtime` feeds one: the text frontend reads
+the text (markdown, numbers, SSML breaks), the first clause is spoken as soon as it is
+complete, then each sentence, an unfinished tail after `text_buffer_ms` or on flush; with
+`eager`, for clients that send whole sentences, a message ending a sentence is spoken at
+once. Its audio is encoded in the context's output format, and its words are handed over
+with the audio that speaks them. A flush speaks what is buffered and keeps the context
+open; `close()` ends it once its audio is out (`send_final`); `cancel()` stops it at
+once, engine request included. Subclasses write the wire messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any, Sequence
+
+import numpy as np
+from starlette.websockets import WebSocket
+
+from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.audio import StreamEncoder
+from gateway.connection import CLIENT_GONE, Connection
+from gateway.errors import ApiError
+from gateway.rate import MessageRate
+from gateway.state import AppState
+from gateway.text import Item, TextOptions
+from gateway.text_feed import TextFeed
+from gateway.timings import WordQueue
+from gateway.utterance import UtteranceStream
+from gateway.vendor_formats import OutputFormat
+from gateway.voices import Choice
+
+log = logging.getLogger(__name__)
+
+# Text ending a sentence: the end of a message, when the client sends whole sentences.
+SENTENCE_END = re.compile(r"[.!?…。！？][\"'”’)\]]*\s*$")
+
+
+class TextContext:
+    """One context: `append`, `flush`, `close`, `cancel`; subclasses send the messages."""
+
+    source = "vendor"  # metrics label
+
+    def __init__(self, state: AppState, context_id: str, choice: Choice, fmt: OutputFormat, options: TextOptions,
+                 *, timings: bool, eager: bool = False, field: str = "text") -> None:
+        self.state = state
+        self.eager = eager  # the client sends whole sentences: speak each when its text ends
+        self.context_id = context_id
+        self.choice = choice
+        self.format = fmt
+        self.feed = TextFeed(state.settings, self._queue, self._tail_error, options=options, field=field)
+        self.stream = UtteranceStream(state, self, lambda: self.choice, fmt.sample_rate,
+                                      prefix=self.source[:2], timings=timings)
+        self.encoder = self._encoder()
+        self.words = WordQueue()
+        self.sent_ms = 0.0  # utterance audio already sent, ms
+        self.flush_ids: list[int] = []  # flushes waiting for their text to be spoken
+        self.closing = False  # no more text
+        self.finished = False  # final message sent, or cancelled
+        self.ended = asyncio.Event()  # set with `finished`
+
+    def _encoder(self) -> StreamEncoder:
+        fmt = self.format
+        return StreamEncoder(fmt.codec, fmt.sample_rate, fmt.sample_rate, fmt.bitrate_kbps)
+
+    # -- wire messages (subclasses) -----------------------------------------------------
+
+    async def send_audio(self, data: bytes, words: Sequence[WordTiming], start_ms: float, end_ms: float) -> None:
+        """Encoded `data` (may be b""), the `words` it speaks; its PCM spans
+        [start_ms, end_ms) of the utterance."""
+        raise NotImplementedError
+
+    async def send_flush_done(self, flush_id: int) -> None:
+        """Everything before flush `flush_id` is spoken."""
+
+    async def send_final(self) -> None:
+        """The context ended after its last audio."""
+        raise NotImplementedError
+
+    async def send_error(self, error: ApiError | EngineError) -> None:
+        raise NotImplementedError
+
+    # -- text in ------------------------------------------------------------------------
+
+    async def _queue(self, items: list[Item], since_s: float | None) -> None:
+        await self.stream.queue(items, since_s)
+
+    async def _tail_error(self, error: ApiError | EngineError) -> None:
+        await self.on_error(self.stream, error)
+
+    async def append(self, text: str) -> None:
+        if self.closing:
+            raise InvalidInput(f"context {self.context_id!r} is closed; open a new one", field="context_id")
+        await self.feed.append(text, self.stream.queued_chars)
+        if self.eager and SENTENCE_END.search(text):
+            await self.feed.release()
+
+    async def flush(self, flush_id: int | None = None) -> None:
+        """Speak what is buffered now; `flush_id`: `send_flush_done` once it is spoken."""
+        if flush_id is not None:
+            self.flush_ids.append(flush_id)
+        items, since = self.feed.flush()
+        await self.stream.queue(items, since)
+        if flush_id is not None and not self.stream.busy:
+            await self.on_idle(self.stream)
+
+    async def close(self) -> None:
+        """No more text: speak what is buffered, then `send_final`."""
+        if self.closing:
+            return
+        await self.flush()
+        self.closing = True
+        if not self.finished:
+            await self.stream.end()
+
+    def cancel(self) -> None:
+        """Stop now; nothing more is sent for this context."""
+        self.feed.cancel_timer()
+        if not self.finished:
+            self.finished = True
+            self.ended.set()
+            self.stream.cancel()
+            self.stream.observe(self.source, cancelled=True)
+
+    # -- audio out (the utterance stream's Listener) ------------------------------------
+
+    async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,
+                       words: Sequence[WordTiming], estimated: bool) -> None:
+        if self.finished:
+            return
+        data = self.encoder.feed(pcm) if len(pcm) else b""
+        self.words.add(words)
+        end_ms = utterance.clock.delivered_ms
+        await self._send(data, self.words.take(end_ms), end_ms)
+
+    async def _send(self, data: bytes, words: Sequence[WordTiming], end_ms: float) -> None:
+        start_ms, self.sent_ms = self.sent_ms, end_ms
+        await self.send_audio(data, words, start_ms, end_ms)
+
+    async def on_idle(self, utterance: UtteranceStream) -> None:
+        if self.finished:
+            return
+        tail = b""
+        if (self.format.codec == "mp3" and self.encoder.num_samples) or utterance.ending:
+            # The encoder holds its last samples until closed; MP3 streams may follow each
+            # other (a decoder reads frames), so a pause closes one and the next starts anew.
+            tail = self.encoder.close()
+            if not utterance.ending:
+                self.encoder = self._encoder()
+        rest = self.words.take()
+        if tail or rest:
+            await self._send(tail, rest, utterance.clock.delivered_ms)
+        flush_ids, self.flush_ids = self.flush_ids, []
+        for flush_id in flush_ids:
+            await self.send_flush_done(flush_id)
+        if utterance.ending:
+            self.finished = True
+            self.ended.set()
+            utterance.observe(self.source, cancelled=False)
+            await self.send_final()
+
+    async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
+        if self.finished:
+            return
+        self.cancel()
+        await self.send_error(error)
+
+
+class VendorSocket:
+    """A vendor WebSocket: JSON text frames in, contexts by id, bounded writes.
+
+    Frames are parsed and writes bounded like `/v1/realtime`'s (gateway/connection.py: a
+    client that stops reading is closed with 1008 and its contexts cancelled); messages
+    are rate-limited per socket (`realtime_messages_per_s`, `realtime_message_burst`) and
+    the loop yields after each. Subclasses implement `handle(message)` and
+    `send_error(error, context_id)`. A closed socket cancels every context (engine
+    requests included).
+    """
+
+    def __init__(self, state: AppState, ws: WebSocket, name: str) -> None:
+        self.state = state
+        self.ws = ws
+        self.connection = Connection(state, ws, name)
+        self.contexts: dict[str, TextContext] = {}
+        settings = state.settings
+        self.rate = MessageRate(settings.realtime_messages_per_s, settings.realtime_message_burst)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        try:
+            await self.connection.send_json(message)
+        except (RuntimeError, *CLIENT_GONE):  # the client left, or was too slow (the connection ends the session)
+            pass
+
+    @property
+    def connected(self) -> bool:
+        return self.connection.connected
+
+    async def close_ws(self, code: int = 1000) -> None:
+        """Close the socket (once; nothing if the client already left)."""
+        await self.connection.close(code)
+
+    async def handle(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        """Receive until the client leaves or `handle` closes the socket."""
+        while self.connected:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            await asyncio.sleep(0)  # queued messages run one at a time, not back to back
+            if not self.rate.allow():  # the same per-session bound as /v1/realtime
+                refusal = self.rate.refusal()
+                if refusal is not None:
+                    await self.send_error(refusal, None)
+                continue
+            context_id: str | None = None
+            try:
+                data = self.connection.parse(message)
+                raw_id = data.get("context_id")
+                context_id = raw_id if isinstance(raw_id, str) else None
+                await self.handle(data)
+            except (ApiError, EngineError) as error:
+                await self.send_error(error, context_id)
+
+    async def finish(self, timeout_s: float) -> None:
+        """Close every context and wait (at most `timeout_s`) for their audio to end."""
+        contexts = [c for c in self.contexts.values() if not c.finished]
+        for context in contexts:
+            try:
+                await context.close()
+            except (ApiError, EngineError) as error:
+                await self.send_error(error, context.context_id)
+        waits = [asyncio.ensure_future(c.ended.wait()) for c in contexts]
+        if waits:
+            await asyncio.wait(waits, timeout=timeout_s)
+            for wait in waits:
+                wait.cancel()
+
+    def close(self) -> None:
+        for context in self.contexts.values():
+            context.cancel()
+        self.contexts.clear()
+
+    async def serve(self) -> None:
+        """Run on an accepted connection; a disconnect or a slow client cancels its contexts."""
+
+        async def close() -> None:
+            self.close()
+
+        await self.connection.serve(self.run, close)

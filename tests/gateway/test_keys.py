@@ -1,0 +1,200 @@
+"""API keys: the CLI, the refusal to start without one, and keyed requests through a real
+server with real clients (httpx, websockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from gateway.app import create_app
+from gateway.cli import main
+from gateway.keys import KeyStore
+from gateway.library import Library
+from gateway.settings import load_settings
+from tests.conftest import LiveServer, free_port, local_client, run_server
+from tests.gateway.test_realtime import recv_event
+
+SPEECH = {"input": "Hello.", "response_format": "pcm"}
+
+
+def create_key(data_dir: Path, *args: str) -> str:
+    """`voxgate keys create` as a user runs it; returns the printed key."""
+    result = subprocess.run([sys.executable, "-m", "gateway.cli", "keys", "create", *args, "--data-dir", str(data_dir)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    data = tmp_path_factory.mktemp("data")
+    keys = {"speech": create_key(data, "agent"), "admin": create_key(data, "ops", "--scope", "admin"),
+            "slow": create_key(data, "metered", "--rate-limit", "3/minute"),
+            "narrow": create_key(data, "single", "--max-concurrent", "1")}
+    for live in run_server(data, auth="required"):
+        yield live, keys
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    key = create_key(tmp_path, "laptop", "--scope", "speech", "--scope", "admin")
+    assert key.startswith("vxg_") and len(key) > 40
+    assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "laptop" in listed and "admin,speech" in listed and "active" in listed and key not in listed
+    with sqlite3.connect(tmp_path / "voxgate.db") as db:  # only a hash is stored
+        stored = db.execute("SELECT secret_sha256, prefix FROM api_keys").fetchall()
+    assert key not in str(stored) and stored[0][1] == key[:12]
+    assert main(["keys", "revoke", "laptop", "--data-dir", str(tmp_path)]) == 0
+    assert main(["keys", "revoke", "laptop", "--data-dir", str(tmp_path)]) == 1  # nothing active by that name
+    assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert main(["keys", "create", "x", "--rate-limit", "lots", "--data-dir", str(tmp_path)]) == 2
+
+
+def test_a_server_beyond_loopback_refuses_to_start_without_a_key(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port()),
+                             "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "voxgate keys create" in result.stderr and 'auth = "off"' in result.stderr
+    settings = load_settings(env={}, data_dir=tmp_path, auth="required")
+    with pytest.raises(RuntimeError, match="voxgate keys create"):
+        with local_client(create_app(settings)):
+            pass
+
+
+def test_requests_need_a_valid_key_with_the_scope(keyed: tuple[LiveServer, dict[str, str]]) -> None:
+    live, keys = keyed
+    with httpx.Client(base_url=live.url, timeout=60) as client:
+        missing = client.post("/v1/audio/speech", json=SPEECH)
+        assert missing.status_code == 401 and missing.json()["error"]["code"] == "api_key_required"
+        assert missing.headers["www-authenticate"] == "Bearer"
+        wrong = client.post("/v1/audio/speech", json=SPEECH, headers=bearer(keys["speech"] + "x"))
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+        assert client.post("/v1/audio/speech", json=SPEECH, headers=bearer(keys["speech"])).status_code == 200
+        assert client.get("/v1/takes", headers=bearer(keys["speech"])).status_code == 200  # reads: any key
+        assert client.get("/v1/takes").status_code == 401
+        for public in ("/health", "/", "/openapi.json", "/docs", "/static/style.css"):
+            assert client.get(public).status_code == 200, public
+        write = client.post("/v1/presets", json={"name": "k"}, headers=bearer(keys["speech"]))
+        assert write.status_code == 403 and write.json()["error"]["code"] == "insufficient_scope"
+        unload = client.post("/v1/models/piper-joe/unload", headers=bearer(keys["speech"]))
+        assert unload.status_code == 403
+        assert client.post("/v1/presets", json={"name": "k"}, headers=bearer(keys["admin"])).status_code == 201
+        assert client.post("/v1/audio/speech", json=SPEECH, headers=bearer(keys["admin"])).status_code == 200
+        # With a key, a body-less POST is fine: a web page cannot send the Authorization header cross-site.
+        assert client.post("/v1/models/piper-joe/unload", headers=bearer(keys["admin"])).status_code == 200
+
+
+def test_a_revoked_key_stops_working_at_once(keyed: tuple[LiveServer, dict[str, str]], tmp_path: Path) -> None:
+    live, _ = keyed
+    key = create_key(live.settings.data_dir, "temporary")
+    with httpx.Client(base_url=live.url) as client:
+        assert client.get("/v1/models", headers=bearer(key)).status_code == 200
+        assert main(["keys", "revoke", key[:12], "--data-dir", str(live.settings.data_dir)]) == 0
+        assert client.get("/v1/models", headers=bearer(key)).status_code == 401
+
+
+def test_rate_limit_answers_429_with_retry_after(keyed: tuple[LiveServer, dict[str, str]]) -> None:
+    live, keys = keyed
+    with httpx.Client(base_url=live.url) as client:
+        statuses = [client.get("/v1/models", headers=bearer(keys["slow"])) for _ in range(4)]
+    assert [r.status_code for r in statuses] == [200, 200, 200, 429]
+    assert statuses[-1].json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(statuses[-1].headers["retry-after"]) <= 60
+
+
+def test_concurrency_is_bounded_per_key(keyed: tuple[LiveServer, dict[str, str]]) -> None:
+    live, keys = keyed
+    long_text = " ".join(f"Sentence number {i} goes on for a while." for i in range(40))
+    with httpx.Client(base_url=live.url, timeout=60) as client:
+        with client.stream("POST", "/v1/audio/speech", json={"input": long_text, "response_format": "pcm"},
+                           headers=bearer(keys["narrow"])) as stream:
+            assert stream.status_code == 200
+            pieces = stream.iter_bytes()  # kept: a dropped iterator closes the connection
+            next(pieces)
+            second = client.post("/v1/audio/speech", json=SPEECH, headers=bearer(keys["narrow"]))
+            assert second.status_code == 429 and second.json()["error"]["code"] == "too_many_concurrent"
+            assert second.headers["retry-after"] == "1"
+            with pytest.raises(InvalidStatus) as refused:  # a session counts too
+                connect(f"{live.ws_url}/v1/realtime", additional_headers=bearer(keys["narrow"]))
+            assert refused.value.response.status_code == 429
+        assert live.wait_idle() == 0
+        deadline = time.monotonic() + 5
+        while live.app_state.limits and live.app_state.limits.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.post("/v1/audio/speech", json=SPEECH, headers=bearer(keys["narrow"])).status_code == 200
+
+
+def test_websocket_keys_by_header_or_query(keyed: tuple[LiveServer, dict[str, str]],
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    live, keys = keyed
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{live.ws_url}/v1/realtime")
+    assert refused.value.response.status_code == 401
+    with connect(f"{live.ws_url}/v1/realtime", additional_headers=bearer(keys["speech"])) as ws:
+        assert recv_event(ws)["type"] == "session.created"
+    with caplog.at_level("INFO", logger="uvicorn.error"):
+        with connect(f"{live.ws_url}/v1/realtime?api_key={keys['speech']}") as ws:  # browsers cannot set headers
+            assert recv_event(ws)["type"] == "session.created"
+    assert keys["speech"] not in caplog.text  # the access log shows `api_key=redacted`
+
+
+@pytest.mark.parametrize("path, headers", [
+    ("/v1/text-to-speech/joe/stream", {"xi-api-key": "{key}"}),  # ElevenLabs SDKs
+    ("/tts/bytes", {"X-API-Key": "{key}"}),  # Cartesia SDKs
+    ("/tts/bytes?api_key={key}", {}),
+])
+def test_vendor_routes_take_their_clients_key(keyed: tuple[LiveServer, dict[str, str]], path: str,
+                                              headers: dict[str, str]) -> None:
+    live, keys = keyed
+    with httpx.Client(base_url=live.url) as client:
+        unkeyed = client.post(path.split("?")[0], json={})
+        assert unkeyed.status_code == 401
+        keyed_headers = {k: v.format(key=keys["speech"]) for k, v in headers.items()}
+        response = client.post(path.format(key=keys["speech"]), json={}, headers=keyed_headers)
+        assert response.status_code != 401, response.text  # past the key check (the route is another branch's)
+        bad = {k: v.format(key="vxg_nope") for k, v in headers.items()}
+        assert client.post(path.format(key="vxg_nope"), json={}, headers=bad).status_code == 401
+
+
+def test_keys_are_optional_on_loopback_but_must_be_valid(tmp_path: Path) -> None:
+    key = create_key(tmp_path, "mine")
+    for live in run_server(tmp_path):
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            assert client.post("/v1/audio/speech", json=SPEECH).status_code == 200
+            assert client.post("/v1/audio/speech", json=SPEECH, headers=bearer(key)).status_code == 200
+            assert client.post("/v1/audio/speech", json=SPEECH, headers=bearer("vxg_bad")).status_code == 401
+
+
+def test_lookup_touches_last_used(tmp_path: Path) -> None:
+    async def body() -> None:
+        library = await Library.open(tmp_path / "db.sqlite")
+        try:
+            store = KeyStore(library)
+            key, secret = await store.create("a", ("speech",))
+            assert key.last_used_at is None
+            found = await store.lookup(secret)
+            assert found is not None and found.key_id == key.key_id
+            [listed] = await store.list_keys()
+            assert listed.last_used_at is not None
+            assert await store.lookup(secret[:-1]) is None and await store.lookup("not a key") is None
+            with pytest.raises(ValueError):
+                await store.create("b", ("root",))
+        finally:
+            await library.close()
+
+    asyncio.run(body())

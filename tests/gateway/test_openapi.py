@@ -1,0 +1,44 @@
+"""/openapi.json covers every route, /docs renders it, and a 405 lists every method of its path."""
+
+from __future__ import annotations
+
+import httpx
+from starlette.routing import Route
+
+from gateway import openapi
+from gateway.app import create_app
+from gateway.settings import load_settings
+from tests.conftest import LiveServer
+
+
+def test_every_api_route_is_in_the_schema() -> None:
+    settings = load_settings(env={}, data_dir="/nonexistent")
+    app = create_app(settings)
+    document = openapi.build(app.routes, settings)  # KeyError for a route without an OPERATIONS entry
+    for route in app.routes:
+        if isinstance(route, Route) and route.include_in_schema:
+            for method in (route.methods or set()) - {"HEAD"}:
+                assert method.lower() in document["paths"][route.path], (method, route.path)
+    speech = document["paths"]["/v1/audio/speech"]["post"]
+    schema = speech["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["input"]["maxLength"] == settings.max_input_chars
+    assert speech["x-scope"] == "speech" and document["paths"]["/v1/presets"]["post"]["x-scope"] == "admin"
+
+
+def test_schema_and_docs_are_served(client: httpx.Client) -> None:
+    document = client.get("/openapi.json").json()
+    assert document["openapi"].startswith("3.1") and "/v1/takes/{take_id}/audio" in document["paths"]
+    page = client.get("/docs")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    for path in ("/v1/audio/speech", "/v1/presets/{name}", "/v1/library/install"):
+        assert f"{path}</code>" in page.text
+
+
+def test_405_lists_every_method_of_the_path(server: LiveServer, client: httpx.Client) -> None:
+    for path, allowed in (("/v1/presets", {"GET", "HEAD", "POST"}),
+                          ("/v1/presets/x", {"GET", "HEAD", "PUT", "PATCH", "DELETE"}),
+                          ("/v1/takes", {"GET", "HEAD", "POST"}), ("/v1/audio/speech", {"POST"})):
+        response = client.request("TRACE", path)
+        assert response.status_code == 405, path
+        assert set(response.headers["allow"].split(", ")) == allowed, path
+        assert response.json()["error"]["code"] == "method_not_allowed"

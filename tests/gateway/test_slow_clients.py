@@ -1,0 +1,167 @@
+"""Clients that stop reading (gateway/writes.py): closed after `send_timeout_s`, their engine
+request cancelled and their model unpinned; a streamed take costs no memory per byte."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tests.conftest import LiveServer, run_server
+
+# About 4 minutes of speech: far more than the socket buffers between server and client hold.
+LONG_TEXT = " ".join(f"This is sentence number {i} of a long story that nobody listens to." for i in range(55))
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"), send_timeout_s=1.0)
+
+
+def small_socket(live: LiveServer) -> socket.socket:
+    """A connected socket whose receive buffer is tiny, so a client that does not read blocks the server soon."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", int(live.url.rsplit(":", 1)[1])))
+    return sock
+
+
+def wait_unpinned(live: LiveServer, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while live.app_state.residency.status("piper-joe")["busy"] or live.app_state.engine.num_requests():
+        assert time.monotonic() < deadline, "the slow client's request still holds the model"
+        time.sleep(0.05)
+
+
+def test_a_websocket_client_that_stops_reading_is_closed_with_a_reason(strict: LiveServer) -> None:
+    sock = small_socket(strict)
+    # max_queue=1: the client library stops reading the socket once one message waits unread.
+    with connect(f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}/v1/realtime", sock=sock, max_queue=1) as ws:
+        ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 48000}}))
+        ws.send(json.dumps({"type": "text.append", "text": LONG_TEXT}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        deadline = time.monotonic() + 60
+        while strict.app_state.engine.num_requests() == 0:  # speaking
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert strict.wait_idle(60) == 0  # ... then the server gives up on us, and cancels the request
+        with pytest.raises(ConnectionClosed) as closed:  # reading again at once: the audio, then why
+            while True:
+                ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert "read nothing" in closed.value.rcvd.reason
+    wait_unpinned(strict)
+    assert strict.app_state.metrics.open_sessions() == 0
+
+
+VENDOR_SOCKETS = [  # (path, the messages that start a long answer)
+    ("/v1/text-to-speech/v/multi-stream-input?output_format=pcm_48000",
+     [{"text": LONG_TEXT, "context_id": "c", "flush": True}]),
+    ("/tts/websocket", [{"context_id": "c", "transcript": LONG_TEXT, "continue": False, "model_id": "sonic-3",
+                         "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 48000}}]),
+]
+
+
+@pytest.mark.parametrize("path, messages", VENDOR_SOCKETS, ids=["elevenlabs", "cartesia"])
+def test_a_vendor_websocket_client_that_stops_reading_is_closed(strict: LiveServer, path: str,
+                                                                 messages: list[dict[str, object]]) -> None:
+    sock = small_socket(strict)
+    with connect(f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}{path}", sock=sock, max_queue=1) as ws:
+        for message in messages:
+            ws.send(json.dumps(message))
+        deadline = time.monotonic() + 60
+        while strict.app_state.engine.num_requests() == 0:  # speaking
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert strict.wait_idle(60) == 0  # the server gave up on us and cancelled the request
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert "read nothing" in closed.value.rcvd.reason
+    wait_unpinned(strict)
+    assert strict.app_state.metrics.open_sessions() == 0
+
+
+REST_STREAMS = [  # (path, body): OpenAI's and the vendors' streamed speech
+    ("/v1/audio/speech", {"input": LONG_TEXT, "response_format": "pcm"}),
+    ("/v1/text-to-speech/v/stream?output_format=pcm_48000", {"text": LONG_TEXT}),
+    ("/tts/bytes", {"transcript": LONG_TEXT, "model_id": "sonic-3",
+                    "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 48000}}),
+]
+
+
+@pytest.mark.parametrize("path, payload", REST_STREAMS, ids=["openai", "elevenlabs", "cartesia"])
+def test_a_rest_client_that_stops_reading_is_dropped(strict: LiveServer, caplog: pytest.LogCaptureFixture,
+                                                     path: str, payload: dict[str, object]) -> None:
+    sock = small_socket(strict)
+    body = json.dumps(payload).encode()
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+    try:
+        deadline = time.monotonic() + 60
+        while strict.app_state.engine.num_requests() == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with caplog.at_level("WARNING", logger="gateway.writes"):
+            wait_unpinned(strict, 60)
+            deadline = time.monotonic() + 5
+            while "response abandoned" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert "read nothing for 1 s" in caplog.text
+    finally:
+        sock.close()
+    with httpx.Client(base_url=strict.url, timeout=60) as client:  # the server serves on
+        assert client.post("/v1/audio/speech", json={"input": "Still here.", "response_format": "wav"}).status_code \
+            == 200
+
+
+def test_a_streamed_take_is_written_as_it_arrives(server: LiveServer) -> None:
+    pieces = 200
+    piece = b"\x01\x00" * 32768  # 64 KiB each: 12.5 MiB in all
+    takes_dir = server.settings.data_dir / "takes"
+    sizes: list[int] = []
+
+    def body() -> Iterator[bytes]:
+        for i in range(pieces):
+            if i == pieces // 2:  # half-way: the first half is already on disk, not in memory
+                time.sleep(0.5)
+                sizes.extend(p.stat().st_size for p in takes_dir.glob("*.wav.part"))
+            yield piece
+
+    params = {"text": "A long take.", "model": "piper-joe", "voice": "default", "sample_rate": "24000",
+              "ttfa_ms": "120.5", "stalls": "0"}
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        response = client.post("/v1/takes", params=params, content=body(), headers={"Content-Type": "audio/pcm"})
+        assert response.status_code == 201, response.text
+        take = response.json()
+        assert take["ttfa_ms"] == 120.5 and take["audio_ms"] == pytest.approx(pieces * 32768 / 24.0)
+        wav = client.get(take["audio_url"]).content
+    assert sizes and sizes[0] >= 44 + (pieces // 2 - 4) * len(piece)
+    assert len(wav) == 44 + pieces * len(piece) and wav[44:44 + len(piece)] == piece
+    assert not list(takes_dir.glob("*.part"))
+
+
+@pytest.mark.parametrize("params, content, status, field", [
+    ({}, b"\x00\x00", 400, "text"),
+    ({"sample_rate": "fast"}, b"\x00\x00", 400, "sample_rate"),
+    ({"stalls": "-1"}, b"\x00\x00", 400, "stalls"),
+    ({"colour": "red"}, b"\x00\x00", 400, "colour"),
+    ({}, b"\x00\x00\x00", 400, "audio"),
+    ({}, b"", 400, "audio"),
+])
+def test_bad_streamed_takes_name_the_field_and_leave_nothing(server: LiveServer, params: dict[str, str],
+                                                             content: bytes, status: int, field: str) -> None:
+    full = {"text": "Hi.", "model": "piper-joe", "voice": "default", "sample_rate": "24000", **params}
+    if params == {} and field == "text":
+        del full["text"]
+    response = httpx.post(f"{server.url}/v1/takes", params=full, content=content,
+                          headers={"Content-Type": "audio/pcm"})
+    assert response.status_code == status and response.json()["error"]["field"] == field, response.text
+    assert not list((server.settings.data_dir / "takes").glob("*.part"))
