@@ -139,13 +139,14 @@ class EngineCore:
 
     def stats(self) -> dict[str, Any]:
         scheduler, plan, has_backbone = self.scheduler, self._last_plan, self.runner.has_backbone
+        graphs = dict(getattr(self.runner, "graph_counts", {}))  # a GPU runner's decode graph hits and misses
         batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
                  "background": len(plan.background)}
         stats: dict[str, Any] = {
             "waiting": len(scheduler.waiting), "running": len(scheduler.running), "has_backbone": has_backbone,
             "last_batch": batch, "lanes": dict(batch) if has_backbone else {"synth": len(plan.codec)},
-            "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": dict(getattr(
-                self.runner, "graph_counts", {})), "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
+            "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": graphs,
+            "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
             "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None}
         if has_backbone:
             stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)

@@ -57,21 +57,19 @@ class SynthParts:
 
 @dataclass(slots=True)
 class LMParts:
-    """`backbone`: an nn.Module with `forward(ids, positions)`, `compute_logits(hidden)`,
-    `set_rope`, `fuse_projections`, `compile_layers` and `args` (models/orpheus.py);
-    `codec`: `decode(codes [B, F, C] int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`,
-    `sample_rate`, `samples_per_frame`, `codes_per_frame`, `device`, `memory_bytes()`.
-    `options`: runner settings (engine/model_runner.py `RunnerConfig` fields)."""
+    """`backbone`: an nn.Module with `forward(ids, positions)`, `compute_logits(hidden)`, `set_rope`,
+    `fuse_projections`, `compile_layers` and `args` (models/orpheus.py); `codec`: `decode(codes [B, F, C]
+    int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`, `sample_rate`, `samples_per_frame`,
+    `codes_per_frame`, `device`, `memory_bytes()`."""
 
     spec: LMSpec
     backbone: Any
     codec: Any
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # runner settings: engine/model_runner.py RunnerConfig
 
 
 class Runner:
-    """What the engine calls to execute plans (engine/core.py); the defaults are a runner's
-    without a backbone. `spec`: an LMSpec (speech LM) or a SynthSpec (synthesiser)."""
+    """What the engine calls to execute plans (engine/core.py); the defaults suit one without a backbone."""
 
     has_backbone = False
     device = "cpu"  # where it runs ("cpu", "cuda:0"): picks the worker that steps it

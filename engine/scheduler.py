@@ -31,9 +31,9 @@ class Scheduler:
         self.by_deadline, self.urgency, self.defer = config.uses("order"), config.uses("urgency"), config.uses("defer")
         self.early = config.uses("early") and lm is not None
         self.urgent_slack_ms, self.codec_batch = config.urgent_slack_ms, min(config.codec_batch, runner.max_codec_batch)
-        self.max_running, self.max_codec_batch, self.max_waiting = runner.max_running, runner.max_codec_batch, \
-            config.max_waiting
-        self.max_prefill_batch, self.sample_rate = runner.max_prefill_batch, runner.sample_rate
+        self.max_running, self.max_waiting = runner.max_running, config.max_waiting
+        self.max_codec_batch, self.max_prefill_batch = runner.max_codec_batch, runner.max_prefill_batch
+        self.sample_rate = runner.sample_rate
         self.max_prefill_defer_ms, self.max_prefill_tokens = config.max_prefill_defer_ms, config.max_prefill_tokens
         self.max_predicted_ttfa_ms, self.max_unread_ms = config.max_predicted_ttfa_ms, config.max_unread_ms
         self.kv = KVSlots(runner.max_running, runner.max_seq_len) if lm is not None else None
@@ -106,8 +106,8 @@ class Scheduler:
         if self.lm is None:
             units = request.prepared.units
             return self.cost.codec_ms(1, len(units[min(plan.num_emitted, len(units) - 1)]))
-        return self.cost.codec_ms(1, plan.shape.chunk(plan.num_chunks)[0] + plan.shape.context_frames * (
-            1 + (plan.num_emitted > 0)))
+        frames = plan.shape.chunk(plan.num_chunks)[0] + plan.shape.context_frames * (1 + (plan.num_emitted > 0))
+        return self.cost.codec_ms(1, frames)
 
     def slack_ms(self, request: Request, now: float) -> float:
         """deadline - now - time to produce its next chunk (ms); may be negative."""
@@ -176,8 +176,8 @@ class Scheduler:
             tokens += len(request.prepared.prompt_ids)
         if not batch:
             return
-        if self.defer and self.running and 1000.0 * (now - min(r.spec.arrival_s for r in batch)) < \
-                self.max_prefill_defer_ms:
+        waited_ms = 1000.0 * (now - min(r.spec.arrival_s for r in batch))
+        if self.defer and self.running and waited_ms < self.max_prefill_defer_ms:
             cost = self.cost.prefill_ms(tokens)  # would it push a running request's chunk past its deadline?
             far = self._far_s(now, cost)
             if any(0 <= self.slack_ms(r, now) < cost for r in self.running.values()
