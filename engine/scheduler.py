@@ -196,16 +196,16 @@ class Scheduler:
         self._longest = max(self._longest, request.num_tokens)
 
     def _pick_codec(self, now: float, plan: Plan, held: set[Request]) -> None:
-        items, far = [], None
+        items, far, early, limit_ms = [], None, self.early, self.urgent_slack_ms
         for request in self.running.values():
             if request.error is not None or request.in_flight or request in held:
                 continue
             stream, window = request.plan, None
             if stream.is_final or stream.num_frames >= stream.ready_at:
                 window = stream.next_window()
-            if window is None and self.early:  # a short chunk on time beats a full chunk late
-                far = self._far_s(now, self.urgent_slack_ms) if far is None else far
-                if request.clock.due_s <= far and self.slack_ms(request, now) < self.urgent_slack_ms:
+            if window is None and early:  # a short chunk on time beats a full chunk late
+                far = self._far_s(now, limit_ms) if far is None else far
+                if request.clock.due_s <= far and self.slack_ms(request, now) < limit_ms:
                     window = stream.next_window(early=True)
             if window is not None:
                 items.append(CodecItem(request, window))
@@ -234,27 +234,28 @@ class Scheduler:
         """Append tokens, assemble frames, stop; returns the requests a wrong-position token failed."""
         lm = self.lm
         assert lm is not None
-        failed = []
+        failed, running = [], RequestStatus.RUNNING
         stop_ids, tokens_per_frame, longest = lm.stop_token_ids, lm.tokens_per_frame, self._longest
-        for out in outs:
-            request, token, tokens = out.request, out.token, out.request.tokens
-            if request.status is not RequestStatus.RUNNING or request.is_stopped:
+        for request, token, device_stopped in outs:
+            if request.status is not running or request.is_stopped:
                 continue  # cancelled meanwhile, or a row the device already masked
             if token in stop_ids and not request.is_forced:
                 request.is_stopped = True
             else:
+                tokens = request.tokens
                 tokens.append(token)
-                longest = max(longest, len(tokens) + len(request.prepared.prompt_ids))
-                if len(tokens) % tokens_per_frame == 0:  # the frame is complete
+                n = len(tokens)
+                longest = max(longest, n + len(request.prepared.prompt_ids))
+                if n % tokens_per_frame == 0:  # the frame is complete
                     try:
                         request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
                     except ValueError as error:
-                        request.error = GenerationFailed(f"generated token {len(tokens) - 1}: {error}")
+                        request.error = GenerationFailed(f"generated token {n - 1}: {error}")
                         request.is_stopped = True
                         failed.append(request)
                         continue
                     request.plan.num_frames += 1
-                request.is_stopped = out.is_stopped or len(tokens) >= request.max_tokens
+                request.is_stopped = device_stopped or n >= request.max_tokens
             if request.is_stopped:
                 request.plan.is_final = True  # a trailing partial frame is dropped
         self._longest = longest
