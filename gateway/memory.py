@@ -75,6 +75,7 @@ class IdleTrim:
 
     @property
     def available(self) -> bool:
+        """Whether this platform has both `malloc_trim` and /proc (else `run` returns at once)."""
         return self.trim is not None and self.rss() is not None
 
     async def run(self) -> None:
