@@ -116,6 +116,8 @@ async def resolve_vendor(library: Library, *, model: object, voice: object, spee
     try:
         choice = await resolve(library, model=model, voice=voice, speed=speed, default_model=default_model,
                                default_voice=default_voice, preset_may_switch_model=model is None)
+    except UnknownModel as error:  # both vendors call the field `model_id`
+        raise UnknownModel(error.message, field="model_id" if error.field == "model" else error.field) from None
     except UnknownVoice:
         choice = await resolve(library, model=model, voice=None, speed=speed, default_model=default_model,
                                default_voice=default_voice)
