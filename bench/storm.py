@@ -1,16 +1,21 @@
 """Disconnect storm: clients that leave mid-utterance, over WebSocket and REST.
 
-    python bench/storm.py [--ws 500] [--rest 500] [--concurrency 8] [--max-s 900] [--out FILE]
+    python bench/storm.py [--ws 500] [--rest 500] [--concurrency 8] [--max-s 900]
+                          [--memory-trim-idle-s S] [--out FILE]
 
-Starts `voxgate serve` (fresh data dir, free loopback port; loopback only), warms it up,
-then records the server's RSS and open fds; runs `--ws` realtime sessions that each
-send a long text, wait for the first audio frame and drop the TCP connection without a
-close frame, and `--rest` streamed speech requests dropped after the first bytes,
-`--concurrency` at a time, stopping early past `--max-s`. The "before" figures are taken
-after a warm-up of 4 x `--concurrency` clients of each kind (memory the allocator keeps
-at working size is not a leak; growth past it is). Then waits for the engine to
-hold 0 requests and records RSS and fds again. Pass: requests back to 0, RSS and fds
-within 5% of before (fds: or within 3, since a few are the server's own idle sockets).
+Starts `voxgate serve` (fresh data dir, free loopback port; loopback only; no early
+refusals: `max_predicted_ttfa_ms` 0 and deep queues, so every client is a disconnect, not
+a 503), warms it up, then records the server's RSS and open fds; runs `--ws` realtime
+sessions that each send a long text, wait for the first audio frame and drop the TCP
+connection without a close frame, and `--rest` streamed speech requests dropped after the
+first bytes, `--concurrency` at a time, stopping early past `--max-s`. The "before" figures
+are taken after a warm-up of 4 x `--concurrency` clients of each kind (memory the allocator
+keeps at working size is not a leak; growth past it is). Then waits for the engine to
+hold 0 requests and records RSS and fds again. Both readings are taken `SETTLE_S` after
+the engine went idle, when the server has returned freed heap memory to the OS
+(`memory_trim_idle_s`, gateway/memory.py; `--memory-trim-idle-s 0` turns that off, to
+compare). Pass: requests back to 0, RSS and fds within 5% of before (fds: or within 3,
+since a few are the server's own idle sockets).
 Prints a table and writes JSON with the command under bench/results/.
 """
 
@@ -32,6 +37,9 @@ import httpx
 from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
+# Seconds between the engine going idle and a reading: the server's idle trim runs after
+# memory_trim_idle_s (default 1 s) and a check every 0.5 s.
+SETTLE_S = 3.0
 TEXT = " ".join(f"This is sentence number {i} of a story that is cut off early." for i in range(20))
 
 
@@ -59,12 +67,16 @@ def start_server(data_dir: Path, **env: str) -> tuple[subprocess.Popen[bytes], s
 
 
 def usage(pid: int) -> dict[str, int]:
-    """RSS (bytes) and open file descriptors of a process, from /proc."""
-    rss = 0
+    """RSS (bytes; and its anonymous part, the heaps, apart from the file-backed part,
+    library code and data the kernel may drop and read back under memory pressure) and
+    open file descriptors of a process, from /proc."""
+    fields = {"VmRSS:": "rss_bytes", "RssAnon:": "rss_anon_bytes", "RssFile:": "rss_file_bytes"}
+    out = dict.fromkeys(fields.values(), 0)
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024
-    return {"rss_bytes": rss, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+        key = line.split(maxsplit=1)[0] if line else ""
+        if key in fields:
+            out[fields[key]] = int(line.split()[1]) * 1024
+    return {**out, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
 async def engine_requests(client: httpx.AsyncClient) -> int:
@@ -127,7 +139,7 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict[str, Any]:
         await storm(url, "ws", 4 * args.concurrency, args.concurrency, time.monotonic() + 300)
         await storm(url, "rest", 4 * args.concurrency, args.concurrency, time.monotonic() + 300)
         await wait_idle(client)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(SETTLE_S)
         before = usage(pid)
         until = time.monotonic() + args.max_s
         samples: list[dict[str, Any]] = []
@@ -143,13 +155,15 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict[str, Any]:
                 await storm(url, "rest", args.rest, args.concurrency, until)]
         sampler.cancel()
         idle_s = await wait_idle(client)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(SETTLE_S)
         after = usage(pid)
         requests_after = await engine_requests(client)
     rss_change = after["rss_bytes"] / before["rss_bytes"] - 1
+    anon_change = after["rss_anon_bytes"] / max(1, before["rss_anon_bytes"]) - 1
     fd_change = after["fds"] - before["fds"]
     return {"runs": runs, "before": before, "after": after, "samples": samples, "engine_requests_after": requests_after,
-            "seconds_to_idle": round(idle_s, 2), "rss_change": round(rss_change, 4), "fd_change": fd_change,
+            "seconds_to_idle": round(idle_s, 2), "rss_change": round(rss_change, 4),
+            "rss_anon_change": round(anon_change, 4), "fd_change": fd_change,
             "pass": requests_after == 0 and abs(rss_change) <= 0.05
             and (abs(fd_change) <= 3 or abs(fd_change) <= 0.05 * before["fds"])}
 
@@ -160,10 +174,13 @@ def main() -> int:
     parser.add_argument("--rest", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-s", type=float, default=900.0, help="stop starting new clients after this long")
+    parser.add_argument("--memory-trim-idle-s", type=float, default=None,
+                        help="the server's memory_trim_idle_s (default: its own; 0: never trim)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "storm.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        proc, url = start_server(Path(data), max_running="64", max_waiting="256")
+        trim = {} if args.memory_trim_idle_s is None else {"memory_trim_idle_s": str(args.memory_trim_idle_s)}
+        proc, url = start_server(Path(data), max_running="64", max_waiting="256", max_predicted_ttfa_ms="0", **trim)
         try:
             record = {"command": " ".join(["python", *sys.argv]), "cpus": os.cpu_count(),
                       **asyncio.run(run(args, url, proc.pid))}
@@ -174,7 +191,9 @@ def main() -> int:
     for r in record["runs"]:
         print(f"{r['kind']:<6}{r['asked']:>7}{r['done']:>7}{r['failed']:>8}{r['seconds']:>9}")
     b, a = record["before"], record["after"]
-    print(f"RSS {b['rss_bytes'] / 2**20:.1f} -> {a['rss_bytes'] / 2**20:.1f} MiB ({record['rss_change']:+.1%}), "
+    print(f"RSS {b['rss_bytes'] / 2**20:.1f} -> {a['rss_bytes'] / 2**20:.1f} MiB ({record['rss_change']:+.1%}; "
+          f"anonymous {b['rss_anon_bytes'] / 2**20:.1f} -> {a['rss_anon_bytes'] / 2**20:.1f} MiB, "
+          f"{record['rss_anon_change']:+.1%}), "
           f"fds {b['fds']} -> {a['fds']}, engine requests after: {record['engine_requests_after']} "
           f"(idle {record['seconds_to_idle']} s after the last client); pass: {record['pass']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

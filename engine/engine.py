@@ -144,6 +144,7 @@ class Worker:
             getattr(self, f"_on_{kind}")(*args)
 
     def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared]) -> None:
+        self._stats_stale = True  # (a refusal changes the counts without a step)
         stream = self.engine._streams.get(spec.request_id)
         if stream is None or stream.done:  # cancelled before it got here
             self.engine._finish(spec.request_id, None)
@@ -160,6 +161,7 @@ class Worker:
             self.engine._finish(spec.request_id, GenerationFailed("internal error preparing the request"))
 
     def _on_cancel(self, request_id: str) -> None:
+        self._stats_stale = True  # the snapshot must not go on showing it when no step follows
         any(core.cancel(request_id) for core in self.cores.values())
         self.engine._finish(request_id, Cancelled("request was cancelled"))
 

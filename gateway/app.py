@@ -26,6 +26,7 @@ from gateway.errors import exception_handlers
 from gateway.keys import KeyStore, no_key_message
 from gateway.library import Library
 from gateway.limits import KeyLimits
+from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
@@ -100,6 +101,10 @@ def create_app(settings: Settings) -> Starlette:
         generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
         state.projects = generator
         app.state.voxgate = state
+        trimmer: asyncio.Task[None] | None = None
+        if settings.memory_trim_idle_s:
+            state.memory = IdleTrim(engine.num_requests, settings.memory_trim_idle_s)
+            trimmer = asyncio.create_task(state.memory.run())
         try:
             await register_models(library, settings)
             await residency.start(settings.preload_models)
@@ -118,6 +123,8 @@ def create_app(settings: Settings) -> Starlette:
                     log.warning("not resuming the download of %s: %s", model_id, error.message)
             yield
         finally:
+            if trimmer is not None:
+                trimmer.cancel()
             await downloads.aclose()  # keeps partial files for the next start
             # Like uvicorn: stop admitting, let running requests drain, then cancel (the
             # server's drain, gateway/server.py, has usually done this before we get here).

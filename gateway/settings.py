@@ -74,6 +74,7 @@ class Settings:
     max_json_depth: int = 32  # nesting of arrays/objects in a JSON body or WebSocket message
     send_timeout_s: float = 10.0  # longest a write to a client (REST body, WebSocket frame) may wait
     graceful_shutdown_s: float = 5.0  # shutdown: running requests get this long, then are cancelled
+    memory_trim_idle_s: float = 1.0  # freed heap memory goes back to the OS after the engine idles this long (0: never)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser())
@@ -114,6 +115,8 @@ class Settings:
             raise ValueError("max_json_depth and key_max_concurrent must be >= 1")
         if self.send_timeout_s <= 0 or self.graceful_shutdown_s <= 0:
             raise ValueError("send_timeout_s and graceful_shutdown_s must be positive")
+        if self.memory_trim_idle_s < 0:
+            raise ValueError(f"memory_trim_idle_s must be >= 0, got {self.memory_trim_idle_s}")
         for entry in self.models:
             missing = {"id", "family", "path"} - set(entry)
             if missing:

@@ -11,6 +11,7 @@ from gateway.downloads import DownloadManager
 from gateway.keys import KeyStore
 from gateway.library import Library
 from gateway.limits import KeyLimits
+from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
 from gateway.residency import Residency
 from gateway.settings import Settings
@@ -35,3 +36,4 @@ class AppState:
     limits: KeyLimits | None = None
     writes: WriteGuard = field(default_factory=lambda: WriteGuard(10.0))
     drain_deadline_s: float | None = None  # time.monotonic() when running requests are cancelled
+    memory: IdleTrim | None = None  # returns freed heap memory when idle (gateway/memory.py)

@@ -66,6 +66,25 @@ def test_cancel_releases_the_request_and_ends_the_stream() -> None:
     assert runner.released == ["r1"]
 
 
+def test_stats_stop_showing_a_cancelled_request() -> None:
+    async def go(engine: Engine) -> dict[str, Any]:
+        stream = engine.submit(spec("r1", frames=2000))
+        await stream.__anext__()
+        await asyncio.sleep(0.3)  # the snapshot (refreshed every 0.25 s while working) shows it running
+        assert engine.stats()["models"]["sim"]["running"] == 1
+        engine.cancel("r1")
+        with pytest.raises(Cancelled):
+            async for _ in stream:
+                pass
+        deadline = time.monotonic() + 5
+        while engine.stats()["models"]["sim"]["running"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return engine.stats()["models"]["sim"]
+
+    stats = run(go, ("sim", lm()))
+    assert stats["running"] == 0 and stats["waiting"] == 0
+
+
 def test_a_failed_request_gets_its_error_and_others_go_on() -> None:
     runner = synth()
 

@@ -1,0 +1,134 @@
+"""Clients that leave mid-utterance leave nothing behind (issue 13 item 8, bench/storm.py):
+after dropped connections on every streaming route, the engine holds no request, the model
+no lease, and no per-request or per-session object is alive; once idle, the server hands
+freed heap memory back (gateway/memory.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from engine.engine import AudioStream
+from engine.request import Request
+from gateway.connection import Connection
+from gateway.realtime import Session
+from gateway.residency import Lease
+from gateway.stitch import Stitched
+from gateway.text_feed import TextFeed
+from gateway.utterance import UtteranceStream
+from gateway.vendor_context import TextContext
+from tests.conftest import LiveServer, run_server
+
+TEXT = " ".join(f"This is sentence number {i} of a story that is cut off early." for i in range(12))
+DROPS = 4  # per route
+PER_REQUEST = (Session, Connection, TextFeed, UtteranceStream, TextContext, Stitched, AudioStream, Request, Lease)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"), memory_trim_idle_s=0.2)
+
+
+async def _first_binary(ws: object, timeout_s: float = 60) -> None:
+    while not isinstance(await asyncio.wait_for(ws.recv(), timeout_s), bytes):  # type: ignore[attr-defined]
+        pass
+
+
+async def _first_json_with(ws: object, key: str, timeout_s: float = 60) -> None:
+    while True:
+        message = json.loads(await asyncio.wait_for(ws.recv(), timeout_s))  # type: ignore[attr-defined]
+        assert "error" not in message, message
+        if message.get(key):
+            return
+
+
+async def realtime(live: LiveServer) -> None:
+    async with connect(f"{live.ws_url}/v1/realtime", open_timeout=30) as ws:
+        await ws.recv()  # session.created
+        await ws.send(json.dumps({"type": "text.append", "text": TEXT}))
+        await ws.send(json.dumps({"type": "text.flush"}))
+        await _first_binary(ws)
+        ws.transport.abort()  # gone, without a close frame
+
+
+async def elevenlabs(live: LiveServer) -> None:
+    url = f"{live.ws_url}/v1/text-to-speech/None/multi-stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000"
+    async with connect(url, open_timeout=30) as ws:
+        await ws.send(json.dumps({"text": " ", "context_id": "a"}))
+        await ws.send(json.dumps({"text": TEXT, "context_id": "a", "flush": True}))
+        await _first_json_with(ws, "audio")
+        ws.transport.abort()
+
+
+async def cartesia(live: LiveServer) -> None:
+    async with connect(f"{live.ws_url}/tts/websocket?cartesia_version=2025-04-16", open_timeout=30) as ws:
+        await ws.send(json.dumps({"model_id": "sonic-3", "voice": {"mode": "id", "id": "x"}, "context_id": "a",
+                                  "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000},
+                                  "transcript": TEXT, "continue": False}))
+        await _first_json_with(ws, "data")
+        ws.transport.abort()
+
+
+async def speech(live: LiveServer) -> None:
+    async with httpx.AsyncClient(base_url=live.url, timeout=60) as client:
+        async with client.stream("POST", "/v1/audio/speech", json={"input": TEXT, "response_format": "pcm"}) as response:
+            assert response.status_code == 200
+            async for _ in response.aiter_raw():
+                break  # leaving the block closes the connection mid-body
+
+
+async def storm(live: LiveServer) -> None:
+    for drop in (realtime, elevenlabs, cartesia, speech):
+        await asyncio.gather(*(drop(live) for _ in range(DROPS)))
+
+
+def alive() -> collections.Counter[str]:
+    """Live per-request objects by class, and the asyncio tasks still pending by coroutine."""
+    gc.collect()
+    counts: collections.Counter[str] = collections.Counter()
+    for obj in gc.get_objects():
+        kind = type(obj)  # (not isinstance: some libraries' objects warn when asked their __class__)
+        if issubclass(kind, PER_REQUEST):
+            counts[kind.__qualname__] += 1
+        elif issubclass(kind, asyncio.Task) and not obj.done():
+            counts[f"task {obj.get_coro().__qualname__}"] += 1
+    return counts
+
+
+def test_dropped_clients_on_every_route_leave_nothing_behind(live: LiveServer) -> None:
+    asyncio.run(storm(live))  # warm-up: the model loaded, the routes' first use done
+    assert live.wait_idle(30) == 0
+    before = alive()
+    asyncio.run(storm(live))
+    assert live.wait_idle(30) == 0
+    deadline = time.monotonic() + 10
+    while (after := alive()) - before and time.monotonic() < deadline:  # (closing handshakes finishing)
+        time.sleep(0.1)
+    assert not after - before, f"left behind: {dict(after - before)}"
+    state = live.app_state
+    stats = state.engine.stats()
+    assert stats["requests"] == 0
+    assert all(m["running"] == 0 and m["waiting"] == 0 for m in stats["models"].values()), stats  # /v1/stats too
+    assert state.residency.status("piper-joe")["busy"] == 0
+    assert state.metrics.open_sessions() == 0
+
+
+def test_the_idle_server_hands_freed_heap_memory_back(live: LiveServer) -> None:
+    memory = live.app_state.memory
+    assert memory is not None
+    if not memory.available:
+        pytest.skip("needs glibc's malloc_trim and /proc")
+    asyncio.run(storm(live))  # (the model loaded at the first, here or above: RSS grew)
+    assert live.wait_idle(30) == 0
+    deadline = time.monotonic() + 10
+    while memory.num_trims == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert memory.num_trims >= 1
