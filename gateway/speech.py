@@ -130,12 +130,12 @@ async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encod
             audio_ms += chunk.duration_ms
             stalls += chunk.late_ms > 0
             late_ms += chunk.late_ms
-            data = encoder.feed(chunk.pcm)
+            data = await encoder.feed_async(chunk.pcm)  # MP3/Opus/resampling in a thread (gateway/audio.py)
             if data:
                 yield data
             if chunk.is_last:
                 break
-        tail = encoder.close()
+        tail = await encoder.close_async()
         if tail:
             yield tail
         state.metrics.observe_done(model_id, audio_ms, time.monotonic() - audio.arrival_s, stalls,
