@@ -18,13 +18,13 @@ libsndfile patches at close, and a FLAC with "unknown length" trips common reade
 
 Off the event loop: the streaming routes call `feed_async` / `close_async` (and
 `Resampler.resample_async`), which run the work in a small thread pool when it is heavy
-enough to hold up other streams: compressed codecs (libsndfile: MP3 takes ~19 ms per
-second of audio, Opus ~37 ms) and resampling a piece of at least `OFFLOAD_MIN_SAMPLES`.
-soxr and libsndfile release the GIL, so the loop runs on meanwhile. A PCM16 copy, and a
-short piece's resampling, cost less than the hop to a thread and back (~50-150 µs), so
-they stay inline (the measurement: bench/results/cpu_load.json `offload`). Each
-encoder and resampler runs one call at a time, in the order made (`OffLoop`), so a
-stream's bytes are those of the plain `feed`.
+enough to hold up other streams: MP3, Opus and FLAC always (libsndfile: 15-25 ms of the
+loop per second of audio), resampling and G.711 for a piece of at least
+`OFFLOAD_MIN_SAMPLES`. soxr and libsndfile release the GIL, so the loop runs on
+meanwhile. A PCM16 copy, a short piece's resampling and base64 (which holds the GIL)
+stay inline: they cost the loop less than the hop to a thread does (bench/cpu_load.py
+`offload`, results in bench/results/cpu_load.json). Each encoder and resampler runs one
+call at a time, in the order made (`OffLoop`), so a stream's bytes are those of `feed`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ import soxr
 from engine.types import InvalidInput
 
 T = TypeVar("T")
-# Resampling costs ~0.02 µs a sample (soxr HQ, 22.05 -> 24 kHz): below this many samples
-# (~80 µs) it is cheaper inline than the thread hop.
+# Resampling (soxr HQ, 22.05 -> 24 kHz) and G.711 cost 0.01-0.03 µs a sample of the loop's
+# time; a piece this long costs about what the hop to a thread costs it (30-60 µs), so
+# shorter ones stay inline. MP3, Opus and FLAC always go (1-2 ms for 85 ms of audio).
 OFFLOAD_MIN_SAMPLES = 4096
+_COMPRESSED = ("mp3", "opus", "flac")
 _POOL: ThreadPoolExecutor | None = None
 
 
@@ -240,9 +242,10 @@ class StreamEncoder:
         return self._encode(self._resample(pcm))
 
     def _is_heavy(self, num_samples: int) -> bool:
-        if self._file is not None:  # a compressed codec: ms per piece, never worth the loop
+        if self.fmt in _COMPRESSED:  # ms per piece: never worth holding the loop for
             return True
-        return not self._resample.is_identity and num_samples >= OFFLOAD_MIN_SAMPLES
+        busy = not self._resample.is_identity or self.fmt in _SNDFILE  # (G.711 through libsndfile)
+        return busy and num_samples >= OFFLOAD_MIN_SAMPLES
 
     async def feed_async(self, pcm: np.ndarray) -> bytes:
         """`feed(pcm)`, in a thread when the work is heavy (module docstring)."""
@@ -253,7 +256,7 @@ class StreamEncoder:
 
     async def close_async(self) -> bytes:
         """`close()`, in a thread when the encoder runs there."""
-        if self._off_loop is None and self._file is None:
+        if self._off_loop is None and self.fmt not in _COMPRESSED:
             return self.close()
         self._off_loop = self._off_loop or OffLoop()
         return await self._off_loop.run(self.close)
