@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -179,13 +180,39 @@ def server_rtf(base: str, texts: list[str]) -> float:
     return busy / audio
 
 
-async def session(url: str, text: str, delay_s: float, word_ms: float = 0.0) -> Listener:
+@dataclass
+class Outcome:
+    """One session as its client saw it, and the server's own `utterance.done` figures."""
+
+    listener: Listener
+    server_ttfa_ms: float | None = None
+    server_stalls: int | None = None
+
+
+async def session(url: str, text: str, delay_s: float, word_ms: float = 0.0) -> Outcome:
+    """One utterance over /v1/realtime; TTFA from the first `text.append`. Frames are read
+    as they arrive, while the text is still being sent (word by word, at `word_ms`)."""
     from websockets.asyncio.client import connect
 
     await asyncio.sleep(delay_s)
     async with connect(url, max_size=None) as ws:
         json.loads(await ws.recv())
-        listener = Listener(time.monotonic())
+        outcome = Outcome(Listener(time.monotonic()))
+
+        async def receive() -> None:
+            async for message in ws:
+                if isinstance(message, bytes):
+                    outcome.listener.receive(time.monotonic(), 1000.0 * len(message) / 2 / 24000)
+                    continue
+                event = json.loads(message)
+                if event["type"] == "error":
+                    outcome.listener.refused = True
+                    return
+                if event["type"] == "utterance.done":
+                    outcome.server_ttfa_ms, outcome.server_stalls = event["ttfa_ms"], event["stalls"]
+                    return
+
+        receiver = asyncio.create_task(receive())
         if word_ms:  # as an LLM streams it: a word at a time
             words = text.split(" ")
             for i, word in enumerate(words):
@@ -194,19 +221,24 @@ async def session(url: str, text: str, delay_s: float, word_ms: float = 0.0) -> 
         else:
             await ws.send(json.dumps({"type": "text.append", "text": text}))
         await ws.send(json.dumps({"type": "text.flush"}))
-        async for message in ws:
-            if isinstance(message, bytes):
-                listener.receive(time.monotonic(), 1000.0 * len(message) / 2 / 24000)
-            elif json.loads(message)["type"] in ("utterance.done", "error"):
-                listener.refused = json.loads(message)["type"] == "error"
-                break
-    return listener
+        await receiver
+    return outcome
 
 
-async def sweep(url: str, arrivals: list[tuple[float, str]]) -> tuple[list[Listener], float]:
+async def sweep(url: str, arrivals: list[tuple[float, str]]) -> tuple[list[Outcome], float]:
     t0 = time.monotonic()
     results = await asyncio.gather(*(session(url, text, at) for at, text in arrivals), return_exceptions=True)
-    return [r if isinstance(r, Listener) else Listener(t0, refused=True) for r in results], time.monotonic() - t0
+    wall_s = time.monotonic() - t0
+    return [r if isinstance(r, Outcome) else Outcome(Listener(t0, refused=True)) for r in results], wall_s
+
+
+def server_side(outcomes: list[Outcome]) -> dict[str, float]:
+    """The server's own TTFA (its `utterance.done`): beside the client's, it tells the
+    server's time from the transport's and the client's."""
+    ttfa = [o.server_ttfa_ms for o in outcomes if o.server_ttfa_ms is not None]
+    return {"server_ttfa_p50_ms": round(percentile(ttfa, 0.5), 1),
+            "server_ttfa_p90_ms": round(percentile(ttfa, 0.9), 1),
+            "server_within_200ms": round(sum(t <= 200 for t in ttfa) / max(1, len(outcomes)), 3)}
 
 
 def main() -> None:
@@ -223,8 +255,8 @@ def main() -> None:
     offload = offload_costs()
     print_offload(offload)
     if opts.only == "offload":
-        Path(opts.out).write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "load_average": load_average(),
-                                              "offload": offload}, indent=1))
+        record = {"command": " ".join(["python", *sys.argv]), "load_average": load_average(), "offload": offload}
+        Path(opts.out).write_text(json.dumps(record, indent=1))
         return
     texts = load_texts()
     sample = texts[:opts.raw_sentences]
@@ -238,7 +270,8 @@ def main() -> None:
                               stderr=subprocess.STDOUT)
     record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs",
                     "load_average_before": load_average(), "offload": offload,
-                    "raw": {"rtf": round(rtf, 4), "mean_audio_s": round(mean_audio_s, 2), "limit_per_s": round(limit, 3)}}
+                    "raw": {"rtf": round(rtf, 4), "mean_audio_s": round(mean_audio_s, 2),
+                            "limit_per_s": round(limit, 3)}}
     try:
         for _ in range(120):
             try:
@@ -248,19 +281,24 @@ def main() -> None:
                 time.sleep(0.5)
         record["server_rtf_light"] = round(server_rtf(base, sample), 4)
         record["server_vs_raw"] = round(record["server_rtf_light"] / rtf, 3)
-        print(f"server at light load: RTF {record['server_rtf_light']:.3f} ({record['server_vs_raw']:.2f}x raw)", flush=True)
+        print(f"server at light load: RTF {record['server_rtf_light']:.3f} ({record['server_vs_raw']:.2f}x raw)",
+              flush=True)
         record["loads"] = []
         for load in (float(x) for x in opts.loads.split(",")):
             arrivals = poisson(texts, load * limit, opts.requests, opts.seed)
-            listeners, wall_s = asyncio.run(sweep(url, arrivals))
-            row = {"load": load, "rate": round(load * limit, 3), **summarize(listeners, wall_s)}
+            outcomes, wall_s = asyncio.run(sweep(url, arrivals))
+            row = {"load": load, "rate": round(load * limit, 3), **summarize([o.listener for o in outcomes], wall_s),
+                   **server_side(outcomes), "load_average": load_average()}
             record["loads"].append(row)
             print(json.dumps(row), flush=True)
-        paced = [asyncio.run(session(url, text, 0.0, word_ms=50.0)) for text in texts[:opts.paced]]
+        outcomes = [asyncio.run(session(url, text, 0.0, word_ms=50.0)) for text in texts[:opts.paced]]
+        paced = [o.listener for o in outcomes]
         firsts = [x.ttfa_ms for x in paced if x.ttfa_ms is not None]
-        record["llm_paced"] = {"sessions": len(paced), "word_ms": 50, "first_audio_p50_ms": round(statistics.median(firsts), 1),
+        record["llm_paced"] = {"sessions": len(paced), "word_ms": 50,
+                               "first_audio_p50_ms": round(statistics.median(firsts), 1),
                                "first_audio_p90_ms": round(percentile(firsts, 0.9), 1), "max_ms": round(max(firsts), 1),
-                               "within_400ms": sum(t <= 400 for t in firsts), "stalls": sum(x.stalls for x in paced)}
+                               "within_400ms": sum(t <= 400 for t in firsts), "stalls": sum(x.stalls for x in paced),
+                               **server_side(outcomes)}
         print("LLM-paced:", json.dumps(record["llm_paced"]), flush=True)
     finally:
         server.terminate()
@@ -270,7 +308,8 @@ def main() -> None:
     Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\n{'load':>5} {'rate/s':>7} {'attain':>7} {'p50':>7} {'p99':>7} {'stall-free':>10}")
     for r in record["loads"]:
-        print(f"{r['load']:5.2f} {r['rate']:7.2f} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p99_ms']:7.1f} "
+        print(f"{r['load']:5.2f} {r['rate']:7.2f} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} "
+              f"{r['ttfa_p99_ms']:7.1f} "
               f"{r['stall_free']:10.3f}")
 
 
