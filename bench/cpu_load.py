@@ -291,7 +291,7 @@ def main() -> None:
                    **server_side(outcomes), "load_average": load_average()}
             record["loads"].append(row)
             print(json.dumps(row), flush=True)
-        outcomes = [asyncio.run(session(url, text, 0.0, word_ms=50.0)) for text in texts[:opts.paced]]
+        outcomes = [asyncio.run(session(url, text, 0.0, word_ms=50.0)) for text in texts[:max(1, opts.paced)]]
         paced = [o.listener for o in outcomes]
         firsts = [x.ttfa_ms for x in paced if x.ttfa_ms is not None]
         record["llm_paced"] = {"sessions": len(paced), "word_ms": 50,
