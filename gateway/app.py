@@ -93,7 +93,7 @@ def create_app(settings: Settings) -> Starlette:
             base_url=settings.download_base_url, token=settings.download_token or None,
             min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
         metrics = Metrics()
-        metrics.watch(residency)
+        metrics.watch(residency, engine)
         state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
                          keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
                          writes=WriteGuard(settings.send_timeout_s))

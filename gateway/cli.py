@@ -1,7 +1,7 @@
 """The `voxgate` command.
 
   voxgate --version
-  voxgate serve [--host H] [--port P] [--data-dir D] [--config FILE]
+  voxgate serve [--host H] [--port P] [--policy edf|fifo|fifo+MECHANISMS] [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
   voxgate models catalog [--config FILE]
@@ -21,12 +21,16 @@ import sys
 import time
 from pathlib import Path
 
+from engine.config import MECHANISMS
 from gateway.settings import Settings, is_loopback, load_settings
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings a parsed command line (`parser().parse_args`) means: its flags over
+    the environment and the config file; ValueError naming a bad value and its source."""
     return load_settings(getattr(args, "config", None), host=getattr(args, "host", None),
-                         port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None))
+                         port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
+                         policy=getattr(args, "policy", None))
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -34,7 +38,7 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.keys import no_key_message
     from gateway.server import Server
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
         return 2
@@ -71,7 +75,7 @@ async def _keys(args: argparse.Namespace) -> int:
     from gateway.library import Library
     from gateway.limits import parse_rate
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     library = await Library.open(settings.db_path)
     store = KeyStore(library)
     try:
@@ -108,7 +112,7 @@ async def _models_add(args: argparse.Namespace) -> int:
     from gateway.library import Library
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     path = Path(args.path).expanduser().resolve()
     try:
         module = family(args.family)
@@ -140,7 +144,7 @@ async def _models_add(args: argparse.Namespace) -> int:
 async def _models_list(args: argparse.Namespace) -> int:
     from gateway.library import Library
 
-    library = await Library.open(_settings(args).db_path)
+    library = await Library.open(settings_from_args(args).db_path)
     try:
         for record in await library.list_models():
             voices = await library.voices(record["id"])
@@ -153,7 +157,7 @@ async def _models_list(args: argparse.Namespace) -> int:
 async def _models_catalog(args: argparse.Namespace) -> int:
     from gateway.catalog import load_catalog
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     for model in load_catalog(settings.catalog_path or None).models:
         size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
         gated = "  (gated: needs download_token)" if model.gated else ""
@@ -168,7 +172,7 @@ async def _models_install(args: argparse.Namespace) -> int:
     from gateway.library import Library
     from gateway.library_api import catalog_registrar
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     model = load_catalog(settings.catalog_path or None).get(args.id)
     if model is None:
         print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
@@ -239,6 +243,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start the server")
     s.add_argument("--host", help="bind address (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="port (default 8000)")
+    s.add_argument("--policy", help="scheduler policy: edf (default), fifo, or fifo+ mechanisms for ablations "
+                                    f"({'+'.join(MECHANISMS)})")
     common(s)
     s.set_defaults(func=serve)
 

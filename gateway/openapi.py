@@ -117,7 +117,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("GET", "/v1/takes/{take_id}/audio"): {
             "summary": "A take's audio", "parameters": [_query("format", {"enum": ["wav", "mp3", "flac"]})],
             "responses": {"200": {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}}}}},
-        ("GET", "/v1/stats"): {"summary": "Engine queues and recent utterances",
+        ("GET", "/v1/stats"): {"summary": "Engine queues, the scheduler policy and recent utterances",
                                "parameters": [_query("since", _number(), "seconds since the epoch")]},
         ("POST", "/v1/text/normalize"): {
             "summary": "What an input is spoken as (segments and pauses), without speaking it",

@@ -208,4 +208,7 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
     try:
         return Settings(**coerced)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"invalid settings: {error}") from error
+        # Checks in Settings name their setting first ("policy must be ..."): say where it was set.
+        name = str(error).split(" ", 1)[0]
+        where = f" (from {sources[name]})" if name in sources else ""
+        raise ValueError(f"invalid settings: {error}{where}") from error

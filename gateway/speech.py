@@ -125,11 +125,15 @@ async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encod
     audio_ms = 0.0
     stalls = 0
     late_ms = 0.0
+    engine_request = ""  # the engine request of the last chunk
     try:
         async for chunk in audio:
             audio_ms += chunk.duration_ms
             stalls += chunk.late_ms > 0
             late_ms += chunk.late_ms
+            if chunk.request_id == engine_request:  # a request's first chunk has no lateness of its own
+                state.metrics.observe_chunk(model_id, chunk.late_ms)
+            engine_request = chunk.request_id
             data = await encoder.feed_async(chunk.pcm)  # MP3/Opus/resampling in a thread (gateway/audio.py)
             if data:
                 yield data

@@ -193,7 +193,8 @@ class UtteranceStream:
 
     async def _silence(self, ms: float) -> None:
         pcm = np.zeros(int(round(self.sample_rate * ms / 1000.0)), np.float32)
-        self.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / self.sample_rate)
+        self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
+                                            1000.0 * len(pcm) / self.sample_rate)
         await self.listener.on_audio(self, pcm, (), False)
 
     async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords) -> None:
@@ -206,7 +207,8 @@ class UtteranceStream:
                 words, estimated = timings.take(chunk)
                 if len(pcm):
                     self.started = True
-                    self.clock.on_delivery(time.monotonic(), 1000.0 * len(pcm) / self.sample_rate)
+                    self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
+                                                        1000.0 * len(pcm) / self.sample_rate)
                 if len(pcm) or words:
                     await self.listener.on_audio(self, pcm, words, estimated)
         except EngineError as error:

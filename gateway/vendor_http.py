@@ -66,9 +66,13 @@ class Speech:
     async def _pieces(self) -> AsyncIterator[Piece]:
         try:
             stalls, late_ms = 0, 0.0
+            engine_request = ""  # the engine request of the last chunk
             async for chunk in self._audio:
                 stalls += chunk.late_ms > 0
                 late_ms += chunk.late_ms
+                if chunk.request_id == engine_request:  # a request's first chunk has no lateness of its own
+                    self._state.metrics.observe_chunk(self._lease.model_id, chunk.late_ms)
+                engine_request = chunk.request_id
                 pcm = await self._resample.resample_async(chunk.pcm, last=chunk.is_last)
                 self._words.add(chunk.words)
                 self.audio_ms += 1000.0 * len(pcm) / self._rate

@@ -54,7 +54,11 @@ class LiveServer:
 
 
 def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
+    """A real uvicorn server on a free loopback port, in a thread. The predicted-TTFA refusal
+    is raised to 10 s unless a test sets it: the cost model learns from this (shared, often
+    loaded) machine, and a test about something else must not be refused because it is slow."""
     port = free_port()
+    overrides.setdefault("max_predicted_ttfa_ms", 10000.0)
     settings = load_settings(env={}, data_dir=data_dir, port=port, **overrides)
     app = create_app(settings)
     server = Server(app, dataclasses.replace(settings, host="127.0.0.1", log_level="warning"))

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
 from gateway.cli import main
@@ -46,6 +47,15 @@ def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
             pcm = np.frombuffer(response.content, "<i2")
             assert len(pcm) == FRAMES * SAMPLES_PER_FRAME  # every frame, nothing dropped (24 kHz in and out)
             assert np.abs(pcm).max() > 0
+            lm = {(m.name, m.labels.get("lane", "")): m.value
+                  for family in text_string_to_metric_families(client.get("/metrics").text)
+                  for m in family.samples if m.labels.get("model") == "orpheus-tiny"}
+            assert {lane for name, lane in lm if name == "voxgate_batch_size"} == {"prefill", "decode", "urgent",
+                                                                                 "background"}
+            assert 0 < lm[("voxgate_decode_step_estimate_seconds", "")] < 10
+            assert 0 < lm[("voxgate_step_host_median_seconds", "")] < 1
+            assert lm[("voxgate_cuda_graph_hits_total", "")] == lm[("voxgate_cuda_graph_misses_total", "")] == 0  # CPU
+            assert lm[("voxgate_chunk_lateness_seconds_count", "")] >= 1  # the ramp's 1/2/4/... frame chunks
             bad = client.post("/v1/audio/speech", json={"input": "Hi.", "model": "orpheus-tiny", "voice": "nobody"})
             assert bad.status_code == 404 and bad.json()["error"]["field"] == "voice"
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import LiveServer
 
@@ -149,6 +151,11 @@ def test_disconnect_mid_stream_leaves_no_job(server: LiveServer) -> None:
         with client.stream("POST", "/v1/audio/speech", json={"input": text, "response_format": "pcm"}) as response:
             assert response.status_code == 200
             next(response.iter_bytes())  # audio has started, then we hang up
+            # A long text is several engine requests in turn (stitched): between two there is a
+            # moment with none, so wait for the next one rather than reading the count once.
+            deadline = time.monotonic() + 10
+            while server.app_state.engine.num_requests() != 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert server.app_state.engine.num_requests() == 1
     assert server.wait_idle() == 0
 
@@ -163,7 +170,7 @@ def test_models_voices_and_health(client: httpx.Client) -> None:
     assert client.get("/v1/audio/voices", params={"model": "nope"}).status_code == 404
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["schema_version"] >= 1
-    assert b"voxgate_ttfa_ms" in client.get("/metrics").content
+    assert b"voxgate_ttfa_seconds" in client.get("/metrics").content
 
 
 def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
@@ -186,3 +193,13 @@ def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
         busy = next(r for r in responses if r.status_code == 503)
         assert busy.json()["error"]["code"] == "overloaded" and busy.headers["retry-after"] == "1"
         assert server.wait_idle() == 0
+        # Each 503 is one refusal in /metrics (the engine's stats snapshot follows its steps).
+        def refused() -> float:
+            families = text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)
+            return next(s.value for f in families for s in f.samples
+                        if s.name == "voxgate_refused_requests_total" and s.labels == {"model": "piper-joe"})
+
+        deadline = time.monotonic() + 5
+        while refused() != statuses.count(503) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refused() == statuses.count(503)

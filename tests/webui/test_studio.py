@@ -202,7 +202,7 @@ def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, 
     assert httpx.get(f"{server.url}/v1/presets/Steady").json()["settings"] == {"noise_scale": 0.3, "noise_w_scale": 0}
     assert page.input_value("#p-set-noise_scale") == ""  # the form is back to the defaults
     page.get_by_role("button", name="Edit Steady").click()
-    assert page.input_value("#p-set-noise_scale") == "0.3"
+    sync_api.expect(page.locator("#p-set-noise_scale")).to_have_value("0.3")  # filled once the preset is read
     page.get_by_label("noise_w_scale").fill("")
     page.get_by_role("button", name="Save changes").click()
     page.locator("#form-status[data-kind='ok']").wait_for()
