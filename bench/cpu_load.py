@@ -89,6 +89,18 @@ OFFLOAD_CASES = {
 }
 
 
+def wait_quiet(max_cores: float, timeout_s: float, server_pid: int | None = None) -> dict[str, float]:
+    """Wait (at most `timeout_s`) until other processes use under `max_cores` over 5 s;
+    how long it waited and what they used in the last 5 s."""
+    t0 = time.monotonic()
+    while True:
+        others = OtherCpu(server_pid)
+        time.sleep(5.0)
+        used = others.take()
+        if used < max_cores or time.monotonic() - t0 > timeout_s:
+            return {"waited_s": round(time.monotonic() - t0, 1), "other_cpu_cores_before": used}
+
+
 def _offload_work(case: str, piece_ms: float) -> Callable[[], object]:
     """One piece's work as its route does it, on state kept across pieces."""
     import base64
@@ -280,6 +292,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/cpu_load.json")
     parser.add_argument("--only", choices=("all", "offload"), default="all")
+    parser.add_argument("--quiet-cores", type=float, default=0.0,
+                        help="before each phase, wait until other processes use fewer cores than this (0: don't)")
+    parser.add_argument("--quiet-timeout", type=float, default=300.0, help="longest wait for quiet, s")
     opts = parser.parse_args()
     offload = offload_costs()
     print_offload(offload)
@@ -289,6 +304,9 @@ def main() -> None:
         return
     texts = load_texts()
     sample = texts[:opts.raw_sentences]
+    quiet = (lambda pid=None: wait_quiet(opts.quiet_cores, opts.quiet_timeout, pid)) if opts.quiet_cores else (
+        lambda pid=None: {})
+    raw_quiet = quiet()
     raw_others = OtherCpu()
     rtf, mean_audio_s = raw_rtf(sample)
     raw_other_cores = raw_others.take()
@@ -302,7 +320,7 @@ def main() -> None:
     record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs",
                     "load_average_before": load_average(), "offload": offload,
                     "raw": {"rtf": round(rtf, 4), "mean_audio_s": round(mean_audio_s, 2),
-                            "limit_per_s": round(limit, 3), "other_cpu_cores": raw_other_cores}}
+                            "limit_per_s": round(limit, 3), "other_cpu_cores": raw_other_cores, **raw_quiet}}
     try:
         for _ in range(120):
             try:
@@ -310,6 +328,7 @@ def main() -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
+        record["server_rtf_quiet"] = quiet(server.pid)
         others = OtherCpu(server.pid)
         record["server_rtf_light"] = round(server_rtf(base, sample), 4)
         record["server_rtf_other_cpu_cores"] = others.take()
@@ -319,11 +338,16 @@ def main() -> None:
         record["loads"] = []
         for load in (float(x) for x in opts.loads.split(",")):
             arrivals = poisson(texts, load * limit, opts.requests, opts.seed)
+            waited = quiet(server.pid)
+            others.take()
             outcomes, wall_s = asyncio.run(sweep(url, arrivals))
             row = {"load": load, "rate": round(load * limit, 3), **summarize([o.listener for o in outcomes], wall_s),
-                   **server_side(outcomes), "load_average": load_average(), "other_cpu_cores": others.take()}
+                   **server_side(outcomes), "load_average": load_average(), "other_cpu_cores": others.take(), **waited}
             record["loads"].append(row)
             print(json.dumps(row), flush=True)
+            Path(opts.out).write_text(json.dumps({**record, "partial": True}, indent=1))  # a long run's so far
+        waited = quiet(server.pid)
+        others.take()
         outcomes = [asyncio.run(session(url, text, 0.0, word_ms=50.0)) for text in texts[:max(1, opts.paced)]]
         paced = [o.listener for o in outcomes]
         firsts = [x.ttfa_ms for x in paced if x.ttfa_ms is not None]
@@ -331,14 +355,15 @@ def main() -> None:
                                "first_audio_p50_ms": round(statistics.median(firsts), 1),
                                "first_audio_p90_ms": round(percentile(firsts, 0.9), 1), "max_ms": round(max(firsts), 1),
                                "within_400ms": sum(t <= 400 for t in firsts), "stalls": sum(x.stalls for x in paced),
-                               **server_side(outcomes), "other_cpu_cores": others.take()}
+                               **server_side(outcomes), "other_cpu_cores": others.take(), **waited}
         print("LLM-paced:", json.dumps(record["llm_paced"]), flush=True)
     finally:
         server.terminate()
         server.wait(30)
     # Raw piper again: had the machine's speed changed under the run, the two would differ.
+    waited = quiet()
     raw_others = OtherCpu()
-    record["raw_after"] = {"rtf": round(raw_rtf(sample)[0], 4), "other_cpu_cores": raw_others.take()}
+    record["raw_after"] = {"rtf": round(raw_rtf(sample)[0], 4), "other_cpu_cores": raw_others.take(), **waited}
     record["load_average_after"] = load_average()
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
