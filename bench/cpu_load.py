@@ -10,16 +10,17 @@ In one run, on this machine:
    /v1/audio/speech` (PCM): wall time over audio (RTF);
 3. a Poisson sweep over `/v1/realtime` at 50/70/85/100 % of the raw limit: one sentence per
    session (`text.append` of the whole sentence, then `text.flush`), each played at 1x from
-   its first audio; SLO: TTFA <= 200 ms (flush sent -> first audio) and no stall;
+   its first audio; SLO: TTFA <= 200 ms (append sent -> first audio) and no stall; the
+   server's own TTFA (`utterance.done`) beside it;
 4. LLM-paced text: a word every 50 ms with `text.append`, one session at a time; first
    audio counted from the first word;
-5. (`offload`) the hot path's audio work per piece, inline on the event loop vs in the
-   audio thread pool (gateway/audio.py): the loop thread's time per piece (its CPU time
-   while it awaits the thread) and the piece's latency, for pieces of 85 ms (an Orpheus
-   frame), 1 s and 3 s (a sentence); `--only offload` runs just this.
+5. (`offload`, first) the hot path's audio work per piece, inline on the event loop vs in
+   the audio thread pool (bench/audio_offload.py, which also runs alone).
 The server is a `voxgate serve` process of its own (default settings: the Piper pool has a
-single-threaded session per core). The load average is recorded before and after: the
-machine is shared, and a run on a busy one says little.
+single-threaded session per core). The machine may be shared, and a run on a busy one says
+little: each phase records the CPU other processes used meanwhile (`other_cpu_cores`) and
+the load average; `--quiet-cores C` waits before each phase until they use under C cores;
+`--renice` (a diagnostic) puts the server's niced synthesiser threads back at nice 0.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.audio_offload import offload_costs, print_offload  # noqa: E402
 from bench.workload import Listener, load_texts, percentile, poisson, summarize  # noqa: E402
 
 
@@ -77,18 +78,6 @@ class OtherCpu:
         return round(max(0.0, (busy1 - busy0) - (ours1 - ours0)) / max(t1 - t0, 1e-9), 2)
 
 
-# The hot path's audio work, as each route does it (gateway/audio.py): (input rate, work).
-OFFLOAD_CASES = {
-    "pcm16": (24000, "to_pcm16"),  # /v1/realtime: each piece, already at the session's rate
-    "base64": (24000, "base64"),  # the vendor WebSockets: each encoded piece (holds the GIL)
-    "resample": (22050, "resample"),  # the utterance stream: Piper's 22.05 kHz to 24 kHz
-    "mp3 rest": (22050, "mp3"),  # POST /v1/audio/speech's default: resample + MP3 at 24 kHz
-    "mp3 44k": (44100, "mp3"),  # ElevenLabs' default mp3_44100_128 (resampled before)
-    "opus 48k": (48000, "opus"),
-    "ulaw 8k": (8000, "ulaw"),
-}
-
-
 def wait_quiet(max_cores: float, timeout_s: float, server_pid: int | None = None) -> dict[str, float]:
     """Wait (at most `timeout_s`) until other processes use under `max_cores` over 5 s;
     how long it waited and what they used in the last 5 s."""
@@ -101,95 +90,15 @@ def wait_quiet(max_cores: float, timeout_s: float, server_pid: int | None = None
             return {"waited_s": round(time.monotonic() - t0, 1), "other_cpu_cores_before": used}
 
 
-def _offload_work(case: str, piece_ms: float) -> Callable[[], object]:
-    """One piece's work as its route does it, on state kept across pieces."""
-    import base64
-
-    import numpy as np
-
-    from gateway.audio import Resampler, StreamEncoder, to_pcm16
-
-    rate, kind = OFFLOAD_CASES[case]
-    pcm = (0.1 * np.random.default_rng(0).standard_normal(int(rate * piece_ms / 1000))).astype(np.float32)
-    if kind == "to_pcm16":
-        return lambda: to_pcm16(pcm)
-    if kind == "base64":
-        data = to_pcm16(pcm)
-        return lambda: base64.b64encode(data)
-    if kind == "resample":
-        resampler = Resampler(rate, 24000)
-        return lambda: resampler(pcm)
-    encoder = StreamEncoder(kind, rate, 24000 if rate == 22050 else rate, 128.0 if kind == "mp3" else None)
-    return lambda: encoder.feed(pcm)
-
-
-TICK_S = 0.001
-
-
-async def _timed(run: Callable[[], Awaitable[object]], tick: bool) -> tuple[float, float, float]:
-    """(latency, loop CPU, lag) in s: how long the piece took and the loop thread's own CPU
-    time for it (GIL waits not counted), both measured alone; or, with `tick`, the latest
-    a 1 ms timer (another stream's next send, say) fired meanwhile: how long the loop was
-    held, GIL waits included."""
-    done, longest = False, 0.0
-
-    async def ticker() -> None:
-        nonlocal longest
-        last = time.perf_counter()
-        while not done:
-            await asyncio.sleep(TICK_S)
-            now = time.perf_counter()
-            longest, last = max(longest, now - last - TICK_S), now
-
-    task = asyncio.get_running_loop().create_task(ticker()) if tick else None
-    await asyncio.sleep(0)
-    t0, c0 = time.perf_counter(), time.thread_time()
-    await run()
-    latency, cpu = time.perf_counter() - t0, time.thread_time() - c0
-    done = True
-    if task is not None:
-        await task
-    return latency, cpu, longest
-
-
-async def _offload_row(case: str, piece_ms: float, repeats: int) -> dict[str, object]:
-    from gateway.audio import _pool
-
-    work = _offload_work(case, piece_ms)
-    loop = asyncio.get_running_loop()
-    work()  # warm-up (first-call allocations)
-
-    async def inline() -> None:
-        work()
-
-    async def thread() -> None:
-        await loop.run_in_executor(_pool(), work)
-
-    row: dict[str, object] = {"work": case, "piece_ms": piece_ms}
-    for mode, run in (("inline", inline), ("thread", thread)):
-        alone = [await _timed(run, tick=False) for _ in range(repeats)]
-        ticked = [await _timed(run, tick=True) for _ in range(repeats)]
-        row[f"{mode}_latency_us"] = round(1e6 * statistics.median(r[0] for r in alone), 1)
-        row[f"{mode}_loop_cpu_us"] = round(1e6 * statistics.median(r[1] for r in alone), 1)
-        row[f"{mode}_lag_us"] = round(1e6 * statistics.median(r[2] for r in ticked), 1)
-    return row
-
-
-def offload_costs(repeats: int = 30) -> list[dict[str, object]]:
-    """Per piece (median of `repeats`): its latency, the loop's CPU for it and the loop's
-    lag, inline and in the audio thread pool; "hop" is an empty piece (the hop alone)."""
-    rows = [asyncio.run(_offload_row(case, piece_ms, repeats))
-            for case in OFFLOAD_CASES for piece_ms in (85.0, 1000.0, 3000.0)]
-    return rows + [{**asyncio.run(_offload_row("pcm16", 0.0, repeats)), "work": "hop"}]
-
-
-def print_offload(rows: list[dict[str, object]]) -> None:
-    print(f"\n{'':>20} {'inline: latency':>16} {'lag':>8} {'loop CPU':>9} {'thread: latency':>16} {'lag':>8} "
-          f"{'loop CPU':>9}  (us, medians)")
-    for r in rows:
-        print(f"{r['work']:>10} {r['piece_ms']:6.0f} ms  " + " ".join(
-            f"{r[f'{m}_{n}_us']:{w}.1f}" for m in ("inline", "thread") for n, w in (("latency", 16), ("lag", 8),
-                                                                                  ("loop_cpu", 9))))
+def renice_threads(pid: int) -> int:
+    """A diagnostic (`--renice`): every thread of process `pid` back to nice 0, the engine's
+    niced synthesiser lanes included (engine/engine.py SYNTH_NICE); how many it changed."""
+    changed = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        if os.getpriority(os.PRIO_PROCESS, int(tid)) != 0:
+            os.setpriority(os.PRIO_PROCESS, int(tid), 0)
+            changed += 1
+    return changed
 
 
 def raw_rtf(texts: list[str]) -> tuple[float, float]:
@@ -291,17 +200,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/cpu_load.json")
-    parser.add_argument("--only", choices=("all", "offload"), default="all")
     parser.add_argument("--quiet-cores", type=float, default=0.0,
                         help="before each phase, wait until other processes use fewer cores than this (0: don't)")
     parser.add_argument("--quiet-timeout", type=float, default=300.0, help="longest wait for quiet, s")
+    parser.add_argument("--renice", action="store_true",
+                        help="diagnostic: the server's threads at nice 0 after its first request (needs root)")
     opts = parser.parse_args()
     offload = offload_costs()
     print_offload(offload)
-    if opts.only == "offload":
-        record = {"command": " ".join(["python", *sys.argv]), "load_average": load_average(), "offload": offload}
-        Path(opts.out).write_text(json.dumps(record, indent=1))
-        return
     texts = load_texts()
     sample = texts[:opts.raw_sentences]
     quiet = (lambda pid=None: wait_quiet(opts.quiet_cores, opts.quiet_timeout, pid)) if opts.quiet_cores else (
@@ -332,6 +238,8 @@ def main() -> None:
         others = OtherCpu(server.pid)
         record["server_rtf_light"] = round(server_rtf(base, sample), 4)
         record["server_rtf_other_cpu_cores"] = others.take()
+        if opts.renice:  # (the synthesiser's lanes exist once the model has served a request)
+            record["reniced_threads"] = renice_threads(server.pid)
         record["server_vs_raw"] = round(record["server_rtf_light"] / rtf, 3)
         print(f"server at light load: RTF {record['server_rtf_light']:.3f} ({record['server_vs_raw']:.2f}x raw)",
               flush=True)

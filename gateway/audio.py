@@ -22,8 +22,8 @@ enough to hold up other streams: MP3, Opus and FLAC always (libsndfile: 15-25 ms
 loop per second of audio), resampling and G.711 for a piece of at least
 `OFFLOAD_MIN_SAMPLES`. soxr and libsndfile release the GIL, so the loop runs on
 meanwhile. A PCM16 copy, a short piece's resampling and base64 (which holds the GIL)
-stay inline: they cost the loop less than the hop to a thread does (bench/cpu_load.py
-`offload`, results in bench/results/cpu_load.json). Each encoder and resampler runs one
+stay inline: they cost the loop less than the hop to a thread does (bench/audio_offload.py,
+results in bench/results/cpu_load.json `offload`). Each encoder and resampler runs one
 call at a time, in the order made (`OffLoop`), so a stream's bytes are those of `feed`.
 """
 
