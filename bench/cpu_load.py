@@ -203,6 +203,9 @@ def main() -> None:
     parser.add_argument("--quiet-cores", type=float, default=0.0,
                         help="before each phase, wait until other processes use fewer cores than this (0: don't)")
     parser.add_argument("--quiet-timeout", type=float, default=300.0, help="longest wait for quiet, s")
+    parser.add_argument("--limit", type=float, default=0.0,
+                        help="sentences/s the loads are fractions of (0: raw piper's, measured)")
+    parser.add_argument("--cpu-workers", type=int, default=0, help="the server's cpu_workers (0: its default)")
     parser.add_argument("--renice", action="store_true",
                         help="diagnostic: the server's threads at nice 0 after its first request (needs root)")
     opts = parser.parse_args()
@@ -216,13 +219,14 @@ def main() -> None:
     raw_others = OtherCpu()
     rtf, mean_audio_s = raw_rtf(sample)
     raw_other_cores = raw_others.take()
-    limit = 1.0 / (rtf * mean_audio_s)
+    limit = opts.limit or 1.0 / (rtf * mean_audio_s)  # (a given limit: runs compared at the same rates)
     print(f"raw piper: RTF {rtf:.3f}, {mean_audio_s:.2f} s per sentence -> limit {limit:.2f} sentences/s", flush=True)
     folder = Path(tempfile.mkdtemp(prefix="cpu-load-"))
     base, url = f"http://127.0.0.1:{opts.port}", f"ws://127.0.0.1:{opts.port}/v1/realtime"
+    env = {**os.environ, **({"VOXGATE_CPU_WORKERS": str(opts.cpu_workers)} if opts.cpu_workers else {})}
     server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(opts.port),
                                "--data-dir", str(folder)], stdout=(folder / "server.log").open("wb"),
-                              stderr=subprocess.STDOUT)
+                              stderr=subprocess.STDOUT, env=env)
     record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs",
                     "load_average_before": load_average(), "offload": offload,
                     "raw": {"rtf": round(rtf, 4), "mean_audio_s": round(mean_audio_s, 2),
