@@ -16,6 +16,7 @@ PCM is zeros of the exact length the real codec would emit.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -27,7 +28,7 @@ from engine.lm_spec import LMSpec
 from models.options import parse_options
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Prepared, Request
-from engine.runner import SynthSpec
+from engine.runner import Runner, SynthSpec
 from engine.types import ChunkOut, InvalidInput, SpeechRequest
 from bench.workload import CHARS_PER_S
 
@@ -88,26 +89,22 @@ def synth_spec() -> SynthSpec:
     return SynthSpec("sim-synth", ("default",), prepare)
 
 
-class SimRunner:
+class SimRunner(Runner):
     def __init__(self, spec: LMSpec | SynthSpec, cost: CostModel, clock: SimClock | None = None, *,
                  max_running: int = 64, max_seq_len: int = 2048, max_codec_batch: int = 32,
                  device: str = "sim") -> None:
-        self.model_id = "sim"
-        self.spec = spec
-        self.family = spec.family
+        super().__init__("sim", spec, max_running)
         self.has_backbone = isinstance(spec, LMSpec)
         self.cost = cost
         self.clock = clock
         self.device = device
         self.sample_rate = SAMPLE_RATE
-        self.max_running = max_running
         self.max_seq_len = max_seq_len if self.has_backbone else 0
         self.max_codec_batch = max_codec_batch if self.has_backbone else 1
         self.max_prefill_batch = 8  # as engine/model_runner.py's captured prefills
         self.lanes: dict[str, int] = {}  # the simulator runs codec work in the step unless it models lanes
         self._generated: dict[str, int] = {}  # "device" step count per request
         self._pending: list[TokenOut] = []  # last step's tokens, read back one step late
-        self._timings: list[Timing] = []
         self.num_decode_steps = 0
         self.on_lane = False  # codec work runs on a SimLanes lane: it does not hold the step
         self.lane_cost_ms = 0.0
@@ -167,16 +164,6 @@ class SimRunner:
     def release(self, request: Request) -> None:
         self._generated.pop(request.request_id, None)
 
-    def take_timings(self) -> list[Timing]:
-        timings, self._timings = self._timings, []
-        return timings
-
-    def memory_bytes(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
 
 class SimFuture:
     """A lane's result, done once the simulated clock reaches `ready_s`."""
@@ -197,11 +184,14 @@ class SimFuture:
 class SimLanes:
     """EngineCore lanes on the simulated clock: each lane runs one batch at a time beside the
     step; a batch's chunks are ready when its lane would have finished it. `slowdown`: how
-    much longer a decode step takes while any codec lane is busy (SM sharing)."""
+    much longer a decode step takes while any codec lane is busy (SM sharing). A lane's work
+    runs inside `submit`, on the caller's thread: `runner_ms` sums its real time, which a
+    measurement of the step's host time leaves out (on a device it runs beside the step)."""
 
     def __init__(self, clock: SimClock, runner: SimRunner, slowdown: float = 1.0) -> None:
         self.clock, self.runner = clock, runner
         self.free_at: dict[str, float] = {}
+        self.runner_ms = 0.0
         runner.step_slowdown = lambda: slowdown if self.busy() else 1.0
 
     def busy(self) -> bool:
@@ -222,10 +212,12 @@ class _SimExecutor:
     def submit(self, fn: Callable[..., list[ChunkOut]], *args: Any) -> SimFuture:
         runner, clock = self.lanes.runner, self.lanes.clock
         runner.on_lane, runner.lane_cost_ms = True, 0.0
+        t0 = time.perf_counter()
         try:
             value = fn(*args)
         finally:
             runner.on_lane = False
+            self.lanes.runner_ms += 1000.0 * (time.perf_counter() - t0)
         start = max(clock.t, self.lanes.free_at.get(self.name, 0.0))
         self.lanes.free_at[self.name] = start + runner.lane_cost_ms / 1000.0
         return SimFuture(value, self.lanes.free_at[self.name], clock)

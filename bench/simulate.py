@@ -13,7 +13,12 @@ reports; SLO of DESIGN.md §7. For each policy and rate it prints attainment, TT
 p50/p90/p99, the stall-free share and mean concurrency, and the capacity (highest rate
 with attainment >= 90% / 99%). `--serve-sessions 16,64` instead replays the waves of
 bench/orpheus_serve.py (same texts and arrival times) to set the prediction beside a
-real run. The same arguments give the same output.
+real run. The same arguments give the same output, but for the `host_ms_p50`/`host_ms_p90`
+columns: the real `time.perf_counter` host time of each non-empty `EngineCore.step` on
+the CPU running the simulator, runner calls (and the simulated lanes' work) excluded, as
+`EngineCore.host_ms` records it; the simulated clock charges the fixed `--host-ms`. With
+`--repeat N` each point runs N times and `host_ms_least_*` take each step's least time
+(the steps are the same in every run), which leaves out what other processes cost it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sim_runner import ORPHEUS_SHAPE, SimClock, SimLanes, SimRunner, lm_spec, synth_spec  # noqa: E402
-from bench.workload import Listener, audio_frames, load_texts, poisson, serve_wave, summarize  # noqa: E402
+from bench.workload import Listener, audio_frames, load_texts, percentile, poisson, serve_wave, summarize  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
@@ -39,9 +44,10 @@ REPORT_EVERY_S = 0.2  # a client's playback.position cadence (the studio reports
 def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str, family: str = "lm",
              max_running: int = 256, max_codec_batch: int = 32, reports: bool = False, host_ms: float = 0.1,
              config: dict[str, float] | None = None, first_context: int = 1, lanes: bool = False,
-             lane_slowdown: float = 1.0) -> tuple[list[Listener], float]:
+             lane_slowdown: float = 1.0, host_ms_out: list[float] | None = None) -> tuple[list[Listener], float]:
     """Run one wave; returns each request's listener and the simulated wall time (s).
-    `lanes`: urgent and background codec lanes beside the LM (policies that use them)."""
+    `lanes`: urgent and background codec lanes beside the LM (policies that use them).
+    `host_ms_out`: if given, gets the real host time (ms) of every non-empty step appended."""
     clock = SimClock()
     shape = dataclasses.replace(ORPHEUS_SHAPE, ramp_context=first_context)
     spec = lm_spec(shape) if family == "lm" else synth_spec()
@@ -78,7 +84,10 @@ def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str,
             times = [t for t in (ready, arrivals[i][0] if i < len(arrivals) else None) if t is not None]
             if times:
                 clock.t = max(clock.t, min(times))
+        steps, lane_ms = core.num_steps, sim_lanes.runner_ms
         outputs = core.step()
+        if host_ms_out is not None and core.num_steps > steps:
+            host_ms_out.append(core.host_ms[-1] - (sim_lanes.runner_ms - lane_ms))
         clock.advance_ms(host_ms)
         for rid, item in outputs:
             if isinstance(item, AudioChunk):
@@ -124,6 +133,8 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=0, help="model urgent + background codec lanes (GPU)")
     parser.add_argument("--lane-slowdown", type=float, default=1.0, help="decode step x this while a lane runs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="run each point this often (host_ms_least_*: each "
+                        "step's least time over the runs, the simulated results being the same)")
     parser.add_argument("--out", default="bench/results/simulate_orpheus.json")
     opts = parser.parse_args()
     cost_data = json.loads(Path(opts.cost).read_text())
@@ -145,13 +156,25 @@ def main() -> None:
                 arrivals = poisson(texts, value, count, opts.seed)
             else:
                 arrivals = serve_wave(texts, int(value), opts.seed, opts.arrival, count)
-            listeners, wall_s = simulate(arrivals, CostModel.from_json(cost_data), policy=policy, family=opts.family,
-                                         max_running=opts.max_running, max_codec_batch=opts.max_codec_batch,
-                                         reports=bool(opts.reports), host_ms=opts.host_ms,
-                                         config=json.loads(opts.config), first_context=opts.first_context,
-                                         lanes=bool(opts.lanes), lane_slowdown=opts.lane_slowdown)
-            row = {kind: value, **summarize(listeners, wall_s),
-                   "mean_concurrency": mean_concurrency(listeners, wall_s), "wall_s": round(wall_s, 2)}
+            runs = []
+            for _ in range(opts.repeat):
+                real_host_ms: list[float] = []
+                listeners, wall_s = simulate(arrivals, CostModel.from_json(cost_data), policy=policy,
+                                             family=opts.family, max_running=opts.max_running,
+                                             max_codec_batch=opts.max_codec_batch, reports=bool(opts.reports),
+                                             host_ms=opts.host_ms, config=json.loads(opts.config),
+                                             first_context=opts.first_context, lanes=bool(opts.lanes),
+                                             lane_slowdown=opts.lane_slowdown, host_ms_out=real_host_ms)
+                runs.append((summarize(listeners, wall_s), mean_concurrency(listeners, wall_s), wall_s, real_host_ms))
+            assert all(run[:3] == runs[0][:3] and len(run[3]) == len(runs[0][3]) for run in runs), "not deterministic"
+            summary, concurrency, wall_s, _ = runs[0]
+            # The same steps in every run: the least time each took is its cost without preemption.
+            least_ms = [min(times) for times in zip(*(run[3] for run in runs))]
+            row = {kind: value, **summary, "mean_concurrency": concurrency, "wall_s": round(wall_s, 2),
+                   "steps": len(least_ms), "host_ms_p50": round(percentile(runs[0][3], 0.5), 4),
+                   "host_ms_p90": round(percentile(runs[0][3], 0.9), 4),
+                   "host_ms_least_p50": round(percentile(least_ms, 0.5), 4),
+                   "host_ms_least_p90": round(percentile(least_ms, 0.9), 4)}
             rows.append(row)
             print(policy, json.dumps(row), flush=True)
         entry: dict = {"rates" if not opts.serve_sessions else "waves": rows}
@@ -161,11 +184,14 @@ def main() -> None:
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
     key = "sessions" if opts.serve_sessions else "rate"
-    print(f"\n{'policy':>6} {key:>8} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6}")
+    print(f"\n{'policy':>6} {key:>8} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6} "
+          f"{'host p50':>8} {'host p90':>8} {'least p50':>9} {'least p90':>9}")
     for policy, entry in record["policies"].items():
         for r in entry.get("rates", entry.get("waves", [])):
             print(f"{policy:>6} {r[key]:8g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
-                  f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f}")
+                  f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f} "
+                  f"{r['host_ms_p50']:8.3f} {r['host_ms_p90']:8.3f} {r['host_ms_least_p50']:9.3f} "
+                  f"{r['host_ms_least_p90']:9.3f}")
         if "capacity_90" in entry:
             print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")
 

@@ -1,50 +1,42 @@
 """Which frames make a request's next audio chunk (pure arithmetic, no torch).
 
-A *frame* is the codec's unit (Orpheus: one SNAC coarse code, 7 tokens, 85.33 ms; Piper:
-one text segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` (clipped)
-and cropped, so chunks equal a whole decode when the codec's receptive field is within
-`context_frames` (models/snac.py measures SNAC's). Sizes follow a ramp (1, 2, 4, 8 frames)
-for a short time to first audio; under EDF a stream about to run dry may take an *early*
-chunk: the frames that already have their right context.
+A *frame* is the codec's unit (Orpheus: a SNAC code, 7 tokens, 85.33 ms; Piper: a text
+segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` and cropped, which
+equals a whole decode within the codec's receptive field (models/snac.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkShape:
-    """A family's chunking: `ramp[k]` frames for chunk k (the last size repeats), with
-    `context_frames` of left and right context; `ramp_context` (None: the same) is the right
-    context of the ramp's growing chunks (all but the last size): a shorter wait for first
-    audio and for the chunks that must follow it faster than real time, at a small error."""
+    """A family's chunking."""
 
-    ramp: tuple[int, ...]
-    context_frames: int
-    ramp_context: int | None = None
+    ramp: tuple[int, ...]  # frames of chunk k (the last size repeats)
+    context_frames: int  # decoded on each side of a chunk
+    ramp_context: int | None = None  # right context of chunks before the last size (None: the same): sooner audio
+    chunks: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)  # (frames, right) per ramp step
 
     def __post_init__(self) -> None:
         assert self.ramp and min(self.ramp) >= 1 and self.context_frames >= 0
+        last, ramp_right = len(self.ramp) - 1, self.context_frames if self.ramp_context is None else self.ramp_context
+        object.__setattr__(self, "chunks", tuple((n, ramp_right if k < last else self.context_frames)
+                                                 for k, n in enumerate(self.ramp)))
 
-    def frames_of(self, chunk_index: int) -> int:
-        return self.ramp[min(chunk_index, len(self.ramp) - 1)]
-
-    def right_context(self, chunk_index: int) -> int:
-        if chunk_index < len(self.ramp) - 1 and self.ramp_context is not None:
-            return self.ramp_context
-        return self.context_frames
+    def chunk(self, chunk_index: int) -> tuple[int, int]:
+        """(frames, right context frames) of chunk `chunk_index`."""
+        return self.chunks[chunk_index] if chunk_index < len(self.chunks) else self.chunks[-1]
 
     def window_lengths(self) -> tuple[int, ...]:
-        """Frames decoded per window of a stream's non-final chunks: every planned or early
-        chunk of 1..max(ramp) frames with up to the context on each side (less at the
-        stream's start). The codec shapes worth capturing as CUDA graphs."""
-        low = 1 + min(self.context_frames, self.right_context(0))
+        """Frames per window of non-final chunks: the codec shapes worth capturing as CUDA graphs."""
+        low = 1 + min(self.context_frames, self.chunks[0][1])
         return tuple(range(low, max(self.ramp) + 2 * self.context_frames + 1))
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):  # a tuple: cheap to make, one or two per request and step
     """Decode frames `[start, stop)`, keep output frames `[emit_from, emit_to)`."""
 
     start: int
@@ -65,33 +57,25 @@ class Window:
 class ChunkPlan:
     """One request's stream: frames that exist, frames emitted as audio, chunks sent."""
 
-    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done")
+    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done", "ready_at")
 
     def __init__(self, shape: ChunkShape, num_frames: int = 0, is_final: bool = False) -> None:
-        self.shape = shape
-        self.num_frames = num_frames  # frames that exist so far
-        self.num_emitted = 0  # frames already turned into audio
-        self.num_chunks = 0
-        self.is_final = is_final  # no more frames will come
+        self.shape, self.num_frames, self.is_final = shape, num_frames, is_final  # frames so far; no more to come
+        self.num_emitted = self.num_chunks = 0  # frames already turned into audio; chunks sent
         self.is_done = False  # the last chunk went out
-
-    @property
-    def is_first(self) -> bool:
-        return self.num_chunks == 0
+        self.ready_at = self.frames_needed()  # as of the last advance: a cheap "no planned chunk yet"
 
     def frames_needed(self) -> int:
         """Frames that must exist before the planned next chunk can be decoded."""
-        return self.num_emitted + self.shape.frames_of(self.num_chunks) + self.shape.right_context(self.num_chunks)
+        size, right = self.shape.chunk(self.num_chunks)
+        return self.num_emitted + size + right
 
     def next_window(self, early: bool = False) -> Window | None:
-        """The next chunk to decode, or None if it must wait for more frames.
-
-        `early`: if the planned chunk is not complete, take the frames that already have
-        their right context (at least one) as a smaller chunk.
-        """
+        """The next chunk to decode, or None if it must wait for more frames; `early`: if the
+        planned chunk is not complete, the frames that have their right context (at least one)."""
         if self.is_done:
             return None
-        size, right = self.shape.frames_of(self.num_chunks), self.shape.right_context(self.num_chunks)
+        size, right = self.shape.chunk(self.num_chunks)
         total, emitted = self.num_frames, self.num_emitted
         if self.is_final:
             emit_to = total if total - emitted <= size + right else emitted + size
@@ -101,11 +85,11 @@ class ChunkPlan:
             emit_to = total - right
         else:
             return None
-        context = self.shape.context_frames
-        return Window(max(0, emitted - context), min(total, emit_to + right), emitted, emit_to,
+        return Window(max(0, emitted - self.shape.context_frames), min(total, emit_to + right), emitted, emit_to,
                       self.is_final and emit_to == total)
 
     def advance(self, window: Window) -> None:
         self.num_emitted = window.emit_to
         self.num_chunks += 1
         self.is_done = window.is_last
+        self.ready_at = self.frames_needed()

@@ -1,59 +1,43 @@
 """Playback clock: when does this listener's buffered audio run out? (DESIGN.md §2)
 
-All times are `time.monotonic()` seconds; audio amounts are milliseconds.
-
-- Before the first chunk the deadline is `arrival + ttfa_target_ms`, or later when the
-  listener still has `ahead_ms` of earlier audio queued (the next sentence of an
-  utterance): `arrival + max(ttfa_target_ms, ahead_ms)`.
-- Without client reports, playback is assumed to start when the first chunk is
-  delivered (or when the audio ahead of it runs out, if later) and to run at 1x (the
-  VoxServe assumption).
-- With a report `(played_ms, playing)` taken at time `t`, the client is extrapolated at
-  1x while playing: `played(now) = played_ms + (now - t)`, so the buffer runs dry at
-  `t + (delivered_ms - played_ms)`; a paused client has no deadline.
-- A stall is counted when a chunk (not the first) is delivered after that moment.
-
-Between events the deadline is constant, which is why the scheduler can keep it as a
-plain number and only recompute it when a chunk is delivered or a report arrives.
+Seconds of `time.monotonic()`, milliseconds of audio. The first chunk is due at `arrival +
+max(ttfa_target_ms, ahead_ms)`; then playback runs at 1x from the first delivery (VoxServe's
+assumption) or, with reports, from the last `(played_ms, playing)`: the buffer runs dry at
+`t + (delivered_ms - played_ms)`, never while paused. A stall is a chunk delivered after that.
 """
 
 from __future__ import annotations
 
+import math
+
 
 class PlaybackClock:
-    __slots__ = (
-        "arrival_s", "ttfa_target_ms", "ahead_ms", "delivered_ms", "first_delivery_s",
-        "play_start_s", "num_chunks", "stalls", "stall_ms", "_report",
-    )
+    __slots__ = ("arrival_s", "ttfa_target_ms", "ahead_ms", "delivered_ms", "first_delivery_s", "play_start_s",
+                 "num_chunks", "stalls", "stall_ms", "_report", "due_s")
 
     def __init__(self, arrival_s: float, ttfa_target_ms: float, ahead_ms: float = 0.0) -> None:
-        self.arrival_s = arrival_s
-        self.ttfa_target_ms = ttfa_target_ms
-        self.ahead_ms = ahead_ms
-        self.delivered_ms = 0.0
+        self.arrival_s, self.ttfa_target_ms, self.ahead_ms = arrival_s, ttfa_target_ms, ahead_ms
         self.first_delivery_s: float | None = None
         self.play_start_s = 0.0  # when this stream's audio starts playing (no reports)
-        self.num_chunks = 0
-        self.stalls = 0
-        self.stall_ms = 0.0
+        self.delivered_ms, self.num_chunks, self.stalls, self.stall_ms = 0.0, 0, 0, 0.0
         self._report: tuple[float, float, bool] | None = None  # (at_s, played_ms, playing)
+        self.due_s = self._due_s()  # the deadline, inf while paused: kept, as only events change it
 
     @property
     def ttfa_ms(self) -> float | None:
-        if self.first_delivery_s is None:
-            return None
-        return 1000.0 * (self.first_delivery_s - self.arrival_s)
+        return None if self.first_delivery_s is None else 1000.0 * (self.first_delivery_s - self.arrival_s)
 
     def deadline_s(self) -> float | None:
         """Monotonic time at which the next chunk must be delivered, None if paused."""
+        return None if self.due_s == math.inf else self.due_s
+
+    def _due_s(self) -> float:
         if self.first_delivery_s is None:
             return self.arrival_s + max(self.ttfa_target_ms, self.ahead_ms) / 1000.0
         if self._report is None:
             return self.play_start_s + self.delivered_ms / 1000.0
         at_s, played_ms, playing = self._report
-        if not playing:
-            return None
-        return at_s + (self.delivered_ms - played_ms) / 1000.0
+        return at_s + (self.delivered_ms - played_ms) / 1000.0 if playing else math.inf
 
     def played_ms(self, now: float) -> float:
         """Audio the client has played by `now` (extrapolated, never past delivered)."""
@@ -75,26 +59,21 @@ class PlaybackClock:
         if self.first_delivery_s is None:
             self.first_delivery_s = now
             self.play_start_s = max(now, self.arrival_s + self.ahead_ms / 1000.0)
-        else:
-            deadline = self.deadline_s()
-            if deadline is not None and now > deadline:
-                late_ms = 1000.0 * (now - deadline)
-                self.stalls += 1
-                self.stall_ms += late_ms
-                # The client sat silent for late_ms; playback resumes from here.
-                if self._report is not None:
-                    at_s, played_ms, playing = self._report
-                    self._report = (now, self.delivered_ms, playing)
-                else:
-                    self.play_start_s += late_ms / 1000.0
+        elif now > self.due_s:
+            late_ms = 1000.0 * (now - self.due_s)
+            self.stalls, self.stall_ms = self.stalls + 1, self.stall_ms + late_ms
+            # The client sat silent for late_ms; playback resumes from here.
+            if self._report is not None:
+                self._report = (now, self.delivered_ms, self._report[2])
+            else:
+                self.play_start_s += late_ms / 1000.0
         self.delivered_ms += duration_ms
         self.num_chunks += 1
+        self.due_s = self._due_s()
         return late_ms
 
     def on_report(self, now: float, played_ms: float, playing: bool) -> None:
-        """A client's `playback.position` report: `played_ms` of this stream played so far.
-
-        A negative `played_ms` means the client is still playing audio queued before this
-        stream (e.g. an earlier sentence of the same utterance): the deadline moves later.
-        """
+        """A client's `playback.position` report: `played_ms` of this stream played so far (negative:
+        audio queued before this stream is still playing, e.g. an earlier sentence)."""
         self._report = (now, min(float(played_ms), self.delivered_ms), bool(playing))
+        self.due_s = self._due_s()

@@ -1,16 +1,13 @@
-"""Engine settings: one frozen dataclass, checked once (STYLE.md §5).
-
-A model's concurrency limit is not here: it is the runner's `max_running` (its KV slots
-for a speech LM), set once when the runner is built (engine/runner.py `build_runner`).
+"""Engine settings: one frozen dataclass, checked once (STYLE.md §5). A model's concurrency
+limit is its runner's `max_running` (KV slots), set in `build_runner`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# What `edf` adds to the `fifo` baseline, one name each (bench/goodput.py ablates them):
-# deadline order (EDF), urgent vs batched codec items, early chunks, prefill deferral,
-# codec lanes beside the step (GPU: streams, priorities, SM partitions).
+# What `edf` adds to `fifo`, one name each (bench/goodput.py ablates them): deadline order,
+# urgent vs batched codec items, early chunks, prefill deferral, codec lanes beside the step.
 MECHANISMS = ("order", "urgency", "early", "defer", "lanes")
 
 
@@ -26,8 +23,7 @@ class EngineConfig:
     policy: str = "edf"  # "edf" (every mechanism), "fifo" (none: the baseline), or "fifo+early+..."
 
     def __post_init__(self) -> None:
-        assert self.urgent_slack_ms >= 0, "urgent_slack_ms must be >= 0"
-        assert self.codec_batch >= 1, "codec_batch must be >= 1"
+        assert self.urgent_slack_ms >= 0 and self.codec_batch >= 1, "urgent_slack_ms >= 0 and codec_batch >= 1"
         assert self.max_waiting >= 1 and self.max_prefill_tokens >= 1
         assert self.max_prefill_defer_ms >= 0 and self.max_predicted_ttfa_ms >= 0 and self.max_unread_ms > 0
         base, *added = self.policy.split("+")

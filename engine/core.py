@@ -1,18 +1,9 @@
 """EngineCore: one model's scheduler and runner, stepped by its caller (no thread).
 
-`add` / `cancel` / `report_playback` change the requests; `step()` plans one iteration
-(engine/scheduler.py), has the runner execute it (decode step launched first, then the
-prefill, then the codec items), post-processes the results and returns what to send:
-`(request_id, AudioChunk)` pairs (a chunk with `is_last` ends its request) and
-`(request_id, EngineError)` for failed requests. Time comes from the injected `clock`,
-so the same core runs under the engine's worker threads (time.monotonic) and in the
-simulator (a discrete-event clock that the simulated runner advances).
-
-With `lanes` ({name: capacity}), codec work runs on executors of its own while the core
-goes on: "urgent" and "background" lanes (a GPU: their own streams and SM partitions),
-else one "codec" lane for both (a CPU speech LM; a synthesiser's pool of sessions, one unit
-per session, the most urgent taking the next free one). A speech LM sends one batch per
-lane at a time. Chunks are sent at the first step after their work ends.
+`step()` plans, has the runner execute (decode, prefill, codec) and returns `(request_id,
+AudioChunk | EngineError)` to send; time comes from `clock`. With `lanes` ({name: capacity})
+codec work runs beside the step: "urgent" and "background" (GPU), or one "codec" lane (a CPU
+LM; a synthesiser: a unit a session); its chunks go out at the next step.
 """
 
 from __future__ import annotations
@@ -21,44 +12,39 @@ import collections
 import statistics
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from engine.config import EngineConfig
 from engine.cost import CostModel
-from engine.lm_spec import LMSpec
-from engine.plan import CodecItem
+from engine.plan import CodecItem, Plan
 from engine.request import Prepared, Request
 from engine.runner import Runner
 from engine.scheduler import Scheduler
 from engine.types import AudioChunk, ChunkOut, EngineError, SpeechRequest
 
 Output = tuple[str, AudioChunk | EngineError]
+_T = TypeVar("_T")
 
 
 class EngineCore:
     def __init__(self, runner: Runner, config: EngineConfig, cost: CostModel | None = None,
                  clock: Callable[[], float] = time.monotonic, lanes: Mapping[str, int] | None = None,
                  executor: Callable[[str, int], Executor] | None = None) -> None:
-        self.runner = runner
-        self.clock = clock
-        self.cost = cost or CostModel()
-        lm = runner.spec if isinstance(runner.spec, LMSpec) else None
-        self.scheduler = Scheduler(config, lm, max_running=runner.max_running, max_seq_len=runner.max_seq_len,
-                                   max_codec_batch=runner.max_codec_batch, cost=self.cost,
-                                   sample_rate=runner.sample_rate, max_prefill_batch=runner.max_prefill_batch)
+        self.runner, self.clock, self.cost = runner, clock, cost or CostModel()
+        self.scheduler = Scheduler(config, runner, self.cost)
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
         make = executor or (lambda name, n: ThreadPoolExecutor(n, f"voxgate-{name}"))
         self.lanes = {name: (make(name, n), n) for name, n in (lanes or {}).items()}
+        # The lane that decodes urgent and background items (None: in the step).
+        self._urgent, self._background = (kind if kind in self.lanes else "codec" if "codec" in self.lanes else None
+                                          for kind in ("urgent", "background"))
         self._flying: list[tuple[str, list[CodecItem], Future[list[ChunkOut]]]] = []  # (lane, items, work)
         self.notify: Callable[[], None] | None = None  # wakes the worker when lane work ends
         self.was_idle = True  # the last step found nothing to do (the worker may sleep)
-        self.num_steps = 0
-        self.last_batch: dict[str, int] = {}
+        self.num_steps = 0  # non-empty steps
+        self._last_plan = Plan()
+        self._in_runner_s = 0.0  # this step's time inside runner calls
         self.host_ms: collections.deque[float] = collections.deque(maxlen=4096)  # per step, runner calls excluded
-
-    @property
-    def num_requests(self) -> int:
-        return self.scheduler.num_requests
 
     @property
     def has_work(self) -> bool:
@@ -75,10 +61,9 @@ class EngineCore:
     def cancel(self, request_id: str) -> bool:
         """Drop a request and free what it holds; False if it is not here."""
         request = self.scheduler.remove(request_id)
-        if request is None:
-            return False
-        self.runner.release(request)
-        return True
+        if request is not None:
+            self.runner.release(request)
+        return request is not None
 
     def report_playback(self, request_id: str, at_s: float, played_ms: float, playing: bool) -> None:
         request = self.scheduler.get(request_id)
@@ -87,50 +72,37 @@ class EngineCore:
 
     def fail_all(self, error: EngineError) -> list[Output]:
         """End every request with `error` (the model is going away, or its runner broke)."""
-        outputs: list[Output] = []
-        for request in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
+        requests = [*self.scheduler.running.values(), *self.scheduler.waiting]
+        for request in requests:
             self.cancel(request.request_id)
-            outputs.append((request.request_id, error))
-        return outputs
+        return [(request.request_id, error) for request in requests]
 
     def step(self, now: float | None = None) -> list[Output]:
         """One iteration at time `now` (default: the clock); returns what to send."""
-        scheduler, runner = self.scheduler, self.runner
-        t0, in_runner = time.perf_counter(), 0.0
+        scheduler, runner, urgent, background = self.scheduler, self.runner, self._urgent, self._background
+        t0, self._in_runner_s = time.perf_counter(), 0.0
         outputs: list[Output] = []
-        for done in [w for w in self._flying if w[2].done()]:
+        for done in [w for w in self._flying if w[2].done()] if self._flying else ():
             self._flying.remove(done)
             for finished in done[1]:
                 finished.request.in_flight = False
-            outputs += self._send(done[1], done[2].result())
-        urgent, background = self._route("urgent"), self._route("background")
+            outputs += scheduler.postprocess_codec(done[1], done[2].result(), self.clock())
         plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
                                   shared=urgent == background)
         failed = []
         self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
         if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
-            t1 = time.perf_counter()
-            tokens = runner.decode(plan.decode)
-            in_runner += time.perf_counter() - t1
-            failed += scheduler.postprocess_tokens(tokens)
+            failed += scheduler.postprocess_tokens(self._run(runner.decode, plan.decode))
             self._decode_in_flight = bool(plan.decode)
         if plan.prefill:
-            t1 = time.perf_counter()
-            tokens = runner.prefill(plan.prefill)
-            in_runner += time.perf_counter() - t1
-            failed += scheduler.postprocess_tokens(tokens)
-        for request in failed:
-            assert request.error is not None
-            outputs.append((request.request_id, request.error))
-        works = [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
-            [(urgent, plan.codec)]
-        for lane, items in works:
+            failed += scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
+        outputs += [(request.request_id, request.error) for request in failed if request.error is not None]
+        for lane, items in [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
+                [(urgent, plan.codec)]:
             items = [item for item in items if item.request.error is None]
             if items and lane is None:
-                t1 = time.perf_counter()
-                outs = runner.decode_codec(items, "step")
-                in_runner += time.perf_counter() - t1
-                outputs += self._send(items, outs)
+                outs = self._run(runner.decode_codec, items, "step")
+                outputs += scheduler.postprocess_codec(items, outs, self.clock())
             elif items and lane is not None:  # a batch a lane (LM), a unit a session (synthesiser)
                 for batch in [items] if runner.has_backbone else [[unit] for unit in items]:
                     for unit in batch:
@@ -143,25 +115,22 @@ class EngineCore:
                 self.cancel(request_id)
         for timing in runner.take_timings():
             self.cost.observe(timing.kind, timing.a, timing.b, timing.ms)
-        self.num_steps += not plan.is_empty
+        self._last_plan = plan
         if not plan.is_empty:
-            self.host_ms.append(1000.0 * (time.perf_counter() - t0 - in_runner))
-        self.last_batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
-                           "background": len(plan.background)}
+            self.num_steps += 1
+            self.host_ms.append(1000.0 * (time.perf_counter() - t0 - self._in_runner_s))
         return outputs
 
-    def _route(self, kind: str) -> str | None:
-        """The lane that decodes `kind` items ("urgent", "background"); None: in the step."""
-        return kind if kind in self.lanes else "codec" if "codec" in self.lanes else None
+    def _run(self, call: Callable[..., _T], *args: Any) -> _T:
+        """A runner call, its time kept out of the step's host time."""
+        t0 = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self._in_runner_s += time.perf_counter() - t0
 
-    def _free(self, lane: str | None) -> int | None:
-        if lane is None:
-            return None
-        return self.lanes[lane][1] - sum(1 for name, _, _ in self._flying if name == lane)
-
-    def _send(self, items: list[CodecItem], outs: list[ChunkOut]) -> list[Output]:
-        sent = self.scheduler.postprocess_codec(items, outs, self.clock())
-        return [(request.request_id, item) for request, item in sent]
+    def _free(self, lane: str | None) -> int | None:  # free capacity of a lane; None: decoded in the step
+        return None if lane is None else self.lanes[lane][1] - sum(1 for name, _, _ in self._flying if name == lane)
 
     def shutdown(self) -> None:
         """Wait for lane work in flight (the runner stays open)."""
@@ -169,15 +138,16 @@ class EngineCore:
             lane.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
-        scheduler = self.scheduler
-        batch = self.last_batch
-        lanes = dict(batch) if self.runner.has_backbone else {"synth": batch.get("urgent", 0) + batch.get("background", 0)}
-        stats: dict[str, Any] = {"waiting": len(scheduler.waiting), "running": len(scheduler.running),
-                                 "has_backbone": self.runner.has_backbone, "last_batch": dict(batch),
-                                 "lanes": lanes, "prefill_deferrals": scheduler.num_deferred,
-                                 "refused": scheduler.num_refused, "graphs": dict(getattr(self.runner, "graph_counts", {}))}
-        if self.runner.has_backbone:
+        scheduler, plan, has_backbone = self.scheduler, self._last_plan, self.runner.has_backbone
+        graphs = dict(getattr(self.runner, "graph_counts", {}))  # a GPU runner's decode graph hits and misses
+        batch = {"prefill": len(plan.prefill), "decode": len(plan.decode), "urgent": len(plan.urgent),
+                 "background": len(plan.background)}
+        stats: dict[str, Any] = {
+            "waiting": len(scheduler.waiting), "running": len(scheduler.running), "has_backbone": has_backbone,
+            "last_batch": batch, "lanes": dict(batch) if has_backbone else {"synth": len(plan.codec)},
+            "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": graphs,
+            "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
+            "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None}
+        if has_backbone:
             stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)
-        stats["est_codec_ms"] = round(self.cost.codec_ms(1, 8), 2)
-        stats["host_ms_p50"] = round(statistics.median(self.host_ms), 4) if self.host_ms else None
         return stats

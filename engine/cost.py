@@ -1,63 +1,60 @@
 """The cost model: how long what a runner executes takes, in milliseconds (no torch).
 
-Three tables, learnt as the engine runs (the runner times its own work: CUDA events on a
-GPU, a host clock on the CPU), and read from / written to JSON (bench/cost_model.py
-measures one on the GPU for bench/simulate.py): `step_ms(batch, context)`, one decode
-step over attention `context`; `prefill_ms(tokens)`, one packed prefill; `codec_ms(batch,
-size)`, one codec call over windows of `size` frames (a synthesiser: text characters).
-Each keeps a moving average per observed key, snapped to a grid (1, 1.5, 2, 3, 4, 6, ...);
-a lookup interpolates linearly between observed keys along each axis and extrapolates
-past the largest (never below it). An empty table answers its default.
+`step_ms(batch, context)`, `prefill_ms(tokens)`, `codec_ms(batch, size)` (size: frames; a
+synthesiser: characters): moving averages per key snapped to a grid (1, 1.5, 2, 3, 4, ...),
+learnt from the runner's timings or read from JSON (bench/cost_model.py); lookups interpolate
+along each axis, extrapolate past the largest key (never below it), default while empty.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
+import functools
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 EMA = 0.2  # weight of a new observation
 
 
+@functools.cache  # a handful of distinct batch sizes and lengths; observed every step
 def snap(value: float) -> float:
     """The nearest grid value of the form 2^k or 1.5 * 2^k (values <= 1 snap to 1)."""
     if value <= 1:
         return 1.0
     k = math.floor(math.log2(value))
-    candidates = (2.0 ** k, 1.5 * 2.0 ** k, 2.0 ** (k + 1))
-    return min(candidates, key=lambda c: abs(c - value))
+    return min((2.0 ** k, 1.5 * 2.0 ** k, 2.0 ** (k + 1)), key=lambda c: abs(c - value))
 
 
-def _interp(xs: list[float], ys: list[float], x: float) -> float:
+def _interp(xs: list[float], y: Callable[[int], float], x: float) -> float:
+    """Piecewise linear through (xs[i], y(i)); `y` is asked only for the two points used."""
     if len(xs) == 1 or x <= xs[0]:
-        return ys[0]
-    i = bisect.bisect_left(xs, x)
-    if i >= len(xs):  # extrapolate from the last two points, never below the last
-        i = len(xs) - 1
-        return max(ys[i], ys[i] + (ys[i] - ys[i - 1]) * (x - xs[i]) / (xs[i] - xs[i - 1]))
-    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        return y(0)
+    i = min(bisect.bisect_left(xs, x), len(xs) - 1)
+    y0, y1 = y(i - 1), y(i)
+    if x > xs[i]:  # extrapolate from the last two points, never below the last
+        return max(y1, y1 + (y1 - y0) * (x - xs[i]) / (xs[i] - xs[i - 1]))
+    return y0 + (y1 - y0) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 class Table:
-    """ms by (a, b) keys; a 1-D table uses b = 1 throughout. Lookups are memoised until
-    the next change: the scheduler asks the same few keys for every running request."""
+    """ms by (a, b) (1-D: b = 1); lookups memoised until the next change (the same few keys recur)."""
 
     def __init__(self, default_ms: float) -> None:
         self.default_ms = default_ms
         self.values: dict[tuple[float, float], float] = {}
         self._memo: dict[tuple[float, float], float] = {}
+        self._bs: list[float] = []  # the observed b keys, sorted, and the a keys observed at each
+        self._as: dict[float, list[float]] = {}
 
-    def observe(self, a: float, b: float, ms: float) -> None:
+    def observe(self, a: float, b: float, ms: float, average: bool = True) -> None:
+        """Fold `ms` into the moving average at (a, b) (`average=False`: replace it)."""
         key = (snap(a), snap(b))
         old = self.values.get(key)
-        self.set(a, b, ms if old is None else (1 - EMA) * old + EMA * ms)
-
-    def set(self, a: float, b: float, ms: float) -> None:
-        """Put a value in place (no averaging)."""
-        self.values[(snap(a), snap(b))] = ms
+        if old is None:
+            if key[1] not in self._as:
+                bisect.insort(self._bs, key[1])
+            bisect.insort(self._as.setdefault(key[1], []), key[0])
+        self.values[key] = ms if old is None or not average else (1 - EMA) * old + EMA * ms
         self._memo.clear()
 
     def __call__(self, a: float, b: float = 1.0) -> float:
@@ -69,18 +66,27 @@ class Table:
     def _lookup(self, a: float, b: float) -> float:
         if not self.values:
             return self.default_ms
-        rows: dict[float, list[tuple[float, float]]] = {}
-        for (ka, kb), ms in sorted(self.values.items(), key=lambda item: (item[0][1], item[0][0])):
-            rows.setdefault(kb, []).append((ka, ms))
-        at_b = [_interp([p[0] for p in points], [p[1] for p in points], a) for points in rows.values()]
-        return _interp(list(rows), at_b, b)
+
+        def at_b(j: int) -> float:  # row j (the j-th b key) interpolated at a
+            kb, keys = self._bs[j], self._as[self._bs[j]]
+            return _interp(keys, lambda i: self.values[(keys[i], kb)], a)
+
+        return _interp(self._bs, at_b, b)
+
+    def most_ms(self, b_max: float) -> float:
+        """An upper bound of lookups at (1, b <= b_max): stored values, or the extrapolation at b_max."""
+        if not self.values:
+            return self.default_ms
+        most = max(self.values.values())
+        return most if b_max <= self._bs[-1] else max(most, self(1, b_max))
 
     def to_json(self) -> list[list[float]]:
         return [[a, b, round(ms, 4)] for (a, b), ms in sorted(self.values.items())]
 
     def load(self, rows: list[list[float]]) -> None:
-        self.values = {(snap(a), snap(b)): float(ms) for a, b, ms in rows}
-        self._memo.clear()
+        self.values, self._bs, self._as = {}, [], {}
+        for a, b, ms in rows:
+            self.observe(a, b, float(ms), average=False)
 
 
 class CostModel:
@@ -92,24 +98,16 @@ class CostModel:
 
     def observe(self, kind: str, a: float, b: float, ms: float) -> None:
         """Record one timing; `kind` is "step", "prefill" or "codec"."""
-        self._table(kind).observe(a, b, ms)
-
-    def _table(self, kind: str) -> Table:
-        return {"step": self.step_ms, "prefill": self.prefill_ms, "codec": self.codec_ms}[kind]
+        getattr(self, f"{kind}_ms").observe(a, b, ms)
 
     def to_json(self) -> dict[str, Any]:
-        return {"step_ms": self.step_ms.to_json(), "prefill_ms": self.prefill_ms.to_json(),
-                "codec_ms": self.codec_ms.to_json()}
+        return {f"{kind}_ms": getattr(self, f"{kind}_ms").to_json() for kind in ("step", "prefill", "codec")}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CostModel:
         """A model from `to_json()` output (extra keys, e.g. "command" or "gpu", are ignored)."""
         model = cls()
         for kind in ("step", "prefill", "codec"):
-            model._table(kind).load(data.get(f"{kind}_ms", []))
+            getattr(model, f"{kind}_ms").load(data.get(f"{kind}_ms", []))
         model.source = str(data.get("source", "json"))
         return model
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> CostModel:
-        return cls.from_json(json.loads(Path(path).read_text()))

@@ -1,13 +1,8 @@
 """The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
-One worker per device for speech LMs (each GPU, and the CPU where a small LM runs),
-stepping every model resident on it; each synthesiser (Piper) has a worker of its own, so
-a sentence being synthesised never delays an LM's step (DESIGN.md §3). The calls, safe
-from any thread: `submit(spec) -> AudioStream`, `cancel`, `report_playback`, `attach`,
-`detach`. The family's `prepare` runs in a small thread pool (off the event loop and the
-workers); its errors arrive through the stream. Commands reach a worker through its
-inbox, drained between steps. A request whose stream is not being read pauses once
-`EngineConfig.max_unread_ms` of audio waits, so memory per request stays bounded.
+A worker per device steps every speech LM there, each synthesiser has its own (a sentence
+never delays an LM's step, DESIGN.md §3). Calls are safe from any thread: commands go to a
+worker's inbox; `prepare` runs in a small pool, its errors come through the stream.
 """
 
 from __future__ import annotations
@@ -33,13 +28,10 @@ log = logging.getLogger(__name__)
 
 _END = object()
 STATS_EVERY_S = 0.25  # how often a worker refreshes its stats snapshot
-# A synthesiser's worker runs at a lower CPU priority (Linux nice) than the device workers,
-# whose steps are latency-bound (a GPU waits for its launching thread); on a machine where
-# nothing else runs it loses nothing.
+# A synthesiser's worker runs niced: device workers' steps are latency-bound (a GPU waits for
+# its launching thread); on an otherwise idle machine it loses nothing.
 SYNTH_NICE = 10
-# Threads waiting for the GIL get it within this long (Python's default is 5 ms): a decode
-# step waiting behind another worker's Python code is then delayed by ~1 ms, not ~5.
-SWITCH_INTERVAL_S = 0.001
+SWITCH_INTERVAL_S = 0.001  # GIL hand-over (default 5 ms): a step waits ~1 ms behind another worker's Python
 
 
 def _executor(name: str, size: int, nice: bool = False) -> ThreadPoolExecutor:
@@ -56,21 +48,13 @@ def _nice() -> None:
 
 
 class AudioStream:
-    """Async iterator over one request's chunks; raises the engine's error if it fails.
+    """Async iterator over one request's chunks (put by the worker via `call_soon_threadsafe`);
+    raises the request's error. Leaving early must be followed by `aclose()` (a cancel)."""
 
-    Items cross from the worker thread through `loop.call_soon_threadsafe`, so the event
-    loop never blocks. Leaving the iteration early (break, exception, disconnect) must be
-    followed by `Engine.cancel`; `aclose()` does that.
-    """
-
-    def __init__(self, engine: Engine, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.engine = engine
-        self.request_id = request_id
-        self._loop = loop
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.done = False
-        self._put_ms = 0.0  # written by the worker thread only
-        self._taken_ms = 0.0  # written by the event loop only
+    def __init__(self, engine: Engine, spec: SpeechRequest, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine, self.request_id, self.model_id, self.worker = engine, spec.request_id, spec.model_id, worker
+        self._loop, self._queue, self.done = loop, asyncio.Queue[Any](), False
+        self._put_ms = self._taken_ms = 0.0  # audio put (by the worker thread), taken (by the event loop)
 
     def unread_ms(self) -> float:
         """Audio delivered to this stream that its reader has not taken yet."""
@@ -91,16 +75,13 @@ class AudioStream:
         if self.done:
             raise StopAsyncIteration
         item = await self._queue.get()
-        if item is _END:
+        if item is _END or isinstance(item, BaseException):  # the end, or the request's error
             self.done = True
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            self.done = True
-            raise item
+            raise item if isinstance(item, BaseException) else StopAsyncIteration()
         assert isinstance(item, AudioChunk)
         self._taken_ms += item.duration_ms
-        if self.unread_ms() < self.engine.config.max_unread_ms:
-            self.engine._wake_owner(self.request_id)  # a paused request may go on
+        if self.unread_ms() < self.engine.config.max_unread_ms and self.engine._streams.get(self.request_id) is self:
+            self.worker.wake.set()  # a paused request may go on
         return item
 
     async def aclose(self) -> None:
@@ -113,16 +94,12 @@ class Worker:
     """A thread stepping the cores of the models placed on it, round robin."""
 
     def __init__(self, name: str, engine: Engine, low_priority: bool = False) -> None:
-        self.name = name
-        self.low_priority = low_priority
-        self.engine = engine
+        self.name, self.low_priority, self.engine = name, low_priority, engine
         self.cores: dict[str, EngineCore] = {}
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.wake = threading.Event()
-        self._stopping = False
-        self._stats_s = 0.0
-        self._stats_stale = False
+        self._stopping, self._stats_s, self._stats_stale = False, 0.0, False
         self.thread = threading.Thread(target=self._run, name=f"voxgate-{name}", daemon=True)
 
     def send(self, *command: Any) -> None:
@@ -162,11 +139,8 @@ class Worker:
         self.cores.clear()
 
     def _drain(self) -> None:
-        while True:
-            try:
-                kind, *args = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        while not self._inbox.empty():  # only this thread takes from it
+            kind, *args = self._inbox.get_nowait()
             getattr(self, f"_on_{kind}")(*args)
 
     def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared]) -> None:
@@ -216,13 +190,9 @@ class Engine:
         self.config = config or EngineConfig()
         self._workers: dict[str, Worker] = {}
         self._models: dict[str, tuple[Runner, Worker]] = {}  # model id -> its runner, the worker stepping it
-        self._streams: dict[str, AudioStream] = {}
-        self._owner: dict[str, Worker] = {}  # request id -> its model's worker
-        self._active: dict[str, set[str]] = {}  # model id -> open request ids
+        self._streams: dict[str, AudioStream] = {}  # by request id, until the request ends
         self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="voxgate-prepare")
         self._started = False
-
-    # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
         self._started = True
@@ -239,11 +209,8 @@ class Engine:
             worker.thread.join(timeout_s)
         self._prepare.shutdown(wait=False, cancel_futures=True)
 
-    # -- calls from other threads -----------------------------------------------------
-
     def attach(self, model_id: str, runner: Runner, core: EngineCore | None = None) -> Future[None]:
-        """Start serving a built runner under `model_id`, on its device's worker (a
-        synthesiser: a worker of its own)."""
+        """Serve a built runner as `model_id`, on its device's worker (a synthesiser: its own)."""
         key = runner.device if runner.has_backbone else f"synth:{model_id}"
         worker = self._workers.get(key)
         if worker is None:
@@ -251,7 +218,6 @@ class Engine:
             if self._started:
                 worker.thread.start()
         self._models[model_id] = (runner, worker)
-        self._active.setdefault(model_id, set())
         fut: Future[None] = Future()
         if core is None:  # fifo, the baseline, decodes a speech LM's chunks in its step: one stream
             lanes = runner.lanes if self.config.uses("lanes") or not runner.has_backbone else {}
@@ -271,54 +237,39 @@ class Engine:
         return fut
 
     def submit(self, spec: SpeechRequest) -> AudioStream:
-        """Queue a request; call it from the event loop that will read the stream.
-
-        Raises ModelNotLoaded at once; the family's validation errors (UnknownVoice,
-        InvalidInput, InputTooLong) and Overloaded come through the stream.
-        """
+        """Queue a request, from the loop that reads the stream; raises ModelNotLoaded. UnknownVoice,
+        InvalidInput, InputTooLong and Overloaded come through the stream."""
         if spec.model_id not in self._models:
             raise ModelNotLoaded(f"model {spec.model_id!r} is not loaded", field="model")
         runner, worker = self._models[spec.model_id]
-        stream = AudioStream(self, spec.request_id, asyncio.get_running_loop())
-        self._streams[spec.request_id] = stream
-        self._owner[spec.request_id] = worker
-        self._active.setdefault(spec.model_id, set()).add(spec.request_id)
+        stream = self._streams[spec.request_id] = AudioStream(self, spec, worker, asyncio.get_running_loop())
         prepared = self._prepare.submit(runner.spec.prepare, spec)
         prepared.add_done_callback(lambda fut: worker.send("add", spec, fut))
         return stream
 
     def cancel(self, request_id: str) -> None:
-        worker = self._owner.get(request_id)
-        if worker is not None:
-            worker.send("cancel", request_id)
+        self._to_owner(request_id, "cancel", request_id)
 
     def report_playback(self, request_id: str, played_ms: float, playing: bool) -> None:
-        worker = self._owner.get(request_id)
-        if worker is not None:
-            worker.send("report", request_id, float(played_ms), bool(playing), time.monotonic())
+        self._to_owner(request_id, "report", request_id, float(played_ms), bool(playing), time.monotonic())
+
+    def _to_owner(self, request_id: str, *command: Any) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.worker.send(*command)
 
     def num_requests(self, model_id: str | None = None) -> int:
         """Requests queued or running (all models, or one): streams not yet ended."""
-        if model_id is None:
-            return len(self._streams)
-        return len(self._active.get(model_id, ()))
+        streams = list(self._streams.values())  # a snapshot: workers remove ended streams
+        return len(streams) if model_id is None else sum(stream.model_id == model_id for stream in streams)
 
     def is_attached(self, model_id: str) -> bool:
         return model_id in self._models
 
     def stats(self) -> dict[str, Any]:
-        models = {}
-        for worker in list(self._workers.values()):
-            for model_id, stats in list(worker.stats.items()):
-                models[model_id] = {**stats, "worker": worker.name}
+        models = {model_id: {**stats, "worker": worker.name} for worker in list(self._workers.values())
+                  for model_id, stats in list(worker.stats.items())}
         return {"requests": len(self._streams), "policy": self.config.policy, "models": models}
-
-    # -- from the workers ---------------------------------------------------------------
-
-    def _wake_owner(self, request_id: str) -> None:
-        worker = self._owner.get(request_id)
-        if worker is not None:
-            worker.wake.set()
 
     def _deliver(self, outputs: list[Output]) -> None:
         for request_id, item in outputs:
@@ -333,8 +284,5 @@ class Engine:
 
     def _finish(self, request_id: str, error: EngineError | None) -> None:
         stream = self._streams.pop(request_id, None)
-        self._owner.pop(request_id, None)
-        for active in list(self._active.values()):
-            active.discard(request_id)
         if stream is not None:
             stream._put(error if error is not None else _END)

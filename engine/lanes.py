@@ -1,21 +1,11 @@
-"""GPU lanes (DESIGN.md §3): where a speech LM's work runs on the device.
-
-- LM lane: prefill and decode steps, launched by the device worker's thread, on a stream of
-  its own, inside a green-context SM partition of `lm_sms` SMs when given;
-- background codec lane: batched, non-urgent chunks, on the remaining SMs (a second green
-  context of `codec_sms`) or, without partitions, a low-priority stream;
-- urgent codec lane: first chunks and chunks near their deadline, on the whole GPU at high
-  stream priority.
-Each codec lane has its own launching thread (engine/core.py) and its own CUDA graphs
-(engine/model_runner.py). Green contexts are created once, here; kernels that size their
-grid from the SM count (models/decode_attention.py) get their lane's count.
+"""GPU lanes (DESIGN.md §3): an LM lane (prefill, decode; a green-context partition of
+`lm_sms` SMs if given), a background codec lane (`codec_sms` SMs, or a low-priority stream)
+and an urgent codec lane (the whole GPU, high priority), each on a stream of its own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Iterator
 
 import torch
 
@@ -23,8 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def _green_stream(num_sms: int, device: int) -> tuple[object, torch.cuda.Stream]:
-    """A green context of `num_sms` SMs and a stream on it (torch.cuda.green_contexts, beta
-    API); the context must outlive the stream."""
+    """A green context of `num_sms` SMs (beta API) and a stream on it, which it must outlive."""
     from torch.cuda.green_contexts import GreenContext
 
     context = GreenContext.create(num_sms=num_sms, device_id=device)
@@ -56,8 +45,6 @@ class GpuLanes:
             except Exception as error:  # a driver or torch without green contexts: plain streams
                 log.warning("no SM partition (%s); the lanes share the GPU", error)
 
-    @contextlib.contextmanager
-    def on(self, lane: str) -> Iterator[None]:
-        """Run the enclosed work on `lane`'s stream ("lm", "urgent", "background")."""
-        with torch.cuda.stream(self.streams[lane]):
-            yield
+    def on(self, lane: str) -> torch.cuda.StreamContext:
+        """A context that runs the enclosed work on `lane`'s stream ("lm", "urgent", "background")."""
+        return torch.cuda.stream(self.streams[lane])

@@ -13,22 +13,15 @@ from engine.types import SpeechRequest
 
 @dataclass(frozen=True, slots=True)
 class LMSpec:
-    """A speech LM's prompt, tokens and defaults, as the scheduler and runner need them.
-
-    `prepare(spec)` validates a request (voice, text, options) and tokenises its prompt;
-    raises UnknownVoice, InvalidInput or InputTooLong. `frame_codes(tokens)` maps one
-    frame's `tokens_per_frame` tokens to codec codes; ValueError if a token is not an
-    audio token of its position. Audio token ids: `audio_token_base + codebook_size * k +
-    code` at frame position k.
-    """
+    """A speech LM's prompt, tokens and defaults, as the scheduler and runner need them."""
 
     family: str
     voices: tuple[str, ...]  # default first
-    prepare: Callable[[SpeechRequest], Prepared]
-    frame_codes: Callable[[Sequence[int]], list[int]]
+    prepare: Callable[[SpeechRequest], Prepared]  # validates, tokenises: UnknownVoice, InvalidInput, InputTooLong
+    frame_codes: Callable[[Sequence[int]], list[int]]  # a frame's tokens -> codes; ValueError if one is not audio
     stop_token_ids: tuple[int, ...]
     tokens_per_frame: int
-    audio_token_base: int
+    audio_token_base: int  # the audio token of code c at frame position k: audio_token_base + codebook_size * k + c
     codebook_size: int
     shape: ChunkShape
     temperature: float

@@ -1,22 +1,12 @@
 """Runner (engine/runner.py) for speech LMs: a Llama-style backbone + a frame codec.
 
-It executes plans and owns all device memory; the scheduler's `Request`s hold the tokens,
-frames and KV slots. The constructor is a recipe: KV cache, per-slot state, graphs.
-
-- KV: one tensor `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` in
-  per-layer views; position `max_seq_len` is a spare that padding rows write and nobody reads.
-- `prefill`: the new prompts packed into one forward, each first token sampled; one host
-  sync (engine/prefill.py: captured per token bucket on a GPU).
-- `decode`: one step over slot rows `[0, B)` (B: the batch bucket above the highest slot).
-  Per-slot state lives on the device, so a step reads and updates it without the host;
-  `[token, was_active, stopped]` per row is copied back asynchronously and read one step
-  late (after the next launch): stop checks never stall the GPU.
-- GPU: bf16, one CUDA graph per (batch bucket, attention-length bucket), captured largest
-  first into one pool (`enforce_eager`: none); CPU: float32, eager, the same code.
-- `decode_codec`: windows of equal length decode as one batch (models/codec_graphs.py).
-- Timings for the cost model: decode steps by CUDA events (GPU) or the host clock (CPU);
-  prefill and codec calls by the host clock (they end in a host sync anyway).
-Step times vs the memory floor: bench/results/orpheus_decode.md.
+It owns all device memory; the constructor is a recipe: KV cache, per-slot state, graphs.
+KV: `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` in per-layer views
+(position `max_seq_len`: a spare for padding rows). A decode step covers slot rows `[0, B)`
+(B: the batch bucket above the highest slot), its `[token, was_active, stopped]` read back
+one step late so stop checks never stall the GPU. GPU: bf16, CUDA graphs per (batch,
+attention-length) bucket; CPU: float32, eager. Timings: decode by CUDA events (GPU) or the
+host clock, the rest by the host clock. Step times: bench/results/orpheus_decode.md.
 """
 
 from __future__ import annotations
@@ -37,7 +27,8 @@ from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.prefill import PrefillGraphs
 from engine.request import Request
-from engine.runner import LMParts
+from engine.lm_spec import LMSpec
+from engine.runner import LMParts, Runner
 from engine.types import ChunkOut
 from models.context import Context, reset_context, set_context
 from models.sampling import pick_audio_tokens
@@ -80,31 +71,28 @@ def device_name(device: torch.device | str) -> str:
     return f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}" if dev.type == "cuda" else dev.type
 
 
-class ModelRunner:
+class ModelRunner(Runner):
     has_backbone = True
+    spec: LMSpec
 
     def __init__(self, model_id: str, parts: LMParts, device: torch.device | str, max_running: int) -> None:
+        super().__init__(model_id, parts.spec, max_running)
         names = RunnerConfig.__dataclass_fields__
         config = RunnerConfig(**{k: v for k, v in parts.options.items() if k in names})
-        self.model_id, self.spec, self.family = model_id, parts.spec, parts.spec.family
-        self.config, self.max_running, self.max_seq_len = config, max_running, config.max_seq_len
-        self.max_codec_batch, self.max_prefill_batch = config.max_codec_batch, config.max_prefill_batch
-        self.torch_device = torch.device(device)
-        self.device = device_name(device)
-        self.model, self.codec = parts.backbone, parts.codec
-        self.sample_rate = int(self.codec.sample_rate)
+        self.max_seq_len, self.max_codec_batch = config.max_seq_len, config.max_codec_batch
+        self.max_prefill_batch = config.max_prefill_batch
+        self.torch_device, self.device = torch.device(device), device_name(device)
+        self.model, self.codec, self.sample_rate = parts.backbone, parts.codec, int(parts.codec.sample_rate)
         self.use_graphs = self.torch_device.type == "cuda" and not config.enforce_eager
         self._pending: tuple[torch.Tensor, Any, dict[int, Request], tuple[Any, int, int]] | None = None
-        self._timings: list[Timing] = []
         self.num_decode_steps = 0
         self.graph_counts = {"hit": 0, "miss": 0}  # GPU decode steps replayed from a graph, or run eagerly
         self.model.set_rope(config.max_seq_len + 1, self.torch_device)
         self.model.fuse_projections()
-        self._pick = pick_audio_tokens
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
-        if is_compiled:
-            self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True)
+        self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
+            pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a
         # contiguous slice of the LM head, then the stop tokens): less to read per step.
         spec, weight = parts.spec, self.model.lm_head.weight
@@ -328,13 +316,6 @@ class ModelRunner:
                 pcm[i] = np.ascontiguousarray(audio[row, window.crop(spf)])
             self._timings.append(Timing("codec", len(members), num_frames, 1000.0 * (time.perf_counter() - t0)))
         return [ChunkOut(item.request.request_id, pcm[i], is_last=item.window.is_last) for i, item in enumerate(items)]
-
-    def release(self, request: Request) -> None:
-        """Nothing to free: the slot's device state is reset by its next owner's prefill."""
-
-    def take_timings(self) -> list[Timing]:
-        timings, self._timings = self._timings, []
-        return timings
 
     def memory_bytes(self) -> int:
         tensors = [*self.model.parameters(), self.kv_cache, self.seen]

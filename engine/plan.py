@@ -1,20 +1,17 @@
-"""What the scheduler asks a runner to execute in one iteration, and what comes back.
-
-A `Plan` (DESIGN.md §3): requests to `prefill`, requests taking one `decode` step, and
-codec items, `urgent` and `background`, each naming its window of frames. The runner
-answers with a `TokenOut` per token and a `ChunkOut` per codec item.
+"""What the scheduler asks a runner to execute in one iteration, and what comes back:
+a `Plan` (DESIGN.md §3); a `TokenOut` per token and a `ChunkOut` per codec item.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from engine.chunk_plan import Window
 from engine.request import Request
 
 
-@dataclass(frozen=True, slots=True)
-class CodecItem:
+class CodecItem(NamedTuple):
     request: Request
     window: Window
 
@@ -35,8 +32,7 @@ class Plan:
         return not (self.prefill or self.decode or self.urgent or self.background)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenOut:
+class TokenOut(NamedTuple):
     """One sampled token of `request`; `is_stopped`: the device saw a stop token or max_tokens."""
 
     request: Request
@@ -44,8 +40,7 @@ class TokenOut:
     is_stopped: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
+class Timing(NamedTuple):
     """A runner's measurement of its own work, for the cost model (engine/cost.py)."""
 
     kind: str  # "step" | "prefill" | "codec"

@@ -1,12 +1,7 @@
-"""Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py).
-
-The prompts are concatenated (block-diagonal causal mask), each slot's device state is
-reset for its new owner, and each first token is sampled. On a GPU it runs as a CUDA graph
-of the smallest token bucket that holds the prompts (`PREFILL_BUCKETS`), padded to
-`max_prefill_batch` prompts: padding tokens write the spare KV position, padding prompts
-the spare state row, so nothing real is touched. Larger prefills, and the CPU, run the same
-step eagerly at their exact size. Only host scalars are kept out of the step (index_fill_
-instead of assigning a Python value), as capture requires.
+"""Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py), each
+slot's state reset for its new owner, first tokens sampled. A GPU replays the graph of the
+smallest `PREFILL_BUCKETS` size that fits, padded to `max_prefill_batch` (padding writes
+spares); larger prefills and the CPU run eagerly.
 """
 
 from __future__ import annotations
@@ -95,8 +90,7 @@ class PrefillGraphs:
             torch.cuda.synchronize()
         except Exception:  # eager prefill still works; say so
             log.exception("prefill graphs could not be captured; prefill runs eagerly")
-            self.graphs.clear()
-            self.io.clear()
+            self.graphs, self.io = {}, {}
 
     def run(self, runner: ModelRunner, requests: Sequence[Request]) -> np.ndarray:
         """[token, stopped] per request: int64 `[2, len(requests)]` on the host."""

@@ -1,9 +1,5 @@
-"""Everything about one utterance that the scheduler keeps (pure Python, no torch).
-
-Built from the gateway's `SpeechRequest` and the family's `Prepared` (prompt ids
-tokenised once, before queueing; sampling settings), a `Request` carries the tokens, the
-frame being filled, the frames' codes, its chunk plan, stop state and `PlaybackClock`;
-its tensors live in the runner, in the KV slot the scheduler gave it.
+"""Everything about one utterance that the scheduler keeps (pure Python, no torch): tokens,
+frames' codes, chunk plan, stop state, `PlaybackClock`; its tensors live in the runner.
 """
 
 from __future__ import annotations
@@ -25,31 +21,23 @@ class RequestStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """Per-request sampling settings (models/options.py `parse_options` builds them).
-
-    `force_tokens` > 0: generate exactly that many audio tokens, the stop token never taken
-    (benchmarks on random weights). Every token is drawn from its frame position's audio ids.
-    """
+    """Per-request sampling settings (models/options.py `parse_options`)."""
 
     temperature: float
     top_p: float
     repetition_penalty: float
     seed: int
     max_tokens: int
-    force_tokens: int = 0
+    force_tokens: int = 0  # > 0: exactly that many audio tokens, never the stop token (random-weight benchmarks)
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """What a family's `prepare(spec)` returns: validated, tokenised, ready to queue.
+    """A family's `prepare(spec)`: validated and tokenised once, before queueing."""
 
-    `prompt_ids`: the backbone's prompt (empty for a direct synthesiser); `units`: what a
-    synthesiser speaks, one per frame (Piper: the text segments); `sampling`: speech LMs only.
-    """
-
-    prompt_ids: tuple[int, ...] = ()
-    units: tuple[str, ...] = ()
-    sampling: Sampling | None = None
+    prompt_ids: tuple[int, ...] = ()  # the backbone's prompt (speech LMs)
+    units: tuple[str, ...] = ()  # what a synthesiser speaks, one a frame (Piper: text segments)
+    sampling: Sampling | None = None  # speech LMs only
 
 
 @dataclass(eq=False, slots=True)
@@ -62,9 +50,7 @@ class Request:
     slot: int = -1  # KV slot while running (speech LMs)
     max_tokens: int = 0  # tokens it may generate (the scheduler fits it to the slot)
     tokens: list[int] = field(default_factory=list)  # generated, stop token excluded
-    pending: list[int] = field(default_factory=list)  # tokens of the frame being filled
-    frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame
-    is_prefilled: bool = False
+    frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame of tokens
     is_stopped: bool = False  # generates no more tokens
     in_flight: bool = False  # a chunk of it is being decoded on a lane
     error: EngineError | None = None
@@ -72,8 +58,7 @@ class Request:
 
     @classmethod
     def create(cls, spec: SpeechRequest, prepared: Prepared, shape: ChunkShape) -> Request:
-        # A synthesiser's frames (its text units) all exist from the start.
-        plan = ChunkPlan(shape, len(prepared.units), is_final=prepared.sampling is None)
+        plan = ChunkPlan(shape, len(prepared.units), is_final=prepared.sampling is None)  # a synthesiser's all exist
         return cls(spec, prepared, plan, PlaybackClock(spec.arrival_s, spec.ttfa_target_ms, spec.ahead_ms))
 
     @property
@@ -89,11 +74,6 @@ class Request:
     def is_forced(self) -> bool:
         return self.prepared.sampling is not None and self.prepared.sampling.force_tokens > 0
 
-    @property
-    def needs_decode(self) -> bool:
-        return self.is_prefilled and not self.is_stopped
-
     def deadline_s(self) -> float:
         """Next chunk's deadline; a paused listener sorts last (infinite deadline)."""
-        deadline = self.clock.deadline_s()
-        return float("inf") if deadline is None else deadline
+        return self.clock.due_s

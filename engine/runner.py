@@ -1,20 +1,16 @@
-"""What a family's `load` returns (its model parts) and what the engine builds from them.
+"""What a family's `load` returns (`LMParts`, `SynthParts`) and the runner built from it.
 
-A family module never builds engine machinery: `load` returns `LMParts` (a speech LM:
-`LMSpec`, backbone, codec) or `SynthParts` (a direct synthesiser such as Piper), and
-`build_runner` turns them into a runner. Runners only execute what the scheduler planned
-(engine/plan.py); they own device memory and nothing about policy:
-
-- `prefill(requests)` / `decode(requests)` -> `TokenOut`s (a GPU runner reads tokens back
-  one step late: `decode` returns the tokens known now, from the previous step);
-- `decode_codec(items, lane)` -> one `ChunkOut` per item, in order, on that lane's stream;
-- `release(request)`, `take_timings()` (for the cost model), `memory_bytes()`, `close()`.
-Only the worker stepping a runner calls it, but for `decode_codec`, which a CPU codec lane
-(engine/core.py) runs on a thread of its own beside decode steps: codec state stays apart.
+Runners execute plans and own device memory, no policy; only the worker stepping one calls
+it, but for `decode_codec`, which a codec lane (engine/core.py) runs beside the steps. A
+synthesiser's (`SynthRunner`) speaks one text unit (`Window.start` indexes `Prepared.units`)
+a chunk, on a free instance of its pool; a unit that fails fails only its request.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -24,17 +20,18 @@ from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Prepared, Request
-from engine.types import ChunkOut, SpeechRequest, WordTiming
+from engine.types import ChunkOut, GenerationFailed, SpeechRequest, WordTiming
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class SynthSpec:
-    """A direct synthesiser's facts: `prepare(spec)` validates a request (raises UnknownVoice,
-    InvalidInput) and returns its text units; one unit is synthesised per chunk."""
+    """A direct synthesiser's facts; one text unit is synthesised per chunk."""
 
     family: str
     voices: tuple[str, ...]  # default first
-    prepare: Callable[[SpeechRequest], Prepared]
+    prepare: Callable[[SpeechRequest], Prepared]  # validates (UnknownVoice, InvalidInput), returns the units
     shape: ChunkShape = ChunkShape(ramp=(1,), context_frames=0)
     max_text_chars: int = 0  # longest text one request may carry (0: no limit of its own)
 
@@ -42,8 +39,7 @@ class SynthSpec:
 class Synthesizer(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str, request: SpeechRequest,
-                   is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         """float32 PCM `[samples]` at `sample_rate` for one text unit (with the pause that
         follows it unless `is_last`), and its word timings (empty when the model has none)."""
         ...
@@ -54,59 +50,105 @@ class Synthesizer(Protocol):
 
 @dataclass(slots=True)
 class SynthParts:
-    """`synthesizers`: independent instances of one model (one per lane of its pool)."""
-
     spec: SynthSpec
-    synthesizers: list[Synthesizer]
+    synthesizers: list[Synthesizer]  # independent instances of one model, one a lane of its pool
     options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class LMParts:
-    """`backbone`: an nn.Module with `forward(ids, positions)`, `compute_logits(hidden)`,
-    `set_rope`, `fuse_projections`, `compile_layers` and `args` (models/orpheus.py);
-    `codec`: `decode(codes [B, F, C] int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`,
-    `sample_rate`, `samples_per_frame`, `codes_per_frame`, `device`, `memory_bytes()`.
-    `options`: runner settings (engine/model_runner.py `RunnerConfig` fields)."""
+    """`backbone`: an nn.Module with `forward(ids, positions)`, `compute_logits(hidden)`, `set_rope`,
+    `fuse_projections`, `compile_layers` and `args` (models/orpheus.py); `codec`: `decode(codes [B, F, C]
+    int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`, `sample_rate`, `samples_per_frame`,
+    `codes_per_frame`, `device`, `memory_bytes()`."""
 
     spec: LMSpec
     backbone: Any
     codec: Any
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # runner settings: engine/model_runner.py RunnerConfig
 
 
-class Runner(Protocol):
-    model_id: str
-    family: str
-    device: str  # where it runs: "cpu", "cuda:0"; picks the worker that steps it
-    has_backbone: bool
+class Runner:
+    """What the engine calls to execute plans (engine/core.py); the defaults suit one without a backbone."""
+
+    has_backbone = False
+    device = "cpu"  # where it runs ("cpu", "cuda:0"): picks the worker that steps it
+    max_seq_len = 0  # positions per KV slot (0 without a backbone)
+    max_prefill_batch = 0  # prompts one prefill may take
     sample_rate: int  # Hz of the PCM it returns
-    max_running: int  # requests served at once (KV slots): the model's one concurrency limit
-    max_seq_len: int  # positions per KV slot (0 without a backbone)
     max_codec_batch: int
-    max_prefill_batch: int  # prompts one prefill may take
+    lanes: Mapping[str, int]  # codec lanes it can run beside its step ({name: capacity})
 
-    @property
-    def spec(self) -> LMSpec | SynthSpec: ...
-    @property
-    def lanes(self) -> Mapping[str, int]:  # codec lanes it can run beside its step ({name: capacity})
-        ...
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]: ...
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]: ...
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]: ...
-    def release(self, request: Request) -> None: ...
-    def take_timings(self) -> list[Timing]: ...
-    def memory_bytes(self) -> int: ...
-    def close(self) -> None: ...
+    def __init__(self, model_id: str, spec: LMSpec | SynthSpec, max_running: int) -> None:
+        self.model_id, self.spec, self.family = model_id, spec, spec.family
+        self.max_running = max_running  # requests served at once (KV slots): the model's one concurrency limit
+        self._timings: list[Timing] = []  # of its own work, for the cost model
+
+    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
+        return []
+
+    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:  # a GPU's: the previous step's tokens
+        return []
+
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:  # one an item
+        raise NotImplementedError
+
+    def release(self, request: Request) -> None:
+        """Free what `request` holds (nothing by default: a slot's state is reset by its next owner)."""
+
+    def take_timings(self) -> list[Timing]:
+        timings, self._timings = self._timings, []
+        return timings
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class SynthRunner(Runner):
+    def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
+        super().__init__(model_id, parts.spec, max_running)
+        self.synthesizers = parts.synthesizers
+        self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
+        self.lanes = {"codec": len(parts.synthesizers)}
+        self._free: queue.SimpleQueue[Synthesizer] = queue.SimpleQueue()
+        for synthesizer in parts.synthesizers:
+            self._free.put(synthesizer)
+        self.sample_rate = int(parts.synthesizers[0].sample_rate)
+
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+        outs = []
+        for item in items:
+            request, window = item.request, item.window
+            text = request.prepared.units[window.start]
+            t0 = time.perf_counter()
+            synthesizer = self._free.get()
+            try:
+                pcm, words = synthesizer.synthesize(text, request.spec, window.is_last)
+            except Exception as error:  # one bad unit fails its request, not the model
+                log.exception("request %s: synthesis failed", request.request_id)
+                outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))
+                continue
+            finally:
+                self._free.put(synthesizer)
+            self._timings.append(Timing("codec", 1, len(text), 1000.0 * (time.perf_counter() - t0)))
+            outs.append(ChunkOut(request.request_id, pcm, is_last=window.is_last, words=words))
+        return outs
+
+    def memory_bytes(self) -> int:
+        return sum(s.memory_bytes() for s in self.synthesizers)
+
+    def close(self) -> None:
+        for synthesizer in self.synthesizers:
+            synthesizer.close()
 
 
 def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_running: int = 64) -> Runner:
-    """The runner for a family's parts. `max_running` applies unless the model's options set
-    it. Speech LMs need torch (engine/model_runner.py, imported only here)."""
+    """The runner for a family's parts (`max_running` unless its options set one); torch only here."""
     max_running = int(parts.options.get("max_running", max_running))
     if isinstance(parts, SynthParts):
-        from engine.synth_runner import SynthRunner
-
         return SynthRunner(model_id, parts, max_running)
     from engine.model_runner import ModelRunner
 

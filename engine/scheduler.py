@@ -1,18 +1,14 @@
 """Deadline-aware scheduling, pure Python (no torch), one instance per model.
 
-`schedule(now)` returns a `Plan` (engine/plan.py); the runner executes it; `postprocess_*`
-take the results back. Slack of a request = deadline - now - (decode steps until its next
-chunk x step estimate + codec estimate), from the cost model (engine/cost.py). Under `edf`:
-1. Admission, earliest deadline first, while KV slots are free (a synthesiser: up to
-   `max_running`); a prefill is deferred (at most `max_prefill_defer_ms`) when it would push
-   a running request's chunk past its deadline.
-2. Decode: every prefilled request still generating takes one step (continuous batching),
-   unless its unread audio passed `max_unread_ms` (backpressure).
-3. Codec, EDF: first chunks and chunks with slack under `urgent_slack_ms` are urgent; the
-   rest wait until `codec_batch` are ready, the earliest is near its deadline, or the
-   backbone is idle. A stream about to run dry takes an *early* chunk (engine/chunk_plan.py).
-`fifo` is the baseline: arrival order, no deferral, no urgency, no early chunks. Under both,
-a request whose first audio is predicted later than `max_predicted_ttfa_ms` is refused at once.
+`schedule(now)` returns a `Plan`; `postprocess_*` take the results back. Slack = deadline -
+now - (steps to the next chunk x step estimate + codec estimate) (engine/cost.py). `edf`:
+earliest deadline first; a prefill waits (<= `max_prefill_defer_ms`) while it would make a
+running chunk late; first chunks and chunks with slack under `urgent_slack_ms` are urgent,
+the rest wait for `codec_batch`, a near deadline or an idle backbone; a stream about to run
+dry takes an *early* chunk. `fifo`, the baseline: arrival order, none of that. Both pause a
+request whose audio is not read (`max_unread_ms`) and refuse one whose first audio is
+predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) the
+longest context is kept as tokens arrive; slack only for deadlines that are near (`_far_s`).
 """
 
 from __future__ import annotations
@@ -25,35 +21,33 @@ from engine.kv_cache import KVSlots
 from engine.lm_spec import LMSpec
 from engine.plan import CodecItem, Plan, TokenOut
 from engine.request import Request, RequestStatus
+from engine.runner import Runner
 from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, InputTooLong, Overloaded
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, lm: LMSpec | None, *, max_running: int, max_seq_len: int,
-                 max_codec_batch: int, cost: CostModel, sample_rate: int, max_prefill_batch: int = 8) -> None:
-        self.policy = config.policy
-        self.by_deadline, self.urgency, self.early = config.uses("order"), config.uses("urgency"), config.uses("early")
-        self.defer = config.uses("defer")
-        self.urgent_slack_ms = config.urgent_slack_ms
-        self.codec_batch = min(config.codec_batch, max_codec_batch)
-        self.max_codec_batch = max_codec_batch
-        self.max_waiting = config.max_waiting
-        self.max_running = max_running
-        self.max_prefill_defer_ms = config.max_prefill_defer_ms
-        self.max_prefill_tokens = config.max_prefill_tokens
-        self.max_prefill_batch = max_prefill_batch
-        self.max_predicted_ttfa_ms = config.max_predicted_ttfa_ms
-        self.max_unread_ms = config.max_unread_ms
-        self.lm = lm
-        self.kv = KVSlots(max_running, max_seq_len) if lm is not None else None
+    def __init__(self, config: EngineConfig, runner: Runner, cost: CostModel) -> None:
+        lm = self.lm = runner.spec if isinstance(runner.spec, LMSpec) else None
+        self.by_deadline, self.urgency, self.defer = config.uses("order"), config.uses("urgency"), config.uses("defer")
+        self.early = config.uses("early") and lm is not None
+        self.urgent_slack_ms, self.codec_batch = config.urgent_slack_ms, min(config.codec_batch, runner.max_codec_batch)
+        self.max_running, self.max_waiting = runner.max_running, config.max_waiting
+        self.max_codec_batch, self.max_prefill_batch = runner.max_codec_batch, runner.max_prefill_batch
+        self.sample_rate = runner.sample_rate
+        self.max_prefill_defer_ms, self.max_prefill_tokens = config.max_prefill_defer_ms, config.max_prefill_tokens
+        self.max_predicted_ttfa_ms, self.max_unread_ms = config.max_predicted_ttfa_ms, config.max_unread_ms
+        self.kv = KVSlots(runner.max_running, runner.max_seq_len) if lm is not None else None
         self.cost = cost
-        self.sample_rate = sample_rate
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
         self.num_deferred = self.num_refused = 0  # prefills deferred (iterations), requests refused: metrics
         self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
-
-    # -- membership -------------------------------------------------------------------
+        self._longest = 0  # the most KV positions a running request uses
+        # At most this many steps (a chunk's frames and right context, as frames are formed from
+        # tokens) and a window of at most this many frames stand between a speech LM's request and its chunk.
+        shape = runner.spec.shape
+        self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
+        self._max_window = max(n for n, _ in shape.chunks) + 2 * shape.context_frames
 
     @property
     def num_requests(self) -> int:
@@ -72,17 +66,15 @@ class Scheduler:
                 raise InputTooLong(f"the prompt takes {len(request.prepared.prompt_ids)} of the model's "
                                    f"{self.kv.max_seq_len} positions, too few left for audio", field="input")
             request.max_tokens = min(wanted, room)
-        if self.num_requests >= self.max_running + self.max_waiting:
+        full = self.num_requests >= self.max_running + self.max_waiting
+        # An idle model admits whatever its estimate (only running requests teach the cost model).
+        predicted = self.predict_first_chunk_ms(request, now) if self.max_predicted_ttfa_ms and not full \
+            and self.num_requests else 0.0
+        if full or predicted > self.max_predicted_ttfa_ms:
             self.num_refused += 1
-            raise Overloaded(f"model {request.spec.model_id!r} has {self.num_requests} requests (max_running="
-                             f"{self.max_running} + max_waiting={self.max_waiting}); retry shortly")
-        if self.max_predicted_ttfa_ms:
-            predicted = self.predict_first_chunk_ms(request, now)
-            if predicted > self.max_predicted_ttfa_ms:
-                self.num_refused += 1
-                raise Overloaded(f"model {request.spec.model_id!r} is busy: first audio predicted in "
-                                 f"{predicted:.0f} ms (max_predicted_ttfa_ms={self.max_predicted_ttfa_ms:.0f}); "
-                                 "retry shortly")
+            why = (f"has {self.num_requests} requests (max_running + max_waiting)" if full else
+                   f"is busy: first audio predicted in {predicted:.0f} ms (max {self.max_predicted_ttfa_ms:.0f})")
+            raise Overloaded(f"model {request.spec.model_id!r} {why}; retry shortly")
         self.waiting.append(request)
 
     def get(self, request_id: str) -> Request | None:
@@ -91,43 +83,47 @@ class Scheduler:
 
     def remove(self, request_id: str) -> Request | None:
         """Take a request out (finished, failed or cancelled) and free its KV slot."""
-        request = self.running.pop(request_id, None)
+        request = self.get(request_id)
         if request is None:
-            request = next((r for r in self.waiting if r.request_id == request_id), None)
-            if request is not None:
-                self.waiting.remove(request)
-        if request is not None:
-            request.status = RequestStatus.FINISHED
-            if self.kv is not None:
-                self.kv.free(request_id)
+            return None
+        if self.running.pop(request_id, None) is None:
+            self.waiting.remove(request)
+        elif request.num_tokens >= self._longest:
+            self._longest = max((r.num_tokens for r in self.running.values()), default=0)
+        request.status = RequestStatus.FINISHED
+        if self.kv is not None:
+            self.kv.free(request_id)
         return request
-
-    # -- estimates ----------------------------------------------------------------------
 
     def steps_to_chunk(self, request: Request) -> int:
         """Decode steps until the planned next chunk has its frames (0 when ready)."""
-        if self.lm is None or request.plan.is_final:
+        plan = request.plan
+        if self.lm is None or plan.is_final:
             return 0
-        needed = self.lm.tokens_per_frame * request.plan.frames_needed() - len(request.tokens)
-        return max(0, min(needed, request.max_tokens - len(request.tokens)))
+        steps = min(self.lm.tokens_per_frame * plan.frames_needed(), request.max_tokens) - len(request.tokens)
+        return steps if steps > 0 else 0
 
     def _codec_est_ms(self, request: Request) -> float:
+        plan = request.plan
         if self.lm is None:
             units = request.prepared.units
-            return self.cost.codec_ms(1, len(units[min(request.plan.num_emitted, len(units) - 1)]))
-        plan = request.plan
-        frames = plan.shape.frames_of(plan.num_chunks) + plan.shape.context_frames * (1 + (plan.num_emitted > 0))
+            return self.cost.codec_ms(1, len(units[min(plan.num_emitted, len(units) - 1)]))
+        frames = plan.shape.chunk(plan.num_chunks)[0] + plan.shape.context_frames * (1 + (plan.num_emitted > 0))
         return self.cost.codec_ms(1, frames)
 
     def slack_ms(self, request: Request, now: float) -> float:
         """deadline - now - time to produce its next chunk (ms); may be negative."""
         work = self.steps_to_chunk(request) * self._step_ms + self._codec_est_ms(request)
-        return 1000.0 * (request.deadline_s() - now) - work
+        return 1000.0 * (request.clock.due_s - now) - work
+
+    def _far_s(self, now: float, limit_ms: float) -> float:
+        """A time past which a speech LM's deadline leaves a slack of `limit_ms` or more (1 ms spare)."""
+        codec_ms = self.cost.codec_ms.most_ms(self._max_window)
+        return now + (limit_ms + self._max_steps * self._step_ms + codec_ms + 1.0) / 1000.0
 
     def predict_first_chunk_ms(self, request: Request, now: float) -> float:
-        """ms from `now` until a new request's first chunk, from the cost model: the work
-        queued ahead of it (synthesiser), or the wait for a KV slot, its prefill and the
-        steps to its first chunk (speech LM)."""
+        """ms until a new request's first chunk: the work ahead of it (synthesiser), or the wait
+        for a KV slot, its prefill and its steps (speech LM)."""
         if self.lm is None:
             ahead = [r for r in list(self.running.values()) + self.waiting if not r.plan.is_done
                      and (not self.by_deadline or r.deadline_s() <= request.deadline_s())]
@@ -139,28 +135,22 @@ class Scheduler:
         if queued >= 0:  # no slot for it yet: the (queued + 1)-th running request to finish frees one
             left = sorted(r.max_tokens - len(r.tokens) for r in self.running.values())
             wait_ms = step_ms * left[min(queued, len(left) - 1)] if left else 0.0
-        prefill = self.cost.prefill_ms(len(request.prepared.prompt_ids))
-        return wait_ms + prefill + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
-
-    def _is_held(self, request: Request) -> bool:
-        return request.unread_ms is not None and request.unread_ms() > self.max_unread_ms
-
-    # -- policy ---------------------------------------------------------------------------
+        prefill_ms = self.cost.prefill_ms(len(request.prepared.prompt_ids))
+        return wait_ms + prefill_ms + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
 
     def schedule(self, now: float, urgent_slots: int | None = None, background_slots: int | None = None,
                  shared: bool = True) -> Plan:
-        """The next iteration's work at `now`. `*_slots`: free codec lanes for urgent and
-        background items (None: decoded in the step; 0: that lane is busy); a speech LM's
-        batch takes a lane, a synthesiser's unit one; `shared`: both kinds use one pool."""
+        """The next iteration's work. `*_slots`: free codec lanes (None: decoded in the step) for
+        a speech LM's batch or a synthesiser's unit each; `shared`: urgent and background share them."""
         plan = Plan()
         if self.running:
-            context = max(r.num_tokens for r in self.running.values()) + 1
-            self._step_ms = self.cost.step_ms(len(self.running), context)
+            self._step_ms = self.cost.step_ms(len(self.running), self._longest + 1)
         self._admit(now, plan)
+        held = {r for r in self.running.values() if r.unread_ms is not None and r.unread_ms() > self.max_unread_ms}
         if self.lm is not None:
-            plan.decode = [r for r in self.running.values() if r.needs_decode and not self._is_held(r)]
+            plan.decode = [r for r in self.running.values() if r.tokens and not r.is_stopped and r not in held]
         if urgent_slots != 0 or background_slots != 0:
-            self._pick_codec(now, plan)
+            self._pick_codec(now, plan, held)
             if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
                 del plan.urgent[urgent_slots:]
             if urgent_slots == 0:
@@ -180,24 +170,20 @@ class Scheduler:
             return
         assert self.kv is not None
         batch: list[Request] = []
-        tokens = 0
-        for request in self.waiting:
-            if len(self.running) + len(batch) >= self.max_running or not self.kv.num_free > len(batch) \
-                    or len(batch) >= self.max_prefill_batch:
-                break
+        tokens, room = 0, min(self.max_running - len(self.running), self.kv.num_free, self.max_prefill_batch)
+        for request in self.waiting[:max(0, room)]:
             if batch and tokens + len(request.prepared.prompt_ids) > self.max_prefill_tokens:
                 break
             batch.append(request)
             tokens += len(request.prepared.prompt_ids)
         if not batch:
             return
-        if self.defer and self.running:
-            # Would this prefill push a running request's chunk past its deadline?
-            cost = self.cost.prefill_ms(tokens)
-            pushed = any(0 <= s < cost for s in (self.slack_ms(r, now) for r in self.running.values()
-                                                 if not r.plan.is_done))
-            waited_ms = 1000.0 * (now - min(r.spec.arrival_s for r in batch))
-            if pushed and waited_ms < self.max_prefill_defer_ms:
+        waited_ms = 1000.0 * (now - min(r.spec.arrival_s for r in batch))
+        if self.defer and self.running and waited_ms < self.max_prefill_defer_ms:
+            cost = self.cost.prefill_ms(tokens)  # would it push a running request's chunk past its deadline?
+            far = self._far_s(now, cost)
+            if any(0 <= self.slack_ms(r, now) < cost for r in self.running.values()
+                   if not r.plan.is_done and r.deadline_s() <= far):
                 self.num_deferred += 1
                 return
         for request in batch:
@@ -209,17 +195,20 @@ class Scheduler:
     def _start(self, request: Request) -> None:
         request.status = RequestStatus.RUNNING
         self.running[request.request_id] = request
+        self._longest = max(self._longest, request.num_tokens)
 
-    def _pick_codec(self, now: float, plan: Plan) -> None:
-        items = []
+    def _pick_codec(self, now: float, plan: Plan, held: set[Request]) -> None:
+        items, far, early, limit_ms = [], None, self.early, self.urgent_slack_ms
         for request in self.running.values():
-            if request.error is not None or request.in_flight or self._is_held(request):
+            if request.error is not None or request.in_flight or request in held:
                 continue
-            window = request.plan.next_window()
-            if window is None and self.early and self.lm is not None:
-                early = request.plan.next_window(early=True)
-                if early is not None and self.slack_ms(request, now) < self.urgent_slack_ms:
-                    window = early  # a short chunk on time beats a full chunk late
+            stream, window = request.plan, None
+            if stream.is_final or stream.num_frames >= stream.ready_at:
+                window = stream.next_window()
+            if window is None and early:  # a short chunk on time beats a full chunk late
+                far = self._far_s(now, limit_ms) if far is None else far
+                if request.clock.due_s <= far and self.slack_ms(request, now) < limit_ms:
+                    window = stream.next_window(early=True)
             if window is not None:
                 items.append(CodecItem(request, window))
         if not items:
@@ -231,7 +220,7 @@ class Scheduler:
         relaxed = []
         for item in items:
             request = item.request
-            starts_audio = request.plan.is_first and request.spec.ahead_ms <= 0
+            starts_audio = request.plan.num_chunks == 0 and request.spec.ahead_ms <= 0
             if starts_audio or self.slack_ms(request, now) < self.urgent_slack_ms:
                 plan.urgent.append(item)
             else:
@@ -243,58 +232,52 @@ class Scheduler:
         del plan.urgent[self.max_codec_batch:]
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 
-    # -- post-processing --------------------------------------------------------------------
-
     def postprocess_tokens(self, outs: Sequence[TokenOut]) -> list[Request]:
-        """Append each token, assemble frames, check stop and max_tokens; returns the
-        requests that failed (a token outside its frame position's audio ids)."""
+        """Append tokens, assemble frames, stop; returns the requests a wrong-position token failed."""
         lm = self.lm
         assert lm is not None
-        failed = []
-        for out in outs:
-            request = out.request
-            if request.status is not RequestStatus.RUNNING or request.is_stopped:
+        failed, running = [], RequestStatus.RUNNING
+        stop_ids, tokens_per_frame, longest = lm.stop_token_ids, lm.tokens_per_frame, self._longest
+        for request, token, device_stopped in outs:
+            if request.status is not running or request.is_stopped:
                 continue  # cancelled meanwhile, or a row the device already masked
-            request.is_prefilled = True
-            if out.token in lm.stop_token_ids and not request.is_forced:
+            if token in stop_ids and not request.is_forced:
                 request.is_stopped = True
             else:
-                request.tokens.append(out.token)
-                request.pending.append(out.token)
-                if len(request.pending) == lm.tokens_per_frame:
+                tokens = request.tokens
+                tokens.append(token)
+                n = len(tokens)
+                longest = max(longest, n + len(request.prepared.prompt_ids))
+                if n % tokens_per_frame == 0:  # the frame is complete
                     try:
-                        request.frames.append(lm.frame_codes(request.pending))
+                        request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
                     except ValueError as error:
-                        request.error = GenerationFailed(f"generated token {len(request.tokens) - 1}: {error}")
+                        request.error = GenerationFailed(f"generated token {n - 1}: {error}")
                         request.is_stopped = True
                         failed.append(request)
                         continue
-                    request.pending.clear()
                     request.plan.num_frames += 1
-                if out.is_stopped or len(request.tokens) >= request.max_tokens:
-                    request.is_stopped = True
+                request.is_stopped = device_stopped or n >= request.max_tokens
             if request.is_stopped:
                 request.plan.is_final = True  # a trailing partial frame is dropped
+        self._longest = longest
         return failed
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
-                          now: float) -> list[tuple[Request, AudioChunk | EngineError]]:
-        """Advance each chunk plan, record the delivery on the playback clock; returns what
-        to send: an AudioChunk (`is_last` ends the request) or the request's error."""
-        sent: list[tuple[Request, AudioChunk | EngineError]] = []
+                          now: float) -> list[tuple[str, AudioChunk | EngineError]]:
+        """Advance chunk plans, record deliveries; returns what to send: chunks or the request's error."""
+        sent: list[tuple[str, AudioChunk | EngineError]] = []
         for item, out in zip(items, outs):
             request = item.request
             if request.status is not RequestStatus.RUNNING:
                 continue
             if out.error is not None or out.pcm is None:
                 request.error = out.error or GenerationFailed("the runner returned no audio")
-                sent.append((request, request.error))
+                sent.append((request.request_id, request.error))
                 continue
             request.plan.advance(item.window)
             if len(out.pcm) or item.window.is_last:
-                duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
-                index = request.clock.num_chunks
-                late_ms = request.clock.on_delivery(now, duration_ms)
-                sent.append((request, AudioChunk(request.request_id, index, out.pcm, self.sample_rate,
-                                                 item.window.is_last, late_ms, out.words)))
+                late_ms = request.clock.on_delivery(now, 1000.0 * len(out.pcm) / self.sample_rate)
+                sent.append((request.request_id, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
+                                                            self.sample_rate, item.window.is_last, late_ms, out.words)))
         return sent

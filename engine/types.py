@@ -1,8 +1,6 @@
 """The boundary between gateway and engine: requests in, audio chunks out, typed errors.
 
-Nothing here imports torch or knows about HTTP. The gateway builds a `SpeechRequest`,
-the engine streams back `AudioChunk`s; errors are small exception classes carrying a
-stable `code`, a human `message` and, where one input is to blame, the `field`.
+No torch, no HTTP. An error has a stable `code`, a `message` and maybe the `field` to blame.
 """
 
 from __future__ import annotations
@@ -16,28 +14,18 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class SpeechRequest:
-    """One utterance to synthesise.
-
-    `segments` are the units the text frontend split `text` into (sentences); families
-    without a backbone synthesise one segment per chunk, speech LMs may join them.
-    `arrival_s` is `time.monotonic()` seconds when the request reached the server.
-    `ttfa_target_ms` sets the first chunk's deadline (arrival + target, DESIGN.md §2).
-    `ahead_ms` is audio the listener still has queued before this request's (the next
-    sentence of an utterance that is playing): its first chunk is due when that runs
-    out, not at the TTFA target, and is not urgent just for being a first chunk.
-    `options` carries family-specific knobs (sampling overrides, `max_tokens`,
-    `force_tokens` for benchmarks on random weights); unknown keys are ignored.
-    """
+    """One utterance to synthesise; its first chunk is due at `arrival_s` + the larger of
+    `ttfa_target_ms` and `ahead_ms` (DESIGN.md §2), urgent only when nothing is ahead of it."""
 
     request_id: str
     model_id: str
-    segments: tuple[str, ...]
+    segments: tuple[str, ...]  # the text frontend's units (sentences); a synthesiser speaks one a chunk
     voice: str
     speed: float = 1.0
-    options: Mapping[str, Any] = field(default_factory=dict)
-    arrival_s: float = field(default_factory=time.monotonic)
+    options: Mapping[str, Any] = field(default_factory=dict)  # family knobs (sampling, max_tokens, force_tokens)
+    arrival_s: float = field(default_factory=time.monotonic)  # time.monotonic() seconds at the server
     ttfa_target_ms: float = 200.0
-    ahead_ms: float = 0.0
+    ahead_ms: float = 0.0  # audio the listener still has queued before this one (the previous sentence)
 
     @property
     def text(self) -> str:
@@ -46,8 +34,7 @@ class SpeechRequest:
 
 @dataclass(frozen=True, slots=True)
 class WordTiming:
-    """When one word of the text is heard: milliseconds from the first sample of the
-    chunk that carries it (`end_ms` may pass the chunk's end for a word cut by it)."""
+    """When a word is heard: ms from the first sample of the chunk carrying it (`end_ms` may pass its end)."""
 
     word: str
     start_ms: float
@@ -56,23 +43,15 @@ class WordTiming:
 
 @dataclass(frozen=True, slots=True)
 class AudioChunk:
-    """A piece of an utterance's audio, in order.
-
-    pcm: float32 mono samples in [-1, 1], shape `[samples]`, at `sample_rate` Hz.
-    `index` counts chunks of one request from 0; `is_last` marks the final one (it may
-    hold zero samples). `late_ms` is how far past its deadline the chunk was emitted
-    (0 when on time): a positive value means the listener's buffer ran dry (a stall).
-    `words`: timings of the words this chunk speaks, from the model's own durations
-    (Piper); empty when the model has none (the gateway then estimates them).
-    """
+    """A piece of an utterance's audio, in order."""
 
     request_id: str
-    index: int
-    pcm: np.ndarray
-    sample_rate: int
-    is_last: bool
-    late_ms: float = 0.0
-    words: tuple[WordTiming, ...] = ()
+    index: int  # the request's chunks count from 0
+    pcm: np.ndarray  # float32 mono samples in [-1, 1], `[samples]`
+    sample_rate: int  # Hz
+    is_last: bool  # the last chunk may hold no samples
+    late_ms: float = 0.0  # how far past its deadline it was emitted (> 0: the listener's buffer ran dry)
+    words: tuple[WordTiming, ...] = ()  # the model's own word timings (Piper); empty when it has none
 
     @property
     def duration_ms(self) -> float:
@@ -81,13 +60,10 @@ class AudioChunk:
 
 @dataclass(frozen=True, slots=True)
 class ChunkOut:
-    """What a runner returns for one request from a step: audio, the end, or a failure.
-
-    pcm: float32 `[samples]` at the runner's `sample_rate`, or None with `error` set.
-    """
+    """A runner's audio for one codec item."""
 
     request_id: str
-    pcm: np.ndarray | None
+    pcm: np.ndarray | None  # float32 `[samples]` at the runner's sample_rate, or None with `error` set
     is_last: bool = False
     error: EngineError | None = None
     words: tuple[WordTiming, ...] = ()  # as AudioChunk.words
@@ -99,8 +75,7 @@ class EngineError(Exception):
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
-        self.field = field
+        self.message, self.field = message, field
 
 
 class InvalidInput(EngineError):

@@ -5,7 +5,7 @@ The embedded default voice is `en_US-joe-medium` from the PyPI package
 There is no backbone: each text segment (a sentence) is synthesised whole and
 becomes one audio chunk, so the first chunk's latency is that of the first sentence.
 `load` returns the parts (`engine.runner.SynthParts`: a spec and a `PiperSynthesizer`);
-the engine runs them on a worker thread of their own (engine/synth_runner.py).
+the engine runs them on a worker thread of their own (engine/runner.py `SynthRunner`).
 
 piper-tts is GPL-3.0-or-later; it is imported here and nowhere else.
 """

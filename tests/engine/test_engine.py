@@ -40,10 +40,11 @@ def test_decode_steps_are_batched_across_requests() -> None:
     runner = lm()
 
     async def go(engine: Engine) -> None:
-        streams = [engine.submit(spec(f"r{i}", frames=20)) for i in range(3)]
+        # Long enough that the three overlap however the prepare pool and the worker interleave.
+        streams = [engine.submit(spec(f"r{i}", frames=200)) for i in range(3)]
         for stream in streams:
             chunks = [c async for c in stream]
-            assert chunks[-1].is_last and sum(len(c.pcm) for c in chunks) == 20 * 2048
+            assert chunks[-1].is_last and sum(len(c.pcm) for c in chunks) == 200 * 2048
 
     run(go, ("sim", runner))
     assert max(len(ids) for kind, ids in runner.calls if kind == "decode") == 3

@@ -285,13 +285,13 @@ def test_engine_cancel_releases_the_kv_slot(orpheus_tiny: Path) -> None:
             chunk = await stream.__anext__()
             await stream.aclose()
             for _ in range(200):  # the worker frees the slot at its next iteration
-                if kv.num_used == 0:
+                if kv.num_free == kv.num_slots:
                     break
                 await asyncio.sleep(0.01)
             return chunk.index
 
         assert asyncio.run(asyncio.wait_for(first_then_cancel(), timeout=60)) == 0
-        assert kv.num_used == 0 and core.num_requests == 0
+        assert kv.num_free == kv.num_slots and core.scheduler.num_requests == 0
     finally:
         engine.stop()
 

@@ -111,7 +111,18 @@ def test_a_request_predicted_to_miss_its_first_audio_is_refused_at_once() -> Non
         add(c, spec(f"r{i}"))
     with pytest.raises(Overloaded, match="predicted"):
         add(c, spec("late"))
-    assert c.num_requests == 3
+    assert c.scheduler.num_requests == 3
+
+
+def test_an_idle_model_admits_a_request_its_estimate_would_refuse() -> None:
+    """Estimates learnt on a loaded machine must not refuse on an idle one: nothing is ahead, and
+    only requests that run can bring the estimates back down."""
+    clock = SimClock()
+    c = core(synth(clock, cost=costs(codec_ms=3000)), clock, max_predicted_ttfa_ms=1000, max_waiting=100)
+    add(c, spec("first"))  # predicted 3000 ms, but the model is idle
+    with pytest.raises(Overloaded, match="predicted"):
+        add(c, spec("second"))  # behind it: refused
+    assert c.scheduler.num_requests == 1
 
 
 def test_fifo_baseline_serves_in_arrival_order_regardless_of_deadlines() -> None:
@@ -168,7 +179,7 @@ def test_an_early_chunk_is_decoded_only_when_the_listener_is_about_to_run_dry() 
     assert c.scheduler.schedule(clock.t).codec == []  # lots of slack: let it grow
     plan = c.scheduler.schedule(request.deadline_s() - 0.05)
     (item,) = plan.urgent
-    assert item.window.emit_to - item.window.emit_from < request.plan.shape.frames_of(request.plan.num_chunks)
+    assert item.window.emit_to - item.window.emit_from < request.plan.shape.chunk(request.plan.num_chunks)[0]
     fifo = core(runner, clock, policy="fifo", urgent_slack_ms=100)
     fifo.scheduler.running = c.scheduler.running
     assert fifo.scheduler.schedule(request.deadline_s() - 0.05).codec == []  # the baseline knows no deadlines
@@ -214,7 +225,7 @@ def test_a_token_in_a_wrong_frame_position_fails_only_that_request() -> None:
     good = [x for r, x in outputs if r == "good"]
     assert all(isinstance(x, AudioChunk) for x in good) and good[-1].is_last  # type: ignore[union-attr]
     assert sum(len(x.pcm) for x in good) == 6 * 2048  # type: ignore[union-attr]
-    assert c.num_requests == 0 and sorted(runner.released) == ["bad", "good"]
+    assert c.scheduler.num_requests == 0 and sorted(runner.released) == ["bad", "good"]
 
 
 def test_stop_token_and_max_tokens_end_generation() -> None:

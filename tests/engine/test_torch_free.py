@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ["engine.request", "engine.scheduler", "engine.chunk_plan", "engine.cost", "engine.core",
-              "engine.engine", "engine.plan", "engine.synth_runner", "gateway.app", "bench.sim_runner"]
+              "engine.engine", "engine.plan", "engine.runner", "gateway.app", "bench.sim_runner"]
 
 
 def test_policy_modules_and_the_gateway_import_no_torch() -> None:
