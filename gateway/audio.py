@@ -18,7 +18,7 @@ libsndfile patches at close, and a FLAC with "unknown length" trips common reade
 
 Off the event loop: the streaming routes call `feed_async` / `close_async` (and
 `Resampler.resample_async`), which run the work in a small thread pool when it is heavy
-enough to hold up other streams: MP3, Opus and FLAC always (libsndfile: 15-25 ms of the
+enough to hold up other streams: MP3, Opus and FLAC always (libsndfile: 12-21 ms of the
 loop per second of audio), resampling and G.711 for a piece of at least
 `OFFLOAD_MIN_SAMPLES`. soxr and libsndfile release the GIL, so the loop runs on
 meanwhile. A PCM16 copy, a short piece's resampling and base64 (which holds the GIL)
@@ -42,8 +42,8 @@ import soxr
 from engine.types import InvalidInput
 
 T = TypeVar("T")
-# Resampling (soxr HQ, 22.05 -> 24 kHz) and G.711 cost 0.01-0.03 µs a sample of the loop's
-# time; a piece this long costs about what the hop to a thread costs it (30-60 µs), so
+# Resampling (soxr HQ, 22.05 -> 24 kHz) and G.711 cost the loop ~0.01 µs a sample; a piece
+# this long costs it about what the hop to a thread does (~30 µs of the loop's CPU), so
 # shorter ones stay inline. MP3, Opus and FLAC always go (1-2 ms for 85 ms of audio).
 OFFLOAD_MIN_SAMPLES = 4096
 _COMPRESSED = ("mp3", "opus", "flac")
@@ -78,6 +78,7 @@ class OffLoop:
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._running = future
             return await asyncio.shield(future)
+
 
 OUTPUT_RATE = 24_000  # Hz, OpenAI's rate for every format
 FORMATS = ("wav", "pcm", "flac", "mp3", "opus")
