@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.synth_runner import SynthRunner
+from engine.runner import SynthRunner
 from gateway.settings import load_settings
 from models import InvalidModel
 from models.piper import embedded_model_path, validate
