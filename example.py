@@ -10,6 +10,7 @@ import numpy as np
 import soundfile as sf
 
 from engine.engine import Engine
+from engine.runner import build_runner
 from engine.types import SpeechRequest
 from gateway.text import check_input, split_segments
 from models import family
@@ -18,7 +19,7 @@ from models import family
 async def main(text: str, path: str) -> None:
     engine = Engine()
     engine.start()
-    engine.attach("piper-joe", family("piper").load("piper-joe", None)).result()
+    engine.attach("piper-joe", build_runner("piper-joe", family("piper").load("piper-joe", None), "cpu")).result()
     segments = tuple(split_segments(check_input(text, 4096)))
     chunks = [c async for c in engine.submit(SpeechRequest("example", "piper-joe", segments, "default"))]
     engine.stop()

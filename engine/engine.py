@@ -142,9 +142,9 @@ class Worker:
         while not self._inbox.empty():  # only this thread takes from it
             kind, *args = self._inbox.get_nowait()
             getattr(self, f"_on_{kind}")(*args)
+            self._stats_stale = True  # an add (maybe refused) or a cancel changes the counts without a step
 
     def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared]) -> None:
-        self._stats_stale = True  # (a refusal changes the counts without a step)
         stream = self.engine._streams.get(spec.request_id)
         if stream is None or stream.done:  # cancelled before it got here
             self.engine._finish(spec.request_id, None)
@@ -161,7 +161,6 @@ class Worker:
             self.engine._finish(spec.request_id, GenerationFailed("internal error preparing the request"))
 
     def _on_cancel(self, request_id: str) -> None:
-        self._stats_stale = True  # the snapshot must not go on showing it when no step follows
         any(core.cancel(request_id) for core in self.cores.values())
         self.engine._finish(request_id, Cancelled("request was cancelled"))
 

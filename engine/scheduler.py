@@ -67,7 +67,8 @@ class Scheduler:
                                    f"{self.kv.max_seq_len} positions, too few left for audio", field="input")
             request.max_tokens = min(wanted, room)
         full = self.num_requests >= self.max_running + self.max_waiting
-        predicted = self.predict_first_chunk_ms(request, now) if self.max_predicted_ttfa_ms and not full else 0.0
+        skip = full or not self.num_requests  # an idle model admits any estimate (only requests that run teach it)
+        predicted = 0.0 if skip or not self.max_predicted_ttfa_ms else self.predict_first_chunk_ms(request, now)
         if full or predicted > self.max_predicted_ttfa_ms:
             self.num_refused += 1
             why = (f"has {self.num_requests} requests (max_running + max_waiting)" if full else

@@ -15,17 +15,70 @@ to patch MP3's Xing frame, which a streamed copy goes without (decoders don't ne
 FLAC is the exception: its STREAMINFO header carries the total length and an MD5 that
 libsndfile patches at close, and a FLAC with "unknown length" trips common readers
 (soundfile among them), so FLAC is delivered whole when synthesis ends.
+
+Off the event loop: the streaming routes call `feed_async` / `close_async` (and
+`Resampler.resample_async`), which run the work in a small thread pool when it is heavy
+enough to hold up other streams: MP3, Opus and FLAC always (libsndfile: 12-21 ms of the
+loop per second of audio), resampling and G.711 for a piece of at least
+`OFFLOAD_MIN_SAMPLES`. soxr and libsndfile release the GIL, so the loop runs on
+meanwhile. A PCM16 copy, a short piece's resampling and base64 (which holds the GIL)
+stay inline: they cost the loop less than the hop to a thread does (bench/audio_offload.py,
+results in bench/results/cpu_load.json `offload`). Each encoder and resampler runs one
+call at a time, in the order made (`OffLoop`), so a stream's bytes are those of `feed`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import soundfile as sf
 import soxr
 
 from engine.types import InvalidInput
+
+T = TypeVar("T")
+# Resampling (soxr HQ, 22.05 -> 24 kHz) and G.711 cost the loop ~0.01 µs a sample; a piece
+# this long costs it about what the hop to a thread does (~30 µs of the loop's CPU), so
+# shorter ones stay inline. MP3, Opus and FLAC always go (1-2 ms for 85 ms of audio).
+OFFLOAD_MIN_SAMPLES = 4096
+_COMPRESSED = ("mp3", "opus", "flac")
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:  # normal priority: a listener's next bytes before synthesis ahead (niced)
+        _POOL = ThreadPoolExecutor(max_workers=min(8, max(2, os.cpu_count() or 2)), thread_name_prefix="voxgate-audio")
+    return _POOL
+
+
+class OffLoop:
+    """One stream's audio work in the audio thread pool, a call at a time, in call order.
+
+    A caller cancelled while its call runs does not stop the thread: the next call waits
+    for it, so an encoder's state never sees two calls at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()  # FIFO: calls run in the order they were made
+        self._running: asyncio.Future[Any] | None = None
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """`work()` in a thread; returns what it returns, raises what it raises."""
+        async with self._lock:
+            if self._running is not None and not self._running.done():
+                await asyncio.wait([self._running])
+            future = asyncio.get_running_loop().run_in_executor(_pool(), work)
+            # (a cancelled caller leaves the result unread: read it so nothing logs it as lost)
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._running = future
+            return await asyncio.shield(future)
+
 
 OUTPUT_RATE = 24_000  # Hz, OpenAI's rate for every format
 FORMATS = ("wav", "pcm", "flac", "mp3", "opus")
@@ -71,12 +124,27 @@ class Resampler:
         self.in_rate, self.out_rate = in_rate, out_rate
         self._stream = None if in_rate == out_rate else soxr.ResampleStream(
             in_rate, out_rate, 1, dtype="float32", quality="HQ")
+        self._off_loop: OffLoop | None = None
+
+    @property
+    def is_identity(self) -> bool:
+        return self._stream is None
 
     def __call__(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
+        """float32 `[samples]` at `in_rate` -> float32 `[samples']` at `out_rate` (soxr
+        holds back a few ms of filter delay until `last`)."""
         if self._stream is None:
             return pcm.astype(np.float32, copy=False)
         out: np.ndarray = self._stream.resample_chunk(pcm.astype(np.float32, copy=False), last=last)
         return out
+
+    async def resample_async(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
+        """The same as calling it, in a thread when `pcm` is long enough to be worth one."""
+        if self._stream is None or (len(pcm) < OFFLOAD_MIN_SAMPLES and self._off_loop is None):
+            return self(pcm, last)
+        if self._off_loop is None:
+            self._off_loop = OffLoop()
+        return await self._off_loop.run(lambda: self(pcm, last))
 
 
 def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
@@ -153,6 +221,7 @@ class StreamEncoder:
                                       format=container, subtype=subtype, compression_level=level,
                                       bitrate_mode="CONSTANT" if level is not None and fmt == "mp3" else None)
         self.num_samples = 0
+        self._off_loop: OffLoop | None = None
 
     def _encode(self, pcm: np.ndarray) -> bytes:
         self.num_samples += len(pcm)
@@ -172,6 +241,26 @@ class StreamEncoder:
     def feed(self, pcm: np.ndarray) -> bytes:
         """Encoded bytes for this piece that are final (possibly b"" while buffering)."""
         return self._encode(self._resample(pcm))
+
+    def _is_heavy(self, num_samples: int) -> bool:
+        if self.fmt in _COMPRESSED:  # ms per piece: never worth holding the loop for
+            return True
+        busy = not self._resample.is_identity or self.fmt in _SNDFILE  # (G.711 through libsndfile)
+        return busy and num_samples >= OFFLOAD_MIN_SAMPLES
+
+    async def feed_async(self, pcm: np.ndarray) -> bytes:
+        """`feed(pcm)`, in a thread when the work is heavy (module docstring)."""
+        if self._off_loop is None and not self._is_heavy(len(pcm)):
+            return self.feed(pcm)
+        self._off_loop = self._off_loop or OffLoop()  # once used, every call: order is kept
+        return await self._off_loop.run(lambda: self.feed(pcm))
+
+    async def close_async(self) -> bytes:
+        """`close()`, in a thread when the encoder runs there."""
+        if self._off_loop is None and self.fmt not in _COMPRESSED:
+            return self.close()
+        self._off_loop = self._off_loop or OffLoop()
+        return await self._off_loop.run(self.close)
 
     def close(self) -> bytes:
         """Flush the resampler and the encoder; the stream's last bytes."""

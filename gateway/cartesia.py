@@ -59,6 +59,8 @@ def voice_id(value: object) -> str | None:
 
 async def choose(state: AppState, message: dict[str, Any]) -> Choice:
     config = message.get("generation_config")
+    if config is not None and not isinstance(config, dict):
+        raise InvalidInput("generation_config must be an object", field="generation_config")
     speed = None
     if isinstance(config, dict) and config.get("speed") is not None:
         speed = check_speed(config["speed"], "generation_config.speed")

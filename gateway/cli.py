@@ -211,7 +211,8 @@ def checkpoint(args: argparse.Namespace) -> int:
         from models.checkpoint import write_random
     except ImportError as error:
         print(f"error: random checkpoints need the package {error.name!r}; install it with: "
-              "pip install 'voxgate[lm]'", file=sys.stderr)
+              "pip install '.[lm]' in Voxgate's source folder (on a CPU-only machine, torch's CPU build first)",
+              file=sys.stderr)
         return 2
     try:
         out = write_random(args.family, args.size, Path(args.dir), seed=args.seed)

@@ -65,6 +65,8 @@ def alignment(words: Sequence[WordTiming], start_ms: float, end_ms: float) -> di
 def text_fields(apply_text_normalization: object) -> dict[str, Any]:
     """Voxgate's text fields for ElevenLabs' `apply_text_normalization` (`auto`, `on`,
     `off`): `off` reads the text as written; the others normalise it (gateway/text/)."""
+    if apply_text_normalization not in (None, "auto", "on", "off"):
+        raise InvalidInput("apply_text_normalization must be 'auto', 'on' or 'off'", field="apply_text_normalization")
     return {"normalize": False} if apply_text_normalization == "off" else {}
 
 

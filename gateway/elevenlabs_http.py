@@ -55,6 +55,8 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, str]
     if "text" not in data:
         raise ApiError(400, "invalid_input", "text is required", field="text")
     settings = data.get("voice_settings")
+    if settings is not None and not isinstance(settings, dict):
+        raise ApiError(400, "invalid_input", "voice_settings must be an object", field="voice_settings")
     speed = settings.get("speed") if isinstance(settings, dict) else None
     try:
         choice = await resolve_vendor(state.library, model=data.get("model_id"), voice=request.path_params["voice_id"],

@@ -95,6 +95,12 @@ class Session(SessionText):
     # -- main loop --------------------------------------------------------------------
 
     async def run(self) -> None:
+        try:  # the defaults as REST resolves them (a preset name, or the model's first voice)
+            self.choice = await resolve(self.state.library, model=None, voice=None, speed=None,
+                                        default_model=self.settings.default_model,
+                                        default_voice=self.settings.default_voice)
+        except EngineError:
+            pass  # the default model is not installed: the first utterance says so
         self.feed.options = await speech_options(self.state, self.choice, {})
         await self.send({"type": "session.created", "session": self.describe()})
         while True:

@@ -118,7 +118,8 @@ def to_pcm16(data: bytes) -> bytes:
     try:
         samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
-        raise InvalidInput(f"audio is not a readable WAV, FLAC or Ogg file: {error}", field="audio") from error
+        why = getattr(error, "error_string", None) or type(error).__name__  # not str(error): it names a BytesIO
+        raise InvalidInput(f"audio is not a readable WAV, FLAC or Ogg file ({why})", field="audio") from error
     seconds = samples.shape[0] / rate if rate else 0.0
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise ApiError(422, "audio_length", f"audio is {seconds:.2f} s long; a reference must be "

@@ -100,11 +100,17 @@ def library_lookup(library: Library) -> Lookup:
     return lookup
 
 
-def load_runner(spec: ModelSpec, device: str, max_running: int = 64) -> Runner:
+def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers: int = 0) -> Runner:
     """The default loader (runs in a worker thread): the family module's `load` gives the
     model's parts, the engine builds the runner; `max_running` unless the model's options
-    set their own."""
-    parts = family(spec.family).load(spec.model_id, spec.path, dict(spec.options), device)
+    set their own. `cpu_workers` (the server's setting, 0: the family's default) sizes the
+    pool of a family with one (its module's `WORKERS_OPTION`) unless the model's options do."""
+    module = family(spec.family)
+    options = dict(spec.options)
+    workers_option = getattr(module, "WORKERS_OPTION", None)
+    if cpu_workers and workers_option is not None:
+        options.setdefault(workers_option, cpu_workers)
+    parts = module.load(spec.model_id, spec.path, options, device)
     return build_runner(spec.model_id, parts, device, max_running)
 
 
@@ -208,6 +214,7 @@ class Residency:
         min_free_memory_mb: float = 0.0,
         memory_factor: float = 1.5,
         max_running: int = 64,
+        cpu_workers: int = 0,
         loader: Loader | None = None,
         free_memory: FreeMemory | None = None,
         poll_s: float = 0.05,
@@ -223,7 +230,7 @@ class Residency:
         self.busy_timeout_ms = busy_timeout_ms
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
-        self._loader = loader or functools.partial(load_runner, max_running=max_running)
+        self._loader = loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers)
         self._free_memory = free_memory or (lambda: free_memory_bytes(device))
         self.poll_s = poll_s
         self._residents: dict[str, Resident] = {}

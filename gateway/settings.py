@@ -49,6 +49,9 @@ class Settings:
     realtime_messages_per_s: float = 500.0  # realtime: sustained client messages per session
     realtime_message_burst: int = 1000  # realtime: messages a session may send at once
     device: str = "cpu"
+    # CPU families (Piper): single-threaded sessions synthesising at once, one per core by
+    # default (0); a model's own `workers` option overrides it (models/piper.py `load`).
+    cpu_workers: int = 0
     log_level: str = "info"
     models: tuple[Mapping[str, Any], ...] = ()
     # Residency (gateway/residency.py).
@@ -104,6 +107,8 @@ class Settings:
         if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
             raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
                              "utterance_end_ms >= 0")
+        if self.cpu_workers < 0:
+            raise ValueError(f"cpu_workers must be >= 0 (0: one per CPU core), got {self.cpu_workers}")
         if self.memory_factor <= 0:
             raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         if self.auth not in AUTH_MODES:

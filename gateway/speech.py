@@ -134,12 +134,12 @@ async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encod
             if chunk.request_id == engine_request:  # a request's first chunk has no lateness of its own
                 state.metrics.observe_chunk(model_id, chunk.late_ms)
             engine_request = chunk.request_id
-            data = encoder.feed(chunk.pcm)
+            data = await encoder.feed_async(chunk.pcm)  # MP3/Opus/resampling in a thread (gateway/audio.py)
             if data:
                 yield data
             if chunk.is_last:
                 break
-        tail = encoder.close()
+        tail = await encoder.close_async()
         if tail:
             yield tail
         state.metrics.observe_done(model_id, audio_ms, time.monotonic() - audio.arrival_s, stalls,

@@ -221,8 +221,10 @@ async def _validated(state: AppState, data: dict[str, Any], fields: frozenset[st
     text = data.get("text")
     check_input(text, state.settings.max_input_chars, field="text")
     model_id = data.get("model")
-    if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
-        raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    if not isinstance(model_id, str) or not model_id:
+        raise InvalidInput("model is required: the id of the model that spoke the take", field="model")
+    if await state.library.get_model(model_id) is None:
+        raise UnknownModel(f"unknown model {model_id[:80]!r}", field="model")
     voice = data.get("voice")
     if not isinstance(voice, str) or not voice.strip() or len(voice) > 128:
         raise InvalidInput("voice must be a voice or preset name (1-128 characters)", field="voice")

@@ -11,8 +11,9 @@ common (DESIGN.md §2):
   `ahead_ms` telling the engine how much audio the listener still has buffered;
 - a pause at the head of the queue is sent as silence (the engine has no pause item;
   a pause before any text is dropped);
-- the engine's audio is resampled (soxr) to the stream's `sample_rate` and handed to
-  the `Listener` piece by piece, with the words it speaks;
+- the engine's audio is resampled (soxr; a long piece in a thread, gateway/audio.py) to
+  the stream's `sample_rate` and handed to the `Listener` piece by piece, with the words
+  it speaks;
 - one `PlaybackClock` per utterance counts delivery, TTFA and stalls. It starts at the
   first append of the utterance's text (`queue(items, since_s)`), so TTFA includes the
   wait for the first clause to complete. Playback is assumed at 1x from the first piece
@@ -202,7 +203,7 @@ class UtteranceStream:
             async for chunk in stream:
                 if resample is None:
                     resample = Resampler(chunk.sample_rate, self.sample_rate)
-                pcm = resample(chunk.pcm, last=chunk.is_last)
+                pcm = await resample.resample_async(chunk.pcm, last=chunk.is_last)  # a long piece: in a thread
                 words, estimated = timings.take(chunk)
                 if len(pcm):
                     self.started = True

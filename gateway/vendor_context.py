@@ -56,6 +56,9 @@ class TextContext:
         self.stream = UtteranceStream(state, self, lambda: self.choice, fmt.sample_rate,
                                       prefix=self.source[:2], timings=timings)
         self.encoder = self._encoder()
+        # Audio out one piece at a time, in order: encoding may await a thread
+        # (gateway/audio.py), and a stream's bytes must not interleave.
+        self._out = asyncio.Lock()
         self.words = WordQueue()
         self.sent_ms = 0.0  # utterance audio already sent, ms
         self.flush_ids: list[int] = []  # flushes waiting for their text to be spoken
@@ -130,30 +133,36 @@ class TextContext:
 
     async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,
                        words: Sequence[WordTiming], estimated: bool) -> None:
-        if self.finished:
-            return
-        data = self.encoder.feed(pcm) if len(pcm) else b""
-        self.words.add(words)
-        end_ms = utterance.clock.delivered_ms
-        await self._send(data, self.words.take(end_ms), end_ms)
+        end_ms = utterance.clock.delivered_ms  # (this piece included)
+        async with self._out:
+            if self.finished:
+                return
+            data = await self.encoder.feed_async(pcm) if len(pcm) else b""  # MP3/Opus: in a thread
+            if self.finished:  # cancelled meanwhile
+                return
+            self.words.add(words)
+            await self._send(data, self.words.take(end_ms), end_ms)
 
     async def _send(self, data: bytes, words: Sequence[WordTiming], end_ms: float) -> None:
         start_ms, self.sent_ms = self.sent_ms, end_ms
         await self.send_audio(data, words, start_ms, end_ms)
 
     async def on_idle(self, utterance: UtteranceStream) -> None:
-        if self.finished:
-            return
-        tail = b""
-        if (self.format.codec == "mp3" and self.encoder.num_samples) or utterance.ending:
-            # The encoder holds its last samples until closed; MP3 streams may follow each
-            # other (a decoder reads frames), so a pause closes one and the next starts anew.
-            tail = self.encoder.close()
-            if not utterance.ending:
-                self.encoder = self._encoder()
-        rest = self.words.take()
-        if tail or rest:
-            await self._send(tail, rest, utterance.clock.delivered_ms)
+        async with self._out:
+            if self.finished:
+                return
+            tail = b""
+            if (self.format.codec == "mp3" and self.encoder.num_samples) or utterance.ending:
+                # The encoder holds its last samples until closed; MP3 streams may follow each
+                # other (a decoder reads frames), so a pause closes one and the next starts anew.
+                tail = await self.encoder.close_async()
+                if not utterance.ending:
+                    self.encoder = self._encoder()
+                if self.finished:  # cancelled meanwhile
+                    return
+            rest = self.words.take()
+            if tail or rest:
+                await self._send(tail, rest, utterance.clock.delivered_ms)
         flush_ids, self.flush_ids = self.flush_ids, []
         for flush_id in flush_ids:
             await self.send_flush_done(flush_id)

@@ -73,12 +73,12 @@ class Speech:
                 if chunk.request_id == engine_request:  # a request's first chunk has no lateness of its own
                     self._state.metrics.observe_chunk(self._lease.model_id, chunk.late_ms)
                 engine_request = chunk.request_id
-                pcm = self._resample(chunk.pcm, last=chunk.is_last)
+                pcm = await self._resample.resample_async(chunk.pcm, last=chunk.is_last)
                 self._words.add(chunk.words)
                 self.audio_ms += 1000.0 * len(pcm) / self._rate
-                data = self._encoder.feed(pcm) if len(pcm) else b""
+                data = await self._encoder.feed_async(pcm) if len(pcm) else b""  # heavy work in a thread
                 if chunk.is_last:
-                    data += self._encoder.close()
+                    data += await self._encoder.close_async()
                     yield self._piece(data, self._words.take())
                     break
                 words = self._words.take(self.audio_ms)

@@ -56,6 +56,12 @@ def check_speed(speed: object, field_name: str = "speed") -> float:
     return float(speed)
 
 
+def _shown(value: object, limit: int = 80) -> str:
+    """`value` for an error message, cut at `limit` characters (an error must not echo a huge input)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 async def resolve(library: Library, *, model: object, voice: object, speed: object | None,
                   default_model: str, default_voice: str, preset_may_switch_model: bool = False) -> Choice:
     """Raises InvalidInput, UnknownModel or UnknownVoice naming the field.
@@ -92,12 +98,13 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
 
     if record is None:
         known = ", ".join(m["id"] for m in await library.list_models())
-        raise UnknownModel(f"unknown model {model!r}; installed: {known}", field="model")
+        raise UnknownModel(f"unknown model {_shown(model)}; installed: {known}", field="model")
     model_default = default_voice if default_voice in voices else (voices[0] if voices else default_voice)
     if not voice or voice in OPENAI_VOICES:
         voice = model_default
     elif voice not in voices:
-        raise UnknownVoice(f"model {model_id!r} has no voice or preset {voice!r}; voices: {', '.join(voices)}",
+        raise UnknownVoice(f"model {_shown(model_id)} has no voice or preset {_shown(voice)}; "
+                           f"voices: {', '.join(voices)}",
                            field="voice")
     return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
 
@@ -116,6 +123,8 @@ async def resolve_vendor(library: Library, *, model: object, voice: object, spee
     try:
         choice = await resolve(library, model=model, voice=voice, speed=speed, default_model=default_model,
                                default_voice=default_voice, preset_may_switch_model=model is None)
+    except UnknownModel as error:  # both vendors call the field `model_id`
+        raise UnknownModel(error.message, field="model_id" if error.field == "model" else error.field) from None
     except UnknownVoice:
         choice = await resolve(library, model=model, voice=None, speed=speed, default_model=default_model,
                                default_voice=default_voice)

@@ -52,6 +52,6 @@ def family(name: str) -> ModuleType:
         return importlib.import_module(FAMILIES[name])
     except ImportError as error:
         extra = EXTRAS.get(name)
-        how = f"pip install 'voxgate[{extra}]'" if extra else "reinstall voxgate"
+        how = f"pip install '.[{extra}]' in Voxgate's source folder" if extra else "reinstall voxgate"
         raise FamilyUnavailable(f"model family {name!r} needs the package {error.name!r}, which is not "
                                 f"installed on this server; install it with: {how}", field="family") from error

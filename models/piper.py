@@ -32,6 +32,25 @@ DEFAULT_VOICE = "default"
 # phoneme durations, hence the audio length, deterministic (Kim et al. 2021, VITS §2.3).
 NOISE_OPTIONS = ("noise_scale", "noise_w_scale")
 SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
+# The option that sizes the pool; the server's `cpu_workers` setting fills it in when a
+# model's options leave it out (gateway/residency.py `load_runner`).
+WORKERS_OPTION = "workers"
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _count_option(options: dict[str, Any], key: str, default: int, minimum: int) -> int:
+    value = options.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidModel(f"piper option {key} must be an integer >= {minimum}, got {value!r}", field=key)
+    return value
 
 
 def embedded_model_path() -> Path:
@@ -64,8 +83,10 @@ def _voice_names(config: dict[str, Any]) -> list[str]:
 
 
 def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check a piper voice folder (or .onnx file) without loading it."""
+    """Check a piper voice folder (or .onnx file) and its options without loading it."""
     onnx, config_path = _find_files(Path(path))
+    _count_option(dict(options or {}), WORKERS_OPTION, 1, 1)
+    _count_option(dict(options or {}), "num_threads", 0, 0)
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         sample_rate = int(config["audio"]["sample_rate"])
@@ -302,16 +323,17 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
          device: str = "cpu") -> SynthParts:
     """Load a piper voice; `path=None` means the embedded en_US-joe-medium voice.
 
-    options: `workers` (sessions synthesising at once; default: the CPU cores), `num_threads`
-    (onnxruntime intra-op threads per session; default 1 with several workers, else
-    onnxruntime's own), `max_running`. Several single-threaded sessions give more
-    throughput than one multi-threaded one, and a first chunk need not wait behind a long
-    sentence (issue 11: RTF 0.076 with 1 thread, 0.042 with 2, on a 2-core machine).
+    options: `workers` (sessions synthesising at once, >= 1; default: the cores this
+    process may use), `num_threads` (onnxruntime intra-op threads per session; default 1
+    with several workers, else 0: onnxruntime's own), `max_running`. Several
+    single-threaded sessions give more throughput than one multi-threaded one, and a first
+    chunk need not wait behind a long sentence (issue 11: RTF 0.076 with 1 thread, 0.042
+    with 2, on a 2-core machine). Raises InvalidModel for a bad option or folder.
     """
     options = dict(options or {})
     onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
-    workers = max(1, int(options.get("workers") or os.cpu_count() or 1))
-    threads = int(options.get("num_threads", 1 if workers > 1 else 0))
+    workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
+    threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
     model = _with_alignments(onnx)
     synthesizers = [PiperSynthesizer(onnx, config, threads, model) for _ in range(workers)]
     return SynthParts(make_spec(synthesizers[0].voices()), list(synthesizers), options)

@@ -114,6 +114,17 @@ def test_a_request_predicted_to_miss_its_first_audio_is_refused_at_once() -> Non
     assert c.scheduler.num_requests == 3
 
 
+def test_an_idle_model_admits_a_request_its_estimate_would_refuse() -> None:
+    """Estimates learnt on a loaded machine must not refuse on an idle one: nothing is ahead, and
+    only requests that run can bring the estimates back down."""
+    clock = SimClock()
+    c = core(synth(clock, cost=costs(codec_ms=3000)), clock, max_predicted_ttfa_ms=1000, max_waiting=100)
+    add(c, spec("first"))  # predicted 3000 ms, but the model is idle
+    with pytest.raises(Overloaded, match="predicted"):
+        add(c, spec("second"))  # behind it: refused
+    assert c.scheduler.num_requests == 1
+
+
 def test_fifo_baseline_serves_in_arrival_order_regardless_of_deadlines() -> None:
     clock = SimClock()
     c = core(synth(clock), clock, policy="fifo")

@@ -143,7 +143,8 @@ def test_tts_sse_events(client: httpx.Client) -> None:
     ({}, 400, "transcript"),
     ({"transcript": "hi"}, 400, "output_format"),
     ({"transcript": "  ", "output_format": BASE["output_format"]}, 400, "transcript"),
-    ({"transcript": "hi", "model_id": "missing", "output_format": BASE["output_format"]}, 404, "model"),
+    ({"transcript": "hi", "model_id": "missing", "output_format": BASE["output_format"]}, 404, "model_id"),
+    ({"transcript": "hi", "generation_config": "x", "output_format": BASE["output_format"]}, 400, "generation_config"),
 ])
 def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], status: int, field: str) -> None:
     for path in ("/tts/bytes", "/tts/sse"):

@@ -218,10 +218,12 @@ def test_a_preset_named_after_the_vendor_voice_id_applies(server: LiveServer, cl
     ("/v1/text-to-speech/x", {}, 400, "text"),
     ("/v1/text-to-speech/x", {"text": ""}, 400, "text"),
     ("/v1/text-to-speech/x?output_format=mp3_1_2", {"text": "hi"}, 400, "output_format"),
-    ("/v1/text-to-speech/x/stream", {"text": "hi", "model_id": "nope"}, 404, "model"),
+    ("/v1/text-to-speech/x/stream", {"text": "hi", "model_id": "nope"}, 404, "model_id"),
     ("/v1/text-to-speech/x/with-timestamps", {"text": "hi", "voice_settings": {"speed": 0}}, 400,
      "voice_settings.speed"),
     ("/v1/text-to-speech/x", {"text": "x" * 5000}, 422, "text"),
+    ("/v1/text-to-speech/x", {"text": "hi", "voice_settings": "x"}, 400, "voice_settings"),
+    ("/v1/text-to-speech/x", {"text": "hi", "apply_text_normalization": 7}, 400, "apply_text_normalization"),
 ])
 def test_http_errors_name_the_field(client: httpx.Client, path: str, body: dict[str, Any], status: int,
                                     field: str) -> None:

@@ -177,3 +177,29 @@ def test_binary_frames_from_the_client_are_an_error(server: LiveServer) -> None:
     with open_session(server) as ws:
         ws.send(b"\x00\x01")
         assert recv_event(ws)["error"]["code"] == "invalid_message"
+
+
+def test_audio_frames_are_not_deflated(server: LiveServer) -> None:
+    """The client offers permessage-deflate (websockets does by default); the server
+    declines it: PCM barely compresses, and deflating it cost the event loop more than
+    anything else under load (issue 11)."""
+    with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
+        assert ws.request is not None
+        assert "permessage-deflate" in str(ws.request.headers.get("Sec-WebSocket-Extensions"))
+        assert ws.response is not None and ws.response.headers.get("Sec-WebSocket-Extensions") is None
+        assert recv_event(ws)["type"] == "session.created"
+
+
+def test_a_default_voice_the_model_lacks_falls_back_as_rest_does(tmp_path: Any) -> None:
+    """`default_voice` names what OpenAI voice names mean; when the default model has no such
+    voice, REST speaks its first voice, and a realtime session must too (it once failed every
+    utterance with unknown_voice)."""
+    from tests.conftest import run_server
+
+    for server in run_server(tmp_path, default_voice="nope"):
+        with open_session(server) as ws:
+            ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            events, audio = collect_utterance(ws)
+        assert events[-1]["type"] == "utterance.done" and not events[-1].get("error"), events[-1]
+        assert len(audio) > 0

@@ -54,6 +54,45 @@ def test_ttfa_counts_from_the_first_append(server: LiveServer) -> None:
     assert done["ttfa_ms"] >= 300.0 and done["ttfa_ms"] <= 1000.0 * heard
 
 
+def test_text_at_llm_pace_is_heard_before_its_sentence_ends(server: LiveServer) -> None:
+    """Issue 11 item 2 as a user meets it: a word every 50 ms, no comma, no flush until the
+    end. The first audio arrives while words are still coming, and `ttfa_ms` is what the
+    client saw from its first append (not from the flush, nor from the clause's end)."""
+    words = "so here is a sentence that an assistant streams to us one word at a time until it ends".split()
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "Ready."}))  # the model loads on first use
+        ws.send(json.dumps({"type": "text.flush"}))
+        assert collect_utterance(ws)[0][-1]["type"] == "utterance.done"
+        first_sent = time.monotonic()
+        heard_s, words_sent_before = None, None
+        for i, word in enumerate(words):
+            ws.send(json.dumps({"type": "text.append", "text": word + " "}))
+            try:
+                message = ws.recv(timeout=0.05)  # the 50 ms between words
+            except TimeoutError:
+                continue
+            assert isinstance(message, str) and json.loads(message)["type"] == "audio.start", message
+            words_sent_before = i + 1
+            frame = ws.recv(timeout=10)
+            assert isinstance(frame, bytes)
+            heard_s = time.monotonic()
+            for rest in words[i + 1:]:  # the remaining words keep coming at the same pace
+                ws.send(json.dumps({"type": "text.append", "text": rest + " "}))
+                time.sleep(0.05)
+            break
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, _ = collect_utterance(ws)
+    assert heard_s is not None and words_sent_before is not None, "no audio before the last word was sent"
+    assert words_sent_before < len(words)
+    done = events[-1]
+    assert done["type"] == "utterance.done" and done["text"].startswith("so here is a sentence")
+    client_ttfa_ms = 1000.0 * (heard_s - first_sent)
+    # The server's span lies inside the client's (append received later, audio sent
+    # earlier) by loopback latencies; counted from the flush or the clause's last word it
+    # would be hundreds of ms shorter (the words before it came 50 ms apart).
+    assert client_ttfa_ms - 100.0 <= done["ttfa_ms"] <= client_ttfa_ms, (done["ttfa_ms"], client_ttfa_ms)
+
+
 def test_an_utterance_that_is_never_flushed_still_ends(limited: LiveServer) -> None:
     with open_session(limited) as ws:
         ws.send(json.dumps({"type": "text.append", "text": "Nobody flushes this sentence, ever."}))

@@ -75,6 +75,7 @@ def test_bad_uploads_are_refused_and_store_nothing(client: httpx.Client, server:
                                                    status: int, field: str, words: str) -> None:
     body = error(upload(client, **kwargs), status)
     assert body["field"] == field and words in body["message"]
+    assert "object at 0x" not in body["message"]  # no Python object reprs in messages
     assert client.get(URL).json()["data"] == []
     folder = server.settings.data_dir / "references"
     assert not folder.exists() or list(folder.iterdir()) == []

@@ -203,3 +203,9 @@ def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
         while refused() != statuses.count(503) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert refused() == statuses.count(503)
+
+
+def test_an_unknown_voice_error_does_not_echo_a_huge_name(client: httpx.Client) -> None:
+    response = client.post("/v1/audio/speech", json={"input": "hi", "voice": "v" * 60000})
+    assert response.status_code == 404 and response.json()["error"]["field"] == "voice"
+    assert len(response.content) < 2000

@@ -66,6 +66,7 @@ def test_a_take_is_kept_listed_downloaded_and_deleted(server: LiveServer, client
     ({"text": "   "}, 400, "invalid_input", "text"),
     ({"text": "x" * 5000}, 422, "input_too_long", "text"),
     ({"model": "no-such-model"}, 404, "unknown_model", "model"),
+    ({"model": ...}, 400, "invalid_input", "model"),
     ({"voice": ""}, 400, "invalid_input", "voice"),
     ({"voice": 7}, 400, "invalid_input", "voice"),
     ({"speed": 9}, 400, "invalid_input", "speed"),
