@@ -13,7 +13,9 @@ resident after it is freed. Measured on the 2-core machine (bench/results/securi
 heap, `madvise(MADV_DONTNEED)`) releases it. `IdleTrim` calls it, in a worker thread, when
 the engine has held no request for `idle_s` and RSS has grown by at least `min_gain_bytes`
 since the lowest idle RSS seen since the last trim; never while requests run, where the
-memory the allocator keeps is what makes the next allocation cheap. Where the C library
+memory the allocator keeps is what makes the next allocation cheap. A trim holds each
+arena's lock while it walks it (6 ms to release ~100 MiB from the server's heaps; ~50 ms
+for 550 MiB), so a request arriving just then may wait that long for its first allocations. Where the C library
 has no `malloc_trim` (macOS, musl) or there is no `/proc/self/statm`, nothing runs.
 """
 
