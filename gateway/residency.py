@@ -56,6 +56,12 @@ class LoadFailed(EngineError):
     status = 503
 
 
+class ShuttingDown(EngineError):
+    """The server is stopping: a request still waiting for its model's load gives up."""
+    code = "shutting_down"
+    status = 503
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """What residency needs to load one model; built by the library from its `models` row."""
@@ -221,6 +227,7 @@ class Residency:
     ) -> None:
         assert max_loaded_models >= 1, "max_loaded_models must be >= 1"
         assert busy_timeout_ms >= 0 and idle_unload_s >= 0 and memory_factor > 0
+        self.stopping = asyncio.Event()  # set by the server's drain: waits for a load give up
         self.engine = engine
         self.library = library if isinstance(library, Library) else None
         self._lookup = library_lookup(library) if isinstance(library, Library) else library
@@ -303,6 +310,17 @@ class Residency:
 
     # -- acquire / load / unload ------------------------------------------------------
 
+    async def _until_ready(self, resident: Resident) -> None:
+        """Wait for `resident`'s load; raises ShuttingDown if the server starts stopping first."""
+        waits = [asyncio.ensure_future(resident.ready.wait()), asyncio.ensure_future(self.stopping.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if not resident.ready.is_set():
+            raise ShuttingDown("server is shutting down")
+
     async def acquire(self, model_id: str, timeout_ms: float | None = None, *,
                       keep_loaded: bool = False) -> Lease:
         """Return once `model_id` is attached to the engine, holding a Lease on it.
@@ -320,7 +338,7 @@ class Residency:
                 resident.last_used_s = time.monotonic()
                 return Lease(self, resident)
             if resident is not None and resident.state is ResidentState.LOADING:
-                await resident.ready.wait()  # loads are not cut short by the busy timeout
+                await self._until_ready(resident)  # loads are not cut short by the busy timeout
                 if resident.error is not None:
                     raise LoadFailed(f"model {model_id!r} failed to load: {_describe(resident.error)}",
                                           field="model") from resident.error

@@ -65,6 +65,7 @@ class Server(uvicorn.Server):
             return
         margin_s = shutdown_margin_s(self.grace_s)
         state.draining = True
+        state.residency.stopping.set()  # requests waiting for a model's load end now (503), not at cancel
         state.drain_deadline_s = time.monotonic() + self.grace_s - margin_s
         while self.server_state.connections and time.monotonic() < state.drain_deadline_s:
             await asyncio.sleep(0.05)
