@@ -21,7 +21,8 @@ from engine.engine import Engine
 from gateway import library_api
 from gateway.auth import KeyCheck
 from gateway.catalog import load_catalog
-from gateway.downloads import DownloadError, DownloadManager
+from gateway.download import DownloadError
+from gateway.downloads import DownloadManager
 from gateway.errors import exception_handlers
 from gateway.keys import KeyStore, no_key_message
 from gateway.library import Library

@@ -168,7 +168,8 @@ async def _models_catalog(args: argparse.Namespace) -> int:
 async def _models_install(args: argparse.Namespace) -> int:
     """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume."""
     from gateway.catalog import load_catalog
-    from gateway.downloads import DownloadError, DownloadManager
+    from gateway.download import DownloadError
+    from gateway.downloads import DownloadManager
     from gateway.library import Library
     from gateway.library_api import catalog_registrar
 

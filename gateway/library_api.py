@@ -36,7 +36,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from engine.types import InvalidInput, UnknownModel
 from gateway.catalog import CatalogModel
-from gateway.downloads import DownloadError, DownloadManager, Register
+from gateway.download import DownloadError
+from gateway.downloads import DownloadManager, Register
 from gateway.errors import ApiError, read_json
 from gateway.json_input import finite_number
 from gateway.library import Library

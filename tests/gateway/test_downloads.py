@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from gateway.catalog import CatalogFile, CatalogModel, load_catalog, parse_catalog, resolve
-from gateway.downloads import DownloadError, DownloadManager, DownloadState
+from gateway.download import DownloadError, DownloadState
+from gateway.downloads import DownloadManager
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,113 @@
+"""One model's download: its state, progress, error and the task running it.
+
+`gateway/downloads.py` (`DownloadManager`) creates, runs and publishes them; `as_json()`
+is what `/v1/downloads` and the progress events carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.catalog import CatalogModel
+
+
+class DownloadState(enum.StrEnum):
+    QUEUED = "queued"
+    DOWNLOADING = "downloading"
+    VERIFYING = "verifying"
+    INSTALLING = "installing"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATES = (DownloadState.DONE, DownloadState.FAILED, DownloadState.CANCELLED)
+
+
+class DownloadError(Exception):
+    """Why a download failed. `status` is the HTTP status the API answers with."""
+
+    def __init__(self, code: str, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+    def as_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(eq=False)
+class Download:
+    download_id: str
+    model: CatalogModel
+    state: DownloadState = DownloadState.QUEUED
+    error: DownloadError | None = None
+    path: Path | None = None  # the installed folder, once done
+    current_file: str | None = None
+    resumed_bytes: int = 0  # bytes found on disk when this download started
+    rate_bps: float = 0.0
+    started_s: float = field(default_factory=time.time)
+    finished_s: float | None = None
+    num_attempts: int = 0
+    task: asyncio.Task[None] | None = None
+    _done: dict[str, int] = field(default_factory=dict)  # dest -> bytes on disk
+    _total: dict[str, int] = field(default_factory=dict)  # dest -> expected bytes
+    _last_emit_s: float = 0.0
+    _window_s: float = field(default_factory=time.monotonic)
+    _window_bytes: int = 0
+    _cancel_keeps_partials: bool = False
+
+    @property
+    def model_id(self) -> str:
+        return self.model.id
+
+    @property
+    def bytes_done(self) -> int:
+        return sum(self._done.values())
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(self._total.values())
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.state in FINAL_STATES or self.rate_bps <= 0:
+            return None
+        return max(0.0, (self.bytes_total - self.bytes_done) / self.rate_bps)
+
+    def as_json(self) -> dict[str, Any]:
+        total = self.bytes_total
+        return {
+            "id": self.download_id, "model_id": self.model_id, "state": str(self.state),
+            "bytes_done": self.bytes_done, "bytes_total": total,
+            "percent": round(100.0 * self.bytes_done / total, 1) if total else 0.0,
+            "rate_bps": round(self.rate_bps, 1),
+            "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
+            "current_file": self.current_file, "resumed_bytes": self.resumed_bytes,
+            "attempts": self.num_attempts, "path": str(self.path) if self.path else None,
+            "error": self.error.as_json() if self.error else None,
+            "started_at": self.started_s, "finished_at": self.finished_s,
+        }
+
+    def event(self, event_type: str = "download") -> dict[str, Any]:
+        """The download as a progress event: `as_json()` plus `type` (SSE sends it as `event:`)."""
+        return {"type": event_type, **self.as_json()}
+
+    async def wait(self) -> Download:
+        """Wait for the end; raises DownloadError if it failed or was cancelled.
+
+        Shielded: a waiter that goes away (client disconnect) does not stop the download.
+        """
+        assert self.task is not None
+        await asyncio.shield(self.task)
+        if self.state is DownloadState.CANCELLED:
+            raise DownloadError("cancelled", f"download of {self.model_id!r} was cancelled", 409)
+        if self.error is not None:
+            raise self.error
+        return self
