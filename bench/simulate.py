@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import platform
 import sys
 from pathlib import Path
 
@@ -139,7 +141,9 @@ def main() -> None:
     opts = parser.parse_args()
     cost_data = json.loads(Path(opts.cost).read_text())
     texts = load_texts(Path(opts.workload), opts.max_chars) if opts.workload else load_texts(max_chars=opts.max_chars)
-    record: dict = {"command": " ".join(["python", *sys.argv]), "cost": opts.cost, "cost_measured_on": cost_data.get("gpu"),
+    machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs (the host time is measured here)"
+    record: dict = {"command": " ".join(["python", *sys.argv]), "machine": machine, "gpu": None,
+                    "cost": opts.cost, "cost_measured_on": cost_data.get("gpu"),
                     "family": opts.family, "reports": bool(opts.reports), "first_context": opts.first_context,
                     "lanes": bool(opts.lanes), "lane_slowdown": opts.lane_slowdown, "host_ms": opts.host_ms,
                     "seed": opts.seed, "policies": {}}
