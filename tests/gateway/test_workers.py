@@ -6,7 +6,6 @@ thread once froze an Orpheus stream for 1.8 s behind a Piper sentence)."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import threading
@@ -46,6 +45,15 @@ def test_a_long_piper_sentence_does_not_stall_an_orpheus_stream(tmp_path: Path) 
         runner.decode = lambda requests: (steps.append(time.perf_counter()) if requests else None,  # type: ignore[method-assign]
                                           decode(requests))[1]
         piper_busy: list[tuple[float, float]] = []
+        synth_calls: list[tuple[float, float]] = []  # each blocking Piper synthesis, start to end
+        for synthesizer in server.app_state.residency._residents["piper-joe"].runner.synthesizers:
+            def timed(*args, _synthesize=synthesizer.synthesize):  # type: ignore[no-untyped-def]
+                t0 = time.perf_counter()
+                try:
+                    return _synthesize(*args)
+                finally:
+                    synth_calls.append((t0, time.perf_counter()))
+            synthesizer.synthesize = timed  # type: ignore[method-assign]
 
         def long_piper() -> None:  # a client process of its own, as a real one would be
             body = json.dumps({"input": LONG, "model": "piper-joe", "response_format": "pcm"})
@@ -69,9 +77,14 @@ def test_a_long_piper_sentence_does_not_stall_an_orpheus_stream(tmp_path: Path) 
                                                               "response_format": "pcm"})
             assert response.status_code == 200
             thread.join(120)
-        start, end = piper_busy[0]
-        during = [t for t in steps if start <= t <= end]
-        gaps = [b - a for a, b in zip(during, during[1:])]
-        assert len(gaps) >= 20, f"only {len(gaps)} Orpheus steps while Piper was busy"
-        median = statistics.median(gaps)
-        assert max(gaps) < 3 * median, f"longest gap {max(gaps) * 1000:.1f} ms, median {median * 1000:.1f} ms"
+        # What isolation means, without timing the machine: Orpheus steps happen *inside* Piper's
+        # blocking synthesis calls. On one shared thread none could (a Piper sentence froze a
+        # stream for 1.8 s); on a loaded 2-core machine the OS may still pause a step for tens of
+        # ms, so no gap is timed (speed is measured in bench/, not asserted here).
+        assert piper_busy and len(steps) >= 20, f"{len(steps)} Orpheus steps"
+        start, end = max(piper_busy[0][0], steps[0]), min(piper_busy[0][1], steps[-1])  # both busy
+        long_calls = [(a, b) for a, b in synth_calls if start <= a and b <= end and b - a > 0.05]
+        assert long_calls, "no Piper call over 50 ms while Orpheus ran"
+        inside = [sum(a < t < b for t in steps) for a, b in long_calls]
+        assert sum(inside) >= 20, f"only {sum(inside)} Orpheus steps inside Piper's synthesis calls"
+        assert sum(n > 0 for n in inside) >= 0.8 * len(long_calls), f"steps per Piper call: {inside}"
