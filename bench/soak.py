@@ -2,12 +2,13 @@
 
     python bench/soak.py [--minutes 5] [--sessions 3] [--rest 1] [--sample-s 10] [--out FILE]
 
-Starts `voxgate serve` (fresh data dir, free loopback port; loopback only). `--sessions`
-realtime clients each speak one sentence after another over one WebSocket, reading all
-audio and reporting playback; `--rest` clients post streamed speech requests one after
-another; every 20th utterance is cancelled midway and every 10th REST stream dropped.
-Every `--sample-s` it records RSS, fds and engine requests. Reports errors, utterances,
-and RSS/fd drift between the first sample after warm-up (one minute) and the last.
+Starts `voxgate serve` (bench/served.py: fresh data dir, free loopback port; loopback
+only). `--sessions` realtime clients each speak one sentence after another over one
+WebSocket, reading all audio and reporting playback; `--rest` clients post streamed
+speech requests one after another; every 20th utterance is cancelled midway and every
+10th REST stream dropped. Every `--sample-s` it records RSS, fds and engine requests.
+Reports errors, utterances, and RSS/fd drift between the first sample after warm-up (one
+minute) and the last.
 Prints a table and writes JSON with the command under bench/results/.
 """
 
@@ -16,9 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from storm import ROOT, engine_requests, start_server, usage  # noqa: E402
+from served import ROOT, engine_requests, serve_and_run, usage  # noqa: E402
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "It was a bright cold day in April.",
              "A soak test speaks for a long time and watches the memory.", "Numbers like 42 are read out too."]
@@ -115,14 +114,7 @@ def main() -> int:
     parser.add_argument("--sample-s", type=float, default=10.0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "soak.json"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as data:
-        proc, url = start_server(Path(data))
-        try:
-            record = {"command": " ".join(["python", *sys.argv]), "cpus": os.cpu_count(),
-                      **asyncio.run(run(args, url, proc.pid))}
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    record = serve_and_run(lambda url, pid: run(args, url, pid))
     print(f"{'t_s':>7}{'RSS MiB':>10}{'fds':>6}{'requests':>10}")
     for s in record["samples"]:
         print(f"{s['t_s']:>7}{s['rss_bytes'] / 2**20:>10.1f}{s['fds']:>6}{s['engine_requests']:>10}")

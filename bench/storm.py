@@ -1,21 +1,31 @@
 """Disconnect storm: clients that leave mid-utterance, over WebSocket and REST.
 
-    python bench/storm.py [--ws 500] [--rest 500] [--concurrency 8] [--max-s 900]
-                          [--memory-trim-idle-s S] [--out FILE]
+    python bench/storm.py [--ws 500] [--rest 500] [--storms 3] [--warmup 100]
+                          [--max-warmup-rounds 12] [--level 0.01] [--concurrency 8]
+                          [--max-s 900] [--memory-trim-idle-s S] [--out FILE]
 
-Starts `voxgate serve` (fresh data dir, free loopback port; loopback only; no early
+Starts `voxgate serve` (bench/served.py: fresh data dir, free loopback port; no early
 refusals: `max_predicted_ttfa_ms` 0 and deep queues, so every client is a disconnect, not
-a 503), warms it up, then records the server's RSS and open fds; runs `--ws` realtime
-sessions that each send a long text, wait for the first audio frame and drop the TCP
-connection without a close frame, and `--rest` streamed speech requests dropped after the
-first bytes, `--concurrency` at a time, stopping early past `--max-s`. The "before" figures
-are taken after a warm-up of 4 x `--concurrency` clients of each kind (memory the allocator
-keeps at working size is not a leak; growth past it is). Then waits for the engine to
-hold 0 requests and records RSS and fds again. Both readings are taken `SETTLE_S` after
-the engine went idle, when the server has returned freed heap memory to the OS
-(`memory_trim_idle_s`, gateway/memory.py; `--memory-trim-idle-s 0` turns that off, to
-compare). Pass: requests back to 0, RSS and fds within 5% of before (fds: or within 3,
-since a few are the server's own idle sockets).
+a 503). A drop is a realtime session that sends a long text, waits for the first audio
+frame and drops the TCP connection without a close frame, or a streamed speech request
+dropped after the first bytes; `--concurrency` at a time.
+
+1. Warm-up until RSS levels: rounds of `--warmup` drops (half WebSocket, half REST), each
+   read once the engine is idle and the server's idle trim has run (`SETTLE_S`;
+   `memory_trim_idle_s`, gateway/memory.py; `--memory-trim-idle-s 0` turns it off, to
+   compare), until two consecutive rounds each change RSS by less than `--level` (1 %), at
+   most `--max-warmup-rounds` (the record says whether it levelled). The allocator's
+   heaps, onnxruntime's arenas and the connection pools reach their working size there;
+   that memory is kept, not leaked. "before" is the levelled RSS.
+2. `--storms` storms of `--ws` WebSocket then `--rest` REST drops (stopping early past
+   `--max-s` each), each read the same way: RSS change from before, and the creep per
+   drop, the least-squares slope of RSS over the storms' readings (KiB per drop: growth
+   that the working size does not explain).
+
+Every phase records the cores used by the server, this script and other processes
+(`others`: the machine is shared). Pass: engine requests back to 0 and fds within 5 %
+(or 3) of before after every storm, and RSS within 5 % of before after the first storm
+of 1,000 drops (issue 13's target; the later storms measure creep).
 Prints a table and writes JSON with the command under bench/results/.
 """
 
@@ -24,11 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,58 +42,13 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import connect
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from served import MIB, ROOT, CpuMeter, engine_requests, serve_and_run, usage, wait_idle  # noqa: E402
+
 # Seconds between the engine going idle and a reading: the server's idle trim runs after
 # memory_trim_idle_s (default 1 s) and a check every 0.5 s.
 SETTLE_S = 3.0
 TEXT = " ".join(f"This is sentence number {i} of a story that is cut off early." for i in range(20))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(data_dir: Path, **env: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    environ = {**os.environ, "VOXGATE_LOG_LEVEL": "warning", **{f"VOXGATE_{k.upper()}": v for k, v in env.items()}}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--data-dir",
-                             str(data_dir)], cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("server did not start")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-
-
-def usage(pid: int) -> dict[str, int]:
-    """RSS (bytes; and its anonymous part, the heaps, apart from the file-backed part,
-    library code and data the kernel may drop and read back under memory pressure) and
-    open file descriptors of a process, from /proc."""
-    fields = {"VmRSS:": "rss_bytes", "RssAnon:": "rss_anon_bytes", "RssFile:": "rss_file_bytes"}
-    out = dict.fromkeys(fields.values(), 0)
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key = line.split(maxsplit=1)[0] if line else ""
-        if key in fields:
-            out[fields[key]] = int(line.split()[1]) * 1024
-    return {**out, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
-
-
-async def engine_requests(client: httpx.AsyncClient) -> int:
-    return int((await client.get("/v1/stats")).json()["requests"])
-
-
-async def wait_idle(client: httpx.AsyncClient, timeout_s: float = 60) -> float:
-    t0 = time.monotonic()
-    while await engine_requests(client) and time.monotonic() - t0 < timeout_s:
-        await asyncio.sleep(0.1)
-    return time.monotonic() - t0
 
 
 async def ws_drop(url: str) -> bool:
@@ -111,7 +72,8 @@ async def rest_drop(client: httpx.AsyncClient) -> bool:
     return True  # leaving the block closes this connection mid-body
 
 
-async def storm(url: str, kind: str, count: int, concurrency: int, until: float) -> dict[str, Any]:
+async def drops(url: str, kind: str, count: int, concurrency: int, until: float) -> dict[str, Any]:
+    """`count` drops of one kind (`ws` or `rest`), `concurrency` at a time, none started past `until`."""
     done = failed = 0
     gate = asyncio.Semaphore(concurrency)
     t0 = time.monotonic()
@@ -132,70 +94,119 @@ async def storm(url: str, kind: str, count: int, concurrency: int, until: float)
     return {"kind": kind, "asked": count, "done": done, "failed": failed, "seconds": round(time.monotonic() - t0, 1)}
 
 
+async def settled(client: httpx.AsyncClient, pid: int) -> dict[str, Any]:
+    """RSS and fds once the engine is idle and the idle trim has had its turn."""
+    idle_s = await wait_idle(client)
+    await asyncio.sleep(SETTLE_S)
+    return {**usage(pid), "engine_requests": await engine_requests(client), "seconds_to_idle": round(idle_s, 2)}
+
+
+def change(after: int, before: int) -> float:
+    return round(after / max(1, before) - 1, 4)
+
+
+def slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of ys over xs (None with fewer than two points)."""
+    if len(xs) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+async def warm_up(args: argparse.Namespace, url: str, pid: int, client: httpx.AsyncClient) -> dict[str, Any]:
+    """Rounds of drops until two consecutive rounds each change RSS by < `args.level`."""
+    meter = CpuMeter(pid)
+    rounds: list[dict[str, Any]] = []
+    levelled = False
+    while len(rounds) < args.max_warmup_rounds and not levelled:
+        until = time.monotonic() + args.max_s
+        runs = [await drops(url, "ws", args.warmup // 2, args.concurrency, until),
+                await drops(url, "rest", args.warmup - args.warmup // 2, args.concurrency, until)]
+        reading = await settled(client, pid)
+        previous = rounds[-1]["rss_bytes"] if rounds else None
+        rounds.append({**reading, "failed": sum(r["failed"] for r in runs),
+                       "rss_change": None if previous is None else change(reading["rss_bytes"], previous)})
+        changes = [r["rss_change"] for r in rounds[-2:]]
+        levelled = len(rounds) >= 3 and all(abs(c) < args.level for c in changes)
+    return {"rounds": rounds, "levelled": levelled, "cpu_cores": meter.read()}
+
+
 async def run(args: argparse.Namespace, url: str, pid: int) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        # Warm-up at the same concurrency: the model loaded, and the allocator's arenas, onnxruntime's
-        # buffers and the connection pools at their working size (they are kept, not leaked).
-        await storm(url, "ws", 4 * args.concurrency, args.concurrency, time.monotonic() + 300)
-        await storm(url, "rest", 4 * args.concurrency, args.concurrency, time.monotonic() + 300)
-        await wait_idle(client)
-        await asyncio.sleep(SETTLE_S)
-        before = usage(pid)
-        until = time.monotonic() + args.max_s
-        samples: list[dict[str, Any]] = []
+        warm = await warm_up(args, url, pid, client)
+        before = warm["rounds"][-1]
+        storms: list[dict[str, Any]] = []
         t0 = time.monotonic()
+        for _ in range(args.storms):
+            meter = CpuMeter(pid)
+            samples: list[dict[str, Any]] = []
 
-        async def sample() -> None:  # does RSS level off or keep growing?
-            while True:
-                samples.append({"t_s": round(time.monotonic() - t0, 1), **usage(pid)})
-                await asyncio.sleep(10)
+            async def sample() -> None:  # does RSS level off or keep growing during a storm?
+                while True:
+                    samples.append({"t_s": round(time.monotonic() - t0, 1), **usage(pid)})
+                    await asyncio.sleep(10)
 
-        sampler = asyncio.create_task(sample())
-        runs = [await storm(url, "ws", args.ws, args.concurrency, until),
-                await storm(url, "rest", args.rest, args.concurrency, until)]
-        sampler.cancel()
-        idle_s = await wait_idle(client)
-        await asyncio.sleep(SETTLE_S)
-        after = usage(pid)
-        requests_after = await engine_requests(client)
-    rss_change = after["rss_bytes"] / before["rss_bytes"] - 1
-    anon_change = after["rss_anon_bytes"] / max(1, before["rss_anon_bytes"]) - 1
-    fd_change = after["fds"] - before["fds"]
-    return {"runs": runs, "before": before, "after": after, "samples": samples, "engine_requests_after": requests_after,
-            "seconds_to_idle": round(idle_s, 2), "rss_change": round(rss_change, 4),
-            "rss_anon_change": round(anon_change, 4), "fd_change": fd_change,
-            "pass": requests_after == 0 and abs(rss_change) <= 0.05
-            and (abs(fd_change) <= 3 or abs(fd_change) <= 0.05 * before["fds"])}
+            sampler = asyncio.create_task(sample())
+            until = time.monotonic() + args.max_s
+            runs = [await drops(url, "ws", args.ws, args.concurrency, until),
+                    await drops(url, "rest", args.rest, args.concurrency, until)]
+            sampler.cancel()
+            cpu = meter.read()
+            after = await settled(client, pid)
+            drops_so_far = sum(r["done"] + r["failed"] for s in storms for r in s["runs"])
+            storms.append({"runs": runs, "drops_total": drops_so_far + sum(r["done"] + r["failed"] for r in runs),
+                           "after": after, "rss_change": change(after["rss_bytes"], before["rss_bytes"]),
+                           "rss_anon_change": change(after["rss_anon_bytes"], before["rss_anon_bytes"]),
+                           "fd_change": after["fds"] - before["fds"], "cpu_cores": cpu, "samples": samples})
+    xs = [float(s["drops_total"]) for s in storms]
+    creep = slope(xs, [s["after"]["rss_bytes"] / 1024 for s in storms])
+    creep_anon = slope(xs, [s["after"]["rss_anon_bytes"] / 1024 for s in storms])
+    fds_ok = all(abs(s["fd_change"]) <= max(3, 0.05 * before["fds"]) for s in storms)
+    first = storms[0]
+    return {"warmup": warm, "before": before, "storms": storms,
+            "creep_kib_per_drop": None if creep is None else round(creep, 2),
+            "creep_anon_kib_per_drop": None if creep_anon is None else round(creep_anon, 2),
+            "engine_requests_after": [s["after"]["engine_requests"] for s in storms],
+            "pass": all(s["after"]["engine_requests"] == 0 for s in storms) and fds_ok
+            and first["drops_total"] >= 1000 and abs(first["rss_change"]) <= 0.05}
+
+
+def report(record: dict[str, Any]) -> None:
+    warm, before = record["warmup"], record["before"]
+    print(f"warm-up: {len(warm['rounds'])} rounds, RSS (MiB) "
+          + " -> ".join(f"{r['rss_bytes'] / MIB:.1f}" for r in warm["rounds"])
+          + f"; levelled: {warm['levelled']}; cores: {warm['cpu_cores']}")
+    print(f"{'':<10}{'drops':>7}{'failed':>8}{'seconds':>9}{'RSS MiB':>9}{'change':>8}{'anon MiB':>10}"
+          f"{'fds':>5}{'reqs':>6}{'others':>8}")
+    print(f"{'before':<10}{'':>7}{'':>8}{'':>9}{before['rss_bytes'] / MIB:>9.1f}{'':>8}"
+          f"{before['rss_anon_bytes'] / MIB:>10.1f}{before['fds']:>5}{before['engine_requests']:>6}")
+    for i, s in enumerate(record["storms"], 1):
+        a = s["after"]
+        print(f"{f'storm {i}':<10}{s['drops_total']:>7}{sum(r['failed'] for r in s['runs']):>8}"
+              f"{sum(r['seconds'] for r in s['runs']):>9.1f}{a['rss_bytes'] / MIB:>9.1f}{s['rss_change']:>+8.1%}"
+              f"{a['rss_anon_bytes'] / MIB:>10.1f}{a['fds']:>5}{a['engine_requests']:>6}{s['cpu_cores']['others']:>8}")
+    print(f"creep: {record['creep_kib_per_drop']} KiB/drop (anonymous {record['creep_anon_kib_per_drop']}); "
+          f"pass: {record['pass']}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ws", type=int, default=500)
-    parser.add_argument("--rest", type=int, default=500)
+    parser.add_argument("--ws", type=int, default=500, help="WebSocket drops per storm")
+    parser.add_argument("--rest", type=int, default=500, help="REST drops per storm")
+    parser.add_argument("--storms", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=100, help="drops per warm-up round (half WebSocket)")
+    parser.add_argument("--max-warmup-rounds", type=int, default=12)
+    parser.add_argument("--level", type=float, default=0.01, help="RSS change per round that counts as level")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--max-s", type=float, default=900.0, help="stop starting new clients after this long")
+    parser.add_argument("--max-s", type=float, default=900.0, help="stop starting new clients of a storm after this")
     parser.add_argument("--memory-trim-idle-s", type=float, default=None,
                         help="the server's memory_trim_idle_s (default: its own; 0: never trim)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "storm.json"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as data:
-        trim = {} if args.memory_trim_idle_s is None else {"memory_trim_idle_s": str(args.memory_trim_idle_s)}
-        proc, url = start_server(Path(data), max_running="64", max_waiting="256", max_predicted_ttfa_ms="0", **trim)
-        try:
-            record = {"command": " ".join(["python", *sys.argv]), "cpus": os.cpu_count(),
-                      **asyncio.run(run(args, url, proc.pid))}
-        finally:
-            proc.terminate()
-            proc.wait(30)
-    print(f"{'kind':<6}{'asked':>7}{'done':>7}{'failed':>8}{'seconds':>9}")
-    for r in record["runs"]:
-        print(f"{r['kind']:<6}{r['asked']:>7}{r['done']:>7}{r['failed']:>8}{r['seconds']:>9}")
-    b, a = record["before"], record["after"]
-    print(f"RSS {b['rss_bytes'] / 2**20:.1f} -> {a['rss_bytes'] / 2**20:.1f} MiB ({record['rss_change']:+.1%}; "
-          f"anonymous {b['rss_anon_bytes'] / 2**20:.1f} -> {a['rss_anon_bytes'] / 2**20:.1f} MiB, "
-          f"{record['rss_anon_change']:+.1%}), "
-          f"fds {b['fds']} -> {a['fds']}, engine requests after: {record['engine_requests_after']} "
-          f"(idle {record['seconds_to_idle']} s after the last client); pass: {record['pass']}")
+    trim = {} if args.memory_trim_idle_s is None else {"memory_trim_idle_s": str(args.memory_trim_idle_s)}
+    record = serve_and_run(lambda url, pid: run(args, url, pid), max_running="64", max_waiting="256",
+                           max_predicted_ttfa_ms="0", **trim)
+    report(record)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     return 0 if record["pass"] else 1
