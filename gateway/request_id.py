@@ -1,7 +1,9 @@
 """`X-Request-Id` on every HTTP response (OpenAI's clients report it with errors).
 
 A pure ASGI middleware: a response that already names its request (speech responses
-carry their engine request id) keeps it; any other gets `req_<32 hex>`.
+carry their engine request id) keeps it; any other gets `req_<32 hex>`. WebSocket
+handshakes get one too: on the 101 that accepts them and on a refusal (a denial
+response, gateway/security.py's `deny`), which is an HTTP answer like any other.
 """
 
 from __future__ import annotations
@@ -11,18 +13,22 @@ import uuid
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# The messages that start an HTTP answer: a response, a WebSocket accept (its 101) or denial.
+STARTS = frozenset({"http.response.start", "websocket.accept", "websocket.http.response.start"})
+
 
 class RequestIdMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in STARTS:
+                message.setdefault("headers", [])  # (optional in websocket.accept)
                 headers = MutableHeaders(scope=message)
                 if "x-request-id" not in headers:
                     headers["X-Request-Id"] = f"req_{uuid.uuid4().hex}"

@@ -25,6 +25,8 @@ import time
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.types import Message
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from gateway.settings import Settings
 
@@ -38,6 +40,23 @@ def shutdown_margin_s(grace_s: float) -> float:
     return min(1.0, grace_s / 2)
 
 
+class WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's default WebSocket protocol (`websockets`' sans-I/O core), minus a false error.
+
+    A handshake refused with a denial response (the ASGI `websocket.http.response`
+    extension: gateway/security.py's `deny`, a 401/403 with the API's JSON error) reaches
+    the client intact, but uvicorn (0.54) never marks that handshake as done, so when the
+    app returns it logs "ASGI callable returned without completing handshake." at ERROR
+    for every refusal (its wsproto protocol marks it; uvicorn PR #3138, open, does the
+    same here). Marked here once the denial's last body part is sent.
+    """
+
+    async def send(self, message: Message) -> None:  # type: ignore[override]
+        await super().send(message)  # type: ignore[arg-type]
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            self.handshake_complete = True
+
+
 class Server(uvicorn.Server):
     def __init__(self, app: Starlette, settings: Settings, **options: object) -> None:
         config = uvicorn.Config(
@@ -46,7 +65,7 @@ class Server(uvicorn.Server):
             # No permessage-deflate: audio barely compresses (PCM16 speech to ~0.83), and
             # deflating a 3.7 s frame took ~29 ms on the event loop (issue 11 profile, 2 cores),
             # the loop's largest cost under load.
-            ws_per_message_deflate=False,
+            ws_per_message_deflate=False, ws=WebSocketProtocol,
             ws_max_size=max(WS_MAX_MESSAGE_BYTES, settings.max_body_bytes), **options)  # type: ignore[arg-type]
         super().__init__(config)
         self.app = app

