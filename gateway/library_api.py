@@ -14,8 +14,9 @@
                                            kept partial files too)
   DELETE /v1/library/models/{id}           409 while the model serves requests
   POST   /v1/models/{id}/load              {"timeout_ms"?} (JSON; may be empty); 503 server_busy /
-                                           insufficient_memory
-  POST   /v1/models/{id}/unload            (JSON; may be empty) 409 while busy
+                                           insufficient_memory; OpenAI names (`tts-1`) mean the
+                                           default model, as in `GET /v1/models/{id}`
+  POST   /v1/models/{id}/unload            (JSON; may be empty) 409 while busy; OpenAI names too
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from gateway.errors import ApiError, read_json
 from gateway.json_input import finite_number
 from gateway.library import Library
 from gateway.state import AppState
+from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
 
 log = logging.getLogger(__name__)
@@ -268,7 +270,7 @@ def _timeout_ms(data: dict[str, Any]) -> float | None:
 
 async def load_model(request: Request) -> JSONResponse:
     state = _state(request)
-    model_id = request.path_params["model_id"]
+    model_id = model_alias(request.path_params["model_id"], state.settings.default_model)  # tts-1: the default
     data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)
     status = await state.residency.load(model_id, _timeout_ms(data))
     return JSONResponse({"id": model_id, **status})
@@ -276,7 +278,7 @@ async def load_model(request: Request) -> JSONResponse:
 
 async def unload_model(request: Request) -> JSONResponse:
     state = _state(request)
-    model_id = request.path_params["model_id"]
+    model_id = model_alias(request.path_params["model_id"], state.settings.default_model)
     await read_json(request, state.settings.max_body_bytes, allow_empty=True)  # JSON, bounded: see gateway/auth.py
     if await state.library.get_model(model_id) is None and not state.residency.is_loaded(model_id):
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")

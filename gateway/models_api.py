@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.types import UnknownModel
 from gateway.state import AppState
-from gateway.voices import is_openai_model
+from gateway.voices import is_openai_model, model_alias
 
 
 async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +33,7 @@ async def list_models(request: Request) -> JSONResponse:
 async def get_model(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     model_id = request.path_params["model_id"]
-    record = await state.library.get_model(state.settings.default_model if is_openai_model(model_id) else model_id)
+    record = await state.library.get_model(model_alias(model_id, state.settings.default_model))
     if record is None:
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     return JSONResponse(await _describe(state, record))

@@ -47,6 +47,12 @@ def is_openai_model(model: object) -> bool:
         _DATED.match(model) is not None and model[:-11] in OPENAI_MODELS))
 
 
+def model_alias(model_id: str, default_model: str) -> str:
+    """The installed model a path's model id means: an OpenAI model name is `default_model`
+    (as in requests), any other id itself. `GET /v1/models/{id}`, `/load` and `/unload` use it."""
+    return default_model if is_openai_model(model_id) else model_id
+
+
 def check_speed(speed: object, field_name: str = "speed") -> float:
     if isinstance(speed, bool) or not isinstance(speed, (int, float)):
         raise InvalidInput(f"{field_name} must be a number", field=field_name)

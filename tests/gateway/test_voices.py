@@ -72,6 +72,18 @@ def test_model_lookup_and_openai_aliases(client: httpx.Client) -> None:
     assert client.get("/v1/audio/voices", params={"model": "tts-1"}).json()["data"][0]["model"] == "piper-joe"
 
 
+def test_load_and_unload_follow_the_openai_alias(client: httpx.Client) -> None:
+    loaded = client.post("/v1/models/tts-1/load", json={})
+    assert loaded.status_code == 200 and loaded.json()["id"] == "piper-joe" and loaded.json()["loaded"] is True
+    assert client.get("/v1/models/piper-joe").json()["loaded"] is True
+    unloaded = client.post("/v1/models/gpt-4o-mini-tts-2025-12-15/unload", json={})
+    assert unloaded.status_code == 200
+    assert unloaded.json()["id"] == "piper-joe" and unloaded.json()["unloaded"] is True
+    assert client.get("/v1/models/tts-1").json()["loaded"] is False
+    for path in ("/v1/models/tts-2/load", "/v1/models/tts-2/unload"):  # not an OpenAI name
+        assert client.post(path, json={}).json()["error"]["field"] == "model"
+
+
 def test_a_preset_cannot_take_a_builtin_voice_name(client: httpx.Client) -> None:
     response = client.post("/v1/presets", json={"name": "default", "model": "piper-joe"})
     assert response.status_code == 400 and response.json()["error"]["field"] == "name"
