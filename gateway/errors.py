@@ -62,6 +62,11 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    if exc.status_code == 404 and request.method in ("GET", "HEAD"):
+        from gateway.pages import error_page  # (pages import this module)
+
+        # A browser gets the site's error page; other clients the JSON (error_page decides).
+        return error_page(request, ApiError(404, code, f"there is nothing at {request.url.path}"))
     return JSONResponse(error_body(code, str(exc.detail), status=exc.status_code), exc.status_code,
                         headers=exc.headers)
 

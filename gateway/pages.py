@@ -1,6 +1,10 @@
 """HTML pages (Jinja2 templates in webui/, assets in static/): studio, library, voices, live.
 
 Handlers only pick what a template shows; the pages fetch everything else from the API.
+A page of something that does not exist (`/projects/<unknown id>`, or any unknown path
+asked for by a browser) is a 404: the site's error page when the request's `Accept`
+ranks `text/html` above `application/json` (a browser navigating), else the API's JSON
+error (`fetch()`, curl and API clients send `*/*` or ask for JSON).
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from typing import Any
 import static
 import webui
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
+from gateway.errors import ApiError, error_body
 from gateway.presets import FAMILY_SETTINGS
+from gateway.projects_api import context, existing_project
 from gateway.state import AppState
 from models import FAMILIES
 
@@ -28,6 +34,46 @@ def _render(request: Request, template: str, page: str, **context: Any) -> Respo
     state: AppState = request.app.state.voxgate
     return templates.TemplateResponse(request, template, {
         "page": page, "default_model": state.settings.default_model, **context})
+
+
+def _quality(ranges: list[tuple[str, float]], media: str) -> float:
+    """The q-value `Accept` gives `media` (RFC 9110 §12.5.1: the most specific range wins)."""
+    kind = media.split("/", 1)[0]
+    best, quality = -1, 0.0
+    for name, q in ranges:
+        specificity = 2 if name == media else 1 if name == f"{kind}/*" else 0 if name == "*/*" else -1
+        if specificity > best:
+            best, quality = specificity, q
+    return quality
+
+
+def prefers_html(accept: str) -> bool:
+    """Whether an `Accept` header ranks text/html above application/json (a browser's
+    navigation does: `text/html,...,*/*;q=0.8`; `*/*`, no header and JSON do not)."""
+    ranges: list[tuple[str, float]] = []
+    for item in accept.lower().split(","):
+        name, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            if param.startswith("q="):
+                try:
+                    q = float(param[2:])
+                except ValueError:
+                    q = 0.0
+        if name:
+            ranges.append((name, q))
+    return _quality(ranges, "text/html") > _quality(ranges, "application/json")
+
+
+def error_page(request: Request, error: ApiError) -> Response:
+    """`error` as the site's error page (webui/error.html) for a browser, else as JSON."""
+    if not prefers_html(request.headers.get("accept", "")):
+        return JSONResponse(error_body(error.code, error.message, error.field, error.status), error.status)
+    title = {404: "Not found", 405: "Method not allowed"}.get(error.status, "Something went wrong")
+    back = ("/projects", "All projects") if request.url.path.startswith("/projects/") else ("/", "Back to the studio")
+    return templates.TemplateResponse(request, "error.html", {
+        "page": "", "title": title, "message": error.message, "status": error.status, "code": error.code,
+        "back_href": back[0], "back_label": back[1]}, status_code=error.status)
 
 
 async def index(request: Request) -> Response:
@@ -65,5 +111,9 @@ async def projects(request: Request) -> Response:
 
 
 async def project(request: Request) -> Response:
-    """The project editor; the page reads the project from the API (a bad id shows there)."""
-    return _render(request, "project.html", "projects", project_id=str(request.path_params["project_id"]))
+    """The project editor (the page reads the project from the API); 404 for an unknown id."""
+    try:
+        record = await existing_project(request, context(request)[1])
+    except ApiError as error:
+        return error_page(request, error)
+    return _render(request, "project.html", "projects", project_id=str(record["id"]))

@@ -247,3 +247,31 @@ def test_cancelling_a_job_frees_the_engine_and_keeps_no_partial_take(server: Liv
     project = client.get(f"/v1/projects/{pid}").json()
     assert sum(len(p["takes"]) for p in project["passages"]) <= 1  # at most the first, if it had finished
     assert client.get(f"/v1/projects/{pid}/job").json()["state"] == "cancelled"
+
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}  # a navigation
+
+
+def test_the_page_of_an_unknown_project_is_a_404(client: httpx.Client) -> None:
+    project = new_project(client)
+    page = client.get(f"/projects/{project['id']}", headers=BROWSER)
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+    for missing in ("nope", "prj-000000000000"):  # malformed, and well-formed but absent
+        page = client.get(f"/projects/{missing}", headers=BROWSER)
+        assert page.status_code == 404 and page.headers["Content-Type"].startswith("text/html")
+        assert f"no project &#39;{missing}&#39;" in page.text and 'href="/projects"' in page.text
+        assert 'href="/static/style.css"' in page.text  # the site's page, not a bare message
+        for accept in ({}, {"Accept": "application/json"}, {"Accept": "application/json, text/html;q=0.9"}):
+            answer = client.get(f"/projects/{missing}", headers=accept)
+            assert answer.status_code == 404, accept
+            assert answer.json()["error"] == {"code": "project_not_found", "field": "project", "param": "project",
+                                              "message": f"no project {missing!r}", "type": "invalid_request_error"}
+
+
+def test_an_unknown_page_is_the_sites_404_for_browsers_and_json_for_clients(client: httpx.Client) -> None:
+    page = client.get("/no/such/page", headers=BROWSER)
+    assert page.status_code == 404 and page.headers["Content-Type"].startswith("text/html")
+    assert "there is nothing at /no/such/page" in page.text
+    answer = client.get("/no/such/page")
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+    assert client.post("/no/such/page", json={}, headers=BROWSER).json()["error"]["code"] == "not_found"
