@@ -176,13 +176,20 @@ def test_bad_messages_get_errors_and_the_socket_lives_on(
     assert server.wait_idle() == 0
 
 
-def test_a_bad_output_format_is_an_error_then_a_close(server: LiveServer) -> None:
-    with multi(server, "output_format=wav_9") as ws:
+@pytest.mark.parametrize("route", ["multi-stream-input", "stream-input"])
+def test_a_bad_output_format_is_an_error_then_a_close(server: LiveServer, route: str) -> None:
+    # As ElevenLabs does with input it refuses (a close with 1008, policy violation, and the
+    # reason: protocols/vendors.md), after an `error` message naming the field, which livekit
+    # reads (any "error" key fails its stream); pipecat reports the close's code and reason.
+    url = f"{server.ws_url}/v1/text-to-speech/None/{route}?model_id=eleven_flash_v2_5&output_format=wav_9"
+    with connect(url, open_timeout=10) as ws:
         error = json.loads(ws.recv(timeout=10))
-        assert error["code"] == "invalid_input" and error["field"] == "output_format"
-        assert "pcm_<rate>" in error["message"]
-        with pytest.raises(ConnectionClosed):
+        assert error["error"] == error["code"] == "invalid_input" and error["field"] == "output_format"
+        assert "pcm_<rate>" in error["message"] and "contextId" not in error
+        with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert closed.value.rcvd.reason.startswith("output_format 'wav_9' is not supported")
 
 
 def test_http_convert_stream_and_timestamps(client: httpx.Client) -> None:
