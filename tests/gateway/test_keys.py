@@ -21,8 +21,9 @@ from gateway.cli import main
 from gateway.keys import KeyStore
 from gateway.library import Library
 from gateway.settings import load_settings
-from tests.conftest import LiveServer, free_port, local_client, run_server
+from tests.conftest import LiveServer, free_port, local_client, run_server, server_log
 from tests.gateway.test_realtime import recv_event
+from tests.gateway.test_security import refused_quietly
 
 SPEECH = {"input": "Hello.", "response_format": "pcm"}
 
@@ -139,18 +140,31 @@ def test_concurrency_is_bounded_per_key(keyed: tuple[LiveServer, dict[str, str]]
         assert client.post("/v1/audio/speech", json=SPEECH, headers=bearer(keys["narrow"])).status_code == 200
 
 
-def test_websocket_keys_by_header_or_query(keyed: tuple[LiveServer, dict[str, str]],
-                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_websocket_keys_by_header_or_query(keyed: tuple[LiveServer, dict[str, str]]) -> None:
     live, keys = keyed
     with pytest.raises(InvalidStatus) as refused:
         connect(f"{live.ws_url}/v1/realtime")
     assert refused.value.response.status_code == 401
     with connect(f"{live.ws_url}/v1/realtime", additional_headers=bearer(keys["speech"])) as ws:
         assert recv_event(ws)["type"] == "session.created"
-    with caplog.at_level("INFO", logger="uvicorn.error"):
+    with server_log() as records:
         with connect(f"{live.ws_url}/v1/realtime?api_key={keys['speech']}") as ws:  # browsers cannot set headers
             assert recv_event(ws)["type"] == "session.created"
-    assert keys["speech"] not in caplog.text  # the access log shows `api_key=redacted`
+    logged = "\n".join(record.getMessage() for record in records)
+    assert '"WebSocket /v1/realtime?api_key=redacted" [accepted]' in logged, logged  # the access log line
+    assert keys["speech"] not in logged
+
+
+def test_a_session_without_a_key_is_a_json_401(keyed: tuple[LiveServer, dict[str, str]]) -> None:
+    live, keys = keyed
+    error, headers = refused_quietly(f"{live.ws_url}/v1/realtime", 401)
+    assert error["code"] == "api_key_required" and error["field"] == "Authorization"
+    assert headers["WWW-Authenticate"] == "Bearer"
+    error, _ = refused_quietly(f"{live.ws_url}/tts/websocket?api_key=vxg_nope", 401)
+    assert error["code"] == "invalid_api_key"
+    error, _ = refused_quietly(f"{live.ws_url}/v1/realtime", 403, additional_headers=bearer(keys["narrow"]),
+                               origin="null")
+    assert error["code"] == "origin_not_allowed"
 
 
 @pytest.mark.parametrize("path, headers", [
