@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -84,6 +85,15 @@ def usage(pid: int) -> dict[str, int]:
 async def engine_requests(client: httpx.AsyncClient) -> int:
     """The engine's open requests (`GET /v1/stats`)."""
     return int((await client.get("/v1/stats")).json()["requests"])
+
+
+async def memory_trims(client: httpx.AsyncClient) -> dict[str, int]:
+    """The server's idle trims so far and the RSS they released (`GET /metrics`,
+    gateway/memory.py); zeros when it runs none (`memory_trim_idle_s` 0, no glibc)."""
+    samples = {s.name: s.value for family in text_string_to_metric_families((await client.get("/metrics")).text)
+               for s in family.samples}
+    return {"trims": int(samples.get("voxgate_memory_trims_total", 0)),
+            "trim_released_bytes": int(samples.get("voxgate_memory_trim_released_bytes_total", 0))}
 
 
 async def wait_idle(client: httpx.AsyncClient, timeout_s: float = 60) -> float:

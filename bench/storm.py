@@ -43,7 +43,8 @@ import httpx
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from served import MIB, ROOT, CpuMeter, engine_requests, serve_and_run, usage, wait_idle  # noqa: E402
+from served import (MIB, ROOT, CpuMeter, engine_requests, memory_trims, serve_and_run, usage,  # noqa: E402
+                    wait_idle)
 
 # Seconds between the engine going idle and a reading: the server's idle trim runs after
 # memory_trim_idle_s (default 1 s) and a check every 0.5 s.
@@ -95,10 +96,15 @@ async def drops(url: str, kind: str, count: int, concurrency: int, until: float)
 
 
 async def settled(client: httpx.AsyncClient, pid: int) -> dict[str, Any]:
-    """RSS and fds once the engine is idle and the idle trim has had its turn."""
+    """RSS and fds once the engine is idle and the idle trim has had its turn, with the
+    server's trim counts so far and `trimmed`: whether a trim ran in that idle time (if not,
+    none was due: RSS had grown less than the trim's 8 MiB since the last, gateway/memory.py)."""
     idle_s = await wait_idle(client)
+    trims_at_idle = (await memory_trims(client))["trims"]
     await asyncio.sleep(SETTLE_S)
-    return {**usage(pid), "engine_requests": await engine_requests(client), "seconds_to_idle": round(idle_s, 2)}
+    trims = await memory_trims(client)
+    return {**usage(pid), "engine_requests": await engine_requests(client), "seconds_to_idle": round(idle_s, 2),
+            **trims, "trimmed": trims["trims"] > trims_at_idle}
 
 
 def change(after: int, before: int) -> float:
@@ -173,18 +179,20 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict[str, Any]:
 
 def report(record: dict[str, Any]) -> None:
     warm, before = record["warmup"], record["before"]
-    print(f"warm-up: {len(warm['rounds'])} rounds, RSS (MiB) "
-          + " -> ".join(f"{r['rss_bytes'] / MIB:.1f}" for r in warm["rounds"])
+    print(f"warm-up: {len(warm['rounds'])} rounds, RSS (MiB; *: a trim ran) "
+          + " -> ".join(f"{r['rss_bytes'] / MIB:.1f}{'*' if r['trimmed'] else ''}" for r in warm["rounds"])
           + f"; levelled: {warm['levelled']}; cores: {warm['cpu_cores']}")
     print(f"{'':<10}{'drops':>7}{'failed':>8}{'seconds':>9}{'RSS MiB':>9}{'change':>8}{'anon MiB':>10}"
-          f"{'fds':>5}{'reqs':>6}{'others':>8}")
+          f"{'fds':>5}{'reqs':>6}{'trimmed':>8}{'others':>8}")
     print(f"{'before':<10}{'':>7}{'':>8}{'':>9}{before['rss_bytes'] / MIB:>9.1f}{'':>8}"
-          f"{before['rss_anon_bytes'] / MIB:>10.1f}{before['fds']:>5}{before['engine_requests']:>6}")
+          f"{before['rss_anon_bytes'] / MIB:>10.1f}{before['fds']:>5}{before['engine_requests']:>6}"
+          f"{str(before['trimmed']):>8}")
     for i, s in enumerate(record["storms"], 1):
         a = s["after"]
         print(f"{f'storm {i}':<10}{s['drops_total']:>7}{sum(r['failed'] for r in s['runs']):>8}"
               f"{sum(r['seconds'] for r in s['runs']):>9.1f}{a['rss_bytes'] / MIB:>9.1f}{s['rss_change']:>+8.1%}"
-              f"{a['rss_anon_bytes'] / MIB:>10.1f}{a['fds']:>5}{a['engine_requests']:>6}{s['cpu_cores']['others']:>8}")
+              f"{a['rss_anon_bytes'] / MIB:>10.1f}{a['fds']:>5}{a['engine_requests']:>6}{str(a['trimmed']):>8}"
+              f"{s['cpu_cores']['others']:>8}")
     print(f"creep: {record['creep_kib_per_drop']} KiB/drop (anonymous {record['creep_anon_kib_per_drop']}); "
           f"pass: {record['pass']}")
 

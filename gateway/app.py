@@ -105,6 +105,7 @@ def create_app(settings: Settings) -> Starlette:
         trimmer: asyncio.Task[None] | None = None
         if settings.memory_trim_idle_s:
             state.memory = IdleTrim(engine.num_requests, settings.memory_trim_idle_s)
+            metrics.watch_memory(state.memory)
             trimmer = asyncio.create_task(state.memory.run())
         try:
             await register_models(library, settings)

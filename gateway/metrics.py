@@ -26,6 +26,8 @@ every 0.25 s while they work), so the engine's step loop does nothing more per s
   (engine/cost.py); the engine keeps no per-step record to make a histogram of;
 - `voxgate_step_host_median_seconds{model}`: median host scheduling time per step, runner
   calls excluded, over the last 4096 steps;
+- counters `voxgate_memory_trims_total` and `voxgate_memory_trim_released_bytes_total`
+  (gateway/memory.py: idle trims of the C heap, and the RSS they gave back);
 - counters `voxgate_prefill_deferrals_total` (iterations a prefill waited for running
   streams), `voxgate_refused_requests_total` (503 `overloaded`: queue full, or first audio
   predicted too late), `voxgate_cuda_graph_hits_total` / `voxgate_cuda_graph_misses_total`
@@ -126,6 +128,10 @@ class Metrics:
         if engine is not None:
             self.registry.register(_EngineCollector(engine))
 
+    def watch_memory(self, trim: Any) -> None:
+        """Export the idle trim's counts (gateway/memory.py `IdleTrim`), read at scrape time."""
+        self.registry.register(_MemoryCollector(trim))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -143,6 +149,17 @@ class _ResidencyCollector:
         yield CounterMetricFamily("voxgate_model_loads", "Models loaded since start", value=self.residency.num_loads)
         yield CounterMetricFamily("voxgate_model_evictions", "Idle models unloaded to make room (LRU)",
                                   value=self.residency.num_evictions)
+
+
+class _MemoryCollector:
+    def __init__(self, trim: Any) -> None:
+        self.trim = trim
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("voxgate_memory_trims", "Idle trims of the C heap (malloc_trim)",
+                                  value=self.trim.num_trims)
+        yield CounterMetricFamily("voxgate_memory_trim_released_bytes", "RSS given back to the OS by idle trims",
+                                  value=self.trim.released_bytes)
 
 
 class _EngineCollector:

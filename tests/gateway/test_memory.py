@@ -6,9 +6,12 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.memory import IdleTrim, malloc_trim, rss_bytes
@@ -112,3 +115,24 @@ def test_memory_trim_idle_s_is_checked_and_zero_turns_the_trim_off(tmp_path: Pat
     app = create_app(load_settings(env={}, data_dir=tmp_path))
     with local_client(app):
         assert app.state.voxgate.memory is not None and app.state.voxgate.memory.idle_s == 1.0
+
+
+@pytest.mark.skipif(malloc_trim() is None or rss_bytes() is None, reason="needs glibc's malloc_trim and /proc")
+def test_metrics_count_the_trims_and_what_they_released(tmp_path: Path) -> None:
+    def trims(client: TestClient) -> tuple[float, float]:
+        samples = {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").text)
+                   for s in f.samples}
+        return samples["voxgate_memory_trims_total"], samples["voxgate_memory_trim_released_bytes_total"]
+
+    app = create_app(load_settings(env={}, data_dir=tmp_path))
+    with local_client(app) as client:
+        trimmer = app.state.voxgate.memory
+        assert trims(client) == (trimmer.num_trims, trimmer.released_bytes)
+        # Loading the voice leaves tens of MiB freed in the heaps (gateway/memory.py): trimmed once idle.
+        speech = client.post("/v1/audio/speech", json={"input": "Hello there.", "response_format": "pcm"})
+        assert speech.status_code == 200
+        deadline = time.monotonic() + 20
+        while trims(client)[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        count, released = trims(client)
+        assert count >= 1 and released > 0
