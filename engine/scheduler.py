@@ -151,7 +151,8 @@ class Scheduler:
         if urgent_slots != 0 or background_slots != 0:
             self._pick_codec(now, plan, held)
             if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
-                del plan.urgent[urgent_slots:]
+                plan.urgent, spill = plan.urgent[:urgent_slots], plan.urgent[urgent_slots:]
+                plan.background[:0] = spill if not shared else []  # a busy urgent lane: a free background one
             if urgent_slots == 0:
                 plan.urgent.clear()
             if background_slots is not None and (self.lm is None or background_slots == 0):
