@@ -139,3 +139,31 @@ def test_only_a_synthesisers_background_lane_runs_niced() -> None:
     finally:
         urgent.shutdown()
         background.shutdown()
+
+
+def test_a_synthesisers_next_unit_takes_an_idle_session_and_its_chunks_go_out_in_order() -> None:
+    """At light load a request's next unit need not wait for the one being spoken (its RTF is
+    then that of the sessions together); a unit that finishes first waits for its predecessor."""
+    clock = SimClock()
+    log: list[tuple[str, list[str]]] = []
+    executors: dict[str, _Recorder] = {}
+    runner = synth(clock)
+    runner.max_codec_batch = 3
+    core = EngineCore(runner, EngineConfig(), cost=runner.cost, clock=clock.now,
+                      lanes={"urgent": 1, "background": 2},
+                      executor=lambda name, n: executors.setdefault(name, _Recorder(name, log)))
+    s = spec("a", ("One unit.", "Two units.", "Three units.", "Four units."))
+    core.add(s, runner.spec.prepare(s))
+    for _ in range(3):  # one more unit of a request a step
+        core.step()
+    assert log == [("urgent", ["a"]), ("background", ["a"]), ("background", ["a"])]  # units 0, 1, 2 at once
+    background = executors["background"]
+    background.finish()  # units 1 and 2 are done before unit 0
+    assert core.step() == []  # they wait for it
+    executors["urgent"].finish()
+    chunks = [chunk for _, chunk in core.step()]
+    assert [c.index for c in chunks] == [0, 1, 2]
+    assert log[-1] == ("background", ["a"])  # and unit 3 went out meanwhile
+    background.finish()
+    last = [chunk for _, chunk in core.step()]
+    assert [c.index for c in last] == [3] and last[0].is_last and core.scheduler.num_requests == 0
