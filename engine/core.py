@@ -83,7 +83,7 @@ class EngineCore:
         t0, self._in_runner_s = time.perf_counter(), 0.0
         outputs: list[Output] = []
         behind: set[Request] = set()  # a request's chunks go out in order: a later one waits for earlier ones
-        for done in list(self._flying):
+        for done in list(self._flying) if self._flying else ():
             if not done[2].done() or behind.intersection(item.request for item in done[1]):
                 behind.update(item.request for item in done[1])
                 continue
