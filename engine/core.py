@@ -82,14 +82,10 @@ class EngineCore:
         scheduler, runner, urgent, background = self.scheduler, self.runner, self._urgent, self._background
         t0, self._in_runner_s = time.perf_counter(), 0.0
         outputs: list[Output] = []
-        behind: set[Request] = set()  # a request's chunks go out in order: a later one waits for earlier ones
-        for done in list(self._flying) if self._flying else ():
-            if not done[2].done() or behind.intersection(item.request for item in done[1]):
-                behind.update(item.request for item in done[1])
-                continue
+        for done in [w for w in self._flying if w[2].done()] if self._flying else ():
             self._flying.remove(done)
             for finished in done[1]:
-                finished.request.in_flight -= 1
+                finished.request.in_flight = False
             outputs += scheduler.postprocess_codec(done[1], done[2].result(), self.clock())
         plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
                                   shared=urgent == background)
@@ -110,7 +106,7 @@ class EngineCore:
             elif items and lane is not None:  # a batch a lane (LM), a unit a session (synthesiser)
                 for batch in [items] if runner.has_backbone else [[unit] for unit in items]:
                     for unit in batch:
-                        unit.request.in_flight += 1
+                        unit.request.in_flight = True
                     future = self.lanes[lane][0].submit(runner.decode_codec, batch, lane)
                     future.add_done_callback(lambda _: self.notify() if self.notify else None)
                     self._flying.append((lane, batch, future))

@@ -28,15 +28,15 @@ log = logging.getLogger(__name__)
 
 _END = object()
 STATS_EVERY_S = 0.25  # how often a worker refreshes its stats snapshot
-# A synthesiser's background lane runs niced: device workers' steps are latency-bound (a GPU
-# waits for its launching thread), so are its urgent units; on an idle machine it loses nothing.
+# A synthesiser's worker runs niced: device workers' steps are latency-bound (a GPU waits for
+# its launching thread); on an otherwise idle machine it loses nothing.
 SYNTH_NICE = 10
 SWITCH_INTERVAL_S = 0.001  # GIL hand-over (default 5 ms): a step waits ~1 ms behind another worker's Python
 
 
 def _executor(name: str, size: int, nice: bool = False) -> ThreadPoolExecutor:
-    """Threads for a lane; a synthesiser's background (or only) lane runs niced."""
-    return ThreadPoolExecutor(size, f"voxgate-{name}", initializer=_nice if nice and name != "urgent" else None)
+    """Threads for a lane; a synthesiser's pool runs niced."""
+    return ThreadPoolExecutor(size, f"voxgate-{name}", initializer=_nice if nice else None)
 
 
 def _nice() -> None:
@@ -93,8 +93,8 @@ class AudioStream:
 class Worker:
     """A thread stepping the cores of the models placed on it, round robin."""
 
-    def __init__(self, name: str, engine: Engine) -> None:
-        self.name, self.engine = name, engine
+    def __init__(self, name: str, engine: Engine, low_priority: bool = False) -> None:
+        self.name, self.low_priority, self.engine = name, low_priority, engine
         self.cores: dict[str, EngineCore] = {}
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -107,6 +107,8 @@ class Worker:
         self.wake.set()
 
     def _run(self) -> None:
+        if self.low_priority:
+            _nice()
         while not self._stopping:
             self.wake.clear()
             self._drain()
@@ -213,7 +215,7 @@ class Engine:
         key = runner.device if runner.has_backbone else f"synth:{model_id}"
         worker = self._workers.get(key)
         if worker is None:
-            worker = self._workers[key] = Worker(key, self)
+            worker = self._workers[key] = Worker(key, self, low_priority=not runner.has_backbone)
             if self._started:
                 worker.thread.start()
         self._models[model_id] = (runner, worker)

@@ -52,7 +52,7 @@ class Request:
     tokens: list[int] = field(default_factory=list)  # generated, stop token excluded
     frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame of tokens
     is_stopped: bool = False  # generates no more tokens
-    in_flight: int = 0  # its chunks being decoded on lanes (a synthesiser's: one a session)
+    in_flight: bool = False  # a chunk of it is being decoded on a lane
     error: EngineError | None = None
     unread_ms: Callable[[], float] | None = None  # audio delivered but not yet taken by the gateway
 

@@ -111,10 +111,8 @@ class SynthRunner(Runner):
     def __init__(self, model_id: str, parts: SynthParts, max_running: int) -> None:
         super().__init__(model_id, parts.spec, max_running)
         self.synthesizers = parts.synthesizers
-        n = self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
-        # The CPU's urgent lane: a spare session at normal priority beside niced background ones
-        # (engine/engine.py), so a first chunk never waits for a long unit and the OS runs it first.
-        self.lanes = {"urgent": 1, "background": n - 1} if n > 1 else {"codec": 1}
+        self.max_codec_batch = len(parts.synthesizers)  # units at once: one per instance
+        self.lanes = {"codec": len(parts.synthesizers)}
         self._free: queue.SimpleQueue[Synthesizer] = queue.SimpleQueue()
         for synthesizer in parts.synthesizers:
             self._free.put(synthesizer)

@@ -19,7 +19,6 @@ from engine.config import EngineConfig
 from engine.cost import CostModel
 from engine.kv_cache import KVSlots
 from engine.lm_spec import LMSpec
-from engine.chunk_plan import Window
 from engine.plan import CodecItem, Plan, TokenOut
 from engine.request import Request, RequestStatus
 from engine.runner import Runner
@@ -152,8 +151,7 @@ class Scheduler:
         if urgent_slots != 0 or background_slots != 0:
             self._pick_codec(now, plan, held)
             if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
-                plan.urgent, spill = plan.urgent[:urgent_slots], plan.urgent[urgent_slots:]
-                plan.background[:0] = spill if not shared else []  # a busy urgent lane: a free background one
+                del plan.urgent[urgent_slots:]
             if urgent_slots == 0:
                 plan.urgent.clear()
             if background_slots is not None and (self.lm is None or background_slots == 0):
@@ -199,15 +197,11 @@ class Scheduler:
         self._longest = max(self._longest, request.num_tokens)
 
     def _pick_codec(self, now: float, plan: Plan, held: set[Request]) -> None:
-        items, far, early, limit_ms, spare = [], None, self.early, self.urgent_slack_ms, []
+        items, far, early, limit_ms = [], None, self.early, self.urgent_slack_ms
         for request in self.running.values():
-            if request.error is not None or request in held or (request.in_flight and self.lm is not None):
+            if request.error is not None or request.in_flight or request in held:
                 continue
             stream, window = request.plan, None
-            if request.in_flight:  # a synthesiser's next unit while one is being spoken: for idle sessions
-                if (k := stream.num_emitted + request.in_flight) < stream.num_frames:
-                    spare.append(CodecItem(request, Window(k, k + 1, k, k + 1, k + 1 == stream.num_frames)))
-                continue
             if stream.is_final or stream.num_frames >= stream.ready_at:
                 window = stream.next_window()
             if window is None and early:  # a short chunk on time beats a full chunk late
@@ -216,13 +210,16 @@ class Scheduler:
                     window = stream.next_window(early=True)
             if window is not None:
                 items.append(CodecItem(request, window))
+        if not items:
+            return
         items.sort(key=(lambda i: i.request.deadline_s()) if self.by_deadline else (lambda i: i.request.spec.arrival_s))
         if not self.urgency:  # every ready chunk at once, no notion of urgency
-            plan.background = (items + spare)[: self.max_codec_batch]
+            plan.background = items[: self.max_codec_batch]
             return
         relaxed = []
         for item in items:
-            starts_audio = (request := item.request).plan.num_chunks == 0 and request.spec.ahead_ms <= 0
+            request = item.request
+            starts_audio = request.plan.num_chunks == 0 and request.spec.ahead_ms <= 0
             if starts_audio or self.slack_ms(request, now) < self.urgent_slack_ms:
                 plan.urgent.append(item)
             else:
@@ -231,7 +228,6 @@ class Scheduler:
         earliest_near = bool(relaxed) and self.slack_ms(relaxed[0].request, now) < 2 * self.urgent_slack_ms
         if relaxed and (backbone_idle or earliest_near or len(relaxed) >= self.codec_batch):
             plan.background = relaxed
-        plan.background += spare
         del plan.urgent[self.max_codec_batch:]
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 

@@ -323,19 +323,17 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
          device: str = "cpu") -> SynthParts:
     """Load a piper voice; `path=None` means the embedded en_US-joe-medium voice.
 
-    options: `workers` (background sessions synthesising at once, >= 1; default: the cores
-    this process may use), `num_threads` (onnxruntime intra-op threads per session; default 1
+    options: `workers` (sessions synthesising at once, >= 1; default: the cores this
+    process may use), `num_threads` (onnxruntime intra-op threads per session; default 1
     with several workers, else 0: onnxruntime's own), `max_running`. Several
-    single-threaded sessions give more throughput than one multi-threaded one (issue 11: RTF
-    0.076 with 1 thread, 0.042 with 2, on a 2-core machine). One more session than `workers`
-    is made: the urgent lane's (engine/runner.py `SynthRunner`), which runs first chunks at
-    normal priority beside the niced background ones, so a first chunk need not wait behind a
-    long unit. Raises InvalidModel for a bad option or folder.
+    single-threaded sessions give more throughput than one multi-threaded one, and a first
+    chunk need not wait behind a long sentence (issue 11: RTF 0.076 with 1 thread, 0.042
+    with 2, on a 2-core machine). Raises InvalidModel for a bad option or folder.
     """
     options = dict(options or {})
     onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
     workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
     threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
     model = _with_alignments(onnx)
-    synthesizers = [PiperSynthesizer(onnx, config, threads, model) for _ in range(workers + 1)]
+    synthesizers = [PiperSynthesizer(onnx, config, threads, model) for _ in range(workers)]
     return SynthParts(make_spec(synthesizers[0].voices()), list(synthesizers), options)

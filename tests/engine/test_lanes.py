@@ -11,7 +11,7 @@ from bench.workload import load_texts, poisson
 from engine.config import EngineConfig
 from engine.core import EngineCore
 from engine.cost import CostModel
-from tests.engine.fakes import SimClock, lm, spec, synth
+from tests.engine.fakes import SimClock, lm, spec
 
 
 class _Recorder:
@@ -89,81 +89,3 @@ def test_the_simulator_gives_edf_more_attainment_than_fifo_near_capacity() -> No
     assert results["edf"] > results["fifo"] + 0.2, results
     again, _ = simulate(arrivals, cost, policy="edf", lanes=True, host_ms=0.3)
     assert sum(x.meets_slo for x in again) / len(again) == results["edf"]  # the same seed, the same result
-
-
-def test_a_synthesisers_first_unit_takes_the_urgent_session_while_background_ones_are_busy() -> None:
-    """The CPU's lanes (engine/runner.py SynthRunner): a spare urgent session beside the
-    background ones. A first unit goes to it, or to a free background session when it is busy;
-    later units with slack go to the background, so a new request's first unit never waits for them."""
-    clock = SimClock()
-    log: list[tuple[str, list[str]]] = []
-    executors: dict[str, _Recorder] = {}
-    runner = synth(clock)
-    runner.max_codec_batch = 3  # one urgent session and two background ones
-    core = EngineCore(runner, EngineConfig(), cost=runner.cost, clock=clock.now,
-                      lanes={"urgent": 1, "background": 2},
-                      executor=lambda name, n: executors.setdefault(name, _Recorder(name, log)))
-    units = ("One unit.", "Two units.", "Three units.", "Four units.")
-    for rid in "ab":
-        s = spec(rid, units)
-        core.add(s, runner.spec.prepare(s))
-    core.step()
-    assert log == [("urgent", ["a"]), ("background", ["b"])]  # the urgent lane is taken: b spills over
-    executors["urgent"].finish()
-    executors["background"].finish()
-    core.step()
-    for r in core.scheduler.running.values():
-        r.clock.on_delivery(clock.t, 30_000)  # lots of slack: later units are background work
-    core.step()
-    assert sorted(lanes for lanes, _ in log[2:]) == ["background", "background"]  # both sessions busy
-    c = spec("c", units)
-    core.add(c, runner.spec.prepare(c))
-    core.step()
-    assert log[-1] == ("urgent", ["c"])  # at once, on the spare session
-
-
-def test_only_a_synthesisers_background_lane_runs_niced() -> None:
-    import os
-    import threading
-
-    from engine.engine import SYNTH_NICE, _executor
-
-    def niceness() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    base = niceness()
-    urgent, background = _executor("urgent", 1, nice=True), _executor("background", 1, nice=True)
-    try:
-        assert urgent.submit(niceness).result() == base
-        assert background.submit(niceness).result() == min(19, SYNTH_NICE)
-    finally:
-        urgent.shutdown()
-        background.shutdown()
-
-
-def test_a_synthesisers_next_unit_takes_an_idle_session_and_its_chunks_go_out_in_order() -> None:
-    """At light load a request's next unit need not wait for the one being spoken (its RTF is
-    then that of the sessions together); a unit that finishes first waits for its predecessor."""
-    clock = SimClock()
-    log: list[tuple[str, list[str]]] = []
-    executors: dict[str, _Recorder] = {}
-    runner = synth(clock)
-    runner.max_codec_batch = 3
-    core = EngineCore(runner, EngineConfig(), cost=runner.cost, clock=clock.now,
-                      lanes={"urgent": 1, "background": 2},
-                      executor=lambda name, n: executors.setdefault(name, _Recorder(name, log)))
-    s = spec("a", ("One unit.", "Two units.", "Three units.", "Four units."))
-    core.add(s, runner.spec.prepare(s))
-    for _ in range(3):  # one more unit of a request a step
-        core.step()
-    assert log == [("urgent", ["a"]), ("background", ["a"]), ("background", ["a"])]  # units 0, 1, 2 at once
-    background = executors["background"]
-    background.finish()  # units 1 and 2 are done before unit 0
-    assert core.step() == []  # they wait for it
-    executors["urgent"].finish()
-    chunks = [chunk for _, chunk in core.step()]
-    assert [c.index for c in chunks] == [0, 1, 2]
-    assert log[-1] == ("background", ["a"])  # and unit 3 went out meanwhile
-    background.finish()
-    last = [chunk for _, chunk in core.step()]
-    assert [c.index for c in last] == [3] and last[0].is_last and core.scheduler.num_requests == 0

@@ -1,5 +1,5 @@
 """The `cpu_workers` setting sizes a CPU family's pool (issue 11): on a real server, through
-the library and the residency loader, the loaded Piper runner holds that many background sessions (and an urgent one),
+the library and the residency loader, the loaded Piper runner holds that many sessions,
 and a model's own `workers` option still wins."""
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ def test_cpu_workers_reaches_the_pool_and_a_model_option_overrides_it(tmp_path: 
     for server in run_server(tmp_path / "data", cpu_workers=3, models=(own,),
                              preload_models=("piper-joe", "joe-one")):
         pool = _runner(server, "piper-joe")
-        # three background sessions (one a worker) and the urgent lane's spare
-        assert len(pool.synthesizers) == 4 and pool.lanes == {"urgent": 1, "background": 3}
-        assert len({id(s) for s in pool.synthesizers}) == 4  # four sessions, not one four times
-        assert len(_runner(server, "joe-one").synthesizers) == 2
+        assert len(pool.synthesizers) == 3 and pool.lanes == {"codec": 3}
+        assert len({id(s) for s in pool.synthesizers}) == 3  # three sessions, not one thrice
+        assert len(_runner(server, "joe-one").synthesizers) == 1
         with httpx.Client(base_url=server.url, timeout=60) as client:
             for model in ("piper-joe", "joe-one"):
                 response = client.post("/v1/audio/speech", json={"model": model, "input": "One, two, three.",
