@@ -14,13 +14,11 @@ Each figure is the median of `iters` runs after warm-up.
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 
+from bench.timing import median_ms
 from engine.cost import CostModel
 from engine.model_runner import ModelRunner
 from engine.request import Prepared, Request, Sampling
@@ -30,25 +28,6 @@ BATCHES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
 LENGTHS = (256, 512, 1024, 2048)
 PROMPT_TOKENS = (16, 32, 64, 128, 256, 512, 1024)
 CODEC_BATCHES = (1, 2, 4, 8, 16, 32)
-
-
-def _median_ms(fn: Callable[[], object], iters: int, cuda: bool) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
 
 
 def _request(rid: str, slot: int, prompt: int, runner: ModelRunner) -> Request:
@@ -73,21 +52,21 @@ def measure(runner: ModelRunner, iters: int = 20) -> CostModel:
             runner.forced.fill_(True)
             runner.max_tokens.fill_(1 << 30)
             bucket = next(b for b in runner._batch_buckets + [runner.max_running] if b >= batch)
-            ms = _median_ms(lambda: runner._launch_decode(bucket, length), iters, cuda)
-            cost.step_ms.set(batch, length, ms)
+            ms = median_ms(lambda: runner._launch_decode(bucket, length), iters, cuda=cuda)
+            cost.step_ms.observe(batch, length, ms, average=False)
     for tokens in [t for t in PROMPT_TOKENS if t < runner.max_seq_len]:
-        for parts in (1, 4) if tokens >= 64 else (1,):
+        for parts in (1, 4) if tokens >= 64 and runner.max_running >= 4 else (1,):  # a slot a prompt
             group = [_request(f"p{i}", i, tokens // parts, runner) for i in range(parts)]
-            ms = _median_ms(lambda: runner.prefill(group), max(5, iters // 2), cuda)
-            cost.prefill_ms.set(tokens, 1, ms)
+            ms = median_ms(lambda: runner.prefill(group), max(5, iters // 2), cuda=cuda)
+            cost.prefill_ms.observe(tokens, 1, ms, average=False)
     shape = runner.spec.shape
     for frames in sorted(set(shape.window_lengths()) | {max(shape.ramp) + shape.context_frames}):
         for batch in [b for b in CODEC_BATCHES if b <= runner.max_codec_batch]:
             codes = torch.randint(0, 4096, (batch, frames, runner.codec.codes_per_frame))
             starts = torch.randint(0, 500, (batch,))
             graphs = runner.codec_graphs.get("background") or next(iter(runner.codec_graphs.values()))
-            ms = _median_ms(lambda: graphs.decode(codes, starts).cpu(), iters, cuda)
-            cost.codec_ms.set(batch, frames, ms)
+            ms = median_ms(lambda: graphs.decode(codes, starts).cpu(), iters, cuda=cuda)
+            cost.codec_ms.observe(batch, frames, ms, average=False)
     runner.take_timings()  # what prefill() recorded while being measured
     return cost
 

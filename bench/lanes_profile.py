@@ -16,27 +16,14 @@ import json
 import statistics
 import threading
 from pathlib import Path
-from typing import Callable
 
 import torch
 
+from bench.timing import times_ms
 from engine.lanes import GpuLanes
 from engine.model_runner import ModelRunner
 
 SPLITS = ((0, 0), (116, 16), (100, 32), (84, 48))
-
-
-def _time(fn: Callable[[], object], stream: torch.cuda.Stream, iters: int) -> list[float]:
-    times = []
-    with torch.cuda.stream(stream):
-        for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    return times
 
 
 @torch.inference_mode()
@@ -61,10 +48,11 @@ def profile(runner: ModelRunner, iters: int = 30, batch: int = 64, codec_batch: 
             rows.append({"lm_sms": lm_sms, "codec_sms": codec_sms, "error": repr(error)[:200]})
             continue
         lm, bg = lanes.streams["lm"], lanes.streams["background"]
-        alone = (statistics.median(_time(decode, lm, iters)), statistics.median(_time(codec, bg, iters)))
+        alone = (statistics.median(times_ms(decode, iters, stream=lm)),
+                 statistics.median(times_ms(codec, iters, stream=bg)))
         together: dict[str, list[float]] = {}
-        threads = [threading.Thread(target=lambda: together.setdefault("decode", _time(decode, lm, iters))),
-                   threading.Thread(target=lambda: together.setdefault("codec", _time(codec, bg, iters // 3)))]
+        threads = [threading.Thread(target=lambda: together.setdefault("decode", times_ms(decode, iters, stream=lm))),
+                   threading.Thread(target=lambda: together.setdefault("codec", times_ms(codec, iters // 3, stream=bg)))]
         for thread in threads:
             thread.start()
         for thread in threads:

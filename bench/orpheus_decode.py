@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.model_runner import ModelRunner  # noqa: E402
 from engine.runner import LMParts  # noqa: E402
+from bench.timing import median_ms  # noqa: E402
 from models import orpheus  # noqa: E402
 from models.llama import LlamaLM  # noqa: E402
 from models.snac import SAMPLE_RATE, SAMPLES_PER_FRAME  # noqa: E402
@@ -36,31 +36,11 @@ from models.snac import SAMPLE_RATE, SAMPLES_PER_FRAME  # noqa: E402
 TOKENS_PER_S = SAMPLE_RATE / SAMPLES_PER_FRAME * orpheus.TOKENS_PER_FRAME  # 82.03 per real-time stream
 
 
-def _time_ms(fn, iters: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    if not torch.cuda.is_available():  # CPU shake-down only
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append(1000 * (time.perf_counter() - t0))
-        return statistics.median(times)
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def copy_bandwidth(device: str) -> float:
     """Bytes/s of a 4 GiB device-to-device copy, counting bytes read + written."""
     src = torch.randn(1 << 29, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    ms = _time_ms(lambda: dst.copy_(src), 10)
+    ms = median_ms(lambda: dst.copy_(src), 10)
     nbytes = 2 * src.numel() * src.element_size()
     del src, dst
     return nbytes / (ms / 1000)
@@ -173,12 +153,12 @@ def bench_sampler(runner: ModelRunner, batch: int, iters: int) -> float:
                             orpheus.CODEBOOK_SIZE, orpheus.TOKENS_PER_FRAME)
 
     if not runner.use_graphs:
-        return _time_ms(run, iters)
+        return median_ms(run, iters)
     run()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         run()
-    return _time_ms(graph.replay, iters)
+    return median_ms(graph.replay, iters)
 
 
 def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
@@ -210,7 +190,7 @@ def bench_codec(device: str, batches: list[int], iters: int) -> list[dict]:
             for mode, fn in (("eager", codec.decode), ("graph", graphs.decode)):
                 if mode == "graph" and device != "cuda":
                     continue
-                ms = _time_ms(lambda: fn(frames, start), iters)
+                ms = median_ms(lambda: fn(frames, start), iters)
                 rows.append({"chunk": kind, "mode": mode, "codec_batch": batch, "frames_emitted": emit,
                              "frames_decoded": window, "chunk_ms": round(ms, 3),
                              "ms_per_emitted_frame": round(ms / (batch * emit), 4),
@@ -287,7 +267,7 @@ def main() -> None:
                                 runner._decode_step(batch, length)
                     else:
                         step = runner._graphs[(batch, length)].replay
-                    ms = _time_ms(step, opts.iters)
+                    ms = median_ms(step, opts.iters)
                     rows.append({"batch": batch, "context": context, "mode": mode, "step_ms": round(ms, 3),
                                  "floor_ms": round(floor_ms, 3), "gpu": gpu, "attn_len": length,
                                  "tokens_per_s": round(1000 * batch / ms, 1), "realtime": ms <= 1000 / TOKENS_PER_S,

@@ -30,7 +30,7 @@ from engine.request import Request
 from engine.lm_spec import LMSpec
 from engine.runner import LMParts, Runner
 from engine.types import ChunkOut
-from models.context import Context, reset_context, set_context
+from models.context import Context, additive, reset_context, set_context
 from models.sampling import pick_audio_tokens
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,6 @@ class RunnerConfig:
 
     def __post_init__(self) -> None:
         assert self.max_seq_len >= 2 and self.attn_block >= 1 and self.max_codec_batch >= 1
-
-
-def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """bool mask (True = visible) -> 0 / -inf in `dtype`, what attention adds to its scores."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 def buckets(limit: int, small: tuple[int, ...] = (1, 2, 4, 8), every: int = 16) -> list[int]:

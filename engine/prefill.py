@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from engine.request import Request
-from models.context import Context, reset_context, set_context
+from models.context import Context, additive, reset_context, set_context
 
 if TYPE_CHECKING:
     from engine.model_runner import ModelRunner
@@ -48,8 +48,6 @@ def inputs(runner: ModelRunner, requests: Sequence[Request], tokens: int, prompt
 
 def step(runner: ModelRunner, x: dict[str, torch.Tensor]) -> None:
     """Reset the prompts' state rows, one forward, sample the first tokens into x["out"]."""
-    from engine.model_runner import additive
-
     rows = x["prompt_rows"]
     runner.seen.index_fill_(0, rows, False)  # the audio head's tokens seen so far: none yet
     runner.steps.index_fill_(0, rows, 0)

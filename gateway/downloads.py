@@ -18,7 +18,8 @@ Layout under `data_dir`:
 One `Download` per model at a time: a second request for the same model gets the running
 one. Progress events go to every `subscribe()`r and `downloads()` returns the same data
 for polling. Cancelling removes the partial files; stopping the server keeps them.
-`remove()` forgets an ended download (and deletes what a failed one kept).
+`remove()` forgets an ended download (and deletes what a failed one kept). Each file's
+transfer (resume, retries, verification) is gateway/transfer.py's `FileFetcher`.
 """
 
 from __future__ import annotations
@@ -30,16 +31,15 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, BinaryIO, Callable
+from typing import Any, Awaitable, Callable
 
 import httpx
 
-from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogFile, CatalogModel, local_base, resolve
+from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogModel, local_base
 from gateway.download import FINAL_STATES, Download, DownloadError, DownloadState
-from gateway.partials import (
-    Hasher, discard, fsync, fsync_dir, part_size, read_meta, truncate, write_meta,
-)
+from gateway.partials import fsync_dir, part_size
 from gateway.pubsub import Broker, Subscription
+from gateway.transfer import FileFetcher
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,6 @@ IsRegistered = Callable[[str], Awaitable[bool]]
 CHUNK_BYTES = 1 << 16
 IN_PROGRESS = ".in-progress"  # in downloads/<model_id>/: this download was running
 MAX_FINISHED = 50  # finished downloads kept for polling
-
-
-class _Retry(Exception):
-    """A transient failure: try again from what is on disk."""
 
 
 class DownloadManager:
@@ -78,16 +74,15 @@ class DownloadManager:
         self._register = register
         self._is_registered = is_registered
         self._token = token
-        self.max_retries = max_retries
-        self.retry_backoff_s = retry_backoff_s
         self.min_free_disk_bytes = min_free_disk_bytes
         self.progress_interval_s = progress_interval_s
-        self.chunk_bytes = chunk_bytes
         self._timeout = httpx.Timeout(http_timeout_s, connect=min(10.0, http_timeout_s))
         self._client: httpx.AsyncClient | None = None
         self._active: dict[str, Download] = {}  # model_id -> running download
         self._all: dict[str, Download] = {}  # download_id -> download, newest last
         self.events = Broker()
+        self._fetcher = FileFetcher(base_url, token, self._http, count=self._count, set_state=self._set_state,
+                                    max_retries=max_retries, retry_backoff_s=retry_backoff_s, chunk_bytes=chunk_bytes)
         self.downloads_dir.mkdir(parents=True, exist_ok=True)
         self.models_dir.mkdir(parents=True, exist_ok=True)
         self._sweep()
@@ -229,7 +224,7 @@ class DownloadManager:
             else:
                 await asyncio.to_thread(self._check_disk, download, work)
                 for f in model.files:
-                    await self._fetch(download, f, work / (f.dest + ".part"))
+                    await self._fetcher.fetch(download, f, work)
                 self._set_state(download, DownloadState.INSTALLING)
                 download.current_file = None
                 await self._install(download, work)
@@ -281,158 +276,6 @@ class DownloadManager:
                 "insufficient_disk",
                 f"installing {download.model_id!r} needs {needed / 1e6:.1f} MB more and must leave "
                 f"{self.min_free_disk_bytes / 1e6:.1f} MB free; {free / 1e6:.1f} MB are free in {work}", 507)
-
-    async def _fetch(self, download: Download, f: CatalogFile, part: Path) -> None:
-        """Bring `part` to the complete, verified content of `f`."""
-        download.current_file = f.dest
-        self._set_state(download, DownloadState.DOWNLOADING)
-        part.parent.mkdir(parents=True, exist_ok=True)
-        source = resolve(self.base_url, f)
-        hasher = Hasher()
-        failures = 0
-        while True:
-            download.num_attempts += 1
-            try:
-                if isinstance(source, Path):
-                    total = await self._copy(download, f, source, part, hasher)
-                else:
-                    total = await self._get(download, f, source, part, hasher)
-                break
-            except _Retry as reason:
-                failures += 1
-                if failures > self.max_retries:
-                    work = self.downloads_dir / download.model_id
-                    kept = sum(part_size(work / (g.dest + ".part")) for g in download.model.files)
-                    resume = (f"; the {kept} bytes received so far are kept: install it again to resume"
-                              if kept else "")
-                    hint = ("" if kept or isinstance(source, Path) else
-                            f"; if this machine cannot reach {self.base_url}, set "
-                            "download_base_url (VOXGATE_DOWNLOAD_BASE_URL) to a mirror or a local folder")
-                    raise DownloadError("download_failed", f"{f.dest}: {reason} (gave up after "
-                                        f"{failures} attempts{resume}{hint})")
-                log.info("download of %s/%s interrupted (%s), resuming in %.1fs",
-                         download.model_id, f.dest, reason, self.retry_backoff_s * failures)
-                await asyncio.sleep(self.retry_backoff_s * failures)
-        await self._verify(download, f, part, hasher, total)
-
-    async def _get(self, download: Download, f: CatalogFile, url: str, part: Path, hasher: Hasher) -> int:
-        meta = read_meta(part, url)
-        offset = part_size(part)
-        known_total = meta.get("total")
-        if isinstance(known_total, int) and offset > known_total:  # cannot be right: start over
-            truncate(part)
-            hasher.reset()
-            offset = 0
-        if offset and offset == known_total:
-            await hasher.catch_up(part, offset)
-            return offset  # complete before the interruption
-        headers = {"Accept-Encoding": "identity"}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
-            validator = meta.get("etag") or meta.get("last_modified")
-            if validator:
-                headers["If-Range"] = validator
-        if download.model.gated and self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        client = self._http()
-        try:
-            async with client.stream("GET", url, headers=headers) as response:
-                status = response.status_code
-                if status == 416 and offset:  # asked past the end: our partial is suspicious
-                    truncate(part)
-                    raise _Retry("the server refused the range; starting this file over")
-                if status in (401, 403):
-                    raise DownloadError(
-                        "auth_required", f"{url} answered {status}: this model is gated or needs an access "
-                        "token (set `download_token` or VOXGATE_DOWNLOAD_TOKEN, and accept the licence on the "
-                        "model's page)", 502)
-                if status == 404:
-                    raise DownloadError("not_found", f"{url} was not found (404); check the base URL", 502)
-                if status == 429 or status >= 500:
-                    raise _Retry(f"{url} answered {status}")
-                if status not in (200, 206):
-                    raise DownloadError("download_failed", f"{url} answered {status}", 502)
-                start, total = _content_range(response, status)
-                if start != offset:  # 200 to a Range request, or If-Range saw a changed file
-                    if start != 0:
-                        raise DownloadError("download_failed", f"{url} sent bytes from {start}, asked {offset}")
-                    log.info("%s: server sent the whole file, starting over", f.dest)
-                    offset = 0
-                    hasher.reset()
-                    truncate(part)
-                write_meta(part, {"source": url, "etag": response.headers.get("etag"),
-                                   "last_modified": response.headers.get("last-modified"), "total": total})
-                if total is not None:
-                    download._total[f.dest] = total
-                await hasher.catch_up(part, offset)
-                # No chunk_size: httpx would hold back a partial chunk and lose it on a cut.
-                written = await self._receive(download, f, response.aiter_raw(), part, offset, hasher)
-        except (httpx.TransportError, httpx.StreamError) as error:
-            raise _Retry(f"{type(error).__name__}: {error}") from error
-        if total is not None and written != total:
-            raise _Retry(f"connection closed at {written} of {total} bytes")
-        return written
-
-    async def _copy(self, download: Download, f: CatalogFile, source: Path, part: Path, hasher: Hasher) -> int:
-        try:
-            stat = source.stat()
-        except FileNotFoundError:
-            raise DownloadError("not_found", f"{source} does not exist; check the base folder", 502) from None
-        meta = read_meta(part, str(source))
-        offset = part_size(part)
-        if meta.get("mtime_ns") != stat.st_mtime_ns or offset > stat.st_size:
-            offset = 0
-            hasher.reset()
-            truncate(part)
-        write_meta(part, {"source": str(source), "mtime_ns": stat.st_mtime_ns, "total": stat.st_size})
-        download._total[f.dest] = stat.st_size
-        await hasher.catch_up(part, offset)
-        with open(source, "rb") as src:
-            src.seek(offset)
-
-            async def chunks() -> AsyncIterator[bytes]:
-                while data := await asyncio.to_thread(src.read, self.chunk_bytes):
-                    yield data
-
-            return await self._receive(download, f, chunks(), part, offset, hasher)
-
-    async def _receive(self, download: Download, f: CatalogFile, chunks: AsyncIterator[bytes], part: Path,
-                       offset: int, hasher: Hasher) -> int:
-        """Append `chunks` to `part` from `offset`; returns the file's size after."""
-        download._done[f.dest] = offset
-        with open(part, "r+b" if part.exists() else "wb") as out:
-            out.seek(offset)
-            out.truncate()
-            try:
-                async for data in chunks:
-                    # Off the event loop: a long download fills the page cache and writes
-                    # then block for a while, which would stall every stream being served.
-                    await asyncio.to_thread(_write_and_hash, out, hasher, data)
-                    offset += len(data)
-                    download._done[f.dest] = offset
-                    self._count(download, len(data))
-            finally:
-                out.flush()  # what was received survives a kill of this process
-        return offset
-
-    async def _verify(self, download: Download, f: CatalogFile, part: Path, hasher: Hasher, size: int) -> None:
-        self._set_state(download, DownloadState.VERIFYING)
-        if not f.size_is_approximate and size != f.size_bytes:
-            discard(part)
-            download._done[f.dest] = 0
-            raise DownloadError("size_mismatch", f"{f.dest} has {size} bytes, the catalog says {f.size_bytes}; "
-                                "the file was discarded")
-        await hasher.catch_up(part, size)
-        digest = hasher.hexdigest()
-        if f.sha256 is not None and digest != f.sha256:
-            discard(part)
-            download._done[f.dest] = 0
-            raise DownloadError("hash_mismatch", f"{f.dest} is corrupt: SHA-256 {digest} differs from the "
-                                f"catalog's {f.sha256}; the file was discarded")
-        if f.sha256 is None:
-            log.info("%s/%s has no published SHA-256; accepted by size (%d bytes, sha256 %s)",
-                     download.model_id, f.dest, size, digest)
-        await asyncio.to_thread(fsync, part)
 
     async def _install(self, download: Download, work: Path) -> Path:
         """Move the verified files into `models/<id>/` in one rename.
@@ -524,21 +367,6 @@ class DownloadManager:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _content_range(response: httpx.Response, status: int) -> tuple[int, int | None]:
-    """(first byte, total size or None) of a 200 or 206 response."""
-    if status == 206:
-        value = response.headers.get("content-range", "")
-        try:
-            unit, rest = value.split(" ", 1)
-            span, total = rest.split("/", 1)
-            start = int(span.split("-", 1)[0])
-            return start, None if total == "*" else int(total)
-        except ValueError:
-            raise DownloadError("download_failed", f"bad Content-Range {value!r}") from None
-    length = response.headers.get("content-length")
-    return 0, int(length) if length and length.isdigit() else None
-
-
 def _is_complete(model: CatalogModel, folder: Path) -> bool:
     """Whether `folder` holds every file of `model` at its catalog size (verified before the move)."""
     if not folder.is_dir():
@@ -548,8 +376,3 @@ def _is_complete(model: CatalogModel, folder: Path) -> bool:
         if not path.is_file() or (not f.size_is_approximate and path.stat().st_size != f.size_bytes):
             return False
     return True
-
-
-def _write_and_hash(out: BinaryIO, hasher: Hasher, data: bytes) -> None:
-    out.write(data)
-    hasher.update(data)

@@ -34,6 +34,12 @@ class Context:
     attn_len: int = 0
 
 
+def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool mask (True = visible) -> 0 / -inf in `dtype`, what attention adds to its scores
+    (`Context.mask`)."""
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
+
+
 _CONTEXT: Context | None = None
 
 

@@ -19,15 +19,11 @@ from typing import Any
 
 import torch
 
-from models.context import Context, reset_context, set_context
+from models.context import Context, additive, reset_context, set_context
 from models.qwen3_tts_prompt import Prompt
 from models.qwen3_tts_talker import Talker
 
 MIN_FRAMES = 2  # qwen-tts passes min_new_tokens=2: the stop id is masked for the first two
-
-
-def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
 def allocate_kv_cache(talker: Talker, max_seq_len: int) -> torch.Tensor:
@@ -61,7 +57,7 @@ def generate_frames(talker: Talker, prompt: Prompt, max_frames: int) -> torch.Te
     positions = torch.arange(length, device=device)
     causal = positions[None, :] <= positions[:, None]
     set_context(Context(True, torch.zeros(length, dtype=torch.int64, device=device), positions,
-                        _additive(causal[None, None], dtype)))
+                        additive(causal[None, None], dtype)))
     try:
         hidden = talker(prompt.prefill, positions)[-1:]
     finally:
@@ -78,7 +74,7 @@ def generate_frames(talker: Talker, prompt: Prompt, max_frames: int) -> torch.Te
         position = torch.tensor([length + step], device=device)
         visible = torch.arange(length + step + 1, device=device) <= position
         set_context(Context(False, torch.zeros(1, dtype=torch.int64, device=device), position,
-                            _additive(visible[None, None, None], dtype), length + step + 1))
+                            additive(visible[None, None, None], dtype), length + step + 1))
         try:
             hidden = talker(summed + prompt.text_row(step)[None], position)
         finally:

@@ -70,7 +70,9 @@ def test_stats_stop_showing_a_cancelled_request() -> None:
     async def go(engine: Engine) -> dict[str, Any]:
         stream = engine.submit(spec("r1", frames=2000))
         await stream.__anext__()
-        await asyncio.sleep(0.3)  # the snapshot (refreshed every 0.25 s while working) shows it running
+        deadline = time.monotonic() + 5  # the snapshot (refreshed every 0.25 s while working) shows it running
+        while engine.stats()["models"]["sim"]["running"] != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         assert engine.stats()["models"]["sim"]["running"] == 1
         engine.cancel("r1")
         with pytest.raises(Cancelled):

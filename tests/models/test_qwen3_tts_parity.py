@@ -62,7 +62,8 @@ def test_text_tokenizer_matches_transformers_qwen2(qwen3_tts_tiny: Path, ours: q
 
 
 def test_talker_logits_match_reference(ours: qwen3_tts.Qwen3TTS, reference: Any) -> None:
-    from models.qwen3_tts_generate import _additive, allocate_kv_cache
+    from models.context import additive
+    from models.qwen3_tts_generate import allocate_kv_cache
     from models.context import Context, reset_context, set_context
 
     talker, length, steps = ours.talker, 9, 4
@@ -73,14 +74,14 @@ def test_talker_logits_match_reference(ours: qwen3_tts.Qwen3TTS, reference: Any)
     allocate_kv_cache(talker, 32)
     positions = torch.arange(length)
     set_context(Context(True, torch.zeros(length, dtype=torch.int64), positions,
-                        _additive((positions[None] <= positions[:, None])[None, None], torch.float32)))
+                        additive((positions[None] <= positions[:, None])[None, None], torch.float32)))
     rows = [talker.compute_logits(talker(embeds[:length], positions))]
     reset_context()
     for step in range(steps):  # decode steps through the KV cache
         position = torch.tensor([length + step])
         visible = torch.arange(length + step + 1) <= position
         set_context(Context(False, torch.zeros(1, dtype=torch.int64), position,
-                            _additive(visible[None, None, None], torch.float32), length + step + 1))
+                            additive(visible[None, None, None], torch.float32), length + step + 1))
         rows.append(talker.compute_logits(talker(embeds[length + step:length + step + 1], position)))
         reset_context()
     torch.testing.assert_close(torch.cat(rows), expected, atol=1e-4, rtol=1e-4)
