@@ -132,6 +132,8 @@ def test_bad_import_and_export_errors_show_in_the_page(server: LiveServer, page:
     page.get_by_role("button", name="Export").click()
     page.locator("#e-status[data-kind='error']").wait_for()
     assert "no passages" in page.inner_text("#e-status")
-    page.goto(f"{server.url}/projects/prj-000000000000")
-    page.locator("#p-status[data-kind='error']").wait_for()
-    assert "no project" in page.inner_text("#p-status")
+    missing = page.goto(f"{server.url}/projects/prj-000000000000")  # the site's 404 page
+    assert missing is not None and missing.status == 404
+    assert "no project 'prj-000000000000'" in page.inner_text("main")
+    page.get_by_role("link", name="All projects").click()
+    page.wait_for_url(f"{server.url}/projects")
