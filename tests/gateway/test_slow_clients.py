@@ -39,28 +39,9 @@ def wait_unpinned(live: LiveServer, timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
-def test_a_websocket_client_that_stops_reading_is_closed_with_a_reason(strict: LiveServer) -> None:
-    sock = small_socket(strict)
-    # max_queue=1: the client library stops reading the socket once one message waits unread.
-    with connect(f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}/v1/realtime", sock=sock, max_queue=1) as ws:
-        ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 48000}}))
-        ws.send(json.dumps({"type": "text.append", "text": LONG_TEXT}))
-        ws.send(json.dumps({"type": "text.flush"}))
-        deadline = time.monotonic() + 60
-        while strict.app_state.engine.num_requests() == 0:  # speaking
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert strict.wait_idle(60) == 0  # ... then the server gives up on us, and cancels the request
-        with pytest.raises(ConnectionClosed) as closed:  # reading again at once: the audio, then why
-            while True:
-                ws.recv(timeout=30)
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
-    assert "read nothing" in closed.value.rcvd.reason
-    wait_unpinned(strict)
-    assert strict.app_state.metrics.open_sessions() == 0
-
-
-VENDOR_SOCKETS = [  # (path, the messages that start a long answer)
+SOCKETS = [  # (path, the messages that start a long answer): ours and the vendors'
+    ("/v1/realtime", [{"type": "session.update", "session": {"sample_rate": 48000}},
+                      {"type": "text.append", "text": LONG_TEXT}, {"type": "text.flush"}]),
     ("/v1/text-to-speech/v/multi-stream-input?output_format=pcm_48000",
      [{"text": LONG_TEXT, "context_id": "c", "flush": True}]),
     ("/tts/websocket", [{"context_id": "c", "transcript": LONG_TEXT, "continue": False, "model_id": "sonic-3",
@@ -68,10 +49,11 @@ VENDOR_SOCKETS = [  # (path, the messages that start a long answer)
 ]
 
 
-@pytest.mark.parametrize("path, messages", VENDOR_SOCKETS, ids=["elevenlabs", "cartesia"])
-def test_a_vendor_websocket_client_that_stops_reading_is_closed(strict: LiveServer, path: str,
-                                                                 messages: list[dict[str, object]]) -> None:
+@pytest.mark.parametrize("path, messages", SOCKETS, ids=["realtime", "elevenlabs", "cartesia"])
+def test_a_websocket_client_that_stops_reading_is_closed_with_a_reason(strict: LiveServer, path: str,
+                                                                        messages: list[dict[str, object]]) -> None:
     sock = small_socket(strict)
+    # max_queue=1: the client library stops reading the socket once one message waits unread.
     with connect(f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}{path}", sock=sock, max_queue=1) as ws:
         for message in messages:
             ws.send(json.dumps(message))
@@ -79,8 +61,8 @@ def test_a_vendor_websocket_client_that_stops_reading_is_closed(strict: LiveServ
         while strict.app_state.engine.num_requests() == 0:  # speaking
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert strict.wait_idle(60) == 0  # the server gave up on us and cancelled the request
-        with pytest.raises(ConnectionClosed) as closed:
+        assert strict.wait_idle(60) == 0  # ... then the server gives up on us, and cancels the request
+        with pytest.raises(ConnectionClosed) as closed:  # reading again at once: the audio, then why
             while True:
                 ws.recv(timeout=30)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
