@@ -18,107 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from engine.engine import Engine
 from engine.runner import Runner
-from engine.types import EngineError, Overloaded, UnknownModel
+from engine.types import EngineError, UnknownModel
 from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, Lookup, ModelSpec, folder_size, free_memory_bytes, \
     library_lookup, load_runner
+from gateway.resident import (
+    SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
+)
 
 log = logging.getLogger(__name__)
 
 MB = 1 << 20
-
-
-class ServerBusy(Overloaded):
-    code = "server_busy"
-
-
-class InsufficientMemory(Overloaded):
-    code = "insufficient_memory"
-
-
-class ModelBusy(EngineError):
-    code = "model_busy"
-    status = 409
-
-
-class LoadFailed(EngineError):
-    code = "model_load_failed"
-    status = 503
-
-
-class ShuttingDown(EngineError):
-    """The server is stopping: a request still waiting for its model's load gives up."""
-    code = "shutting_down"
-    status = 503
-
-
-# A Lease dropped unheld (`await residency.acquire(m)` with the result ignored, then
-# `engine.submit`) keeps its model busy this long: the engine counts a submitted request
-# only once its thread has read it, and an eviction must not come in between.
-SUBMIT_GRACE_S = 1.0
-
-
-class ResidentState(enum.StrEnum):
-    LOADING = "loading"
-    LOADED = "loaded"
-    UNLOADING = "unloading"
-
-
-@dataclass(eq=False)
-class Resident:
-    spec: ModelSpec
-    footprint_bytes: int  # estimated before loading, runner.memory_bytes() after
-    state: ResidentState = ResidentState.LOADING
-    runner: Runner | None = None
-    error: BaseException | None = None
-    num_leases: int = 0
-    last_used_s: float = 0.0
-    grace_until_s: float = float("-inf")  # busy until then (see SUBMIT_GRACE_S)
-    loaded_s: float | None = None
-    load_seconds: float | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def model_id(self) -> str:
-        return self.spec.model_id
-
-
-class Lease:
-    """Keeps a model resident while held. Release it when the request's stream ends."""
-
-    def __init__(self, residency: Residency, resident: Resident) -> None:
-        self._residency = residency
-        self._resident: Resident | None = resident
-        self.model_id = resident.model_id
-        assert resident.runner is not None
-        self.runner: Runner = resident.runner
-
-    def release(self, grace: bool = False) -> None:
-        if self._resident is not None:
-            self._residency._release(self._resident, grace)
-            self._resident = None
-
-    async def __aenter__(self) -> Lease:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-    def __del__(self) -> None:  # a dropped lease must not pin its model forever
-        if self._resident is not None:
-            try:
-                self.release(grace=True)
-            except RuntimeError:  # event loop already closed
-                pass
 
 
 class Residency:
@@ -250,7 +167,7 @@ class Residency:
             if resident is not None and resident.state is ResidentState.LOADED:
                 resident.num_leases += 1
                 resident.last_used_s = time.monotonic()
-                return Lease(self, resident)
+                return Lease(self._release, resident)
             if resident is not None and resident.state is ResidentState.LOADING:
                 await self._until_ready(resident)  # loads are not cut short by the busy timeout
                 if resident.error is not None:

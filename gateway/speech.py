@@ -32,7 +32,7 @@ from starlette.requests import Request
 from engine.types import AudioChunk, EngineError, InvalidInput
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
 from gateway.errors import ApiError, error_body, read_json
-from gateway.residency import Lease
+from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare

@@ -43,7 +43,7 @@ from engine.types import EngineError, SpeechRequest, WordTiming
 from gateway.audio import Resampler
 from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError
-from gateway.residency import Lease
+from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import request_chars
 from gateway.text import Item, Pause

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from engine.types import AudioChunk, InvalidInput, WordTiming
 from gateway.audio import Resampler, StreamEncoder
-from gateway.residency import Lease
+from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare

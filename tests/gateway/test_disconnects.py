@@ -20,7 +20,7 @@ from engine.engine import AudioStream
 from engine.request import Request
 from gateway.connection import Connection
 from gateway.realtime import Session
-from gateway.residency import Lease
+from gateway.resident import Lease
 from gateway.stitch import Stitched
 from gateway.text_feed import TextFeed
 from gateway.utterance import UtteranceStream

