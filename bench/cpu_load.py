@@ -227,7 +227,7 @@ def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(opts.port),
                                "--data-dir", str(folder)], stdout=(folder / "server.log").open("wb"),
                               stderr=subprocess.STDOUT, env=env)
-    record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs",
+    record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs", "gpu": None,
                     "load_average_before": load_average(), "offload": offload,
                     "raw": {"rtf": round(rtf, 4), "mean_audio_s": round(mean_audio_s, 2),
                             "limit_per_s": round(limit, 3), "other_cpu_cores": raw_other_cores, **raw_quiet}}

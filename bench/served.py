@@ -63,6 +63,7 @@ def serve_and_run(run: Callable[[str, int], Awaitable[dict[str, Any]]], **settin
         proc, url = start_server(Path(data), **settings)
         try:
             return {"command": " ".join(["python", *sys.argv]), "cpus": os.cpu_count(),
+                    "machine": f"{os.cpu_count()} CPUs, no GPU (CPU-only server)", "gpu": None,
                     **asyncio.run(run(url, proc.pid))}
         finally:
             proc.terminate()
