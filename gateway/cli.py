@@ -55,7 +55,10 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
-    Server(create_app(settings), settings).run()
+    try:
+        Server(create_app(settings), settings).run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down cleanly, then re-raises the signal
+        return 130
     return 0
 
 
