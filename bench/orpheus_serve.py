@@ -35,7 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.workload import (  # noqa: E402
-    TTFA_SLO_MS, WORKLOAD, Listener, audio_frames, load_texts, serve_wave, summarize)
+    TTFA_SLO_MS, WORKLOAD, Listener, audio_frames, load_texts, percentile, serve_wave, summarize)
+from bench.host_breakdown import Breakdown  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
@@ -106,11 +107,13 @@ async def _client(engine: Engine, request: SpeechRequest, delay_s: float) -> Lis
 
 
 async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str]], seed: int,
-                   cost: CostModel) -> dict:
+                   cost: CostModel, breakdown: bool = False) -> dict:
+    """One wave; `breakdown`: time the step's parts (bench/host_breakdown.py)."""
     engine = Engine(EngineConfig(policy=policy, max_waiting=4 * len(wave) + 64))
     engine.start()
     lanes = runner.lanes if engine.config.uses("lanes") else {}  # as Engine.attach does
     core = EngineCore(runner, engine.config, cost, lanes=lanes)
+    parts = Breakdown(core) if breakdown else None
     engine.attach(MODEL_ID, runner, core).result()
     requests = [SpeechRequest(f"{policy}-{len(wave)}-{i}", MODEL_ID, (text,), "tara",
                               options={"force_tokens": audio_tokens(text), "seed": seed + i})
@@ -122,12 +125,15 @@ async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str
     steps = runner.num_decode_steps - steps0
     engine.detach(MODEL_ID).result()
     engine.stop()
-    return {"policy": policy, "sessions": len(wave), **summarize(list(listeners), wall_s),
+    return {"policy": policy, "sessions": len(wave), "switch_interval_s": sys.getswitchinterval(),
+            **summarize(list(listeners), wall_s),
             "requests_with_stall": sum(x.stalls > 0 for x in listeners),
             "stall_ms_total": round(sum(x.stall_ms for x in listeners), 1),
             "audio_s": round(sum(x.audio_ms for x in listeners) / 1000, 1), "wall_s": round(wall_s, 2),
             "decode_steps": steps, "ms_per_step": round(1000 * wall_s / max(1, steps), 2),
-            "host_ms_p50": round(statistics.median(core.host_ms), 4) if core.host_ms else None}
+            "host_ms_p50": round(statistics.median(core.host_ms), 4) if core.host_ms else None,
+            "host_ms_p90": round(percentile(list(core.host_ms), 0.9), 4) if core.host_ms else None,
+            **({"breakdown": parts.summary()} if parts is not None else {})}
 
 
 def main() -> None:
@@ -152,7 +158,16 @@ def main() -> None:
     parser.add_argument("--requests", default="", help="requests per wave, one per --sessions entry (default: N)")
     parser.add_argument("--lanes-out", default="", help="first profile the GPU lanes' SM splits (bench/lanes_profile.py)")
     parser.add_argument("--max-running", type=int, default=0, help="KV slots (default: the largest N)")
+    parser.add_argument("--host-variants", type=int, default=0, help="issue 9: after the waves, edf at the first "
+                        "N again: plain, with a 0.2 ms GIL switch interval, with the step's parts timed "
+                        "(bench/host_breakdown.py), plain")
+    parser.add_argument("--cuda-sync", default="", choices=["", "spin", "yield", "blocking"],
+                        help="the CUDA context's host-wait mode (cuDevicePrimaryCtxSetFlags, before CUDA starts)")
     opts = parser.parse_args()
+    if opts.cuda_sync:
+        from bench.cuda_sync import set_sync_mode
+
+        set_sync_mode(opts.cuda_sync)
     opts.sessions = [int(n) for n in opts.sessions.split(",")]
     counts = [int(n) for n in opts.requests.split(",")] if opts.requests else [0] * len(opts.sessions)
     gpu = torch.cuda.get_device_name() if opts.device == "cuda" else "cpu"
@@ -171,6 +186,7 @@ def main() -> None:
     warm = [(0.0, t) for t in rng.sample(texts, 2)]
     asyncio.run(run_wave(runner, "edf", warm, opts.seed, CostModel()))  # warm-up
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
+              "cuda_sync": opts.cuda_sync or "default",
               "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton), "arrival": opts.arrival,
               "max_chars": opts.max_chars, "ttfa_slo_ms": TTFA_SLO_MS, "rows": [], "max_sessions_90": {}}
     policies = opts.policies.split(",")
@@ -183,6 +199,16 @@ def main() -> None:
             record["rows"].append(row)
             print(json.dumps(row), flush=True)
             Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(opts.out).write_text(json.dumps(record, indent=1))
+    if opts.host_variants:
+        wave = serve_wave(texts, opts.sessions[0], opts.seed, opts.arrival, counts[0])
+        default_interval = sys.getswitchinterval()
+        for variant in ("plain", "switch_0.2ms", "breakdown", "plain"):
+            sys.setswitchinterval(0.0002 if variant == "switch_0.2ms" else default_interval)
+            row = asyncio.run(run_wave(runner, "edf", wave, opts.seed, learned["edf"], breakdown=variant == "breakdown"))
+            sys.setswitchinterval(default_interval)
+            record.setdefault("host_variants", []).append({"variant": variant, **row})
+            print(variant, json.dumps(row), flush=True)
             Path(opts.out).write_text(json.dumps(record, indent=1))
     for policy in opts.policies.split(","):
         good = [r["sessions"] for r in record["rows"] if r["policy"] == policy and r["attainment"] >= 0.9]

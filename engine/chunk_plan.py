@@ -57,18 +57,14 @@ class Window(NamedTuple):  # a tuple: cheap to make, one or two per request and 
 class ChunkPlan:
     """One request's stream: frames that exist, frames emitted as audio, chunks sent."""
 
-    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done", "ready_at")
+    __slots__ = ("shape", "num_frames", "num_emitted", "num_chunks", "is_final", "is_done", "ready_at", "early_at",
+                 "window_frames")
 
     def __init__(self, shape: ChunkShape, num_frames: int = 0, is_final: bool = False) -> None:
         self.shape, self.num_frames, self.is_final = shape, num_frames, is_final  # frames so far; no more to come
         self.num_emitted = self.num_chunks = 0  # frames already turned into audio; chunks sent
         self.is_done = False  # the last chunk went out
-        self.ready_at = self.frames_needed()  # as of the last advance: a cheap "no planned chunk yet"
-
-    def frames_needed(self) -> int:
-        """Frames that must exist before the planned next chunk can be decoded."""
-        size, right = self.shape.chunk(self.num_chunks)
-        return self.num_emitted + size + right
+        self._set_marks()  # ready_at, early_at, window_frames: set again at each advance
 
     def next_window(self, early: bool = False) -> Window | None:
         """The next chunk to decode, or None if it must wait for more frames; `early`: if the
@@ -92,4 +88,11 @@ class ChunkPlan:
         self.num_emitted = window.emit_to
         self.num_chunks += 1
         self.is_done = window.is_last
-        self.ready_at = self.frames_needed()
+        self._set_marks()
+
+    def _set_marks(self) -> None:
+        """Frames that must exist before the planned next chunk, and an early one; the planned window's size."""
+        (size, right), context = self.shape.chunk(self.num_chunks), self.shape.context_frames
+        self.ready_at = self.num_emitted + size + right
+        self.early_at = self.num_emitted + right + 1  # one frame with its right context
+        self.window_frames = size + context * (1 + (self.num_emitted > 0))  # (the cost model's codec size)

@@ -69,6 +69,7 @@ class EngineCore:
         request = self.scheduler.get(request_id)
         if request is not None:
             request.clock.on_report(at_s, played_ms, playing)
+            self.scheduler.watch[request] = None  # its deadline moved
 
     def fail_all(self, error: EngineError) -> list[Output]:
         """End every request with `error` (the model is going away, or its runner broke)."""

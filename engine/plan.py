@@ -33,7 +33,8 @@ class Plan:
 
 
 class TokenOut(NamedTuple):
-    """One sampled token of `request`; `is_stopped`: the device saw a stop token or max_tokens."""
+    """One sampled token of `request`; `is_stopped`: the device saw a stop token (set for every one:
+    a token without it is audio) or max_tokens."""
 
     request: Request
     token: int

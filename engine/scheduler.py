@@ -7,9 +7,8 @@ running chunk late; first chunks and chunks with slack under `urgent_slack_ms` a
 the rest wait for `codec_batch`, a near deadline or an idle backbone; a stream about to run
 dry takes an *early* chunk. `fifo`, the baseline: arrival order, none of that. Both pause a
 request whose audio is not read (`max_unread_ms`) and refuse one whose first audio is
-predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) the
-longest context is kept as tokens arrive; slack only for deadlines that are near (`_far_s`).
-"""
+predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) no scan
+for the longest request or unread audio; slack only for near deadlines (`_far_s`)."""
 
 from __future__ import annotations
 
@@ -36,15 +35,16 @@ class Scheduler:
         self.sample_rate = runner.sample_rate
         self.max_prefill_defer_ms, self.max_prefill_tokens = config.max_prefill_defer_ms, config.max_prefill_tokens
         self.max_predicted_ttfa_ms, self.max_unread_ms = config.max_predicted_ttfa_ms, config.max_unread_ms
-        self.kv = KVSlots(runner.max_running, runner.max_seq_len) if lm is not None else None
-        self.cost = cost
+        self.kv, self.cost = KVSlots(runner.max_running, runner.max_seq_len) if lm is not None else None, cost
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
         self.num_deferred = self.num_refused = 0  # prefills deferred (iterations), requests refused: metrics
         self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
-        self._longest = 0  # the most KV positions a running request uses
-        # At most this many steps (a chunk's frames and right context, as frames are formed from
-        # tokens) and a window of at most this many frames stand between a speech LM's request and its chunk.
+        self._longest: Request | None = None  # the request using the most KV positions (stays so as all grow)
+        # Ordered sets (dicts: a fixed order): maybe paused (over max_unread_ms unread); chunk maybe due.
+        self._held: dict[Request, None] = {}
+        self.watch: dict[Request, None] = {}
+        # The most steps (a chunk's frames + right context, in tokens) and window frames before a chunk.
         shape = runner.spec.shape
         self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
         self._max_window = max(n for n, _ in shape.chunks) + 2 * shape.context_frames
@@ -58,7 +58,7 @@ class Scheduler:
         Overloaded (queue full, or first audio predicted later than `max_predicted_ttfa_ms`)."""
         if self.lm is not None and self.kv is not None:
             room = self.kv.max_seq_len - len(request.prepared.prompt_ids)
-            first_chunk = self.lm.tokens_per_frame * request.plan.frames_needed()
+            first_chunk = self.lm.tokens_per_frame * request.plan.ready_at
             sampling = request.prepared.sampling
             assert sampling is not None, "a speech-LM request needs sampling settings"
             wanted = sampling.force_tokens or sampling.max_tokens
@@ -87,28 +87,26 @@ class Scheduler:
             return None
         if self.running.pop(request_id, None) is None:
             self.waiting.remove(request)
-        elif request.num_tokens >= self._longest:
-            self._longest = max((r.num_tokens for r in self.running.values()), default=0)
+        elif request is self._longest:
+            self._longest = max(self.running.values(), key=lambda r: r.num_tokens, default=None)
         request.status = RequestStatus.FINISHED
+        self._held.pop(request, None)
+        self.watch.pop(request, None)
         if self.kv is not None:
             self.kv.free(request_id)
         return request
 
     def steps_to_chunk(self, request: Request) -> int:
         """Decode steps until the planned next chunk has its frames (0 when ready)."""
-        plan = request.plan
-        if self.lm is None or plan.is_final:
+        if self.lm is None or request.plan.is_final:
             return 0
-        steps = min(self.lm.tokens_per_frame * plan.frames_needed(), request.max_tokens) - len(request.tokens)
-        return steps if steps > 0 else 0
+        return max(0, min(self.lm.tokens_per_frame * request.plan.ready_at, request.max_tokens) - len(request.tokens))
 
     def _codec_est_ms(self, request: Request) -> float:
-        plan = request.plan
-        if self.lm is None:
-            units = request.prepared.units
-            return self.cost.codec_ms(1, len(units[min(plan.num_emitted, len(units) - 1)]))
-        frames = plan.shape.chunk(plan.num_chunks)[0] + plan.shape.context_frames * (1 + (plan.num_emitted > 0))
-        return self.cost.codec_ms(1, frames)
+        if self.lm is not None:
+            return self.cost.codec_ms(1, request.plan.window_frames)
+        units = request.prepared.units
+        return self.cost.codec_ms(1, len(units[min(request.plan.num_emitted, len(units) - 1)]))
 
     def slack_ms(self, request: Request, now: float) -> float:
         """deadline - now - time to produce its next chunk (ms); may be negative."""
@@ -143,9 +141,11 @@ class Scheduler:
         a speech LM's batch or a synthesiser's unit each; `shared`: urgent and background share them."""
         plan = Plan()
         if self.running:
-            self._step_ms = self.cost.step_ms(len(self.running), self._longest + 1)
+            self._step_ms = self.cost.step_ms(len(self.running), (self._longest.num_tokens if self._longest else 0) + 1)
         self._admit(now, plan)
-        held = {r for r in self.running.values() if r.unread_ms is not None and r.unread_ms() > self.max_unread_ms}
+        held = {r: None for r in self._held if r.unread_ms is not None and r.unread_ms() > self.max_unread_ms}
+        self.watch.update((r, None) for r in self._held if r not in held)  # read again: may go on
+        self._held = held
         if self.lm is not None:
             plan.decode = [r for r in self.running.values() if r.tokens and not r.is_stopped and r not in held]
         if urgent_slots != 0 or background_slots != 0:
@@ -194,36 +194,37 @@ class Scheduler:
     def _start(self, request: Request) -> None:
         request.status = RequestStatus.RUNNING
         self.running[request.request_id] = request
-        self._longest = max(self._longest, request.num_tokens)
+        if self._longest is None or request.num_tokens > self._longest.num_tokens:
+            self._longest = request
 
-    def _pick_codec(self, now: float, plan: Plan, held: set[Request]) -> None:
+    def _pick_codec(self, now: float, plan: Plan, held: dict[Request, None]) -> None:
         items, far, early, limit_ms = [], None, self.early, self.urgent_slack_ms
-        for request in self.running.values():
+        # Watched until nothing is due before its next frame (slack ~ constant while it decodes).
+        margin_ms = limit_ms + (self.lm.tokens_per_frame * self._step_ms + 1.0 if self.lm is not None else 0.0)
+        for request in list(self.watch) if self.lm is not None else self.running.values():
             if request.error is not None or request.in_flight or request in held:
                 continue
-            stream, window = request.plan, None
+            stream, window, near = request.plan, None, False
             if stream.is_final or stream.num_frames >= stream.ready_at:
                 window = stream.next_window()
-            if window is None and early:  # a short chunk on time beats a full chunk late
-                far = self._far_s(now, limit_ms) if far is None else far
-                if request.clock.due_s <= far and self.slack_ms(request, now) < limit_ms:
-                    window = stream.next_window(early=True)
+            elif early and stream.num_frames >= stream.early_at:  # a short chunk on time beats a full one late
+                far = self._far_s(now, margin_ms) if far is None else far
+                slack = self.slack_ms(request, now) if request.clock.due_s <= far else margin_ms
+                window, near = stream.next_window(early=True) if slack < limit_ms else None, slack < margin_ms
             if window is not None:
                 items.append(CodecItem(request, window))
+            elif not near:
+                self.watch.pop(request, None)
         if not items:
             return
         items.sort(key=(lambda i: i.request.deadline_s()) if self.by_deadline else (lambda i: i.request.spec.arrival_s))
         if not self.urgency:  # every ready chunk at once, no notion of urgency
             plan.background = items[: self.max_codec_batch]
             return
-        relaxed = []
+        relaxed: list[CodecItem] = []
         for item in items:
-            request = item.request
-            starts_audio = request.plan.num_chunks == 0 and request.spec.ahead_ms <= 0
-            if starts_audio or self.slack_ms(request, now) < self.urgent_slack_ms:
-                plan.urgent.append(item)
-            else:
-                relaxed.append(item)
+            first = item.request.plan.num_chunks == 0 and item.request.spec.ahead_ms <= 0  # nothing ahead of it
+            (plan.urgent if first or self.slack_ms(item.request, now) < limit_ms else relaxed).append(item)
         backbone_idle = not (plan.decode or plan.prefill)
         earliest_near = bool(relaxed) and self.slack_ms(relaxed[0].request, now) < 2 * self.urgent_slack_ms
         if relaxed and (backbone_idle or earliest_near or len(relaxed) >= self.codec_batch):
@@ -232,21 +233,19 @@ class Scheduler:
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 
     def postprocess_tokens(self, outs: Sequence[TokenOut]) -> list[Request]:
-        """Append tokens, assemble frames, stop; returns the requests a wrong-position token failed."""
+        """Append tokens, assemble frames, stop; returns the requests a wrong-position token failed.
+        Only a token flagged `is_stopped` can be a stop token (runners flag every one)."""
         lm = self.lm
         assert lm is not None
         failed, running = [], RequestStatus.RUNNING
-        stop_ids, tokens_per_frame, longest = lm.stop_token_ids, lm.tokens_per_frame, self._longest
+        stop_ids, tokens_per_frame = lm.stop_token_ids, lm.tokens_per_frame
         for request, token, device_stopped in outs:
             if request.status is not running or request.is_stopped:
                 continue  # cancelled meanwhile, or a row the device already masked
-            if token in stop_ids and not request.is_forced:
-                request.is_stopped = True
-            else:
+            if not (device_stopped and token in stop_ids and not request.is_forced):  # a stop token is no audio
                 tokens = request.tokens
                 tokens.append(token)
                 n = len(tokens)
-                longest = max(longest, n + len(request.prepared.prompt_ids))
                 if n % tokens_per_frame == 0:  # the frame is complete
                     try:
                         request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
@@ -256,10 +255,11 @@ class Scheduler:
                         failed.append(request)
                         continue
                     request.plan.num_frames += 1
-                request.is_stopped = device_stopped or n >= request.max_tokens
-            if request.is_stopped:
-                request.plan.is_final = True  # a trailing partial frame is dropped
-        self._longest = longest
+                    self.watch[request] = None
+                if not device_stopped and n < request.max_tokens:
+                    continue
+            request.is_stopped = request.plan.is_final = True  # a trailing partial frame is dropped
+            self.watch[request] = None
         return failed
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
@@ -275,8 +275,12 @@ class Scheduler:
                 sent.append((request.request_id, request.error))
                 continue
             request.plan.advance(item.window)
+            self.watch[request] = None
             if len(out.pcm) or item.window.is_last:
-                late_ms = request.clock.on_delivery(now, 1000.0 * len(out.pcm) / self.sample_rate)
+                duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
+                late_ms = request.clock.on_delivery(now, duration_ms)
+                if request.unread_ms is not None and request.unread_ms() + duration_ms > self.max_unread_ms:
+                    self._held[request] = None  # checked at each schedule until read
                 sent.append((request.request_id, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
                                                             self.sample_rate, item.window.is_last, late_ms, out.words)))
         return sent
