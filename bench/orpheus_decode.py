@@ -61,15 +61,17 @@ class _NoCodec:
 
 
 def make_runner(model: LlamaLM, slots: int, context: int, batches: list[int], eager: bool,
-                device: str, compile_layers: bool = False, triton_attention: bool = False) -> ModelRunner:
+                device: str, compile_layers: bool = False, triton_attention: bool = False, gemv: bool = False,
+                fp8: bool = False) -> ModelRunner:
+    """A runner over `model` (`gemv`, `fp8`: models/llama.py set_matmuls, which changes `model` itself)."""
     max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
     options = {"max_seq_len": max_seq_len, "enforce_eager": eager, "compile_layers": compile_layers,
-               "triton_attention": triton_attention, "attn_block": max_seq_len + 1, "graph_batches": tuple(batches)}
+               "triton_attention": triton_attention, "attn_block": max_seq_len + 1, "graph_batches": tuple(batches),
+               "gemv": gemv, "fp8": fp8}
     return ModelRunner("bench", LMParts(orpheus.make_spec(None), model, _NoCodec(), options), device, slots)
 
 
 def reset_rows(runner: ModelRunner, context: int, seed: int) -> None:
-    n = runner.max_running
     runner.positions.fill_(context)
     runner.steps.fill_(0)
     runner.stopped.zero_()
@@ -80,7 +82,7 @@ def reset_rows(runner: ModelRunner, context: int, seed: int) -> None:
     runner.temperature.fill_(orpheus.TEMPERATURE)
     runner.top_p.fill_(orpheus.TOP_P)
     runner.penalty.fill_(orpheus.REPETITION_PENALTY)
-    runner.seeds.copy_(torch.arange(n, device=runner.device) + seed)
+    runner.seeds.copy_(torch.arange(len(runner.seeds), device=runner.device) + seed)  # + the spare row
     runner.tokens.fill_(orpheus.AUDIO_TOKEN_BASE)
 
 

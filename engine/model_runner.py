@@ -49,6 +49,8 @@ class RunnerConfig:
     lm_sms: int = 0  # GPU: SMs of the LM lane's partition and the background codec lane's (0: no partition)
     codec_sms: int = 0
     urgent_codec_batch: int = 8  # the urgent lane's largest codec batch (its graphs)
+    gemv: bool = False  # GPU: decode matmuls of <= 64 rows on models/gemv.py's Triton kernels, not cuBLAS
+    fp8: bool = False  # GPU: projection weights in float8_e4m3fn, a scale per row (models/llama.py set_matmuls)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:
@@ -86,6 +88,7 @@ class ModelRunner(Runner):
         self.model.fuse_projections()
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
+        self.model.set_matmuls(config.gemv and self.torch_device.type == "cuda", config.fp8)
         self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
             pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a
@@ -149,9 +152,8 @@ class ModelRunner(Runner):
         self.seen = torch.zeros(n, head, dtype=torch.bool, device=dev)  # per audio-head index
         self.readback = torch.zeros(3, n, dtype=torch.int64, device=dev)  # token, was_active, stopped
         self.row_index = torch.arange(n, dtype=torch.int64, device=dev)
-        pin = dev.type == "cuda"
-        self._active_host = [torch.zeros(n, dtype=torch.bool, pin_memory=pin) for _ in range(2)]
-        self._readback_host = [torch.zeros(3, n, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
+        self._active_host = [torch.zeros(n, dtype=torch.bool, pin_memory=dev.type == "cuda") for _ in range(2)]
+        self._readback_host = [torch.zeros(3, n, dtype=torch.int64, pin_memory=dev.type == "cuda") for _ in range(2)]
         self._turn = 0
 
     @torch.inference_mode()
@@ -173,7 +175,7 @@ class ModelRunner(Runner):
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden `[N, hidden_size]` -> float32 logits of the audio head `[N, audio + stops]`."""
-        return torch.cat([F.linear(hidden, self._w_audio), F.linear(hidden, self._w_stop)], dim=-1).float()
+        return torch.cat([self.model.linear(hidden, self._w_audio), F.linear(hidden, self._w_stop)], dim=-1).float()
 
     def _sample_and_update(self, rows: torch.Tensor | slice, hidden: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """Sample for slot `rows` (int64 `[N]`, or a slice: views, no gathers) from their hidden
@@ -239,8 +241,7 @@ class ModelRunner(Runner):
             active_host.zero_()
             active_host[[r.slot for r in requests]] = True
             self.host_active.copy_(active_host, non_blocking=True)
-            events = None
-            t0 = time.perf_counter()
+            events, t0 = None, time.perf_counter()
             if self.torch_device.type == "cuda":
                 events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                 events[0].record()
@@ -256,9 +257,8 @@ class ModelRunner(Runner):
             host = self._readback_host[self._turn]
             self._turn ^= 1
             host.copy_(self.readback, non_blocking=True)
-            done = None
-            if self.torch_device.type == "cuda":
-                done = torch.cuda.Event()
+            done = torch.cuda.Event() if self.torch_device.type == "cuda" else None
+            if done is not None:
                 done.record()
             self._pending = (host, done, launched[0], launched[1])
         return outs
@@ -266,8 +266,7 @@ class ModelRunner(Runner):
     def _finish_pending(self) -> list[TokenOut]:
         if self._pending is None:
             return []
-        host, done, owners, (events, batch, length) = self._pending
-        self._pending = None
+        (host, done, owners, (events, batch, length)), self._pending = self._pending, None
         if done is not None:
             done.synchronize()
         if events is not None:
@@ -313,8 +312,8 @@ class ModelRunner(Runner):
         return [ChunkOut(item.request.request_id, pcm[i], is_last=item.window.is_last) for i, item in enumerate(items)]
 
     def memory_bytes(self) -> int:
-        tensors = [*self.model.parameters(), self.kv_cache, self.seen]
-        return sum(t.numel() * t.element_size() for t in tensors) + int(self.codec.memory_bytes())
+        state = sum(t.numel() * t.element_size() for t in (self.kv_cache, self.seen))
+        return self.model.memory_bytes() + state + int(self.codec.memory_bytes())
 
     def close(self) -> None:
         self._graphs.clear()

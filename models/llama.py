@@ -21,6 +21,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.context import get_context
 
+GEMV_MAX_ROWS = 64  # bf16 matmuls with up to this many rows run on models/gemv.py when enabled
+
 @dataclass(frozen=True, slots=True)
 class Args:
     vocab_size: int = 128256
@@ -156,6 +158,7 @@ class Attention(nn.Module):
     # (q [B, kv_heads, group, D], kv cache view, positions [B], attn_len) -> like q; None: SDPA.
     # The runner sets models/decode_attention.py's Triton kernel here on GPU.
     decode_attention_fn: Any = None
+    linear_fn: Any = staticmethod(F.linear)  # (x, weight) -> x @ weight.T; LlamaLM.set_matmuls swaps it
 
     def __init__(self, args: Args) -> None:
         super().__init__()
@@ -165,7 +168,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(args.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, args.hidden_size, bias=False)
         self.kv_cache: torch.Tensor | None = None
-        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
+        self.qkv_weight: Any = None  # set by fuse(): one matmul instead of three (a tensor, or an Fp8Weight)
+        self.o_fp8: Any = None  # o_proj's weight as an Fp8Weight (set_matmuls)
 
     def fuse(self) -> None:
         """Store q/k/v weights in one tensor; the three parameters become views of it."""
@@ -174,7 +178,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
         if self.qkv_weight is not None:
-            q, kv = self.rotate_qkv_fn(F.linear(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
+            q, kv = self.rotate_qkv_fn(self.linear_fn(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
         else:
             q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
             kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
@@ -200,28 +204,31 @@ class Attention(nn.Module):
                 keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
                 values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+        o_weight = self.o_proj.weight if self.o_fp8 is None else self.o_fp8
+        return self.linear_fn(out.reshape(num_tokens, self.num_heads * self.head_dim), o_weight)
 
 
 class MLP(nn.Module):
     act_fn = staticmethod(silu_mul)
+    linear_fn: Any = staticmethod(F.linear)
 
     def __init__(self, args: Args) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
-        self.gate_up_weight: torch.Tensor | None = None  # set by fuse()
+        self.gate_up_weight: Any = None  # set by fuse()
+        self.down_fp8: Any = None
 
     def fuse(self) -> None:
         self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            gate_up = F.linear(x, self.gate_up_weight)
+            gate_up = self.linear_fn(x, self.gate_up_weight)
         else:
             gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.down_proj(self.act_fn(gate_up))
+        return self.linear_fn(self.act_fn(gate_up), self.down_proj.weight if self.down_fp8 is None else self.down_fp8)
 
 
 class DecoderLayer(nn.Module):
@@ -268,6 +275,7 @@ class LlamaLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.cos: torch.Tensor | None = None
         self.sin: torch.Tensor | None = None
+        self.linear: Any = F.linear  # (x, weight) -> x @ weight.T, as the layers multiply (set_matmuls)
 
     def set_rope(self, num_positions: int, device: torch.device | str) -> None:
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
@@ -287,6 +295,48 @@ class LlamaLM(nn.Module):
                 module.rotate_fn, module.rotate_qkv_fn = rot, rot_qkv
             elif isinstance(module, MLP):
                 module.act_fn = act
+
+    def set_matmuls(self, gemv: bool, fp8: bool) -> None:
+        """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up
+        to `GEMV_MAX_ROWS` rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the
+        layers' projection weights to float8_e4m3fn with a scale per output row (issue 10) and frees
+        the bf16 ones (embeddings, norms and the tied head stay); both False: cuBLAS (not after
+        fp8). Call after `fuse_projections`, before capturing CUDA graphs. `self.linear` is then
+        the matmul for other weights too. Raises ValueError for fp8 off CUDA."""
+        quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
+        if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
+            raise ValueError("fp8 weights need a CUDA device (Triton kernels)")
+        linear: Any = F.linear
+        if gemv or fp8 or quantized:
+            from models import gemv as kernels
+
+            def linear(x: torch.Tensor, weight: Any) -> torch.Tensor:
+                if isinstance(weight, kernels.Fp8Weight) or x.shape[0] <= GEMV_MAX_ROWS:
+                    return kernels.linear(x, weight)
+                return F.linear(x, weight)
+
+        self.linear = linear
+        for layer in self.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.linear_fn = mlp.linear_fn = linear  # an instance attribute: not bound
+            if fp8 and not quantized:
+                attn.qkv_weight = kernels.quantize_fp8(attn.qkv_weight)
+                attn.o_fp8 = kernels.quantize_fp8(attn.o_proj.weight)
+                mlp.gate_up_weight = kernels.quantize_fp8(mlp.gate_up_weight)
+                mlp.down_fp8 = kernels.quantize_fp8(mlp.down_proj.weight)
+                for linear_layer in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj,
+                                     mlp.down_proj):
+                    linear_layer.weight = None  # the bf16 copy goes (its fused tensor with the last view)
+        if fp8 and not quantized:
+            torch.cuda.empty_cache()
+
+    def memory_bytes(self) -> int:
+        """Bytes of the weights: parameters and FP8 weights (`set_matmuls`)."""
+        fp8 = [w for layer in self.model.layers for w in (layer.self_attn.qkv_weight, layer.self_attn.o_fp8,
+                                                          layer.mlp.gate_up_weight, layer.mlp.down_fp8)
+               if w is not None and not isinstance(w, torch.Tensor)]
+        return (sum(p.numel() * p.element_size() for p in self.parameters())
+                + sum(w.data.numel() + 4 * w.scale.numel() for w in fp8))
 
     def fuse_projections(self) -> None:
         """q/k/v and gate/up as one matmul each (fewer kernels per decode step)."""

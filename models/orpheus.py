@@ -75,6 +75,7 @@ VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")  # default 
 TEMPERATURE = 0.6
 TOP_P = 0.8
 REPETITION_PENALTY = 1.1
+DTYPES = ("bfloat16", "float16", "float32", "fp8")  # options.dtype; fp8: bf16 with FP8 projections (CUDA)
 MAX_TOKENS = 2048  # ~25 s of audio (82 tokens/s); options["max_tokens"] may lower it
 MAX_TEXT_CHARS = 2000
 # The first chunk's window has 1 frame of right context, not SNAC's 3: first audio after 14
@@ -148,6 +149,9 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
     from tokenizers import Tokenizer
 
     backbone, codec = _folders(path, options or {})
+    dtype = (options or {}).get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise InvalidModel(f"options.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}", field="options.dtype")
     for required in (backbone / "config.json", backbone / "tokenizer.json", codec / "config.json"):
         if not required.is_file():
             raise InvalidModel(f"{required} is missing")
@@ -256,8 +260,9 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """Load backbone + codec; returns the parts the engine builds a runner from.
 
     options: `backbone_path`, `codec_path`, `random_weights` (benchmarks: random weights of
-    config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float32"; default bf16
-    on CUDA, float32 on CPU), `ramp_context` (right context of the first chunk, 0..3,
+    config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float32" | "fp8"; default
+    bf16 on CUDA, float32 on CPU; "fp8": bf16 with the layers' projections in float8_e4m3fn, CUDA
+    only, models/gemv.py), `gemv` (Triton decode matmuls for bf16), `ramp_context` (right context of the first chunk, 0..3,
     default RAMP_CONTEXT), and runner settings (engine/model_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
     faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
@@ -271,7 +276,11 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     validate(path, options)
     backbone, codec_dir = _folders(path, options)
     on_gpu = torch.device(device).type == "cuda"
-    dtype = getattr(torch, options.get("dtype") or ("bfloat16" if on_gpu else "float32"))
+    name = options.get("dtype") or ("bfloat16" if on_gpu else "float32")
+    if name == "fp8" and not on_gpu:
+        raise InvalidModel("options.dtype fp8 needs a CUDA device (its matmuls are Triton kernels)", field="options.dtype")
+    options["fp8"] = name == "fp8"
+    dtype = torch.bfloat16 if name == "fp8" else getattr(torch, name)
     model = load_backbone(backbone, device, dtype, bool(options.get("random_weights")))
     codec = SnacCodec.from_dir(codec_dir, device, torch.float32)
     first = int(options.get("ramp_context", RAMP_CONTEXT))

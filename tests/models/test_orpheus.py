@@ -88,6 +88,16 @@ def test_validate_reports_voices_and_rejects_broken_folders(orpheus_tiny: Path, 
         orpheus.validate(tmp_path)
 
 
+def test_a_bad_dtype_is_refused_naming_the_option_and_fp8_needs_cuda(orpheus_tiny: Path) -> None:
+    with pytest.raises(InvalidModel, match="options.dtype must be one of") as bad:
+        orpheus.validate(orpheus_tiny, {"dtype": "int4"})
+    assert bad.value.field == "options.dtype"
+    assert orpheus.validate(orpheus_tiny, {"dtype": "fp8"})["voices"]  # a valid name: checked again at load
+    with pytest.raises(InvalidModel, match="needs a CUDA device") as cpu:
+        orpheus.load("tiny", orpheus_tiny, {"dtype": "fp8"}, "cpu")
+    assert cpu.value.field == "options.dtype"
+
+
 def test_full_flavor_has_the_llama_3_2_3b_shape() -> None:
     args = orpheus.FLAVORS["full"]
     assert (args.num_hidden_layers, args.hidden_size, args.num_attention_heads, args.num_key_value_heads,

@@ -1,0 +1,209 @@
+"""Issue 10 on one GPU: the decode step's matmuls on cuBLAS vs models/gemv.py, bf16 vs FP8.
+
+    python bench/decode_matmuls.py --out bench/results/orpheus_decode_fp8.json
+
+Random full-size Orpheus-3B weights (bf16, seed 0), copy bandwidth measured in the run.
+1. Matmuls: each projection shape (qkv 5120x3072, o 3072x3072, gate_up 16384x3072,
+   down 3072x8192, audio head 28672x3072) at B rows: ms per call (a CUDA graph of 20 calls on
+   copies of the weight that together exceed twice the L2, replayed) and weight-read GB/s
+   for cuBLAS (`F.linear`), the Triton kernel on the
+   bf16 weight and on its FP8 copy; `--sweep 1` also times other tile configs.
+2. Decode steps at context 512 (CUDA graphs, `compile_layers`, Triton attention: the GPU
+   runner's settings), on the same weights, in this order (set_matmuls changes the model):
+   `cublas` (bf16), `gemv` (bf16 on models/gemv.py), `fp8` (FP8 projections). floor = bytes
+   the step reads (its weights, of the tied head the audio rows, the KV of B x 512
+   positions) / copy bandwidth. Per variant: graph tokens vs eager tokens; for `fp8` against
+   `cublas` at B 64 rows of random tokens: the audio head's logits cosine per row and the
+   greedy (argmax) agreement; weight memory.
+3. torch.profiler kernel time by kind at B 1 and 64 for `gemv` and `fp8`.
+Rows: `mode`, `batch`, `context`, `dtype`, `step_ms`, `floor_ms` (issue 10's schema).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.orpheus_decode import (  # noqa: E402
+    copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
+from bench.timing import median_ms  # noqa: E402
+from engine.model_runner import ModelRunner  # noqa: E402
+from models import gemv, orpheus  # noqa: E402
+from models.context import Context, additive, reset_context, set_context  # noqa: E402
+
+REPS = 20  # calls per captured graph when timing one matmul
+L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
+
+
+def graph_ms(fns: list[Callable[[], Any]], iters: int = 10) -> float:
+    """ms per call: REPS calls cycling through `fns` (the same matmul on different weight copies,
+    so that no call finds its weight in L2) captured in one CUDA graph, replayed `iters` times."""
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(REPS):
+            fns[i % len(fns)]()
+    return median_ms(graph.replay, iters) / REPS
+
+
+def matmul_rows(hidden: int, inter: int, qkv: int, head: int, batches: list[int], bandwidth: float,
+                sweep: bool) -> list[dict]:
+    rows = []
+    shapes = {"qkv": (qkv, hidden), "o": (hidden, hidden), "gate_up": (2 * inter, hidden), "down": (hidden, inter),
+              "audio_head": (head, hidden)}
+    for name, (n, k) in shapes.items():
+        copies = max(1, min(REPS, -(-2 * L2_BYTES // (n * k))))  # fp8 copies alone exceed 2x L2
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies)]
+        qs = [gemv.quantize_fp8(w) for w in ws]
+        w, q = ws[0], qs[0]
+        for batch in batches:
+            x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
+            ref = F.linear(x.float(), w.float())
+            kinds: dict[str, list[Callable[[], Any]]] = {
+                "cublas": [lambda w=w: F.linear(x, w) for w in ws],
+                "triton": [lambda w=w: gemv.linear(x, w) for w in ws],
+                "triton_fp8": [lambda q=q: gemv.linear(x, q) for q in qs]}
+            for kind, fns in kinds.items():
+                ms = graph_ms(fns)
+                nbytes = n * k * (1 if kind == "triton_fp8" else 2) + batch * (n + k) * 2
+                err = ((fns[0]().float() - ref).norm() / ref.norm()).item()
+                rows.append({"shape": name, "n": n, "k": k, "batch": batch, "kernel": kind, "ms": round(ms, 4),
+                             "gb_s": round(nbytes / ms / 1e6, 1), "x_copy_bw": round(nbytes * 1e3 / ms / bandwidth, 3),
+                             "rel_err": round(err, 5),
+                             "tiles": list(gemv.config(batch, k)) if kind != "cublas" else None})
+            if sweep and name in ("qkv", "down") and batch in (1, 64):
+                for tiles in _tile_grid(batch):
+                    try:
+                        ms = graph_ms([lambda w=w: gemv.linear(x, w, tiles) for w in ws])
+                    except Exception as error:  # a config that does not compile or fit
+                        rows.append({"shape": name, "batch": batch, "kernel": "sweep", "tiles": list(tiles),
+                                     "error": repr(error)[:120]})
+                        continue
+                    rows.append({"shape": name, "n": n, "k": k, "batch": batch, "kernel": "sweep", "tiles": list(tiles),
+                                 "ms": round(ms, 4), "gb_s": round((n * k * 2) / ms / 1e6, 1)})
+        del ws, qs, w, q
+    return rows
+
+
+def _tile_grid(batch: int) -> list[tuple[bool, int, int, int, int]]:
+    """A few tile configs around `gemv.config`'s choice (each one is a Triton compile)."""
+    if batch <= 4:
+        block_b = max(1, 1 << (batch - 1).bit_length())
+        return [(False, block_b, bn, bk, 4) for bn in (4, 8, 16) for bk in (512, 1024)] + \
+            [(False, block_b, 8, 512, 8), (False, block_b, 8, 256, 4)]
+    block_b = max(16, min(256, 1 << (batch - 1).bit_length()))
+    return [(True, block_b, bn, bk, warps) for bn in (16, 32) for bk in (128, 256) for warps in (4, 8)]
+
+
+def step_logits(runner: ModelRunner, tokens: torch.Tensor, context: int) -> torch.Tensor:
+    """float32 audio-head logits `[B, 7 * 4096 + stops]` of one eager decode step of `tokens` `[B]` at `context`."""
+    batch = len(tokens)
+    reset_rows(runner, context, 0)
+    length = runner.max_seq_len + 1
+    with torch.inference_mode():
+        pos = runner.positions[:batch]
+        mask = torch.arange(length, device=pos.device)[None, :] <= pos[:, None]
+        bias = additive(mask[:, None, None, :], runner.dtype)
+        set_context(Context(False, runner.row_index[:batch], pos, bias, length))
+        try:
+            hidden = runner.model(tokens, pos)
+        finally:
+            reset_context()
+        return runner._logits(hidden).float()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", default="1,8,64,256")
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--sweep", type=int, default=1)
+    parser.add_argument("--profile-batches", default="1,64")
+    parser.add_argument("--steps", type=int, default=1, help="0: the matmul table only (no decode steps)")
+    parser.add_argument("--out", default="bench/results/orpheus_decode_fp8.json")
+    opts = parser.parse_args()
+    batches = [int(b) for b in opts.batches.split(",")]
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    context, gpu = opts.context, torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth("cuda")
+    model = random_model("full", "cuda", torch.bfloat16, 0)
+    args = model.args
+    qkv = (args.num_attention_heads + 2 * args.num_key_value_heads) * args.head_dim
+    head = orpheus.TOKENS_PER_FRAME * orpheus.CODEBOOK_SIZE
+    record: dict[str, Any] = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
+                              "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": [], "checks": {},
+                              "profiles": {}}
+    record["matmuls"] = matmul_rows(args.hidden_size, args.intermediate_size, qkv, head, batches, bandwidth,
+                                    bool(opts.sweep))
+    unread_head = (args.vocab_size - head - 1) * args.hidden_size * 2  # tied head rows never computed
+    kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
+    tokens = orpheus.AUDIO_TOKEN_BASE + torch.randint(0, head, (64,), device="cuda")
+    reference = None
+    for mode, use_gemv, fp8 in (("cublas", False, False), ("gemv", True, False), ("fp8", True, True))[:3 * opts.steps]:
+        runner = make_runner(model, max(batches), context, batches, False, "cuda", True, True, gemv=use_gemv, fp8=fp8)
+        weight_bytes = model.memory_bytes() - unread_head
+        record["checks"][f"weight_bytes_{mode}"] = model.memory_bytes()
+        logits = step_logits(runner, tokens, context)
+        if reference is None:
+            reference = logits
+        else:
+            cos = F.cosine_similarity(logits, reference, dim=-1)
+            record["checks"][f"{mode}_vs_cublas"] = {
+                "logits_cos_min": round(cos.min().item(), 5), "logits_cos_mean": round(cos.mean().item(), 5),
+                "greedy_agreement": (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()}
+        length = runner.max_seq_len + 1
+        for batch in batches:
+            record["checks"][f"{mode}_graph_eq_eager_b{batch}"] = graph_matches_eager(runner, batch, context)
+            reset_rows(runner, context, 0)
+            ms = median_ms(runner._graphs[(batch, length)].replay, opts.iters)
+            floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
+            row = {"mode": f"graph+compile+triton{'' if mode == 'cublas' else '+' + mode}", "batch": batch,
+                   "context": context, "dtype": "fp8" if fp8 else "bf16", "step_ms": round(ms, 3),
+                   "floor_ms": round(floor_ms, 3), "x_floor": round(ms / floor_ms, 3), "gpu": gpu}
+            record["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            if mode != "cublas" and str(batch) in opts.profile_batches.split(","):
+                reset_rows(runner, context, 0)
+                try:
+                    record["profiles"][f"{mode}_b{batch}"] = profile_step(runner, batch)
+                except Exception as error:
+                    record["profiles"][f"{mode}_b{batch}"] = {"error": repr(error)[:300]}
+        runner.close()
+        del runner
+        torch.cuda.empty_cache()
+        Path(opts.out).write_text(json.dumps(record, indent=1))
+    print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")
+    print(f"{'shape':>10} {'B':>4} {'kernel':>11} {'ms':>8} {'GB/s':>7} {'x bw':>5}")
+    for r in record["matmuls"]:
+        if r["kernel"] != "sweep":
+            print(f"{r['shape']:>10} {r['batch']:4d} {r['kernel']:>11} {r['ms']:8.4f} {r['gb_s']:7.0f} "
+                  f"{r['x_copy_bw']:5.2f}")
+    best: dict[tuple[str, int], dict] = {}
+    for r in record["matmuls"]:
+        if r["kernel"] in ("sweep", "triton") and "ms" in r:
+            key = (r["shape"], r["batch"])
+            if key not in best or r["ms"] < best[key]["ms"]:
+                best[key] = r
+    record["best_tiles"] = [{"shape": s, "batch": b, "tiles": r["tiles"], "ms": r["ms"]} for (s, b), r in best.items()]
+    for item in record["best_tiles"]:
+        print("best tiles", json.dumps(item))
+    print(f"\n{'mode':>28} {'B':>4} {'dtype':>5} {'ms':>8} {'floor':>7} {'x floor':>7}")
+    for r in record["rows"]:
+        print(f"{r['mode']:>28} {r['batch']:4d} {r['dtype']:>5} {r['step_ms']:8.3f} {r['floor_ms']:7.3f} "
+              f"{r['x_floor']:7.2f}")
+    print("checks:", json.dumps(record["checks"]))
+    Path(opts.out).write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()
