@@ -28,6 +28,7 @@ pytest.importorskip("torch")
 MAX_FRAMES = 16
 FORCED = 12
 SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz
+DESCRIPTION = "A deep, calm voice."
 
 
 def _folder(source: Path, out: Path, model_type: str) -> Path:
@@ -50,8 +51,11 @@ def server(qwen3_tts_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> It
                      "--data-dir", str(data)]) == 0
     for live in run_server(data):
         with httpx.Client(base_url=live.url, timeout=120) as client:
-            for name, model, voice in (("forced", "tiny-qwen", "ryan"), ("designed", "tiny-design", "default")):
-                preset = {"name": name, "model": model, "voice": voice, "settings": {"force_tokens": FORCED, "seed": 1}}
+            for name, model, voice, more in (("forced", "tiny-qwen", "ryan", {}),
+                                             ("designed", "tiny-design", "default", {}),
+                                             ("described", "tiny-design", "default", {"instructions": DESCRIPTION})):
+                settings = {"force_tokens": FORCED, "seed": 1, **more}
+                preset = {"name": name, "model": model, "voice": voice, "settings": settings}
                 assert client.post("/v1/presets", json=preset).status_code == 201
         yield live
 
@@ -108,14 +112,18 @@ def test_errors_name_their_field(sdk: openai.OpenAI, server: LiveServer) -> None
 
 
 def test_design_makes_a_voice_from_a_description(server: LiveServer) -> None:
-    body = {"model": "tiny-design", "input": "Hello there.", "instruct": "A deep, calm voice.",
-            "response_format": "wav"}
+    body = {"model": "tiny-design", "input": "Hello there.", "instruct": DESCRIPTION, "response_format": "wav"}
     with httpx.Client(base_url=server.url, timeout=120) as client:
         response = client.post("/v1/audio/design", json=body)
         assert response.status_code == 200, response.text
         assert 2 <= _frames(_wav(response.content)) <= MAX_FRAMES
         forced = client.post("/v1/audio/design", json={**body, "voice": "designed", "response_format": "pcm"})
         assert _frames(np.frombuffer(forced.content, "<i2")) == FORCED
+        # the description is the prompt's: a preset keeping it speaks the same (same seed), none differs
+        speech = {"model": "tiny-design", "input": "Hello there.", "response_format": "pcm"}
+        kept = client.post("/v1/audio/speech", json={**speech, "voice": "described"})
+        plain = client.post("/v1/audio/speech", json={**speech, "voice": "designed"})
+        assert kept.content == forced.content != plain.content
         streamed = client.post("/v1/audio/design", json={**body, "voice": "designed", "stream": True})
         assert streamed.headers["content-type"].startswith("text/event-stream")
         events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
