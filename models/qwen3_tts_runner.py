@@ -112,7 +112,9 @@ class Qwen3TTSRunner(Runner):
             return sample_codes(step_logits, sub_temperature, sub_top_k, sub_top_p, seeds, draw + 1 + step, sub_k)
 
         predictor = self.talker.code_predictor
-        codes, summed = predictor.predict_frame(hidden, self.talker.embed_codec(first), first, sample)
+        frame: tuple[torch.Tensor, torch.Tensor] = predictor.predict_frame(hidden, self.talker.embed_codec(first),
+                                                                            first, sample)
+        codes, summed = frame
         self.seen[rows, first] |= active
         self.summed[rows] = torch.where(active[:, None], summed, self.summed[rows])
         return codes
@@ -230,7 +232,7 @@ class Qwen3TTSRunner(Runner):
 
     def memory_bytes(self) -> int:
         tensors = [*self.talker.parameters(), self.kv_cache, self.seen, self.summed]
-        return sum(t.numel() * t.element_size() for t in tensors) + int(self.codec.memory_bytes())
+        return int(sum(t.numel() * t.element_size() for t in tensors)) + int(self.codec.memory_bytes())
 
     def close(self) -> None:
         for layer in self.talker.model.layers:

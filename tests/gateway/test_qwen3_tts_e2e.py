@@ -108,6 +108,9 @@ def test_errors_name_their_field(sdk: openai.OpenAI, server: LiveServer) -> None
                                                "settings": {"subtalker_temperature": 9}})
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "settings.subtalker_temperature"
         assert client.get("/health").status_code == 200
+        stats = client.get("/v1/stats").json()["models"]["tiny-qwen"]
+        assert stats["has_backbone"] and stats["running"] == stats["waiting"] == 0
+        assert 'model="tiny-qwen"' in client.get("/metrics").text
     assert server.wait_idle() == 0  # nothing leaked
 
 
