@@ -19,7 +19,7 @@ from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.request import Request  # noqa: E402
 from engine.runner import build_runner  # noqa: E402
-from engine.types import AudioChunk, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
+from engine.types import AudioChunk, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
 from models import qwen3_tts  # noqa: E402
 from models.qwen3_tts_generate import MIN_FRAMES, generate_frames  # noqa: E402
 from models.qwen3_tts_runner import Qwen3TTSRunner  # noqa: E402
@@ -115,6 +115,19 @@ def test_the_stream_starts_with_a_one_frame_chunk_then_ramps(qwen3_tts_tiny: Pat
     # that makes frame 1 meanwhile), not after 2 frames as Orpheus' first chunk needs.
     assert first_at == 2
     assert [len(c.pcm) // SAMPLES_PER_FRAME for c in chunks] == [1, 2, 4, 8, 5]
+
+
+def test_early_chunks_of_any_size_still_equal_the_reference(qwen3_tts_tiny: Path) -> None:
+    core = _core(qwen3_tts_tiny)
+    request = _add(core, _spec("a", max_tokens=18))
+    chunks: list[AudioChunk] = []
+    while core.has_work:
+        request.clock.on_report(0.0, 0.0, True)  # a listener always about to run dry: takes what is there
+        chunks += [x for _, x in core.step()]  # type: ignore[misc]
+    sizes = [len(c.pcm) // SAMPLES_PER_FRAME for c in chunks]
+    assert sum(sizes) == 18 and sizes[:4] != [1, 2, 4, 8]  # some went out early, smaller than planned
+    _, ref_audio = _reference(qwen3_tts_tiny, TEXTS["a"], 18, voice="ryan")
+    np.testing.assert_allclose(np.concatenate([c.pcm for c in chunks]), ref_audio, atol=2e-5, rtol=0)
 
 
 def test_batched_requests_at_different_positions_get_their_own_audio(qwen3_tts_tiny: Path) -> None:
@@ -235,6 +248,9 @@ def test_prepare_refuses_unknown_voices_and_instructions_a_model_does_not_follow
     assert no_reference.value.field == "model"
     prepared = qwen3_tts.load("tiny", small, {}, "cpu").spec.prepare(_spec("a"))  # no instructions: fine
     assert len(prepared.prompt_ids) == prepared.prompt.prefill.shape[0]  # type: ignore[attr-defined]
+    with pytest.raises(InputTooLong) as too_long:  # the prompt leaves no position for audio
+        _add(_core(qwen3_tts_tiny, max_seq_len=len(prepared.prompt_ids)), _spec("a"))
+    assert too_long.value.field == "input"
 
 
 def test_frames_pack_into_one_token_and_back() -> None:
