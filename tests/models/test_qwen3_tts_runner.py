@@ -266,3 +266,14 @@ def test_frames_pack_into_one_token_and_back() -> None:
     with pytest.raises(InvalidInput) as unknown:
         qwen3_tts.validate_settings({"speaker": "x"})
     assert unknown.value.field == "settings.speaker"
+
+
+def test_bfloat16_weights_run_through_the_same_path(qwen3_tts_tiny: Path) -> None:
+    """The GPU's dtype (bf16 talker, float32 codec), here on the CPU: valid frames and audio."""
+    core = _core(qwen3_tts_tiny, dtype="bfloat16")
+    assert core.runner.kv_cache.dtype == torch.bfloat16  # type: ignore[attr-defined]
+    specs = [SpeechRequest(rid, "tiny", (TEXTS[rid],), "ryan", options={"seed": 3, "force_tokens": 10}) for rid in "ab"]
+    frames, audio = _run(core, specs)
+    assert all(len(f) == 10 and max(max(frame) for frame in f) < 2048 for f in frames.values())
+    assert all(a.dtype == np.float32 and a.shape == (10 * SAMPLES_PER_FRAME,) and np.isfinite(a).all()
+               for a in audio.values())
