@@ -66,6 +66,7 @@ class LMParts:
     backbone: Any
     codec: Any
     options: dict[str, Any] = field(default_factory=dict)  # runner settings: engine/model_runner.py RunnerConfig
+    runner: Callable[[str, LMParts, str, int], Runner] | None = None  # a family's own (None: ModelRunner)
 
 
 class Runner:
@@ -150,6 +151,8 @@ def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_ru
     max_running = int(parts.options.get("max_running", max_running))
     if isinstance(parts, SynthParts):
         return SynthRunner(model_id, parts, max_running)
+    if parts.runner is not None:  # e.g. models/qwen3_tts_runner.py: a frame of 16 codebooks a step
+        return parts.runner(model_id, parts, device, max_running)
     from engine.model_runner import ModelRunner
 
     return ModelRunner(model_id, parts, device, max_running)

@@ -69,7 +69,7 @@ def rule(pattern: str, scope: str, methods: frozenset[str] | None = None, *crede
 RULES: tuple[Rule, ...] = (
     rule(r"^/(library|voices|live|projects|projects/[^/]+|docs|health|openapi\.json)?$", PUBLIC),  # pages
     rule(r"^/static/", PUBLIC),
-    rule(r"^/v1/audio/speech$", "speech"),
+    rule(r"^/v1/audio/(speech|design)$", "speech"),
     rule(r"^/v1/realtime$", "speech", None, Credential("query", "api_key")),  # browsers cannot set headers
     # Vendor-compatible routes (docs/agents.md): the header or parameter their SDKs send.
     rule(r"^/v1/text-to-speech/", "speech", None, Credential("header", "xi-api-key")),  # ElevenLabs

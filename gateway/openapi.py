@@ -68,6 +68,9 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("input",), model=_string(), input=text, voice={"oneOf": [_string(), _object(("id",), id=_string())]},
         speed=speed, instructions=_string(), response_format={"enum": list(FORMATS)},
         stream_format={"enum": ["audio", "sse"]}, busy_timeout_ms=_number(0), **text_options)
+    design = {**speech, "required": ["input", "instruct"], "properties": {
+        **{k: v for k, v in speech["properties"].items() if k != "instructions"},
+        "instruct": _string(minLength=1), "stream": {"type": "boolean"}}}
     install = {"oneOf": [
         _object(("id",), id=_string(minLength=1), wait={"type": "boolean"}),
         _object(("path", "family"), path=_string(minLength=1), family=_string(), id=_string(), name=_string(),
@@ -82,6 +85,9 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                       "parameters": [_query("model", _string(), "only this model's")]},
         ("POST", "/v1/audio/speech"): {"summary": "Speech from text, OpenAI-compatible, streamed",
                                        "requestBody": _body(speech), "responses": {"200": audio}},
+        ("POST", "/v1/audio/design"): {"summary": "Speech in a voice made from a description (Qwen3-TTS "
+                                       "VoiceDesign models), streamed", "requestBody": _body(design),
+                                       "responses": {"200": audio}},
         ("POST", "/v1/models/{model_id}/load"): {"summary": "Load a model",
                                                  "requestBody": _body(_object(timeout_ms=_number(0)), False)},
         ("POST", "/v1/models/{model_id}/unload"): {"summary": "Unload a model (409 while busy)",

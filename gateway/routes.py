@@ -38,6 +38,7 @@ def app_routes() -> list[BaseRoute]:
         resource("/v1/models/{model_id}", GET=models_api.get_model),
         resource("/v1/audio/voices", GET=models_api.list_voices),
         resource("/v1/audio/speech", POST=speech.speech),
+        resource("/v1/audio/design", POST=speech.design),
         resource("/v1/text/normalize", POST=text_api.normalize),
         resource("/v1/models/{model_id}/load", POST=library_api.load_model),
         resource("/v1/models/{model_id}/unload", POST=library_api.unload_model),

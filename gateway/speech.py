@@ -2,13 +2,19 @@
 
 Body: `model`, `input` (1..max_input_chars), `voice` (a voice, a preset, or an OpenAI
 voice name), `response_format` (wav|pcm|flac|mp3|opus, default mp3 as OpenAI),
-`speed` (0.25..4.0), `instructions` (accepted; ignored by families without
-instruction following, and the `X-Voxgate-Instructions: ignored` header says so),
+`speed` (0.25..4.0), `instructions` (a style for qwen3_tts CustomVoice models, the voice's
+description for VoiceDesign ones, refused (400) by a model type without them; ignored by
+families without instruction following, and the `X-Voxgate-Instructions: ignored` header
+says so),
 `stream_format` (`audio`: encoded bytes, chunked as produced; `sse`:
 `speech.audio.delta` events with base64 audio, then `speech.audio.done`),
 `busy_timeout_ms` (Voxgate: wait at most this long for the model to find room; it can
 only shorten the server's `busy_timeout_ms` and the model's own, then 503 `server_busy`),
 `normalize` / `code` / `emoji` (Voxgate: how the text is read, gateway/text/options.py).
+
+`POST /v1/audio/design` (`design`) is the same for a VoiceDesign model: `instruct`
+(required) describes the voice, `stream: true` asks for the SSE form; 400 naming `instruct`
+when it is missing, naming `model` when the model is not a VoiceDesign one.
 
 The input goes through the text frontend (markdown, SSML breaks, numbers, links; split
 into sentences in the voice's language) and is spoken as one or more engine requests
@@ -22,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
@@ -38,10 +46,11 @@ from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare
 from gateway.voices import resolve
 from gateway.writes import ClosingStreamingResponse
+from models import InvalidModel, family
 
 log = logging.getLogger(__name__)
 
-FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset()
+FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset({"qwen3_tts"})  # they reach the engine as options
 
 
 def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -57,6 +66,16 @@ def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: s
 
 
 async def speech(request: Request) -> ClosingStreamingResponse:
+    return await speak(request)
+
+
+async def design(request: Request) -> ClosingStreamingResponse:
+    """`POST /v1/audio/design`: `/v1/audio/speech` for a VoiceDesign model, whose voice is made
+    from `instruct` (required, a description of the voice); `stream: true` is `stream_format: "sse"`."""
+    return await speak(request, design=True)
+
+
+async def speak(request: Request, design: bool = False) -> ClosingStreamingResponse:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -66,9 +85,17 @@ async def speech(request: Request) -> ClosingStreamingResponse:
     check_input(data["input"], state.settings.max_input_chars)
     fmt = _choice(data, "response_format", FORMATS, "mp3")
     stream_format = _choice(data, "stream_format", ("audio", "sse"), "audio")
-    instructions = data.get("instructions")
+    key = "instruct" if design else "instructions"
+    instructions = data.get(key)
     if instructions is not None and not isinstance(instructions, str):
-        raise InvalidInput("instructions must be a string", field="instructions")
+        raise InvalidInput(f"{key} must be a string", field=key)
+    if design:
+        if not instructions or not instructions.strip():
+            raise InvalidInput("instruct is required: a description of the voice to make", field="instruct")
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise InvalidInput("stream must be true or false", field="stream")
+        stream_format = "sse" if stream else stream_format
     voice = data.get("voice")
     if isinstance(voice, dict):  # OpenAI's newer form: {"id": "..."}
         voice = voice.get("id")
@@ -81,6 +108,10 @@ async def speech(request: Request) -> ClosingStreamingResponse:
     if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
         raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
+    if design:
+        await check_voice_design(state, choice.model_id)
+    if instructions and choice.family in FAMILIES_WITH_INSTRUCTIONS:
+        choice = dataclasses.replace(choice, options={**choice.options, "instructions": instructions})
     options = await speech_options(state, choice, data)
     # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
     items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
@@ -115,6 +146,21 @@ async def speech(request: Request) -> ClosingStreamingResponse:
                                         media_type="text/event-stream", headers=headers)
     return ClosingStreamingResponse(_plain(body, audio.request_id), on_close, media_type=MEDIA_TYPES[fmt],
                                     headers=headers)
+
+
+async def check_voice_design(state: AppState, model_id: str) -> None:
+    """InvalidInput naming `model` unless `model_id` is a Qwen3-TTS VoiceDesign model."""
+    record = await state.library.get_model(model_id)
+    kind = None
+    if record is not None and record["family"] == "qwen3_tts" and record.get("path"):
+        try:
+            args = await asyncio.to_thread(family("qwen3_tts").read_args, Path(record["path"]))
+            kind = args.tts_model_type
+        except InvalidModel:  # its folder went bad: not a VoiceDesign model now
+            kind = None
+    if kind != "voice_design":
+        raise InvalidInput(f"model {model_id!r} is not a VoiceDesign model (a qwen3_tts model of type "
+                           f"voice_design); /v1/audio/design needs one", field="model")
 
 
 async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encoder: StreamEncoder,

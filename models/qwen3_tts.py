@@ -19,7 +19,8 @@ steer the style); `voice_design`, no speakers, `instructions` describe the voice
 clones a reference recording (its codes and speaker embedding). Sampling defaults are
 qwen-tts's (`generation_config.json` overrides them).
 
-Not here yet: the engine runner (`load` says so), the speaker encoder and the speech
+The engine serves it through models/qwen3_tts_runner.py (a whole frame per step) with the
+spec of models/qwen3_tts_spec.py. Not here yet: the speaker encoder and the speech
 tokenizer's encoder, which turn a reference recording into what `Reference` holds.
 """
 
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.types import EngineError
 from models import InvalidModel
 from models.qwen3_tts_args import CodecArgs, Args
 from models.qwen3_tts_stream import FRAME_MS, SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -44,14 +44,8 @@ GENERATION_DEFAULTS: dict[str, Any] = {
     "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0, "subtalker_temperature": 0.9,
     "max_new_tokens": 2048}
 
-__all__ = ["FAMILY", "FRAME_MS", "SAMPLE_RATE", "SAMPLES_PER_FRAME", "Qwen3TTS", "validate", "load_parts", "load"]
-
-
-class NotServedYet(EngineError):
-    """The family loads and generates (models/qwen3_tts_generate.py) but the engine has no runner for it yet."""
-
-    code = "family_unavailable"
-    status = 501
+__all__ = ["FAMILY", "FRAME_MS", "SAMPLE_RATE", "SAMPLES_PER_FRAME", "Qwen3TTS", "validate", "load_parts", "load",
+           "validate_settings"]
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -191,8 +185,28 @@ def load_parts(path: Path, options: dict[str, Any] | None = None, device: str = 
 
 
 def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None, device: str = "cpu") -> Any:
-    """What the gateway calls: the engine has no Qwen3-TTS runner yet, so this validates the
-    folder and answers 501 `family_unavailable` (use `load_parts` for the model itself)."""
-    validate(path, options)
-    raise NotServedYet(f"model family {FAMILY!r} is not served by the engine yet (model {model_id!r})",
-                       field="family")
+    """What the gateway calls: the model's parts (`engine.runner.LMParts`), served by
+    models/qwen3_tts_runner.py (`LMParts.runner`), with the spec of models/qwen3_tts_spec.py.
+
+    options: those of `load_parts`, and the runner's (`max_seq_len`, default 2048 positions a
+    slot; `max_codec_batch`; `max_prefill_batch`), `max_running`. Raises InvalidModel.
+    """
+    from engine.runner import LMParts
+    from models.qwen3_tts_runner import MAX_SEQ_LEN, Qwen3TTSRunner
+    from models.qwen3_tts_spec import make_spec
+
+    if path is None:
+        raise InvalidModel("give the model folder")
+    options = dict(options or {})
+    max_seq_len = int(options.get("max_seq_len", MAX_SEQ_LEN))
+    model = load_parts(Path(path), {**options, "max_seq_len": max_seq_len + 1}, device)
+    return LMParts(make_spec(model), model, model.codec, options, runner=Qwen3TTSRunner)
+
+
+def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A preset's `settings` for this family (models/qwen3_tts_spec.py `SETTINGS`: sampling,
+    `instructions`, `language`), checked as a request's options are; InvalidInput naming
+    `settings.<key>`. Returns the given keys with their parsed values."""
+    from models.qwen3_tts_spec import validate_settings as check
+
+    return check(settings, GENERATION_DEFAULTS)

@@ -23,8 +23,8 @@ from websockets.sync.client import connect
 from tests.conftest import LiveServer, run_server, server_log
 from tests.gateway.test_realtime import open_session, recv_event
 
-JSON_POSTS = ["/v1/audio/speech", "/v1/presets", "/v1/takes", "/v1/library/install", "/v1/models/piper-joe/load",
-              "/v1/models/piper-joe/unload", "/v1/text/normalize", "/v1/projects",
+JSON_POSTS = ["/v1/audio/speech", "/v1/audio/design", "/v1/presets", "/v1/takes", "/v1/library/install",
+              "/v1/models/piper-joe/load", "/v1/models/piper-joe/unload", "/v1/text/normalize", "/v1/projects",
               "/v1/text-to-speech/v", "/v1/text-to-speech/v/with-timestamps", "/tts/bytes", "/tts/sse"]
 
 

@@ -1,4 +1,5 @@
-"""The qwen3_tts family: folder checks, loading, the greedy loop into audio, and the gateway's answer."""
+"""The qwen3_tts family: folder checks, loading, the greedy loop into audio (the engine serving it:
+tests/models/test_qwen3_tts_runner.py, tests/gateway/test_qwen3_tts_e2e.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import httpx
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,7 +16,6 @@ from models import InvalidModel, family  # noqa: E402
 from models import qwen3_tts  # noqa: E402
 from models.qwen3_tts_generate import generate_frames, synthesize  # noqa: E402
 from models.qwen3_tts_stream import SAMPLES_PER_FRAME, StreamPlan  # noqa: E402
-from tests.conftest import run_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -93,23 +91,3 @@ def test_cli_writes_a_qwen3_tts_checkpoint_and_refuses_an_unknown_size(tmp_path:
     folder = tmp_path / "q"
     assert main(["checkpoint", "random", "--family", "qwen3_tts", "--size", "tiny", str(folder)]) == 0
     assert qwen3_tts.validate(folder)["num_layers"] == 2
-
-
-def test_gateway_says_a_registered_qwen3_tts_model_is_not_served_yet(qwen3_tts_tiny: Path, tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    data = tmp_path / "data"
-    assert main(["models", "add", "--family", "qwen3_tts", "--path", str(qwen3_tts_tiny), "--id", "qwen-tiny",
-                 "--data-dir", str(data)]) == 0
-    assert "ryan" in capsys.readouterr().out
-    for server in run_server(data):
-        with httpx.Client(base_url=server.url, timeout=60) as client:
-            listed = next(m for m in client.get("/v1/models").json()["data"] if m["id"] == "qwen-tiny")
-            assert listed["family"] == "qwen3_tts" and "ryan" in listed["voices"]
-            response = client.post("/v1/audio/speech", json={"model": "qwen-tiny", "voice": "ryan", "input": "Hi."})
-            # the residency reports any load failure as 503 model_load_failed, with the family's message
-            assert response.status_code == 503, response.text
-            error = response.json()["error"]
-            assert error["code"] == "model_load_failed" and "not served by the engine yet" in error["message"]
-            assert client.get("/health").status_code == 200  # nothing leaked or stuck
-            ok = client.post("/v1/audio/speech", json={"input": "Still here.", "response_format": "pcm"})
-            assert ok.status_code == 200 and np.frombuffer(ok.content, "<i2").size > 0

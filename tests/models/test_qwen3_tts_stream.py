@@ -38,3 +38,33 @@ def test_early_chunk_takes_what_exists_and_a_final_stream_flushes() -> None:
 
 def test_graph_shapes_cover_every_non_final_chunk() -> None:
     assert window_frame_counts() == (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def test_the_engines_chunk_plan_with_the_family_shape_makes_the_same_windows() -> None:
+    """models/qwen3_tts_spec.py's CHUNK_SHAPE in engine/chunk_plan.py is this plan: frames
+    arriving one at a time, chunks taken planned or early, the stream ending anywhere."""
+    import random
+
+    from engine.chunk_plan import ChunkPlan
+    from models.qwen3_tts_spec import CHUNK_SHAPE
+
+    assert CHUNK_SHAPE.window_lengths() == window_frame_counts()
+    rng = random.Random(0)
+    for _ in range(300):
+        ours, engine = StreamPlan(), ChunkPlan(CHUNK_SHAPE)
+        total = rng.randrange(0, 40)
+        for frame in range(total + 1):
+            final = frame == total
+            ours.num_frames = engine.num_frames = frame
+            ours.is_final = engine.is_final = final
+            while True:
+                early = rng.random() < 0.3
+                mine, theirs = ours.next_window(early), engine.next_window(early)
+                if mine is None or theirs is None:
+                    assert mine is theirs is None
+                    break
+                assert (mine.start, mine.stop, mine.is_last) == (theirs.start, theirs.stop, theirs.is_last)
+                assert (theirs.emit_from, theirs.emit_to) == (theirs.start, theirs.stop)  # no context to crop
+                ours.advance(mine)
+                engine.advance(theirs)
+        assert ours.is_done and engine.is_done

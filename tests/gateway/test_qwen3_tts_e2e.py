@@ -1,0 +1,159 @@
+"""The qwen3_tts family through the gateway: `voxgate models add`, then `/v1/audio/speech` with
+the real `openai` SDK, `/v1/audio/design`, `/v1/realtime`, and the 4xx answers naming their field.
+
+Tiny random weights make noise whose length depends on when the stop id is sampled, so the
+model folders here cap generation at `MAX_FRAMES` (their `generation_config.json`), and a
+preset forces an exact length where a test counts samples.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import wave
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from websockets.sync.client import connect
+
+from gateway.cli import main
+from tests.conftest import LiveServer, run_server
+
+pytest.importorskip("torch")
+
+MAX_FRAMES = 16
+FORCED = 12
+SAMPLES_PER_FRAME = 1920  # 80 ms at 24 kHz
+DESCRIPTION = "A deep, calm voice."
+
+
+def _folder(source: Path, out: Path, model_type: str) -> Path:
+    from tests.models.test_qwen3_tts_runner import variant
+
+    folder = variant(source, out, tts_model_type=model_type)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**generation, "max_new_tokens": MAX_FRAMES}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(qwen3_tts_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("qwen-e2e")
+    data = root / "data"
+    for model_id, model_type in (("tiny-qwen", "custom_voice"), ("tiny-design", "voice_design"),
+                                 ("tiny-base", "base")):
+        folder = _folder(qwen3_tts_tiny, root / model_id, model_type)
+        assert main(["models", "add", "--family", "qwen3_tts", "--path", str(folder), "--id", model_id,
+                     "--data-dir", str(data)]) == 0
+    for live in run_server(data):
+        with httpx.Client(base_url=live.url, timeout=120) as client:
+            for name, model, voice, more in (("forced", "tiny-qwen", "ryan", {}),
+                                             ("designed", "tiny-design", "default", {}),
+                                             ("described", "tiny-design", "default", {"instructions": DESCRIPTION})):
+                settings = {"force_tokens": FORCED, "seed": 1, **more}
+                preset = {"name": name, "model": model, "voice": voice, "settings": settings}
+                assert client.post("/v1/presets", json=preset).status_code == 201
+        yield live
+
+
+@pytest.fixture
+def sdk(server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(api_key="sk-test", base_url=f"{server.url}/v1", max_retries=0, timeout=120)
+
+
+def _wav(data: bytes) -> np.ndarray:
+    with wave.open(io.BytesIO(data)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (24000, 1, 2)
+        return np.frombuffer(w.readframes(w.getnframes()), "<i2")
+
+
+def _frames(pcm: np.ndarray) -> int:
+    assert len(pcm) % SAMPLES_PER_FRAME == 0 and np.abs(pcm).max() > 0
+    return len(pcm) // SAMPLES_PER_FRAME
+
+
+def test_speech_with_the_openai_sdk_as_wav_pcm_and_sse(sdk: openai.OpenAI, server: LiveServer) -> None:
+    with sdk.audio.speech.with_streaming_response.create(model="tiny-qwen", voice="ryan", input="Hello there.",
+                                                         response_format="wav") as response:
+        assert response.headers["x-voxgate-model"] == "tiny-qwen" and response.headers["x-voxgate-voice"] == "ryan"
+        assert 2 <= _frames(_wav(response.read())) <= MAX_FRAMES  # the stop id is masked for 2 frames
+    with sdk.audio.speech.with_streaming_response.create(model="tiny-qwen", voice="forced", input="Hello there.",
+                                                         response_format="pcm",
+                                                         instructions="Speak slowly.") as response:
+        assert "x-voxgate-instructions" not in response.headers  # followed, not ignored
+        assert _frames(np.frombuffer(response.read(), "<i2")) == FORCED
+    with sdk.audio.speech.with_streaming_response.create(model="tiny-qwen", voice="forced", input="Hello there.",
+                                                         response_format="pcm", stream_format="sse") as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_bytes"] == FORCED * 3840
+    assert server.wait_idle() == 0
+
+
+def test_errors_name_their_field(sdk: openai.OpenAI, server: LiveServer) -> None:
+    with pytest.raises(openai.NotFoundError) as unknown:
+        sdk.audio.speech.create(model="tiny-qwen", voice="nobody", input="Hi.")
+    assert unknown.value.param == "voice"
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.audio.speech.create(model="tiny-base", voice="default", input="Hi.", instructions="Whisper.")
+    assert refused.value.param == "instructions" and "does not follow instructions" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as base:
+        sdk.audio.speech.create(model="tiny-base", voice="default", input="Hi.")
+    assert base.value.param == "model" and "reference recording" in base.value.message
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        bad = client.post("/v1/presets", json={"name": "hot", "model": "tiny-qwen", "voice": "ryan",
+                                               "settings": {"subtalker_temperature": 9}})
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "settings.subtalker_temperature"
+        assert client.get("/health").status_code == 200
+        stats = client.get("/v1/stats").json()["models"]["tiny-qwen"]
+        assert stats["has_backbone"] and stats["running"] == stats["waiting"] == 0
+        assert 'model="tiny-qwen"' in client.get("/metrics").text
+    assert server.wait_idle() == 0  # nothing leaked
+
+
+def test_design_makes_a_voice_from_a_description(server: LiveServer) -> None:
+    body = {"model": "tiny-design", "input": "Hello there.", "instruct": DESCRIPTION, "response_format": "wav"}
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        response = client.post("/v1/audio/design", json=body)
+        assert response.status_code == 200, response.text
+        assert 2 <= _frames(_wav(response.content)) <= MAX_FRAMES
+        forced = client.post("/v1/audio/design", json={**body, "voice": "designed", "response_format": "pcm"})
+        assert _frames(np.frombuffer(forced.content, "<i2")) == FORCED
+        # the description is the prompt's: a preset keeping it speaks the same (same seed), none differs
+        speech = {"model": "tiny-design", "input": "Hello there.", "response_format": "pcm"}
+        kept = client.post("/v1/audio/speech", json={**speech, "voice": "described"})
+        plain = client.post("/v1/audio/speech", json={**speech, "voice": "designed"})
+        assert kept.content == forced.content != plain.content
+        streamed = client.post("/v1/audio/design", json={**body, "voice": "designed", "stream": True})
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+        assert {e["type"] for e in events} == {"speech.audio.delta", "speech.audio.done"}
+        for change, field in (({"instruct": None}, "instruct"), ({"instruct": "  "}, "instruct"),
+                              ({"instruct": 3}, "instruct"), ({"model": "tiny-qwen"}, "model"),
+                              ({"model": None}, "model"), ({"stream": "yes"}, "stream")):
+            refused = client.post("/v1/audio/design", json={k: v for k, v in {**body, **change}.items()
+                                                            if v is not None})
+            assert refused.status_code == 400, (change, refused.text)
+            assert refused.json()["error"]["field"] == field, change
+    assert server.wait_idle() == 0
+
+
+def test_realtime_speaks_with_a_qwen3_tts_preset(server: LiveServer) -> None:
+    with connect(f"{server.ws_url}/v1/realtime") as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {"voice": "forced"}}))
+        assert json.loads(ws.recv())["session"]["model"] == "tiny-qwen"
+        ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        samples, events = 0, []
+        while not events or events[-1]["type"] not in ("utterance.done", "error"):
+            message = ws.recv(timeout=120)
+            if isinstance(message, bytes):
+                samples += len(message) // 2
+            else:
+                events.append(json.loads(message))
+    assert events[-1]["type"] == "utterance.done", events
+    assert samples == FORCED * SAMPLES_PER_FRAME
