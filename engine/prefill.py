@@ -102,5 +102,4 @@ class PrefillGraphs:
             for name, value in inputs(runner, requests, bucket, runner.max_prefill_batch).items():
                 x[name].copy_(value, non_blocking=True)
             self.graphs[bucket].replay()
-        values: np.ndarray = x["out"][:, :len(requests)].cpu().numpy()
-        return values
+        return x["out"][:, :len(requests)].cpu().numpy()

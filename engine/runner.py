@@ -123,8 +123,7 @@ class SynthRunner(Runner):
         outs = []
         for item in items:
             request, window = item.request, item.window
-            text = request.prepared.units[window.start]
-            t0 = time.perf_counter()
+            text, t0 = request.prepared.units[window.start], time.perf_counter()
             synthesizer = self._free.get()
             try:
                 pcm, words = synthesizer.synthesize(text, request.spec, window.is_last)
@@ -151,8 +150,7 @@ def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_ru
     max_running = int(parts.options.get("max_running", max_running))
     if isinstance(parts, SynthParts):
         return SynthRunner(model_id, parts, max_running)
-    if parts.runner is not None:  # e.g. models/qwen3_tts_runner.py: a frame of 16 codebooks a step
-        return parts.runner(model_id, parts, device, max_running)
     from engine.model_runner import ModelRunner
 
-    return ModelRunner(model_id, parts, device, max_running)
+    make = parts.runner or ModelRunner  # a family's own, e.g. models/qwen3_tts_runner.py (a whole frame a step)
+    return make(model_id, parts, device, max_running)
