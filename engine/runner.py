@@ -57,9 +57,9 @@ class SynthParts:
 
 @dataclass(slots=True)
 class LMParts:
-    """`backbone`: an nn.Module with `forward(ids, positions)`, `compute_logits(hidden)`, `set_rope`,
-    `fuse_projections`, `compile_layers` and `args` (models/orpheus.py); `codec`: `decode(codes [B, F, C]
-    int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`, `sample_rate`, `samples_per_frame`,
+    """`backbone` (ModelRunner's): an nn.Module with `forward(ids, positions)`, `set_rope`, `args`, `linear`,
+    `fuse_projections`, `compile_layers`, `set_matmuls`, `memory_bytes` (models/llama.py); `codec`: `decode(codes
+    [B, F, C] int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`, `sample_rate`, `samples_per_frame`,
     `codes_per_frame`, `device`, `memory_bytes()`."""
 
     spec: LMSpec

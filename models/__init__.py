@@ -4,7 +4,8 @@ A family module provides:
 - `FAMILY: str` and `SAMPLE_RATE` (or a per-model rate on the runner);
 - `validate(path: Path, options: dict) -> dict`: check a model folder without loading
   weights; returns facts for the library (voices, size); raises `InvalidModel`;
-- `load(model_id: str, path: Path, options: dict, device: str) -> engine.runner.Runner`.
+- `load(model_id: str, path: Path, options: dict, device: str) -> engine.runner.LMParts | SynthParts`
+  (the parts the engine builds a runner from, engine/runner.py `build_runner`).
 
 The core never imports a family module directly (piper-tts is GPL-3.0 and optional for
 library users); it goes through `family()`.
