@@ -12,10 +12,12 @@ export class ApiError extends Error {
   }
 }
 
-// fetch + JSON (or a Blob body); throws ApiError (network failures become status 0).
+// fetch + JSON (or a Blob or FormData body); throws ApiError (network failures become status 0).
 export async function api(method, url, body) {
   const init = { method, headers: {} };
-  if (body instanceof Blob) {  // raw bytes (a take's audio), typed by the Blob
+  if (body instanceof FormData) {  // multipart: the browser writes the boundary into Content-Type
+    init.body = body;
+  } else if (body instanceof Blob) {  // raw bytes (a take's audio), typed by the Blob
     init.headers["Content-Type"] = body.type;
     init.body = body;
   } else if (body !== undefined) {
