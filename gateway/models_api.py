@@ -30,7 +30,7 @@ async def model_type(record: dict[str, Any]) -> str | None:
 
 
 async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's model object plus what Voxgate knows (family, voices, residency)."""
+    """OpenAI's model object plus what Voxgate knows (family, model_type, voices, residency)."""
     return {
         "id": record["id"], "object": "model", "created": int(record["created_at"]),
         "owned_by": "voxgate", "family": record["family"], "model_type": await model_type(record),
