@@ -17,13 +17,14 @@ const presetErrors = new FieldErrors({
 }, status);
 let models = [];   // the VoiceDesign models
 let audioUrl = null;
-window.voxgate = Object.assign(window.voxgate || {}, { designed: 0 });  // takes heard (read by tests)
+window.voxgate = Object.assign(window.voxgate || {}, { designed: 0 });  // takes heard to the end (tests)
 
 // POST a JSON body and get the audio back as a Blob; errors as ApiError, as api() does.
 async function fetchAudio(url, body) {
   let res;
   try {
-    res = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    res = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" },
+                             body: JSON.stringify(body) });
   } catch (e) {
     throw new ApiError(0, "network_error", `Could not reach the server (${e.message})`);
   }
@@ -93,5 +94,9 @@ async function init() {
 
 $("design-form").addEventListener("submit", hear);
 $("d-save").addEventListener("click", save);
-$("d-audio").addEventListener("play", () => { window.voxgate.designed += 1; });
+$("d-audio").addEventListener("ended", () => {  // heard to the end
+  window.voxgate.designed += 1;
+  say(status, `Played the designed voice (${$("d-audio").duration.toFixed(1)} s). Save it as a preset below to `
+              + "use it in the studio.", "ok");
+});
 init().catch((err) => say(status, `Could not load models: ${err.message}`, "error"));

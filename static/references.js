@@ -49,8 +49,10 @@ player.addEventListener("ended", () => {
 function referenceRow(ref) {
   const rowStatus = el("p", { class: "status small", role: "status" });
   const playBtn = el("button", { type: "button", class: "small", text: "Play", "aria-label": `Play ${ref.name}` });
-  playBtn.addEventListener("click", () => (playing && playing.name === ref.name ? stopPlaying() : play(ref, rowStatus, playBtn)));
-  const delBtn = el("button", { type: "button", class: "small danger", text: "Delete", "aria-label": `Delete ${ref.name}` });
+  playBtn.addEventListener("click", () => (playing && playing.name === ref.name ? stopPlaying()
+                                                                                : play(ref, rowStatus, playBtn)));
+  const delBtn = el("button", { type: "button", class: "small danger", text: "Delete",
+                                "aria-label": `Delete ${ref.name}` });
   delBtn.addEventListener("click", async () => {
     if (!confirm(`Delete the reference voice “${ref.name}”?`)) return;
     try {

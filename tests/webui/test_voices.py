@@ -213,7 +213,8 @@ def test_a_voice_is_designed_heard_and_saved_as_a_preset(server: LiveServer, pag
     page.get_by_label("Voice description").fill(DESCRIPTION)
     page.get_by_label("Sample text").fill("Hello there.")
     page.get_by_role("button", name="Hear it").click()
-    page.wait_for_function("window.voxgate.designed > 0", timeout=120_000)  # the audio element plays it
+    page.wait_for_function("window.voxgate.designed > 0", timeout=120_000)  # the audio element played it through
+    assert page.inner_text("#design-status").startswith("Played the designed voice")
     duration = page.evaluate("document.querySelector('#d-audio').duration")
     assert 2 * 0.08 - 0.01 <= duration <= MAX_FRAMES * 0.08 + 0.01  # 80 ms frames
     assert page.inner_text("#d-instruct-err") == ""
@@ -248,7 +249,8 @@ def test_every_control_is_labelled_and_fits_a_phone(server: LiveServer, page: sy
     page.set_viewport_size(PHONE)
     _open(page, server)
     page.locator("tr[data-reference='A rather long reference name']").wait_for()
-    unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button, audio[controls]')]
+    unlabelled = page.evaluate("""() => [
+        ...document.querySelectorAll('input, select, textarea, button, audio[controls]')]
         .filter((e) => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
                        && !e.getAttribute('aria-labelledby') && !(e.tagName === 'BUTTON' && e.textContent.trim()))
         .map((e) => e.id || e.outerHTML)""")
