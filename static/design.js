@@ -1,7 +1,7 @@
 // Design a voice: a Qwen3-TTS VoiceDesign model speaks a sample in a voice made from a
 // description (POST /v1/audio/design); the description can be kept as a preset's
 // `instructions` setting. Only models whose `model_type` (GET /v1/models) is voice_design.
-import { $, api, ApiError, say } from "./common.js";
+import { $, api, apiBlob, ApiError, say } from "./common.js";
 import { FieldErrors } from "./field-errors.js";
 
 const status = $("design-status");
@@ -19,25 +19,6 @@ let models = [];   // the VoiceDesign models
 let audioUrl = null;
 window.voxgate = Object.assign(window.voxgate || {}, { designed: 0 });  // takes heard to the end (tests)
 
-// POST a JSON body and get the audio back as a Blob; errors as ApiError, as api() does.
-async function fetchAudio(url, body) {
-  let res;
-  try {
-    res = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" },
-                             body: JSON.stringify(body) });
-  } catch (e) {
-    throw new ApiError(0, "network_error", `Could not reach the server (${e.message})`);
-  }
-  if (!res.ok) {
-    let data = null;
-    try { data = await res.json(); } catch { /* not JSON */ }
-    const err = data && data.error;
-    if (err) throw new ApiError(res.status, err.code, err.message, err.field);
-    throw new ApiError(res.status, "http_error", `POST ${url} failed: HTTP ${res.status}`);
-  }
-  return res.blob();
-}
-
 async function hear(e) {
   e.preventDefault();
   errors.clear();
@@ -47,7 +28,7 @@ async function hear(e) {
   $("d-hear").disabled = true;
   say(status, "Designing…", "busy");
   try {
-    const blob = await fetchAudio("/v1/audio/design", body);
+    const blob = await apiBlob("POST", "/v1/audio/design", body);
     if (audioUrl) URL.revokeObjectURL(audioUrl);
     audioUrl = URL.createObjectURL(blob);
     const audio = $("d-audio");

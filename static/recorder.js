@@ -16,10 +16,14 @@ export class Recorder {
     this.ctx = null;
     this.stream = null;
     this.node = null;
+    this.done = new Promise((resolve) => { this.resolveDone = resolve; });  // after onStop
   }
 
   // Asks for the microphone; rejects (NotAllowedError, NotFoundError, ...) if there is none.
   async start() {
+    if (!window.isSecureContext || !navigator.mediaDevices) {
+      throw new DOMException("the microphone needs a secure page (https, or the server on localhost)", "SecurityError");
+    }
     this.stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1 } });
     this.ctx = new AudioContext({ sampleRate: RECORD_RATE });
     await this.ctx.audioWorklet.addModule(new URL("./recorder-worklet.js", import.meta.url));
@@ -56,6 +60,7 @@ export class Recorder {
     for (const track of this.stream.getTracks()) track.stop();  // the microphone is released
     this.ctx.close();
     this.onStop(wavBlob(this.blocks, this.samples, RECORD_RATE), this.samples / RECORD_RATE);
+    this.resolveDone();
   }
 }
 

@@ -121,7 +121,8 @@ async function startRecording() {
     recorder = null;
     $("r-record").disabled = false;
     const why = err && err.name === "NotAllowedError" ? "the browser was not allowed to use the microphone"
-      : err && err.name === "NotFoundError" ? "no microphone was found" : String(err && err.message || err);
+      : err && err.name === "NotFoundError" ? "no microphone was found"
+      : String(err && err.message || err);
     say($("r-audio-err"), `Could not record: ${why}.`);
     return;
   }
@@ -133,7 +134,11 @@ async function startRecording() {
 async function upload(e) {
   e.preventDefault();
   errors.clear();
-  if (recorder) recorder.stop();
+  if (recorder) {  // still recording: what was recorded so far is the recording to send
+    const current = recorder;
+    current.stop();
+    await current.done;
+  }
   const body = new FormData();
   body.append("name", $("r-name").value.trim());
   body.append("transcript", $("r-transcript").value);

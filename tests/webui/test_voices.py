@@ -231,6 +231,7 @@ def test_a_voice_is_designed_heard_and_saved_as_a_preset(server: LiveServer, pag
 
     # Editing the preset's speed keeps the description the preset form has no field for.
     page.get_by_role("button", name="Edit Calm").click()
+    page.wait_for_function("document.activeElement.id === 'p-model'")  # the form holds the preset now
     page.locator("#p-speed").fill("1.25")
     page.get_by_role("button", name="Save changes").click()
     page.locator("#form-status[data-kind='ok']").wait_for()
