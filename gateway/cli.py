@@ -252,8 +252,13 @@ def checkpoint(args: argparse.Namespace) -> int:
               "pip install '.[lm]' in Voxgate's source folder (on a CPU-only machine, torch's CPU build first)",
               file=sys.stderr)
         return 2
+    target = Path(args.dir)
+    if target.is_dir() and any(target.iterdir()) and not args.force:
+        print(f"error: {target} exists and is not empty (a model may live there); pass --force to write over it",
+              file=sys.stderr)
+        return 2
     try:
-        out = write_random(args.family, args.size, Path(args.dir), seed=args.seed, model_type=args.type)
+        out = write_random(args.family, args.size, target, seed=args.seed, model_type=args.type)
     except ValueError as error:  # a size the family does not have
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -332,6 +337,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--type", choices=["custom_voice", "voice_design", "base"], default=None,
                    help="qwen3_tts: the model type (default custom_voice: named speakers; voice_design: "
                         "voices from a description, for /v1/audio/design; base: cloning)")
+    r.add_argument("--force", action="store_true", help="write into a folder that is not empty")
     r.add_argument("dir")
     r.set_defaults(func=checkpoint)
     return p
