@@ -51,6 +51,7 @@ from models import InvalidModel, family
 log = logging.getLogger(__name__)
 
 FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset({"qwen3_tts"})  # they reach the engine as options
+FAMILIES_WITH_SPEED: frozenset[str] = frozenset({"piper"})  # the speech LMs speak at their own pace
 
 
 def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -138,6 +139,8 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
                "X-Voxgate-Voice": choice.voice}
     if instructions and choice.family not in FAMILIES_WITH_INSTRUCTIONS:
         headers["X-Voxgate-Instructions"] = "ignored"
+    if choice.speed != 1.0 and choice.family not in FAMILIES_WITH_SPEED:
+        headers["X-Voxgate-Speed"] = "ignored"
     encoder = StreamEncoder(fmt, first.sample_rate)
     log.info("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
              choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)

@@ -85,6 +85,11 @@ def test_speech_with_the_openai_sdk_as_wav_pcm_and_sse(sdk: openai.OpenAI, serve
                                                          response_format="pcm",
                                                          instructions="Speak slowly.") as response:
         assert "x-voxgate-instructions" not in response.headers  # followed, not ignored
+        assert "x-voxgate-speed" not in response.headers  # none was asked for
+    with sdk.audio.speech.with_streaming_response.create(model="tiny-qwen", voice="forced", input="Hello there.",
+                                                         response_format="pcm", speed=2.0) as response:
+        assert response.headers["x-voxgate-speed"] == "ignored"  # a speech LM speaks at its own pace
+        assert _frames(np.frombuffer(response.read(), "<i2")) == FORCED
         assert _frames(np.frombuffer(response.read(), "<i2")) == FORCED
     with sdk.audio.speech.with_streaming_response.create(model="tiny-qwen", voice="forced", input="Hello there.",
                                                          response_format="pcm", stream_format="sse") as response:
