@@ -3,10 +3,10 @@
   voxgate --version
   voxgate serve [--host H] [--port P] [--policy edf|fifo|fifo+MECHANISMS] [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
-  voxgate models add --family F --path DIR [--id ID] [--name NAME] [--data-dir D] [--config FILE]
+  voxgate models add --family F --path DIR [--id ID] [--name NAME] [--option KEY=VALUE ...] [--data-dir D]
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
-  voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full DIR
+  voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full [--type voice_design] DIR
   voxgate keys create NAME [--scope speech|admin ...] [--rate-limit 600/minute] [--max-concurrent N]
   voxgate keys list | voxgate keys revoke ID|PREFIX|NAME     [--data-dir D] [--config FILE]
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import socket
 import sys
@@ -33,6 +34,25 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                          policy=getattr(args, "policy", None))
 
 
+def config_models_problem(settings: Settings) -> str | None:
+    """What is wrong with the first bad `[[models]]` entry of the config file (its family, folder
+    or options), in one line naming the entry and the file; None when all are good."""
+    from models import FAMILIES, FamilyUnavailable, InvalidModel, family
+
+    for entry in settings.models:
+        where = f"[[models]] {entry.get('id')!r} in the config file"
+        options = {k: v for k, v in entry.items() if k not in ("id", "family", "path", "name")}
+        try:
+            family(str(entry["family"])).validate(Path(str(entry["path"])).expanduser(), options)
+        except KeyError:
+            return f"{where}: unknown family {entry['family']!r}; known families: {', '.join(FAMILIES)}"
+        except (FamilyUnavailable, InvalidModel) as error:
+            return f"{where}: {error.message}"
+        except (OSError, ValueError) as error:
+            return f"{where}: {error}"
+    return None
+
+
 def serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.keys import no_key_message
@@ -41,6 +61,10 @@ def serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
+        return 2
+    problem = config_models_problem(settings)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if settings.auth == "off" and not is_loopback(settings.host):
         print(f"warning: auth is off and Voxgate listens on {settings.host}: anyone who reaches port "
@@ -125,8 +149,18 @@ async def _models_add(args: argparse.Namespace) -> int:
     except FamilyUnavailable as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
+    options = {}
+    for item in args.option:  # KEY=VALUE, VALUE as JSON (true, 8, [1, 2]) or else a string
+        key, equals, raw = item.partition("=")
+        if not key or not equals:
+            print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        try:
+            options[key] = json.loads(raw)
+        except ValueError:
+            options[key] = raw
     try:
-        info = module.validate(path, {})
+        info = module.validate(path, options)
     except InvalidModel as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
@@ -136,7 +170,7 @@ async def _models_add(args: argparse.Namespace) -> int:
         if await library.get_model(model_id) is not None:
             print(f"error: a model with id {model_id!r} exists; pass --id", file=sys.stderr)
             return 2
-        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"],
+        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
                                 size_bytes=info.get("size_bytes", 0), source="local")
     finally:
         await library.close()
@@ -218,12 +252,18 @@ def checkpoint(args: argparse.Namespace) -> int:
               "pip install '.[lm]' in Voxgate's source folder (on a CPU-only machine, torch's CPU build first)",
               file=sys.stderr)
         return 2
+    target = Path(args.dir)
+    if target.is_dir() and any(target.iterdir()) and not args.force:
+        print(f"error: {target} exists and is not empty (a model may live there); pass --force to write over it",
+              file=sys.stderr)
+        return 2
     try:
-        out = write_random(args.family, args.size, Path(args.dir), seed=args.seed)
+        out = write_random(args.family, args.size, target, seed=args.seed, model_type=args.type)
     except ValueError as error:  # a size the family does not have
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"wrote a random {args.size} {args.family} checkpoint to {out}")
+    kind = f" {args.type}" if args.type else ""
+    print(f"wrote a random {args.size}{kind} {args.family} checkpoint to {out}")
     return 0
 
 
@@ -259,6 +299,8 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--path", required=True)
     a.add_argument("--id")
     a.add_argument("--name")
+    a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a model option, repeatable (README: Model options), e.g. --option max_running=8")
     common(a)
     a.set_defaults(func=lambda args: asyncio.run(_models_add(args)))
     ls = m.add_parser("list", help="list installed models")
@@ -292,6 +334,10 @@ def parser() -> argparse.ArgumentParser:
     # qwen3_tts: full = 1.7b; 0.6b and 1.7b name the two released sizes
     r.add_argument("--size", choices=["tiny", "full", "0.6b", "1.7b"], default="tiny")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--type", choices=["custom_voice", "voice_design", "base"], default=None,
+                   help="qwen3_tts: the model type (default custom_voice: named speakers; voice_design: "
+                        "voices from a description, for /v1/audio/design; base: cloning)")
+    r.add_argument("--force", action="store_true", help="write into a folder that is not empty")
     r.add_argument("dir")
     r.set_defaults(func=checkpoint)
     return p

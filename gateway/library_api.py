@@ -45,6 +45,7 @@ from gateway.library import Library
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
+from models.model_options import check_options
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,10 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     options = data.get("options") or {}
     if not isinstance(options, dict):
         raise InvalidInput("options must be an object", field="options")
+    try:  # the family's option names, types and ranges (before the folder: it tells nothing about it)
+        check_options(options, getattr(module, "OPTIONS", {}), family_name)
+    except InvalidModel as error:
+        raise InvalidInput(error.message, field=error.field) from None
     path = Path(raw_path).expanduser()
     invalid = ApiError(422, "invalid_model_folder", f"{raw_path!r} is not a valid {family_name} model folder "
                        "under the local_model_roots", field="path")

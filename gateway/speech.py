@@ -50,6 +50,7 @@ from gateway.writes import ClosingStreamingResponse
 log = logging.getLogger(__name__)
 
 FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset({"qwen3_tts"})  # they reach the engine as options
+FAMILIES_WITH_SPEED: frozenset[str] = frozenset({"piper"})  # the speech LMs speak at their own pace
 
 
 def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -89,8 +90,11 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidInput(f"{key} must be a string", field=key)
     if design:
-        if not instructions or not instructions.strip():
-            raise InvalidInput("instruct is required: a description of the voice to make", field="instruct")
+        if instructions is not None and not instructions.strip():
+            raise InvalidInput("instruct is empty: describe the voice to make", field="instruct")
+        if "instructions" in data:
+            raise InvalidInput("/v1/audio/design takes the voice's description as instruct, not instructions",
+                               field="instructions")
         stream = data.get("stream", False)
         if not isinstance(stream, bool):
             raise InvalidInput("stream must be true or false", field="stream")
@@ -108,6 +112,9 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
         raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
     if design:
+        if instructions is None and not str(choice.options.get("instructions") or "").strip():
+            raise InvalidInput("instruct is required: a description of the voice to make (or a preset "
+                               "whose settings keep one as instructions)", field="instruct")
         await check_voice_design(state, choice.model_id)
     if instructions and choice.family in FAMILIES_WITH_INSTRUCTIONS:
         choice = dataclasses.replace(choice, options={**choice.options, "instructions": instructions})
@@ -131,6 +138,8 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
                "X-Voxgate-Voice": choice.voice}
     if instructions and choice.family not in FAMILIES_WITH_INSTRUCTIONS:
         headers["X-Voxgate-Instructions"] = "ignored"
+    if choice.speed != 1.0 and choice.family not in FAMILIES_WITH_SPEED:
+        headers["X-Voxgate-Speed"] = "ignored"
     encoder = StreamEncoder(fmt, first.sample_rate)
     log.info("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
              choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)

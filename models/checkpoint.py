@@ -104,14 +104,18 @@ def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> N
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
 
 
-def write_random(family: str, size: str, out_dir: Path, seed: int = 0, weights: bool = True) -> Path:
+def write_random(family: str, size: str, out_dir: Path, seed: int = 0, weights: bool = True,
+                 model_type: str | None = None) -> Path:
     """Write a random `family` checkpoint of flavor `size` under `out_dir`; returns `out_dir`.
     `weights=False` (orpheus) leaves out the backbone's weights: a folder that loads with the
-    model option `random_weights` (GPU benchmarks without writing 6.6 GB)."""
+    model option `random_weights` (GPU benchmarks without writing 6.6 GB). `model_type`:
+    qwen3_tts's (custom_voice by default, voice_design, base); ValueError for orpheus."""
     if family == "qwen3_tts":  # its own layout: models/qwen3_tts_checkpoint.py
         from models import qwen3_tts_checkpoint
 
-        return qwen3_tts_checkpoint.write_random(size, out_dir, seed)
+        return qwen3_tts_checkpoint.write_random(size, out_dir, seed, model_type or "custom_voice")
+    if model_type is not None:
+        raise ValueError(f"--type is for qwen3_tts checkpoints; {family} has one model type")
     if family != "orpheus":
         raise ValueError(f"no random checkpoints for family {family!r}")
     if size not in orpheus.FLAVORS:

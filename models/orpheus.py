@@ -40,6 +40,7 @@ import torch
 
 from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
+from models.model_options import FLAG, PATH, Option, at_least, check_options, one_of
 from models.options import parse_options
 from engine.request import Prepared
 from engine.runner import LMParts
@@ -112,6 +113,16 @@ def frame_codes(tokens: Sequence[int]) -> list[int]:
     return codes
 
 
+# A model's options (checked when it is added, models/model_options.py): load's and the
+# runner's (engine/model_runner.py RunnerConfig; tests/models/test_orpheus.py keeps them in step).
+OPTIONS: dict[str, Option] = {
+    "backbone_path": PATH, "codec_path": PATH, "random_weights": FLAG, "dtype": one_of(*DTYPES),
+    "ramp_context": Option("int", lambda v: 0 <= v <= CONTEXT_FRAMES, f"an integer 0..{CONTEXT_FRAMES}"),
+    "max_seq_len": at_least(2), "enforce_eager": FLAG, "compile_layers": FLAG, "max_codec_batch": at_least(1),
+    "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "attn_block": at_least(1),
+    "graph_batches": Option("ints"), "lanes": FLAG, "lm_sms": at_least(0), "codec_sms": at_least(0),
+    "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG}
+
 FLAVORS: dict[str, Args] = {
     "full": Args(vocab_size=VOCAB_SIZE),  # Llama-3.2-3B shape with the Orpheus vocabulary
     "tiny": Args(vocab_size=VOCAB_SIZE, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -148,10 +159,8 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
     """Check an Orpheus folder (backbone/ + codec/) without loading weights."""
     from tokenizers import Tokenizer
 
+    check_options(options, OPTIONS, FAMILY)
     backbone, codec = _folders(path, options or {})
-    dtype = (options or {}).get("dtype")
-    if dtype is not None and dtype not in DTYPES:
-        raise InvalidModel(f"options.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}", field="options.dtype")
     for required in (backbone / "config.json", backbone / "tokenizer.json", codec / "config.json"):
         if not required.is_file():
             raise InvalidModel(f"{required} is missing")

@@ -25,6 +25,7 @@ from engine.request import Prepared
 from engine.runner import SynthParts, SynthSpec
 from engine.types import InvalidInput, SpeechRequest, UnknownVoice, WordTiming
 from models import InvalidModel
+from models.model_options import at_least, check_options
 
 FAMILY = "piper"
 DEFAULT_VOICE = "default"
@@ -35,6 +36,7 @@ SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
 # The option that sizes the pool; the server's `cpu_workers` setting fills it in when a
 # model's options leave it out (gateway/residency.py `load_runner`).
 WORKERS_OPTION = "workers"
+OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0)}  # a model's (models/model_options.py)
 
 
 def available_cores() -> int:
@@ -84,9 +86,8 @@ def _voice_names(config: dict[str, Any]) -> list[str]:
 
 def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check a piper voice folder (or .onnx file) and its options without loading it."""
+    check_options(options, OPTIONS, FAMILY)
     onnx, config_path = _find_files(Path(path))
-    _count_option(dict(options or {}), WORKERS_OPTION, 1, 1)
-    _count_option(dict(options or {}), "num_threads", 0, 0)
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
         sample_rate = int(config["audio"]["sample_rate"])

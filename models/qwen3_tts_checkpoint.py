@@ -17,6 +17,7 @@ random audio mostly inside [-1, 1], so tests see real numbers, not a clamped or 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -89,8 +90,14 @@ def _random_tensors(module: nn.Module, prefix: str, generator: torch.Generator,
             yield full, tensor
 
 
-def write_random(size: str, out_dir: Path, seed: int = 0) -> Path:
-    """Write a random Qwen3-TTS flavor `size` (tiny, 0.6b, 1.7b = full) under `out_dir`."""
+MODEL_TYPES = ("custom_voice", "voice_design", "base")  # config.json tts_model_type
+
+
+def write_random(size: str, out_dir: Path, seed: int = 0, model_type: str = "custom_voice") -> Path:
+    """Write a random Qwen3-TTS flavor `size` (tiny, 0.6b, 1.7b = full) of `model_type` (CustomVoice:
+    named speakers; VoiceDesign: described voices; Base: cloning) under `out_dir`; ValueError for
+    an unknown size or type. (A random Base folder has no speaker encoder: it loads, and refuses
+    every request until cloning exists.)"""
     from safetensors.torch import save_file
 
     from models.checkpoint import _save_shards
@@ -99,7 +106,9 @@ def write_random(size: str, out_dir: Path, seed: int = 0) -> Path:
 
     if size not in FLAVORS:
         raise ValueError(f"size must be one of {', '.join(FLAVORS)}, got {size!r}")
-    args, codec_args = FLAVORS[size], CODEC_FLAVORS[size]
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"type must be one of {', '.join(MODEL_TYPES)}, got {model_type!r}")
+    args, codec_args = dataclasses.replace(FLAVORS[size], tts_model_type=model_type), CODEC_FLAVORS[size]
     out_dir = Path(out_dir)
     speech = out_dir / "speech_tokenizer"
     speech.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ from engine.lm_spec import LMSpec
 from engine.request import Prepared
 from engine.types import InputTooLong, InvalidInput, SpeechRequest, UnknownVoice
 from models.options import parse_options
+from models.qwen3_tts_args import LANGUAGES
 from models.qwen3_tts_stream import CHUNK_FRAMES
 
 FAMILY = "qwen3_tts"
@@ -177,6 +178,10 @@ def validate_settings(settings: dict[str, Any], generation: Mapping[str, Any]) -
         sampling = parse_options(spec, settings)
         extra = parse_extra(settings, generation, 2048)
         texts = {name: _text_option(settings, name) for name in ("instructions", "language")}
+        language = texts["language"]
+        if language is not None and language.lower() not in ("auto", *LANGUAGES):  # the released models' table
+            raise InvalidInput(f"options.language {language!r} is not one of auto, {', '.join(LANGUAGES)}",
+                               field="options.language")
     except InvalidInput as error:
         field = (error.field or "").removeprefix("options.")
         raise InvalidInput(error.message.replace("options.", "settings.", 1), field=f"settings.{field}") from None

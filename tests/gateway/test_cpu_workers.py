@@ -50,4 +50,4 @@ def test_cpu_workers_is_checked_where_it_is_set() -> None:
 def test_a_bad_pool_option_is_refused_before_loading(options: dict[str, object]) -> None:
     with pytest.raises(InvalidModel) as raised:
         validate(embedded_model_path(), options)
-    assert raised.value.field == next(iter(options))
+    assert raised.value.field == f"options.{next(iter(options))}"

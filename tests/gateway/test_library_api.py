@@ -226,6 +226,15 @@ def test_install_local_folder_validates_and_registers(tmp_path: Path) -> None:
                                            "message": "unknown family 'nope'; known families: "
                                                       "piper, orpheus, qwen3_tts",
                                            "type": "invalid_request_error", "param": "family"}
+        for options, field in (({"workers": 0}, "options.workers"), ({"nope": 1}, "options.nope"),
+                               ({"num_threads": "2"}, "options.num_threads")):
+            refused = client.post("/v1/library/install", json={"path": str(folder), "family": "piper",
+                                                                "options": options})
+            assert refused.status_code == 400 and refused.json()["error"]["field"] == field, refused.text
+        dtype = client.post("/v1/library/install", json={"path": str(empty), "family": "orpheus",
+                                                          "options": {"dtype": "int3"}})
+        assert dtype.status_code == 400 and dtype.json()["error"]["field"] == "options.dtype"
+        assert "bfloat16, float16, float32, fp8" in dtype.json()["error"]["message"]
         ok = client.post("/v1/library/install", json={"path": str(folder), "family": "piper"})
         assert ok.status_code == 201 and ok.json()["id"] == "bob" and ok.json()["voices"] == ["default"]
         assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 409

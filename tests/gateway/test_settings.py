@@ -38,6 +38,20 @@ def test_models_add_validates_the_folder(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["models", "add", "--family", "nope", "--path", str(empty), "--data-dir", str(tmp_path)]) == 2
 
 
+def test_models_add_takes_options_and_refuses_a_bad_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from models.piper import embedded_model_path
+
+    base = ["models", "add", "--family", "piper", "--path", str(embedded_model_path()), "--data-dir", str(tmp_path)]
+    assert main([*base, "--id", "bad", "--option", "workers=0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: options.workers must be an integer >= 1, got 0"
+    assert main([*base, "--id", "bad", "--option", "workers"]) == 2
+    assert "not KEY=VALUE" in capsys.readouterr().err
+    assert main([*base, "--id", "two", "--option", "workers=2", "--option", "num_threads=1"]) == 0
+    assert main(["models", "list", "--data-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "two" in listed and "bad" not in listed
+
+
 def test_setting_errors_name_the_setting_and_its_source(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"VOXGATE_PORT must be an integer, got 'abc'"):
         load_settings(env={"VOXGATE_PORT": "abc"})
@@ -87,3 +101,16 @@ def test_security_settings_from_the_environment() -> None:
                       ({"VOXGATE_MAX_JSON_DEPTH": "0"}, "max_json_depth")):
         with pytest.raises(ValueError, match=name):
             load_settings(env=env)
+
+
+def test_a_bad_models_entry_in_the_config_stops_serve_with_one_line(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from models.piper import embedded_model_path
+
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "joe2"\nfamily = "piper"\npath = "{embedded_model_path()}"\nworkers = 0\n')
+    assert main(["serve", "--config", str(config), "--data-dir", str(tmp_path / "data"), "--port", "18765"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "error: [[models]] 'joe2' in the config file: options.workers must be an integer >= 1, got 0"]
+    assert not (tmp_path / "data").exists()  # stopped before start-up touched the data dir

@@ -91,3 +91,14 @@ def test_cli_writes_a_qwen3_tts_checkpoint_and_refuses_an_unknown_size(tmp_path:
     folder = tmp_path / "q"
     assert main(["checkpoint", "random", "--family", "qwen3_tts", "--size", "tiny", str(folder)]) == 0
     assert qwen3_tts.validate(folder)["num_layers"] == 2
+    assert json.loads((folder / "config.json").read_text())["tts_model_type"] == "custom_voice"
+    design = tmp_path / "d"
+    assert main(["checkpoint", "random", "--family", "qwen3_tts", "--type", "voice_design", str(design)]) == 0
+    assert json.loads((design / "config.json").read_text())["tts_model_type"] == "voice_design"
+    assert qwen3_tts.validate(design)["voices"] == ["default"]  # no named speakers: the description is the voice
+    assert main(["checkpoint", "random", "--family", "orpheus", "--type", "voice_design", str(tmp_path / "o2")]) == 2
+    assert "--type is for qwen3_tts" in capsys.readouterr().err
+    assert main(["checkpoint", "random", "--family", "qwen3_tts", str(design)]) == 2  # not over a model
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert json.loads((design / "config.json").read_text())["tts_model_type"] == "voice_design"
+    assert main(["checkpoint", "random", "--family", "qwen3_tts", "--force", str(design)]) == 0

@@ -266,6 +266,10 @@ def test_frames_pack_into_one_token_and_back() -> None:
     with pytest.raises(InvalidInput) as unknown:
         qwen3_tts.validate_settings({"speaker": "x"})
     assert unknown.value.field == "settings.speaker"
+    with pytest.raises(InvalidInput) as language:  # a preset is checked when saved, not when used
+        qwen3_tts.validate_settings({"language": "klingon"})
+    assert language.value.field == "settings.language" and "english" in language.value.message
+    assert qwen3_tts.validate_settings({"language": "English"}) == {"language": "English"}
 
 
 def test_bfloat16_weights_run_through_the_same_path(qwen3_tts_tiny: Path) -> None:
