@@ -208,7 +208,7 @@ def test_a_voice_is_designed_heard_and_saved_as_a_preset(server: LiveServer, pag
 
     page.get_by_label("Voice description").fill("  ")
     page.get_by_role("button", name="Hear it").click()
-    page.locator("#d-instruct-err", has_text="The description is required").wait_for()
+    page.locator("#d-instruct-err", has_text="The description is empty").wait_for()
 
     page.get_by_label("Voice description").fill(DESCRIPTION)
     page.get_by_label("Sample text").fill("Hello there.")
