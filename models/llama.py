@@ -23,6 +23,7 @@ from models.context import get_context
 
 GEMV_MAX_ROWS = 64  # bf16 matmuls with up to this many rows run on models/gemv.py when enabled
 
+
 @dataclass(frozen=True, slots=True)
 class Args:
     vocab_size: int = 128256
