@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-
-from typing import Any
 
 from engine.types import UnknownModel
 from gateway.state import AppState
 from gateway.voices import is_openai_model, model_alias
+from models import InvalidModel, family
+
+
+async def model_type(record: dict[str, Any]) -> str | None:
+    """A Qwen3-TTS model's `tts_model_type` from its folder's config.json: `custom_voice`
+    (named speakers), `voice_design` (a voice from a description: `/v1/audio/design`) or
+    `base` (cloning); None for a family without model types, or a folder that went bad."""
+    if record["family"] != "qwen3_tts" or not record.get("path"):
+        return None
+    try:
+        args = await asyncio.to_thread(family("qwen3_tts").read_args, Path(record["path"]))
+    except InvalidModel:
+        return None
+    kind: str = args.tts_model_type
+    return kind
 
 
 async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's model object plus what Voxgate knows (family, voices, residency)."""
+    """OpenAI's model object plus what Voxgate knows (family, model_type, voices, residency)."""
     return {
         "id": record["id"], "object": "model", "created": int(record["created_at"]),
-        "owned_by": "voxgate", "family": record["family"], "name": record["name"],
+        "owned_by": "voxgate", "family": record["family"], "model_type": await model_type(record),
+        "name": record["name"],
         "source": record["source"], "installed": True,
         "voices": await state.library.voices(record["id"]),
         "default": record["id"] == state.settings.default_model,

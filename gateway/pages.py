@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
+from gateway import references
 from gateway.errors import ApiError, error_body
 from gateway.presets import FAMILY_SETTINGS
 from gateway.projects_api import context, existing_project
@@ -98,7 +99,11 @@ async def library(request: Request) -> Response:
 
 
 async def voices(request: Request) -> Response:
-    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE,
+    # The reference-voice limits the server enforces (gateway/references.py), shown by the
+    # upload form and the recorder, which stops at the longest length.
+    limits = {"min_s": references.MIN_SECONDS, "max_s": references.MAX_SECONDS,
+              "max_bytes": references.MAX_UPLOAD_BYTES, "max_transcript": references.MAX_TRANSCRIPT_CHARS}
+    return _render(request, "voices.html", "voices", sample_sentence=SAMPLE_SENTENCE, reference_limits=limits,
                    family_settings={name: [list(item) for item in items] for name, items in FAMILY_SETTINGS.items()})
 
 

@@ -32,7 +32,6 @@ import dataclasses
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
@@ -40,13 +39,13 @@ from starlette.requests import Request
 from engine.types import AudioChunk, EngineError, InvalidInput
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
 from gateway.errors import ApiError, error_body, read_json
+from gateway.models_api import model_type
 from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare
 from gateway.voices import resolve
 from gateway.writes import ClosingStreamingResponse
-from models import InvalidModel, family
 
 log = logging.getLogger(__name__)
 
@@ -160,14 +159,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
 async def check_voice_design(state: AppState, model_id: str) -> None:
     """InvalidInput naming `model` unless `model_id` is a Qwen3-TTS VoiceDesign model."""
     record = await state.library.get_model(model_id)
-    kind = None
-    if record is not None and record["family"] == "qwen3_tts" and record.get("path"):
-        try:
-            args = await asyncio.to_thread(family("qwen3_tts").read_args, Path(record["path"]))
-            kind = args.tts_model_type
-        except InvalidModel:  # its folder went bad: not a VoiceDesign model now
-            kind = None
-    if kind != "voice_design":
+    if record is None or await model_type(record) != "voice_design":
         raise InvalidInput(f"model {model_id!r} is not a VoiceDesign model (a qwen3_tts model of type "
                            f"voice_design); /v1/audio/design needs one", field="model")
 

@@ -12,10 +12,24 @@ export class ApiError extends Error {
   }
 }
 
-// fetch + JSON (or a Blob body); throws ApiError (network failures become status 0).
+// fetch + JSON (or a Blob or FormData body); throws ApiError (network failures become status 0).
 export async function api(method, url, body) {
+  const res = await send(method, url, body);
+  if (res.status === 204) return null;
+  const text = await res.text();
+  try { return text ? JSON.parse(text) : null; } catch { return null; /* not JSON */ }
+}
+
+// The same request, answered with audio (or any bytes) as a Blob.
+export async function apiBlob(method, url, body) {
+  return (await send(method, url, body)).blob();
+}
+
+async function send(method, url, body) {
   const init = { method, headers: {} };
-  if (body instanceof Blob) {  // raw bytes (a take's audio), typed by the Blob
+  if (body instanceof FormData) {  // multipart: the browser writes the boundary into Content-Type
+    init.body = body;
+  } else if (body instanceof Blob) {  // raw bytes (a take's audio), typed by the Blob
     init.headers["Content-Type"] = body.type;
     init.body = body;
   } else if (body !== undefined) {
@@ -28,16 +42,12 @@ export async function api(method, url, body) {
   } catch (e) {
     throw new ApiError(0, "network_error", `Could not reach the server (${e.message})`);
   }
-  if (res.status === 204) return null;
-  const text = await res.text();
+  if (res.ok) return res;
   let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
-  if (!res.ok) {
-    const err = data && data.error;
-    if (err) throw new ApiError(res.status, err.code, err.message, err.field);
-    throw new ApiError(res.status, "http_error", `${method} ${url} failed: HTTP ${res.status}`);
-  }
-  return data;
+  try { data = JSON.parse(await res.text()); } catch { /* not JSON */ }
+  const err = data && data.error;
+  if (err) throw new ApiError(res.status, err.code, err.message, err.field);
+  throw new ApiError(res.status, "http_error", `${method} ${url} failed: HTTP ${res.status}`);
 }
 
 // Show `msg` in a status element (role=status); kind: "" | "ok" | "error" | "busy".

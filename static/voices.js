@@ -8,6 +8,9 @@ const speaker = new Speaker();
 let editing = null;  // the preset name being edited, or null when creating
 const FAMILY_SETTINGS = JSON.parse($("p-settings").dataset.settings);  // family -> [[name, hint], ...]
 let families = {};  // model id -> family
+// Settings of the preset being edited that the form has no field for (a designed voice's
+// `instructions`): kept as they are, not dropped by a save.
+let kept = {};
 
 // One number input per setting of the selected model's family, filled from `values`.
 function showSettings(values = {}) {
@@ -44,7 +47,7 @@ async function loadVoiceChoices(selected) {
 
 function formData() {
   return { name: $("p-name").value.trim(), model: $("p-model").value, voice: $("p-voice").value,
-           speed: Number($("p-speed").value), settings: settingsData() };
+           speed: Number($("p-speed").value), settings: { ...(editing ? kept : {}), ...settingsData() } };
 }
 
 function fieldInput(field) {
@@ -84,6 +87,8 @@ async function save(e) {
 
 async function startEdit(preset) {
   editing = preset.name;
+  const shown = new Set((FAMILY_SETTINGS[families[preset.model]] || []).map(([name]) => name));
+  kept = Object.fromEntries(Object.entries(preset.settings).filter(([name]) => !shown.has(name)));
   $("form-h").textContent = `Edit preset “${preset.name}”`;
   $("p-name").value = preset.name;
   $("p-name").readOnly = true;
@@ -99,6 +104,7 @@ async function startEdit(preset) {
 
 function endEdit() {
   editing = null;
+  kept = {};
   $("form-h").textContent = "New preset";
   $("p-name").readOnly = false;
   $("p-name").value = "";
@@ -177,6 +183,7 @@ $("p-try").addEventListener("click", () => {
   const { model, voice, speed } = formData();
   tryVoice({ model, voice, speed }, formStatus, $("p-try"));
 });
+document.addEventListener("voxgate:presets-changed", () => loadPresets());  // a designed voice was saved
 fillModels($("p-model"), $("p-model").dataset.default)
   .then((models) => {
     families = Object.fromEntries(models.map((m) => [m.id, m.family]));

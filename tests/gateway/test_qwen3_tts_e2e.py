@@ -166,6 +166,15 @@ def test_design_makes_a_voice_from_a_description(server: LiveServer) -> None:
     assert server.wait_idle() == 0
 
 
+def test_models_say_their_model_type(server: LiveServer) -> None:
+    """`model_type` tells a client (the Voices page) which models `/v1/audio/design` takes."""
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        types = {m["id"]: m["model_type"] for m in client.get("/v1/models").json()["data"]}
+        assert types == {"piper-joe": None, "tiny-qwen": "custom_voice", "tiny-design": "voice_design",
+                         "tiny-base": "base"}
+        assert client.get("/v1/models/tiny-design").json()["model_type"] == "voice_design"
+
+
 def test_realtime_speaks_with_a_qwen3_tts_preset(server: LiveServer) -> None:
     with connect(f"{server.ws_url}/v1/realtime") as ws:
         assert json.loads(ws.recv())["type"] == "session.created"

@@ -133,15 +133,15 @@ def test_stop_after_synthesis_keeps_only_what_was_heard(server: LiveServer, page
 def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, page: sync_api.Page) -> None:
     page.goto(f"{server.url}/voices")
     page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
-    page.get_by_label("Name").fill("Narrator")
+    page.get_by_label("Name", exact=True).fill("Narrator")
     page.get_by_label("Voice", exact=True).select_option("default")
     page.locator("#p-speed").fill("1.5")
-    page.get_by_label("Name").press("Enter")  # the form submits from the keyboard
+    page.get_by_label("Name", exact=True).press("Enter")  # the form submits from the keyboard
     page.wait_for_selector("tr[data-preset='Narrator']")
     assert httpx.get(f"{server.url}/v1/presets/Narrator").json()["speed"] == 1.5
     assert page.input_value("#p-speed") == "1"  # the next preset starts from the default speed
 
-    page.get_by_label("Name").fill("Narrator")  # a duplicate is refused, in the page
+    page.get_by_label("Name", exact=True).fill("Narrator")  # a duplicate is refused, in the page
     page.get_by_role("button", name="Create preset").click()
     page.wait_for_selector("#form-status[data-kind='error']")
     assert "exists" in page.inner_text("#form-status")
@@ -188,7 +188,7 @@ def test_a_preset_is_edited_and_deleted(server: LiveServer, page: sync_api.Page)
 def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, page: sync_api.Page) -> None:
     page.goto(f"{server.url}/voices")
     page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
-    page.get_by_label("Name").fill("Steady")
+    page.get_by_label("Name", exact=True).fill("Steady")
     page.get_by_label("noise_scale").fill("7")  # out of range: refused, in the page, at the field
     page.get_by_role("button", name="Create preset").click()
     page.locator("#form-status[data-kind='error']").wait_for()
