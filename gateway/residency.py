@@ -314,7 +314,8 @@ class Residency:
         finally:
             resident.ready.set()
             self._notify()
-        if self.library is not None and resident.error is None:
+        # Not while the server stops: the library may be closing (a load that ended during shutdown).
+        if self.library is not None and resident.error is None and not self.stopping.is_set():
             try:
                 await self.library.touch_model(resident.model_id)
             except Exception:

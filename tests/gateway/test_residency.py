@@ -254,3 +254,50 @@ def test_library_rows_become_specs_with_a_per_model_busy_ceiling(tmp_path: Path)
 
 async def library_lookup_stub(model_id: str) -> ModelSpec | None:
     return None
+
+
+def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_path: Path) -> None:
+    """The shutdown race a full test run hit twice: a load finishing after the drain began wrote
+    the model's last use into a library that was closing (an ERROR with a traceback)."""
+    from gateway.library import Library
+    from gateway.resident import ShuttingDown
+
+    gate = threading.Event()
+
+    def slow_loader(spec: ModelSpec, device: str) -> Runner:
+        gate.wait(10)  # the load is still running when the server starts stopping
+        return load_runner(spec, device)
+
+    async def main() -> None:
+        library = await Library.open(tmp_path / "library.db")
+        await library.add_model("a", "piper", "a", str(_voice(tmp_path, "a")), ["default"], size_bytes=1)
+        touched: list[str] = []
+
+        async def touch_model(model_id: str) -> None:
+            touched.append(model_id)
+
+        library.touch_model = touch_model  # type: ignore[method-assign]
+        engine = Engine()
+        engine.start()
+        residency = Residency(engine, library, loader=slow_loader)
+        try:
+            await residency.start()
+            waiting = asyncio.ensure_future(residency.acquire("a"))
+            await asyncio.sleep(0.2)
+            residency.stopping.set()
+            with pytest.raises(ShuttingDown):
+                await waiting
+            gate.set()
+            for _ in range(400):  # until the load has ended
+                if not residency.status("a")["loading"]:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
+            assert not residency.status("a")["loading"] and touched == []
+        finally:
+            gate.set()
+            await residency.close()
+            engine.stop()
+            await library.close()
+
+    asyncio.run(main())
