@@ -7,11 +7,11 @@ resulting `engine.request.Sampling`.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from engine.lm_spec import LMSpec
 from engine.request import Sampling
-from engine.types import InvalidInput
+from engine.types import InputTooLong, InvalidInput, SpeechRequest, UnknownVoice
 
 _CHECKS: dict[str, tuple[type, Callable[[Any], bool], str]] = {
     "temperature": (float, lambda v: 0 <= v <= 5, "between 0 and 5"),
@@ -47,3 +47,16 @@ def parse_options(spec: LMSpec, options: Mapping[str, Any]) -> Sampling:
     if out["seed"] is None:
         out["seed"] = random.randrange(2**62)
     return Sampling(**out)
+
+
+def check_request(request: SpeechRequest, voices: Sequence[str], max_chars: int) -> None:
+    """What every speech-LM family's `prepare` checks first: a known voice (UnknownVoice, field
+    `voice`), something to speak and at most `max_chars` characters (InvalidInput, InputTooLong,
+    field `input`)."""
+    if request.voice not in voices:
+        raise UnknownVoice(f"model {request.model_id!r} has no voice {request.voice!r}; "
+                           f"voices: {', '.join(voices)}", field="voice")
+    if not request.text.strip():
+        raise InvalidInput("nothing to speak", field="input")
+    if len(request.text) > max_chars:
+        raise InputTooLong(f"input has {len(request.text)} characters; the limit is {max_chars}", field="input")

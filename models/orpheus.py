@@ -41,10 +41,10 @@ import torch
 from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from models.model_options import FLAG, PATH, Option, at_least, check_options, one_of
-from models.options import parse_options
+from models.options import check_request, parse_options
 from engine.request import Prepared
 from engine.runner import LMParts
-from engine.types import InputTooLong, InvalidInput, SpeechRequest, UnknownVoice
+from engine.types import InvalidInput, SpeechRequest
 from models import InvalidModel
 from models.llama import Args, LlamaLM
 from models.snac import CONTEXT_FRAMES
@@ -247,14 +247,7 @@ def make_spec(tokenizer: Any, ramp_context: int = RAMP_CONTEXT) -> LMSpec:
     spec: LMSpec
 
     def prepare(request: SpeechRequest) -> Prepared:
-        if request.voice not in VOICES:
-            raise UnknownVoice(f"model {request.model_id!r} has no voice {request.voice!r}; "
-                               f"voices: {', '.join(VOICES)}", field="voice")
-        if not request.text.strip():
-            raise InvalidInput("nothing to speak", field="input")
-        if len(request.text) > MAX_TEXT_CHARS:
-            raise InputTooLong(f"input has {len(request.text)} characters; the limit is {MAX_TEXT_CHARS}",
-                               field="input")
+        check_request(request, VOICES, MAX_TEXT_CHARS)
         sampling = parse_options(spec, request.options)
         text_ids = tokenizer.encode(f"{request.voice}: {request.text}", add_special_tokens=False).ids
         return Prepared(prompt_ids=tuple(prompt_ids(text_ids)), sampling=sampling)

@@ -31,8 +31,8 @@ from typing import Any, Mapping, Sequence
 from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from engine.request import Prepared
-from engine.types import InputTooLong, InvalidInput, SpeechRequest, UnknownVoice
-from models.options import parse_options
+from engine.types import InvalidInput, SpeechRequest
+from models.options import check_request, parse_options
 from models.qwen3_tts_args import LANGUAGES
 from models.qwen3_tts_stream import CHUNK_FRAMES
 
@@ -137,14 +137,7 @@ def make_spec(model: Any) -> LMSpec:
 
     def prepare(request: SpeechRequest) -> Prepared:
         options = request.options
-        if request.voice not in voices:
-            raise UnknownVoice(f"model {request.model_id!r} has no voice {request.voice!r}; voices: "
-                               f"{', '.join(voices)}", field="voice")
-        if not request.text.strip():
-            raise InvalidInput("nothing to speak", field="input")
-        if len(request.text) > MAX_TEXT_CHARS:
-            raise InputTooLong(f"input has {len(request.text)} characters; the limit is {MAX_TEXT_CHARS}",
-                               field="input")
+        check_request(request, voices, MAX_TEXT_CHARS)
         instructions = _text_option(options, "instructions")
         check_instructions(args, instructions)
         language = _text_option(options, "language") or "auto"
