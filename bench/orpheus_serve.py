@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.workload import (  # noqa: E402
     TTFA_SLO_MS, WORKLOAD, Listener, audio_frames, load_texts, percentile, serve_wave, summarize)
 from bench.host_breakdown import Breakdown  # noqa: E402
+from bench.host_variants import VARIANTS, counting_gc, variant  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
@@ -107,24 +108,28 @@ async def _client(engine: Engine, request: SpeechRequest, delay_s: float) -> Lis
 
 
 async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str]], seed: int,
-                   cost: CostModel, breakdown: bool = False) -> dict:
-    """One wave; `breakdown`: time the step's parts (bench/host_breakdown.py)."""
+                   cost: CostModel, host_variant: str = "plain", out_dir: str = "") -> dict:
+    """One wave; `host_variant`: bench/host_variants.py (`breakdown`: time the step's parts)."""
     engine = Engine(EngineConfig(policy=policy, max_waiting=4 * len(wave) + 64))
     engine.start()
     lanes = runner.lanes if engine.config.uses("lanes") else {}  # as Engine.attach does
     core = EngineCore(runner, engine.config, cost, lanes=lanes)
-    parts = Breakdown(core) if breakdown else None
+    parts = Breakdown(core) if host_variant == "breakdown" else None
     engine.attach(MODEL_ID, runner, core).result()
     requests = [SpeechRequest(f"{policy}-{len(wave)}-{i}", MODEL_ID, (text,), "tara",
                               options={"force_tokens": audio_tokens(text), "seed": seed + i})
                 for i, (_, text) in enumerate(wave)]
     steps0 = runner.num_decode_steps
-    t0 = time.perf_counter()
-    listeners = await asyncio.gather(*(_client(engine, r, d) for r, (d, _) in zip(requests, wave)))
-    wall_s = time.perf_counter() - t0
-    steps = runner.num_decode_steps - steps0
-    engine.detach(MODEL_ID).result()
+    profile_path = str(Path(out_dir) / f"profile_{policy}_{len(wave)}.txt") if out_dir else ""
+    with variant("plain" if parts else host_variant, core, profile_path), counting_gc() as gcs:
+        t0 = time.perf_counter()
+        listeners = await asyncio.gather(*(_client(engine, r, d) for r, (d, _) in zip(requests, wave)))
+        wall_s = time.perf_counter() - t0
+        steps = runner.num_decode_steps - steps0
+        engine.detach(MODEL_ID).result()
     engine.stop()
+    for name in ("decode", "prefill", "decode_codec"):  # the breakdown's timers wrap the shared runner's calls
+        vars(runner).pop(name, None)
     return {"policy": policy, "sessions": len(wave), "switch_interval_s": sys.getswitchinterval(),
             **summarize(list(listeners), wall_s),
             "requests_with_stall": sum(x.stalls > 0 for x in listeners),
@@ -133,7 +138,7 @@ async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str
             "decode_steps": steps, "ms_per_step": round(1000 * wall_s / max(1, steps), 2),
             "host_ms_p50": round(statistics.median(core.host_ms), 4) if core.host_ms else None,
             "host_ms_p90": round(percentile(list(core.host_ms), 0.9), 4) if core.host_ms else None,
-            **({"breakdown": parts.summary()} if parts is not None else {})}
+            "gc": gcs.summary(), **({"breakdown": parts.summary()} if parts is not None else {})}
 
 
 def main() -> None:
@@ -158,9 +163,8 @@ def main() -> None:
     parser.add_argument("--requests", default="", help="requests per wave, one per --sessions entry (default: N)")
     parser.add_argument("--lanes-out", default="", help="first profile the GPU lanes' SM splits (bench/lanes_profile.py)")
     parser.add_argument("--max-running", type=int, default=0, help="KV slots (default: the largest N)")
-    parser.add_argument("--host-variants", type=int, default=0, help="issue 9: after the waves, edf at the first "
-                        "N again: plain, with a 0.2 ms GIL switch interval, with the step's parts timed "
-                        "(bench/host_breakdown.py), plain")
+    parser.add_argument("--host-variants", default="", help="issue 9: after the waves, edf at the first N again "
+                        f"in each of these bench/host_variants.py variants, e.g. plain,gc_off,pin,plain (of {VARIANTS})")
     parser.add_argument("--cuda-sync", default="", choices=["", "spin", "yield", "blocking"],
                         help="the CUDA context's host-wait mode (cuDevicePrimaryCtxSetFlags, before CUDA starts)")
     opts = parser.parse_args()
@@ -202,13 +206,11 @@ def main() -> None:
             Path(opts.out).write_text(json.dumps(record, indent=1))
     if opts.host_variants:
         wave = serve_wave(texts, opts.sessions[0], opts.seed, opts.arrival, counts[0])
-        default_interval = sys.getswitchinterval()
-        for variant in ("plain", "switch_0.2ms", "breakdown", "plain"):
-            sys.setswitchinterval(0.0002 if variant == "switch_0.2ms" else default_interval)
-            row = asyncio.run(run_wave(runner, "edf", wave, opts.seed, learned["edf"], breakdown=variant == "breakdown"))
-            sys.setswitchinterval(default_interval)
-            record.setdefault("host_variants", []).append({"variant": variant, **row})
-            print(variant, json.dumps(row), flush=True)
+        for name in opts.host_variants.split(","):
+            row = asyncio.run(run_wave(runner, "edf", wave, opts.seed, learned["edf"], host_variant=name,
+                                       out_dir=str(Path(opts.out).parent)))
+            record.setdefault("host_variants", []).append({"variant": name, **row})
+            print(name, json.dumps(row), flush=True)
             Path(opts.out).write_text(json.dumps(record, indent=1))
     for policy in opts.policies.split(","):
         good = [r["sessions"] for r in record["rows"] if r["policy"] == policy and r["attainment"] >= 0.9]

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from models.codec_graphs import CodecGraphs
+from models.codec_windows import decode_windows
 from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, TokenOut
 from engine.prefill import PrefillGraphs
@@ -291,25 +292,10 @@ class ModelRunner(Runner):
             return self._decode_codec(items, self.codec_graphs.get(lane) or next(iter(self.codec_graphs.values())))
 
     def _decode_codec(self, items: Sequence[CodecItem], graphs: CodecGraphs) -> list[ChunkOut]:
-        spf = int(self.codec.samples_per_frame)
-        pcm: dict[int, np.ndarray] = {}
-        groups: dict[int, list[int]] = {}
-        for i, item in enumerate(items):
-            if item.window.emit_to == item.window.emit_from:
-                pcm[i] = np.zeros(0, np.float32)
-            else:
-                groups.setdefault(item.window.num_frames, []).append(i)
-        for num_frames, members in groups.items():
-            t0 = time.perf_counter()
-            windows = [items[i].window for i in members]
-            frames = torch.tensor([items[i].request.frames[w.start:w.stop] for i, w in zip(members, windows)],
-                                  dtype=torch.int64)
-            starts = torch.tensor([w.start for w in windows], dtype=torch.int64)
-            audio = graphs.decode(frames, starts).cpu().numpy()
-            for row, (i, window) in enumerate(zip(members, windows)):
-                pcm[i] = np.ascontiguousarray(audio[row, window.crop(spf)])
-            self._timings.append(Timing("codec", len(members), num_frames, 1000.0 * (time.perf_counter() - t0)))
-        return [ChunkOut(item.request.request_id, pcm[i], is_last=item.window.is_last) for i, item in enumerate(items)]
+        def decode(frames: torch.Tensor, members: list[int]) -> np.ndarray:
+            starts = torch.tensor([items[i].window.start for i in members], dtype=torch.int64)
+            return graphs.decode(frames, starts).cpu().numpy()
+        return decode_windows(items, decode, int(self.codec.samples_per_frame), self._timings)
 
     def memory_bytes(self) -> int:
         state = sum(t.numel() * t.element_size() for t in (self.kv_cache, self.seen))

@@ -44,6 +44,7 @@ class Scheduler:
         # Ordered sets (dicts: a fixed order): maybe paused (over max_unread_ms unread); chunk maybe due.
         self._held: dict[Request, None] = {}
         self.watch: dict[Request, None] = {}
+        self.decoding: dict[Request, None] = {}  # prefilled (admitted), not stopped: the decode batch but held
         # The most steps (a chunk's frames + right context, in tokens) and window frames before a chunk.
         shape = runner.spec.shape
         self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
@@ -92,6 +93,7 @@ class Scheduler:
         request.status = RequestStatus.FINISHED
         self._held.pop(request, None)
         self.watch.pop(request, None)
+        self.decoding.pop(request, None)
         if self.kv is not None:
             self.kv.free(request_id)
         return request
@@ -142,12 +144,12 @@ class Scheduler:
         plan = Plan()
         if self.running:
             self._step_ms = self.cost.step_ms(len(self.running), (self._longest.num_tokens if self._longest else 0) + 1)
-        self._admit(now, plan)
         held = {r: None for r in self._held if r.unread_ms is not None and r.unread_ms() > self.max_unread_ms}
         self.watch.update((r, None) for r in self._held if r not in held)  # read again: may go on
         self._held = held
-        if self.lm is not None:
-            plan.decode = [r for r in self.running.values() if r.tokens and not r.is_stopped and r not in held]
+        if self.lm is not None:  # before admitting: a prefill's request decodes from the next step on
+            plan.decode = [r for r in self.decoding if r not in held] if held else list(self.decoding)
+        self._admit(now, plan)
         if urgent_slots != 0 or background_slots != 0:
             self._pick_codec(now, plan, held)
             if self.lm is None and urgent_slots is not None:  # one unit a session, the most urgent first
@@ -190,6 +192,7 @@ class Scheduler:
             request.slot = self.kv.allocate(request.request_id, len(request.prepared.prompt_ids) + 1)
             self._start(request)
             plan.prefill.append(request)
+            self.decoding[request] = None
 
     def _start(self, request: Request) -> None:
         request.status = RequestStatus.RUNNING
@@ -198,10 +201,11 @@ class Scheduler:
             self._longest = request
 
     def _pick_codec(self, now: float, plan: Plan, held: dict[Request, None]) -> None:
-        items, far, early, limit_ms = [], None, self.early, self.urgent_slack_ms
+        items, far, early, limit_ms, watch = [], None, self.early, self.urgent_slack_ms, self.watch
+        slacks: dict[Request, float] = {}  # each computed once a call
         # Watched until nothing is due before its next frame (slack ~ constant while it decodes).
         margin_ms = limit_ms + (self.lm.tokens_per_frame * self._step_ms + 1.0 if self.lm is not None else 0.0)
-        for request in list(self.watch) if self.lm is not None else self.running.values():
+        for request in list(watch) if self.lm is not None else self.running.values():
             if request.error is not None or request.in_flight or request in held:
                 continue
             stream, window, near = request.plan, None, False
@@ -209,12 +213,12 @@ class Scheduler:
                 window = stream.next_window()
             elif early and stream.num_frames >= stream.early_at:  # a short chunk on time beats a full one late
                 far = self._far_s(now, margin_ms) if far is None else far
-                slack = self.slack_ms(request, now) if request.clock.due_s <= far else margin_ms
+                slack = slacks[request] = self.slack_ms(request, now) if request.clock.due_s <= far else margin_ms
                 window, near = stream.next_window(early=True) if slack < limit_ms else None, slack < margin_ms
             if window is not None:
                 items.append(CodecItem(request, window))
             elif not near:
-                self.watch.pop(request, None)
+                watch.pop(request, None)
         if not items:
             return
         items.sort(key=(lambda i: i.request.deadline_s()) if self.by_deadline else (lambda i: i.request.spec.arrival_s))
@@ -224,9 +228,10 @@ class Scheduler:
         relaxed: list[CodecItem] = []
         for item in items:
             first = item.request.plan.num_chunks == 0 and item.request.spec.ahead_ms <= 0  # nothing ahead of it
-            (plan.urgent if first or self.slack_ms(item.request, now) < limit_ms else relaxed).append(item)
+            urgent = first or slacks.setdefault(item.request, self.slack_ms(item.request, now)) < limit_ms
+            (plan.urgent if urgent else relaxed).append(item)
         backbone_idle = not (plan.decode or plan.prefill)
-        earliest_near = bool(relaxed) and self.slack_ms(relaxed[0].request, now) < 2 * self.urgent_slack_ms
+        earliest_near = bool(relaxed) and slacks[relaxed[0].request] < 2 * self.urgent_slack_ms
         if relaxed and (backbone_idle or earliest_near or len(relaxed) >= self.codec_batch):
             plan.background = relaxed
         del plan.urgent[self.max_codec_batch:]
@@ -237,7 +242,7 @@ class Scheduler:
         Only a token flagged `is_stopped` can be a stop token (runners flag every one)."""
         lm = self.lm
         assert lm is not None
-        failed, running = [], RequestStatus.RUNNING
+        failed, running, watch, decoding = [], RequestStatus.RUNNING, self.watch, self.decoding
         stop_ids, tokens_per_frame = lm.stop_token_ids, lm.tokens_per_frame
         for request, token, device_stopped in outs:
             if request.status is not running or request.is_stopped:
@@ -251,15 +256,16 @@ class Scheduler:
                         request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
                     except ValueError as error:
                         request.error = GenerationFailed(f"generated token {n - 1}: {error}")
-                        request.is_stopped = True
+                        request.is_stopped = True  # the engine cancels it at once
                         failed.append(request)
                         continue
                     request.plan.num_frames += 1
-                    self.watch[request] = None
+                    watch[request] = None
                 if not device_stopped and n < request.max_tokens:
                     continue
             request.is_stopped = request.plan.is_final = True  # a trailing partial frame is dropped
-            self.watch[request] = None
+            decoding.pop(request, None)
+            watch[request] = None
         return failed
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],

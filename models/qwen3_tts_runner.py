@@ -39,6 +39,7 @@ from engine.plan import CodecItem, Timing, TokenOut
 from engine.request import Request
 from engine.runner import LMParts, Runner
 from engine.types import ChunkOut
+from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
 from models.qwen3_tts_generate import MIN_FRAMES
 from models.qwen3_tts_sampling import sample_codes
@@ -207,25 +208,12 @@ class Qwen3TTSRunner(Runner):
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         """One chunk per item, in order: windows of equal length decode as one batch."""
-        spf = int(self.codec.samples_per_frame)
-        pcm: dict[int, np.ndarray] = {}
-        groups: dict[int, list[int]] = {}
-        states = [self._codec_states.get(item.request.request_id) for item in items]
-        for i, item in enumerate(items):
-            if item.window.emit_to == item.window.emit_from or states[i] is None:  # nothing, or released
-                pcm[i] = np.zeros(0, np.float32)
-            else:
-                groups.setdefault(item.window.num_frames, []).append(i)
-        for num_frames, members in groups.items():
-            t0 = time.perf_counter()
-            windows = [items[i].window for i in members]
-            frames = torch.tensor([items[i].request.frames[w.start:w.stop] for i, w in zip(members, windows)],
-                                  dtype=torch.int64)
-            audio = self.codec.decode(frames, [states[i] for i in members]).cpu().numpy()
-            for row, (i, window) in enumerate(zip(members, windows)):
-                pcm[i] = np.ascontiguousarray(audio[row, window.crop(spf)])
-            self._timings.append(Timing("codec", len(members), num_frames, 1000.0 * (time.perf_counter() - t0)))
-        return [ChunkOut(item.request.request_id, pcm[i], is_last=item.window.is_last) for i, item in enumerate(items)]
+        states = [self._codec_states.get(item.request.request_id) for item in items]  # None: released
+
+        def decode(frames: torch.Tensor, members: list[int]) -> np.ndarray:
+            return self.codec.decode(frames, [states[i] for i in members]).cpu().numpy()
+        return decode_windows(items, decode, int(self.codec.samples_per_frame), self._timings,
+                              skip=lambda i: states[i] is None)
 
     def release(self, request: Request) -> None:
         self._codec_states.pop(request.request_id, None)
