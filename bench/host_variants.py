@@ -91,6 +91,13 @@ def variant(name: str, core: EngineCore, profile_path: str = "") -> Iterator[Non
             undo()
 
 
+def _wrap(target: Any, name: str, wrapper: Any) -> Any:
+    """Set `wrapper` as `target.name`; returns the undo (back to what was there, a class's method included)."""
+    had = vars(target).get(name)
+    setattr(target, name, wrapper)
+    return lambda: setattr(target, name, had) if had is not None else vars(target).pop(name, None)
+
+
 def _profile(core: EngineCore, path: str) -> Any:
     profiler, step = cProfile.Profile(), core.step
 
@@ -101,10 +108,10 @@ def _profile(core: EngineCore, path: str) -> Any:
         finally:
             profiler.disable()
 
-    core.step = profiled_step  # type: ignore[method-assign]
+    unwrap = _wrap(core, "step", profiled_step)
 
     def undo() -> None:
-        core.step = step  # type: ignore[method-assign]
+        unwrap()
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
         if path:
@@ -132,13 +139,12 @@ def _pin(core: EngineCore) -> Any:
             os.sched_setaffinity(0, others)
         return decode_codec(*args, **kwargs)
 
-    core.step = pinned_step  # type: ignore[method-assign]
-    runner.decode_codec = pinned_codec  # type: ignore[method-assign]
+    unwrap = [_wrap(core, "step", pinned_step), _wrap(runner, "decode_codec", pinned_codec)]
     os.sched_setaffinity(0, others)  # this thread: the event loop
 
     def undo() -> None:
-        core.step = step  # type: ignore[method-assign]
-        runner.decode_codec = decode_codec  # type: ignore[method-assign]
+        for done in unwrap:
+            done()
         os.sched_setaffinity(0, set(cpus))
         assert threading.get_ident() == main_ident
     return undo
