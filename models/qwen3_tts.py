@@ -20,8 +20,9 @@ clones a reference recording (its codes and speaker embedding). Sampling default
 qwen-tts's (`generation_config.json` overrides them).
 
 The engine serves it through models/qwen3_tts_runner.py (a whole frame per step) with the
-spec of models/qwen3_tts_spec.py. Not here yet: the speaker encoder and the speech
-tokenizer's encoder, which turn a reference recording into what `Reference` holds.
+spec of models/qwen3_tts_spec.py. A Base model also loads its speaker encoder
+(models/qwen3_tts_speaker.py) and the speech tokenizer's encoder (models/qwen3_tts_encoder.py),
+which turn a reference recording into what `Reference` holds (`Qwen3TTS.encode_reference`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,33 @@ class Qwen3TTS:
     codec: Any  # models.qwen3_tts_codec.Qwen3TTSCodec
     tokenizer: Any  # tokenizers.Tokenizer
     generation: dict[str, Any] = field(default_factory=lambda: dict(GENERATION_DEFAULTS))
-    has_speaker_encoder: bool = False  # Base checkpoints carry `speaker_encoder.*` (not loaded yet)
+    speaker_encoder: Any = None  # models.qwen3_tts_speaker.SpeakerEncoder (Base models)
+    speech_encoder: Any = None  # models.qwen3_tts_encoder.SpeechEncoder (Base models)
+
+    @property
+    def has_speaker_encoder(self) -> bool:
+        return self.speaker_encoder is not None
+
+    @property
+    def can_clone(self) -> bool:
+        """A Base model with both encoders: it turns a recording into a `Reference`."""
+        return self.args.tts_model_type == "base" and self.speaker_encoder is not None \
+            and self.speech_encoder is not None
+
+    def encode_reference(self, audio: Any, text: str | None) -> Any:
+        """A recording -> `models.qwen3_tts_prompt.Reference`, as qwen-tts's
+        `create_voice_clone_prompt` makes one: float32 mono audio `[N]` at 24 kHz (a numpy array;
+        N >= models.qwen3_tts_speaker.MIN_SAMPLES), its transcript (None: the x-vector-only mode,
+        no codes). Codes int64 `[ceil(N / 1920), 16]` and the x-vector `[hidden]`, on the CPU.
+        Raises ValueError (audio too short, or not a Base model with its encoders)."""
+        from models.qwen3_tts_prompt import Reference
+        from models.qwen3_tts_speaker import speaker_embedding
+
+        if not self.can_clone:
+            raise ValueError("this model has no speaker encoder and speech encoder (only Base models clone)")
+        embedding = speaker_embedding(self.speaker_encoder, audio).cpu()
+        codes = self.speech_encoder.encode(audio) if text else None
+        return Reference(text or "", codes, embedding)
 
     @property
     def voices(self) -> list[str]:
@@ -162,6 +189,51 @@ def load_talker(path: Path, device: str, dtype: Any) -> tuple[Any, bool]:
     return talker.requires_grad_(False).eval(), has_speaker_encoder
 
 
+def load_speaker_encoder(path: Path, device: str) -> Any:
+    """The `speaker_encoder.*` weights of a Base folder as a float32
+    `models.qwen3_tts_speaker.SpeakerEncoder` (shapes from `speaker_encoder_config`); None
+    when the checkpoint has none. Raises InvalidModel when they do not match the config."""
+    import torch
+    from safetensors import safe_open
+
+    from models.qwen3_tts_speaker import SpeakerArgs, SpeakerEncoder
+
+    state: dict[str, torch.Tensor] = {}
+    for file in _weight_files(Path(path)):
+        with safe_open(str(file), framework="pt", device=str(device)) as weights:
+            for key in weights.keys():
+                if key.startswith("speaker_encoder."):
+                    state[key.removeprefix("speaker_encoder.")] = weights.get_tensor(key).float()
+    if not state:
+        return None
+    config = json.loads((Path(path) / "config.json").read_text()).get("speaker_encoder_config") or {}
+    try:
+        with torch.device("meta"):
+            encoder = SpeakerEncoder(SpeakerArgs.from_hf(config))
+        encoder.load_state_dict(state, strict=True, assign=True)
+    except (RuntimeError, TypeError, AssertionError) as error:
+        raise InvalidModel(f"{path}: speaker_encoder weights do not match speaker_encoder_config: {error}") \
+            from error
+    return encoder.requires_grad_(False).eval()
+
+
+def load_speech_encoder(folder: Path, device: str) -> Any:
+    """The speech tokenizer's encoder (`models.qwen3_tts_encoder.SpeechEncoder`), or None when
+    `model.safetensors` has no `encoder.*` weights. Raises InvalidModel when they do not match."""
+    from safetensors import safe_open
+
+    from models.qwen3_tts_encoder import SpeechEncoder
+
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as weights:
+        if not any(key.startswith("encoder.") for key in weights.keys()):
+            return None
+    try:
+        return SpeechEncoder.from_dir(folder, device)
+    except (RuntimeError, KeyError, TypeError, AssertionError) as error:
+        raise InvalidModel(f"{folder}: the speech encoder's weights do not match encoder_config: {error}") \
+            from error
+
+
 def load_parts(path: Path, options: dict[str, Any] | None = None, device: str = "cpu") -> Qwen3TTS:
     """Load every part of a Qwen3-TTS folder. options: `speech_tokenizer_path`, `dtype`
     ("bfloat16" | "float32"; default bf16 on CUDA, float32 on CPU; the codec stays float32),
@@ -187,7 +259,11 @@ def load_parts(path: Path, options: dict[str, Any] | None = None, device: str = 
     if (path / "generation_config.json").is_file():
         given = json.loads((path / "generation_config.json").read_text())
         generation.update({k: v for k, v in given.items() if k in GENERATION_DEFAULTS})
-    return Qwen3TTS(talker.args, talker, codec, tokenizer, generation, has_speaker_encoder)
+    speaker_encoder = speech_encoder = None
+    if talker.args.tts_model_type == "base":  # only Base models encode references
+        speaker_encoder = load_speaker_encoder(path, device) if has_speaker_encoder else None
+        speech_encoder = load_speech_encoder(_speech_folder(path, options), device)
+    return Qwen3TTS(talker.args, talker, codec, tokenizer, generation, speaker_encoder, speech_encoder)
 
 
 def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None, device: str = "cpu") -> Any:

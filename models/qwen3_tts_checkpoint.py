@@ -9,8 +9,10 @@
   up to 151642, and the special tokens from 151643 on, so `<|im_start|>` (151644), `<|im_end|>`
   (151645) and the TTS pad/bos/eos (151671..151673) sit at their real ids;
 - `speech_tokenizer/config.json` and `speech_tokenizer/model.safetensors` with the decoder's
-  `decoder.*` weights (the encoder, used only to encode reference audio, is not written).
-The speaker encoder (Base models only) is not written either. Weights are seeded: the same
+  `decoder.*` weights, and for Base models (which encode reference audio) the encoder's
+  `encoder.*` ones too, all 32 codebooks as released (models/qwen3_tts_encoder.py);
+- Base models: the speaker encoder's `speaker_encoder.*` weights beside `talker.*`, with its
+  `speaker_encoder_config` (models/qwen3_tts_speaker.py). Weights are seeded: the same
 (size, seed) always writes the same files. Scales keep random activations O(1) and the
 random audio mostly inside [-1, 1], so tests see real numbers, not a clamped or zero signal.
 """
@@ -18,6 +20,7 @@ random audio mostly inside [-1, 1], so tests see real numbers, not a clamped or 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from pathlib import Path
@@ -27,6 +30,8 @@ import torch
 from torch import nn
 
 from models.qwen3_tts_args import CODEC_FLAVORS, FLAVORS, IM_END, IM_START, TTS_BOS, TTS_EOS, TTS_PAD, Args, CodecArgs
+from models.qwen3_tts_encoder import ENCODER_FLAVORS, Encoder, EncoderArgs
+from models.qwen3_tts_speaker import SPEAKER_FLAVORS, SpeakerArgs, SpeakerEncoder
 
 FIRST_SPECIAL = 151643  # <|endoftext|>, then the other Qwen2 specials
 _SPECIAL_NAMES = {151643: "<|endoftext|>", IM_START: "<|im_start|>", IM_END: "<|im_end|>",
@@ -95,9 +100,8 @@ MODEL_TYPES = ("custom_voice", "voice_design", "base")  # config.json tts_model_
 
 def write_random(size: str, out_dir: Path, seed: int = 0, model_type: str = "custom_voice") -> Path:
     """Write a random Qwen3-TTS flavor `size` (tiny, 0.6b, 1.7b = full) of `model_type` (CustomVoice:
-    named speakers; VoiceDesign: described voices; Base: cloning) under `out_dir`; ValueError for
-    an unknown size or type. (A random Base folder has no speaker encoder: it loads, and refuses
-    every request until cloning exists.)"""
+    named speakers; VoiceDesign: described voices; Base: cloning, with the speaker encoder and
+    the speech encoder) under `out_dir`; ValueError for an unknown size or type."""
     from safetensors.torch import save_file
 
     from models.checkpoint import _save_shards
@@ -114,33 +118,63 @@ def write_random(size: str, out_dir: Path, seed: int = 0, model_type: str = "cus
     speech.mkdir(parents=True, exist_ok=True)
     dtype = torch.float32 if size == "tiny" else torch.bfloat16
     generator = torch.Generator().manual_seed(seed)
-    (out_dir / "config.json").write_text(json.dumps({**args.to_hf(), "torch_dtype": str(dtype).removeprefix("torch.")},
-                                                    indent=2))
+    config = {**args.to_hf(), "torch_dtype": str(dtype).removeprefix("torch.")}
+    base = model_type == "base"
+    if base:
+        config["speaker_encoder_config"] = dataclasses.replace(SPEAKER_FLAVORS[size], enc_dim=args.hidden_size).to_hf()
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     (out_dir / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
     with torch.device("meta"):
         talker = Talker(args)
-    _save_shards(_random_tensors(talker, "talker.", generator, dtype), out_dir)
+    tensors: Iterator[tuple[str, torch.Tensor]] = _random_tensors(talker, "talker.", generator, dtype)
+    if base:  # its own generator: the talker's and the decoder's weights stay those of the other types
+        with torch.device("meta"):
+            speaker = SpeakerEncoder(SpeakerArgs.from_hf(config["speaker_encoder_config"]))
+        tensors = itertools.chain(tensors, _random_tensors(speaker, "speaker_encoder.",
+                                                           torch.Generator().manual_seed(seed + 1), dtype))
+    _save_shards(tensors, out_dir)
     write_text_tokenizer(out_dir)
 
-    (speech / "config.json").write_text(json.dumps(speech_tokenizer_config(codec_args), indent=2))
+    encoder_args = ENCODER_FLAVORS[size]
+    (speech / "config.json").write_text(json.dumps(speech_tokenizer_config(codec_args, encoder_args), indent=2))
     with torch.device("meta"):
         decoder = Decoder(codec_args)
-    tensors = dict(_random_tensors(decoder, "decoder.", generator, torch.float32))
-    for name in tensors:  # residual units add a third of a unit each: the signal stays O(1) over 12
+    decoder_tensors = dict(_random_tensors(decoder, "decoder.", generator, torch.float32))
+    for name in decoder_tensors:  # residual units add a third of a unit each: the signal stays O(1) over 12
         if name.endswith(".conv2.conv.weight"):
-            tensors[name] *= 0.3
+            decoder_tensors[name] *= 0.3
     # the last conv makes the waveform: keep random audio mostly inside the [-1, 1] clamp
-    tensors["decoder.decoder.6.conv.weight"] *= 0.15
-    save_file(tensors, str(speech / "model.safetensors"), metadata={"format": "pt"})
+    decoder_tensors["decoder.decoder.6.conv.weight"] *= 0.15
+    if base:
+        decoder_tensors.update(_encoder_tensors(encoder_args, torch.Generator().manual_seed(seed + 2)))
+    save_file(decoder_tensors, str(speech / "model.safetensors"), metadata={"format": "pt"})
     return out_dir
 
 
-def speech_tokenizer_config(codec: CodecArgs) -> dict[str, object]:
-    """`speech_tokenizer/config.json` in the released layout (the encoder part minimal)."""
+def _encoder_tensors(args: EncoderArgs, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """`encoder.*` of a random speech encoder: the parameters, and all `num_quantizers` codebooks
+    (buffers: `initialized`, `cluster_usage` > 0, `embed_sum`) as the released file holds them."""
+    full = dataclasses.replace(args, valid_num_quantizers=args.num_quantizers)
+    with torch.device("meta"):
+        encoder = Encoder(full)
+    tensors = dict(_random_tensors(encoder, "encoder.", generator, torch.float32))
+    for name, buffer in encoder.named_buffers():
+        if name.endswith("initialized"):
+            tensors[f"encoder.{name}"] = torch.ones(buffer.shape)
+        elif name.endswith("cluster_usage"):
+            tensors[f"encoder.{name}"] = torch.rand(buffer.shape, generator=generator) + 0.5
+        else:  # entries embed_sum / usage of unit scale, as the projected activations
+            tensors[f"encoder.{name}"] = torch.randn(buffer.shape, generator=generator)
+    return tensors
+
+
+def speech_tokenizer_config(codec: CodecArgs, encoder: EncoderArgs | None = None) -> dict[str, object]:
+    """`speech_tokenizer/config.json` in the released layout (qwen-tts's `Qwen3TTSTokenizerV2Config`)."""
+    encoder = encoder or ENCODER_FLAVORS["full"]
     return {"architectures": ["Qwen3TTSTokenizerV2Model"], "model_type": "qwen3_tts_tokenizer_12hz",
             "encoder_valid_num_quantizers": codec.num_quantizers, "input_sample_rate": 24000,
             "output_sample_rate": 24000, "decode_upsample_rate": codec.samples_per_frame,
             "encode_downsample_rate": codec.samples_per_frame, "decoder_config": codec.to_hf(),
-            "encoder_config": {"codebook_size": codec.codebook_size, "num_quantizers": 32, "frame_rate": 12.5}}
+            "encoder_config": encoder.to_hf()}
 
 

@@ -130,3 +130,13 @@ def qwen3_tts_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from models.checkpoint import write_random
 
     return write_random("qwen3_tts", "tiny", tmp_path_factory.mktemp("qwen3-tts-tiny"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tts_tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen3-TTS Base folder: speaker encoder and speech encoder included."""
+    pytest.importorskip("torch")
+    from models.checkpoint import write_random
+
+    return write_random("qwen3_tts", "tiny", tmp_path_factory.mktemp("qwen3-tts-tiny-base"), seed=0,
+                        model_type="base")
