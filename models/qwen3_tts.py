@@ -35,6 +35,7 @@ from typing import Any
 from models import InvalidModel
 from models.model_options import PATH, Option, at_least, check_options, one_of
 from models.qwen3_tts_args import CodecArgs, Args
+from models.qwen3_tts_references import ReferenceAudio, ReferenceCache
 from models.qwen3_tts_stream import FRAME_MS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 FAMILY = "qwen3_tts"
@@ -122,6 +123,7 @@ class Qwen3TTS:
     generation: dict[str, Any] = field(default_factory=lambda: dict(GENERATION_DEFAULTS))
     speaker_encoder: Any = None  # models.qwen3_tts_speaker.SpeakerEncoder (Base models)
     speech_encoder: Any = None  # models.qwen3_tts_encoder.SpeechEncoder (Base models)
+    references: Any = field(default_factory=lambda: ReferenceCache())  # sha256 -> (codes, x-vector)
 
     @property
     def has_speaker_encoder(self) -> bool:
@@ -148,6 +150,14 @@ class Qwen3TTS:
         codes = self.speech_encoder.encode(audio) if text else None
         return Reference(text or "", codes, embedding)
 
+    def reference(self, audio: ReferenceAudio) -> Any:
+        """`encode_reference` of a request's `ReferenceAudio` through the model's cache: the codes
+        and x-vector of audio already seen (same content hash) are not computed again."""
+        from models.qwen3_tts_prompt import Reference
+
+        codes, embedding = self.references.get(audio.sha256, lambda: _encoding(self, audio))
+        return Reference(audio.transcript or "", codes if audio.transcript else None, embedding)
+
     @property
     def voices(self) -> list[str]:
         return voices(self.args)
@@ -162,6 +172,17 @@ class Qwen3TTS:
             raise ValueError(f"text has {len(text)} characters; at most {MAX_TEXT_CHARS}")
         speaker = None if voice in (None, "", DEFAULT_VOICE) else voice
         return build_prompt(self.talker, self.tokenizer, text, speaker, language, instructions, reference, stream_text)
+
+
+def _encoding(model: Qwen3TTS, audio: ReferenceAudio) -> tuple[Any, Any]:
+    """(codes, x-vector) of a recording: codes are made even when this request does not use them
+    (x-vector only), so one entry serves every later request of that audio."""
+    from models.qwen3_tts_speaker import speaker_embedding
+
+    if not model.can_clone:
+        raise ValueError("this model has no speaker encoder and speech encoder (only Base models clone)")
+    samples = audio.samples()
+    return model.speech_encoder.encode(samples), speaker_embedding(model.speaker_encoder, samples).cpu()
 
 
 def load_talker(path: Path, device: str, dtype: Any) -> tuple[Any, bool]:

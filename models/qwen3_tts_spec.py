@@ -19,8 +19,14 @@ engine/chunk_plan.py's windows are exactly the chunks).
 Instructions (`options.instructions`, the gateway's `instructions`): CustomVoice models take
 them as a style, VoiceDesign models as the voice's description (none: qwen-tts's "no
 instruction"); a Base model (it clones) and the 0.6B CustomVoice (qwen-tts drops them for it)
-refuse them, field `instructions`. A Base model needs a reference recording, which
-`/v1/audio/clone` will give; until then it is refused, field `model`.
+refuse them, field `instructions`.
+
+Cloning (Base models): the request's `options["reference"]` is a
+`models.qwen3_tts_references.ReferenceAudio` (the gateway's `/v1/audio/clone`, or a library
+reference voice named as `voice`); `prepare` encodes it through the model's cache and builds
+the clone prompt (models/qwen3_tts_prompt.py), so the runner needs nothing more. The request's
+`voice` is then the reference's name (any string). A Base model without a reference is
+refused (field `voice`), and so is a reference for another model type (field `model`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from engine.request import Prepared
 from engine.types import InvalidInput, SpeechRequest
 from models.options import check_request, parse_options
 from models.qwen3_tts_args import LANGUAGES
+from models.qwen3_tts_references import ReferenceAudio
 from models.qwen3_tts_stream import CHUNK_FRAMES
 
 FAMILY = "qwen3_tts"
@@ -121,9 +128,34 @@ def check_instructions(args: Any, instructions: str | None) -> None:
     if instructions and kind == "custom_voice" and size == "0b6":
         raise InvalidInput("the 0.6B CustomVoice model does not follow instructions (qwen-tts drops them); use "
                            "the 1.7B one or leave instructions out", field="instructions")
-    if kind == "base":
-        raise InvalidInput("a Base model speaks only in a cloned voice, which needs a reference recording; "
-                           "/v1/audio/clone is not available yet", field="model")
+
+
+MIN_REFERENCE_SAMPLES = 24000 // 2  # 0.5 s: the speaker encoder's statistics need some speech
+
+
+def check_reference(model: Any, reference: object) -> ReferenceAudio | None:
+    """The request's reference if the model clones with it; InvalidInput naming `voice` (a
+    Base model without one), `model` (a reference for a model that does not clone) or
+    `ref_audio` (not a recording, or too short)."""
+    kind = model.args.tts_model_type
+    if reference is None:
+        if kind == "base":
+            raise InvalidInput("a Base model speaks only in a cloned voice, which needs a reference recording: "
+                               "POST /v1/audio/clone with ref_audio and ref_text, or name a reference voice "
+                               "(/v1/voices/references) as voice", field="voice")
+        return None
+    if kind != "base":
+        raise InvalidInput(f"a {kind} model does not clone voices; use a Base model (tts_model_type base)",
+                           field="model")
+    if not isinstance(reference, ReferenceAudio):
+        raise InvalidInput("options.reference must be a recording", field="ref_audio")
+    if not model.can_clone:
+        raise InvalidInput("this Base model's folder has no speaker encoder or speech encoder weights, so it "
+                           "cannot encode a reference", field="model")
+    if reference.num_samples < MIN_REFERENCE_SAMPLES:
+        raise InvalidInput(f"ref_audio is {reference.num_samples / 24000:.2f} s long; at least "
+                           f"{MIN_REFERENCE_SAMPLES / 24000:g} s", field="ref_audio")
+    return reference
 
 
 def make_spec(model: Any) -> LMSpec:
@@ -137,14 +169,23 @@ def make_spec(model: Any) -> LMSpec:
 
     def prepare(request: SpeechRequest) -> Prepared:
         options = request.options
-        check_request(request, voices, MAX_TEXT_CHARS)
         instructions = _text_option(options, "instructions")
         check_instructions(args, instructions)
+        reference_audio = check_reference(model, options.get("reference"))
+        # a cloned voice is named by its reference, whatever the model's own voices
+        check_request(request, (request.voice,) if reference_audio else voices, MAX_TEXT_CHARS)
         language = _text_option(options, "language") or "auto"
         sampling = parse_options(spec, options)
         extra = parse_extra(options, generation, args.predictor.vocab_size)
+        reference = None
+        if reference_audio is not None:
+            try:
+                reference = model.reference(reference_audio)
+            except ValueError as error:
+                raise InvalidInput(f"ref_audio cannot be encoded: {error}", field="ref_audio") from None
         try:
-            prompt = model.prompt(request.text, request.voice, instructions, language)
+            prompt = model.prompt(request.text, None if reference else request.voice, instructions, language,
+                                  reference)
         except ValueError as error:
             raise InvalidInput(str(error), field="options.language" if "language" in str(error) else "voice") \
                 from None

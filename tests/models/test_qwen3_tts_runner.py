@@ -245,7 +245,7 @@ def test_prepare_refuses_unknown_voices_and_instructions_a_model_does_not_follow
         assert refused.value.field == field
     with pytest.raises(InvalidInput, match="reference recording") as no_reference:
         qwen3_tts.load("tiny", base, {}, "cpu").spec.prepare(_spec("a", "default"))
-    assert no_reference.value.field == "model"
+    assert no_reference.value.field == "voice"
     prepared = qwen3_tts.load("tiny", small, {}, "cpu").spec.prepare(_spec("a"))  # no instructions: fine
     assert len(prepared.prompt_ids) == prepared.prompt.prefill.shape[0]  # type: ignore[attr-defined]
     with pytest.raises(InputTooLong) as too_long:  # the prompt leaves no position for audio
