@@ -40,7 +40,7 @@ SIMPLE_CONTENT_TYPES = frozenset({"", "application/x-www-form-urlencoded", "mult
 # Uploads that are multipart by nature (a file and its fields): without a key they rely on
 # the Origin check alone (gateway/security.py refuses a foreign or `null` Origin, which
 # browsers send with every cross-site form POST).
-MULTIPART_UPLOADS = re.compile(r"^/v1/voices/references$")
+MULTIPART_UPLOADS = re.compile(r"^/v1/(voices/references|audio/clone)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def rule(pattern: str, scope: str, methods: frozenset[str] | None = None, *crede
 RULES: tuple[Rule, ...] = (
     rule(r"^/(library|voices|live|projects|projects/[^/]+|docs|health|openapi\.json)?$", PUBLIC),  # pages
     rule(r"^/static/", PUBLIC),
-    rule(r"^/v1/audio/(speech|design)$", "speech"),
+    rule(r"^/v1/audio/(speech|design|clone)$", "speech"),
     rule(r"^/v1/realtime$", "speech", None, Credential("query", "api_key")),  # browsers cannot set headers
     # Vendor-compatible routes (docs/agents.md): the header or parameter their SDKs send.
     rule(r"^/v1/text-to-speech/", "speech", None, Credential("header", "xi-api-key")),  # ElevenLabs

@@ -139,7 +139,16 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
 def _reference_operations() -> dict[tuple[str, str], Schema]:
     upload = _object(("name", "transcript", "audio"), name=_string(), transcript=_string(),
                      audio=_string(contentMediaType="application/octet-stream"))
+    clone = _object(("text",), text=_string(minLength=1),
+                    ref_audio=_string(contentMediaType="application/octet-stream"), voice=_string(), ref_text=_string(), model=_string(), response_format={"enum": list(FORMATS)},
+                    stream={"enum": ["true", "false"]})
+    audio: Schema = {"content": {f"audio/{f}": {} for f in ("mpeg", "wav", "pcm", "flac", "ogg")}}
     return {
+        ("POST", "/v1/audio/clone"): {
+            "summary": "Speech in the voice of a recording (Qwen3-TTS Base models): ref_audio + ref_text, or a "
+                       "reference voice's name as voice; streamed",
+            "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": clone}}},
+            "responses": {"200": audio}},
         ("GET", "/v1/voices/references"): {"summary": "Reference recordings (voices to clone)"},
         ("POST", "/v1/voices/references"): {
             "summary": "Keep a reference recording: a WAV/FLAC/Ogg file of 1-30 s and its transcript",

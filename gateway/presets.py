@@ -15,9 +15,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from engine.types import InvalidInput, UnknownModel, UnknownVoice
+from engine.types import InvalidInput, UnknownModel
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
+from gateway.clone_voices import check_preset_voice
 from gateway.voices import check_speed
 from models import family
 
@@ -56,9 +57,7 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     if name in voices:
         raise InvalidInput(f"{name!r} is a built-in voice of {model_id!r}; choose another preset name", field="name")
     voice = data.get("voice", voices[0] if voices else None)
-    if voice not in voices:
-        raise UnknownVoice(f"model {model_id!r} has no voice {voice!r}; voices: {', '.join(voices)}",
-                           field="voice")
+    await check_preset_voice(state, model_id, voice, voices)  # a Base model's: a reference voice too
     speed = check_speed(data.get("speed", 1.0))
     settings = data.get("settings", {})
     if not isinstance(settings, dict):

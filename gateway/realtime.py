@@ -47,7 +47,8 @@ from gateway.text import TEXT_FIELDS, Item
 from gateway.text_feed import TextFeed
 from gateway.timings import WordQueue, words_json
 from gateway.utterance import UtteranceStream
-from gateway.voices import Choice, check_speed, resolve
+from gateway.clone_voices import resolve_voice
+from gateway.voices import Choice, check_speed
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,7 @@ class Session(SessionText):
 
     async def run(self) -> None:
         try:  # the defaults as REST resolves them (a preset name, or the model's first voice)
-            self.choice = await resolve(self.state.library, model=None, voice=None, speed=None,
-                                        default_model=self.settings.default_model,
-                                        default_voice=self.settings.default_voice)
+            self.choice = await resolve_voice(self.state, model=None, voice=None, speed=None)
         except EngineError:
             pass  # the default model is not installed: the first utterance says so
         self.feed.options = await speech_options(self.state, self.choice, {})
@@ -164,10 +163,8 @@ class Session(SessionText):
             voice = None  # a new model starts on its default voice
         speed = session.get("speed", None if "voice" in session else self.choice.speed)
         try:
-            choice = await resolve(self.state.library, model=model, voice=voice, speed=speed,
-                                   default_model=self.settings.default_model,
-                                   default_voice=self.settings.default_voice,
-                                   preset_may_switch_model="model" not in session)
+            choice = await resolve_voice(self.state, model=model, voice=voice, speed=speed,  # reference voices too
+                                         preset_may_switch_model="model" not in session)
         except EngineError as error:
             error.field = f"session.{error.field}" if error.field else "session"
             raise

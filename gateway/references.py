@@ -15,8 +15,9 @@ the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a file soundfile cannot rea
 `invalid_audio` naming the field `audio`. A name is unique (409); names follow presets'
 rules. These routes are a resource of their own, under `/v1/voices/` beside the model voices
 of `/v1/audio/voices`, because a recording belongs to no model: any Base model can use it.
-Synthesis with them (`/v1/audio/clone`, by name in presets) comes with the engine's Qwen3-TTS
-runner.
+A Qwen3-TTS Base model speaks with them by name (`voice` in `/v1/audio/speech`,
+`/v1/realtime`, `/v1/audio/clone` and presets: gateway/clone_voices.py); deleting one drops its
+encoding from every loaded model's cache (models/qwen3_tts_references.py).
 """
 
 from __future__ import annotations
@@ -108,9 +109,14 @@ class ReferenceStore:
     def path(self, row: dict[str, Any]) -> Path:
         return self.folder / str(row["audio_file"])
 
+    def read_pcm16(self, row: dict[str, Any]) -> bytes:
+        """The stored recording's PCM16 LE samples (the WAV after its header); OSError if it is gone."""
+        data = self.path(row).read_bytes()
+        return data[len(wav_header(SAMPLE_RATE, 0)):]
 
-def to_pcm16(data: bytes) -> bytes:
-    """An audio file's bytes -> PCM16 LE mono at 24 kHz. InvalidInput (field `audio`) if
+
+def to_pcm16(data: bytes, field: str = "audio") -> bytes:
+    """An audio file's bytes -> PCM16 LE mono at 24 kHz. InvalidInput (naming `field`) if
     soundfile cannot read it; ApiError 422 if it is shorter or longer than the limits."""
     import soundfile as sf
     import soxr
@@ -119,11 +125,11 @@ def to_pcm16(data: bytes) -> bytes:
         samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
         why = getattr(error, "error_string", None) or type(error).__name__  # not str(error): it names a BytesIO
-        raise InvalidInput(f"audio is not a readable WAV, FLAC or Ogg file ({why})", field="audio") from error
+        raise InvalidInput(f"{field} is not a readable WAV, FLAC or Ogg file ({why})", field=field) from error
     seconds = samples.shape[0] / rate if rate else 0.0
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
-        raise ApiError(422, "audio_length", f"audio is {seconds:.2f} s long; a reference must be "
-                       f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s", field="audio")
+        raise ApiError(422, "audio_length", f"{field} is {seconds:.2f} s long; a reference must be "
+                       f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s", field=field)
     mono = samples.mean(axis=1)
     if rate != SAMPLE_RATE:
         mono = soxr.resample(mono, rate, SAMPLE_RATE)
@@ -210,8 +216,17 @@ async def reference_audio(request: Request) -> Response:
 
 
 async def delete_reference(request: Request) -> Response:
+    from models.qwen3_tts_references import ReferenceAudio, forget
+
     store = _store(request)
     name = str(request.path_params["name"])
+    row = await store.get(name)
+    try:  # the encodings of this audio go with it (no torch: a hash and a dict lookup per model)
+        pcm16 = await run_in_threadpool(store.read_pcm16, row) if row else None
+    except OSError:
+        pcm16 = None
     if not await store.delete(name):
         raise ApiError(404, "reference_not_found", f"no reference voice {name!r}", field="name")
+    if pcm16 is not None:
+        forget(ReferenceAudio.from_pcm16(pcm16, None).sha256)
     return Response(status_code=204)

@@ -11,7 +11,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from gateway import (
-    cartesia, elevenlabs, elevenlabs_http, library_api, models_api, openapi, pages, presets, projects_api,
+    cartesia, clone, elevenlabs, elevenlabs_http, library_api, models_api, openapi, pages, presets, projects_api,
     projects_takes, realtime, references, speech, stats, takes, text_api,
 )
 from gateway.routing import resource
@@ -39,6 +39,7 @@ def app_routes() -> list[BaseRoute]:
         resource("/v1/audio/voices", GET=models_api.list_voices),
         resource("/v1/audio/speech", POST=speech.speech),
         resource("/v1/audio/design", POST=speech.design),
+        resource("/v1/audio/clone", POST=clone.clone),
         resource("/v1/text/normalize", POST=text_api.normalize),
         resource("/v1/models/{model_id}/load", POST=library_api.load_model),
         resource("/v1/models/{model_id}/unload", POST=library_api.unload_model),

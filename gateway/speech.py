@@ -1,11 +1,11 @@
 """`POST /v1/audio/speech`, OpenAI-compatible, streamed as it is synthesised.
 
-Body: `model`, `input` (1..max_input_chars), `voice` (a voice, a preset, or an OpenAI
-voice name), `response_format` (wav|pcm|flac|mp3|opus, default mp3 as OpenAI),
-`speed` (0.25..4.0), `instructions` (a style for qwen3_tts CustomVoice models, the voice's
-description for VoiceDesign ones, refused (400) by a model type without them; ignored by
-families without instruction following, and the `X-Voxgate-Instructions: ignored` header
-says so),
+Body: `model`, `input` (1..max_input_chars), `voice` (a voice, a preset, an OpenAI voice
+name, or for a qwen3_tts Base model a library reference voice: gateway/clone_voices.py),
+`response_format` (wav|pcm|flac|mp3|opus, default mp3 as OpenAI), `speed` (0.25..4.0),
+`instructions` (a style for qwen3_tts CustomVoice models, the voice's description for
+VoiceDesign ones, refused (400) by a model type without them; ignored by families without
+instruction following, and the `X-Voxgate-Instructions: ignored` header says so),
 `stream_format` (`audio`: encoded bytes, chunked as produced; `sse`:
 `speech.audio.delta` events with base64 audio, then `speech.audio.done`),
 `busy_timeout_ms` (Voxgate: wait at most this long for the model to find room; it can
@@ -38,13 +38,14 @@ from starlette.requests import Request
 
 from engine.types import AudioChunk, EngineError, InvalidInput
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
+from gateway.clone_voices import resolve_voice
 from gateway.errors import ApiError, error_body, read_json
 from gateway.models_api import model_type
 from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import check_input, prepare
-from gateway.voices import resolve
+from gateway.voices import Choice
 from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset({"qwen3_tts"})  # they re
 FAMILIES_WITH_SPEED: frozenset[str] = frozenset({"piper"})  # the speech LMs speak at their own pace
 
 
-def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+def choice_field(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
     value = data.get(key, default)
     if value is None:
         value = default
@@ -83,8 +84,8 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     if "input" not in data:
         raise InvalidInput("input is required", field="input")
     check_input(data["input"], state.settings.max_input_chars)
-    fmt = _choice(data, "response_format", FORMATS, "mp3")
-    stream_format = _choice(data, "stream_format", ("audio", "sse"), "audio")
+    fmt = choice_field(data, "response_format", FORMATS, "mp3")
+    stream_format = choice_field(data, "stream_format", ("audio", "sse"), "audio")
     key = "instruct" if design else "instructions"
     instructions = data.get(key)
     if instructions is not None and not isinstance(instructions, str):
@@ -104,9 +105,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         voice = voice.get("id")
         if not isinstance(voice, str):
             raise InvalidInput('voice as an object must be {"id": "<voice>"}', field="voice.id")
-    choice = await resolve(state.library, model=data.get("model"), voice=voice,
-                           speed=data.get("speed"), default_model=state.settings.default_model,
-                           default_voice=state.settings.default_voice)
+    choice = await resolve_voice(state, model=data.get("model"), voice=voice, speed=data.get("speed"))
     busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's
     if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
@@ -118,6 +117,15 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         await check_voice_design(state, choice.model_id)
     if instructions and choice.family in FAMILIES_WITH_INSTRUCTIONS:
         choice = dataclasses.replace(choice, options={**choice.options, "instructions": instructions})
+    return await stream_speech(state, choice, data, fmt, stream_format, busy_timeout_ms, instructions)
+
+
+async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], fmt: str, stream_format: str,
+                        busy_timeout_ms: float | None = None,
+                        instructions: str | None = None) -> ClosingStreamingResponse:
+    """Speak `data["input"]` (text options from `data`) with `choice` as a streamed response:
+    `fmt` audio bytes, or SSE events when `stream_format` is `sse` (/v1/audio/speech's body,
+    which /v1/audio/clone shares). Raises ApiError/EngineError before the first byte."""
     options = await speech_options(state, choice, data)
     # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
     items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)

@@ -1,0 +1,136 @@
+"""`POST /v1/audio/clone`: speech in the voice of a reference recording (Qwen3-TTS Base models).
+
+Multipart form fields:
+  `text`            what to say (1..max_input_chars), required
+  `ref_audio`       a recording (a file part: WAV, FLAC or Ogg, any rate, mono or stereo,
+                    1..30 s, at most 16 MiB: the limits of gateway/references.py), or
+  `voice`           the name of a library reference voice (`/v1/voices/references`) instead;
+                    exactly one of the two
+  `ref_text`        what `ref_audio` says, required with it; with `voice`, it replaces the
+                    stored transcript for this request
+  `model`           a qwen3_tts Base model (default: the first installed one, by id)
+  `response_format` wav|pcm|flac|mp3|opus (default mp3), `stream` `true`: SSE events as
+                    `/v1/audio/speech`'s `stream_format: "sse"`
+The response is `/v1/audio/speech`'s (gateway/speech.py `stream_speech`), with
+`X-Voxgate-Voice` the reference voice's name (`upload` for an uploaded recording).
+
+Errors (JSON, naming the field): 415 not multipart; 413 `ref_audio` over the size limit;
+400 a missing `text`, neither or both of `ref_audio` and `voice`, a missing `ref_text`, an
+unreadable or empty `ref_audio`, an unknown field; 422 `ref_audio` too short or too long;
+404 an unknown `voice` or `model`; 400 naming `model` for a model that is not a Base one.
+The recording is read into memory, resampled to 24 kHz and handed to the engine request;
+nothing is written to disk, and the model's reference cache keeps its encoding by content.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from engine.types import InvalidInput, UnknownModel
+from gateway.audio import FORMATS
+from gateway.clone_voices import is_base, load_reference
+from gateway.errors import ApiError
+from gateway.references import MAX_TRANSCRIPT_CHARS, MAX_UPLOAD_BYTES, to_pcm16
+from gateway.speech import choice_field, stream_speech
+from gateway.state import AppState
+from gateway.text import check_input
+from gateway.voices import Choice
+from gateway.writes import ClosingStreamingResponse
+from models.qwen3_tts_references import ReferenceAudio
+
+log = logging.getLogger(__name__)
+
+FIELDS = frozenset({"text", "ref_audio", "voice", "ref_text", "model", "response_format", "stream"})
+UPLOADED = "upload"  # the voice name of a request's own recording
+
+
+def _text_field(form: FormData, name: str) -> str | None:
+    value = form.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a text field, not a file", field=name)
+    return value
+
+
+async def _base_model(state: AppState, model: str | None) -> tuple[str, str]:
+    """(model id, family) of the Base model to clone with; UnknownModel or InvalidInput naming `model`."""
+    if model:
+        record = await state.library.get_model(model)
+        if record is None:
+            known = ", ".join(m["id"] for m in await state.library.list_models())
+            raise UnknownModel(f"unknown model {model[:80]!r}; installed: {known}", field="model")
+        if not await is_base(state, model):
+            raise InvalidInput(f"model {model!r} is not a Base model (a qwen3_tts model of type base); "
+                               "/v1/audio/clone needs one", field="model")
+        return model, str(record["family"])
+    for record in sorted(await state.library.list_models(), key=lambda m: str(m["id"])):
+        if await is_base(state, str(record["id"])):
+            return str(record["id"]), str(record["family"])
+    raise InvalidInput("no Base model is installed (a qwen3_tts model of type base); give model", field="model")
+
+
+async def _reference(state: AppState, form: FormData) -> ReferenceAudio:
+    """The request's recording: an uploaded `ref_audio` with its `ref_text`, or a library `voice`."""
+    audio, voice = form.get("ref_audio"), _text_field(form, "voice")
+    ref_text = _text_field(form, "ref_text")
+    if ref_text is not None:
+        ref_text = check_input(ref_text, MAX_TRANSCRIPT_CHARS, field="ref_text")
+    if audio is not None and voice:
+        raise InvalidInput("give ref_audio or voice (a library reference voice), not both", field="ref_audio")
+    if audio is None:
+        if not voice:
+            raise InvalidInput("ref_audio (a recording) or voice (a library reference voice) is required",
+                               field="ref_audio")
+        return await load_reference(state, voice, ref_text)
+    if not isinstance(audio, UploadFile):
+        raise InvalidInput("ref_audio must be a file part (a recording)", field="ref_audio")
+    if ref_text is None:
+        raise InvalidInput("ref_text is required with ref_audio: what the recording says", field="ref_text")
+    data = await audio.read(MAX_UPLOAD_BYTES + 1)
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ApiError(413, "body_too_large", f"ref_audio is over {MAX_UPLOAD_BYTES} bytes", field="ref_audio")
+    if not data:
+        raise InvalidInput("ref_audio is empty", field="ref_audio")
+    pcm16 = await run_in_threadpool(to_pcm16, data, "ref_audio")
+    return ReferenceAudio.from_pcm16(pcm16, ref_text, UPLOADED)
+
+
+async def clone(request: Request) -> ClosingStreamingResponse:
+    state: AppState = request.app.state.voxgate
+    if state.draining:
+        raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(415, "unsupported_media_type", "send multipart/form-data with text, ref_audio and ref_text "
+                       "(or voice)")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_UPLOAD_BYTES + 64 * 1024:
+        raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field="ref_audio")
+    try:
+        form = await request.form(max_files=1, max_fields=len(FIELDS), max_part_size=MAX_UPLOAD_BYTES)
+    except HTTPException as error:  # Starlette's answer to a malformed body or a part over its limit
+        raise InvalidInput(f"malformed multipart body: {error.detail}", field="ref_audio") from error
+    try:
+        unknown = set(form.keys()) - FIELDS
+        if unknown:
+            raise InvalidInput(f"unknown field {min(unknown)!r}; send {', '.join(sorted(FIELDS))}",
+                               field=min(unknown))
+        text = _text_field(form, "text")
+        if text is None:
+            raise InvalidInput("text is required", field="text")
+        check_input(text, state.settings.max_input_chars, field="text")
+        fmt = choice_field({"response_format": _text_field(form, "response_format")}, "response_format", FORMATS,
+                           "mp3")
+        stream = (_text_field(form, "stream") or "false").lower()
+        if stream not in ("true", "false"):
+            raise InvalidInput("stream must be true or false", field="stream")
+        model_id, family = await _base_model(state, _text_field(form, "model"))
+        reference = await _reference(state, form)
+    finally:
+        await form.close()
+    choice = Choice(model_id, reference.name or UPLOADED, 1.0, {"reference": reference}, family=family)
+    log.info("clone: %s with %s (%.1f s of reference)", model_id, choice.voice, reference.num_samples / 24000)
+    return await stream_speech(state, choice, {"input": text}, fmt, "sse" if stream == "true" else "audio")

@@ -1,0 +1,93 @@
+"""Library reference voices as voices of a Qwen3-TTS Base model (which speaks only in a cloned one).
+
+`resolve_voice` is `gateway.voices.resolve` for the speech routes and realtime sessions, plus:
+a `voice` that is no voice or preset of a Base model but names a reference voice
+(`/v1/voices/references`) means that recording, and so does a preset whose voice names one.
+The recording reaches the family as `options["reference"]`, a
+`models.qwen3_tts_references.ReferenceAudio` (PCM16 24 kHz, transcript, content hash), which its
+`prepare` encodes once per model and content (models/qwen3_tts_spec.py). The engine request's
+`voice` stays the reference's name, so logs and `X-Voxgate-Voice` say which voice spoke.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from starlette.concurrency import run_in_threadpool
+
+from engine.types import InvalidInput, UnknownVoice
+from gateway.models_api import model_type
+from gateway.references import ReferenceStore
+from gateway.state import AppState
+from gateway.voices import Choice, resolve
+from models.qwen3_tts_references import ReferenceAudio
+
+
+def store(state: AppState) -> ReferenceStore:
+    return ReferenceStore(state.library, state.settings.data_dir / "references")
+
+
+async def load_reference(state: AppState, name: str, transcript: str | None = None,
+                         field: str = "voice") -> ReferenceAudio:
+    """The stored reference voice `name` (its transcript, or `transcript` instead);
+    UnknownVoice naming `field` if there is none (or its file is gone)."""
+    references = store(state)
+    row = await references.get(name)
+    if row is None:
+        raise UnknownVoice(f"no reference voice {name!r} (/v1/voices/references)", field=field)
+    try:
+        pcm16 = await run_in_threadpool(references.read_pcm16, row)
+    except OSError:
+        raise UnknownVoice(f"the audio file of reference voice {name!r} is gone; upload it again",
+                           field=field) from None
+    return ReferenceAudio.from_pcm16(pcm16, transcript or str(row["transcript"]), name)
+
+
+async def is_base(state: AppState, model_id: str) -> bool:
+    record = await state.library.get_model(model_id)
+    return record is not None and await model_type(record) == "base"
+
+
+async def with_reference(state: AppState, choice: Choice, field: str = "voice") -> Choice:
+    """`choice` with its reference voice's recording in `options["reference"]` when its model is
+    a Base one and its voice names a reference voice (the model's own `default` does not)."""
+    if choice.family != "qwen3_tts" or "reference" in choice.options or not await is_base(state, choice.model_id):
+        return choice
+    if choice.voice in await state.library.voices(choice.model_id):
+        return choice  # `default`: no recording; the family says a Base model needs one
+    reference = await load_reference(state, choice.voice, field=field)
+    return dataclasses.replace(choice, options={**choice.options, "reference": reference})
+
+
+async def resolve_voice(state: AppState, *, model: object, voice: object, speed: object | None,
+                        preset_may_switch_model: bool = False) -> Choice:
+    """`gateway.voices.resolve` with the server's defaults, where a Base model's voice may also
+    be a reference voice (see the module docstring). Raises what `resolve` raises."""
+    settings = state.settings
+    try:
+        choice = await resolve(state.library, model=model, voice=voice, speed=speed,
+                               default_model=settings.default_model, default_voice=settings.default_voice,
+                               preset_may_switch_model=preset_may_switch_model)
+    except UnknownVoice:
+        model_id = model if isinstance(model, str) and model else settings.default_model
+        if not isinstance(voice, str) or not await is_base(state, model_id) or await store(state).get(voice) is None:
+            raise
+        choice = await resolve(state.library, model=model_id, voice=None, speed=speed,
+                               default_model=settings.default_model, default_voice=settings.default_voice)
+        choice = dataclasses.replace(choice, voice=voice)
+    return await with_reference(state, choice)
+
+
+async def check_preset_voice(state: AppState, model_id: str, voice: object, voices: list[str]) -> None:
+    """A preset's voice: one of the model's, or for a Base model a reference voice; UnknownVoice
+    or InvalidInput naming `voice`."""
+    if voice in voices:
+        return
+    if isinstance(voice, str) and await is_base(state, model_id):
+        if await store(state).get(voice) is None:
+            raise UnknownVoice(f"no reference voice {voice!r} for Base model {model_id!r} "
+                               "(/v1/voices/references)", field="voice")
+        return
+    if not isinstance(voice, str):
+        raise InvalidInput("voice must be a string", field="voice")
+    raise UnknownVoice(f"model {model_id!r} has no voice {voice!r}; voices: {', '.join(voices)}", field="voice")

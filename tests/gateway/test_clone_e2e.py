@@ -1,0 +1,205 @@
+"""Voice cloning through the gateway, against a running server (httpx: no SDK has a clone call):
+`POST /v1/audio/clone` with an uploaded recording or a library reference voice, a reference
+voice by name in `/v1/audio/speech`, `/v1/realtime` and a preset, the reference cache, and
+every bad input answered with a 4xx naming its field.
+
+The Base model is the tiny random checkpoint with both encoders (tests/conftest.py), its
+generation capped at `MAX_FRAMES`; a preset forces an exact length where a test counts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+
+from gateway.cli import main
+from tests.conftest import LiveServer, run_server
+from tests.gateway.test_qwen3_tts_e2e import MAX_FRAMES, SAMPLES_PER_FRAME, _folder, _frames, _wav
+
+pytest.importorskip("torch")
+
+FORCED = 10
+REF_TEXT = "The quick brown fox."
+
+
+def _recording(seconds: float, rate: int = 16000, seed: int = 0, fmt: str = "WAV") -> bytes:
+    """A speech-like test recording (harmonics of a wandering pitch) as a file's bytes."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(rate * seconds)) / rate
+    phase = 2 * np.pi * np.cumsum(130 + 25 * np.sin(2 * np.pi * 0.8 * t)) / rate
+    wave = sum(np.sin(k * phase) / k for k in range(1, 5)) * 0.25 + 0.01 * rng.standard_normal(t.shape)
+    out = io.BytesIO()
+    sf.write(out, wave.astype(np.float32), rate, format=fmt)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def server(qwen3_tts_tiny: Path, qwen3_tts_tiny_base: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("clone-e2e")
+    data = root / "data"
+    for model_id, source, model_type in (("tiny-clone", qwen3_tts_tiny_base, "base"),
+                                         ("tiny-qwen", qwen3_tts_tiny, "custom_voice")):
+        folder = _folder(source, root / model_id, model_type)
+        assert main(["models", "add", "--family", "qwen3_tts", "--path", str(folder), "--id", model_id,
+                     "--data-dir", str(data)]) == 0
+    for live in run_server(data):
+        with httpx.Client(base_url=live.url, timeout=120) as client:
+            for name, seed in (("alice", 1), ("bob", 2)):
+                uploaded = client.post("/v1/voices/references", data={"name": name, "transcript": REF_TEXT},
+                                       files={"audio": (f"{name}.wav", _recording(2.0, seed=seed), "audio/wav")})
+                assert uploaded.status_code == 201, uploaded.text
+            preset = {"name": "alice-forced", "model": "tiny-clone", "voice": "alice",
+                      "settings": {"force_tokens": FORCED, "seed": 3}}
+            assert client.post("/v1/presets", json=preset).status_code == 201
+        yield live
+
+
+@pytest.fixture
+def client(server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        yield http
+
+
+def _clone(client: httpx.Client, files: dict[str, Any] | None = None, **fields: str) -> httpx.Response:
+    """A multipart POST (text fields as parts without a file name, as a browser's FormData sends them)."""
+    form = {"text": "Hello there.", "model": "tiny-clone", **fields}
+    parts: list[tuple[str, Any]] = [(k, (None, v)) for k, v in form.items() if v is not None]
+    return client.post("/v1/audio/clone", files=parts + list((files or {}).items()))
+
+
+def _cache() -> Any:
+    """The reference cache of the loaded Base model (the family's, models/qwen3_tts_references.py)."""
+    from models.qwen3_tts_references import caches
+
+    live = [cache for cache in caches() if len(cache) or cache.misses]
+    assert len(live) == 1, live
+    return live[0]
+
+
+def test_clone_from_an_uploaded_recording_as_wav_and_sse(client: httpx.Client, server: LiveServer) -> None:
+    recording = {"ref_audio": ("me.flac", _recording(1.5, rate=44100, fmt="FLAC"), "audio/flac")}
+    response = _clone(client, recording, ref_text=REF_TEXT, response_format="wav")
+    assert response.status_code == 200, response.text
+    assert response.headers["x-voxgate-model"] == "tiny-clone" and response.headers["x-voxgate-voice"] == "upload"
+    assert 2 <= _frames(_wav(response.content)) <= MAX_FRAMES
+    streamed = _clone(client, recording, ref_text=REF_TEXT, stream="true", response_format="pcm")
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_bytes"] > 0
+    assert {e["type"] for e in events} == {"speech.audio.delta", "speech.audio.done"}
+    assert server.wait_idle() == 0
+
+
+def test_a_library_voice_speaks_in_clone_speech_and_a_preset(client: httpx.Client, server: LiveServer) -> None:
+    by_name = _clone(client, voice="alice", response_format="pcm")
+    assert by_name.status_code == 200, by_name.text
+    assert by_name.headers["x-voxgate-voice"] == "alice" and _frames(np.frombuffer(by_name.content, "<i2")) >= 2
+    speech = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "bob", "input": "Hello there.",
+                                                   "response_format": "pcm"})
+    assert speech.status_code == 200, speech.text
+    assert speech.headers["x-voxgate-voice"] == "bob"
+    forced = client.post("/v1/audio/speech", json={"voice": "alice-forced", "input": "Hello there.",
+                                                   "response_format": "pcm"})
+    assert forced.status_code == 200, forced.text
+    assert _frames(np.frombuffer(forced.content, "<i2")) == FORCED
+    assert server.wait_idle() == 0
+
+
+def test_realtime_speaks_with_a_reference_voice(server: LiveServer) -> None:
+    with connect(f"{server.ws_url}/v1/realtime") as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": "alice"}}))
+        updated = json.loads(ws.recv())
+        assert updated["type"] == "session.updated", updated
+        assert updated["session"]["voice"] == "alice"
+        ws.send(json.dumps({"type": "session.update", "session": {"voice": "alice-forced"}}))
+        assert json.loads(ws.recv())["type"] == "session.updated"
+        ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        samples, events = 0, []
+        while not events or events[-1]["type"] not in ("utterance.done", "error"):
+            message = ws.recv(timeout=120)
+            if isinstance(message, bytes):
+                samples += len(message) // 2
+            else:
+                events.append(json.loads(message))
+        assert events[-1]["type"] == "utterance.done", events
+        assert samples == FORCED * SAMPLES_PER_FRAME
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": "nobody"}}))
+        error = json.loads(ws.recv())
+        assert error["type"] == "error" and error["error"]["field"] == "session.voice"
+
+
+def test_a_voice_used_again_is_not_encoded_again_and_deleting_it_drops_it(client: httpx.Client,
+                                                                          server: LiveServer) -> None:
+    assert _clone(client, voice="alice", response_format="pcm").status_code == 200
+    cache = _cache()
+    misses, hits = cache.misses, cache.hits
+    again = _clone(client, voice="alice", response_format="pcm")
+    assert again.status_code == 200
+    assert cache.misses == misses and cache.hits > hits  # every engine request of it was a hit
+    uploaded = client.post("/v1/voices/references", data={"name": "carol", "transcript": REF_TEXT},
+                           files={"audio": ("c.wav", _recording(1.2, seed=9), "audio/wav")})
+    assert uploaded.status_code == 201
+    assert _clone(client, voice="carol", response_format="pcm").status_code == 200
+    assert cache.misses == misses + 1
+    entries = len(cache)
+    assert client.delete("/v1/voices/references/carol").status_code == 204
+    assert len(cache) == entries - 1  # its encoding went with it
+    gone = _clone(client, voice="carol")
+    assert gone.status_code == 404 and gone.json()["error"]["field"] == "voice"
+    assert server.wait_idle() == 0
+
+
+def test_bad_clone_requests_are_refused_naming_the_field(client: httpx.Client, server: LiveServer) -> None:
+    wav = ("r.wav", _recording(1.5), "audio/wav")
+    cases: list[tuple[dict[str, Any] | None, dict[str, Any], int, str]] = [
+        ({"ref_audio": wav}, {"ref_text": REF_TEXT, "text": None}, 400, "text"),
+        ({"ref_audio": wav}, {"ref_text": REF_TEXT, "text": "   "}, 400, "text"),
+        ({"ref_audio": wav}, {}, 400, "ref_text"),
+        (None, {}, 400, "ref_audio"),
+        ({"ref_audio": wav}, {"ref_text": REF_TEXT, "voice": "alice"}, 400, "ref_audio"),
+        ({"ref_audio": ("r.wav", b"not audio at all", "audio/wav")}, {"ref_text": REF_TEXT}, 400, "ref_audio"),
+        ({"ref_audio": ("r.wav", b"", "audio/wav")}, {"ref_text": REF_TEXT}, 400, "ref_audio"),
+        ({"ref_audio": ("r.wav", _recording(0.4), "audio/wav")}, {"ref_text": REF_TEXT}, 422, "ref_audio"),
+        ({"ref_audio": ("r.wav", _recording(31.0, rate=8000), "audio/wav")}, {"ref_text": REF_TEXT}, 422,
+         "ref_audio"),
+        (None, {"voice": "nobody"}, 404, "voice"),
+        (None, {"voice": "alice", "model": "tiny-qwen"}, 400, "model"),
+        (None, {"voice": "alice", "model": "piper-joe"}, 400, "model"),
+        (None, {"voice": "alice", "model": "no-such-model"}, 404, "model"),
+        (None, {"voice": "alice", "response_format": "aac"}, 400, "response_format"),
+        (None, {"voice": "alice", "stream": "maybe"}, 400, "stream"),
+        (None, {"voice": "alice", "speed": "2"}, 400, "speed"),
+    ]
+    for files, fields, status, field in cases:
+        response = _clone(client, files, **fields)
+        assert response.status_code == status, (fields, response.text)
+        assert response.json()["error"]["field"] == field, (fields, response.json())
+    as_json = client.post("/v1/audio/clone", json={"text": "Hi.", "voice": "alice"})
+    assert as_json.status_code == 415
+    too_large = _clone(client, {"ref_audio": ("big.wav", b"\0" * (17 * 1024 * 1024), "audio/wav")},
+                       ref_text=REF_TEXT)
+    assert too_large.status_code == 413 and too_large.json()["error"]["field"] == "ref_audio"
+    no_reference = client.post("/v1/audio/speech", json={"model": "tiny-clone", "input": "Hi."})
+    assert no_reference.status_code == 400 and no_reference.json()["error"]["field"] == "voice"
+    assert server.wait_idle() == 0  # nothing leaked
+
+
+def test_presets_may_name_a_reference_voice_of_a_base_model(client: httpx.Client) -> None:
+    missing = client.post("/v1/presets", json={"name": "ghost", "model": "tiny-clone", "voice": "nobody"})
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "voice"
+    other = client.post("/v1/presets", json={"name": "mix", "model": "tiny-qwen", "voice": "alice"})
+    assert other.status_code == 404 and other.json()["error"]["field"] == "voice"
+    made = client.post("/v1/presets", json={"name": "bob-preset", "model": "tiny-clone", "voice": "bob"})
+    assert made.status_code == 201 and made.json()["voice"] == "bob"
