@@ -1,5 +1,5 @@
 // Reference voices (/v1/voices/references): list, play, delete, and add one from a file or
-// a microphone recording. Nothing synthesises with them yet (no /v1/audio/clone).
+// a microphone recording. Each row's "Speak with" button is static/clone.js's (a Base model).
 import { $, api, say, sayError, el, fmtDuration } from "./common.js";
 import { FieldErrors } from "./field-errors.js";
 import { Recorder } from "./recorder.js";
@@ -65,11 +65,14 @@ function referenceRow(ref) {
       sayError(rowStatus, err, "Could not delete");
     }
   });
+  const speakBtn = el("button", { type: "button", class: "small speak", text: "Speak with this voice",
+                                  "aria-label": `Speak with ${ref.name}`, "data-voice": ref.name });
+  speakBtn.hidden = !document.body.dataset.canClone;  // static/clone.js: a Base model is installed
   return el("tr", { "data-reference": ref.name },
     el("th", { scope: "row", text: ref.name }),
     el("td", { class: "transcript", text: ref.transcript }),
     el("td", { text: fmtDuration(ref.audio_ms) }),
-    el("td", {}, el("div", { class: "row-actions" }, playBtn, delBtn), rowStatus));
+    el("td", {}, el("div", { class: "row-actions" }, playBtn, speakBtn, delBtn), rowStatus));
 }
 
 async function loadReferences() {

@@ -3,7 +3,8 @@ Playwright), against one live server. Reference voices: a WAV made here is uploa
 played and deleted; bad uploads show the server's message by the field it names; Chromium's
 fake microphone (`--use-fake-device-for-media-stream`) records one. Design: tiny random
 Qwen3-TTS models (a VoiceDesign one and a CustomVoice one, which the page must not offer)
-speak a description, which is saved as a preset. Presets themselves: tests/webui/test_studio.py.
+speak a description, which is saved as a preset. Cloning: a tiny random Base model speaks with a
+reference voice ("Speak with this voice"). Presets themselves: tests/webui/test_studio.py.
 """
 
 from __future__ import annotations
@@ -51,13 +52,14 @@ def _qwen_folder(source: Path, out: Path, model_type: str) -> Path:
 
 @pytest.fixture(scope="module")
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The embedded voice and, where torch is installed, a VoiceDesign and a CustomVoice model."""
+    """The embedded voice and, where torch is installed, a VoiceDesign, a CustomVoice and a Base model."""
     root = tmp_path_factory.mktemp("voices-page")
     data = root / "data"
     if _has_torch():
-        tiny = request.getfixturevalue("qwen3_tts_tiny")
-        for model_id, model_type in (("tiny-design", "voice_design"), ("tiny-custom", "custom_voice")):
-            folder = _qwen_folder(tiny, root / model_id, model_type)
+        tiny, base = request.getfixturevalue("qwen3_tts_tiny"), request.getfixturevalue("qwen3_tts_tiny_base")
+        for model_id, source, model_type in (("tiny-design", tiny, "voice_design"),
+                                             ("tiny-custom", tiny, "custom_voice"), ("tiny-clone", base, "base")):
+            folder = _qwen_folder(source, root / model_id, model_type)
             assert main(["models", "add", "--family", "qwen3_tts", "--path", str(folder), "--id", model_id,
                          "--data-dir", str(data)]) == 0
     yield from run_server(data)
@@ -105,7 +107,6 @@ def test_a_reference_is_uploaded_listed_played_and_deleted(server: LiveServer, p
                                                            tmp_path: Path) -> None:
     _open(page, server)
     assert page.is_visible("#refs-empty")
-    assert "not available yet" in page.inner_text("section[aria-labelledby='refs-h']")
     _fill_reference(page, "Ada", "Hello, this is Ada reading a short line.")
     page.get_by_label("Audio file").set_input_files(str(_wav_file(tmp_path / "ada.wav", 2.0)))
     page.get_by_role("button", name="Add reference voice").click()
@@ -116,6 +117,9 @@ def test_a_reference_is_uploaded_listed_played_and_deleted(server: LiveServer, p
     assert page.input_value("#r-name") == "" and page.input_value("#r-transcript") == ""  # ready for the next
     (ada,) = _references(server)
     assert ada["source_name"] == "ada.wav" and abs(ada["audio_ms"] - 2000) < 1
+    # offered where a Base model can clone it (this server has one when torch is installed)
+    assert page.get_by_role("button", name="Speak with Ada").is_visible() == _has_torch()
+    assert page.is_visible("#c-none") != _has_torch()
 
     page.get_by_role("button", name="Play Ada").click()  # the stored 24 kHz WAV, played through
     row.locator(".status", has_text="Played 2.0 s").wait_for(timeout=15_000)
@@ -238,6 +242,34 @@ def test_a_voice_is_designed_heard_and_saved_as_a_preset(server: LiveServer, pag
     preset = httpx.get(f"{server.url}/v1/presets/Calm").json()
     assert preset["speed"] == 1.25 and preset["settings"] == {"instructions": DESCRIPTION}
     assert httpx.delete(f"{server.url}/v1/presets/Calm").status_code == 204
+
+
+@pytest.mark.skipif(not _has_torch(), reason="the Base model needs torch")
+def test_a_reference_voice_speaks_with_a_base_model(server: LiveServer, page: sync_api.Page, tmp_path: Path) -> None:
+    files = {"audio": ("eve.wav", _wav_file(tmp_path / "eve.wav", 1.5).read_bytes(), "audio/wav")}
+    answer = httpx.post(f"{server.url}/v1/voices/references", data={"name": "Eve", "transcript": "Eve speaking."},
+                        files=files, headers={"Origin": server.url})
+    assert answer.status_code == 201, answer.text
+    _open(page, server)
+    page.wait_for_function("document.querySelector('#c-model').options.length > 0")
+    options = page.eval_on_selector_all("#c-model option", "os => os.map((o) => o.value)")
+    assert options == ["tiny-clone"] and page.is_hidden("#c-none")  # only the Base model
+    speak = page.get_by_role("button", name="Speak with Eve")
+
+    page.get_by_label("Text to speak").fill("   ")
+    speak.click()
+    page.locator("#c-text-err", has_text="The text is empty").wait_for()
+    assert page.get_attribute("#c-text", "aria-invalid") == "true"
+
+    page.get_by_label("Text to speak").fill("Hello there.")
+    speak.click()
+    page.wait_for_function("window.voxgate.cloned > 0", timeout=120_000)  # the audio element played it through
+    assert page.inner_text("#clone-status").startswith("Played “Eve”")
+    duration = page.evaluate("document.querySelector('#c-audio').duration")
+    assert 2 * 0.08 - 0.01 <= duration <= MAX_FRAMES * 0.08 + 0.01  # 80 ms frames
+    assert page.inner_text("#c-text-err") == ""
+    assert server.wait_idle() == 0
+    assert httpx.delete(f"{server.url}/v1/voices/references/Eve").status_code == 204
 
 
 def test_every_control_is_labelled_and_fits_a_phone(server: LiveServer, page: sync_api.Page,
