@@ -7,8 +7,8 @@ running chunk late; first chunks and chunks with slack under `urgent_slack_ms` a
 the rest wait for `codec_batch`, a near deadline or an idle backbone; a stream about to run
 dry takes an *early* chunk. `fifo`, the baseline: arrival order, none of that. Both pause a
 request whose audio is not read (`max_unread_ms`) and refuse one whose first audio is
-predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) no scan
-for the longest request or unread audio; slack only for near deadlines (`_far_s`)."""
+predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) codecs
+look at requests something happened to (`watch`), planned chunks (`ready`), near deadlines."""
 
 from __future__ import annotations
 
