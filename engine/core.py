@@ -149,6 +149,5 @@ class EngineCore:
             "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": graphs,
             "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
             "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None}
-        if has_backbone:
-            stats["est_step_ms"] = round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)
-        return stats
+        return {**stats, "est_step_ms": round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)} \
+            if has_backbone else stats

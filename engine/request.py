@@ -73,7 +73,3 @@ class Request:
     @property
     def is_forced(self) -> bool:
         return self.prepared.sampling is not None and self.prepared.sampling.force_tokens > 0
-
-    def deadline_s(self) -> float:
-        """Next chunk's deadline; a paused listener sorts last (infinite deadline)."""
-        return self.clock.due_s

@@ -7,8 +7,8 @@ running chunk late; first chunks and chunks with slack under `urgent_slack_ms` a
 the rest wait for `codec_batch`, a near deadline or an idle backbone; a stream about to run
 dry takes an *early* chunk. `fifo`, the baseline: arrival order, none of that. Both pause a
 request whose audio is not read (`max_unread_ms`) and refuse one whose first audio is
-predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) no scan
-for the longest request or unread audio; slack only for near deadlines (`_far_s`)."""
+predicted late (`max_predicted_ttfa_ms`). Per step (issue 9: <= 0.1 ms of host time) codecs
+look at requests something happened to (`watch`), planned chunks (`ready`), near deadlines."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ class Scheduler:
         # Ordered sets (dicts: a fixed order): maybe paused (over max_unread_ms unread); chunk maybe due.
         self._held: dict[Request, None] = {}
         self.watch: dict[Request, None] = {}
+        self.ready: dict[Request, CodecItem] = {}  # a chunk planned (frames there), not yet decoded: fixed till an event
         self.decoding: dict[Request, None] = {}  # prefilled (admitted), not stopped: the decode batch but held
         # The most steps (a chunk's frames + right context, in tokens) and window frames before a chunk.
         shape = runner.spec.shape
@@ -91,9 +92,8 @@ class Scheduler:
         elif request is self._longest:
             self._longest = max(self.running.values(), key=lambda r: r.num_tokens, default=None)
         request.status = RequestStatus.FINISHED
-        self._held.pop(request, None)
-        self.watch.pop(request, None)
-        self.decoding.pop(request, None)
+        for requests in (self._held, self.watch, self.ready, self.decoding):
+            requests.pop(request, None)
         if self.kv is not None:
             self.kv.free(request_id)
         return request
@@ -125,7 +125,7 @@ class Scheduler:
         for a KV slot, its prefill and its steps (speech LM)."""
         if self.lm is None:
             ahead = [r for r in list(self.running.values()) + self.waiting if not r.plan.is_done
-                     and (not self.by_deadline or r.deadline_s() <= request.deadline_s())]
+                     and (not self.by_deadline or r.clock.due_s <= request.clock.due_s)]
             lanes = self.max_codec_batch  # a synthesiser's pool runs that many units at once
             return sum(self._codec_est_ms(r) for r in ahead) / lanes + self._codec_est_ms(request)
         step_ms = self.cost.step_ms(min(self.max_running, len(self.running) + 1), request.num_tokens + 64)
@@ -164,7 +164,7 @@ class Scheduler:
         if not self.waiting:
             return
         if self.by_deadline:
-            self.waiting.sort(key=Request.deadline_s)
+            self.waiting.sort(key=lambda r: r.clock.due_s)  # a paused listener's is inf: last
         if self.lm is None:  # no memory per request: admit up to the limit
             while self.waiting and len(self.running) < self.max_running:
                 self._start(self.waiting.pop(0))
@@ -184,7 +184,7 @@ class Scheduler:
             cost = self.cost.prefill_ms(tokens)  # would it push a running request's chunk past its deadline?
             far = self._far_s(now, cost)
             if any(0 <= self.slack_ms(r, now) < cost for r in self.running.values()
-                   if not r.plan.is_done and r.deadline_s() <= far):
+                   if not r.plan.is_done and r.clock.due_s <= far):
                 self.num_deferred += 1
                 return
         for request in batch:
@@ -201,16 +201,21 @@ class Scheduler:
             self._longest = request
 
     def _pick_codec(self, now: float, plan: Plan, held: dict[Request, None]) -> None:
-        items, far, early, limit_ms, watch = [], None, self.early, self.urgent_slack_ms, self.watch
+        items, far, early, limit_ms, watch, ready = [], None, self.early, self.urgent_slack_ms, self.watch, self.ready
         slacks: dict[Request, float] = {}  # each computed once a call
         # Watched until nothing is due before its next frame (slack ~ constant while it decodes).
         margin_ms = limit_ms + (self.lm.tokens_per_frame * self._step_ms + 1.0 if self.lm is not None else 0.0)
         for request in list(watch) if self.lm is not None else self.running.values():
+            ready.pop(request, None)  # something happened to it: plan it again
             if request.error is not None or request.in_flight or request in held:
                 continue
             stream, window, near = request.plan, None, False
             if stream.is_final or stream.num_frames >= stream.ready_at:
                 window = stream.next_window()
+                if self.lm is not None and window is not None:  # planned: it stays so until an event
+                    ready[request] = CodecItem(request, window)
+                    del watch[request]
+                    continue
             elif early and stream.num_frames >= stream.early_at:  # a short chunk on time beats a full one late
                 far = self._far_s(now, margin_ms) if far is None else far
                 slack = slacks[request] = self.slack_ms(request, now) if request.clock.due_s <= far else margin_ms
@@ -219,17 +224,22 @@ class Scheduler:
                 items.append(CodecItem(request, window))
             elif not near:
                 watch.pop(request, None)
+        for request, item in ready.items():  # a ready chunk's slack (no steps left) moves with the clock only
+            if request.error is None and not request.in_flight and request not in held:
+                slacks[request] = 1000.0 * (request.clock.due_s - now) - self._codec_est_ms(request)
+                items.append(item)
         if not items:
             return
-        items.sort(key=(lambda i: i.request.deadline_s()) if self.by_deadline else (lambda i: i.request.spec.arrival_s))
+        items.sort(key=(lambda i: i.request.clock.due_s) if self.by_deadline else (lambda i: i.request.spec.arrival_s))
         if not self.urgency:  # every ready chunk at once, no notion of urgency
             plan.background = items[: self.max_codec_batch]
             return
         relaxed: list[CodecItem] = []
         for item in items:
             first = item.request.plan.num_chunks == 0 and item.request.spec.ahead_ms <= 0  # nothing ahead of it
-            urgent = first or slacks.setdefault(item.request, self.slack_ms(item.request, now)) < limit_ms
-            (plan.urgent if urgent else relaxed).append(item)
+            if not first and item.request not in slacks:  # a synthesiser's unit
+                slacks[item.request] = self.slack_ms(item.request, now)
+            (plan.urgent if first or slacks[item.request] < limit_ms else relaxed).append(item)
         backbone_idle = not (plan.decode or plan.prefill)
         earliest_near = bool(relaxed) and slacks[relaxed[0].request] < 2 * self.urgent_slack_ms
         if relaxed and (backbone_idle or earliest_near or len(relaxed) >= self.codec_batch):
@@ -242,7 +252,7 @@ class Scheduler:
         Only a token flagged `is_stopped` can be a stop token (runners flag every one)."""
         lm = self.lm
         assert lm is not None
-        failed, running, watch, decoding = [], RequestStatus.RUNNING, self.watch, self.decoding
+        failed, running, watch, decoding, ready = [], RequestStatus.RUNNING, self.watch, self.decoding, self.ready
         stop_ids, tokens_per_frame = lm.stop_token_ids, lm.tokens_per_frame
         for request, token, device_stopped in outs:
             if request.status is not running or request.is_stopped:
@@ -260,7 +270,8 @@ class Scheduler:
                         failed.append(request)
                         continue
                     request.plan.num_frames += 1
-                    watch[request] = None
+                    if request not in ready:  # (a planned chunk's window does not depend on later frames)
+                        watch[request] = None
                 if not device_stopped and n < request.max_tokens:
                     continue
             request.is_stopped = request.plan.is_final = True  # a trailing partial frame is dropped

@@ -54,7 +54,7 @@ def test_edf_orders_running_requests_by_when_their_buffer_runs_dry() -> None:
     for rid, buffered_ms in (("a", 3000), ("b", 1000), ("c", 2000)):
         c.scheduler.running[rid].clock.on_delivery(clock.t, buffered_ms)
     s = c.scheduler
-    order = sorted(s.running, key=lambda rid: s.running[rid].deadline_s())
+    order = sorted(s.running, key=lambda rid: s.running[rid].clock.due_s)
     assert order == ["b", "c", "a"] and codec_ids(c, clock.t) == ["b"]
 
 
@@ -91,7 +91,7 @@ def test_a_chunk_near_its_deadline_is_urgent() -> None:
         c.step()
     assert request.plan.num_chunks == 1 and not request.is_stopped
     assert c.scheduler.schedule(clock.t).codec == []  # the backbone is busy: wait for a batch
-    plan = c.scheduler.schedule(request.deadline_s() - 0.05)  # ~50 ms left
+    plan = c.scheduler.schedule(request.clock.due_s - 0.05)  # ~50 ms left
     assert [i.request.request_id for i in plan.urgent] == ["a"]
 
 
@@ -156,7 +156,7 @@ def test_a_prefill_is_deferred_while_it_would_make_a_running_stream_miss() -> No
     # a's next chunk still needs decode steps (it is not ready): its slack counts them.
     request = c.scheduler.running["a"]
     assert request.plan.next_window() is None and c.scheduler.steps_to_chunk(request) > 0
-    deadline = request.deadline_s()
+    deadline = request.clock.due_s
     clock.t = deadline - (c.scheduler.steps_to_chunk(request) * 5 + 20 + 40) / 1000  # 40 ms slack < 80 ms prefill
     add(c, spec("b", frames=8, arrival_s=clock.t))
     plan = c.scheduler.schedule(clock.t)
@@ -193,7 +193,7 @@ def test_a_next_sentence_with_audio_queued_ahead_does_not_jump_the_queue() -> No
     run_until_first_chunk(c, "dry")
     dry = c.scheduler.running["dry"]
     add(c, spec("next", ("x", "y"), arrival_s=clock.t, ahead_ms=4000))  # 4 s of the previous sentence left
-    assert codec_ids(c, dry.deadline_s() - 0.05) == ["dry"]
+    assert codec_ids(c, dry.clock.due_s - 0.05) == ["dry"]
 
 
 def test_a_request_whose_audio_is_not_read_pauses_until_it_is() -> None:
