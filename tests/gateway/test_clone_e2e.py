@@ -77,13 +77,16 @@ def _clone(client: httpx.Client, files: dict[str, Any] | None = None, **fields: 
     return client.post("/v1/audio/clone", files=parts + list((files or {}).items()))
 
 
-def _cache() -> Any:
-    """The reference cache of the loaded Base model (the family's, models/qwen3_tts_references.py)."""
+def _cache(server: LiveServer) -> Any:
+    """The reference cache of the server's loaded Base model (models/qwen3_tts_references.py), read
+    through its runner (`Qwen3TTSRunner.model`: the in-process model, whose `prepare` fills it)."""
     from models.qwen3_tts_references import caches
 
-    live = [cache for cache in caches() if len(cache) or cache.misses]
-    assert len(live) == 1, live
-    return live[0]
+    resident = server.app_state.residency._residents["tiny-clone"]  # the test reaches in: no API exposes it
+    assert resident.runner is not None
+    cache = resident.runner.model.references  # type: ignore[attr-defined]
+    assert cache in caches()  # what the gateway's `forget` reaches
+    return cache
 
 
 def test_clone_from_an_uploaded_recording_as_wav_and_sse(client: httpx.Client, server: LiveServer) -> None:
@@ -143,7 +146,7 @@ def test_realtime_speaks_with_a_reference_voice(server: LiveServer) -> None:
 def test_a_voice_used_again_is_not_encoded_again_and_deleting_it_drops_it(client: httpx.Client,
                                                                           server: LiveServer) -> None:
     assert _clone(client, voice="alice", response_format="pcm").status_code == 200
-    cache = _cache()
+    cache = _cache(server)
     misses, hits = cache.misses, cache.hits
     again = _clone(client, voice="alice", response_format="pcm")
     assert again.status_code == 200
