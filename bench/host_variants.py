@@ -116,7 +116,7 @@ def _profile(core: EngineCore, path: str) -> Any:
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(45)
         if path:
             with open(path, "w") as out:
-                out.write(f"{core.num_steps} steps\n" + text.getvalue())
+                out.write(f"{core.num_steps} steps\n# python {' '.join(sys.argv)}\n" + text.getvalue())
     return undo
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import random
 import statistics
 import sys
@@ -190,6 +192,7 @@ def main() -> None:
     warm = [(0.0, t) for t in rng.sample(texts, 2)]
     asyncio.run(run_wave(runner, "edf", warm, opts.seed, CostModel()))  # warm-up
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
+              "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs",
               "cuda_sync": opts.cuda_sync or "default",
               "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton), "arrival": opts.arrival,
               "max_chars": opts.max_chars, "ttfa_slo_ms": TTFA_SLO_MS, "rows": [], "max_sessions_90": {}}
