@@ -28,14 +28,13 @@ import logging
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from engine.types import InvalidInput, UnknownModel
 from gateway.audio import FORMATS
 from gateway.clone_voices import is_base, load_reference
 from gateway.errors import ApiError
-from gateway.references import MAX_TRANSCRIPT_CHARS, MAX_UPLOAD_BYTES, to_pcm16
+from gateway.references import MAX_TRANSCRIPT_CHARS, MAX_UPLOAD_BYTES, read_upload_form, to_pcm16
 from gateway.speech import choice_field, stream_speech
 from gateway.state import AppState
 from gateway.text import check_input
@@ -103,21 +102,8 @@ async def clone(request: Request) -> ClosingStreamingResponse:
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise ApiError(415, "unsupported_media_type", "send multipart/form-data with text, ref_audio and ref_text "
-                       "(or voice)")
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_UPLOAD_BYTES + 64 * 1024:
-        raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field="ref_audio")
+    form = await read_upload_form(request, FIELDS, "ref_audio", "text, ref_audio and ref_text (or voice)")
     try:
-        form = await request.form(max_files=1, max_fields=len(FIELDS), max_part_size=MAX_UPLOAD_BYTES)
-    except HTTPException as error:  # Starlette's answer to a malformed body or a part over its limit
-        raise InvalidInput(f"malformed multipart body: {error.detail}", field="ref_audio") from error
-    try:
-        unknown = set(form.keys()) - FIELDS
-        if unknown:
-            raise InvalidInput(f"unknown field {min(unknown)!r}; send {', '.join(sorted(FIELDS))}",
-                               field=min(unknown))
         text = _text_field(form, "text")
         if text is None:
             raise InvalidInput("text is required", field="text")

@@ -28,11 +28,11 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import AbstractSet, Any
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -164,21 +164,29 @@ async def _existing(store: ReferenceStore, request: Request) -> dict[str, Any]:
     return row
 
 
-async def create_reference(request: Request) -> JSONResponse:
+async def read_upload_form(request: Request, fields: AbstractSet[str], file_field: str, wanted: str) -> FormData:
+    """A multipart body of `fields` with one recording in `file_field` (<= MAX_UPLOAD_BYTES); the caller
+    closes it. 415 if not multipart (`wanted`: what to send), 413 naming `file_field` over the size,
+    400 for a malformed body (naming `file_field`) or an unknown field (naming it)."""
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise ApiError(415, "unsupported_media_type", "send multipart/form-data with name, transcript and audio")
+        raise ApiError(415, "unsupported_media_type", f"send multipart/form-data with {wanted}")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_UPLOAD_BYTES + 64 * 1024:
-        raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field="audio")
+        raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field=file_field)
     try:
-        form = await request.form(max_files=1, max_fields=4, max_part_size=MAX_UPLOAD_BYTES)
+        form = await request.form(max_files=1, max_fields=len(fields) + 1, max_part_size=MAX_UPLOAD_BYTES)
     except HTTPException as error:  # Starlette's answer to a malformed body or a part over its limit
-        raise InvalidInput(f"malformed multipart body: {error.detail}", field="audio") from error
+        raise InvalidInput(f"malformed multipart body: {error.detail}", field=file_field) from error
+    unknown = set(form.keys()) - fields
+    if unknown:
+        await form.close()
+        raise InvalidInput(f"unknown field {min(unknown)!r}; send {', '.join(sorted(fields))}", field=min(unknown))
+    return form
+
+
+async def create_reference(request: Request) -> JSONResponse:
+    form = await read_upload_form(request, _FIELDS, "audio", "name, transcript and audio")
     try:
-        unknown = set(form.keys()) - _FIELDS
-        if unknown:
-            raise InvalidInput(f"unknown field {min(unknown)!r}; send {', '.join(sorted(_FIELDS))}",
-                               field=min(unknown))
         name = _check_name(form.get("name"))
         transcript = check_input(form.get("transcript"), MAX_TRANSCRIPT_CHARS, field="transcript")
         audio = form.get("audio")

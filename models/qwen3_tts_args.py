@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 # Text-side special tokens of the Qwen2 tokenizer (qwen-tts configuration defaults).
 IM_START = 151644  # <|im_start|>
@@ -38,6 +38,22 @@ LANGUAGES = {"chinese": 2055, "english": 2050, "german": 2052, "spanish": 2054, 
 SPEAKERS = {"vivian": 3065, "serena": 3066, "uncle_fu": 3010, "dylan": 2878, "eric": 2875,
             "ryan": 3061, "aiden": 2861, "ono_anna": 2873, "sohee": 2864}
 DIALECTS = {"dylan": "beijing_dialect", "eric": "sichuan_dialect"}
+
+_A = TypeVar("_A")
+
+
+def from_hf_config(cls: type[_A], config: dict[str, Any]) -> _A:
+    """A dataclass with an `extra` dict from a Hugging Face config: its fields (lists as tuples),
+    every other key kept in `extra` (written back by `hf_fields`' caller)."""
+    names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in names and k != "extra"}
+    return cls(**values, extra={k: v for k, v in config.items() if k not in names})  # type: ignore[call-arg]
+
+
+def hf_fields(args: Any) -> dict[str, Any]:
+    """A dataclass's fields but `extra` as Hugging Face config values (tuples as lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in
+            ((n, getattr(args, n)) for n in args.__dataclass_fields__) if k != "extra"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +176,11 @@ class CodecArgs:
 
     @classmethod
     def from_hf(cls, config: dict[str, Any]) -> CodecArgs:
-        names = cls.__dataclass_fields__
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in names and k != "extra"}
-        return cls(**values, extra={k: v for k, v in config.items() if k not in names})
+        return from_hf_config(cls, config)
 
     def to_hf(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in
-                               ((n, getattr(self, n)) for n in self.__dataclass_fields__) if k != "extra"}
-        return {**self.extra, **out, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0}
+        return {**self.extra, **hf_fields(self), "hidden_act": "silu", "attention_bias": False,
+                "attention_dropout": 0.0}
 
     @property
     def samples_per_frame(self) -> int:

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.qwen3_tts_args import from_hf_config, hf_fields
+
 SAMPLE_RATE = 24000
 N_FFT, HOP, WINDOW, NUM_MELS, F_MAX = 1024, 256, 1024, 128, 12000  # extract_speaker_embedding's
 MIN_SAMPLES = N_FFT  # the reflect padding needs more samples than it pads; 43 ms
@@ -48,13 +50,10 @@ class SpeakerArgs:
 
     @classmethod
     def from_hf(cls, config: dict[str, Any]) -> SpeakerArgs:
-        names = cls.__dataclass_fields__
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in names and k != "extra"}
-        return cls(**values, extra={k: v for k, v in config.items() if k not in names})
+        return from_hf_config(cls, config)
 
     def to_hf(self) -> dict[str, Any]:
-        return {**self.extra, **{k: list(v) if isinstance(v, tuple) else v for k, v in
-                                 ((n, getattr(self, n)) for n in self.__dataclass_fields__) if k != "extra"}}
+        return {**self.extra, **hf_fields(self)}
 
 
 def _conv(cin: int, cout: int, kernel: int = 1, dilation: int = 1) -> nn.Conv1d:

@@ -22,6 +22,7 @@ from websockets.sync.client import connect
 from gateway.cli import main
 from tests.conftest import LiveServer, run_server
 from tests.gateway.test_qwen3_tts_e2e import MAX_FRAMES, SAMPLES_PER_FRAME, _folder, _frames, _wav
+from tests.gateway.test_realtime import collect_utterance
 
 pytest.importorskip("torch")
 
@@ -129,13 +130,8 @@ def test_realtime_speaks_with_a_reference_voice(server: LiveServer) -> None:
         assert json.loads(ws.recv())["type"] == "session.updated"
         ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
         ws.send(json.dumps({"type": "text.flush"}))
-        samples, events = 0, []
-        while not events or events[-1]["type"] not in ("utterance.done", "error"):
-            message = ws.recv(timeout=120)
-            if isinstance(message, bytes):
-                samples += len(message) // 2
-            else:
-                events.append(json.loads(message))
+        events, audio = collect_utterance(ws, timeout=120)
+        samples = len(audio) // 2
         assert events[-1]["type"] == "utterance.done", events
         assert samples == FORCED * SAMPLES_PER_FRAME
         ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": "nobody"}}))
