@@ -24,12 +24,12 @@ import numpy as np
 
 from engine.chunk_plan import ChunkShape
 from engine.cost import CostModel
-from engine.lm_spec import LMSpec
+from engine.lm_spec import LMSpec, window_codes
 from models.options import parse_options
-from engine.plan import CodecItem, Timing, TokenOut
+from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Prepared, Request
 from engine.runner import Runner, SynthSpec
-from engine.types import ChunkOut, InvalidInput, SpeechRequest
+from engine.types import ChunkOut, GenerationFailed, InvalidInput, SpeechRequest
 from bench.workload import CHARS_PER_S
 
 SAMPLE_RATE = 24000
@@ -37,6 +37,7 @@ SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: 85.33 ms per frame
 TOKENS_PER_FRAME = 7
 AUDIO_TOKEN_BASE = 128266
 CODEBOOK_SIZE = 4096
+_OFFSETS = np.array([AUDIO_TOKEN_BASE + CODEBOOK_SIZE * k for k in range(TOKENS_PER_FRAME)], dtype=np.int64)
 STOP_TOKEN = 128258
 # models/orpheus.py CHUNK_SHAPE (not imported: it needs torch).
 ORPHEUS_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3, ramp_context=1)
@@ -55,12 +56,14 @@ class SimClock:
         self.t += ms / 1000.0
 
 
-def _frame_codes(tokens: Sequence[int]) -> list[int]:
-    codes = [int(t) - AUDIO_TOKEN_BASE - CODEBOOK_SIZE * k for k, t in enumerate(tokens)]
-    for k, code in enumerate(codes):
-        if not 0 <= code < CODEBOOK_SIZE:
-            raise ValueError(f"token {tokens[k]} at frame position {k} is not an audio token of that position")
-    return codes
+def _frame_codes(tokens: Sequence[int]) -> list[list[int]]:  # as models/orpheus.py frame_codes, SNAC's order aside
+    codes = np.asarray(tokens, dtype=np.int64).reshape(-1, TOKENS_PER_FRAME) - _OFFSETS
+    bad = np.flatnonzero((codes < 0) | (codes >= CODEBOOK_SIZE))
+    if len(bad):
+        k = int(bad[0])
+        raise ValueError(f"token {tokens[k]} at frame position {k % TOKENS_PER_FRAME} is not an audio token of that "
+                         "position")
+    return codes.tolist()
 
 
 def lm_spec(shape: ChunkShape = ORPHEUS_SHAPE, prompt_overhead: int = 16) -> LMSpec:
@@ -104,7 +107,7 @@ class SimRunner(Runner):
         self.max_prefill_batch = 8  # as engine/model_runner.py's captured prefills
         self.lanes: dict[str, int] = {}  # the simulator runs codec work in the step unless it models lanes
         self._generated: dict[str, int] = {}  # "device" step count per request
-        self._pending: list[TokenOut] = []  # last step's tokens, read back one step late
+        self._pending = Tokens([], [], [])  # last step's tokens, read back one step late
         self.num_decode_steps = 0
         self.on_lane = False  # codec work runs on a SimLanes lane: it does not hold the step
         self.lane_cost_ms = 0.0
@@ -119,27 +122,30 @@ class SimRunner(Runner):
             self.clock.advance_ms(ms)
         self._timings.append(Timing(kind, a, b, ms))
 
-    def _token(self, request: Request) -> TokenOut:
+    def _token(self, request: Request) -> int:
         k = self._generated.get(request.request_id, 0)
         self._generated[request.request_id] = k + 1
-        token = AUDIO_TOKEN_BASE + CODEBOOK_SIZE * (k % TOKENS_PER_FRAME) + (k * 7919) % CODEBOOK_SIZE
-        return TokenOut(request, token, k + 1 >= request.max_tokens)
+        return AUDIO_TOKEN_BASE + CODEBOOK_SIZE * (k % TOKENS_PER_FRAME) + (k * 7919) % CODEBOOK_SIZE
 
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
+    def _tokens(self, requests: Sequence[Request]) -> Tokens:
+        tokens = [self._token(r) for r in requests]  # (flags each request's last: its max_tokens-th)
+        return Tokens(list(requests), tokens, [i for i, r in enumerate(requests)
+                                               if self._generated[r.request_id] >= r.max_tokens])
+
+    def prefill(self, requests: Sequence[Request]) -> Tokens:
         tokens = sum(len(r.prepared.prompt_ids) for r in requests)
         self._spend("prefill", tokens, 1, self.cost.prefill_ms(tokens))
         for request in requests:
             self._generated[request.request_id] = 0
-        return [self._token(r) for r in requests]
+        return self._tokens(requests)
 
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
-        previous, self._pending = self._pending, []
+    def decode(self, requests: Sequence[Request]) -> Tokens:
+        previous, self._pending = self._pending, Tokens([], [], [])
         if requests:
             context = max(r.num_tokens for r in requests) + 1
             self._spend("step", len(requests), context, self.cost.step_ms(len(requests), context))
             self.num_decode_steps += 1
-            self._pending = [self._token(r) for r in requests
-                             if self._generated.get(r.request_id, 0) < r.max_tokens]
+            self._pending = self._tokens([r for r in requests if self._generated.get(r.request_id, 0) < r.max_tokens])
         return previous
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
@@ -152,6 +158,11 @@ class SimRunner(Runner):
                 self._spend("codec", batch, frames, self.cost.codec_ms(batch, frames))
             for item in items:
                 samples = (item.window.emit_to - item.window.emit_from) * SAMPLES_PER_FRAME
+                try:  # the codes a real codec would read (a wrong-position token fails here)
+                    window_codes(self.spec, item.request, item.window)
+                except GenerationFailed as error:
+                    outs.append(ChunkOut(item.request.request_id, None, error=error))
+                    continue
                 outs.append(ChunkOut(item.request.request_id, np.zeros(samples, np.float32), item.window.is_last))
         else:
             for item in items:

@@ -90,14 +90,12 @@ class EngineCore:
             outputs += scheduler.postprocess_codec(done[1], done[2].result(), self.clock())
         plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
                                   shared=urgent == background)
-        failed = []
         self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
         if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
-            failed += scheduler.postprocess_tokens(self._run(runner.decode, plan.decode))
+            scheduler.postprocess_tokens(self._run(runner.decode, plan.decode))
             self._decode_in_flight = bool(plan.decode)
         if plan.prefill:
-            failed += scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
-        outputs += [(request.request_id, request.error) for request in failed if request.error is not None]
+            scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
         for lane, items in [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
                 [(urgent, plan.codec)]:
             items = [item for item in items if item.request.error is None]

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from models.codec_graphs import CodecGraphs
 from models.codec_windows import decode_windows
 from engine.lanes import GpuLanes
-from engine.plan import CodecItem, Timing, TokenOut
+from engine.plan import CodecItem, Timing, Tokens
 from engine.prefill import PrefillGraphs
 from engine.request import Request
 from engine.lm_spec import LMSpec
@@ -227,12 +227,12 @@ class ModelRunner(Runner):
         return self.gpu_lanes.on(lane) if self.gpu_lanes is not None and lane in self.gpu_lanes.streams else \
             contextlib.nullcontext()
 
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
+    def decode(self, requests: Sequence[Request]) -> Tokens:
         """Launch one decode step for `requests` (LM lane); returns the previous step's tokens."""
         with self._on("lm"):
             return self._decode(requests)
 
-    def _decode(self, requests: Sequence[Request]) -> list[TokenOut]:
+    def _decode(self, requests: Sequence[Request]) -> Tokens:
         launched = None
         if requests:
             batch = next(b for b in self._batch_buckets + [self.max_running] if b >= max(r.slot for r in requests) + 1)
@@ -264,19 +264,19 @@ class ModelRunner(Runner):
             self._pending = (host, done, launched[0], launched[1])
         return outs
 
-    def _finish_pending(self) -> list[TokenOut]:
+    def _finish_pending(self) -> Tokens:
         if self._pending is None:
-            return []
+            return Tokens([], [], [])
         (host, done, owners, (events, batch, length)), self._pending = self._pending, None
         if done is not None:
             done.synchronize()
         if events is not None:
             self._timings.append(Timing("step", batch, length, events[0].elapsed_time(events[1])))
-        values = host.numpy()
-        return [TokenOut(r, int(values[0, row]), bool(values[2, row]))
-                for row, r in owners.items() if values[1, row]]
+        token, active, stop = host[:, :batch].tolist()
+        rows = [row for row in owners if active[row]]  # (a row the device stopped is not active)
+        return Tokens([owners[r] for r in rows], [token[r] for r in rows], [i for i, r in enumerate(rows) if stop[r]])
 
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
+    def prefill(self, requests: Sequence[Request]) -> Tokens:
         """Pack the prompts of `requests` into one forward (LM lane, engine/prefill.py); sample
         each first token."""
         with self._on("lm"), torch.inference_mode():
@@ -284,7 +284,7 @@ class ModelRunner(Runner):
             values = self._prefill.run(self, requests)
             total = sum(len(r.prepared.prompt_ids) for r in requests)
             self._timings.append(Timing("prefill", total, 1, 1000.0 * (time.perf_counter() - t0)))
-        return [TokenOut(r, int(values[0, i]), bool(values[1, i])) for i, r in enumerate(requests)]
+        return Tokens(list(requests), values[0].tolist(), np.flatnonzero(values[1]).tolist())
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         """One chunk per item, in order, on `lane`: windows of equal length decode as one batch."""
@@ -295,7 +295,7 @@ class ModelRunner(Runner):
         def decode(frames: torch.Tensor, members: list[int]) -> np.ndarray:
             starts = torch.tensor([items[i].window.start for i in members], dtype=torch.int64)
             return graphs.decode(frames, starts).cpu().numpy()
-        return decode_windows(items, decode, int(self.codec.samples_per_frame), self._timings)
+        return decode_windows(items, self.spec, decode, int(self.codec.samples_per_frame), self._timings)
 
     def memory_bytes(self) -> int:
         state = sum(t.numel() * t.element_size() for t in (self.kv_cache, self.seen))

@@ -1,5 +1,5 @@
 """What the scheduler asks a runner to execute in one iteration, and what comes back:
-a `Plan` (DESIGN.md §3); a `TokenOut` per token and a `ChunkOut` per codec item.
+a `Plan` (DESIGN.md §3); `Tokens` per runner call and a `ChunkOut` per codec item.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ class Plan:
         return not (self.prefill or self.decode or self.urgent or self.background)
 
 
-class TokenOut(NamedTuple):
-    """One sampled token of `request`; `is_stopped`: the device saw a stop token (set for every one:
-    a token without it is audio) or max_tokens."""
+class Tokens(NamedTuple):
+    """One runner call's sampled tokens, as plain lists: `tokens[i]` (a token id) of `requests[i]`;
+    `stops`: the indices whose token the device flagged, a stop token or the request's
+    `max_tokens`-th (runners flag every stop token: an unflagged token is audio)."""
 
-    request: Request
-    token: int
-    is_stopped: bool
+    requests: list[Request]
+    tokens: list[int]
+    stops: list[int]
 
 
 class Timing(NamedTuple):

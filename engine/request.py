@@ -1,5 +1,5 @@
 """Everything about one utterance that the scheduler keeps (pure Python, no torch): tokens,
-frames' codes, chunk plan, stop state, `PlaybackClock`; its tensors live in the runner.
+chunk plan, stop state, `PlaybackClock`; its tensors live in the runner.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     slot: int = -1  # KV slot while running (speech LMs)
     max_tokens: int = 0  # tokens it may generate (the scheduler fits it to the slot)
-    tokens: list[int] = field(default_factory=list)  # generated, stop token excluded
-    frames: list[list[int]] = field(default_factory=list)  # codec codes per complete frame of tokens
+    tokens: list[int] = field(default_factory=list)  # generated, stop token excluded (frames: engine/lm_spec.py)
     is_stopped: bool = False  # generates no more tokens
     in_flight: bool = False  # a chunk of it is being decoded on a lane
     error: EngineError | None = None

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
-from engine.plan import CodecItem, Timing, TokenOut
+from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Prepared, Request
 from engine.types import ChunkOut, GenerationFailed, SpeechRequest, WordTiming
 
@@ -85,11 +85,11 @@ class Runner:
         self.max_running = max_running  # requests served at once (KV slots): the model's one concurrency limit
         self._timings: list[Timing] = []  # of its own work, for the cost model
 
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
-        return []
+    def prefill(self, requests: Sequence[Request]) -> Tokens:
+        return Tokens([], [], [])
 
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:  # a GPU's: the previous step's tokens
-        return []
+    def decode(self, requests: Sequence[Request]) -> Tokens:  # a GPU's: the previous step's tokens
+        return Tokens([], [], [])
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:  # one an item
         raise NotImplementedError

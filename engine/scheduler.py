@@ -18,7 +18,7 @@ from engine.config import EngineConfig
 from engine.cost import CostModel
 from engine.kv_cache import KVSlots
 from engine.lm_spec import LMSpec
-from engine.plan import CodecItem, Plan, TokenOut
+from engine.plan import CodecItem, Plan, Tokens
 from engine.request import Request, RequestStatus
 from engine.runner import Runner
 from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, InputTooLong, Overloaded
@@ -48,7 +48,8 @@ class Scheduler:
         self.decoding: dict[Request, None] = {}  # prefilled (admitted), not stopped: the decode batch but held
         # The most steps (a chunk's frames + right context, in tokens) and window frames before a chunk.
         shape = runner.spec.shape
-        self._max_steps = lm.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
+        self.tokens_per_frame, self.stop_ids = (lm.tokens_per_frame, lm.stop_token_ids) if lm is not None else (1, ())
+        self._max_steps = self.tokens_per_frame * max(n + right for n, right in shape.chunks) if lm is not None else 0
         self._max_window = max(n for n, _ in shape.chunks) + 2 * shape.context_frames
 
     @property
@@ -91,7 +92,7 @@ class Scheduler:
             self.waiting.remove(request)
         elif request is self._longest:
             self._longest = max(self.running.values(), key=lambda r: r.num_tokens, default=None)
-        request.status = RequestStatus.FINISHED
+        request.status, request.is_stopped = RequestStatus.FINISHED, True  # (its late tokens are dropped)
         for requests in (self._held, self.watch, self.ready, self.decoding):
             requests.pop(request, None)
         if self.kv is not None:
@@ -247,37 +248,31 @@ class Scheduler:
         del plan.urgent[self.max_codec_batch:]
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 
-    def postprocess_tokens(self, outs: Sequence[TokenOut]) -> list[Request]:
-        """Append tokens, assemble frames, stop; returns the requests a wrong-position token failed.
-        Only a token flagged `is_stopped` can be a stop token (runners flag every one)."""
-        lm = self.lm
-        assert lm is not None
-        failed, running, watch, decoding, ready = [], RequestStatus.RUNNING, self.watch, self.decoding, self.ready
-        stop_ids, tokens_per_frame = lm.stop_token_ids, lm.tokens_per_frame
-        for request, token, device_stopped in outs:
-            if request.status is not running or request.is_stopped:
-                continue  # cancelled meanwhile, or a row the device already masked
-            if not (device_stopped and token in stop_ids and not request.is_forced):  # a stop token is no audio
-                tokens = request.tokens
-                tokens.append(token)
-                n = len(tokens)
-                if n % tokens_per_frame == 0:  # the frame is complete
-                    try:
-                        request.frames.append(lm.frame_codes(tokens[-tokens_per_frame:]))
-                    except ValueError as error:
-                        request.error = GenerationFailed(f"generated token {n - 1}: {error}")
-                        request.is_stopped = True  # the engine cancels it at once
-                        failed.append(request)
-                        continue
-                    request.plan.num_frames += 1
-                    if request not in ready:  # (a planned chunk's window does not depend on later frames)
-                        watch[request] = None
-                if not device_stopped and n < request.max_tokens:
-                    continue
+    def postprocess_tokens(self, out: Tokens) -> None:
+        """Append tokens, count frames, stop. Python looks at each request once, and again only
+        when its frame completes or it stops. Only a token in `out.stops` can be a stop token
+        (runners flag every one); a token's codes are checked by the codec (engine/lm_spec.py)."""
+        requests, tokens, stops = out
+        ends, framed, tokens_per_frame = [], [], self.tokens_per_frame
+        if stops:  # rare: a stop token (no audio unless forced: random weights) or a request's last
+            ends = [requests[i] for i in stops if not requests[i].is_stopped]
+            keep = [i for i, t in enumerate(tokens) if i not in stops or t not in self.stop_ids or requests[i].is_forced]
+            requests, tokens = [requests[i] for i in keep], [tokens[i] for i in keep]
+        for request, token in zip(requests, tokens):
+            if not request.is_stopped:  # (stopped: cancelled since the step's launch, or a row not masked)
+                (row := request.tokens).append(token)
+                if not len(row) % tokens_per_frame:
+                    framed.append(request)
+        for request in framed:  # a frame is complete (its codes: the codec's, engine/lm_spec.py)
+            request.plan.num_frames += 1
+            if request not in self.ready:  # (a planned chunk's window does not depend on later frames)
+                self.watch[request] = None
+            if len(request.tokens) >= request.max_tokens:  # (runners flag it too)
+                ends.append(request)
+        for request in ends:
             request.is_stopped = request.plan.is_final = True  # a trailing partial frame is dropped
-            decoding.pop(request, None)
-            watch[request] = None
-        return failed
+            self.decoding.pop(request, None)
+            self.watch[request] = None
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
                           now: float) -> list[tuple[str, AudioChunk | EngineError]]:

@@ -36,6 +36,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from engine.chunk_plan import ChunkShape
@@ -97,20 +98,24 @@ def audio_token(position: int, code: int) -> int:
     return AUDIO_TOKEN_BASE + CODEBOOK_SIZE * position + code
 
 
-def frame_codes(tokens: Sequence[int]) -> list[int]:
-    """Seven audio tokens of one frame -> seven SNAC codes in canonical order.
+_OFFSETS = np.array([AUDIO_TOKEN_BASE + CODEBOOK_SIZE * k for k in range(TOKENS_PER_FRAME)], dtype=np.int64)
+_CANONICAL = np.argsort(SNAC_ORDER)  # output code j comes from frame position _CANONICAL[j]
+
+
+def frame_codes(tokens: Sequence[int]) -> list[list[int]]:
+    """Audio tokens of whole frames (7 each) -> each frame's seven SNAC codes in canonical order.
 
     Raises ValueError naming the first token outside its position's 4096-id range
     (never wraps it into range: a wrong-slot token means the generation went astray).
     """
-    assert len(tokens) == TOKENS_PER_FRAME
-    codes = [0] * TOKENS_PER_FRAME
-    for position, token in enumerate(tokens):
-        code = int(token) - AUDIO_TOKEN_BASE - CODEBOOK_SIZE * position
-        if not 0 <= code < CODEBOOK_SIZE:
-            raise ValueError(f"token {int(token)} at frame position {position} is not an audio token of that position")
-        codes[SNAC_ORDER[position]] = code
-    return codes
+    assert len(tokens) % TOKENS_PER_FRAME == 0
+    codes = np.asarray(tokens, dtype=np.int64).reshape(-1, TOKENS_PER_FRAME) - _OFFSETS
+    bad = np.flatnonzero((codes < 0) | (codes >= CODEBOOK_SIZE))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"token {int(tokens[i])} at frame position {i % TOKENS_PER_FRAME} is not an audio token "
+                         "of that position")
+    return codes[:, _CANONICAL].tolist()
 
 
 # A model's options (checked when it is added, models/model_options.py): load's and the

@@ -35,7 +35,7 @@ import torch
 
 from engine.lm_spec import LMSpec
 from engine.model_runner import device_name
-from engine.plan import CodecItem, Timing, TokenOut
+from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Request
 from engine.runner import LMParts, Runner
 from engine.types import ChunkOut
@@ -120,9 +120,11 @@ class Qwen3TTSRunner(Runner):
         self.summed[rows] = torch.where(active[:, None], summed, self.summed[rows])
         return codes
 
-    def _outs(self, requests: Sequence[Request], codes: list[list[int]]) -> list[TokenOut]:
-        return [TokenOut(r, STOP, True) if frame[0] == self.eos else TokenOut(r, pack_frame(frame), False)
-                for r, frame in zip(requests, codes)]
+    def _outs(self, requests: Sequence[Request], codes: list[list[int]]) -> Tokens:
+        """Frames as tokens (models/qwen3_tts_spec.py pack_frame); flagged: the stop, or the last."""
+        return Tokens(list(requests), [STOP if frame[0] == self.eos else pack_frame(frame) for frame in codes],
+                      [i for i, (r, frame) in enumerate(zip(requests, codes))
+                       if frame[0] == self.eos or len(r.tokens) + 1 >= r.max_tokens])
 
     @staticmethod
     def _prepared(request: Request) -> QwenPrepared:
@@ -132,7 +134,7 @@ class Qwen3TTSRunner(Runner):
 
     # -- what the engine calls ------------------------------------------------------------
 
-    def prefill(self, requests: Sequence[Request]) -> list[TokenOut]:
+    def prefill(self, requests: Sequence[Request]) -> Tokens:
         """Pack the prompts of `requests` into one talker forward; sample each frame 0."""
         t0 = time.perf_counter()
         dev = self.torch_device
@@ -176,10 +178,10 @@ class Qwen3TTSRunner(Runner):
             tensor[rows] = torch.tensor(ints, dtype=torch.int64, device=dev)
         self.forced[rows] = torch.tensor([s.force_tokens > 0 for s in sampling], device=dev)
 
-    def decode(self, requests: Sequence[Request]) -> list[TokenOut]:
+    def decode(self, requests: Sequence[Request]) -> Tokens:
         """One frame for each of `requests` (talker step + 15 predictor steps); returns them."""
         if not requests:
-            return []
+            return Tokens([], [], [])
         t0 = time.perf_counter()
         dev, batch = self.torch_device, max(r.slot for r in requests) + 1
         write = [self.max_seq_len] * batch  # rows outside the step write the spare position
@@ -212,7 +214,7 @@ class Qwen3TTSRunner(Runner):
 
         def decode(frames: torch.Tensor, members: list[int]) -> np.ndarray:
             return self.codec.decode(frames, [states[i] for i in members]).cpu().numpy()
-        return decode_windows(items, decode, int(self.codec.samples_per_frame), self._timings,
+        return decode_windows(items, self.spec, decode, int(self.codec.samples_per_frame), self._timings,
                               skip=lambda i: states[i] is None)
 
     def release(self, request: Request) -> None:

@@ -62,13 +62,15 @@ def pack_frame(codes: Sequence[int]) -> int:
     return token
 
 
-def frame_codes(tokens: Sequence[int]) -> list[int]:
-    """One token (a packed frame) -> its 16 codes, codebook 0 first; ValueError if it is not a frame."""
-    (token,) = tokens
-    if token < 0 or token >> (CODE_BITS * NUM_CODES):
-        raise ValueError(f"token {token} is not a packed frame of {NUM_CODES} codes")
-    mask = (1 << CODE_BITS) - 1
-    return [(token >> (CODE_BITS * j)) & mask for j in range(NUM_CODES)]
+def frame_codes(tokens: Sequence[int]) -> list[list[int]]:
+    """Tokens (packed frames, one a frame) -> each frame's 16 codes, codebook 0 first; ValueError
+    if one is not a frame."""
+    mask, frames = (1 << CODE_BITS) - 1, []
+    for token in tokens:
+        if token < 0 or token >> (CODE_BITS * NUM_CODES):
+            raise ValueError(f"token {token} is not a packed frame of {NUM_CODES} codes")
+        frames.append([(token >> (CODE_BITS * j)) & mask for j in range(NUM_CODES)])
+    return frames
 
 
 @dataclass(frozen=True, slots=True)

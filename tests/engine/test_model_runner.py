@@ -124,7 +124,7 @@ def test_a_cancelled_requests_slot_goes_to_the_next_and_is_reset(orpheus_tiny: P
 
 def _whole(core: EngineCore, tokens: list[int], frames: int) -> np.ndarray:
     codec = core.runner.codec  # type: ignore[attr-defined]
-    codes = torch.tensor([[orpheus.frame_codes(tokens[i:i + 7]) for i in range(0, 7 * frames, 7)]])
+    codes = torch.tensor([orpheus.frame_codes(tokens[:7 * frames])])
     return codec.decode(codes, torch.zeros(1, dtype=torch.int64))[0].numpy()
 
 
@@ -173,7 +173,7 @@ def test_early_chunks_during_generation_equal_whole_sequence_decode(orpheus_tiny
     planned = [2, 4, 8, 8, 8]
     assert chunks[-1].is_last and sizes != planned[:len(sizes)] and 1 in sizes  # some went out early, small
     codec = core.runner.codec  # type: ignore[attr-defined]
-    frames = torch.tensor([[orpheus.frame_codes(request.tokens[i:i + 7]) for i in range(0, 84, 7)]])
+    frames = torch.tensor([orpheus.frame_codes(request.tokens[:84])])
     whole = codec.decode(frames, torch.zeros(1, dtype=torch.int64))[0].numpy()
     streamed = np.concatenate([c.pcm for c in chunks])
     assert streamed.shape == (12 * SAMPLES_PER_FRAME,) == whole.shape
@@ -198,7 +198,7 @@ def test_only_audio_tokens_of_each_frame_position_are_sampled(orpheus_tiny: Path
     with torch.no_grad():
         core.runner.model.model.norm.weight.zero_()  # type: ignore[attr-defined]
     tokens, sent = _run(core, [_spec("plain", max_tokens=70)])  # no force_tokens: sampling is not forced
-    frames = [orpheus.frame_codes(tokens["plain"][i:i + 7]) for i in range(0, len(tokens["plain"]) - 6, 7)]
+    frames = orpheus.frame_codes(tokens["plain"][:len(tokens["plain"]) // 7 * 7])
     assert len(frames) == 10 and all(isinstance(x, AudioChunk) for x in sent["plain"])
     assert sum(len(x.pcm) for x in sent["plain"]) == 10 * SAMPLES_PER_FRAME
 
@@ -234,6 +234,23 @@ def test_max_tokens_bounds_generation(orpheus_tiny: Path) -> None:
     core = _core(orpheus_tiny)
     tokens, sent = _run(core, [_spec("a", max_tokens=1)])
     assert len(tokens["a"]) == 1 and sent["a"][-1].is_last
+
+
+def test_a_token_outside_its_frame_position_fails_only_that_request_at_its_codec(orpheus_tiny: Path) -> None:
+    """Tokens become codes when the codec reads them (engine/lm_spec.py window_codes), not per
+    step: a token gone astray fails its request with GenerationFailed, the batch goes on."""
+    core = _core(orpheus_tiny)
+    bad, good = _add(core, _spec("a", force_tokens=70)), _add(core, _spec("b", force_tokens=70))
+    sent: dict[str, list[Any]] = {"a": [], "b": []}
+    while core.has_work:
+        if len(bad.tokens) == 2 and not sent["a"]:
+            bad.tokens[1] = orpheus.audio_token(0, 5)  # a position-0 code at position 1
+        for rid, item in core.step():
+            sent[rid].append(item)
+    assert len(sent["a"]) == 1 and isinstance(sent["a"][0], GenerationFailed)
+    assert f"generated tokens 0..13: token {orpheus.audio_token(0, 5)} at frame position 1" in sent["a"][0].message
+    assert all(isinstance(x, AudioChunk) for x in sent["b"]) and sent["b"][-1].is_last
+    assert sum(len(x.pcm) for x in sent["b"]) == 10 * SAMPLES_PER_FRAME
 
 
 def test_prepare_rejects_bad_options_voices_and_prompts_that_do_not_fit(orpheus_tiny: Path) -> None:

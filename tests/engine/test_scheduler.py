@@ -233,7 +233,7 @@ def test_a_token_in_a_wrong_frame_position_fails_only_that_request() -> None:
 
 
 def test_stop_token_and_max_tokens_end_generation() -> None:
-    from engine.plan import TokenOut
+    from engine.plan import Tokens
 
     clock = SimClock()
     c = core(lm(clock), clock)
@@ -244,5 +244,19 @@ def test_stop_token_and_max_tokens_end_generation() -> None:
     request = c.scheduler.running["a"]
     assert request.max_tokens == 9
     n = len(request.tokens)
-    c.scheduler.postprocess_tokens([TokenOut(request, 128258, True)])  # the stop token (flagged): not forced
+    c.scheduler.postprocess_tokens(Tokens([request], [128258], [0]))  # the stop token (flagged): not forced
     assert request.is_stopped and request.plan.is_final and len(request.tokens) == n  # and not kept as audio
+
+
+def test_a_token_read_back_after_a_cancel_is_dropped() -> None:
+    """The one-step-late readback carries a token of a request cancelled since the step's
+    launch: it is not appended, and the request is not planned again."""
+    clock = SimClock()
+    c = core(lm(clock), clock)
+    add(c, spec("a", frames=20))
+    for _ in range(3):
+        c.step()
+    request = c.scheduler.running["a"]
+    n = len(request.tokens)
+    assert c.cancel("a") and request.is_stopped and c.has_work  # the last step's tokens are still to come
+    assert c.step() == [] and len(request.tokens) == n and request not in c.scheduler.watch and not c.has_work

@@ -35,8 +35,9 @@ def test_frame_tokens_map_to_snac_codes_by_hand() -> None:
               128266 + 16384 + 9, 128266 + 20480 + 10, 128266 + 24576 + 11]
     assert tokens == [orpheus.audio_token(k, 5 + k) for k in range(7)]
     # canonical SNAC row: c0=[k0], c1=[k1, k4], c2=[k2, k3, k5, k6]
-    assert orpheus.frame_codes(tokens) == [5, 6, 9, 7, 8, 10, 11]
-    assert orpheus.frame_codes([orpheus.audio_token(k, 4095) for k in range(7)]) == [4095] * 7
+    assert orpheus.frame_codes(tokens) == [[5, 6, 9, 7, 8, 10, 11]]
+    assert orpheus.frame_codes([orpheus.audio_token(k, 4095) for k in range(7)] + tokens) == \
+        [[4095] * 7, [5, 6, 9, 7, 8, 10, 11]]  # frames at once, each its own row
 
 
 def test_token_in_the_wrong_slot_is_rejected_not_wrapped() -> None:
@@ -44,6 +45,8 @@ def test_token_in_the_wrong_slot_is_rejected_not_wrapped() -> None:
     tokens[3] = orpheus.audio_token(2, 100)  # a position-2 code in position 3
     with pytest.raises(ValueError, match="position 3"):
         orpheus.frame_codes(tokens)
+    with pytest.raises(ValueError, match="position 3"):  # in a later frame of several
+        orpheus.frame_codes([orpheus.audio_token(k, 0) for k in range(7)] + tokens)
     tokens[3] = orpheus.END_OF_SPEECH
     with pytest.raises(ValueError):
         orpheus.frame_codes(tokens)

@@ -76,7 +76,7 @@ def _run(core: EngineCore, specs: list[SpeechRequest], join_at: dict[str, int] |
     for chunks in sent.values():
         assert all(isinstance(c, AudioChunk) for c in chunks) and chunks[-1].is_last, chunks
         assert [c.index for c in chunks] == list(range(len(chunks)))
-    return ({rid: list(r.frames) for rid, r in requests.items()},
+    return ({rid: frame_codes(r.tokens) for rid, r in requests.items()},
             {rid: np.concatenate([c.pcm for c in chunks]) for rid, chunks in sent.items()})
 
 
@@ -110,7 +110,7 @@ def test_the_stream_starts_with_a_one_frame_chunk_then_ramps(qwen3_tts_tiny: Pat
     while core.has_work:
         chunks += [x for _, x in core.step()]  # type: ignore[misc]
         if chunks and first_at is None:
-            first_at = len(request.frames)
+            first_at = len(request.tokens)  # frames: one token each
     # No right context: frame 0's chunk is planned at the first iteration after the prefill (the one
     # that makes frame 1 meanwhile), not after 2 frames as Orpheus' first chunk needs.
     assert first_at == 2
@@ -197,7 +197,7 @@ def test_a_cancelled_requests_slot_and_codec_state_go_to_the_next(qwen3_tts_tiny
     assert core.cancel("a") and not core.cancel("a")
     _, audio = _run(core, [])
     alone = _run(_core(qwen3_tts_tiny), [_spec("b", max_tokens=10)])[0]["b"]
-    assert set(audio) == {"b"} and waiting.slot == 0 and list(waiting.frames) == alone
+    assert set(audio) == {"b"} and waiting.slot == 0 and frame_codes(waiting.tokens) == alone
     assert runner._codec_states == {} and core.scheduler.kv is not None and core.scheduler.kv.num_free == 1
 
 
@@ -255,7 +255,7 @@ def test_prepare_refuses_unknown_voices_and_instructions_a_model_does_not_follow
 
 def test_frames_pack_into_one_token_and_back() -> None:
     codes = [2047, 0, 5, *range(100, 1400, 100)]
-    assert frame_codes([pack_frame(codes)]) == codes and pack_frame([0] * 16) == 0
+    assert frame_codes([pack_frame(codes)]) == [codes] and pack_frame([0] * 16) == 0
     with pytest.raises(ValueError, match="not a packed frame"):
         frame_codes([STOP])
     assert qwen3_tts.validate_settings({"top_k": 20, "instructions": "Calm.", "seed": 3}) == {
