@@ -77,8 +77,10 @@ class Table:
         """An upper bound of lookups at (1, b <= b_max): stored values, or the extrapolation at b_max."""
         if not self.values:
             return self.default_ms
-        most = max(self.values.values())
-        return most if b_max <= self._bs[-1] else max(most, self(1, b_max))
+        found = self._memo.get((-1.0, b_max))  # (a = -1: no lookup's key; memoised, as lookups)
+        if found is None:  # past the largest b key, the extrapolation at b_max may be higher
+            found = self._memo[(-1.0, b_max)] = max(max(self.values.values()), b_max > self._bs[-1] and self(1, b_max))
+        return found
 
     def to_json(self) -> list[list[float]]:
         return [[a, b, round(ms, 4)] for (a, b), ms in sorted(self.values.items())]

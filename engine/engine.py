@@ -124,8 +124,7 @@ class Worker:
                 self.engine._deliver(outputs)
                 worked |= not core.was_idle
             now = time.monotonic()
-            # A snapshot for other threads, off the step path: every STATS_EVERY_S, and when
-            # work stops (so an idle engine shows its last batch at once).
+            # A snapshot for other threads, off the step path: every STATS_EVERY_S, and when work stops.
             self._stats_stale |= worked
             if self._stats_stale and (not worked or now - self._stats_s > STATS_EVERY_S):
                 self._stats_s, self._stats_stale = now, False

@@ -33,9 +33,8 @@ class Plan:
 
 
 class Tokens(NamedTuple):
-    """One runner call's sampled tokens, as plain lists: `tokens[i]` (a token id) of `requests[i]`;
-    `stops`: the indices whose token the device flagged, a stop token or the request's
-    `max_tokens`-th (runners flag every stop token: an unflagged token is audio)."""
+    """One runner call's sampled tokens: `tokens[i]` (an id) of `requests[i]`; `stops`: the indices the
+    device flagged, a stop token or a request's `max_tokens`-th (every stop token is flagged)."""
 
     requests: list[Request]
     tokens: list[int]
