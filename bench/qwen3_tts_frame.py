@@ -1,0 +1,135 @@
+"""Qwen3-TTS frame time against its memory floor (issue 15, item 5), as the runner runs it today.
+
+    python bench/qwen3_tts_frame.py --size full --batches 1,64,256 --out bench/results/qwen3_tts_frame.json
+
+A random checkpoint of `--size` (models/qwen3_tts_checkpoint.py `write_random`: bf16 talker,
+float32 codec) is written to a temporary folder and loaded as the server loads it
+(models/qwen3_tts.py `load`, then engine/runner.py `build_runner`: models/qwen3_tts_runner.py,
+eager: no CUDA graphs yet). For each batch B, B requests of forced length (sampling on: the
+family's defaults) run through the real `EngineCore` (policy fifo: the codec decodes in the
+step); once all B decode, each frame's `decode` call (talker step + 15 predictor steps +
+sampling + the host readback that ends it) is timed by the runner itself (`Timing("step")`,
+host clock, the call ends in a device-to-host copy) and the median of `--frames` is reported.
+
+floor = (talker weights read once + the predictor's layers read once per predictor step (15)
++ its 15 heads once + the talker KV of B rows at the frames' mean context) / the copy
+bandwidth measured in this run (bytes read + written by a device-to-device copy). A real-time
+stream needs one frame per 80 ms (12.5 frames/s at 24 kHz, 1920 samples a frame): a batch is
+real time while frame_ms <= 80.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.orpheus_decode import copy_bandwidth  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.core import EngineCore  # noqa: E402
+from engine.runner import build_runner  # noqa: E402
+from engine.types import SpeechRequest  # noqa: E402
+from models import qwen3_tts  # noqa: E402
+from models.qwen3_tts_checkpoint import write_random  # noqa: E402
+
+TEXT = "The quick brown fox jumps over the lazy dog near the quiet river bank."
+
+
+def nbytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def floor_bytes(talker: torch.nn.Module, batch: int, context: int, kv_per_token: int) -> dict[str, int]:
+    """Bytes one frame must read: see the module docstring. Embedding tables are left out (a
+    frame reads a few rows of them)."""
+    predictor = talker.code_predictor
+    embeddings = sum(nbytes(m) for m in talker.modules() if isinstance(m, torch.nn.Embedding))
+    predictor_layers = nbytes(predictor.model.layers) + nbytes(predictor.model.norm)
+    predictor_rest = nbytes(predictor) - predictor_layers - nbytes(predictor.model.codec_embedding)
+    talker_own = nbytes(talker) - nbytes(predictor) - (embeddings - nbytes(predictor.model.codec_embedding))
+    steps = predictor.args.num_code_groups - 1
+    return {"talker": talker_own, "predictor": steps * predictor_layers + predictor_rest,
+            "kv": batch * context * kv_per_token}
+
+
+def run_batch(runner: object, batch: int, frames: int, warmup: int, voice: str) -> dict[str, float]:
+    core = EngineCore(runner, EngineConfig(policy="fifo", max_predicted_ttfa_ms=0, max_waiting=4096))  # type: ignore[arg-type]
+    timings: list[tuple[int, float]] = []
+    take = runner.take_timings  # type: ignore[attr-defined]
+
+    def recorded() -> list:  # type: ignore[type-arg]
+        out = take()
+        timings.extend((int(t.b), t.ms) for t in out if t.kind == "step" and len(core.scheduler.running) == batch
+                       and not core.scheduler.waiting)
+        return out
+    runner.take_timings = recorded  # type: ignore[attr-defined]
+    per_frame = runner.spec.tokens_per_frame  # type: ignore[attr-defined]
+    admitting = -(-batch // runner.max_prefill_batch)  # type: ignore[attr-defined]  # steps to admit them all
+    length = per_frame * (admitting + warmup + frames + 16)  # a request outlives the timed frames
+    for i in range(batch):
+        spec = SpeechRequest(f"r{i}", "bench", (TEXT,), voice, options={"force_tokens": length})
+        core.add(spec, runner.spec.prepare(spec))  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    while len(timings) < warmup + frames and core.has_work:
+        core.step()
+    wall_s = time.perf_counter() - t0
+    for rid in list(core.scheduler.running) + [r.request_id for r in core.scheduler.waiting]:
+        core.cancel(rid)
+    runner.take_timings = take  # type: ignore[attr-defined]
+    runner.take_timings()  # type: ignore[attr-defined]
+    ms = [m for _, m in timings[warmup:]]
+    return {"frame_ms": statistics.median(ms) if ms else float("nan"), "frames_timed": len(ms),
+            "context": int(statistics.fmean(c for c, _ in timings[warmup:])) if ms else 0, "wall_s": round(wall_s, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default="full", choices=["tiny", "full"])
+    parser.add_argument("--batches", default="1,64,256")
+    parser.add_argument("--frames", type=int, default=30, help="frames timed per batch (median)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--max-seq-len", type=int, default=1024)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="bench/results/qwen3_tts_frame.json")
+    opts = parser.parse_args()
+    batches = [int(b) for b in opts.batches.split(",")]
+    t0 = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="qwen3_tts_bench_"))
+    write_random(opts.size, folder)
+    written_s = time.perf_counter() - t0
+    parts = qwen3_tts.load("bench", folder, {"max_seq_len": opts.max_seq_len}, opts.device)
+    runner = build_runner("bench", parts, opts.device, max(batches))
+    loaded_s = time.perf_counter() - t0 - written_s
+    talker = parts.backbone.talker if hasattr(parts.backbone, "talker") else parts.backbone
+    args = talker.args
+    kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2  # k and v, bf16
+    gpu = torch.cuda.get_device_name(0) if opts.device.startswith("cuda") else "cpu"
+    bandwidth = copy_bandwidth(opts.device) if opts.device.startswith("cuda") else float("nan")
+    rows = []
+    for batch in batches:
+        result = run_batch(runner, batch, opts.frames, opts.warmup, runner.spec.voices[0])
+        parts_bytes = floor_bytes(talker, batch, result["context"], kv_per_token)
+        floor_ms = 1000.0 * sum(parts_bytes.values()) / bandwidth
+        rows.append({"batch": batch, **result, "floor_ms": round(floor_ms, 3), "bytes": parts_bytes,
+                     "x_floor": round(result["frame_ms"] / floor_ms, 2), "real_time": result["frame_ms"] <= 80.0})
+        print(f"batch {batch:4d}  frame {result['frame_ms']:8.2f} ms  floor {floor_ms:7.3f} ms  "
+              f"x{result['frame_ms'] / floor_ms:6.1f}  context {result['context']}  ({result['frames_timed']} frames)",
+              flush=True)
+    out = {"command": "python " + " ".join(sys.argv), "gpu": gpu, "torch": torch.__version__, "size": opts.size,
+           "eager": True, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "write_s": round(written_s, 1),
+           "load_s": round(loaded_s, 1), "rows": rows}
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps(out, indent=2))
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}; wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
