@@ -90,6 +90,24 @@ def run_batch(runner: object, batch: int, frames: int, warmup: int, voice: str) 
             "context": int(statistics.fmean(c for c, _ in timings[warmup:])) if ms else 0, "wall_s": round(wall_s, 1)}
 
 
+def profile(runner: object, batch: int, path: Path, command: str) -> None:
+    """torch.profiler over 5 frames (after 5 warm-up frames) of `batch` requests."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    run_batch(runner, batch, 5, 5, runner.spec.voices[0])  # type: ignore[attr-defined]  # warm
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with torch_profile(activities=activities) as prof:
+        run_batch(runner, batch, 5, 0, runner.spec.voices[0])  # type: ignore[attr-defined]
+    table = prof.key_averages()
+    lines = [f"# {command}", f"# torch.profiler, 5 frames at batch {batch} (plus the admission step), sorted by"
+             " self CPU time, then by self device time", table.table(sort_by="self_cpu_time_total", row_limit=30)]
+    if torch.cuda.is_available():
+        lines.append(table.table(sort_by="self_cuda_time_total", row_limit=20))
+    path.write_text("\n".join(lines))
+    print("\n".join(lines[2:]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="full", choices=["tiny", "full"])
@@ -98,6 +116,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--profile", default="", help="also write a torch.profiler table of 5 frames at the "
+                        "first batch to this file (self CPU and CUDA time per op)")
     parser.add_argument("--out", default="bench/results/qwen3_tts_frame.json")
     opts = parser.parse_args()
     batches = [int(b) for b in opts.batches.split(",")]
@@ -113,6 +133,8 @@ def main() -> None:
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2  # k and v, bf16
     gpu = torch.cuda.get_device_name(0) if opts.device.startswith("cuda") else "cpu"
     bandwidth = copy_bandwidth(opts.device) if opts.device.startswith("cuda") else float("nan")
+    if opts.profile:
+        profile(runner, batches[0], Path(opts.profile), "python " + " ".join(sys.argv))
     rows = []
     for batch in batches:
         result = run_batch(runner, batch, opts.frames, opts.warmup, runner.spec.voices[0])
