@@ -154,8 +154,9 @@ class KeyCheck:
             upload = content_type == "multipart/form-data" and MULTIPART_UPLOADS.match(scope["path"]) is not None
             if content_type in SIMPLE_CONTENT_TYPES and not upload:
                 await deny(scope, receive, send, 415, "unsupported_media_type",
-                           f"POST needs Content-Type: application/json (got {content_type or 'none'!r}; a web page "
-                           "can send that to any server), or an API key", "Content-Type")
+                           f"POST needs Content-Type: application/json (got {content_type or 'none'!r}): without an "
+                           "API key, the types any web page may send cross-site are refused on every route",
+                           "Content-Type")
                 return
         if key is None:
             await self.app(scope, receive, send)

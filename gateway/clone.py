@@ -69,7 +69,9 @@ async def _base_model(state: AppState, model: str | None) -> tuple[str, str]:
     for record in sorted(await state.library.list_models(), key=lambda m: str(m["id"])):
         if await is_base(state, str(record["id"])):
             return str(record["id"]), str(record["family"])
-    raise InvalidInput("no Base model is installed (a qwen3_tts model of type base); give model", field="model")
+    raise InvalidInput("no Qwen3-TTS Base model is installed, and /v1/audio/clone needs one: add its folder on the "
+                       "Library page or with `voxgate models add --family qwen3_tts --path DIR` (docs/qwen3_tts.md "
+                       "says where to get one)", field="model")
 
 
 async def _reference(state: AppState, form: FormData) -> ReferenceAudio:
@@ -113,8 +115,8 @@ async def clone(request: Request) -> ClosingStreamingResponse:
         stream = (_text_field(form, "stream") or "false").lower()
         if stream not in ("true", "false"):
             raise InvalidInput("stream must be true or false", field="stream")
+        reference = await _reference(state, form)  # the request's own fields first, then the server's models
         model_id, family = await _base_model(state, _text_field(form, "model"))
-        reference = await _reference(state, form)
     finally:
         await form.close()
     choice = Choice(model_id, reference.name or UPLOADED, 1.0, {"reference": reference}, family=family)

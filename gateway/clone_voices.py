@@ -12,6 +12,8 @@ The recording reaches the family as `options["reference"]`, a
 from __future__ import annotations
 
 import dataclasses
+import functools
+from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
@@ -36,11 +38,19 @@ async def load_reference(state: AppState, name: str, transcript: str | None = No
     if row is None:
         raise UnknownVoice(f"no reference voice {name!r} (/v1/voices/references)", field=field)
     try:
-        pcm16 = await run_in_threadpool(references.read_pcm16, row)
+        pcm16, sha256 = await run_in_threadpool(_recording, references.path(row), float(row["created_at"]))
     except OSError:
         raise UnknownVoice(f"the audio file of reference voice {name!r} is gone; upload it again",
                            field=field) from None
-    return ReferenceAudio.from_pcm16(pcm16, transcript or str(row["transcript"]), name)
+    return ReferenceAudio(pcm16, transcript or str(row["transcript"]), sha256, name)
+
+
+@functools.lru_cache(maxsize=16)  # <= 1.4 MB each (30 s at 24 kHz)
+def _recording(path: Path, created_at: float) -> tuple[bytes, str]:
+    """A stored recording's PCM16 and content hash, read and hashed once per upload (a new
+    upload under the same name is a new row: another `created_at`). OSError if the file is gone."""
+    pcm16 = ReferenceStore.read_pcm16_at(path)
+    return pcm16, ReferenceAudio.from_pcm16(pcm16, None).sha256
 
 
 async def is_base(state: AppState, model_id: str) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import textwrap
 from typing import Any, Sequence
 
 from starlette.websockets import WebSocket
@@ -201,8 +202,8 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
                                       default_voice=state.settings.default_voice)
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
     except EngineError as error:
-        await placeholder.send_error(error, None)
-        await placeholder.connection.close(1008, error.message[:120])
+        await placeholder.send_error(error, None)  # the whole message, then a close frame's reason: <= 123 bytes
+        await placeholder.connection.close(1008, textwrap.shorten(error.message, 118, placeholder=" ..."))
         return
     await ElevenLabsSocket(state, ws, multi, choice, fmt, options).serve()
 

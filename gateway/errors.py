@@ -89,7 +89,7 @@ async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool 
         return {}  # a keyed POST without a body (gateway/auth.py refuses it without a key)
     if content_type != "application/json":
         raise ApiError(415, "unsupported_media_type",
-                       f"Content-Type must be application/json, got {content_type or 'none'!r}")
+                       f"Content-Type must be application/json, got {content_type or 'none'!r}", field="Content-Type")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body_bytes:
         raise ApiError(413, "body_too_large", f"request body is over {max_body_bytes} bytes")
@@ -98,8 +98,10 @@ async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool 
         body += piece
         if len(body) > max_body_bytes:
             raise ApiError(413, "body_too_large", f"request body is over {max_body_bytes} bytes")
-    if allow_empty and not body.strip():
-        return {}
+    if not body.strip():
+        if allow_empty:
+            return {}
+        raise ApiError(400, "invalid_json", "request body is empty: send a JSON object")
     state = getattr(request.app.state, "voxgate", None)
     max_depth = state.settings.max_json_depth if state is not None else DEFAULT_MAX_DEPTH
     data = parse_json(bytes(body), max_depth)

@@ -100,6 +100,8 @@ async def install(request: Request) -> JSONResponse:
     if "path" in data:
         return await _install_folder(state, data)
     model_id = data.get("id")
+    if "id" in data and not isinstance(model_id, str):
+        raise InvalidInput("id must be a string: a catalog model's id", field="id")
     if not isinstance(model_id, str) or not model_id:
         raise InvalidInput("give a catalog `id`, or a local folder `path` and its `family`", field="id")
     assert state.catalog is not None
@@ -110,9 +112,12 @@ async def install(request: Request) -> JSONResponse:
     if model.kind != "model":
         raise ApiError(422, "not_installable", f"{model_id!r} is a {model.kind}, installed with the models "
                        "that use it", field="id")
+    wait = data.get("wait", False)
+    if not isinstance(wait, bool):
+        raise InvalidInput("wait must be true or false", field="wait")
     try:
         download = await _downloads(state).install(model)
-        if data.get("wait"):
+        if wait:
             await download.wait()
             return JSONResponse(download.as_json(), status_code=201)
     except DownloadError as error:

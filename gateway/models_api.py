@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,23 @@ async def model_type(record: dict[str, Any]) -> str | None:
     `base` (cloning); None for a family without model types, or a folder that went bad."""
     if record["family"] != "qwen3_tts" or not record.get("path"):
         return None
+    return await asyncio.to_thread(_model_type_at, Path(record["path"]))
+
+
+def _model_type_at(path: Path) -> str | None:
     try:
-        args = await asyncio.to_thread(family("qwen3_tts").read_args, Path(record["path"]))
+        changed = (path / "config.json").stat().st_mtime_ns
+    except OSError:
+        return None
+    return _read_model_type(path, changed)
+
+
+@functools.lru_cache(maxsize=64)  # asked on every speech request: config.json is read once per change
+def _read_model_type(path: Path, changed_ns: int) -> str | None:
+    try:
+        kind: str = family("qwen3_tts").read_args(path).tts_model_type
     except InvalidModel:
         return None
-    kind: str = args.tts_model_type
     return kind
 
 

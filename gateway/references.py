@@ -111,8 +111,11 @@ class ReferenceStore:
 
     def read_pcm16(self, row: dict[str, Any]) -> bytes:
         """The stored recording's PCM16 LE samples (the WAV after its header); OSError if it is gone."""
-        data = self.path(row).read_bytes()
-        return data[len(wav_header(SAMPLE_RATE, 0)):]
+        return self.read_pcm16_at(self.path(row))
+
+    @staticmethod
+    def read_pcm16_at(path: Path) -> bytes:
+        return path.read_bytes()[len(wav_header(SAMPLE_RATE, 0)):]
 
 
 def to_pcm16(data: bytes, field: str = "audio") -> bytes:
@@ -169,7 +172,7 @@ async def read_upload_form(request: Request, fields: AbstractSet[str], file_fiel
     closes it. 415 if not multipart (`wanted`: what to send), 413 naming `file_field` over the size,
     400 for a malformed body (naming `file_field`) or an unknown field (naming it)."""
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise ApiError(415, "unsupported_media_type", f"send multipart/form-data with {wanted}")
+        raise ApiError(415, "unsupported_media_type", f"send multipart/form-data with {wanted}", field="Content-Type")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_UPLOAD_BYTES + 64 * 1024:
         raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field=file_field)

@@ -132,7 +132,8 @@ class TakeStore:
                     if piece:
                         await asyncio.to_thread(fh.write, piece)
                 if num_bytes < 2 or num_bytes % 2:
-                    raise InvalidInput("audio must hold whole 16-bit samples (PCM16 LE mono)", field="audio")
+                    why = "is empty" if not num_bytes else "must hold whole 16-bit samples (PCM16 LE mono)"
+                    raise InvalidInput(f"audio {why}", field="audio")
                 await asyncio.to_thread(_finish_wav, fh, take["sample_rate"], num_bytes // 2)
             finally:
                 await asyncio.to_thread(fh.close)

@@ -90,6 +90,8 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
     if path is None:
         raise InvalidModel("give the model folder")
     options = options or {}
+    if not Path(path).is_dir():
+        raise InvalidModel(f"{path} is not a folder")
     args = read_args(Path(path))
     if not ((Path(path) / "tokenizer.json").is_file() or all(
             (Path(path) / n).is_file() for n in ("vocab.json", "merges.txt", "tokenizer_config.json"))):

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv-test
 . .venv-test/bin/activate
 python -m pip install -q --upgrade pip
-# torch==2.13.0 is the CPU build on our machines; the LM family (Orpheus) tests need it.
+# torch==2.13.0 resolves to the CPU build on our CI machines (elsewhere: README.md, install the CPU
+# build into .venv-test first); the LM families' tests need it.
 python -m pip install -q -e ".[lm,test]" "torch==2.13.0"
 # qwen-tts holds the reference Qwen3-TTS modeling code for the parity tests (tests/models/
 # qwen_reference.py). Its own requirements (gradio, torchaudio, librosa, onnxruntime, sox, a

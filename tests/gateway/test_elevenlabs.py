@@ -189,7 +189,9 @@ def test_a_bad_output_format_is_an_error_then_a_close(server: LiveServer, route:
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
-    assert closed.value.rcvd.reason.startswith("output_format 'wav_9' is not supported")
+    reason = closed.value.rcvd.reason
+    assert reason.startswith("output_format 'wav_9' is not supported") and len(reason.encode()) <= 123
+    assert reason.endswith(" ...") and error["message"].startswith(reason[:-4])  # cut at a word, not inside one
 
 
 def test_http_convert_stream_and_timestamps(client: httpx.Client) -> None:

@@ -125,6 +125,10 @@ def test_install_waits_and_reports_catalog_errors(tmp_path: Path) -> None:
         missing = client.post("/v1/library/install", json={"id": "missing", "wait": True})
         assert missing.status_code == 502 and missing.json()["error"]["code"] == "not_found"
         assert client.post("/v1/library/install", json={"id": "nope"}).json()["error"]["code"] == "not_in_catalog"
+        not_str = client.post("/v1/library/install", json={"id": 5})
+        assert not_str.status_code == 400 and "id must be a string" in not_str.json()["error"]["message"]
+        not_bool = client.post("/v1/library/install", json={"id": "amy", "wait": "yes"})
+        assert not_bool.status_code == 400 and not_bool.json()["error"]["field"] == "wait"
         assert client.post("/v1/library/install", json={"id": "codec"}).status_code == 422
         assert client.post("/v1/library/install", json={}).status_code == 400
         assert client.delete("/v1/library/downloads/dl_nope").status_code == 404

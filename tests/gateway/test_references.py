@@ -96,3 +96,30 @@ def test_an_upload_over_the_size_limit_is_413(client: httpx.Client, monkeypatch:
     body = error(upload(client, audio=recording(2.0)), 413)
     assert body["field"] == "audio" and "over 10000 bytes" in body["message"]
     assert client.get(URL).json()["data"] == []
+
+
+def test_a_stored_recording_is_read_and_hashed_once_per_upload(tmp_path: Any) -> None:
+    """gateway/clone_voices.py `_recording`: keyed by the file and its row's `created_at`, so a
+    request reuses it and a new upload under the same name (a new row) is read afresh."""
+    from gateway.clone_voices import _recording
+    from models.qwen3_tts_references import ReferenceAudio
+
+    path = tmp_path / "anna.wav"
+    first, second = b"\x01\x00" * 2400, b"\x02\x00" * 2400
+    path.write_bytes(references.wav_header(references.SAMPLE_RATE, 2400) + first)
+    assert _recording(path, 1.0) == (first, ReferenceAudio.from_pcm16(first, None).sha256)
+    path.write_bytes(references.wav_header(references.SAMPLE_RATE, 2400) + second)
+    assert _recording(path, 1.0)[0] == first  # the same upload: not read again
+    assert _recording(path, 2.0) == (second, ReferenceAudio.from_pcm16(second, None).sha256)
+    path.unlink()
+    with pytest.raises(OSError):
+        _recording(path, 3.0)
+
+
+def test_clone_without_a_base_model_checks_the_fields_then_says_where_to_get_one(client: httpx.Client) -> None:
+    wav = {"ref_audio": ("r.wav", recording(2.0), "audio/wav")}
+    missing = client.post("/v1/audio/clone", data={"text": "Hi."}, files=wav)
+    assert error(missing, 400)["field"] == "ref_text"  # the request's own fields first
+    none = error(client.post("/v1/audio/clone", data={"text": "Hi.", "ref_text": "Hello."}, files=wav), 400)
+    assert none["field"] == "model" and "no Qwen3-TTS Base model is installed" in none["message"]
+    assert "voxgate models add" in none["message"] and "docs/qwen3_tts.md" in none["message"]

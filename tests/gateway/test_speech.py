@@ -126,10 +126,19 @@ def test_a_json_array_is_400(client: httpx.Client) -> None:
     assert response.json()["error"]["code"] == "invalid_json"
 
 
+def test_an_empty_body_says_so(client: httpx.Client) -> None:
+    response = client.post("/v1/audio/speech", content=b"", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    assert "body is empty" in response.json()["error"]["message"]
+
+
 def test_wrong_content_type_is_415(client: httpx.Client) -> None:
     response = client.post("/v1/audio/speech", content=b"input=Hello", headers={"content-type": "text/plain"})
     assert response.status_code == 415
     assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert response.json()["error"]["field"] == "Content-Type"
+    other = client.post("/v1/audio/speech", content=b"<x/>", headers={"content-type": "application/xml"})
+    assert other.status_code == 415 and other.json()["error"]["field"] == "Content-Type"  # the route's own check
 
 
 def test_body_over_the_maximum_is_413(server: LiveServer, client: httpx.Client) -> None:

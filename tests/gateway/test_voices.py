@@ -138,3 +138,29 @@ def test_the_voices_page_offers_what_each_family_accepts() -> None:
     assert error.value.field == "settings.temperature"
     with pytest.raises(InvalidInput):
         orpheus.validate_settings({"noise_scale": 0.5})
+
+
+def test_a_qwen3_tts_model_type_is_read_once_per_change_of_its_config(tmp_path: Path) -> None:
+    """gateway/models_api.py: asked on every speech request, read again only when config.json changes."""
+    import dataclasses
+    import json
+    import os
+
+    from gateway.models_api import _model_type_at
+    from models.qwen3_tts_args import FLAVORS
+
+    def hf(kind: str) -> str:
+        return json.dumps(dataclasses.replace(FLAVORS["tiny"], tts_model_type=kind).to_hf())
+
+    config = tmp_path / "config.json"
+    config.write_text(hf("custom_voice"))
+    assert _model_type_at(tmp_path) == "custom_voice"
+    os.utime(config, ns=(1, 1))  # whatever the clock's resolution: a new mtime
+    config.write_text(hf("base"))
+    os.utime(config, ns=(2, 2))
+    assert _model_type_at(tmp_path) == "base"
+    config.write_text("{not json")
+    os.utime(config, ns=(3, 3))
+    assert _model_type_at(tmp_path) is None
+    config.unlink()
+    assert _model_type_at(tmp_path) is None

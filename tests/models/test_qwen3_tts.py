@@ -48,8 +48,11 @@ def test_validate_names_what_is_wrong(qwen3_tts_tiny: Path, tmp_path: Path) -> N
     (folder / "config.json").write_text("{not json")
     with pytest.raises(InvalidModel, match="not a Qwen3-TTS config"):
         qwen3_tts.validate(folder)
-    with pytest.raises(InvalidModel, match="config.json is missing"):
+    with pytest.raises(InvalidModel, match="nowhere is not a folder"):
         qwen3_tts.validate(tmp_path / "nowhere")
+    (folder / "config.json").unlink()
+    with pytest.raises(InvalidModel, match="config.json is missing"):
+        qwen3_tts.validate(folder)
 
 
 def test_weights_that_do_not_match_the_config_are_refused(qwen3_tts_tiny: Path, tmp_path: Path) -> None:
