@@ -18,10 +18,11 @@ function showSettings(values = {}) {
   $("p-family").textContent = fam || "model's";
   const fields = (FAMILY_SETTINGS[fam] || []).map(([name, hint]) => {
     const input = el("input", { id: `p-set-${name}`, type: "number", step: "any", "data-setting": name,
-                                "aria-describedby": `p-set-${name}-hint` });
+                                "aria-describedby": `p-set-${name}-hint p-set-${name}-err` });
     if (values[name] != null) input.value = values[name];
     return el("div", { class: "field" }, el("label", { for: input.id, text: name }), input,
-              el("span", { id: `p-set-${name}-hint`, class: "muted small", text: hint }));
+              el("span", { id: `p-set-${name}-hint`, class: "muted small", text: hint }),
+              el("span", { id: `p-set-${name}-err`, class: "field-error", "aria-live": "polite" }));
   });
   $("p-settings-fields").replaceChildren(...fields);
   $("p-settings").hidden = fields.length === 0;
@@ -55,14 +56,22 @@ function fieldInput(field) {
   return { name: $("p-name"), model: $("p-model"), voice: $("p-voice"), speed: $("p-speed") }[field];
 }
 
+// The server's message beside the field it names (the status line says where to look);
+// an error naming no field of the form stays in the status line.
 function showFieldError(err, prefix) {
-  sayError(formStatus, err, prefix);
   const input = err.field && fieldInput(err.field);
-  if (input) { input.setAttribute("aria-invalid", "true"); input.focus(); }
+  const beside = input && $(`${input.id}-err`);
+  if (!beside) { sayError(formStatus, err, prefix); return; }
+  const words = err.message.charAt(0).toUpperCase() + err.message.slice(1);
+  beside.textContent = /[.!?)]$/.test(words) ? words : `${words}.`;
+  say(formStatus, `${prefix}: see the field marked below.`, "error");
+  input.setAttribute("aria-invalid", "true");
+  input.focus();
 }
 
 function clearInvalid() {
-  for (const input of document.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  for (const input of document.querySelectorAll("#preset-form [aria-invalid]")) input.removeAttribute("aria-invalid");
+  for (const span of document.querySelectorAll("#preset-form .field-error")) span.textContent = "";
 }
 
 async function save(e) {

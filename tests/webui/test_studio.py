@@ -144,7 +144,7 @@ def test_a_preset_is_created_tried_and_used_in_the_studio(server: LiveServer, pa
     page.get_by_label("Name", exact=True).fill("Narrator")  # a duplicate is refused, in the page
     page.get_by_role("button", name="Create preset").click()
     page.wait_for_selector("#form-status[data-kind='error']")
-    assert "exists" in page.inner_text("#form-status")
+    assert "exists" in page.inner_text("#p-name-err") and page.get_attribute("#p-name", "aria-invalid") == "true"
 
     page.get_by_role("button", name="Try Narrator").click()
     row_status = page.locator("tr[data-preset='Narrator'] .status")
@@ -192,7 +192,8 @@ def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, 
     page.get_by_label("noise_scale").fill("7")  # out of range: refused, in the page, at the field
     page.get_by_role("button", name="Create preset").click()
     page.locator("#form-status[data-kind='error']").wait_for()
-    assert "noise_scale" in page.inner_text("#form-status")
+    assert "see the field marked" in page.inner_text("#form-status")
+    assert "noise_scale must be a number" in page.inner_text("#p-set-noise_scale-err")  # beside its field
     assert page.get_attribute("#p-set-noise_scale", "aria-invalid") == "true"
     assert httpx.get(f"{server.url}/v1/presets/Steady").status_code == 404
     page.get_by_label("noise_scale").fill("0.3")
