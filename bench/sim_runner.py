@@ -31,13 +31,10 @@ from engine.request import Prepared, Request
 from engine.runner import Runner, SynthSpec
 from engine.types import ChunkOut, GenerationFailed, InvalidInput, SpeechRequest
 from bench.workload import CHARS_PER_S
+from models.orpheus_frames import AUDIO_TOKEN_BASE, CODEBOOK_SIZE, TOKENS_PER_FRAME, frame_codes
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 2048  # SNAC 24 kHz: 85.33 ms per frame
-TOKENS_PER_FRAME = 7
-AUDIO_TOKEN_BASE = 128266
-CODEBOOK_SIZE = 4096
-_OFFSETS = np.array([AUDIO_TOKEN_BASE + CODEBOOK_SIZE * k for k in range(TOKENS_PER_FRAME)], dtype=np.int64)
 STOP_TOKEN = 128258
 # models/orpheus.py CHUNK_SHAPE (not imported: it needs torch).
 ORPHEUS_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=3, ramp_context=1)
@@ -56,16 +53,6 @@ class SimClock:
         self.t += ms / 1000.0
 
 
-def _frame_codes(tokens: Sequence[int]) -> list[list[int]]:  # as models/orpheus.py frame_codes, SNAC's order aside
-    codes = np.asarray(tokens, dtype=np.int64).reshape(-1, TOKENS_PER_FRAME) - _OFFSETS
-    bad = np.flatnonzero((codes < 0) | (codes >= CODEBOOK_SIZE))
-    if len(bad):
-        k = int(bad[0])
-        raise ValueError(f"token {tokens[k]} at frame position {k % TOKENS_PER_FRAME} is not an audio token of that "
-                         "position")
-    return codes.tolist()
-
-
 def lm_spec(shape: ChunkShape = ORPHEUS_SHAPE, prompt_overhead: int = 16) -> LMSpec:
     """An Orpheus-shaped spec; prompts are one id per UTF-8 byte of "voice: text" plus
     `prompt_overhead` markers, as the random checkpoint's byte tokenizer gives."""
@@ -77,7 +64,7 @@ def lm_spec(shape: ChunkShape = ORPHEUS_SHAPE, prompt_overhead: int = 16) -> LMS
         ids = tuple(range(len(f"{request.voice}: {request.text}".encode()) + prompt_overhead))
         return Prepared(prompt_ids=ids, sampling=parse_options(spec, request.options))
 
-    spec = LMSpec("sim", ("default",), prepare, _frame_codes, (STOP_TOKEN,), TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
+    spec = LMSpec("sim", ("default",), prepare, frame_codes, (STOP_TOKEN,), TOKENS_PER_FRAME, AUDIO_TOKEN_BASE,
                   CODEBOOK_SIZE, shape, 0.6, 0.8, 1.1, 2048)
     return spec
 

@@ -36,7 +36,6 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from engine.chunk_plan import ChunkShape
@@ -48,6 +47,8 @@ from engine.runner import LMParts
 from engine.types import InvalidInput, SpeechRequest
 from models import InvalidModel
 from models.llama import Args, LlamaLM
+from models.orpheus_frames import (  # noqa: F401  (re-exported: orpheus.frame_codes etc.)
+    AUDIO_TOKEN_BASE, CODEBOOK_SIZE, SNAC_ORDER, TOKENS_PER_FRAME, audio_token, frame_codes)
 from models.snac import CONTEXT_FRAMES
 
 FAMILY = "orpheus"
@@ -63,13 +64,9 @@ END_OF_HUMAN = LLAMA_VOCAB + 4  # 128260
 START_OF_AI = LLAMA_VOCAB + 5  # 128261
 END_OF_AI = LLAMA_VOCAB + 6  # 128262
 PAD_TOKEN = LLAMA_VOCAB + 7  # 128263
-AUDIO_TOKEN_BASE = LLAMA_VOCAB + 10  # 128266 = <custom_token_10>, code 0 of slot 0
-CODEBOOK_SIZE = 4096  # codes per SNAC codebook = id offset between frame positions
-TOKENS_PER_FRAME = 7  # 1 + 2 + 4 codes of SNAC's three codebooks
+assert AUDIO_TOKEN_BASE == LLAMA_VOCAB + 10  # the audio tokens (models/orpheus_frames.py) follow the markers
 VOCAB_SIZE = 156940  # 128256 + <custom_token_0..28683> (7 * 4096 + 10 used, 2 spare)
 STOP_TOKEN_IDS = (END_OF_SPEECH,)
-# Frame position k -> index in SNAC's canonical row [c0, c1a, c1b, c2a, c2b, c2c, c2d].
-SNAC_ORDER = (0, 1, 3, 4, 2, 5, 6)
 
 VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")  # default first
 # Sampling defaults: temperature and top-p as the authors' package; a repetition
@@ -90,32 +87,6 @@ CHUNK_SHAPE = ChunkShape(ramp=(1, 2, 4, 8), context_frames=CONTEXT_FRAMES, ramp_
 def prompt_ids(text_ids: Sequence[int]) -> list[int]:
     """Wrap the tokenized `"<voice>: <text>"` (no special tokens) in Orpheus' markers."""
     return [START_OF_HUMAN, BEGIN_OF_TEXT, *text_ids, END_OF_TEXT, END_OF_HUMAN, START_OF_AI, START_OF_SPEECH]
-
-
-def audio_token(position: int, code: int) -> int:
-    """Token id of SNAC `code` (0..4095) at frame position `position` (0..6)."""
-    assert 0 <= position < TOKENS_PER_FRAME and 0 <= code < CODEBOOK_SIZE
-    return AUDIO_TOKEN_BASE + CODEBOOK_SIZE * position + code
-
-
-_OFFSETS = np.array([AUDIO_TOKEN_BASE + CODEBOOK_SIZE * k for k in range(TOKENS_PER_FRAME)], dtype=np.int64)
-_CANONICAL = np.argsort(SNAC_ORDER)  # output code j comes from frame position _CANONICAL[j]
-
-
-def frame_codes(tokens: Sequence[int]) -> list[list[int]]:
-    """Audio tokens of whole frames (7 each) -> each frame's seven SNAC codes in canonical order.
-
-    Raises ValueError naming the first token outside its position's 4096-id range
-    (never wraps it into range: a wrong-slot token means the generation went astray).
-    """
-    assert len(tokens) % TOKENS_PER_FRAME == 0
-    codes = np.asarray(tokens, dtype=np.int64).reshape(-1, TOKENS_PER_FRAME) - _OFFSETS
-    bad = np.flatnonzero((codes < 0) | (codes >= CODEBOOK_SIZE))
-    if len(bad):
-        i = int(bad[0])
-        raise ValueError(f"token {int(tokens[i])} at frame position {i % TOKENS_PER_FRAME} is not an audio token "
-                         "of that position")
-    return codes[:, _CANONICAL].tolist()
 
 
 # A model's options (checked when it is added, models/model_options.py): load's and the
