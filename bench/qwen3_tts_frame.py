@@ -108,6 +108,28 @@ def profile(runner: object, batch: int, path: Path, command: str) -> None:
     print("\n".join(lines[2:]))
 
 
+def check_parity(folder: Path, device: str, n: int) -> dict[str, int]:
+    """Frames of `n` seeded requests (12 frames each, sampling on) with and without the predictor graphs."""
+    frames = []
+    for graphs in (False, True):
+        parts = qwen3_tts.load("bench", folder, {"max_seq_len": 256, "predictor_graphs": graphs}, device)
+        runner = build_runner("bench", parts, device, n)
+        core = EngineCore(runner, EngineConfig(policy="fifo", max_predicted_ttfa_ms=0))
+        requests = []
+        for i in range(n):
+            spec = SpeechRequest(f"p{i}", "bench", (TEXT,), runner.spec.voices[0],
+                                 options={"seed": i, "force_tokens": 12})
+            requests.append(core.add(spec, runner.spec.prepare(spec)))
+        while core.has_work:
+            core.step()
+        frames.append([list(r.tokens) for r in requests])
+        del core, runner, parts
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    same = sum(a == b for a, b in zip(*frames))
+    print(f"parity: {same} of {n} requests give the same frames with the predictor graphs", flush=True)
+    return {"requests": n, "same": same}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="full", choices=["tiny", "full"])
@@ -118,6 +140,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--profile", default="", help="also write a torch.profiler table of 5 frames at the "
                         "first batch to this file (self CPU and CUDA time per op)")
+    parser.add_argument("--eager", action="store_true", help="the plain eager loop (no predictor graphs)")
+    parser.add_argument("--parity", type=int, default=0, help="first check that N seeded requests give the same "
+                        "frames with the predictor graphs as eagerly")
     parser.add_argument("--out", default="bench/results/qwen3_tts_frame.json")
     opts = parser.parse_args()
     batches = [int(b) for b in opts.batches.split(",")]
@@ -125,7 +150,9 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="qwen3_tts_bench_"))
     write_random(opts.size, folder)
     written_s = time.perf_counter() - t0
-    parts = qwen3_tts.load("bench", folder, {"max_seq_len": opts.max_seq_len}, opts.device)
+    parity = check_parity(folder, opts.device, opts.parity) if opts.parity else None
+    parts = qwen3_tts.load("bench", folder, {"max_seq_len": opts.max_seq_len, "predictor_graphs": not opts.eager},
+                           opts.device)
     runner = build_runner("bench", parts, opts.device, max(batches))
     loaded_s = time.perf_counter() - t0 - written_s
     talker = parts.backbone.talker if hasattr(parts.backbone, "talker") else parts.backbone
@@ -146,7 +173,8 @@ def main() -> None:
               f"x{result['frame_ms'] / floor_ms:6.1f}  context {result['context']}  ({result['frames_timed']} frames)",
               flush=True)
     out = {"command": "python " + " ".join(sys.argv), "gpu": gpu, "torch": torch.__version__, "size": opts.size,
-           "eager": True, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "write_s": round(written_s, 1),
+           "predictor_graphs": bool(getattr(runner, "predictor_graphs", None) and runner.predictor_graphs.graphs),
+           "parity": parity, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "write_s": round(written_s, 1),
            "load_s": round(loaded_s, 1), "rows": rows}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(out, indent=2))

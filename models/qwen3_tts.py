@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from models import InvalidModel
-from models.model_options import PATH, Option, at_least, check_options, one_of
+from models.model_options import FLAG, PATH, Option, at_least, check_options, one_of
 from models.qwen3_tts_args import CodecArgs, Args
 from models.qwen3_tts_references import ReferenceAudio, ReferenceCache
 from models.qwen3_tts_stream import FRAME_MS, SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -43,7 +43,7 @@ MAX_TEXT_CHARS = 2000
 # A model's options (checked when it is added, models/model_options.py): load's and the runner's.
 OPTIONS: dict[str, Option] = {"speech_tokenizer_path": PATH, "dtype": one_of("bfloat16", "float16", "float32"),
                               "max_seq_len": at_least(2), "max_codec_batch": at_least(1),
-                              "max_prefill_batch": at_least(1)}
+                              "max_prefill_batch": at_least(1), "predictor_graphs": FLAG}
 DEFAULT_VOICE = "default"  # Base and VoiceDesign models: no speaker row in the prompt
 # qwen-tts's hard defaults (its wrapper's `_merge_generate_kwargs`), for codebook 0 and the predictor
 GENERATION_DEFAULTS: dict[str, Any] = {

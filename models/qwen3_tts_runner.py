@@ -42,6 +42,7 @@ from engine.types import ChunkOut
 from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
 from models.qwen3_tts_generate import MIN_FRAMES
+from models.qwen3_tts_graphs import TOP_K as GRAPH_TOP_K, PredictorGraphs
 from models.qwen3_tts_sampling import sample_codes
 from models.qwen3_tts_spec import STOP, Extra, QwenPrepared, pack_frame
 
@@ -73,6 +74,11 @@ class Qwen3TTSRunner(Runner):
         self.eos = args.codec_eos_token_id
         talker.set_rope(self.max_seq_len + 1, dev)  # + the spare position
         talker.code_predictor.setup_cache(max(max_running, self.max_prefill_batch), dev, self.dtype)
+        # models/qwen3_tts_graphs.py: captured on a GPU by default; `predictor_graphs` on a CPU
+        # runs the same buffers eagerly (tests), off: the plain eager loop.
+        use_graphs = bool(options.get("predictor_graphs", dev.type == "cuda"))
+        self.predictor_graphs = PredictorGraphs(talker.code_predictor, max(max_running, self.max_prefill_batch),
+                                                args.hidden_size, self.dtype, dev) if use_graphs else None
         self.kv_cache = torch.zeros(2, args.num_hidden_layers, max_running, args.num_key_value_heads,
                                     self.max_seq_len + 1, args.head_dim, dtype=self.dtype, device=dev)
         for i, layer in enumerate(talker.model.layers):
@@ -92,6 +98,9 @@ class Qwen3TTSRunner(Runner):
             pad_id = torch.tensor([args.tts_pad_token_id], device=dev)
             self.pad = talker.embed_text(pad_id)[0].clone()
         self._codec_states: dict[str, Any] = {}  # request id -> models.qwen3_tts_codec.CodecState
+        if self.predictor_graphs is not None and dev.type == "cuda":
+            with torch.inference_mode():
+                self.predictor_graphs.capture()
 
     # -- one frame for rows of the batch --------------------------------------------------
 
@@ -108,14 +117,18 @@ class Qwen3TTSRunner(Runner):
                              allowed=allowed)
         sub_temperature, sub_top_k, sub_top_p = self.sub_temperature[rows], self.sub_top_k[rows], self.sub_top_p[rows]
         sub_k = max(e.sub_top_k for e in extras)
+        first_embed = self.talker.embed_codec(first)
+        if self.predictor_graphs is not None and sub_k <= GRAPH_TOP_K:  # the 15 depth steps as one graph
+            codes, summed = self.predictor_graphs.run(hidden=hidden, first_embed=first_embed, first=first,
+                                                      temperature=sub_temperature, top_k=sub_top_k,
+                                                      top_p=sub_top_p, seeds=seeds, draw=draw)
+        else:
+            def sample(step_logits: torch.Tensor, step: int) -> torch.Tensor:
+                return sample_codes(step_logits, sub_temperature, sub_top_k, sub_top_p, seeds, draw + 1 + step, sub_k)
 
-        def sample(step_logits: torch.Tensor, step: int) -> torch.Tensor:
-            return sample_codes(step_logits, sub_temperature, sub_top_k, sub_top_p, seeds, draw + 1 + step, sub_k)
-
-        predictor = self.talker.code_predictor
-        frame: tuple[torch.Tensor, torch.Tensor] = predictor.predict_frame(hidden, self.talker.embed_codec(first),
-                                                                            first, sample)
-        codes, summed = frame
+            frame: tuple[torch.Tensor, torch.Tensor] = self.talker.code_predictor.predict_frame(
+                hidden, first_embed, first, sample)
+            codes, summed = frame
         self.seen[rows, first] |= active
         self.summed[rows] = torch.where(active[:, None], summed, self.summed[rows])
         return codes
