@@ -35,6 +35,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.clone_voices import resolve_vendor_voice
 from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
 from gateway.stitch import speech_options
@@ -42,7 +43,7 @@ from gateway.text import TextOptions
 from gateway.vendor_context import TextContext, VendorSocket
 from gateway.vendor_formats import OutputFormat, cartesia_format
 from gateway.vendor_http import Speech, start_speech
-from gateway.voices import Choice, check_speed, resolve_vendor
+from gateway.voices import Choice, check_speed
 from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,8 @@ async def choose(state: AppState, message: dict[str, Any]) -> Choice:
     speed = None
     if isinstance(config, dict) and config.get("speed") is not None:
         speed = check_speed(config["speed"], "generation_config.speed")
-    return await resolve_vendor(state.library, model=message.get("model_id"), voice=voice_id(message.get("voice")),
-                                speed=speed, default_model=state.settings.default_model,
-                                default_voice=state.settings.default_voice)
+    return await resolve_vendor_voice(state, model=message.get("model_id"), voice=voice_id(message.get("voice")),
+                                      speed=speed)
 
 
 def timestamps(words: Sequence[WordTiming]) -> dict[str, Any]:

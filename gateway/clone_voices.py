@@ -1,6 +1,7 @@
 """Library reference voices as voices of a Qwen3-TTS Base model (which speaks only in a cloned one).
 
-`resolve_voice` is `gateway.voices.resolve` for the speech routes and realtime sessions, plus:
+`resolve_voice` is `gateway.voices.resolve` for the speech routes and realtime sessions (and
+`resolve_vendor_voice` `resolve_vendor` for the ElevenLabs and Cartesia routes), plus:
 a `voice` that is no voice or preset of a Base model but names a reference voice
 (`/v1/voices/references`) means that recording, and so does a preset whose voice names one.
 The recording reaches the family as `options["reference"]`, a
@@ -21,7 +22,7 @@ from engine.types import InvalidInput, UnknownVoice
 from gateway.models_api import model_type
 from gateway.references import ReferenceStore
 from gateway.state import AppState
-from gateway.voices import Choice, resolve
+from gateway.voices import Choice, resolve, resolve_vendor
 from models.qwen3_tts_references import ReferenceAudio
 
 
@@ -101,3 +102,16 @@ async def check_preset_voice(state: AppState, model_id: str, voice: object, voic
     if not isinstance(voice, str):
         raise InvalidInput("voice must be a string", field="voice")
     raise UnknownVoice(f"model {model_id!r} has no voice {voice!r}; voices: {', '.join(voices)}", field="voice")
+
+
+async def resolve_vendor_voice(state: AppState, *, model: object, voice: object, speed: object | None) -> Choice:
+    """`gateway.voices.resolve_vendor` with the server's defaults, where a Base model's vendor
+    voice id may name a reference voice (an ElevenLabs `voice_id`, a Cartesia `voice.id`).
+    Raises what `resolve_vendor` raises, and UnknownVoice for a reference whose file is gone."""
+    settings = state.settings
+    choice = await resolve_vendor(state.library, model=model, voice=voice, speed=speed,
+                                  default_model=settings.default_model, default_voice=settings.default_voice)
+    if isinstance(voice, str) and voice and choice.voice != voice and choice.family == "qwen3_tts" \
+            and await is_base(state, choice.model_id) and await store(state).get(voice) is not None:
+        choice = dataclasses.replace(choice, voice=voice)  # (an unknown vendor id fell back to the default)
+    return await with_reference(state, choice)

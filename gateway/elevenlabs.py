@@ -36,6 +36,7 @@ from typing import Any, Sequence
 from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.clone_voices import resolve_vendor_voice
 from gateway.errors import ApiError, as_api_error
 from gateway.state import AppState
 from gateway.stitch import speech_options
@@ -43,7 +44,7 @@ from gateway.text import TextOptions
 from gateway.timings import char_times
 from gateway.vendor_context import TextContext, VendorSocket
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
-from gateway.voices import Choice, check_speed, resolve_vendor
+from gateway.voices import Choice, check_speed
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +198,8 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
     placeholder = ElevenLabsSocket(state, ws, multi, Choice("", "", 1.0), elevenlabs_format(None), TextOptions())
     try:
         fmt = elevenlabs_format(query.get("output_format"))
-        choice = await resolve_vendor(state.library, model=query.get("model_id"), voice=ws.path_params["voice_id"],
-                                      speed=None, default_model=state.settings.default_model,
-                                      default_voice=state.settings.default_voice)
+        choice = await resolve_vendor_voice(state, model=query.get("model_id"), voice=ws.path_params["voice_id"],
+                                            speed=None)
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
     except EngineError as error:
         await placeholder.send_error(error, None)  # the whole message, then a close frame's reason: <= 123 bytes

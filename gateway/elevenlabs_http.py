@@ -23,13 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.types import EngineError, WordTiming
+from gateway.clone_voices import resolve_vendor_voice
+from gateway.elevenlabs import text_fields
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
-from gateway.elevenlabs import text_fields
 from gateway.timings import char_times
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
 from gateway.vendor_http import Speech, start_speech
-from gateway.voices import resolve_vendor
 from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,8 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, str]
         raise ApiError(400, "invalid_input", "voice_settings must be an object", field="voice_settings")
     speed = settings.get("speed") if isinstance(settings, dict) else None
     try:
-        choice = await resolve_vendor(state.library, model=data.get("model_id"), voice=request.path_params["voice_id"],
-                                      speed=speed, default_model=state.settings.default_model,
-                                      default_voice=state.settings.default_voice)
+        choice = await resolve_vendor_voice(state, model=data.get("model_id"), voice=request.path_params["voice_id"],
+                                            speed=speed)
     except EngineError as error:
         if error.field == "speed":
             error.field = "voice_settings.speed"

@@ -202,3 +202,20 @@ def test_presets_may_name_a_reference_voice_of_a_base_model(client: httpx.Client
     assert other.status_code == 404 and other.json()["error"]["field"] == "voice"
     made = client.post("/v1/presets", json={"name": "bob-preset", "model": "tiny-clone", "voice": "bob"})
     assert made.status_code == 201 and made.json()["voice"] == "bob"
+
+
+def test_the_vendor_routes_speak_with_a_reference_voice(client: httpx.Client, server: LiveServer) -> None:
+    """An ElevenLabs `voice_id` or a Cartesia `voice.id` naming a reference voice, with a Base model."""
+    eleven = client.post("/v1/text-to-speech/alice?output_format=pcm_24000",
+                         json={"text": "Hello there.", "model_id": "tiny-clone"})
+    assert eleven.status_code == 200, eleven.text
+    assert _frames(np.frombuffer(eleven.content, "<i2")) >= 2
+    cartesia = client.post("/tts/bytes", headers={"Cartesia-Version": "2024-11-13"},
+                           json={"model_id": "tiny-clone", "transcript": "Hello there.",
+                                 "voice": {"mode": "id", "id": "bob"},
+                                 "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}})
+    assert cartesia.status_code == 200, cartesia.text
+    assert _frames(np.frombuffer(cartesia.content, "<i2")) >= 2
+    unknown = client.post("/v1/text-to-speech/nobody", json={"text": "Hi.", "model_id": "tiny-clone"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "voice"  # a Base model needs one
+    assert server.wait_idle() == 0
