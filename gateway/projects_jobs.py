@@ -1,7 +1,7 @@
 """Background generation of project passages, through the engine like any other request.
 
 One job per project: an asyncio task that takes passages from its queue one at a time,
-resolves the speaker (gateway/voices.py `resolve`), holds a residency `Lease` on the
+resolves the speaker (gateway/clone_voices.py `resolve_voice`), holds a residency `Lease` on the
 model and reads the `engine.submit` stream to its end, exactly as `POST
 /v1/audio/speech` does; the engine thread does the work, so pages and other requests
 stay responsive. Its requests carry a relaxed first-chunk target
@@ -26,11 +26,12 @@ import numpy as np
 
 from engine.types import EngineError, InvalidInput
 from gateway.audio import to_pcm16
+from gateway.clone_voices import resolve_voice
 from gateway.projects_store import ProjectStore
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.text import MIN_FIRST_CHARS, check_input, prepare
-from gateway.voices import Choice, resolve
+from gateway.voices import Choice
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,10 @@ BACKGROUND_TTFA_MS = 2000.0
 
 
 async def resolve_speaker(state: AppState, project: dict[str, Any], speaker: str | None) -> Choice:
-    """A passage's speaker (its own, else the project's): a voice of the project's model or a preset."""
-    return await resolve(state.library, model=project["model_id"], voice=speaker or project["speaker"], speed=None,
-                         default_model=state.settings.default_model, default_voice=state.settings.default_voice,
-                         preset_may_switch_model=True)
+    """A passage's speaker (its own, else the project's): a voice of the project's model, a preset,
+    or with a Base model a library reference voice (gateway/clone_voices.py)."""
+    return await resolve_voice(state, model=project["model_id"], voice=speaker or project["speaker"], speed=None,
+                               preset_may_switch_model=True)
 
 
 @dataclass(eq=False)

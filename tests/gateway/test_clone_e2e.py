@@ -219,3 +219,20 @@ def test_the_vendor_routes_speak_with_a_reference_voice(client: httpx.Client, se
     unknown = client.post("/v1/text-to-speech/nobody", json={"text": "Hi.", "model_id": "tiny-clone"})
     assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "voice"  # a Base model needs one
     assert server.wait_idle() == 0
+
+
+def test_a_project_speaks_with_a_reference_voice(client: httpx.Client, server: LiveServer) -> None:
+    from tests.gateway.test_projects import imported, new_project, wait_job
+
+    project = new_project(client, model="tiny-clone", speaker="alice")
+    pid = imported(client, project["id"], "Hello there.\n\nAnd again.")["id"]
+    passages = client.get(f"/v1/projects/{pid}").json()["passages"]
+    assert client.patch(f"/v1/projects/{pid}/passages/{passages[1]['id']}", json={"speaker": "bob"}).status_code == 200
+    assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
+    done = wait_job(client, pid)
+    assert done["state"] == "done" and done["done"] == 2 and done["failed"] == 0, done
+    takes = [p["takes"][0] for p in client.get(f"/v1/projects/{pid}").json()["passages"]]
+    assert [t["voice"] for t in takes] == ["alice", "bob"]
+    bad = client.patch(f"/v1/projects/{pid}/passages/{passages[1]['id']}", json={"speaker": "nobody"})
+    assert bad.status_code == 404 and bad.json()["error"]["field"] == "speaker"  # as for any unknown voice
+    assert server.wait_idle() == 0
