@@ -191,7 +191,10 @@ async def list_downloads(request: Request) -> JSONResponse:
 async def download_events(request: Request) -> StreamingResponse:
     state = _state(request)
     manager = _downloads(state)
-    until_idle = request.query_params.get("until") == "idle"
+    until = request.query_params.get("until")
+    if until not in (None, "idle"):
+        raise InvalidInput("until must be idle (or left out: the stream stays open)", field="until")
+    until_idle = until == "idle"
     subscription = manager.subscribe()  # before the snapshot: no event falls in between
 
     async def events() -> AsyncIterator[str]:

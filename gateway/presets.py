@@ -72,12 +72,14 @@ async def list_presets(request: Request) -> JSONResponse:
     """Presets whose model was deleted are listed with `usable: false` and the reason."""
     state: AppState = request.app.state.voxgate
     installed = {m["id"] for m in await state.library.list_models()}
-    data = []
-    for preset in await state.library.list_presets():
-        usable = preset["model_id"] in installed
-        data.append({**_public(preset), "usable": usable,
-                     "problem": None if usable else f"model {preset['model_id']!r} is not installed"})
-    return JSONResponse({"object": "list", "data": data})
+    presets = await state.library.list_presets()
+    return JSONResponse({"object": "list", "data": [_described(preset, installed) for preset in presets]})
+
+
+def _described(preset: dict[str, Any], installed: set[str]) -> dict[str, Any]:
+    usable = preset["model_id"] in installed
+    return {**_public(preset), "usable": usable,
+            "problem": None if usable else f"model {preset['model_id']!r} is not installed"}
 
 
 async def create_preset(request: Request) -> JSONResponse:
@@ -93,7 +95,7 @@ async def get_preset(request: Request) -> JSONResponse:
     preset = await state.library.get_preset(request.path_params["name"])
     if preset is None:
         raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
-    return JSONResponse(_public(preset))
+    return JSONResponse(_described(preset, {m["id"] for m in await state.library.list_models()}))
 
 
 async def update_preset(request: Request) -> JSONResponse:

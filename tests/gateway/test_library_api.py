@@ -87,6 +87,8 @@ def test_install_from_catalog_then_speak_and_delete(tmp_path: Path) -> None:
         response = client.post("/v1/library/install", json={"id": "amy"})
         assert response.status_code == 202, response.text
         download_id = response.json()["id"]
+        bogus = client.get("/v1/library/downloads/events?until=bogus")
+        assert bogus.status_code == 400 and bogus.json()["error"]["field"] == "until"
         body = client.get("/v1/library/downloads/events?until=idle").text
         names = [line[7:] for line in body.splitlines() if line.startswith("event: ")]
         assert names and all(e["type"] == name == "download" for e, name in zip(_events(body), names, strict=True))
@@ -112,6 +114,8 @@ def test_install_from_catalog_then_speak_and_delete(tmp_path: Path) -> None:
         assert "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
         listed = client.get("/v1/presets").json()["data"]
         assert listed[0]["usable"] is False and "'amy' is not installed" in listed[0]["problem"]
+        one = client.get("/v1/presets/narrator").json()  # the same, read alone
+        assert one["usable"] is False and one["problem"] == listed[0]["problem"]
         unusable = client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "narrator"})
         assert unusable.status_code == 404 and "not installed" in unusable.json()["error"]["message"]
         assert client.delete("/v1/library/models/amy").status_code == 404
