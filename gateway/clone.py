@@ -8,6 +8,8 @@ Multipart form fields:
                     exactly one of the two
   `ref_text`        what `ref_audio` says, required with it; with `voice`, it replaces the
                     stored transcript for this request
+  `x_vector_only`   `true`: clone from the speaker embedding alone (qwen-tts's
+                    `x_vector_only_mode`: no transcript needed, less like the recording)
   `model`           a qwen3_tts Base model (default: the first installed one, by id)
   `response_format` wav|pcm|flac|mp3|opus (default mp3), `stream` `true`: SSE events as
                     `/v1/audio/speech`'s `stream_format: "sse"`
@@ -15,7 +17,8 @@ The response is `/v1/audio/speech`'s (gateway/speech.py `stream_speech`), with
 `X-Voxgate-Voice` the reference voice's name (`upload` for an uploaded recording).
 
 Errors (JSON, naming the field): 415 not multipart; 413 `ref_audio` over the size limit;
-400 a missing `text`, neither or both of `ref_audio` and `voice`, a missing `ref_text`, an
+400 a missing `text`, neither or both of `ref_audio` and `voice`, a missing `ref_text` (without
+`x_vector_only`), an `x_vector_only` that is not true or false, an
 unreadable or empty `ref_audio`, an unknown field; 422 `ref_audio` too short or too long;
 404 an unknown `voice` or `model`; 400 naming `model` for a model that is not a Base one.
 The recording is read into memory, resampled to 24 kHz and handed to the engine request;
@@ -24,6 +27,7 @@ nothing is written to disk, and the model's reference cache keeps its encoding b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from starlette.concurrency import run_in_threadpool
@@ -44,7 +48,7 @@ from models.qwen3_tts_references import ReferenceAudio
 
 log = logging.getLogger(__name__)
 
-FIELDS = frozenset({"text", "ref_audio", "voice", "ref_text", "model", "response_format", "stream"})
+FIELDS = frozenset({"text", "ref_audio", "voice", "ref_text", "x_vector_only", "model", "response_format", "stream"})
 UPLOADED = "upload"  # the voice name of a request's own recording
 
 
@@ -77,9 +81,21 @@ async def _base_model(state: AppState, model: str | None) -> tuple[str, str]:
 async def _reference(state: AppState, form: FormData) -> ReferenceAudio:
     """The request's recording: an uploaded `ref_audio` with its `ref_text`, or a library `voice`."""
     audio, voice = form.get("ref_audio"), _text_field(form, "voice")
-    ref_text = _text_field(form, "ref_text")
+    ref_text, x_only = _text_field(form, "ref_text"), (_text_field(form, "x_vector_only") or "false").lower()
+    if x_only not in ("true", "false"):
+        raise InvalidInput("x_vector_only must be true or false", field="x_vector_only")
     if ref_text is not None:
         ref_text = check_input(ref_text, MAX_TRANSCRIPT_CHARS, field="ref_text")
+    if x_only == "true":  # the speaker embedding alone: no transcript, none of the recording's codes
+        reference = await _reference_audio(state, audio, voice, "")
+        return dataclasses.replace(reference, transcript=None)
+    return await _reference_audio(state, audio, voice, ref_text)
+
+
+async def _reference_audio(state: AppState, audio: object, voice: str | None,
+                           ref_text: str | None) -> ReferenceAudio:
+    """An uploaded `audio` with `ref_text` (required), or the library voice `voice` (its own
+    transcript unless `ref_text`)."""
     if audio is not None and voice:
         raise InvalidInput("give ref_audio or voice (a library reference voice), not both", field="ref_audio")
     if audio is None:
@@ -90,7 +106,8 @@ async def _reference(state: AppState, form: FormData) -> ReferenceAudio:
     if not isinstance(audio, UploadFile):
         raise InvalidInput("ref_audio must be a file part (a recording)", field="ref_audio")
     if ref_text is None:
-        raise InvalidInput("ref_text is required with ref_audio: what the recording says", field="ref_text")
+        raise InvalidInput("ref_text is required with ref_audio: what the recording says (or x_vector_only=true)",
+                           field="ref_text")
     data = await audio.read(MAX_UPLOAD_BYTES + 1)
     if len(data) > MAX_UPLOAD_BYTES:
         raise ApiError(413, "body_too_large", f"ref_audio is over {MAX_UPLOAD_BYTES} bytes", field="ref_audio")

@@ -236,3 +236,17 @@ def test_a_project_speaks_with_a_reference_voice(client: httpx.Client, server: L
     bad = client.patch(f"/v1/projects/{pid}/passages/{passages[1]['id']}", json={"speaker": "nobody"})
     assert bad.status_code == 404 and bad.json()["error"]["field"] == "speaker"  # as for any unknown voice
     assert server.wait_idle() == 0
+
+
+def test_x_vector_only_clones_without_a_transcript(client: httpx.Client, server: LiveServer) -> None:
+    """qwen-tts's x_vector_only_mode: the speaker embedding alone, so no `ref_text`; the prompt
+    carries none of the recording's frames."""
+    recording = {"ref_audio": ("me.wav", _recording(1.5), "audio/wav")}
+    response = _clone(client, recording, x_vector_only="true", response_format="pcm")
+    assert response.status_code == 200, response.text
+    assert _frames(np.frombuffer(response.content, "<i2")) >= 2
+    library = _clone(client, voice="alice", x_vector_only="TRUE", response_format="pcm")
+    assert library.status_code == 200 and library.headers["x-voxgate-voice"] == "alice"
+    bad = _clone(client, recording, x_vector_only="maybe")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "x_vector_only"
+    assert server.wait_idle() == 0
