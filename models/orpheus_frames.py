@@ -2,8 +2,8 @@
 
 A frame is 7 tokens, one per position k (SNAC 24 kHz: 1 + 2 + 4 codes of its three
 codebooks); position k's code c is token `AUDIO_TOKEN_BASE + CODEBOOK_SIZE * k + c`. Layout from
-the authors' repo canopyai/Orpheus-TTS (`orpheus_tts_pypi/orpheus_tts/decoder.py`, read for the
-format).
+the authors' repo canopyai/Orpheus-TTS (its package's token decoder, read for the format), as
+models/orpheus.py's module docstring says.
 """
 
 from __future__ import annotations
