@@ -87,6 +87,9 @@ async def _reference(state: AppState, form: FormData) -> ReferenceAudio:
     if ref_text is not None:
         ref_text = check_input(ref_text, MAX_TRANSCRIPT_CHARS, field="ref_text")
     if x_only == "true":  # the speaker embedding alone: no transcript, none of the recording's codes
+        if ref_text is not None:
+            raise InvalidInput("x_vector_only=true takes no ref_text (it clones without a transcript)",
+                               field="ref_text")
         reference = await _reference_audio(state, audio, voice, "")
         return dataclasses.replace(reference, transcript=None)
     return await _reference_audio(state, audio, voice, ref_text)

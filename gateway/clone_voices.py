@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
@@ -64,8 +65,9 @@ async def with_reference(state: AppState, choice: Choice, field: str = "voice") 
     a Base one and its voice names a reference voice (the model's own `default` does not)."""
     if choice.family != "qwen3_tts" or "reference" in choice.options or not await is_base(state, choice.model_id):
         return choice
-    if choice.voice in await state.library.voices(choice.model_id):
-        return choice  # `default`: no recording; the family says a Base model needs one
+    if choice.voice in await state.library.voices(choice.model_id):  # its `default`: no recording
+        raise InvalidInput(f"model {choice.model_id!r} is a Base model: it speaks only in a cloned voice; give a "
+                           "reference voice (/v1/voices/references) or use /v1/audio/clone", field=field)
     reference = await load_reference(state, choice.voice, field=field)
     return dataclasses.replace(choice, options={**choice.options, "reference": reference})
 
@@ -92,12 +94,15 @@ async def resolve_voice(state: AppState, *, model: object, voice: object, speed:
 async def check_preset_voice(state: AppState, model_id: str, voice: object, voices: list[str]) -> None:
     """A preset's voice: one of the model's, or for a Base model a reference voice; UnknownVoice
     or InvalidInput naming `voice`."""
-    if voice in voices:
-        return
-    if isinstance(voice, str) and await is_base(state, model_id):
+    if isinstance(voice, str) and await is_base(state, model_id):  # only reference voices (not its `default`)
+        if voice in voices:
+            raise InvalidInput(f"model {model_id!r} is a Base model: it speaks only in a cloned voice; voice must "
+                               "name a reference voice (/v1/voices/references)", field="voice")
         if await store(state).get(voice) is None:
             raise UnknownVoice(f"no reference voice {voice!r} for Base model {model_id!r} "
                                "(/v1/voices/references)", field="voice")
+        return
+    if voice in voices:
         return
     if not isinstance(voice, str):
         raise InvalidInput("voice must be a string", field="voice")
@@ -112,6 +117,17 @@ async def resolve_vendor_voice(state: AppState, *, model: object, voice: object,
     choice = await resolve_vendor(state.library, model=model, voice=voice, speed=speed,
                                   default_model=settings.default_model, default_voice=settings.default_voice)
     if isinstance(voice, str) and voice and choice.voice != voice and choice.family == "qwen3_tts" \
-            and await is_base(state, choice.model_id) and await store(state).get(voice) is not None:
-        choice = dataclasses.replace(choice, voice=voice)  # (an unknown vendor id fell back to the default)
+            and await is_base(state, choice.model_id):  # an unknown vendor id fell back to the default
+        if await store(state).get(voice) is None:
+            raise UnknownVoice(f"no reference voice {voice!r} for Base model {choice.model_id!r} "
+                               "(/v1/voices/references)", field="voice")
+        choice = dataclasses.replace(choice, voice=voice)
     return await with_reference(state, choice)
+
+
+async def model_voices(state: AppState, record: dict[str, Any]) -> tuple[list[str], str]:
+    """The voices a model speaks in, and their kind: a Base model's are the library reference
+    voices ("reference"; its own `default` is no voice it can speak in), others' its own ("builtin")."""
+    if record["family"] == "qwen3_tts" and await model_type(record) == "base":
+        return [str(row["name"]) for row in await store(state).list()], "reference"
+    return await state.library.voices(str(record["id"])), "builtin"

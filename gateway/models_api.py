@@ -44,12 +44,14 @@ def _read_model_type(path: Path, changed_ns: int) -> str | None:
 
 async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's model object plus what Voxgate knows (family, model_type, voices, residency)."""
+    from gateway.clone_voices import model_voices  # (it imports this module)
+
     return {
         "id": record["id"], "object": "model", "created": int(record["created_at"]),
         "owned_by": "voxgate", "family": record["family"], "model_type": await model_type(record),
         "name": record["name"],
         "source": record["source"], "installed": True,
-        "voices": await state.library.voices(record["id"]),
+        "voices": (await model_voices(state, record))[0],  # a Base model's: the reference voices
         "default": record["id"] == state.settings.default_model,
         **state.residency.status(record["id"]),
     }
@@ -80,11 +82,13 @@ async def list_voices(request: Request) -> JSONResponse:
         models = [m for m in models if m["id"] == model_id]
         if not models:
             raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    from gateway.clone_voices import model_voices  # (it imports this module)
+
     data = []
     for record in models:
-        for i, name in enumerate(await state.library.voices(record["id"])):
-            data.append({"id": name, "name": name, "model": record["id"], "kind": "builtin",
-                         "default": i == 0})
+        names, kind = await model_voices(state, record)
+        for i, name in enumerate(names):
+            data.append({"id": name, "name": name, "model": record["id"], "kind": kind, "default": i == 0})
     for preset in await state.library.list_presets():
         if model_id is None or preset["model_id"] == model_id:
             data.append({"id": preset["name"], "name": preset["name"], "model": preset["model_id"],

@@ -140,8 +140,9 @@ def _reference_operations() -> dict[tuple[str, str], Schema]:
     upload = _object(("name", "transcript", "audio"), name=_string(), transcript=_string(),
                      audio=_string(contentMediaType="application/octet-stream"))
     clone = _object(("text",), text=_string(minLength=1),
-                    ref_audio=_string(contentMediaType="application/octet-stream"), voice=_string(), ref_text=_string(), model=_string(), response_format={"enum": list(FORMATS)},
-                    stream={"enum": ["true", "false"]})
+                    ref_audio=_string(contentMediaType="application/octet-stream"), voice=_string(),
+                    ref_text=_string(), x_vector_only={"enum": ["true", "false"]}, model=_string(),
+                    response_format={"enum": list(FORMATS)}, stream={"enum": ["true", "false"]})
     audio: Schema = {"content": {f"audio/{f}": {} for f in ("mpeg", "wav", "pcm", "flac", "ogg")}}
     return {
         ("POST", "/v1/audio/clone"): {

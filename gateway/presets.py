@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from engine.types import InvalidInput, UnknownModel
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
-from gateway.clone_voices import check_preset_voice
+from gateway.clone_voices import check_preset_voice, is_base, store
 from gateway.voices import check_speed
 from models import family
 
@@ -65,6 +65,9 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     record = await state.library.get_model(model_id)
     assert record is not None
     settings = family(record["family"]).validate_settings(settings)
+    if "instructions" in settings and await is_base(state, model_id):  # the family refuses them at use
+        raise InvalidInput("a Base model takes no instructions: it speaks as its reference voice",
+                           field="settings.instructions")
     return {"name": name, "model_id": model_id, "voice": voice, "speed": speed, "settings": settings}
 
 
@@ -73,13 +76,15 @@ async def list_presets(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     installed = {m["id"] for m in await state.library.list_models()}
     presets = await state.library.list_presets()
-    return JSONResponse({"object": "list", "data": [_described(preset, installed) for preset in presets]})
+    return JSONResponse({"object": "list", "data": [await _described(state, preset, installed) for preset in presets]})
 
 
-def _described(preset: dict[str, Any], installed: set[str]) -> dict[str, Any]:
-    usable = preset["model_id"] in installed
-    return {**_public(preset), "usable": usable,
-            "problem": None if usable else f"model {preset['model_id']!r} is not installed"}
+async def _described(state: AppState, preset: dict[str, Any], installed: set[str]) -> dict[str, Any]:
+    """The preset with `usable` and, if not, the `problem`: its model is gone, or its reference voice."""
+    problem = None if preset["model_id"] in installed else f"model {preset['model_id']!r} is not installed"
+    if problem is None and await is_base(state, preset["model_id"]) and await store(state).get(preset["voice"]) is None:
+        problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
+    return {**_public(preset), "usable": problem is None, "problem": problem}
 
 
 async def create_preset(request: Request) -> JSONResponse:
@@ -95,7 +100,7 @@ async def get_preset(request: Request) -> JSONResponse:
     preset = await state.library.get_preset(request.path_params["name"])
     if preset is None:
         raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
-    return JSONResponse(_described(preset, {m["id"] for m in await state.library.list_models()}))
+    return JSONResponse(await _described(state, preset, {m["id"] for m in await state.library.list_models()}))
 
 
 async def update_preset(request: Request) -> JSONResponse:

@@ -217,7 +217,7 @@ def test_the_vendor_routes_speak_with_a_reference_voice(client: httpx.Client, se
     assert cartesia.status_code == 200, cartesia.text
     assert _frames(np.frombuffer(cartesia.content, "<i2")) >= 2
     unknown = client.post("/v1/text-to-speech/nobody", json={"text": "Hi.", "model_id": "tiny-clone"})
-    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "voice"  # a Base model needs one
+    assert unknown.status_code == 404 and "'nobody'" in unknown.json()["error"]["message"]  # the name typed
     assert server.wait_idle() == 0
 
 
@@ -249,4 +249,38 @@ def test_x_vector_only_clones_without_a_transcript(client: httpx.Client, server:
     assert library.status_code == 200 and library.headers["x-voxgate-voice"] == "alice"
     bad = _clone(client, recording, x_vector_only="maybe")
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "x_vector_only"
+    assert server.wait_idle() == 0
+
+
+def test_a_base_model_lists_and_takes_only_reference_voices(client: httpx.Client, server: LiveServer) -> None:
+    """Its own `default` is no voice it can speak in: not listed, refused in presets and
+    projects up front; a preset whose reference is deleted says so."""
+    voices = client.get("/v1/audio/voices", params={"model": "tiny-clone"}).json()["data"]
+    assert {(v["id"], v["kind"]) for v in voices if v["kind"] != "preset"} == {("alice", "reference"),
+                                                                              ("bob", "reference")}
+    assert set(client.get("/v1/models/tiny-clone").json()["voices"]) == {"alice", "bob"}
+    for body, field in (({"name": "b1", "model": "tiny-clone"}, "voice"),
+                        ({"name": "b2", "model": "tiny-clone", "voice": "default"}, "voice"),
+                        ({"name": "b3", "model": "tiny-clone", "voice": "alice",
+                          "settings": {"instructions": "happy"}}, "settings.instructions")):
+        refused = client.post("/v1/presets", json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == field, refused.text
+    project = client.post("/v1/projects", json={"name": "p", "model": "tiny-clone"})
+    assert project.status_code == 400 and project.json()["error"]["field"] == "speaker", project.text
+    speech = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "default", "input": "Hi."})
+    assert speech.status_code == 400 and "cloned voice" in speech.json()["error"]["message"]
+    told = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "alice", "input": "Hi.",
+                                                 "instructions": "Whisper."})
+    assert told.status_code == 400 and told.json()["error"]["field"] == "instructions"
+    carol = client.post("/v1/voices/references", data={"name": "carol", "transcript": REF_TEXT},
+                        files={"audio": ("c.wav", _recording(2.0, seed=4), "audio/wav")})
+    assert carol.status_code == 201
+    assert client.post("/v1/presets", json={"name": "carol-p", "model": "tiny-clone", "voice": "carol"}).status_code == 201
+    assert client.get("/v1/presets/carol-p").json()["usable"] is True
+    assert client.delete("/v1/voices/references/carol").status_code == 204
+    gone = client.get("/v1/presets/carol-p").json()
+    assert gone["usable"] is False and "'carol' is gone" in gone["problem"]
+    both = _clone(client, {"ref_audio": ("r.wav", _recording(1.5), "audio/wav")}, x_vector_only="true",
+                  ref_text=REF_TEXT)
+    assert both.status_code == 400 and both.json()["error"]["field"] == "ref_text"
     assert server.wait_idle() == 0
