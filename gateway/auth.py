@@ -154,8 +154,9 @@ class KeyCheck:
             upload = content_type == "multipart/form-data" and MULTIPART_UPLOADS.match(scope["path"]) is not None
             if content_type in SIMPLE_CONTENT_TYPES and not upload:
                 await deny(scope, receive, send, 415, "unsupported_media_type",
-                           f"POST needs Content-Type: application/json (got {content_type or 'none'!r}): without an "
-                           "API key, the types any web page may send cross-site are refused on every route",
+                           f"POST needs Content-Type: application/json, or multipart/form-data on upload routes (got "
+                           f"{content_type or 'none'!r}): without an API key, the types any web page may send "
+                           "cross-site are refused on every route",
                            "Content-Type")
                 return
         if key is None:

@@ -152,7 +152,7 @@ def _reference_operations() -> dict[tuple[str, str], Schema]:
             "responses": {"200": audio}},
         ("GET", "/v1/voices/references"): {"summary": "Reference recordings (voices to clone)"},
         ("POST", "/v1/voices/references"): {
-            "summary": "Keep a reference recording: a WAV/FLAC/Ogg file of 1-30 s and its transcript",
+            "summary": "Keep a reference recording: a WAV/FLAC/Ogg/MP3 file of 1-30 s and its transcript",
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}}},
         ("GET", "/v1/voices/references/{name}"): {"summary": "One reference recording"},
         ("DELETE", "/v1/voices/references/{name}"): {"summary": "Delete a reference recording",

@@ -90,6 +90,9 @@ async def _described(state: AppState, preset: dict[str, Any], installed: set[str
 async def create_preset(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     preset = await _validated(state, await read_json(request, state.settings.max_body_bytes))
+    if await store(state).get(preset["name"]) is not None:  # the preset would hide that reference voice
+        raise ApiError(409, "name_taken", f"a reference voice is named {preset['name']!r}; choose another name",
+                       field="name")
     if not await state.library.put_preset(**preset, create=True):
         raise ApiError(409, "preset_exists", f"a preset named {preset['name']!r} exists", field="name")
     return JSONResponse(_public(await state.library.get_preset(preset["name"]) or {}), status_code=201)

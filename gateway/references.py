@@ -27,6 +27,7 @@ import os
 import re
 import time
 import uuid
+from urllib.parse import quote
 from pathlib import Path
 from typing import AbstractSet, Any
 
@@ -43,6 +44,7 @@ from gateway.errors import ApiError
 from gateway.library import Library
 from gateway.state import AppState
 from gateway.text import check_input
+from gateway.voices import OPENAI_VOICES
 
 SAMPLE_RATE = 24000  # what the 12 Hz speech tokenizer and speaker encoder read
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
@@ -128,7 +130,7 @@ def to_pcm16(data: bytes, field: str = "audio") -> bytes:
         samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
         why = getattr(error, "error_string", None) or type(error).__name__  # not str(error): it names a BytesIO
-        raise InvalidInput(f"{field} is not a readable WAV, FLAC or Ogg file ({why})", field=field) from error
+        raise InvalidInput(f"{field} is not a readable WAV, FLAC, Ogg or MP3 file ({why})", field=field) from error
     seconds = samples.shape[0] / rate if rate else 0.0
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise ApiError(422, "audio_length", f"{field} is {seconds:.2f} s long; a reference must be "
@@ -149,7 +151,7 @@ def _public(row: dict[str, Any]) -> dict[str, Any]:
     return {"name": row["name"], "object": "reference_voice", "transcript": row["transcript"],
             "sample_rate": row["sample_rate"], "audio_ms": round(row["audio_ms"], 1),
             "source_name": row["source_name"], "created_at": row["created_at"],
-            "audio_url": f"/v1/voices/references/{row['name']}/audio"}
+            "audio_url": f"/v1/voices/references/{quote(str(row['name']))}/audio"}
 
 
 def _check_name(name: object) -> str:
@@ -191,6 +193,8 @@ async def create_reference(request: Request) -> JSONResponse:
     form = await read_upload_form(request, _FIELDS, "audio", "name, transcript and audio")
     try:
         name = _check_name(form.get("name"))
+        if form.get("transcript") is None:
+            raise InvalidInput("transcript is required: what the recording says", field="transcript")
         transcript = check_input(form.get("transcript"), MAX_TRANSCRIPT_CHARS, field="transcript")
         audio = form.get("audio")
         if not isinstance(audio, UploadFile):
@@ -204,6 +208,11 @@ async def create_reference(request: Request) -> JSONResponse:
     store = _store(request)
     if await store.get(name) is not None:
         raise ApiError(409, "reference_exists", f"a reference voice {name!r} exists", field="name")
+    state: AppState = request.app.state.voxgate
+    if name.lower() == "default" or name.lower() in OPENAI_VOICES:  # these names mean the default voice
+        raise InvalidInput(f"{name!r} names the default voice on every route; choose another name", field="name")
+    if await state.library.get_preset(name) is not None:  # a preset of that name would hide it
+        raise ApiError(409, "name_taken", f"a preset is named {name!r}; choose another name", field="name")
     pcm16 = await run_in_threadpool(to_pcm16, data)
     return JSONResponse(_public(await store.add(name, transcript, pcm16, source_name)), status_code=201)
 

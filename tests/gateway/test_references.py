@@ -65,7 +65,7 @@ def test_upload_list_fetch_and_delete(client: httpx.Client, server: LiveServer) 
     ({"audio": b"RIFF....WAVEjunk"}, 400, "audio", "not a readable"),
     ({"audio": recording(0.5)}, 422, "audio", "0.50 s long"),
     ({"audio": recording(31.0, rate=8000, channels=1)}, 422, "audio", "31.00 s long"),
-    ({"transcript": None}, 400, "transcript", "must be a string"),
+    ({"transcript": None}, 400, "transcript", "transcript is required"),
     ({"transcript": "   "}, 400, "transcript", "empty"),
     ({"transcript": "x" * 1001}, 422, "transcript", "limit is 1000"),
     ({"name": "-bad"}, 400, "name", "name must be"),
@@ -123,3 +123,19 @@ def test_clone_without_a_base_model_checks_the_fields_then_says_where_to_get_one
     none = error(client.post("/v1/audio/clone", data={"text": "Hi.", "ref_text": "Hello."}, files=wav), 400)
     assert none["field"] == "model" and "no Qwen3-TTS Base model is installed" in none["message"]
     assert "voxgate models add" in none["message"] and "docs/qwen3_tts.md" in none["message"]
+
+
+def test_a_reference_name_that_another_voice_would_hide_is_refused(client: httpx.Client) -> None:
+    for name in ("default", "Alloy"):
+        assert error(upload(client, name=name), 400)["field"] == "name"
+    assert client.post("/v1/presets", json={"name": "hidden", "speed": 1.0}).status_code == 201
+    assert error(upload(client, name="hidden"), 409)["code"] == "name_taken"
+    assert upload(client, name="My Voice").status_code == 201
+    listed = {r["name"]: r for r in client.get(URL).json()["data"]}
+    assert listed["My Voice"]["audio_url"] == "/v1/voices/references/My%20Voice/audio"
+    assert client.get(listed["My Voice"]["audio_url"]).status_code == 200
+    taken = client.post("/v1/presets", json={"name": "My Voice", "speed": 1.0})
+    assert taken.status_code == 409 and taken.json()["error"]["code"] == "name_taken"
+    missing = client.post(URL, data={"name": "x1"}, files={"audio": ("a.wav", recording(2.0), "audio/wav")})
+    assert "transcript is required" in error(missing, 400)["message"]
+    assert client.delete(f"{URL}/My Voice").status_code == 204 and client.delete("/v1/presets/hidden").status_code == 204

@@ -152,7 +152,7 @@ def test_a_bad_upload_shows_the_servers_message_by_the_field(server: LiveServer,
     not_audio.write_text("these are notes, not a recording")
     page.get_by_label("Audio file").set_input_files(str(not_audio))
     add.click()
-    page.locator("#r-audio-err", has_text="not a readable WAV, FLAC or Ogg file").wait_for()
+    page.locator("#r-audio-err", has_text="not a readable WAV, FLAC, Ogg or MP3 file").wait_for()
     assert page.inner_text("#r-audio-err").startswith("The recording is")
     assert page.get_attribute("#r-transcript", "aria-invalid") is None  # the last error's field only
 
