@@ -109,8 +109,6 @@ class DownloadManager:
             download._total[f.dest] = f.size_bytes
             download._done[f.dest] = 0
         self._active[model.id] = download
-        for key in [k for k, d in self._all.items() if d.model_id == model.id and d.state in FINAL_STATES]:
-            del self._all[key]  # the new attempt supersedes the model's ended ones
         self._all[download.download_id] = download
         self._trim_finished()
         download.task = asyncio.create_task(self._run(download), name=f"download-{model.id}")
