@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -100,7 +102,9 @@ def profile(runner: object, batch: int, path: Path, command: str) -> None:
     with torch_profile(activities=activities) as prof:
         run_batch(runner, batch, 5, 0, runner.spec.voices[0])  # type: ignore[attr-defined]
     table = prof.key_averages()
-    lines = [f"# {command}", f"# torch.profiler, 5 frames at batch {batch} (plus the admission step), sorted by"
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    lines = [f"# {command}", f"# machine: {platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, GPU {gpu}",
+             f"# torch.profiler, 5 frames at batch {batch} (plus the admission step), sorted by"
              " self CPU time, then by self device time", table.table(sort_by="self_cpu_time_total", row_limit=30)]
     if torch.cuda.is_available():
         lines.append(table.table(sort_by="self_cuda_time_total", row_limit=20))
@@ -172,7 +176,8 @@ def main() -> None:
         print(f"batch {batch:4d}  frame {result['frame_ms']:8.2f} ms  floor {floor_ms:7.3f} ms  "
               f"x{result['frame_ms'] / floor_ms:6.1f}  context {result['context']}  ({result['frames_timed']} frames)",
               flush=True)
-    out = {"command": "python " + " ".join(sys.argv), "gpu": gpu, "torch": torch.__version__, "size": opts.size,
+    out = {"command": "python " + " ".join(sys.argv), "gpu": gpu,
+           "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs", "torch": torch.__version__, "size": opts.size,
            "predictor_graphs": bool(getattr(runner, "predictor_graphs", None) and runner.predictor_graphs.graphs),
            "parity": parity, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "write_s": round(written_s, 1),
            "load_s": round(loaded_s, 1), "rows": rows}

@@ -19,17 +19,13 @@ from typing import Any
 
 import torch
 
+from engine.model_runner import buckets  # the decode graphs' batch sizes: 1, 2, 4, 8, then every 16
 from models.qwen3_tts_sampling import sample_codes
 
 log = logging.getLogger(__name__)
 
 TOP_K = 64  # the candidates of a captured step (qwen-tts's default subtalker_top_k is 50)
 INPUTS = ("hidden", "first_embed", "first", "temperature", "top_k", "top_p", "seeds", "draw")
-
-
-def buckets(limit: int) -> list[int]:
-    """1, 2, 4, 8, 16, then every 16 up to `limit`."""
-    return sorted({b for b in (1, 2, 4, 8, 16) if b < limit} | set(range(16, limit, 16)) | {limit})
 
 
 class PredictorGraphs:

@@ -22,7 +22,7 @@ from websockets.sync.client import connect
 from gateway.cli import main
 from tests.conftest import LiveServer, run_server
 from tests.gateway.test_qwen3_tts_e2e import MAX_FRAMES, SAMPLES_PER_FRAME, _folder, _frames, _wav
-from tests.gateway.test_realtime import collect_utterance
+from tests.gateway.test_realtime import speak
 
 pytest.importorskip("torch")
 
@@ -128,9 +128,7 @@ def test_realtime_speaks_with_a_reference_voice(server: LiveServer) -> None:
         assert updated["session"]["voice"] == "alice"
         ws.send(json.dumps({"type": "session.update", "session": {"voice": "alice-forced"}}))
         assert json.loads(ws.recv())["type"] == "session.updated"
-        ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
-        ws.send(json.dumps({"type": "text.flush"}))
-        events, audio = collect_utterance(ws, timeout=120)
+        events, audio = speak(ws, "Hello there.", timeout=120)
         samples = len(audio) // 2
         assert events[-1]["type"] == "utterance.done", events
         assert samples == FORCED * SAMPLES_PER_FRAME

@@ -22,7 +22,7 @@ from websockets.sync.client import connect
 
 from gateway.cli import main
 from tests.conftest import LiveServer, run_server
-from tests.gateway.test_realtime import collect_utterance
+from tests.gateway.test_realtime import speak
 
 pytest.importorskip("torch")
 
@@ -181,9 +181,7 @@ def test_realtime_speaks_with_a_qwen3_tts_preset(server: LiveServer) -> None:
         assert json.loads(ws.recv())["type"] == "session.created"
         ws.send(json.dumps({"type": "session.update", "session": {"voice": "forced"}}))
         assert json.loads(ws.recv())["session"]["model"] == "tiny-qwen"
-        ws.send(json.dumps({"type": "text.append", "text": "Hello there."}))
-        ws.send(json.dumps({"type": "text.flush"}))
-        events, audio = collect_utterance(ws, timeout=120)
+        events, audio = speak(ws, "Hello there.", timeout=120)
         samples = len(audio) // 2
     assert events[-1]["type"] == "utterance.done", events
     assert samples == FORCED * SAMPLES_PER_FRAME

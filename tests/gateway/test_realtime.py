@@ -26,6 +26,13 @@ def recv_event(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
             return json.loads(message)
 
 
+def speak(ws: ClientConnection, text: str, timeout: float = 60) -> tuple[list[dict[str, Any]], bytes]:
+    """Append `text`, flush it, and collect the utterance (`collect_utterance`)."""
+    ws.send(json.dumps({"type": "text.append", "text": text}))
+    ws.send(json.dumps({"type": "text.flush"}))
+    return collect_utterance(ws, timeout)
+
+
 def collect_utterance(ws: ClientConnection, timeout: float = 60) -> tuple[list[dict[str, Any]], bytes]:
     """Events and PCM bytes until utterance.done (or an error)."""
     events, audio = [], bytearray()
