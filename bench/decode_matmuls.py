@@ -58,7 +58,12 @@ def graph_ms(fns: list[Callable[[], Any]], iters: int = 10) -> float:
 
 def matmul_rows(hidden: int, inter: int, qkv: int, head: int, batches: list[int], bandwidth: float,
                 sweep: bool) -> list[dict]:
-    rows = []
+    rows: list[dict] = []
+
+    def add(row: dict) -> None:  # printed as it comes (a run cut short keeps its rows in the log)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
     shapes = {"qkv": (qkv, hidden), "o": (hidden, hidden), "gate_up": (2 * inter, hidden), "down": (hidden, inter),
               "audio_head": (head, hidden)}
     for name, (n, k) in shapes.items():
@@ -73,36 +78,62 @@ def matmul_rows(hidden: int, inter: int, qkv: int, head: int, batches: list[int]
                 "cublas": [lambda w=w: F.linear(x, w) for w in ws],
                 "triton": [lambda w=w: gemv.linear(x, w) for w in ws],
                 "triton_fp8": [lambda q=q: gemv.linear(x, q) for q in qs]}
+            scaled = _scaled_mm_fns(x, qs)
+            if scaled:
+                kinds["scaled_mm_fp8"] = scaled
             for kind, fns in kinds.items():
                 ms = graph_ms(fns)
-                nbytes = n * k * (1 if kind == "triton_fp8" else 2) + batch * (n + k) * 2
+                nbytes = n * k * (2 if kind in ("cublas", "triton") else 1) + batch * (n + k) * 2
                 err = ((fns[0]().float() - ref).norm() / ref.norm()).item()
-                rows.append({"shape": name, "n": n, "k": k, "batch": batch, "kernel": kind, "ms": round(ms, 4),
+                add({"shape": name, "n": n, "k": k, "batch": batch, "kernel": kind, "ms": round(ms, 4),
                              "gb_s": round(nbytes / ms / 1e6, 1), "x_copy_bw": round(nbytes * 1e3 / ms / bandwidth, 3),
                              "rel_err": round(err, 5),
-                             "tiles": list(gemv.config(batch, k)) if kind != "cublas" else None})
-            if sweep and name in ("qkv", "down") and batch in (1, 64):
+                             "tiles": list(gemv.config(batch, k)) if kind.startswith("triton") else None})
+            if not sweep or batch not in (1, 8, 64) or (batch > 1 and name not in ("qkv", "down")):
+                continue
+            for fp8 in (False, True) if batch <= gemv.ROWS_MAX else (False,):
+                weights = qs if fp8 else ws
                 for tiles in _tile_grid(batch):
+                    kind = "sweep_fp8" if fp8 else "sweep"
                     try:
-                        ms = graph_ms([lambda w=w: gemv.linear(x, w, tiles) for w in ws])
+                        ms = graph_ms([lambda w=w: gemv.linear(x, w, tiles) for w in weights])
                     except Exception as error:  # a config that does not compile or fit
-                        rows.append({"shape": name, "batch": batch, "kernel": "sweep", "tiles": list(tiles),
+                        add({"shape": name, "batch": batch, "kernel": kind, "tiles": list(tiles),
                                      "error": repr(error)[:120]})
                         continue
-                    rows.append({"shape": name, "n": n, "k": k, "batch": batch, "kernel": "sweep", "tiles": list(tiles),
-                                 "ms": round(ms, 4), "gb_s": round((n * k * 2) / ms / 1e6, 1)})
+                    nbytes = n * k * (1 if fp8 else 2)
+                    add({"shape": name, "n": n, "k": k, "batch": batch, "kernel": kind, "tiles": list(tiles),
+                                 "ms": round(ms, 4), "gb_s": round(nbytes / ms / 1e6, 1),
+                                 "x_copy_bw": round(nbytes * 1e3 / ms / bandwidth, 3)})
         del ws, qs, w, q
     return rows
 
 
 def _tile_grid(batch: int) -> list[tuple[bool, int, int, int, int]]:
-    """A few tile configs around `gemv.config`'s choice (each one is a Triton compile)."""
-    if batch <= 4:
+    """Tile configs around `gemv.config`'s choice (each one is a Triton compile)."""
+    if batch <= gemv.ROWS_MAX:
         block_b = max(1, 1 << (batch - 1).bit_length())
-        return [(False, block_b, bn, bk, 4) for bn in (4, 8, 16) for bk in (512, 1024)] + \
-            [(False, block_b, 8, 512, 8), (False, block_b, 8, 256, 4)]
+        if block_b == 1:  # more of W in flight per thread did better in the first sweep
+            return [(False, 1, bn, bk, warps) for bn in (2, 4, 8) for bk in (1024, 2048) for warps in (1, 2, 4)
+                    if bn * bk <= 128 * 32 * warps]  # accumulator registers per thread
+        return [(False, block_b, bn, 256, warps) for bn in (2, 4) for warps in (4, 8)]
     block_b = max(16, min(256, 1 << (batch - 1).bit_length()))
     return [(True, block_b, bn, bk, warps) for bn in (16, 32) for bk in (128, 256) for warps in (4, 8)]
+
+
+def _scaled_mm_fns(x: torch.Tensor, qs: list[gemv.Fp8Weight]) -> list[Callable[[], Any]]:
+    """W8A8 on cuBLAS/CUTLASS: `torch._scaled_mm` with x quantized per row outside the timing
+    (so a lower bound of that path) and each weight's per-row scales; [] where unsupported."""
+    amax = x.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
+    scale_a = (amax / gemv.FP8_MAX).float()
+    xq = (x.float() / scale_a).clamp(-gemv.FP8_MAX, gemv.FP8_MAX).to(torch.float8_e4m3fn)
+    fns = [lambda q=q: torch._scaled_mm(xq, q.data.t(), scale_a, q.scale[None, :], out_dtype=torch.bfloat16)
+           for q in qs]
+    try:
+        fns[0]()
+    except Exception:  # e.g. a shape or scaling this torch/GPU does not take
+        return []
+    return fns
 
 
 def step_logits(runner: ModelRunner, tokens: torch.Tensor, context: int) -> torch.Tensor:
@@ -125,6 +156,7 @@ def step_logits(runner: ModelRunner, tokens: torch.Tensor, context: int) -> torc
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", default="1,8,64,256")
+    parser.add_argument("--table-batches", default=None, help="the matmul table's rows (default: --batches)")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--sweep", type=int, default=1)
@@ -143,7 +175,8 @@ def main() -> None:
     record: dict[str, Any] = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
                               "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": [], "checks": {},
                               "profiles": {}}
-    record["matmuls"] = matmul_rows(args.hidden_size, args.intermediate_size, qkv, head, batches, bandwidth,
+    table_batches = [int(b) for b in (opts.table_batches or opts.batches).split(",")]
+    record["matmuls"] = matmul_rows(args.hidden_size, args.intermediate_size, qkv, head, table_batches, bandwidth,
                                     bool(opts.sweep))
     unread_head = (args.vocab_size - head - 1) * args.hidden_size * 2  # tied head rows never computed
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
@@ -185,16 +218,17 @@ def main() -> None:
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")
     print(f"{'shape':>10} {'B':>4} {'kernel':>11} {'ms':>8} {'GB/s':>7} {'x bw':>5}")
     for r in record["matmuls"]:
-        if r["kernel"] != "sweep":
+        if not r["kernel"].startswith("sweep"):
             print(f"{r['shape']:>10} {r['batch']:4d} {r['kernel']:>11} {r['ms']:8.4f} {r['gb_s']:7.0f} "
                   f"{r['x_copy_bw']:5.2f}")
-    best: dict[tuple[str, int], dict] = {}
+    best: dict[tuple[str, int, str], dict] = {}
     for r in record["matmuls"]:
-        if r["kernel"] in ("sweep", "triton") and "ms" in r:
-            key = (r["shape"], r["batch"])
+        if r["kernel"] in ("sweep", "triton", "sweep_fp8", "triton_fp8") and "ms" in r:
+            key = (r["shape"], r["batch"], "fp8" if r["kernel"].endswith("fp8") else "bf16")
             if key not in best or r["ms"] < best[key]["ms"]:
                 best[key] = r
-    record["best_tiles"] = [{"shape": s, "batch": b, "tiles": r["tiles"], "ms": r["ms"]} for (s, b), r in best.items()]
+    record["best_tiles"] = [{"shape": s, "batch": b, "dtype": d, "tiles": r["tiles"], "ms": r["ms"],
+                             "x_copy_bw": r["x_copy_bw"]} for (s, b, d), r in best.items()]
     for item in record["best_tiles"]:
         print("best tiles", json.dumps(item))
     print(f"\n{'mode':>28} {'B':>4} {'dtype':>5} {'ms':>8} {'floor':>7} {'x floor':>7}")

@@ -4,10 +4,13 @@ Why (issue 10): at decode a step's matmuls have B <= 64 rows and are bound by re
 weights. cuBLAS runs them at ~3.2 TB/s on an H200 against ~4.2 TB/s copy bandwidth
 (bench/results/orpheus_decode.md). Here each program streams a `[BLOCK_N, K]` slab of W
 (row-major `[N, K]`) once and multiplies it with up to BLOCK_B rows of x:
-- B <= 4: on the CUDA cores (a broadcast multiply and a row sum), BLOCK_N = 8, so a
-  3072-row projection still has 384 programs, about three per multiprocessor;
-- larger B: on the tensor cores (`tl.dot` of the W slab `[BLOCK_N, BLOCK_K]` with x's rows
-  padded to 16), BLOCK_N = 16 up to 64 rows, 64 above (each program reads all of x).
+- B <= 8 (`_rows_kernel`, the CUDA cores): the products accumulate elementwise in registers
+  over the whole of K and are summed across threads once at the end (no shuffle reduction
+  per K block), and the K loop is unrolled (K is a compile-time constant), so each thread's
+  16-byte weight loads can all be in flight together; FP8 is converted in registers right
+  before the multiply;
+- larger B (`_dot_kernel`, the tensor cores): `tl.dot` of the W slab `[BLOCK_N, BLOCK_K]`
+  with x's rows padded to 16, BLOCK_N = 16 up to 64 rows, 64 above (each program reads all of x).
 No split over K: every output is written by the one program that owns its rows, so there is
 no reduction kernel and nothing to zero first (each would add a launch per matmul, 112 per
 step). Weights are bf16/fp16 or float8_e4m3fn with a float32 scale per output row (W8A16:
@@ -47,40 +50,67 @@ def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
 
 
 @triton.jit
-def _kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr, USE_DOT: tl.constexpr,
-            BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr, EVEN_N: tl.constexpr,
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     mask_n = offs_n < N
     mask_b = offs_b < B
-    if USE_DOT:
-        acc = tl.zeros((BLOCK_N, BLOCK_B), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: K is a constant
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        w_ptrs = W + offs_n[:, None] * sw + offs_k[None, :]
+        if EVEN_N and K % BLOCK_K == 0:
+            w = tl.load(w_ptrs, eviction_policy="evict_first")
+        else:
+            w = tl.load(w_ptrs, mask=mask_n[:, None] & (offs_k < K)[None, :], other=0.0, eviction_policy="evict_first")
+        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :], other=0.0)
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]: the one cross-thread reduction
+    if HAS_SCALE:
+        out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
+    tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], out.to(Y.dtype.element_ty),
+             mask=mask_b[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _dot_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr,
+                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    mask_n = offs_n < N
+    mask_b = offs_b < B
+    acc = tl.zeros((BLOCK_N, BLOCK_B), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         mask_k = offs_k < K
         w = tl.load(W + offs_n[:, None] * sw + offs_k[None, :], mask=mask_n[:, None] & mask_k[None, :], other=0.0)
         x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & mask_k[None, :], other=0.0)
-        if USE_DOT:  # [BLOCK_N, BLOCK_K] x [BLOCK_K, BLOCK_B] on the tensor cores
-            acc += tl.dot(w.to(x.dtype), tl.trans(x))
-        else:  # [BLOCK_B, 1, BLOCK_K] * [1, BLOCK_N, BLOCK_K], summed over k
-            acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
-    if USE_DOT:
-        acc = tl.trans(acc)
+        acc += tl.dot(w.to(x.dtype), tl.trans(x))  # [BLOCK_N, BLOCK_K] x [BLOCK_K, BLOCK_B]
+    acc = tl.trans(acc)
     if HAS_SCALE:
         acc = acc * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
     tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], acc.to(Y.dtype.element_ty),
              mask=mask_b[:, None] & mask_n[None, :])
 
 
+ROWS_MAX = 8  # up to this many rows on the CUDA cores (_rows_kernel), more on the tensor cores
+
+
 def config(batch: int, k: int) -> tuple[bool, int, int, int, int]:
     """(use_dot, BLOCK_B, BLOCK_N, BLOCK_K, num_warps) for `batch` rows and reduction length `k`:
-    CUDA cores up to 4 rows, tensor cores above; more rows, wider W slabs (fewer re-reads of x)."""
-    if batch <= 4:
-        return False, triton.next_power_of_2(batch), 8, 512 if batch == 1 else 256, 4
+    CUDA cores up to ROWS_MAX rows, tensor cores above; more rows, wider W slabs (fewer re-reads
+    of x). The register accumulator of the CUDA-core kernel is BLOCK_B x BLOCK_N x BLOCK_K.
+    Chosen from the tile sweep on an H200 (bench/results/decode_matmuls_table.json)."""
+    if batch == 1:  # 64 threads, each with 4 rows x 16 elements of W in flight per K block
+        return False, 1, 4, 1024, 2
+    if batch <= ROWS_MAX:
+        block_b = triton.next_power_of_2(batch)
+        return False, block_b, 4, 512 if block_b <= 2 else 256, 4
     if batch <= 64:
         return True, max(16, triton.next_power_of_2(batch)), 16, 256 if batch <= 32 else 128, 4
     return True, min(256, triton.next_power_of_2(batch)), 64, 64, 8
@@ -103,7 +133,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
     y = torch.empty(batch, n, device=x.device, dtype=x.dtype)
     use_dot, block_b, block_n, block_k, warps = tiles or config(batch, k)
     grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
-    _kernel[grid](x, w, scale if scale is not None else w, y, batch, n, x.stride(0), w.stride(0), y.stride(0), K=k,
-                  HAS_SCALE=scale is not None, USE_DOT=use_dot, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k,
-                  num_warps=warps, num_stages=4)
+    common = (x, w, scale if scale is not None else w, y, batch, n, x.stride(0), w.stride(0), y.stride(0))
+    if use_dot:
+        _dot_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n,
+                          BLOCK_K=block_k, num_warps=warps, num_stages=4)
+    else:
+        _rows_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, BLOCK_B=block_b,
+                           BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
     return y

@@ -21,7 +21,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.context import get_context
 
-GEMV_MAX_ROWS = 64  # bf16 matmuls with up to this many rows run on models/gemv.py when enabled
+# bf16 matmuls with up to this many rows run on models/gemv.py when enabled, cuBLAS above: the
+# Triton kernel beats cuBLAS at one row only (bench/results/decode_matmuls_table.json)
+GEMV_MAX_ROWS = 1
 
 
 @dataclass(frozen=True, slots=True)
