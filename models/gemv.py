@@ -106,8 +106,8 @@ def config(batch: int, k: int) -> tuple[bool, int, int, int, int]:
     CUDA cores up to ROWS_MAX rows, tensor cores above; more rows, wider W slabs (fewer re-reads
     of x). The register accumulator of the CUDA-core kernel is BLOCK_B x BLOCK_N x BLOCK_K.
     Chosen from the tile sweep on an H200 (bench/results/decode_matmuls_table.json)."""
-    if batch == 1:  # 64 threads, each with 4 rows x 16 elements of W in flight per K block
-        return False, 1, 4, 1024, 2
+    if batch == 1:  # one warp, each thread with 2 rows x 32 elements of W per K block (bf16 and FP8 best)
+        return False, 1, 2, 1024, 1
     if batch <= ROWS_MAX:
         block_b = triton.next_power_of_2(batch)
         return False, block_b, 4, 512 if block_b <= 2 else 256, 4
