@@ -14,6 +14,13 @@ with attainment >= 90% (99%). `--rest` uses `POST /v1/audio/speech` (streamed PC
 Beside each measurement: bench/simulate.py's prediction at the same rates from the cost
 model `--cost` (measured on the GPU by bench/cost_model.py). A PNG of attainment vs rate
 is written next to the JSON when matplotlib is installed.
+
+`--family qwen3_tts` serves a random Qwen3-TTS CustomVoice checkpoint instead (`--size full`:
+the 1.7B shapes, written in bf16 to a temporary folder, ~4 GB; speaker `vivian`; frames of
+80 ms forced from the text at the same 15.4 chars/s); the simulator's Orpheus cost table does
+not apply to it, so no prediction is printed beside it.
+
+    python bench/goodput.py --family qwen3_tts --rates 4,8,16,24,32,48 --out bench/results/goodput_qwen3_tts.json
 """
 
 from __future__ import annotations
@@ -33,23 +40,31 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.simulate import capacity, mean_concurrency, simulate  # noqa: E402
-from bench.workload import Listener, audio_frames, load_texts, poisson, summarize  # noqa: E402
+from bench.workload import CHARS_PER_S, Listener, load_texts, poisson, summarize  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
 
 MODEL = "orpheus"
+FAMILIES = {"orpheus": {"voice": "tara", "frame_s": 2048 / 24000, "tokens_per_frame": 7},
+            "qwen3_tts": {"voice": "vivian", "frame_s": 0.08, "tokens_per_frame": 1}}
 
 
 def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: argparse.Namespace) -> Path:
-    options = {"random_weights": True, "compile_layers": bool(opts.compile), "max_seq_len": 2048,
-               "max_running": opts.max_running, "lanes": bool(opts.lanes)}
+    options: dict = {"max_seq_len": 2048, "max_running": opts.max_running}
+    if opts.family == "orpheus":
+        options.update({"random_weights": True, "compile_layers": bool(opts.compile), "lanes": bool(opts.lanes)})
     lines = [f'port = {port}', f'data_dir = "{folder / policy}"', f'policy = "{policy}"', f'device = "{opts.device}"',
              f'preload_models = ["{MODEL}"]', f'default_model = "{MODEL}"', 'first_segment_chars = 0',
              'realtime_first_chars = 0', f'max_waiting = {4 * opts.requests}', 'busy_timeout_ms = 600000',
-             'max_input_chars = 4096', '', '[[models]]', f'id = "{MODEL}"', 'family = "orpheus"',
+             'max_input_chars = 4096', '', '[[models]]', f'id = "{MODEL}"', f'family = "{opts.family}"',
              f'path = "{model_dir}"'] + [f"{k} = {json.dumps(v)}" for k, v in options.items()]
     path = folder / f"{policy}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def frames_of(text: str, frame_s: float) -> int:
+    """Frames of speech for `text` at bench/workload.py's human rate (at least 4)."""
+    return max(4, round(len(text) / CHARS_PER_S / frame_s))
 
 
 async def realtime_client(url: str, text: str, delay_s: float) -> Listener:
@@ -58,7 +73,7 @@ async def realtime_client(url: str, text: str, delay_s: float) -> Listener:
     await asyncio.sleep(delay_s)
     async with connect(url, max_size=None) as ws:
         json.loads(await ws.recv())  # session.created
-        await ws.send(json.dumps({"type": "session.update", "session": {"voice": f"len{audio_frames(text)}"}}))
+        await ws.send(json.dumps({"type": "session.update", "session": {"voice": f"len{len(text)}"}}))
         json.loads(await ws.recv())  # session.updated
         listener = Listener(time.monotonic())
         await ws.send(json.dumps({"type": "text.append", "text": text}))
@@ -78,7 +93,7 @@ async def realtime_client(url: str, text: str, delay_s: float) -> Listener:
 async def rest_client(client: httpx.AsyncClient, text: str, delay_s: float) -> Listener:
     await asyncio.sleep(delay_s)
     listener = Listener(time.monotonic())
-    body = {"model": MODEL, "voice": f"len{audio_frames(text)}", "input": text, "response_format": "pcm"}
+    body = {"model": MODEL, "voice": f"len{len(text)}", "input": text, "response_format": "pcm"}
     async with client.stream("POST", "/v1/audio/speech", json=body) as response:
         if response.status_code != 200:
             listener.refused = True
@@ -141,7 +156,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--size", default="full", help="full: Orpheus-3B shapes; tiny: a shake-down on the CPU")
+    parser.add_argument("--size", default="full", help="full: Orpheus-3B (Qwen3-TTS 1.7B) shapes; tiny: a shake-down on the CPU")
+    parser.add_argument("--family", default="orpheus", choices=sorted(FAMILIES))
     parser.add_argument("--out", default="bench/results/goodput_orpheus.json")
     opts = parser.parse_args()
     from models.checkpoint import write_random
@@ -149,9 +165,14 @@ def main() -> None:
     texts = load_texts(Path(opts.workload)) if opts.workload else load_texts()
     rates = [float(r) for r in opts.rates.split(",")]
     folder = Path(tempfile.mkdtemp(prefix="goodput-"))
-    model_dir = write_random("orpheus", opts.size, folder / "orpheus", seed=opts.seed, weights=False)
-    cost = json.loads(Path(opts.cost).read_text()) if Path(opts.cost).is_file() else None
-    record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None, "transport": "rest" if opts.rest else "realtime",
+    family = FAMILIES[opts.family]
+    if opts.family == "orpheus":
+        model_dir = write_random("orpheus", opts.size, folder / "orpheus", seed=opts.seed, weights=False)
+    else:
+        model_dir = write_random(opts.family, opts.size, folder / opts.family, seed=opts.seed)
+    cost = json.loads(Path(opts.cost).read_text()) if Path(opts.cost).is_file() and opts.family == "orpheus" else None
+    record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None, "family": opts.family, "size": opts.size,
+                    "transport": "rest" if opts.rest else "realtime",
                     "requests_per_rate": opts.requests, "policies": {}}
     for n, policy in enumerate(opts.policies.split(",")):
         port = opts.port + n
@@ -160,9 +181,11 @@ def main() -> None:
         try:
             load_s = wait_ready(base, process, 900)
             record["gpu"] = record["gpu"] or gpu_name()
-            for frames in sorted({audio_frames(t) for t in texts}):
-                httpx.post(f"{base}/v1/presets", json={"name": f"len{frames}", "model": MODEL, "voice": "tara",
-                                                       "settings": {"force_tokens": 7 * frames}}).raise_for_status()
+            for chars in sorted({len(t) for t in texts}):  # a preset per text length: its forced frames
+                frames = frames_of("x" * chars, family["frame_s"])
+                httpx.post(f"{base}/v1/presets", json={
+                    "name": f"len{chars}", "model": MODEL, "voice": family["voice"],
+                    "settings": {"force_tokens": family["tokens_per_frame"] * frames}}).raise_for_status()
             asyncio.run(wave(base, poisson(texts, 4.0, 16, opts.seed + 99), bool(opts.rest)))  # warm-up
             rows = []
             for rate in rates:
@@ -214,7 +237,8 @@ def plot(record: dict, path: Path) -> None:
     axis.axhline(0.9, color="grey", linewidth=0.8)
     axis.set_xlabel("arrival rate, requests/s (Poisson)")
     axis.set_ylabel("SLO attainment (TTFA <= 200 ms, no stall)")
-    axis.set_title(f"Orpheus-3B on {record['gpu']} ({record['transport']})")
+    name = "Orpheus-3B" if record.get("family", "orpheus") == "orpheus" else "Qwen3-TTS 1.7B"
+    axis.set_title(f"{name} on {record['gpu']} ({record['transport']})")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
