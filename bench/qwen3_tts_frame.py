@@ -1,15 +1,27 @@
-"""Qwen3-TTS frame time against its memory floor (issue 15, item 5), as the runner runs it today.
+"""Qwen3-TTS frame time against its memory floor (issue 15, item 5), as the runner runs it.
 
-    python bench/qwen3_tts_frame.py --size full --batches 1,64,256 --out bench/results/qwen3_tts_frame.json
+    python bench/qwen3_tts_frame.py --size full --batches 1,64,256 --parity 4 --out bench/results/qwen3_tts_frame.json
 
 A random checkpoint of `--size` (models/qwen3_tts_checkpoint.py `write_random`: bf16 talker,
 float32 codec) is written to a temporary folder and loaded as the server loads it
-(models/qwen3_tts.py `load`, then engine/runner.py `build_runner`: models/qwen3_tts_runner.py,
-eager: no CUDA graphs yet). For each batch B, B requests of forced length (sampling on: the
-family's defaults) run through the real `EngineCore` (policy fifo: the codec decodes in the
-step); once all B decode, each frame's `decode` call (talker step + 15 predictor steps +
-sampling + the host readback that ends it) is timed by the runner itself (`Timing("step")`,
-host clock, the call ends in a device-to-host copy) and the median of `--frames` is reported.
+(models/qwen3_tts.py `load`, then engine/runner.py `build_runner`: models/qwen3_tts_runner.py).
+By default the frame runs on its static buffers, as CUDA graphs on a GPU
+(models/qwen3_tts_frame_graphs.py: the talker step per (batch, attention-length) bucket, the
+sampling and the predictor's 15 steps per batch bucket; their capture time and memory are
+recorded); `--eager` runs the runner's eager path instead (same shapes, host-built inputs).
+`--attention sdpa` gives the talker SDPA over a mask instead of models/decode_attention.py
+(the attention of the records made before the frame graphs). The predictor-only graphs of
+`qwen3_tts_frame_graphs_h200.json` are gone (commit 07dbdcc still has them). For each batch B, B
+requests of forced length (sampling on: the family's defaults) run through the real
+`EngineCore` (policy fifo: the codec decodes in the step); once all B decode, each frame's
+`decode` call (talker step + 15 predictor steps + sampling + the host readback that ends it)
+is timed by the runner itself (`Timing("step")`, host clock, the call ends in a
+device-to-host copy) and the median of `--frames` is reported, with how many of the frames
+replayed the graphs.
+
+`--parity N` first runs N seeded requests (texts of different lengths, 12 + i % 16 frames, at
+most 8 prefilled a step, attention buckets of 32 positions so that steps cross them) with the
+frame graphs and eagerly, and counts the requests whose frames are the same.
 
 floor = (talker weights read once + the predictor's layers read once per predictor step (15)
 + its 15 heads once + the talker KV of B rows at the frames' mean context) / the copy
@@ -29,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -62,7 +75,20 @@ def floor_bytes(talker: torch.nn.Module, batch: int, context: int, kv_per_token:
             "kv": batch * context * kv_per_token}
 
 
-def run_batch(runner: object, batch: int, frames: int, warmup: int, voice: str) -> dict[str, float]:
+def load_runner(folder: Path, device: str, max_seq_len: int, max_running: int, graphs: bool,
+                attention: str = "triton", attn_block: int | None = None) -> Any:
+    """The server's load, then the runner with its own options (models/qwen3_tts.py's OPTIONS,
+    which `load` checks a folder's options against, lists only `predictor_graphs`)."""
+    parts = qwen3_tts.load("bench", folder, {"max_seq_len": max_seq_len}, device)
+    options: dict[str, Any] = {"frame_graphs": graphs, "triton_attention": attention == "triton"}
+    if attn_block:
+        options["attn_block"] = attn_block
+    parts.options.update(options)
+    return build_runner("bench", parts, device, max_running)
+
+
+def run_batch(runner: Any, batch: int, frames: int, warmup: int, voice: str) -> dict[str, Any]:
+    counts = dict(runner.frame_counts)
     core = EngineCore(runner, EngineConfig(policy="fifo", max_predicted_ttfa_ms=0, max_waiting=4096))  # type: ignore[arg-type]
     timings: list[tuple[int, float]] = []
     take = runner.take_timings  # type: ignore[attr-defined]
@@ -88,8 +114,10 @@ def run_batch(runner: object, batch: int, frames: int, warmup: int, voice: str) 
     runner.take_timings = take  # type: ignore[attr-defined]
     runner.take_timings()  # type: ignore[attr-defined]
     ms = [m for _, m in timings[warmup:]]
+    paths = {k: v - counts[k] for k, v in runner.frame_counts.items()}  # frames (steps, prefills) by path
     return {"frame_ms": statistics.median(ms) if ms else float("nan"), "frames_timed": len(ms),
-            "context": int(statistics.fmean(c for c, _ in timings[warmup:])) if ms else 0, "wall_s": round(wall_s, 1)}
+            "context": int(statistics.fmean(c for c, _ in timings[warmup:])) if ms else 0, "wall_s": round(wall_s, 1),
+            "paths": paths}
 
 
 def profile(runner: object, batch: int, path: Path, command: str) -> None:
@@ -112,26 +140,31 @@ def profile(runner: object, batch: int, path: Path, command: str) -> None:
     print("\n".join(lines[2:]))
 
 
-def check_parity(folder: Path, device: str, n: int) -> dict[str, int]:
-    """Frames of `n` seeded requests (12 frames each, sampling on) with and without the predictor graphs."""
-    frames = []
+def check_parity(folder: Path, device: str, n: int, attention: str) -> dict[str, Any]:
+    """Frames of `n` seeded requests (sampling on) with the frame graphs and eagerly: texts of
+    different lengths, 12 + i % 16 frames each, attention-length buckets of 32 positions."""
+    frames, counts = [], {}
     for graphs in (False, True):
-        parts = qwen3_tts.load("bench", folder, {"max_seq_len": 256, "predictor_graphs": graphs}, device)
-        runner = build_runner("bench", parts, device, n)
+        runner = load_runner(folder, device, 256, n, graphs, attention, attn_block=32)
         core = EngineCore(runner, EngineConfig(policy="fifo", max_predicted_ttfa_ms=0))
         requests = []
         for i in range(n):
-            spec = SpeechRequest(f"p{i}", "bench", (TEXT,), runner.spec.voices[0],
-                                 options={"seed": i, "force_tokens": 12})
+            words = TEXT.split()
+            text = " ".join(words[:3 + i % len(words)])
+            spec = SpeechRequest(f"p{i}", "bench", (text,), runner.spec.voices[0],
+                                 options={"seed": i, "force_tokens": 12 + i % 16})
             requests.append(core.add(spec, runner.spec.prepare(spec)))
         while core.has_work:
             core.step()
         frames.append([list(r.tokens) for r in requests])
-        del core, runner, parts
+        counts = dict(runner.frame_counts)
+        runner.close()
+        del core, runner
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     same = sum(a == b for a, b in zip(*frames))
-    print(f"parity: {same} of {n} requests give the same frames with the predictor graphs", flush=True)
-    return {"requests": n, "same": same}
+    print(f"parity: {same} of {n} requests give the same frames with the frame graphs as eagerly "
+          f"(frames by path with the graphs: {counts})", flush=True)
+    return {"requests": n, "same": same, "paths": counts}
 
 
 def main() -> None:
@@ -144,9 +177,13 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--profile", default="", help="also write a torch.profiler table of 5 frames at the "
                         "first batch to this file (self CPU and CUDA time per op)")
-    parser.add_argument("--eager", action="store_true", help="the plain eager loop (no predictor graphs)")
+    parser.add_argument("--eager", action="store_true", help="the runner's eager path (no frame buffers or graphs)")
+    parser.add_argument("--attention", default="triton", choices=["triton", "sdpa"],
+                        help="the talker's decode attention on a GPU (triton: models/decode_attention.py)")
+    parser.add_argument("--attn-block", type=int, default=0, help="attention-length buckets of this many "
+                        "positions (0: the runner's default)")
     parser.add_argument("--parity", type=int, default=0, help="first check that N seeded requests give the same "
-                        "frames with the predictor graphs as eagerly")
+                        "frames with the frame graphs as eagerly")
     parser.add_argument("--out", default="bench/results/qwen3_tts_frame.json")
     opts = parser.parse_args()
     batches = [int(b) for b in opts.batches.split(",")]
@@ -154,12 +191,12 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="qwen3_tts_bench_"))
     write_random(opts.size, folder)
     written_s = time.perf_counter() - t0
-    parity = check_parity(folder, opts.device, opts.parity) if opts.parity else None
-    parts = qwen3_tts.load("bench", folder, {"max_seq_len": opts.max_seq_len, "predictor_graphs": not opts.eager},
-                           opts.device)
-    runner = build_runner("bench", parts, opts.device, max(batches))
-    loaded_s = time.perf_counter() - t0 - written_s
-    talker = parts.backbone.talker if hasattr(parts.backbone, "talker") else parts.backbone
+    parity = check_parity(folder, opts.device, opts.parity, opts.attention) if opts.parity else None
+    t1 = time.perf_counter()
+    runner = load_runner(folder, opts.device, opts.max_seq_len, max(batches), not opts.eager, opts.attention,
+                         opts.attn_block or None)
+    loaded_s = time.perf_counter() - t1
+    talker = runner.talker
     args = talker.args
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2  # k and v, bf16
     gpu = torch.cuda.get_device_name(0) if opts.device.startswith("cuda") else "cpu"
@@ -174,11 +211,17 @@ def main() -> None:
         rows.append({"batch": batch, **result, "floor_ms": round(floor_ms, 3), "bytes": parts_bytes,
                      "x_floor": round(result["frame_ms"] / floor_ms, 2), "real_time": result["frame_ms"] <= 80.0})
         print(f"batch {batch:4d}  frame {result['frame_ms']:8.2f} ms  floor {floor_ms:7.3f} ms  "
-              f"x{result['frame_ms'] / floor_ms:6.1f}  context {result['context']}  ({result['frames_timed']} frames)",
-              flush=True)
+              f"x{result['frame_ms'] / floor_ms:6.1f}  context {result['context']}  ({result['frames_timed']} frames; "
+              f"by path {result['paths']})", flush=True)
+    graphs = runner.frame_graphs
     out = {"command": "python " + " ".join(sys.argv), "gpu": gpu,
            "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs", "torch": torch.__version__, "size": opts.size,
-           "predictor_graphs": bool(getattr(runner, "predictor_graphs", None) and runner.predictor_graphs.graphs),
+           "mode": "eager" if opts.eager else "frame_graphs", "attention": runner.attention,
+           "frame_graphs": None if graphs is None else {
+               "captured": graphs.num_graphs, "batch_buckets": len(runner.batch_buckets),
+               "length_buckets": len(runner.length_buckets), "capture_s": round(graphs.capture_s, 1),
+               "capture_mib": round(graphs.capture_bytes / 2**20, 1),
+               "buffers_mib": round((graphs.memory_bytes() - graphs.capture_bytes) / 2**20, 1)},
            "parity": parity, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "write_s": round(written_s, 1),
            "load_s": round(loaded_s, 1), "rows": rows}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)

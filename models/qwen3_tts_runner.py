@@ -1,10 +1,20 @@
 """Runner (engine/runner.py) for Qwen3-TTS: one whole 80 ms frame per engine step.
 
-A step for B running rows is the talker's decode step (codebook 0's logits) then the code
-predictor's 15 steps (codebooks 1..15), all rows together; codes are sampled on the device
-(models/qwen3_tts_sampling.py) and read back at the end of the step, so `decode` returns this
-step's frames (models/qwen3_tts_spec.py packs each into one token). Not here: CUDA graphs of
-the frame and Orpheus' one-step-late readback (engine/model_runner.py), which only pay on a GPU.
+A step for the rows below the highest running slot, padded to a batch bucket, is the
+talker's decode step (codebook 0's logits) then the code predictor's 15 steps (codebooks
+1..15), all rows together; codes are sampled on the device (models/qwen3_tts_sampling.py)
+and read back at the end of the step, so `decode` returns this step's frames
+(models/qwen3_tts_spec.py packs each into one token). Not here: Orpheus' one-step-late
+readback (engine/model_runner.py).
+
+Two paths run a frame, with the same functions (`_talker_step`, `_sample_frame`) and the
+same bucketed shapes, so they give the same codes:
+- the frame's buffers (models/qwen3_tts_frame_graphs.py, option `frame_graphs`: default on a
+  GPU, where they replay as CUDA graphs per (batch, attention-length) bucket; on a CPU the
+  same buffers run eagerly): the host fills one pinned buffer of positions, frame indices and
+  active rows per step;
+- eager (`frame_graphs` off, or a batch wanting more top-k candidates than a graph holds):
+  text rows and positions built on the host each step.
 
 Device state per KV slot (row b = slot b, as engine/model_runner.py): the talker's KV cache
 `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` (position `max_seq_len`: a
@@ -27,6 +37,7 @@ one lane beside the steps; GPU: in the step (no stream partition for this family
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Sequence
 
@@ -34,25 +45,37 @@ import numpy as np
 import torch
 
 from engine.lm_spec import LMSpec
-from engine.model_runner import device_name
+from engine.model_runner import buckets, device_name
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Request
 from engine.runner import LMParts, Runner
 from engine.types import ChunkOut
 from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
+from models.qwen3_tts_frame_graphs import TOP_K as GRAPH_TOP_K, FrameGraphs
 from models.qwen3_tts_generate import MIN_FRAMES
-from models.qwen3_tts_graphs import TOP_K as GRAPH_TOP_K, PredictorGraphs
 from models.qwen3_tts_sampling import sample_codes
-from models.qwen3_tts_spec import STOP, Extra, QwenPrepared, pack_frame
+from models.qwen3_tts_spec import STOP, QwenPrepared, pack_frame
 
 MAX_SEQ_LEN = 2048  # talker positions per slot: prompt + frames (2048 frames = 164 s)
 STEPS_PER_FRAME = 16  # draws per frame: the seed's step counter advances by this much a frame
+# A step's attention reads the cache in multiples of this many positions: 4 length buckets at
+# 2048 positions (Orpheus: 256), so 20 batch x 4 length talker graphs at 256 slots (the Triton
+# attention skips keys past each row's position, so a coarse bucket costs little).
+ATTN_BLOCK = 512
+
+
+def length_buckets(max_seq_len: int, block: int) -> list[int]:
+    """The attention lengths a decode step reads: multiples of `block`, and `max_seq_len`."""
+    return sorted({min(max_seq_len, block * k) for k in range(1, -(-max_seq_len // block) + 1)})
 
 
 class Qwen3TTSRunner(Runner):
     """Options (`LMParts.options`): `max_seq_len` (default MAX_SEQ_LEN), `max_codec_batch` (32),
-    `max_prefill_batch` (8); `max_running` is build_runner's."""
+    `max_prefill_batch` (8), `frame_graphs` (the frame's static buffers, CUDA graphs on a GPU;
+    default: on a GPU; `predictor_graphs` is its older name), `attn_block` (ATTN_BLOCK),
+    `triton_attention` (GPU: models/decode_attention.py for the talker's decode attention;
+    true); `max_running` is build_runner's."""
 
     has_backbone = True
     spec: LMSpec
@@ -63,7 +86,8 @@ class Qwen3TTSRunner(Runner):
         self.max_seq_len = int(options.get("max_seq_len", MAX_SEQ_LEN))
         self.max_codec_batch = int(options.get("max_codec_batch", 32))
         self.max_prefill_batch = int(options.get("max_prefill_batch", 8))
-        assert self.max_seq_len >= 2 and self.max_codec_batch >= 1 and self.max_prefill_batch >= 1
+        attn_block = int(options.get("attn_block", ATTN_BLOCK))
+        assert self.max_seq_len >= 2 and self.max_codec_batch >= 1 and self.max_prefill_batch >= 1 and attn_block >= 1
         self.model, self.codec = parts.backbone, parts.codec  # models.qwen3_tts.Qwen3TTS, Qwen3TTSCodec
         self.talker = talker = self.model.talker
         self.torch_device, self.device = torch.device(device), device_name(device)
@@ -72,18 +96,17 @@ class Qwen3TTSRunner(Runner):
         args, dev = talker.args, self.torch_device
         self.dtype = talker.codec_head.weight.dtype
         self.eos = args.codec_eos_token_id
+        self.batch_buckets = buckets(max_running)  # a step runs slot rows [0, bucket)
+        self.length_buckets = length_buckets(self.max_seq_len, attn_block)
         talker.set_rope(self.max_seq_len + 1, dev)  # + the spare position
-        talker.code_predictor.setup_cache(max(max_running, self.max_prefill_batch), dev, self.dtype)
-        # models/qwen3_tts_graphs.py: captured on a GPU by default; `predictor_graphs` on a CPU
-        # runs the same buffers eagerly (tests), off: the plain eager loop.
-        use_graphs = bool(options.get("predictor_graphs", dev.type == "cuda"))
-        self.predictor_graphs = PredictorGraphs(talker.code_predictor, max(max_running, self.max_prefill_batch),
-                                                args.hidden_size, self.dtype, dev) if use_graphs else None
+        talker.code_predictor.setup_cache(max_running, dev, self.dtype)
         self.kv_cache = torch.zeros(2, args.num_hidden_layers, max_running, args.num_key_value_heads,
                                     self.max_seq_len + 1, args.head_dim, dtype=self.dtype, device=dev)
         for i, layer in enumerate(talker.model.layers):
             layer.self_attn.kv_cache = self.kv_cache[:, i]
+        self.attention = self._set_attention(bool(options.get("triton_attention", True)))
         n = max_running
+        self.row_index = torch.arange(n, device=dev)
         self.summed = torch.zeros(n, args.hidden_size, dtype=self.dtype, device=dev)
         self.seen = torch.zeros(n, args.vocab_size, dtype=torch.bool, device=dev)
         floats = {name: torch.ones(n, device=dev) for name in ("temperature", "top_p", "penalty",
@@ -98,38 +121,66 @@ class Qwen3TTSRunner(Runner):
             pad_id = torch.tensor([args.tts_pad_token_id], device=dev)
             self.pad = talker.embed_text(pad_id)[0].clone()
         self._codec_states: dict[str, Any] = {}  # request id -> models.qwen3_tts_codec.CodecState
-        if self.predictor_graphs is not None and dev.type == "cuda":
+        # models/qwen3_tts_frame_graphs.py: captured on a GPU by default; on a CPU `frame_graphs`
+        # runs the same buffers eagerly (tests); off: the eager path.
+        use_graphs = bool(options.get("frame_graphs", options.get("predictor_graphs", dev.type == "cuda")))
+        self.frame_graphs = FrameGraphs(self) if use_graphs else None
+        self.frame_counts = {"graphed": 0, "buffers": 0, "eager": 0}  # frames made by each path (steps, prefills)
+        if self.frame_graphs is not None and dev.type == "cuda":
             with torch.inference_mode():
-                self.predictor_graphs.capture()
+                self.frame_graphs.capture()
 
-    # -- one frame for rows of the batch --------------------------------------------------
+    def _set_attention(self, use_triton: bool) -> str:
+        """The talker's decode attention: Triton (models/decode_attention.py, split-K sized from
+        the SMs) on a GPU for bf16/fp16 and a head_dim that is a power of two >= 64; else SDPA
+        over the additive mask. Returns "triton" or "sdpa"."""
+        head_dim, attention = self.talker.args.head_dim, None
+        if use_triton and self.torch_device.type == "cuda" and self.dtype in (torch.bfloat16, torch.float16) \
+                and head_dim >= 64 and head_dim & (head_dim - 1) == 0:
+            from models.decode_attention import decode_attention
 
-    def _frame(self, rows: torch.Tensor, hidden: torch.Tensor, steps: torch.Tensor, active: torch.Tensor,
-               extras: Sequence[Extra]) -> torch.Tensor:
-        """Codes int64 `[B, 16]` of slots `rows` (int64 `[B]`) from their talker hidden states
-        `[B, H]` at frame index `steps` (int64 `[B]`); the slot state advances where `active`."""
+            sms = torch.cuda.get_device_properties(self.torch_device).multi_processor_count
+            attention = functools.partial(decode_attention, target_programs=2 * sms)
+        for layer in self.talker.model.layers:
+            layer.self_attn.decode_attention_fn = attention
+        return "sdpa" if attention is None else "triton"
+
+    # -- a frame of slot rows [0, batch): both paths ----------------------------------------
+
+    def _talker_step(self, x: torch.Tensor, write_positions: torch.Tensor, length: int) -> torch.Tensor:
+        """The talker's decode step of slot rows `[0, B)`: inputs `[B, H]` written at
+        `write_positions` (int64 `[B]`; rows outside the step: the spare position), attention over
+        cache positions `[0, length)`. Returns hidden states `[B, H]`."""
+        visible = torch.arange(length, device=x.device)[None, :] <= write_positions[:, None]
+        set_context(Context(False, self.row_index[:len(x)], write_positions,
+                            additive(visible[:, None, None, :], self.dtype), length))
+        try:
+            return self.talker(x, write_positions)
+        finally:
+            reset_context()
+
+    def _sample_frame(self, batch: int, hidden: torch.Tensor, steps: torch.Tensor, active: torch.Tensor,
+                      width: int, sub_width: int) -> torch.Tensor:
+        """Codes int64 `[batch, 16]` of slot rows `[0, batch)` from their talker hidden states
+        `[batch, H]` at frame indices `steps` (int64 `[batch]`); top-k over `width` candidates
+        for codebook 0 and `sub_width` for the predictor's (each >= every row's own top_k). The
+        slots' `seen` and `summed` advance where `active` (bool `[batch]`)."""
+        rows = slice(0, batch)  # views of the per-slot state, no gathers
         logits = self.talker.compute_logits(hidden)
-        allowed = self.allowed.expand(len(rows), -1).clone()
+        allowed = self.allowed.expand(batch, -1).clone()
         allowed[:, self.eos] = (steps >= MIN_FRAMES) & ~self.forced[rows]
         seeds, draw = self.seeds[rows], steps * STEPS_PER_FRAME
-        first = sample_codes(logits, self.temperature[rows], self.top_k[rows], self.top_p[rows], seeds, draw,
-                             max(e.top_k for e in extras), penalty=self.penalty[rows], seen=self.seen[rows],
-                             allowed=allowed)
+        first = sample_codes(logits, self.temperature[rows], self.top_k[rows], self.top_p[rows], seeds, draw, width,
+                             penalty=self.penalty[rows], seen=self.seen[rows], allowed=allowed)
         sub_temperature, sub_top_k, sub_top_p = self.sub_temperature[rows], self.sub_top_k[rows], self.sub_top_p[rows]
-        sub_k = max(e.sub_top_k for e in extras)
-        first_embed = self.talker.embed_codec(first)
-        if self.predictor_graphs is not None and sub_k <= GRAPH_TOP_K:  # the 15 depth steps as one graph
-            codes, summed = self.predictor_graphs.run(hidden=hidden, first_embed=first_embed, first=first,
-                                                      temperature=sub_temperature, top_k=sub_top_k,
-                                                      top_p=sub_top_p, seeds=seeds, draw=draw)
-        else:
-            def sample(step_logits: torch.Tensor, step: int) -> torch.Tensor:
-                return sample_codes(step_logits, sub_temperature, sub_top_k, sub_top_p, seeds, draw + 1 + step, sub_k)
 
-            frame: tuple[torch.Tensor, torch.Tensor] = self.talker.code_predictor.predict_frame(
-                hidden, first_embed, first, sample)
-            codes, summed = frame
-        self.seen[rows, first] |= active
+        def sample(step_logits: torch.Tensor, step: int) -> torch.Tensor:
+            return sample_codes(step_logits, sub_temperature, sub_top_k, sub_top_p, seeds, draw + 1 + step, sub_width)
+
+        frame: tuple[torch.Tensor, torch.Tensor] = self.talker.code_predictor.predict_frame(
+            hidden, self.talker.embed_codec(first), first, sample)
+        codes, summed = frame
+        self.seen[self.row_index[:batch], first] |= active
         self.summed[rows] = torch.where(active[:, None], summed, self.summed[rows])
         return codes
 
@@ -144,6 +195,12 @@ class Qwen3TTSRunner(Runner):
         prepared = request.prepared
         assert isinstance(prepared, QwenPrepared) and prepared.extra is not None and prepared.sampling is not None
         return prepared
+
+    @staticmethod
+    def _widths(prepared: Sequence[QwenPrepared]) -> tuple[int, int]:
+        """The top-k widths a batch needs: codebook 0's, the predictor's."""
+        extras = [p.extra for p in prepared if p.extra is not None]
+        return max(e.top_k for e in extras), max(e.sub_top_k for e in extras)
 
     # -- what the engine calls ------------------------------------------------------------
 
@@ -166,13 +223,31 @@ class Qwen3TTSRunner(Runner):
             finally:
                 reset_context()
             last = torch.tensor(np.cumsum(lens) - 1, device=dev)
-            zeros = torch.zeros(len(requests), dtype=torch.int64, device=dev)
-            codes = self._frame(rows, hidden[last], zeros, torch.ones_like(zeros, dtype=torch.bool),
-                                [p.extra for p in prepared if p.extra is not None]).tolist()
+            codes = self._first_frame([r.slot for r in requests], hidden[last], prepared)
         for request in requests:
             self._codec_states[request.request_id] = self.codec.new_state()
         self._timings.append(Timing("prefill", sum(lens), 1, 1000.0 * (time.perf_counter() - t0)))
-        return self._outs(requests, codes)
+        return self._outs(requests, codes.tolist())
+
+    def _first_frame(self, slots: list[int], hidden: torch.Tensor, prepared: Sequence[QwenPrepared]) -> np.ndarray:
+        """Frame 0 of `slots` from their prompts' last hidden states `[P, H]`, as a decode step
+        samples (slot rows, the same bucket). Returns int64 codes `[P, 16]`."""
+        batch = next(b for b in self.batch_buckets if b > max(slots))
+        width, sub_width = self._widths(prepared)
+        if self.frame_graphs is not None:
+            self.frame_graphs.set_text(slots, [p.prompt.trailing for p in prepared])
+            if max(width, sub_width) <= GRAPH_TOP_K:
+                codes, graphed = self.frame_graphs.first_frame(batch, slots, hidden)
+                self.frame_counts["graphed" if graphed else "buffers"] += 1
+                return codes
+        rows = torch.tensor(slots, dtype=torch.int64, device=hidden.device)
+        full = hidden.new_zeros(batch, hidden.shape[1])
+        full[rows] = hidden
+        active = torch.zeros(batch, dtype=torch.bool, device=hidden.device)
+        active[rows] = True
+        self.frame_counts["eager"] += 1
+        steps = torch.zeros(batch, dtype=torch.int64, device=hidden.device)
+        return self._sample_frame(batch, full, steps, active, width, sub_width).cpu().numpy()[slots]
 
     def _reset(self, rows: torch.Tensor, prepared: Sequence[QwenPrepared]) -> None:
         """A slot's state for its new owner: nothing seen, the request's settings."""
@@ -196,30 +271,39 @@ class Qwen3TTSRunner(Runner):
         if not requests:
             return Tokens([], [], [])
         t0 = time.perf_counter()
-        dev, batch = self.torch_device, max(r.slot for r in requests) + 1
-        write = [self.max_seq_len] * batch  # rows outside the step write the spare position
-        steps, active = [0] * batch, [False] * batch
+        slots = [r.slot for r in requests]
+        steps = [len(r.tokens) for r in requests]  # frame j's input: frame j - 1's codes and text row j - 1
+        writes = [len(r.prepared.prompt_ids) + j - 1 for r, j in zip(requests, steps)]
+        width, sub_width = self._widths([self._prepared(r) for r in requests])
+        batch = next(b for b in self.batch_buckets if b > max(slots))
+        context = max(writes) + 1
+        length = next(n for n in self.length_buckets if n >= context)
         with torch.inference_mode():
-            text = self.pad.expand(batch, -1).clone()
-            for r in requests:  # frame j's input: frame j - 1's codes and text row j - 1
-                j = len(r.tokens)
-                write[r.slot], steps[r.slot], active[r.slot] = len(r.prepared.prompt_ids) + j - 1, j, True
-                trailing = self._prepared(r).prompt.trailing
-                if j - 1 < trailing.shape[0]:
-                    text[r.slot] = trailing[j - 1]
-            length = max(write[r.slot] for r in requests) + 1
-            positions = torch.tensor(write, dtype=torch.int64, device=dev)
-            rows = torch.arange(batch, device=dev)
-            visible = torch.arange(length, device=dev)[None, :] <= positions[:, None]
-            set_context(Context(False, rows, positions, additive(visible[:, None, None, :], self.dtype), length))
-            try:
-                hidden = self.talker(self.summed[:batch] + text, positions)
-            finally:
-                reset_context()
-            codes = self._frame(rows, hidden, torch.tensor(steps, device=dev), torch.tensor(active, device=dev),
-                                [self._prepared(r).extra for r in requests]).tolist()  # type: ignore[misc]
-        self._timings.append(Timing("step", batch, length, 1000.0 * (time.perf_counter() - t0)))
-        return self._outs(requests, [codes[r.slot] for r in requests])
+            if self.frame_graphs is not None and max(width, sub_width) <= GRAPH_TOP_K:
+                codes, graphed = self.frame_graphs.decode(batch, length, slots, writes, steps)
+                self.frame_counts["graphed" if graphed else "buffers"] += 1
+            else:
+                codes = self._decode_eager(requests, batch, length, writes, steps, width, sub_width)
+                self.frame_counts["eager"] += 1
+        self._timings.append(Timing("step", batch, context, 1000.0 * (time.perf_counter() - t0)))
+        return self._outs(requests, codes.tolist())
+
+    def _decode_eager(self, requests: Sequence[Request], batch: int, length: int, writes: list[int],
+                      steps: list[int], width: int, sub_width: int) -> np.ndarray:
+        """`decode`'s frame with its inputs built on the host (positions, text rows), no static
+        buffers. Returns int64 codes `[len(requests), 16]`."""
+        dev = self.torch_device
+        write, step, active = [self.max_seq_len] * batch, [0] * batch, [False] * batch
+        text = self.pad.expand(batch, -1).clone()
+        for r, position, j in zip(requests, writes, steps):
+            write[r.slot], step[r.slot], active[r.slot] = position, j, True
+            trailing = self._prepared(r).prompt.trailing
+            if j - 1 < trailing.shape[0]:
+                text[r.slot] = trailing[j - 1]
+        hidden = self._talker_step(self.summed[:batch] + text, torch.tensor(write, device=dev), length)
+        codes = self._sample_frame(batch, hidden, torch.tensor(step, device=dev), torch.tensor(active, device=dev),
+                                   width, sub_width)
+        return codes.cpu().numpy()[[r.slot for r in requests]]
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         """One chunk per item, in order: windows of equal length decode as one batch."""
@@ -235,9 +319,13 @@ class Qwen3TTSRunner(Runner):
 
     def memory_bytes(self) -> int:
         tensors = [*self.talker.parameters(), self.kv_cache, self.seen, self.summed]
-        return int(sum(t.numel() * t.element_size() for t in tensors)) + int(self.codec.memory_bytes())
+        graphs = self.frame_graphs.memory_bytes() if self.frame_graphs is not None else 0
+        return int(sum(t.numel() * t.element_size() for t in tensors)) + graphs + int(self.codec.memory_bytes())
 
     def close(self) -> None:
+        if self.frame_graphs is not None:
+            self.frame_graphs.close()
         for layer in self.talker.model.layers:
             layer.self_attn.kv_cache = None
+            layer.self_attn.decode_attention_fn = None
         self._codec_states.clear()

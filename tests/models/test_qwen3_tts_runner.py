@@ -156,27 +156,6 @@ def test_seeded_sampling_is_the_same_alone_and_batched(qwen3_tts_tiny: Path) -> 
     assert other != alone["a"] and alone["a"] != _run(_core(qwen3_tts_tiny), [_spec("a", max_tokens=12)])[0]["a"]
 
 
-def test_the_predictor_graphs_buffers_give_the_eager_frames(qwen3_tts_tiny: Path) -> None:
-    """models/qwen3_tts_graphs.py on the CPU: the captured function over its static buffers
-    (padded to a bucket: 3 requests run as 4 rows) samples the frames the eager loop does; a
-    batch wanting more top-k candidates than a graph holds runs eagerly."""
-    from models.qwen3_tts_graphs import TOP_K
-
-    specs = [SpeechRequest(rid, "tiny", (TEXTS[rid],), "ryan", options={"seed": 5 + i, "force_tokens": 9})
-             for i, rid in enumerate("abc")]
-    eager = _run(_core(qwen3_tts_tiny), specs)[0]
-    core = _core(qwen3_tts_tiny, predictor_graphs=True)
-    graphs = core.runner.predictor_graphs  # type: ignore[attr-defined]
-    calls = [0]
-    inner = graphs._frame
-    graphs._frame = lambda x: calls.__setitem__(0, calls[0] + 1) or inner(x)
-    assert _run(core, specs)[0] == eager and calls[0] >= 9
-    wide = [SpeechRequest("a", "tiny", (TEXTS["a"],), "ryan",
-                          options={"seed": 5, "force_tokens": 9, "subtalker_top_k": TOP_K + 1})]
-    calls[0] = 0
-    assert _run(core, wide)[0] == _run(_core(qwen3_tts_tiny), wide)[0] and calls[0] == 0
-
-
 def _stop_at(core: EngineCore, frame: int | None = None) -> None:
     """Make the stop id the talker's favourite (from `frame` on; None: always)."""
     runner = core.runner
