@@ -183,7 +183,9 @@ def main() -> None:
     tokens = orpheus.AUDIO_TOKEN_BASE + torch.randint(0, head, (64,), device="cuda")
     reference = None
     for mode, use_gemv, fp8 in (("cublas", False, False), ("gemv", True, False), ("fp8", True, True))[:3 * opts.steps]:
-        runner = make_runner(model, max(batches), context, batches, False, "cuda", True, True, gemv=use_gemv, fp8=fp8)
+        # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
+        runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
+                             gemv=use_gemv, fp8=fp8)
         weight_bytes = model.memory_bytes() - unread_head
         record["checks"][f"weight_bytes_{mode}"] = model.memory_bytes()
         logits = step_logits(runner, tokens, context)
