@@ -50,7 +50,7 @@ class RunnerConfig:
     lm_sms: int = 0  # GPU: SMs of the LM lane's partition and the background codec lane's (0: no partition)
     codec_sms: int = 0
     urgent_codec_batch: int = 8  # the urgent lane's largest codec batch (its graphs)
-    gemv: bool = False  # GPU: decode matmuls of <= 64 rows on models/gemv.py's Triton kernels, not cuBLAS
+    gemv: bool = True  # GPU: one-row decode matmuls on models/gemv.py (models/llama.py GEMV_MAX_ROWS), not cuBLAS
     fp8: bool = False  # GPU: projection weights in float8_e4m3fn, a scale per row (models/llama.py set_matmuls)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 

@@ -240,7 +240,7 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     options: `backbone_path`, `codec_path`, `random_weights` (benchmarks: random weights of
     config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float32" | "fp8"; default
     bf16 on CUDA, float32 on CPU; "fp8": bf16 with the layers' projections in float8_e4m3fn, CUDA
-    only, models/gemv.py), `gemv` (Triton decode matmuls for bf16), `ramp_context` (right context of the first chunk, 0..3,
+    only, models/gemv.py), `gemv` (one-row bf16 decode matmuls on Triton; default on), `ramp_context` (right context of the first chunk, 0..3,
     default RAMP_CONTEXT), and runner settings (engine/model_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
     faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
