@@ -2,12 +2,14 @@
 
 Like nano-vllm's `utils/context.py`: the model's `forward(input_ids, positions)` keeps
 a plain signature and each Attention layer reads how to use its KV cache from here.
-The runner is the only writer (`set_context` / `reset_context`); a single engine
-thread owns a model, so a module-level value is enough.
+The runner is the only writer (`set_context` / `reset_context`). The value is per thread:
+each device worker (engine/engine.py; one per GPU with replicas) steps its own models, and two
+workers' forwards must not see each other's context.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -40,19 +42,22 @@ def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
-_CONTEXT: Context | None = None
+class _Local(threading.local):
+    context: Context | None = None
+
+
+_LOCAL = _Local()
 
 
 def get_context() -> Context:
-    assert _CONTEXT is not None, "attention context not set: call through the model runner"
-    return _CONTEXT
+    context = _LOCAL.context
+    assert context is not None, "attention context not set: call through the model runner"
+    return context
 
 
 def set_context(context: Context) -> None:
-    global _CONTEXT
-    _CONTEXT = context
+    _LOCAL.context = context
 
 
 def reset_context() -> None:
-    global _CONTEXT
-    _CONTEXT = None
+    _LOCAL.context = None

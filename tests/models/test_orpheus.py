@@ -178,3 +178,29 @@ def test_context_frames_cover_the_decoder_receptive_field(orpheus_tiny: Path) ->
     touched = (diff > 0).nonzero().flatten()
     first, last = int(touched.min()) // SAMPLES_PER_FRAME, int(touched.max()) // SAMPLES_PER_FRAME
     assert 6 - CONTEXT_FRAMES <= first < 6 and 6 < last <= 6 + CONTEXT_FRAMES
+
+
+def test_the_attention_context_is_per_thread() -> None:
+    """Two device workers (threads) each set their own context (models/context.py)."""
+    import threading
+
+    import torch
+
+    from models.context import Context, get_context, reset_context, set_context
+
+    seen: dict[str, int] = {}
+    ready, done = threading.Barrier(2), threading.Barrier(2)
+
+    def worker(name: str, slots: int) -> None:
+        set_context(Context(False, torch.arange(slots), torch.zeros(slots, dtype=torch.int64), torch.zeros(1)))
+        ready.wait()  # both have set theirs before either reads
+        seen[name] = len(get_context().slots)
+        done.wait()
+        reset_context()
+
+    threads = [threading.Thread(target=worker, args=(name, n)) for name, n in (("a", 2), ("b", 5))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": 2, "b": 5}
