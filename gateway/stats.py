@@ -1,6 +1,6 @@
 """`GET /v1/stats`: what the live page plots, as JSON (Prometheus has the long view).
 
-  {"time", "device", "policy", "sessions", "requests",
+  {"time", "device", "devices", "policy", "sessions", "requests",
    "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals", "refused",
                    "est_codec_ms", "est_step_ms" (speech LMs), "host_ms_p50" (null before a step),
                    "graphs": {"hit", "miss"} (speech LMs' decode CUDA graphs; {} for a synthesiser),
@@ -41,6 +41,7 @@ async def stats(request: Request) -> JSONResponse:
     return JSONResponse({
         "time": time.time(),
         "device": state.settings.device,
+        "devices": list(state.settings.devices),
         "policy": engine["policy"],
         "sessions": state.metrics.open_sessions(),
         "requests": engine["requests"],
