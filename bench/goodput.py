@@ -14,6 +14,16 @@ with attainment >= 90% (99%). `--rest` uses `POST /v1/audio/speech` (streamed PC
 Beside each measurement: bench/simulate.py's prediction at the same rates from the cost
 model `--cost` (measured on the GPU by bench/cost_model.py). A PNG of attainment vs rate
 is written next to the JSON when matplotlib is installed.
+
+Several GPUs (issue 17), in one run:
+
+    python bench/goodput.py --devices cuda:0,cuda:1 --rates 8,12,14,16,18,21 --out bench/results/goodput_2gpu.json
+
+serves each policy on the first device alone (entries `edf`, `fifo`), then on all of them
+(`edf x2`, `fifo x2`: the server's `devices` setting, a replica a GPU, requests routed by
+slack), the rates times the devices (`--device-counts 1,2` picks the counts; `--scale-rates
+0` keeps the rates as given); the simulated column runs as many replicas. `--size tiny
+--devices cpu:0,cpu:1` shakes the path down on a CPU.
 """
 
 from __future__ import annotations
@@ -39,17 +49,35 @@ from engine.cost import CostModel  # noqa: E402
 MODEL = "orpheus"
 
 
-def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: argparse.Namespace) -> Path:
+def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: argparse.Namespace,
+                 devices: list[str] | None = None, name: str = "") -> Path:
+    """A server config: `policy` on `devices` (default `--device`) in `folder / name` (default the policy)."""
     options = {"random_weights": True, "compile_layers": bool(opts.compile), "max_seq_len": 2048,
                "max_running": opts.max_running, "lanes": bool(opts.lanes)}
-    lines = [f'port = {port}', f'data_dir = "{folder / policy}"', f'policy = "{policy}"', f'device = "{opts.device}"',
+    name = name or policy
+    placed = f'devices = {json.dumps(devices)}' if devices else f'device = "{opts.device}"'
+    lines = [f'port = {port}', f'data_dir = "{folder / name}"', f'policy = "{policy}"', placed,
              f'preload_models = ["{MODEL}"]', f'default_model = "{MODEL}"', 'first_segment_chars = 0',
              'realtime_first_chars = 0', f'max_waiting = {4 * opts.requests}', 'busy_timeout_ms = 600000',
              'max_input_chars = 4096', '', '[[models]]', f'id = "{MODEL}"', 'family = "orpheus"',
              f'path = "{model_dir}"'] + [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    path = folder / f"{policy}.toml"
+    path = folder / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def plan_runs(opts: argparse.Namespace) -> list[tuple[str, str, list[str] | None, list[float]]]:
+    """(label, policy, devices or None for `--device`, rates) of each server to start, in order."""
+    rates = [float(r) for r in opts.rates.split(",")]
+    policies = opts.policies.split(",")
+    if not opts.devices:
+        return [(policy, policy, None, rates) for policy in policies]
+    devices = [d.strip() for d in opts.devices.split(",") if d.strip()]
+    counts = [int(n) for n in opts.device_counts.split(",")] if opts.device_counts else sorted({1, len(devices)})
+    if not all(1 <= n <= len(devices) for n in counts):
+        raise SystemExit(f"--device-counts must be 1..{len(devices)} (the --devices given), got {opts.device_counts}")
+    return [(policy if n == 1 else f"{policy} x{n}", policy, devices[:n],
+             [rate * n for rate in rates] if opts.scale_rates else rates) for n in counts for policy in policies]
 
 
 async def realtime_client(url: str, text: str, delay_s: float) -> Listener:
@@ -118,11 +146,15 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float) ->
     raise RuntimeError("the server did not load the model in time")
 
 
-def gpu_name() -> str:
+def gpu_name(devices: list[str] | None = None) -> str:
+    """The GPU's name (a CUDA device), or each of `devices`', joined; "cpu" without CUDA."""
     try:
         import torch
 
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        if not torch.cuda.is_available():
+            return "cpu"
+        on = [torch.device(d) for d in devices or ["cuda"] if d.startswith("cuda")]
+        return ", ".join(torch.cuda.get_device_name(d) for d in on) if on else "cpu"
     except ImportError:
         return "unknown"
 
@@ -141,25 +173,30 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--devices", default="", help="e.g. cuda:0,cuda:1: one device, then all (module docstring)")
+    parser.add_argument("--device-counts", default="", help="with --devices: how many of them each run uses")
+    parser.add_argument("--scale-rates", type=int, default=1, help="with --devices: rates times the devices used")
     parser.add_argument("--size", default="full", help="full: Orpheus-3B shapes; tiny: a shake-down on the CPU")
     parser.add_argument("--out", default="bench/results/goodput_orpheus.json")
     opts = parser.parse_args()
     from models.checkpoint import write_random
 
     texts = load_texts(Path(opts.workload)) if opts.workload else load_texts()
-    rates = [float(r) for r in opts.rates.split(",")]
+    runs = plan_runs(opts)
     folder = Path(tempfile.mkdtemp(prefix="goodput-"))
     model_dir = write_random("orpheus", opts.size, folder / "orpheus", seed=opts.seed, weights=False)
     cost = json.loads(Path(opts.cost).read_text()) if Path(opts.cost).is_file() else None
-    record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None, "transport": "rest" if opts.rest else "realtime",
-                    "requests_per_rate": opts.requests, "policies": {}}
-    for n, policy in enumerate(opts.policies.split(",")):
+    record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None,
+                    "transport": "rest" if opts.rest else "realtime", "requests_per_rate": opts.requests,
+                    "devices": opts.devices.split(",") if opts.devices else None, "policies": {}}
+    for n, (label, policy, devices, rates) in enumerate(runs):
         port = opts.port + n
         base = f"http://127.0.0.1:{port}"
-        process = serve(write_config(folder, model_dir, policy, port, opts), folder / f"{policy}.log")
+        name = label.replace(" ", "-")
+        process = serve(write_config(folder, model_dir, policy, port, opts, devices, name), folder / f"{name}.log")
         try:
             load_s = wait_ready(base, process, 900)
-            record["gpu"] = record["gpu"] or gpu_name()
+            record["gpu"] = record["gpu"] or gpu_name(devices or [opts.device])
             for frames in sorted({audio_frames(t) for t in texts}):
                 httpx.post(f"{base}/v1/presets", json={"name": f"len{frames}", "model": MODEL, "voice": "tara",
                                                        "settings": {"force_tokens": 7 * frames}}).raise_for_status()
@@ -172,23 +209,27 @@ def main() -> None:
                        "mean_concurrency": mean_concurrency(listeners, wall_s)}
                 if cost is not None:
                     sim, sim_wall = simulate(arrivals, CostModel.from_json(cost), policy=policy,
-                                             max_running=opts.max_running, lanes=bool(opts.lanes))
+                                             max_running=opts.max_running, lanes=bool(opts.lanes),
+                                             replicas=len(devices or [opts.device]))
                     row["simulated"] = {k: v for k, v in summarize(sim, sim_wall).items()
                                         if k in ("attainment", "ttfa_p50_ms", "ttfa_p99_ms", "stall_free")}
                 rows.append(row)
-                print(policy, json.dumps(row), flush=True)
+                print(label, json.dumps(row), flush=True)
             stats = httpx.get(f"{base}/v1/stats").json()["models"].get(MODEL, {})
-            record["policies"][policy] = {"capacity_90": capacity(rows, 0.9), "capacity_99": capacity(rows, 0.99),
-                                          "load_s": round(load_s, 1), "engine": stats, "rates": rows}
+            record["policies"][label] = {"capacity_90": capacity(rows, 0.9), "capacity_99": capacity(rows, 0.99),
+                                         "devices": devices or [opts.device], "gpu": gpu_name(devices or [opts.device]),
+                                         "load_s": round(load_s, 1),
+                                         "engine": stats, "rates": rows}
         finally:
             process.terminate()
             process.wait(60)
         Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
         Path(opts.out).write_text(json.dumps(record, indent=1))
-    print(f"\n{'policy':>6} {'rate':>5} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6} {'sim':>6}")
+    print(f"\n{'policy':>8} {'rate':>5} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} "
+          f"{'conc':>6} {'sim':>6}")
     for policy, entry in record["policies"].items():
         for r in entry["rates"]:
-            print(f"{policy:>6} {r['rate']:5g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
+            print(f"{policy:>8} {r['rate']:5g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
                   f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f} "
                   f"{r.get('simulated', {}).get('attainment', float('nan')):6.3f}")
         print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")
