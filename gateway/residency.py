@@ -68,7 +68,8 @@ class Residency:
         self.engine = engine
         self.library = library if isinstance(library, Library) else None
         self._lookup = library_lookup(library) if isinstance(library, Library) else library
-        self.devices = tuple(devices) or (device,)  # where speech LMs are placed (one replica each)
+        # Where speech LMs are placed, a replica each; "cuda" is cuda:0 (the worker's name, as its runner says).
+        self.devices = tuple("cuda:0" if d == "cuda" else d for d in tuple(devices) or (device,))
         self.device = self.devices[0]
         self.max_loaded_models = max_loaded_models
         self.idle_unload_s = idle_unload_s

@@ -48,7 +48,8 @@ def _run(body: Callable[[Engine, Residency], Awaitable[None]], capacity_mb: dict
         def free_memory(device: str) -> int:  # what the device has less what residency placed there
             return capacity_mb[device] * MB - sum(SIZE for r in residency.residents() if device in r["devices"])
 
-        residency = Residency(engine, lookup, devices=tuple(capacity_mb), loader=kwargs.pop("loader", _loader),
+        residency = Residency(engine, lookup, devices=kwargs.pop("devices", tuple(capacity_mb)),
+                              loader=kwargs.pop("loader", _loader),
                               free_memory=free_memory, min_free_memory_mb=0, memory_factor=1.0, **kwargs)
         try:
             await body(engine, residency)
@@ -112,6 +113,14 @@ def test_an_idle_model_is_evicted_only_for_room_on_a_device_it_holds() -> None:
         assert residency.num_evictions == 2
 
     _run(body, capacity_mb, max_loaded_models=4)
+
+
+def test_cuda_is_the_first_gpu_as_its_runner_names_it() -> None:
+    async def body(engine: Engine, residency: Residency) -> None:
+        (await residency.acquire("a")).release()
+        assert residency.status("a")["devices"] == ["cuda:0"] and engine.stats()["models"]["a"]["worker"] == "cuda:0"
+
+    _run(body, {"cuda:0": 200}, devices=("cuda",))
 
 
 def test_a_model_that_fits_no_device_is_refused_at_once() -> None:
