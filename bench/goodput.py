@@ -21,6 +21,16 @@ the 1.7B shapes, written in bf16 to a temporary folder, ~4 GB; speaker `vivian`;
 not apply to it, so no prediction is printed beside it.
 
     python bench/goodput.py --family qwen3_tts --rates 4,8,16,24,32,48 --out bench/results/goodput_qwen3_tts.json
+
+Several GPUs (issue 17), in one run:
+
+    python bench/goodput.py --devices cuda:0,cuda:1 --rates 8,12,14,16,18,21 --out bench/results/goodput_2gpu.json
+
+serves each policy on the first device alone (entries `edf`, `fifo`), then on all of them
+(`edf x2`, `fifo x2`: the server's `devices` setting, a replica a GPU, requests routed by
+slack), the rates times the devices (`--device-counts 1,2` picks the counts; `--scale-rates
+0` keeps the rates as given); the simulated column runs as many replicas. `--size tiny
+--devices cpu:0,cpu:1` shakes the path down on a CPU.
 """
 
 from __future__ import annotations
@@ -48,16 +58,20 @@ FAMILIES = {"orpheus": {"voice": "tara", "frame_s": 2048 / 24000, "tokens_per_fr
             "qwen3_tts": {"voice": "vivian", "frame_s": 0.08, "tokens_per_frame": 1}}
 
 
-def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: argparse.Namespace) -> Path:
+def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: argparse.Namespace,
+                 devices: list[str] | None = None, name: str = "") -> Path:
+    """A server config: `policy` on `devices` (default `--device`) in `folder / name` (default the policy)."""
     options: dict = {"max_seq_len": 2048, "max_running": opts.max_running}
     if opts.family == "orpheus":
         options.update({"random_weights": True, "compile_layers": bool(opts.compile), "lanes": bool(opts.lanes)})
-    lines = [f'port = {port}', f'data_dir = "{folder / policy}"', f'policy = "{policy}"', f'device = "{opts.device}"',
+    name = name or policy
+    placed = f'devices = {json.dumps(devices)}' if devices else f'device = "{opts.device}"'
+    lines = [f'port = {port}', f'data_dir = "{folder / name}"', f'policy = "{policy}"', placed,
              f'preload_models = ["{MODEL}"]', f'default_model = "{MODEL}"', 'first_segment_chars = 0',
              'realtime_first_chars = 0', f'max_waiting = {4 * opts.requests}', 'busy_timeout_ms = 600000',
              'max_input_chars = 4096', '', '[[models]]', f'id = "{MODEL}"', f'family = "{opts.family}"',
              f'path = "{model_dir}"'] + [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    path = folder / f"{policy}.toml"
+    path = folder / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -65,6 +79,20 @@ def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: ar
 def frames_of(text: str, frame_s: float) -> int:
     """Frames of speech for `text` at bench/workload.py's human rate (at least 4)."""
     return max(4, round(len(text) / CHARS_PER_S / frame_s))
+
+
+def plan_runs(opts: argparse.Namespace) -> list[tuple[str, str, list[str] | None, list[float]]]:
+    """(label, policy, devices or None for `--device`, rates) of each server to start, in order."""
+    rates = [float(r) for r in opts.rates.split(",")]
+    policies = opts.policies.split(",")
+    if not opts.devices:
+        return [(policy, policy, None, rates) for policy in policies]
+    devices = [d.strip() for d in opts.devices.split(",") if d.strip()]
+    counts = [int(n) for n in opts.device_counts.split(",")] if opts.device_counts else sorted({1, len(devices)})
+    if not all(1 <= n <= len(devices) for n in counts):
+        raise SystemExit(f"--device-counts must be 1..{len(devices)} (the --devices given), got {opts.device_counts}")
+    return [(policy if n == 1 else f"{policy} x{n}", policy, devices[:n],
+             [rate * n for rate in rates] if opts.scale_rates else rates) for n in counts for policy in policies]
 
 
 async def realtime_client(url: str, text: str, delay_s: float) -> Listener:
@@ -133,11 +161,15 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float) ->
     raise RuntimeError("the server did not load the model in time")
 
 
-def gpu_name() -> str:
+def gpu_name(devices: list[str] | None = None) -> str:
+    """The GPU's name (a CUDA device), or each of `devices`', joined; "cpu" without CUDA."""
     try:
         import torch
 
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        if not torch.cuda.is_available():
+            return "cpu"
+        on = [torch.device(d) for d in devices or ["cuda"] if d.startswith("cuda")]
+        return ", ".join(torch.cuda.get_device_name(d) for d in on) if on else "cpu"
     except ImportError:
         return "unknown"
 
@@ -156,6 +188,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--devices", default="", help="e.g. cuda:0,cuda:1: one device, then all (module docstring)")
+    parser.add_argument("--device-counts", default="", help="with --devices: how many of them each run uses")
+    parser.add_argument("--scale-rates", type=int, default=1, help="with --devices: rates times the devices used")
     parser.add_argument("--size", default="full", help="full: Orpheus-3B (Qwen3-TTS 1.7B) shapes; tiny: a shake-down on the CPU")
     parser.add_argument("--family", default="orpheus", choices=sorted(FAMILIES))
     parser.add_argument("--out", default="bench/results/goodput_orpheus.json")
@@ -163,7 +198,7 @@ def main() -> None:
     from models.checkpoint import write_random
 
     texts = load_texts(Path(opts.workload)) if opts.workload else load_texts()
-    rates = [float(r) for r in opts.rates.split(",")]
+    runs = plan_runs(opts)
     folder = Path(tempfile.mkdtemp(prefix="goodput-"))
     family = FAMILIES[opts.family]
     if opts.family == "orpheus":
@@ -172,15 +207,16 @@ def main() -> None:
         model_dir = write_random(opts.family, opts.size, folder / opts.family, seed=opts.seed)
     cost = json.loads(Path(opts.cost).read_text()) if Path(opts.cost).is_file() and opts.family == "orpheus" else None
     record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None, "family": opts.family, "size": opts.size,
-                    "transport": "rest" if opts.rest else "realtime",
-                    "requests_per_rate": opts.requests, "policies": {}}
-    for n, policy in enumerate(opts.policies.split(",")):
+                    "transport": "rest" if opts.rest else "realtime", "requests_per_rate": opts.requests,
+                    "devices": opts.devices.split(",") if opts.devices else None, "policies": {}}
+    for n, (label, policy, devices, rates) in enumerate(runs):
         port = opts.port + n
         base = f"http://127.0.0.1:{port}"
-        process = serve(write_config(folder, model_dir, policy, port, opts), folder / f"{policy}.log")
+        name = label.replace(" ", "-")
+        process = serve(write_config(folder, model_dir, policy, port, opts, devices, name), folder / f"{name}.log")
         try:
             load_s = wait_ready(base, process, 900)
-            record["gpu"] = record["gpu"] or gpu_name()
+            record["gpu"] = record["gpu"] or gpu_name(devices or [opts.device])
             for chars in sorted({len(t) for t in texts}):  # a preset per text length: its forced frames
                 frames = frames_of("x" * chars, family["frame_s"])
                 httpx.post(f"{base}/v1/presets", json={
@@ -195,23 +231,27 @@ def main() -> None:
                        "mean_concurrency": mean_concurrency(listeners, wall_s)}
                 if cost is not None:
                     sim, sim_wall = simulate(arrivals, CostModel.from_json(cost), policy=policy,
-                                             max_running=opts.max_running, lanes=bool(opts.lanes))
+                                             max_running=opts.max_running, lanes=bool(opts.lanes),
+                                             replicas=len(devices or [opts.device]))
                     row["simulated"] = {k: v for k, v in summarize(sim, sim_wall).items()
                                         if k in ("attainment", "ttfa_p50_ms", "ttfa_p99_ms", "stall_free")}
                 rows.append(row)
-                print(policy, json.dumps(row), flush=True)
+                print(label, json.dumps(row), flush=True)
             stats = httpx.get(f"{base}/v1/stats").json()["models"].get(MODEL, {})
-            record["policies"][policy] = {"capacity_90": capacity(rows, 0.9), "capacity_99": capacity(rows, 0.99),
-                                          "load_s": round(load_s, 1), "engine": stats, "rates": rows}
+            record["policies"][label] = {"capacity_90": capacity(rows, 0.9), "capacity_99": capacity(rows, 0.99),
+                                         "devices": devices or [opts.device], "gpu": gpu_name(devices or [opts.device]),
+                                         "load_s": round(load_s, 1),
+                                         "engine": stats, "rates": rows}
         finally:
             process.terminate()
             process.wait(60)
         Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
         Path(opts.out).write_text(json.dumps(record, indent=1))
-    print(f"\n{'policy':>6} {'rate':>5} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6} {'sim':>6}")
+    print(f"\n{'policy':>8} {'rate':>5} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} "
+          f"{'conc':>6} {'sim':>6}")
     for policy, entry in record["policies"].items():
         for r in entry["rates"]:
-            print(f"{policy:>6} {r['rate']:5g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
+            print(f"{policy:>8} {r['rate']:5g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
                   f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f} "
                   f"{r.get('simulated', {}).get('attainment', float('nan')):6.3f}")
         print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")

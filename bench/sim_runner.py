@@ -184,11 +184,15 @@ class SimLanes:
     step; a batch's chunks are ready when its lane would have finished it. `slowdown`: how
     much longer a decode step takes while any codec lane is busy (SM sharing). A lane's work
     runs inside `submit`, on the caller's thread: `runner_ms` sums its real time, which a
-    measurement of the step's host time leaves out (on a device it runs beside the step)."""
+    measurement of the step's host time leaves out (on a device it runs beside the step).
+    `free_at` given: lanes shared with other replicas' SimLanes (a codec GPU of their own).
+    Each replica has its own clock: a batch starts when both its replica and the lane are
+    there, so one replica's work may queue behind another's that is up to a step later."""
 
-    def __init__(self, clock: SimClock, runner: SimRunner, slowdown: float = 1.0) -> None:
+    def __init__(self, clock: SimClock, runner: SimRunner, slowdown: float = 1.0,
+                 free_at: dict[str, float] | None = None) -> None:
         self.clock, self.runner = clock, runner
-        self.free_at: dict[str, float] = {}
+        self.free_at: dict[str, float] = {} if free_at is None else free_at  # shared: one codec GPU for several
         self.runner_ms = 0.0
         runner.step_slowdown = lambda: slowdown if self.busy() else 1.0
 

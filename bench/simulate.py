@@ -19,6 +19,10 @@ the CPU running the simulator, runner calls (and the simulated lanes' work) excl
 `EngineCore.host_ms` records it; the simulated clock charges the fixed `--host-ms`. With
 `--repeat N` each point runs N times and `host_ms_least_*` take each step's least time
 (the steps are the same in every run), which leaves out what other processes cost it.
+`--replicas 1,2` (issue 17): the model on that many devices, requests routed as the engine
+routes them (engine/replicas.py; `--route fewest` for the plain alternative), so scaling
+is predicted before it is run; `--codec-gpu 1` puts every replica's codec lanes on one
+more GPU of their own (the backbone GPUs then never share a step with the codec).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import json
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,49 +43,89 @@ from bench.workload import Listener, audio_frames, load_texts, percentile, poiss
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
+from engine.replicas import rank  # noqa: E402
 from engine.types import AudioChunk, EngineError, SpeechRequest  # noqa: E402
 
 REPORT_EVERY_S = 0.2  # a client's playback.position cadence (the studio reports 5x a second)
 
 
+@dataclass(slots=True)
+class Replica:
+    """One simulated device: its clock, cost-model runner, codec lanes and the unchanged core."""
+
+    clock: SimClock
+    runner: SimRunner
+    lanes: SimLanes
+    core: EngineCore
+
+
 def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str, family: str = "lm",
              max_running: int = 256, max_codec_batch: int = 32, reports: bool = False, host_ms: float = 0.1,
              config: dict[str, float] | None = None, first_context: int = 1, lanes: bool = False,
-             lane_slowdown: float = 1.0, host_ms_out: list[float] | None = None) -> tuple[list[Listener], float]:
+             lane_slowdown: float = 1.0, host_ms_out: list[float] | None = None, replicas: int = 1,
+             route: str = "slack", codec_gpu: bool = False) -> tuple[list[Listener], float]:
     """Run one wave; returns each request's listener and the simulated wall time (s).
     `lanes`: urgent and background codec lanes beside the LM (policies that use them).
-    `host_ms_out`: if given, gets the real host time (ms) of every non-empty step appended."""
-    clock = SimClock()
+    `host_ms_out`: if given, gets the real host time (ms) of every non-empty step appended.
+    `replicas`: devices, each with the model (its own clock, runner and core); a new request
+    goes where engine/replicas.py `rank` says (`route="slack"`) or to the one with the fewest
+    requests (`"fewest"`), the next if it refuses, as the engine does. The devices run side by
+    side: the one whose clock is least steps next, and an arrival is routed once every busy
+    device has reached it (a device may be up to one step past it). `codec_gpu`: the codec
+    lanes of every replica are one more GPU's, shared (the replicas' steps never slow down)."""
+    assert not codec_gpu or lanes, "a codec GPU of its own runs the codec lanes (lanes=True)"
     shape = dataclasses.replace(ORPHEUS_SHAPE, ramp_context=first_context)
     spec = lm_spec(shape) if family == "lm" else synth_spec()
-    runner = SimRunner(spec, cost, clock, max_running=max_running, max_codec_batch=max_codec_batch)
     engine_config = EngineConfig(policy=policy, max_waiting=1 << 20, **(config or {}))  # type: ignore[arg-type]
-    sim_lanes = SimLanes(clock, runner, lane_slowdown)
     lane_names = {"urgent": 1, "background": 1} if lanes and engine_config.uses("lanes") else None
-    core = EngineCore(runner, engine_config, clock=clock.now, lanes=lane_names, executor=sim_lanes.executor)
+    codec_free_at: dict[str, float] | None = {} if codec_gpu else None
+    devices = []
+    for _ in range(replicas):
+        clock = SimClock()
+        runner = SimRunner(spec, cost, clock, max_running=max_running, max_codec_batch=max_codec_batch)
+        sim_lanes = SimLanes(clock, runner, 1.0 if codec_gpu else lane_slowdown, codec_free_at)
+        core = EngineCore(runner, engine_config, clock=clock.now, lanes=lane_names, executor=sim_lanes.executor)
+        devices.append(Replica(clock, runner, sim_lanes, core))
     listeners: dict[str, Listener] = {}
+    owner: dict[str, Replica] = {}
     next_report: dict[str, float] = {}
     i = 0
-    while i < len(arrivals) or core.has_work:
-        while i < len(arrivals) and arrivals[i][0] <= clock.t:
+    while i < len(arrivals) or any(d.core.has_work for d in devices):
+        working = [d for d in devices if d.core.has_work]
+        now = min(d.clock.t for d in working) if working else arrivals[i][0]
+        while i < len(arrivals) and arrivals[i][0] <= now:
             at, text = arrivals[i]
             rid = f"r{i}"
             options = {"force_tokens": 7 * audio_frames(text), "seed": i} if family == "lm" else {}
             request = SpeechRequest(rid, "sim", (text,), "default", options=options, arrival_s=at)
             listeners[rid] = Listener(at)
-            try:
-                core.add(request, spec.prepare(request))
-            except EngineError:  # Overloaded: refused at once, counts against attainment
+            for d in devices:  # an idle device has waited for it
+                if not d.core.has_work:
+                    d.clock.t = max(d.clock.t, at)
+            prepared = spec.prepare(request)
+            order = [0] if replicas == 1 else rank([d.core for d in devices], request, prepared, now) \
+                if route == "slack" else sorted(range(replicas), key=lambda k: devices[k].core.scheduler.num_requests)
+            for k in order:
+                try:
+                    devices[k].core.add(request, prepared)
+                except EngineError:  # Overloaded: the next may take it; refused by all, it counts against
+                    continue
+                owner[rid] = devices[k]
+                break
+            else:
                 listeners[rid].refused = True
             i += 1
         if reports:
             for rid, at in list(next_report.items()):
-                if at <= clock.t:
-                    core.report_playback(rid, clock.t, listeners[rid].played_ms(clock.t), True)
+                d = owner[rid]
+                if at <= d.clock.t:
+                    d.core.report_playback(rid, d.clock.t, listeners[rid].played_ms(d.clock.t), True)
                     next_report[rid] = at + REPORT_EVERY_S
-        if not core.has_work:
-            clock.t = arrivals[i][0]
+        working = [d for d in devices if d.core.has_work]
+        if not working:
             continue
+        device = min(working, key=lambda d: d.clock.t)
+        clock, core, sim_lanes = device.clock, device.core, device.lanes
         if core.was_idle:  # waiting for a lane: jump to its end or the next arrival
             ready = sim_lanes.next_ready()
             times = [t for t in (ready, arrivals[i][0] if i < len(arrivals) else None) if t is not None]
@@ -100,7 +145,7 @@ def simulate(arrivals: list[tuple[float, str]], cost: CostModel, *, policy: str,
                     next_report.pop(rid, None)
             else:
                 listeners[rid].refused = True  # failed: never met the SLO
-    return list(listeners.values()), clock.t
+    return list(listeners.values()), max(d.clock.t for d in devices)
 
 
 def mean_concurrency(listeners: list[Listener], wall_s: float) -> float:
@@ -134,6 +179,12 @@ def main() -> None:
     parser.add_argument("--first-context", type=int, default=1, help="right-context frames of the first chunk")
     parser.add_argument("--lanes", type=int, default=0, help="model urgent + background codec lanes (GPU)")
     parser.add_argument("--lane-slowdown", type=float, default=1.0, help="decode step x this while a lane runs")
+    parser.add_argument("--replicas", default="1", help="devices with the model, e.g. 1,2: each count is run "
+                        "(entries 'edf' for one count, 'edf x2' for several)")
+    parser.add_argument("--route", default="slack", choices=["slack", "fewest"],
+                        help="replicas: engine/replicas.py rank, or the fewest requests")
+    parser.add_argument("--codec-gpu", type=int, default=0, help="the codec lanes on a GPU of their own, shared "
+                        "by the replicas (with --lanes 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="run each point this often (host_ms_least_*: each "
                         "step's least time over the runs, the simulated results being the same)")
@@ -146,8 +197,10 @@ def main() -> None:
                     "cost": opts.cost, "cost_measured_on": cost_data.get("gpu"),
                     "family": opts.family, "reports": bool(opts.reports), "first_context": opts.first_context,
                     "lanes": bool(opts.lanes), "lane_slowdown": opts.lane_slowdown, "host_ms": opts.host_ms,
-                    "seed": opts.seed, "policies": {}}
-    for policy in opts.policies.split(","):
+                    "route": opts.route, "codec_gpu": bool(opts.codec_gpu), "seed": opts.seed, "policies": {}}
+    counts = [int(n) for n in opts.replicas.split(",")]
+    for replicas, policy in [(n, policy) for n in counts for policy in opts.policies.split(",")]:
+        label = policy if len(counts) == 1 else f"{policy} x{replicas}"
         rows = []
         if opts.serve_sessions:
             sessions = [int(n) for n in opts.serve_sessions.split(",")]
@@ -168,7 +221,8 @@ def main() -> None:
                                              max_codec_batch=opts.max_codec_batch, reports=bool(opts.reports),
                                              host_ms=opts.host_ms, config=json.loads(opts.config),
                                              first_context=opts.first_context, lanes=bool(opts.lanes),
-                                             lane_slowdown=opts.lane_slowdown, host_ms_out=real_host_ms)
+                                             lane_slowdown=opts.lane_slowdown, host_ms_out=real_host_ms,
+                                             replicas=replicas, route=opts.route, codec_gpu=bool(opts.codec_gpu))
                 runs.append((summarize(listeners, wall_s), mean_concurrency(listeners, wall_s), wall_s, real_host_ms))
             assert all(run[:3] == runs[0][:3] and len(run[3]) == len(runs[0][3]) for run in runs), "not deterministic"
             summary, concurrency, wall_s, _ = runs[0]
@@ -180,19 +234,19 @@ def main() -> None:
                    "host_ms_least_p50": round(percentile(least_ms, 0.5), 4),
                    "host_ms_least_p90": round(percentile(least_ms, 0.9), 4)}
             rows.append(row)
-            print(policy, json.dumps(row), flush=True)
-        entry: dict = {"rates" if not opts.serve_sessions else "waves": rows}
+            print(label, json.dumps(row), flush=True)
+        entry: dict = {"replicas": replicas, "rates" if not opts.serve_sessions else "waves": rows}
         if not opts.serve_sessions:
             entry.update(capacity_90=capacity(rows, 0.9), capacity_99=capacity(rows, 0.99))
-        record["policies"][policy] = entry
+        record["policies"][label] = entry
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
     key = "sessions" if opts.serve_sessions else "rate"
-    print(f"\n{'policy':>6} {key:>8} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6} "
+    print(f"\n{'policy':>8} {key:>8} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} {'conc':>6} "
           f"{'host p50':>8} {'host p90':>8} {'least p50':>9} {'least p90':>9}")
     for policy, entry in record["policies"].items():
         for r in entry.get("rates", entry.get("waves", [])):
-            print(f"{policy:>6} {r[key]:8g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
+            print(f"{policy:>8} {r[key]:8g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
                   f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f} "
                   f"{r['host_ms_p50']:8.3f} {r['host_ms_p90']:8.3f} {r['host_ms_least_p50']:9.3f} "
                   f"{r['host_ms_least_p90']:9.3f}")

@@ -1,8 +1,10 @@
 """The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
 A worker per device steps every speech LM there, each synthesiser has its own (a sentence
-never delays an LM's step, DESIGN.md §3). Calls are safe from any thread: commands go to a
-worker's inbox; `prepare` runs in a small pool, its errors come through the stream.
+never delays an LM's step, DESIGN.md §3). A model attached on several devices has a replica
+on each; a request goes to the one with the most slack, the next if it refuses
+(engine/replicas.py). Calls are safe from any thread: commands go to a worker's inbox;
+`prepare` runs in a small pool, its errors come through the stream.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Sequence
 
 from engine.config import EngineConfig
 from engine.core import EngineCore, Output
+from engine.replicas import merge_stats, rank
 from engine.request import Prepared
 from engine.runner import Runner
-from engine.types import AudioChunk, Cancelled, EngineError, GenerationFailed, ModelNotLoaded, SpeechRequest
+from engine.types import AudioChunk, Cancelled, EngineError, GenerationFailed, ModelNotLoaded, Overloaded, \
+    SpeechRequest
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,8 @@ def _nice() -> None:
 
 class AudioStream:
     """Async iterator over one request's chunks (put by the worker via `call_soon_threadsafe`);
-    raises the request's error. Leaving early must be followed by `aclose()` (a cancel)."""
+    raises the request's error. Leaving early must be followed by `aclose()` (a cancel).
+    `worker`: the replica's it was last handed to (its cancel and playback reports go there)."""
 
     def __init__(self, engine: Engine, spec: SpeechRequest, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
         self.engine, self.request_id, self.model_id, self.worker = engine, spec.request_id, spec.model_id, worker
@@ -97,6 +103,7 @@ class Worker:
         self.name, self.low_priority, self.engine = name, low_priority, engine
         self.cores: dict[str, EngineCore] = {}
         self.stats: dict[str, dict[str, Any]] = {}  # per model, refreshed after each step
+        self.num_refused: dict[str, int] = {}  # per model: requests refused here that no other replica took
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.wake = threading.Event()
         self._stopping, self._stats_s, self._stats_stale = False, 0.0, False
@@ -143,8 +150,10 @@ class Worker:
             getattr(self, f"_on_{kind}")(*args)
             self._stats_stale = True  # an add (maybe refused) or a cancel changes the counts without a step
 
-    def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared]) -> None:
-        stream = self.engine._streams.get(spec.request_id)
+    def _on_add(self, spec: SpeechRequest, prepared: Future[Prepared], replicas: Sequence[Replica]) -> None:
+        with self.engine._lock:
+            replicas[0].num_pending -= 1
+        others, stream = replicas[1:], self.engine._streams.get(spec.request_id)
         if stream is None or stream.done:  # cancelled before it got here
             self.engine._finish(spec.request_id, None)
             return
@@ -154,18 +163,33 @@ class Worker:
                 raise ModelNotLoaded(f"model {spec.model_id!r} was unloaded", field="model")
             core.add(spec, prepared.result(), stream.unread_ms)
         except EngineError as error:
+            if others and isinstance(error, (Overloaded, ModelNotLoaded)):  # the next replica may take it
+                self.engine._hand_on(spec, prepared, others)
+                return
+            if isinstance(error, Overloaded):
+                self.num_refused[spec.model_id] = self.num_refused.get(spec.model_id, 0) + 1
             self.engine._finish(spec.request_id, error)
         except Exception:
             log.exception("request %s: preparing it failed", spec.request_id)
             self.engine._finish(spec.request_id, GenerationFailed("internal error preparing the request"))
 
+    def _passed_on(self, request_id: str, *command: Any) -> bool:
+        """Whether the request went on to another replica's worker since (then `command` follows it)."""
+        stream = self.engine._streams.get(request_id)
+        if stream is None or stream.worker is self:
+            return False
+        stream.worker.send(*command)
+        return True
+
     def _on_cancel(self, request_id: str) -> None:
-        any(core.cancel(request_id) for core in self.cores.values())
-        self.engine._finish(request_id, Cancelled("request was cancelled"))
+        if not self._passed_on(request_id, "cancel", request_id):
+            any(core.cancel(request_id) for core in self.cores.values())
+            self.engine._finish(request_id, Cancelled("request was cancelled"))
 
     def _on_report(self, request_id: str, played_ms: float, playing: bool, at_s: float) -> None:
-        for core in self.cores.values():
-            core.report_playback(request_id, at_s, played_ms, playing)
+        if not self._passed_on(request_id, "report", request_id, played_ms, playing, at_s):
+            for core in self.cores.values():
+                core.report_playback(request_id, at_s, played_ms, playing)
 
     def _on_attach(self, model_id: str, core: EngineCore, fut: Future[None]) -> None:
         core.notify = self.wake.set
@@ -173,26 +197,42 @@ class Worker:
         self.stats[model_id] = core.stats()
         fut.set_result(None)
 
-    def _on_detach(self, model_id: str, fut: Future[Runner | None]) -> None:
+    def _on_detach(self, model_id: str, fut: Future[list[Runner]], runners: list[Runner],
+                   others: Sequence[Replica]) -> None:
         core = self.cores.pop(model_id, None)
         self.stats.pop(model_id, None)
         if core is not None:
             self.engine._deliver(core.fail_all(Cancelled(f"model {model_id!r} was unloaded")))
             core.shutdown()
-        fut.set_result(core.runner if core is not None else None)
+            runners.append(core.runner)
+        if others:
+            others[0].worker.send("detach", model_id, fut, runners, others[1:])
+        else:
+            fut.set_result(runners)
 
     def _on_stop(self) -> None:
         self._stopping = True  # the loop ends after this drain
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    """One device's copy of a model: its runner, the worker stepping it, its core."""
+
+    runner: Runner
+    worker: Worker
+    core: EngineCore
+    num_pending: int = 0  # handed to it, not yet taken (or refused) by its worker; under Engine._lock
 
 
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         self._workers: dict[str, Worker] = {}
-        self._models: dict[str, tuple[Runner, Worker]] = {}  # model id -> its runner, the worker stepping it
+        self._models: dict[str, tuple[Replica, ...]] = {}  # model id -> its replicas, one a device
         self._streams: dict[str, AudioStream] = {}  # by request id, until the request ends
         self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="voxgate-prepare")
         self._started = False
+        self._lock = threading.Lock()  # Replica.num_pending: prepare threads add, workers subtract
 
     def start(self) -> None:
         self._started = True
@@ -209,43 +249,66 @@ class Engine:
             worker.thread.join(timeout_s)
         self._prepare.shutdown(wait=False, cancel_futures=True)
 
-    def attach(self, model_id: str, runner: Runner, core: EngineCore | None = None) -> Future[None]:
-        """Serve a built runner as `model_id`, on its device's worker (a synthesiser: its own)."""
-        key = runner.device if runner.has_backbone else f"synth:{model_id}"
+    def attach(self, model_id: str, runner: Runner, core: EngineCore | None = None,
+               device: str | None = None) -> Future[None]:
+        """Serve a built runner as `model_id` on the worker of `device` (default `runner.device`; a
+        synthesiser: its own). A runner of an attached model on another device adds a replica;
+        raises ValueError if the model has one on that worker already."""
+        key = (device or runner.device) if runner.has_backbone else f"synth:{model_id}"
+        if any(replica.worker.name == key for replica in self._models.get(model_id, ())):
+            raise ValueError(f"model {model_id!r} is attached on {key} already")
         worker = self._workers.get(key)
         if worker is None:
             worker = self._workers[key] = Worker(key, self, low_priority=not runner.has_backbone)
             if self._started:
                 worker.thread.start()
-        self._models[model_id] = (runner, worker)
         fut: Future[None] = Future()
         if core is None:  # fifo, the baseline, decodes a speech LM's chunks in its step: one stream
             lanes = runner.lanes if self.config.uses("lanes") or not runner.has_backbone else {}
             executor = functools.partial(_executor, nice=not runner.has_backbone)
             core = EngineCore(runner, self.config, lanes=lanes, executor=executor)
+        self._models[model_id] = (*self._models.get(model_id, ()), Replica(runner, worker, core))
         worker.send("attach", model_id, core, fut)
         return fut
 
-    def detach(self, model_id: str) -> Future[Runner | None]:
-        """Stop serving `model_id` (its requests are cancelled) and return its runner."""
-        fut: Future[Runner | None] = Future()
-        _, worker = self._models.pop(model_id, (None, None))
-        if worker is None:
-            fut.set_result(None)
+    def detach(self, model_id: str) -> Future[list[Runner]]:
+        """Stop serving `model_id` on every device (its requests are cancelled); its runners."""
+        fut: Future[list[Runner]] = Future()
+        replicas = self._models.pop(model_id, ())
+        if replicas:  # one worker after the other (each passes it on), the last one resolves `fut`
+            replicas[0].worker.send("detach", model_id, fut, [], replicas[1:])
         else:
-            worker.send("detach", model_id, fut)
+            fut.set_result([])
         return fut
 
     def submit(self, spec: SpeechRequest) -> AudioStream:
         """Queue a request, from the loop that reads the stream; raises ModelNotLoaded. UnknownVoice,
         InvalidInput, InputTooLong and Overloaded come through the stream."""
-        if spec.model_id not in self._models:
+        replicas = self._models.get(spec.model_id)
+        if not replicas:
             raise ModelNotLoaded(f"model {spec.model_id!r} is not loaded", field="model")
-        runner, worker = self._models[spec.model_id]
-        stream = self._streams[spec.request_id] = AudioStream(self, spec, worker, asyncio.get_running_loop())
-        prepared = self._prepare.submit(runner.spec.prepare, spec)
-        prepared.add_done_callback(lambda fut: worker.send("add", spec, fut))
+        stream = AudioStream(self, spec, replicas[0].worker, asyncio.get_running_loop())
+        self._streams[spec.request_id] = stream
+        prepared = self._prepare.submit(replicas[0].runner.spec.prepare, spec)
+        prepared.add_done_callback(lambda fut: self._route(spec, fut, replicas))
         return stream
+
+    def _route(self, spec: SpeechRequest, prepared: Future[Prepared], replicas: Sequence[Replica]) -> None:
+        """Hand a prepared request to the replica with the most slack, the others after it (a
+        prepare thread, or the submitting one if it was prepared at once)."""
+        if len(replicas) > 1 and not prepared.cancelled() and prepared.exception() is None:
+            order = rank([replica.core for replica in replicas], spec, prepared.result(), time.monotonic(),
+                         [replica.num_pending for replica in replicas])
+            replicas = [replicas[i] for i in order]
+        self._hand_on(spec, prepared, replicas)
+
+    def _hand_on(self, spec: SpeechRequest, prepared: Future[Prepared], replicas: Sequence[Replica]) -> None:
+        stream = self._streams.get(spec.request_id)
+        if stream is not None:
+            stream.worker = replicas[0].worker  # before the add: a cancel sent elsewhere follows it
+        with self._lock:
+            replicas[0].num_pending += 1
+        replicas[0].worker.send("add", spec, prepared, replicas)
 
     def cancel(self, request_id: str) -> None:
         self._to_owner(request_id, "cancel", request_id)
@@ -267,8 +330,14 @@ class Engine:
         return model_id in self._models
 
     def stats(self) -> dict[str, Any]:
-        models = {model_id: {**stats, "worker": worker.name} for worker in list(self._workers.values())
-                  for model_id, stats in list(worker.stats.items())}
+        """Per model: its replicas' core stats merged (engine/replicas.py `merge_stats`)."""
+        models = {}
+        for model_id, replicas in list(self._models.items()):
+            each = [{**replica.worker.stats[model_id], "worker": replica.worker.name} for replica in replicas
+                    if model_id in replica.worker.stats]
+            if each:
+                refused = sum(replica.worker.num_refused.get(model_id, 0) for replica in replicas)
+                models[model_id] = merge_stats(each, refused)
         return {"requests": len(self._streams), "policy": self.config.policy, "models": models}
 
     def _deliver(self, outputs: list[Output]) -> None:

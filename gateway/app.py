@@ -82,7 +82,8 @@ def create_app(settings: Settings) -> Starlette:
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
         residency = Residency(
-            engine, library, settings.device, max_running=settings.max_running, cpu_workers=settings.cpu_workers,
+            engine, library, devices=settings.devices, max_running=settings.max_running,
+            cpu_workers=settings.cpu_workers,
             max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)

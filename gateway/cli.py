@@ -1,7 +1,8 @@
 """The `voxgate` command.
 
   voxgate --version
-  voxgate serve [--host H] [--port P] [--policy edf|fifo|fifo+MECHANISMS] [--data-dir D] [--config FILE]
+  voxgate serve [--host H] [--port P] [--policy edf|fifo|fifo+MECHANISMS] [--devices cuda:0,cuda:1]
+                [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--option KEY=VALUE ...] [--data-dir D]
   voxgate models catalog [--config FILE]
@@ -31,7 +32,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     the environment and the config file; ValueError naming a bad value and its source."""
     return load_settings(getattr(args, "config", None), host=getattr(args, "host", None),
                          port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
-                         policy=getattr(args, "policy", None))
+                         policy=getattr(args, "policy", None), devices=getattr(args, "devices", None))
 
 
 def config_models_problem(settings: Settings) -> str | None:
@@ -290,6 +291,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, help="port (default 8000)")
     s.add_argument("--policy", help="scheduler policy: edf (default), fifo, or fifo+ mechanisms for ablations "
                                     f"({'+'.join(MECHANISMS)})")
+    s.add_argument("--devices", help="devices to place speech LMs on, comma-separated, a replica each "
+                                     "(default: the device setting), e.g. cuda:0,cuda:1")
     common(s)
     s.set_defaults(func=serve)
 

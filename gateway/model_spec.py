@@ -32,7 +32,7 @@ class ModelSpec:
 
 Lookup = Callable[[str], Awaitable[ModelSpec | None]]
 Loader = Callable[[ModelSpec, str], Runner]
-FreeMemory = Callable[[], int | None]
+FreeMemory = Callable[[str], int | None]  # bytes free on a device, None: unknown
 
 # Options the gateway reads from a model's row; the rest go to the family's load().
 RESIDENCY_OPTIONS = ("busy_timeout_ms",)
@@ -61,7 +61,9 @@ def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers
     """The default loader (runs in a worker thread): the family module's `load` gives the
     model's parts, the engine builds the runner; `max_running` unless the model's options
     set their own. `cpu_workers` (the server's setting, 0: the family's default) sizes the
-    pool of a family with one (its module's `WORKERS_OPTION`) unless the model's options do."""
+    pool of a family with one (its module's `WORKERS_OPTION`) unless the model's options do.
+    `cpu:N` (another CPU worker, settings.py `devices`) loads on the CPU."""
+    device = "cpu" if device.split(":")[0] == "cpu" else device
     module = family(spec.family)
     options = dict(spec.options)
     workers_option = getattr(module, "WORKERS_OPTION", None)

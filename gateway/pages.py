@@ -94,7 +94,7 @@ async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
     limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
                else fmt.format(getattr(settings, name))) for name, label, fmt in _LIMITS]
-    return _render(request, "library.html", "library", limits=limits, device=settings.device,
+    return _render(request, "library.html", "library", limits=limits, device=", ".join(settings.devices),
                    families=list(FAMILIES))
 
 

@@ -8,6 +8,11 @@
 - The memory guard estimates a model's footprint before loading (size on disk ×
   `memory_factor`) and keeps `min_free_memory_mb` free (GPU memory for CUDA devices,
   host `MemAvailable` otherwise); it evicts idle models to make room, or refuses.
+- Several `devices` (issue 17): a speech LM is placed on every device with room for it,
+  each its own replica in the engine (which routes requests by slack, engine/replicas.py),
+  with the memory guard per device. Where none has room, idle models holding room on one
+  device are evicted (the device needing the fewest evictions): evictions buy a model its
+  first replica, never more. A synthesiser (no backbone: a CPU pool) is placed once.
 - A request waits at most its busy timeout for room, then gets 503 `server_busy` or
   `insufficient_memory`. Once its model is loading, it waits for the load to finish.
 - Loads run in a worker thread (`asyncio.to_thread`), off the event loop and off the
@@ -21,7 +26,7 @@ import dataclasses
 import functools
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from engine.engine import Engine
 from engine.runner import Runner
@@ -45,6 +50,7 @@ class Residency:
         library: Library | Lookup,
         device: str = "cpu",
         *,
+        devices: Sequence[str] = (),
         max_loaded_models: int = 2,
         idle_unload_s: float = 0.0,
         busy_timeout_ms: float = 5000.0,
@@ -62,14 +68,16 @@ class Residency:
         self.engine = engine
         self.library = library if isinstance(library, Library) else None
         self._lookup = library_lookup(library) if isinstance(library, Library) else library
-        self.device = device
+        # Where speech LMs are placed, a replica each; "cuda" is cuda:0 (the worker's name, as its runner says).
+        self.devices = tuple("cuda:0" if d == "cuda" else d for d in tuple(devices) or (device,))
+        self.device = self.devices[0]
         self.max_loaded_models = max_loaded_models
         self.idle_unload_s = idle_unload_s
         self.busy_timeout_ms = busy_timeout_ms
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
         self._loader = loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers)
-        self._free_memory = free_memory or (lambda: free_memory_bytes(device))
+        self._free_memory = free_memory or free_memory_bytes
         self.poll_s = poll_s
         self._residents: dict[str, Resident] = {}
         self._lock = asyncio.Lock()  # one eviction/load plan at a time
@@ -122,13 +130,14 @@ class Residency:
         """Residency fields of one model, for GET /v1/models."""
         resident = self._residents.get(model_id)
         if resident is None:
-            return {"loaded": False, "loading": False, "busy": False, "memory_bytes": 0, "last_used": None,
-                    "state": "unloaded"}
+            return {"loaded": False, "loading": False, "busy": False, "memory_bytes": 0, "devices": [],
+                    "last_used": None, "state": "unloaded"}
         return {
             "loaded": resident.state is ResidentState.LOADED,
             "loading": resident.state is ResidentState.LOADING,
             "busy": self._busy(resident), "state": str(resident.state),
             "memory_bytes": resident.footprint_bytes if resident.state is ResidentState.LOADED else 0,
+            "devices": list(resident.footprints) if resident.state is ResidentState.LOADED else [],
             "last_used": time.time() - (time.monotonic() - resident.last_used_s),
             "load_seconds": resident.load_seconds,
         }
@@ -186,12 +195,12 @@ class Residency:
             async with self._lock:
                 if model_id in self._residents:
                     continue
-                victims, blocked = self._plan(footprint)
+                victims, devices, blocked = self._plan(footprint)
                 if blocked is None:
                     for victim in victims:
                         self.num_evictions += 1
                         await self._unload(victim, f"evicted (LRU) to load {model_id!r}")
-                    self._begin_load(spec, footprint)
+                    self._begin_load(spec, {device: footprint for device in devices})
                     continue
             remaining = timeout_s - (time.monotonic() - started)
             if blocked == "never":
@@ -242,72 +251,100 @@ class Residency:
         return (resident.num_leases > 0 or self.engine.num_requests(resident.model_id) > 0
                 or time.monotonic() < resident.grace_until_s)
 
-    def _plan(self, footprint: int) -> tuple[list[Resident], str | None]:
-        """Idle models to evict so one more of `footprint` bytes fits; or why it cannot now.
+    def _plan(self, footprint: int) -> tuple[list[Resident], list[str], str | None]:
+        """Idle models to evict and the devices to place one more model of `footprint` bytes a
+        device on (module docstring); or why it cannot be placed now.
 
-        The reason is "count" (too many loaded and busy), "memory" (busy models hold
-        what is needed) or "never" (it would not fit even with nothing loaded).
+        The reason is "count" (too many loaded and busy), "memory" (busy models hold what is
+        needed on every device) or "never" (it would fit on no device even with nothing loaded).
         """
         now = time.monotonic()
-        for resident in self._residents.values():
+        residents = list(self._residents.values())
+        for resident in residents:
             if resident.state is ResidentState.LOADED and self._busy(resident):
                 resident.last_used_s = now
-        excess_count = len(self._residents) + 1 - self.max_loaded_models
-        free = self._free_memory()
-        missing = 0
-        if free is not None:
-            loading = sum(r.footprint_bytes for r in self._residents.values() if r.state is ResidentState.LOADING)
-            missing = footprint + self.min_free_bytes - (free - loading)
-            if missing - sum(r.footprint_bytes for r in self._residents.values()) > 0:
-                return [], "never"
-        idle = sorted((r for r in self._residents.values()
-                       if r.state is ResidentState.LOADED and not self._busy(r)), key=lambda r: r.last_used_s)
-        victims: list[Resident] = []
-        for resident in idle:
-            if excess_count <= 0 and missing <= 0:
-                break
-            victims.append(resident)
-            excess_count -= 1
-            missing -= resident.footprint_bytes
-        if excess_count > 0:
-            return [], "count"
-        if missing > 0:
-            return [], "memory"
-        return victims, None
+        missing: dict[str, int] = {}  # bytes to free on each device where it can fit at all
+        for device in self.devices:
+            free = self._free_memory(device)
+            if free is None:
+                missing[device] = 0
+                continue
+            loading = sum(r.footprints.get(device, 0) for r in residents if r.state is ResidentState.LOADING)
+            need = footprint + self.min_free_bytes - (free - loading)
+            if need - sum(r.footprints.get(device, 0) for r in residents) <= 0:
+                missing[device] = need
+        if not missing:
+            return [], [], "never"
+        idle = sorted((r for r in residents if r.state is ResidentState.LOADED and not self._busy(r)),
+                      key=lambda r: r.last_used_s)
+        excess_count = len(residents) + 1 - self.max_loaded_models
+        victims = idle[:max(0, excess_count)]  # the least recently used make way first
+        if len(victims) < excess_count:
+            return [], [], "count"
+
+        def fits(device: str, evicted: list[Resident]) -> bool:
+            return missing[device] <= sum(r.footprints.get(device, 0) for r in evicted)
+
+        if not any(fits(device, victims) for device in missing):  # room on one device: the fewest evictions,
+            options = []  # then the least recently used
+            for device in missing:
+                more = list(victims)
+                for resident in (r for r in idle if r not in victims and r.footprints.get(device)):
+                    if fits(device, more):
+                        break
+                    more.append(resident)
+                if fits(device, more):
+                    options.append((len(more), max((r.last_used_s for r in more), default=0.0), more))
+            if not options:
+                return [], [], "memory"
+            victims = min(options, key=lambda option: option[:2])[2]
+        return victims, [device for device in missing if fits(device, victims)], None
 
     def _memory_message(self, model_id: str, footprint: int) -> str:
-        free = self._free_memory()
+        frees = [(device, self._free_memory(device)) for device in self.devices]
+        free = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in frees)
         return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
                 f"(size on disk x {self.memory_factor}) and {self.min_free_bytes / MB:.0f} MB must stay free; "
-                f"{'unknown' if free is None else f'{free / MB:.0f} MB'} free on {self.device}"
-                + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
+                f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
 
-    def _begin_load(self, spec: ModelSpec, footprint: int) -> None:
-        resident = Resident(spec, footprint, last_used_s=time.monotonic())
+    def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:
+        resident = Resident(spec, footprints, last_used_s=time.monotonic())
         self._residents[spec.model_id] = resident
         # A task of its own: a waiter that goes away does not abandon a half-done load.
         asyncio.create_task(self._load(resident), name=f"load-{spec.model_id}")
 
     async def _load(self, resident: Resident) -> None:
         t0 = time.perf_counter()
-        runner: Runner | None = None
+        devices, runners = list(resident.footprints), resident.runners
         try:
-            runner = await asyncio.to_thread(self._loader, resident.spec, self.device)
-            await asyncio.wrap_future(self.engine.attach(resident.model_id, runner))
-            resident.runner = runner
-            resident.footprint_bytes = max(int(runner.memory_bytes()), 1)
+            runners.append(await asyncio.to_thread(self._loader, resident.spec, devices[0]))
+            if not runners[0].has_backbone:
+                devices = devices[:1]  # a synthesiser (a CPU pool): one is enough
+            if len(devices) > 1:  # the other replicas side by side
+                more = await asyncio.gather(*(asyncio.to_thread(self._loader, resident.spec, device)
+                                              for device in devices[1:]), return_exceptions=True)
+                runners += [runner for runner in more if isinstance(runner, Runner)]
+                for error in more:
+                    if isinstance(error, BaseException):
+                        raise error
+            for device, runner in zip(devices, runners):
+                await asyncio.wrap_future(self.engine.attach(resident.model_id, runner, device=device))
+            resident.footprints = {device: max(int(runner.memory_bytes()), 1)
+                                   for device, runner in zip(devices, runners)}
             resident.state = ResidentState.LOADED
             resident.loaded_s = time.monotonic()
             resident.last_used_s = resident.loaded_s
             resident.load_seconds = time.perf_counter() - t0
             self.num_loads += 1
-            log.info("model %s loaded in %.2fs (%.0f MB)", resident.model_id, resident.load_seconds,
-                     resident.footprint_bytes / MB)
+            log.info("model %s loaded on %s in %.2fs (%.0f MB)", resident.model_id, ", ".join(devices),
+                     resident.load_seconds, resident.footprint_bytes / MB)
         except BaseException as error:
             resident.error = error
             self._residents.pop(resident.model_id, None)
-            if runner is not None:
+            await asyncio.wrap_future(self.engine.detach(resident.model_id))  # the replicas attached so far
+            for runner in runners:
                 await asyncio.to_thread(runner.close)
+            resident.runners = []
             log.warning("model %s failed to load: %s", resident.model_id, _describe(error))
             if not isinstance(error, Exception):
                 raise
@@ -324,8 +361,7 @@ class Residency:
     async def _unload(self, resident: Resident, reason: str) -> None:
         resident.state = ResidentState.UNLOADING  # no new lease from here on
         try:
-            runner = await asyncio.wrap_future(self.engine.detach(resident.model_id))
-            if runner is not None:
+            for runner in await asyncio.wrap_future(self.engine.detach(resident.model_id)):
                 await asyncio.to_thread(runner.close)
         finally:
             self._residents.pop(resident.model_id, None)

@@ -1,10 +1,11 @@
 """One model's residency record and the handles on it (gateway/residency.py decides them).
 
-`Resident`: a model loading, loaded or unloading, with its runner, estimated footprint,
-leases and last use. `Lease`: keeps its model resident while held (a request's stream),
-released at the end or, if dropped unheld, after `SUBMIT_GRACE_S`. The errors a request
-gets from residency: 503 `server_busy`, `insufficient_memory`, `model_load_failed`,
-`shutting_down`, and 409 `model_busy` for an unload while it serves.
+`Resident`: a model loading, loaded or unloading, with its runners (one a device it is
+placed on), estimated footprint on each device, leases and last use. `Lease`: keeps its
+model resident while held (a request's stream), released at the end or, if dropped unheld,
+after `SUBMIT_GRACE_S`. The errors a request gets from residency: 503 `server_busy`,
+`insufficient_memory`, `model_load_failed`, `shutting_down`, and 409 `model_busy` for an
+unload while it serves.
 """
 
 from __future__ import annotations
@@ -58,9 +59,9 @@ class ResidentState(enum.StrEnum):
 @dataclass(eq=False)
 class Resident:
     spec: ModelSpec
-    footprint_bytes: int  # estimated before loading, runner.memory_bytes() after
+    footprints: dict[str, int]  # bytes per device it is placed on: estimated before loading, memory_bytes() after
     state: ResidentState = ResidentState.LOADING
-    runner: Runner | None = None
+    runners: list[Runner] = field(default_factory=list)  # one a device, in the order of `footprints`
     error: BaseException | None = None
     num_leases: int = 0
     last_used_s: float = 0.0
@@ -72,6 +73,15 @@ class Resident:
     @property
     def model_id(self) -> str:
         return self.spec.model_id
+
+    @property
+    def footprint_bytes(self) -> int:
+        return sum(self.footprints.values())
+
+    @property
+    def runner(self) -> Runner | None:
+        """The first device's (replicas are the same model: its facts, e.g. `sample_rate`)."""
+        return self.runners[0] if self.runners else None
 
 
 class Lease:

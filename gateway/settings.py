@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from engine.config import MECHANISMS
 
 
 AUTH_MODES = ("auto", "required", "off")
-_TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots")
+_TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots", "devices")
+_DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,10 @@ class Settings:
     realtime_messages_per_s: float = 500.0  # realtime: sustained client messages per session
     realtime_message_burst: int = 1000  # realtime: messages a session may send at once
     device: str = "cpu"
+    # Several devices (issue 17): a speech LM gets a replica on each (gateway/residency.py), a request
+    # goes to the one with the most slack (engine/replicas.py). Empty: [device]; set, it replaces
+    # device. "cpu:N" names another CPU worker (the replica path without GPUs, for tests).
+    devices: tuple[str, ...] = ()
     # CPU families (Piper): single-threaded sessions synthesising at once, one per core by
     # default (0); a model's own `workers` option overrides it (models/piper.py `load`).
     cpu_workers: int = 0
@@ -92,6 +98,14 @@ class Settings:
             raise ValueError("max_input_chars and max_body_bytes must be positive")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        for device in self.devices:
+            if not isinstance(device, str) or not _DEVICE.fullmatch(device):
+                raise ValueError(f"devices must name cpu, cpu:N, cuda or cuda:N (e.g. cuda:0,cuda:1), got {device!r}")
+        named = [device if ":" in device else f"{device}:0" for device in self.devices]  # cuda is cuda:0
+        if len(set(named)) < len(named):
+            raise ValueError(f"devices names a device twice: {', '.join(self.devices)}")
+        object.__setattr__(self, "devices", self.devices or (self.device,))
+        object.__setattr__(self, "device", self.devices[0])
         if self.max_loaded_models < 1:
             raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
         if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb,
@@ -158,7 +172,11 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if name == "models":
         return tuple(value)
     if name in _TUPLE_FIELDS:  # comma-separated in the environment
-        return tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else tuple(value)
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{source} must be a list of strings (or one comma-separated string), got {value!r}")
+        return tuple(value)
     expected = {"int": (int,), "float": (int, float), "str": (str,), "Path": (str, Path)}.get(str(kind))
     if isinstance(value, str) and kind in ("int", "float"):
         try:

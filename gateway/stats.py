@@ -1,17 +1,21 @@
 """`GET /v1/stats`: what the live page plots, as JSON (Prometheus has the long view).
 
-  {"time", "device", "policy", "sessions", "requests",
+  {"time", "device", "devices", "policy", "sessions", "requests",
    "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals", "refused",
                    "est_codec_ms", "est_step_ms" (speech LMs), "host_ms_p50" (null before a step),
                    "graphs": {"hit", "miss"} (speech LMs' decode CUDA graphs; {} for a synthesiser),
                    "last_batch": {"prefill", "decode", "urgent", "background"},
-                   "lanes": {lane: batch size}}},  # attached models; only the lanes a model has
+                   "lanes": {lane: batch size},  # attached models; only the lanes a model has
+                   "replicas": [{the same, for one device}]}},  # several devices: counts summed above
    "recent": [{"at", "model", "source", "ttfa_ms", "late_ms", "stalls", "audio_ms", "rtf"}]}
 
 `policy` is the scheduler policy in force (`edf`, `fifo` or `fifo+<mechanisms>`: the
 `policy` setting or `voxgate serve --policy`; engine/config.py).
 `lanes` has only the lanes a model has (a synthesiser such as Piper: `synth`), so the live
 page never shows an LM lane for Piper.
+`devices` are where speech LMs are placed (the `devices` setting, docs/scaling.md); a model
+on several has a replica on each: `worker` joins their names, `refused` counts requests that
+no replica took.
 `recent` holds completed utterances, oldest first, from the bounded ring in
 gateway/metrics.py; `?since=T` (a previous answer's `time`) returns only newer ones.
 """
@@ -41,6 +45,7 @@ async def stats(request: Request) -> JSONResponse:
     return JSONResponse({
         "time": time.time(),
         "device": state.settings.device,
+        "devices": list(state.settings.devices),
         "policy": engine["policy"],
         "sessions": state.metrics.open_sessions(),
         "requests": engine["requests"],

@@ -138,7 +138,7 @@ def test_detach_cancels_requests_and_returns_the_runner() -> None:
     async def go(engine: Engine) -> None:
         stream = engine.submit(spec("r1", frames=100_000))
         await stream.__anext__()
-        assert await asyncio.wrap_future(engine.detach("sim")) is runner
+        assert await asyncio.wrap_future(engine.detach("sim")) == [runner]
         with pytest.raises(Cancelled):
             async for _ in stream:
                 pass

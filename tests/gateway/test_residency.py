@@ -159,7 +159,7 @@ def test_memory_guard_evicts_idle_then_refuses(tmp_path: Path) -> None:
         assert [s["id"] for s in residency.residents()] == ["b"]
 
     _run(tmp_path, ("a", "b"), body, max_loaded_models=4, min_free_memory_mb=50,
-         free_memory=lambda: free_memory())
+         free_memory=lambda device: free_memory())
 
 
 def test_model_larger_than_memory_is_refused_at_once(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ def test_model_larger_than_memory_is_refused_at_once(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 0.5  # waiting would not help
         assert "'a'" in refused.value.message and not engine.is_attached("a")
 
-    _run(tmp_path, ("a",), body, min_free_memory_mb=64, free_memory=lambda: 100 * MB)
+    _run(tmp_path, ("a",), body, min_free_memory_mb=64, free_memory=lambda device: 100 * MB)
 
 
 def test_stream_keeps_flowing_while_another_model_loads(tmp_path: Path) -> None:

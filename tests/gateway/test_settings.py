@@ -114,3 +114,32 @@ def test_a_bad_models_entry_in_the_config_stops_serve_with_one_line(tmp_path: Pa
     assert err.strip().splitlines() == [
         "error: [[models]] 'joe2' in the config file: options.workers must be an integer >= 1, got 0"]
     assert not (tmp_path / "data").exists()  # stopped before start-up touched the data dir
+
+
+def test_devices_from_each_layer_and_bad_values_name_the_setting(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import parser, settings_from_args
+
+    assert load_settings(env={}).devices == ("cpu",)  # the device setting alone
+    assert load_settings(env={}, device="cuda:1").devices == ("cuda:1",)
+    two = settings_from_args(parser().parse_args(["serve", "--devices", "cuda:0, cuda:1"]))
+    assert two.devices == ("cuda:0", "cuda:1") and two.device == "cuda:0"
+    assert load_settings(env={"VOXGATE_DEVICES": "cpu:0,cpu:1"}).devices == ("cpu:0", "cpu:1")
+    config = tmp_path / "voxgate.toml"
+    config.write_text('devices = ["cuda:2", "cuda:3"]\n')
+    assert load_settings(config, env={}).devices == ("cuda:2", "cuda:3")
+    for given, needle in (("cuda:x", r"devices must name cpu, cpu:N, cuda or cuda:N .*got 'cuda:x' \(from --devices\)"),
+                          ("gpu0", r"got 'gpu0' \(from --devices\)"),
+                          ("cuda,cuda:0", r"devices names a device twice: cuda, cuda:0 \(from --devices\)")):
+        with pytest.raises(ValueError, match=needle):
+            load_settings(env={}, devices=given)
+    config.write_text("devices = 2\n")
+    with pytest.raises(ValueError, match=r"devices in .*voxgate.toml must be a list of strings"):
+        load_settings(config, env={})
+    config.write_text("devices = [0, 1]\n")
+    with pytest.raises(ValueError, match=r"devices must name .* got 0 \(from devices in "):
+        load_settings(config, env={})
+    assert main(["serve", "--devices", "cuda:0,cuda:0", "--data-dir", str(tmp_path / "data"), "--port", "18766"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: invalid settings: devices names a device twice: "
+                                               "cuda:0, cuda:0 (from --devices)")
+    assert not (tmp_path / "data").exists()
