@@ -13,8 +13,8 @@ punctuation, then at spaces, to bound the first chunk's wait.
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
-from functools import lru_cache
 
 import pysbd
 
@@ -28,10 +28,24 @@ _THAI = re.compile(r"(?<=[\u0e00-\u0e7f])(?:\s+|(?<=[\u0e2f\u0e5a\u0e5b]))(?=[\u
 _DROPPED = ("Cc", "Cf", "Cs", "Co", "Cn")
 
 
-@lru_cache(maxsize=32)
+class _Segmenters(threading.local):
+    by_language: dict[str, pysbd.Segmenter]
+
+    def __init__(self) -> None:
+        self.by_language = {}
+
+
+_SEGMENTERS = _Segmenters()
+
+
 def segmenter(lang: str = "en") -> pysbd.Segmenter:
-    """The pysbd segmenter for `lang` (English for the languages pysbd lacks)."""
-    return pysbd.Segmenter(language=language.sentence_language(lang), clean=False, char_span=False)
+    """The pysbd segmenter for `lang` (English for the languages pysbd lacks), one per thread:
+    `Segmenter.segment` keeps the text it works on in the object, so two threads sharing one
+    (concurrent requests' prepare threads) read each other's text."""
+    cache = _SEGMENTERS.by_language
+    if lang not in cache:
+        cache[lang] = pysbd.Segmenter(language=language.sentence_language(lang), clean=False, char_span=False)
+    return cache[lang]
 
 
 def clean(text: str, keep_lines: bool = False) -> str:

@@ -191,3 +191,35 @@ def test_any_text_is_read_or_refused_cleanly_and_pieces_read_as_whole(lang: str)
         out += stream.flush()
         assert out == whole, text
         assert all(isinstance(item, Pause) or item.strip() for item in whole)
+
+
+def test_sentences_are_split_right_from_many_threads_at_once() -> None:
+    """Concurrent requests segment on several threads: pysbd's Segmenter keeps the text it is
+    working on in the object, so each thread has its own (gateway/text/segments.py)."""
+    import sys
+    import threading
+
+    from gateway.text.segments import sentences
+
+    texts = [f"Speaker {i} said hello. Then speaker {i} left the room at {i} o'clock. The end of {i}." for i in range(8)]
+    expected = [sentences(t) for t in texts]
+    wrong: list[int] = []
+    start = threading.Barrier(len(texts))
+
+    def work(i: int) -> None:
+        start.wait()
+        for _ in range(40):
+            if sentences(texts[i]) != expected[i]:
+                wrong.append(i)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over often, as a busy server does
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong
