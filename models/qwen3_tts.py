@@ -44,7 +44,7 @@ MAX_TEXT_CHARS = 2000
 OPTIONS: dict[str, Option] = {"speech_tokenizer_path": PATH, "dtype": one_of("bfloat16", "float16", "float32"),
                               "max_seq_len": at_least(2), "max_codec_batch": at_least(1),
                               "max_prefill_batch": at_least(1), "frame_graphs": FLAG, "predictor_graphs": FLAG,
-                              "attn_block": at_least(1), "triton_attention": FLAG}
+                              "attn_block": at_least(1), "triton_attention": FLAG, "codec_graphs": FLAG}
 DEFAULT_VOICE = "default"  # Base and VoiceDesign models: no speaker row in the prompt
 # qwen-tts's hard defaults (its wrapper's `_merge_generate_kwargs`), for codebook 0 and the predictor
 GENERATION_DEFAULTS: dict[str, Any] = {

@@ -29,17 +29,23 @@ j >= 1 reads `summed` of frame j - 1 plus `prompt.text_row(j - 1)` at position T
 models/qwen3_tts_generate.py (the reference loop) does; the stop id is masked for the first
 `MIN_FRAMES` frames and for forced requests.
 
-Codec: the 12 Hz decoder's streaming state per request (`CodecState`, made at prefill, dropped
-at `release`, so a cancelled stream's late codec call never touches a new owner's state),
-windows of equal length decoded as one batch whatever their positions. CPU: the codec runs on
-one lane beside the steps; GPU: in the step (no stream partition for this family yet).
+Codec: the 12 Hz decoder's streaming state in device slots (models/qwen3_tts_codec_graphs.py
+`CodecSlots`, CUDA graphs per (codec batch bucket, window length) on a GPU, option
+`codec_graphs`), windows of equal length decoded as one batch whatever their positions. A
+request takes a codec slot at prefill (zeroed) and gives it back at `release`; a released
+request's late codec item is skipped, and a slot released while a codec call that holds it is
+in flight (the CPU's lane) goes back to the free list when that call ends, so a new owner
+never sees the old owner's state. Codec slots: `max_running`, plus `max_codec_batch` where the
+codec runs on a lane (those a call in flight may still hold). CPU: the codec runs on one lane
+beside the steps; GPU: in the step (no stream partition for this family yet).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -52,6 +58,7 @@ from engine.runner import LMParts, Runner
 from engine.types import ChunkOut
 from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
+from models.qwen3_tts_codec_graphs import CodecSlots
 from models.qwen3_tts_frame_graphs import TOP_K as GRAPH_TOP_K, FrameGraphs
 from models.qwen3_tts_generate import MIN_FRAMES
 from models.qwen3_tts_sampling import sample_codes
@@ -75,7 +82,9 @@ class Qwen3TTSRunner(Runner):
     `max_prefill_batch` (8), `frame_graphs` (the frame's static buffers, CUDA graphs on a GPU;
     default: on a GPU; `predictor_graphs` is its older name), `attn_block` (ATTN_BLOCK),
     `triton_attention` (GPU: models/decode_attention.py for the talker's decode attention;
-    true); `max_running` is build_runner's."""
+    true), `codec_graphs` (the codec decode as CUDA graphs per (codec batch bucket, window
+    length); default: on a GPU; off, or on a CPU: the same slot buffers eagerly);
+    `max_running` is build_runner's."""
 
     has_backbone = True
     spec: LMSpec
@@ -120,7 +129,15 @@ class Qwen3TTSRunner(Runner):
         with torch.inference_mode():  # what every frame past the prompt's text adds (Prompt.pad)
             pad_id = torch.tensor([args.tts_pad_token_id], device=dev)
             self.pad = talker.embed_text(pad_id)[0].clone()
-        self._codec_states: dict[str, Any] = {}  # request id -> models.qwen3_tts_codec.CodecState
+        # the codec's state in slots: request id -> codec slot; slots a codec call holds now; released
+        # slots to free when that call ends. The lock guards these three (the CPU's codec lane).
+        self._codec_slot: dict[str, int] = {}
+        self._codec_busy: set[int] = set()
+        self._codec_deferred: list[int] = []
+        self._codec_lock = threading.Lock()
+        codec_batches = buckets(self.max_codec_batch, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
+        self.codec_slots = CodecSlots(self.codec, max_running + (self.max_codec_batch if self.lanes else 0),
+                                      codec_batches, parts.spec.shape.window_lengths())
         # models/qwen3_tts_frame_graphs.py: captured on a GPU by default; on a CPU `frame_graphs`
         # runs the same buffers eagerly (tests); off: the eager path.
         use_graphs = bool(options.get("frame_graphs", options.get("predictor_graphs", dev.type == "cuda")))
@@ -129,6 +146,8 @@ class Qwen3TTSRunner(Runner):
         if self.frame_graphs is not None and dev.type == "cuda":
             with torch.inference_mode():
                 self.frame_graphs.capture()
+        if bool(options.get("codec_graphs", dev.type == "cuda")) and dev.type == "cuda":
+            self.codec_slots.capture()
 
     def _set_attention(self, use_triton: bool) -> str:
         """The talker's decode attention: Triton (models/decode_attention.py, split-K sized from
@@ -224,8 +243,9 @@ class Qwen3TTSRunner(Runner):
                 reset_context()
             last = torch.tensor(np.cumsum(lens) - 1, device=dev)
             codes = self._first_frame([r.slot for r in requests], hidden[last], prepared)
-        for request in requests:
-            self._codec_states[request.request_id] = self.codec.new_state()
+        with self._codec_lock:
+            slots = self.codec_slots.allocate(len(requests))
+            self._codec_slot.update((r.request_id, slot) for r, slot in zip(requests, slots))
         self._timings.append(Timing("prefill", sum(lens), 1, 1000.0 * (time.perf_counter() - t0)))
         return self._outs(requests, codes.tolist())
 
@@ -307,20 +327,38 @@ class Qwen3TTSRunner(Runner):
 
     def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
         """One chunk per item, in order: windows of equal length decode as one batch."""
-        states = [self._codec_states.get(item.request.request_id) for item in items]  # None: released
+        with self._codec_lock:  # None: released; the others stay this call's until it ends
+            slots = [self._codec_slot.get(item.request.request_id) for item in items]
+            held = {slot for slot in slots if slot is not None}
+            self._codec_busy |= held
 
         def decode(frames: torch.Tensor, members: list[int]) -> np.ndarray:
-            return self.codec.decode(frames, [states[i] for i in members]).cpu().numpy()
-        return decode_windows(items, self.spec, decode, int(self.codec.samples_per_frame), self._timings,
-                              skip=lambda i: states[i] is None)
+            rows = [slot for slot in (slots[i] for i in members) if slot is not None]
+            assert len(rows) == len(members)  # released items are skipped
+            return self.codec_slots.decode(frames, rows).cpu().numpy()
+        try:
+            return decode_windows(items, self.spec, decode, int(self.codec.samples_per_frame), self._timings,
+                                  skip=lambda i: slots[i] is None)
+        finally:
+            with self._codec_lock:
+                self._codec_busy -= held
+                for slot in [s for s in self._codec_deferred if s in held]:
+                    self._codec_deferred.remove(slot)
+                    self.codec_slots.free(slot)
 
     def release(self, request: Request) -> None:
-        self._codec_states.pop(request.request_id, None)
+        with self._codec_lock:
+            slot = self._codec_slot.pop(request.request_id, None)
+            if slot is not None and slot in self._codec_busy:
+                self._codec_deferred.append(slot)  # a codec call in flight still writes it
+            elif slot is not None:
+                self.codec_slots.free(slot)
 
     def memory_bytes(self) -> int:
         tensors = [*self.talker.parameters(), self.kv_cache, self.seen, self.summed]
         graphs = self.frame_graphs.memory_bytes() if self.frame_graphs is not None else 0
-        return int(sum(t.numel() * t.element_size() for t in tensors)) + graphs + int(self.codec.memory_bytes())
+        return (int(sum(t.numel() * t.element_size() for t in tensors)) + graphs + int(self.codec.memory_bytes())
+                + self.codec_slots.memory_bytes())
 
     def close(self) -> None:
         if self.frame_graphs is not None:
@@ -328,4 +366,6 @@ class Qwen3TTSRunner(Runner):
         for layer in self.talker.model.layers:
             layer.self_attn.kv_cache = None
             layer.self_attn.decode_attention_fn = None
-        self._codec_states.clear()
+        self.codec_slots.close()
+        with self._codec_lock:
+            self._codec_slot.clear()

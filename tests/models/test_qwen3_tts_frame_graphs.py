@@ -138,7 +138,8 @@ def test_a_cancelled_slot_goes_to_the_next_request_with_its_own_text_rows(qwen3_
     alone = _run(_core(qwen3_tts_tiny_base, max_running=1), [_spec("c", True, max_tokens=14)])[0]["c"]
     assert set(audio) == {"c"} and waiting.slot == 0 and frame_codes(waiting.tokens) == alone
     assert 0 < int(graphs.text_len[0]) < long_rows  # the new owner's count, not the old one's
-    assert runner._codec_states == {} and core.scheduler.kv is not None and core.scheduler.kv.num_free == 1
+    assert runner._codec_slot == {} and len(runner.codec_slots.free_slots) == runner.codec_slots.num_slots
+    assert core.scheduler.kv is not None and core.scheduler.kv.num_free == 1
 
 
 @pytest.mark.parametrize("wide", [{"top_k": TOP_K + 1}, {"subtalker_top_k": TOP_K + 1}])

@@ -193,12 +193,13 @@ def test_a_cancelled_requests_slot_and_codec_state_go_to_the_next(qwen3_tts_tiny
     waiting = _add(core, _spec("b", max_tokens=10))
     for _ in range(8):
         core.step()
-    assert waiting in core.scheduler.waiting and set(runner._codec_states) == {"a"}
+    assert waiting in core.scheduler.waiting and set(runner._codec_slot) == {"a"}
     assert core.cancel("a") and not core.cancel("a")
     _, audio = _run(core, [])
     alone = _run(_core(qwen3_tts_tiny), [_spec("b", max_tokens=10)])[0]["b"]
     assert set(audio) == {"b"} and waiting.slot == 0 and frame_codes(waiting.tokens) == alone
-    assert runner._codec_states == {} and core.scheduler.kv is not None and core.scheduler.kv.num_free == 1
+    assert runner._codec_slot == {} and len(runner.codec_slots.free_slots) == runner.codec_slots.num_slots
+    assert core.scheduler.kv is not None and core.scheduler.kv.num_free == 1
 
 
 def test_engine_streams_and_cancel_frees_the_slot(qwen3_tts_tiny: Path) -> None:
