@@ -50,11 +50,14 @@ class Table:
         """Fold `ms` into the moving average at (a, b) (`average=False`: replace it)."""
         key = (snap(a), snap(b))
         old = self.values.get(key)
-        if old is None:
-            if key[1] not in self._as:
-                bisect.insort(self._bs, key[1])
-            bisect.insort(self._as.setdefault(key[1], []), key[0])
         self.values[key] = ms if old is None or not average else (1 - EMA) * old + EMA * ms
+        if old is None:  # the value before its keys, a column before its row: replicas share a table,
+            column = self._as.get(key[1])  # and another thread may look up meanwhile
+            if column is None:
+                self._as[key[1]] = [key[0]]
+                bisect.insort(self._bs, key[1])
+            else:
+                bisect.insort(column, key[0])
         self._memo.clear()
 
     def __call__(self, a: float, b: float = 1.0) -> float:

@@ -266,7 +266,12 @@ class Engine:
         if core is None:  # fifo, the baseline, decodes a speech LM's chunks in its step: one stream
             lanes = runner.lanes if self.config.uses("lanes") or not runner.has_backbone else {}
             executor = functools.partial(_executor, nice=not runner.has_backbone)
-            core = EngineCore(runner, self.config, lanes=lanes, executor=executor)
+            # Replicas on the same kind of device share what they learn of the costs: a replica
+            # with few timings would otherwise look cheap at any batch (its table is flat).
+            kind = key.split(":")[0]
+            cost = next((r.core.cost for r in self._models.get(model_id, ()) if r.worker.name.split(":")[0] == kind),
+                        None)
+            core = EngineCore(runner, self.config, cost=cost, lanes=lanes, executor=executor)
         self._models[model_id] = (*self._models.get(model_id, ()), Replica(runner, worker, core))
         worker.send("attach", model_id, core, fut)
         return fut

@@ -185,3 +185,16 @@ def test_detach_ends_every_replica_and_returns_their_runners() -> None:
 
     _run(go, (a, None), (b, None))
     assert len(a.released) + len(b.released) == 4
+
+
+def test_replicas_on_one_kind_of_device_share_their_cost_model() -> None:
+    """A replica that has timed only small batches would look cheap at any batch (a flat table):
+    replicas on the same kind of device learn into one cost model; other kinds keep their own."""
+    engine = Engine(EngineConfig())
+    for device in ("cpu:0", "cpu:1", "cuda:0"):
+        engine.attach("sim", lm(device=device))  # not started: the attach waits in each inbox
+    costs = [replica.core.cost for replica in engine._models["sim"]]
+    assert costs[0] is costs[1] and costs[2] is not costs[0]
+    costs[0].observe("step", 8, 512, 40.0)
+    assert costs[1].step_ms(8, 512) == 40.0
+
