@@ -67,7 +67,8 @@ class Scheduler:
             wanted = sampling.force_tokens or sampling.max_tokens
             if room < min(wanted, first_chunk):
                 raise InputTooLong(f"the prompt takes {len(request.prepared.prompt_ids)} of the model's "
-                                   f"{self.kv.max_seq_len} positions, too few left for audio", field="input")
+                                   f"{self.kv.max_seq_len} positions (its max_seq_len option), too few left for audio",
+                                   field="input")
             request.max_tokens = min(wanted, room)
         full = self.num_requests >= self.max_running + self.max_waiting
         skip = full or not self.num_requests  # an idle model admits any estimate (only requests that run teach it)

@@ -54,6 +54,25 @@ def config_models_problem(settings: Settings) -> str | None:
     return None
 
 
+def devices_problem(devices: tuple[str, ...]) -> str | None:
+    """Why the CUDA devices named cannot be used here (no torch, no GPU, an index past the GPUs
+    there are), or None; checked before the server starts, as the first model load would fail."""
+    named = [d for d in devices if d.startswith("cuda")]
+    if not named:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return f"device {named[0]} needs PyTorch with CUDA (pip install '.[lm]'); it is not installed"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for device in named:
+        index = int(device.partition(":")[2] or 0)
+        if index >= count:
+            return (f"device {device} is not here: this machine has {count} CUDA GPU(s) visible to PyTorch"
+                    " (devices / --devices / VOXGATE_DEVICES)")
+    return None
+
+
 def serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.keys import no_key_message
@@ -63,7 +82,7 @@ def serve(args: argparse.Namespace) -> int:
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
         return 2
-    problem = config_models_problem(settings)
+    problem = config_models_problem(settings) or devices_problem(settings.devices)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

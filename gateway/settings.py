@@ -98,6 +98,8 @@ class Settings:
             raise ValueError("max_input_chars and max_body_bytes must be positive")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"device must be cpu, cpu:N, cuda or cuda:N, got {self.device!r}")
         for device in self.devices:
             if not isinstance(device, str) or not _DEVICE.fullmatch(device):
                 raise ValueError(f"devices must name cpu, cpu:N, cuda or cuda:N (e.g. cuda:0,cuda:1), got {device!r}")

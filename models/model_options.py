@@ -37,6 +37,10 @@ def at_least(n: int) -> Option:
     return Option("int", lambda v: v >= n, f"an integer >= {n}")
 
 
+def between(low: int, high: int) -> Option:
+    return Option("int", lambda v: low <= v <= high, f"an integer from {low} to {high}")
+
+
 def one_of(*values: str) -> Option:
     return Option("str", lambda v: v in values, "one of " + ", ".join(values))
 

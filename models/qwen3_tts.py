@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from models import InvalidModel
-from models.model_options import FLAG, PATH, Option, at_least, check_options, one_of
+from models.model_options import FLAG, PATH, Option, at_least, between, check_options, one_of
 from models.qwen3_tts_args import CodecArgs, Args
 from models.qwen3_tts_references import ReferenceAudio, ReferenceCache
 from models.qwen3_tts_stream import FRAME_MS, SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -41,10 +41,11 @@ from models.qwen3_tts_stream import FRAME_MS, SAMPLE_RATE, SAMPLES_PER_FRAME
 FAMILY = "qwen3_tts"
 MAX_TEXT_CHARS = 2000
 # A model's options (checked when it is added, models/model_options.py): load's and the runner's.
+MAX_SEQ_LEN = 32768  # talker positions a slot may have: the released configs' max_position_embeddings
 OPTIONS: dict[str, Option] = {"speech_tokenizer_path": PATH, "dtype": one_of("bfloat16", "float16", "float32"),
-                              "max_seq_len": at_least(2), "max_codec_batch": at_least(1),
+                              "max_seq_len": between(2, MAX_SEQ_LEN), "max_codec_batch": at_least(1),
                               "max_prefill_batch": at_least(1), "frame_graphs": FLAG, "predictor_graphs": FLAG,
-                              "attn_block": at_least(1), "triton_attention": FLAG, "codec_graphs": FLAG}
+                              "attn_block": between(1, MAX_SEQ_LEN), "triton_attention": FLAG, "codec_graphs": FLAG}
 DEFAULT_VOICE = "default"  # Base and VoiceDesign models: no speaker row in the prompt
 # qwen-tts's hard defaults (its wrapper's `_merge_generate_kwargs`), for codebook 0 and the predictor
 GENERATION_DEFAULTS: dict[str, Any] = {

@@ -143,3 +143,20 @@ def test_devices_from_each_layer_and_bad_values_name_the_setting(tmp_path: Path,
     assert capsys.readouterr().err.strip() == ("error: invalid settings: devices names a device twice: "
                                                "cuda:0, cuda:0 (from --devices)")
     assert not (tmp_path / "data").exists()
+
+
+def test_serve_refuses_a_device_this_machine_does_not_have(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`device` is checked like `devices`; a CUDA device past the GPUs there are stops the start
+    with one line (not a 503 at the first request)."""
+    with pytest.raises(ValueError, match=r"device must be cpu, cpu:N, cuda or cuda:N, got 'tpu'"):
+        load_settings(env={}, device="tpu")
+    from gateway.cli import devices_problem
+
+    torch = pytest.importorskip("torch")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert devices_problem(("cpu:0", "cpu:1")) is None
+    assert f"device cuda:{count} is not here: this machine has {count} CUDA GPU(s)" in devices_problem(
+        ("cpu", f"cuda:{count}"))
+    assert main(["serve", "--devices", f"cuda:{count}", "--data-dir", str(tmp_path / "data"), "--port", "18767"]) == 2
+    assert f"error: device cuda:{count} is not here" in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()

@@ -105,3 +105,15 @@ def test_cli_writes_a_qwen3_tts_checkpoint_and_refuses_an_unknown_size(tmp_path:
     assert "exists and is not empty" in capsys.readouterr().err
     assert json.loads((design / "config.json").read_text())["tts_model_type"] == "voice_design"
     assert main(["checkpoint", "random", "--family", "qwen3_tts", "--force", str(design)]) == 0
+
+
+def test_position_options_past_the_talker_are_refused_naming_them(tmp_path: Path) -> None:
+    """max_seq_len and attn_block above the talker's positions would allocate a cache for nothing
+    (a new user's trial: max_seq_len=100000000 was taken, then the first load ran out of memory)."""
+    from models import InvalidModel, checkpoint, qwen3_tts
+
+    folder = checkpoint.write_random("qwen3_tts", "tiny", tmp_path / "q")
+    for name in ("max_seq_len", "attn_block"):
+        with pytest.raises(InvalidModel, match=rf"{name}.*from 1|{name}.*from 2"):
+            qwen3_tts.validate(folder, {name: qwen3_tts.MAX_SEQ_LEN + 1})
+    qwen3_tts.validate(folder, {"max_seq_len": 4096, "attn_block": 512})
