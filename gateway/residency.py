@@ -336,7 +336,8 @@ class Residency:
             resident.last_used_s = resident.loaded_s
             resident.load_seconds = time.perf_counter() - t0
             self.num_loads += 1
-            log.info("model %s loaded on %s in %.2fs (%.0f MB)", resident.model_id, ", ".join(devices),
+            where = devices if runners[0].has_backbone else [runners[0].device]  # a synthesiser runs where it runs
+            log.info("model %s loaded on %s in %.2fs (%.0f MB)", resident.model_id, ", ".join(where),
                      resident.load_seconds, resident.footprint_bytes / MB)
         except BaseException as error:
             resident.error = error
