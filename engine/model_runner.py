@@ -63,6 +63,16 @@ def buckets(limit: int, small: tuple[int, ...] = (1, 2, 4, 8), every: int = 16) 
     return sorted({b for b in small if b < limit} | set(range(every, limit, every)) | {limit})
 
 
+def codec_buckets(limit: int) -> list[int]:
+    """A codec's graph batch sizes: powers of two up to 128, then `limit`."""
+    return buckets(limit, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
+
+
+def length_buckets(top: int, block: int) -> list[int]:
+    """The attention lengths a decode step reads: multiples of `block` below `top`, and `top`."""
+    return sorted({min(top, block * k) for k in range(1, -(-top // block) + 1)})
+
+
 def device_name(device: torch.device | str) -> str:
     """A worker key: "cpu", or "cuda:N" with the index made explicit."""
     dev = torch.device(device)
@@ -106,7 +116,7 @@ class ModelRunner(Runner):
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._batch_buckets = sorted(config.graph_batches or buckets(max_running))
         block, top = config.attn_block, config.max_seq_len + 1
-        self._length_buckets = sorted({min(top, block * k) for k in range(1, -(-top // block) + 1)})
+        self._length_buckets = length_buckets(top, block)
         on_gpu = self.torch_device.type == "cuda"
         self.gpu_lanes = GpuLanes(self.torch_device, config.lm_sms, config.codec_sms) if on_gpu and config.lanes else None
         self.lanes = {"codec": 1} if not on_gpu else {"urgent": 1, "background": 1} if self.gpu_lanes else {}
@@ -120,7 +130,7 @@ class ModelRunner(Runner):
         for layer in self.model.model.layers:
             layer.self_attn.decode_attention_fn = attention
         windows = parts.spec.shape.window_lengths()
-        batches = config.codec_graph_batches or buckets(config.max_codec_batch, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
+        batches = config.codec_graph_batches or codec_buckets(config.max_codec_batch)
         self.codec_graphs = {lane: CodecGraphs(self.codec, [b for b in batches if b <= config.urgent_codec_batch]
                                                if lane == "urgent" else batches, windows)
                              for lane in (self.lanes or {"step": 1})}

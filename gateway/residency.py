@@ -34,6 +34,7 @@ from engine.types import EngineError, UnknownModel
 from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, Lookup, ModelSpec, folder_size, free_memory_bytes, \
     library_lookup, load_runner
+from gateway.placement import plan
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
 )
@@ -252,53 +253,14 @@ class Residency:
                 or time.monotonic() < resident.grace_until_s)
 
     def _plan(self, footprint: int) -> tuple[list[Resident], list[str], str | None]:
-        """Idle models to evict and the devices to place one more model of `footprint` bytes a
-        device on (module docstring); or why it cannot be placed now.
-
-        The reason is "count" (too many loaded and busy), "memory" (busy models hold what is
-        needed on every device) or "never" (it would fit on no device even with nothing loaded).
-        """
+        """gateway/placement.py `plan`, over the residents now (busy ones count as just used)."""
         now = time.monotonic()
         residents = list(self._residents.values())
         for resident in residents:
             if resident.state is ResidentState.LOADED and self._busy(resident):
                 resident.last_used_s = now
-        missing: dict[str, int] = {}  # bytes to free on each device where it can fit at all
-        for device in self.devices:
-            free = self._free_memory(device)
-            if free is None:
-                missing[device] = 0
-                continue
-            loading = sum(r.footprints.get(device, 0) for r in residents if r.state is ResidentState.LOADING)
-            need = footprint + self.min_free_bytes - (free - loading)
-            if need - sum(r.footprints.get(device, 0) for r in residents) <= 0:
-                missing[device] = need
-        if not missing:
-            return [], [], "never"
-        idle = sorted((r for r in residents if r.state is ResidentState.LOADED and not self._busy(r)),
-                      key=lambda r: r.last_used_s)
-        excess_count = len(residents) + 1 - self.max_loaded_models
-        victims = idle[:max(0, excess_count)]  # the least recently used make way first
-        if len(victims) < excess_count:
-            return [], [], "count"
-
-        def fits(device: str, evicted: list[Resident]) -> bool:
-            return missing[device] <= sum(r.footprints.get(device, 0) for r in evicted)
-
-        if not any(fits(device, victims) for device in missing):  # room on one device: the fewest evictions,
-            options = []  # then the least recently used
-            for device in missing:
-                more = list(victims)
-                for resident in (r for r in idle if r not in victims and r.footprints.get(device)):
-                    if fits(device, more):
-                        break
-                    more.append(resident)
-                if fits(device, more):
-                    options.append((len(more), max((r.last_used_s for r in more), default=0.0), more))
-            if not options:
-                return [], [], "memory"
-            victims = min(options, key=lambda option: option[:2])[2]
-        return victims, [device for device in missing if fits(device, victims)], None
+        free = {device: self._free_memory(device) for device in self.devices}
+        return plan(residents, free, footprint + self.min_free_bytes, self.max_loaded_models, self._busy)
 
     def _memory_message(self, model_id: str, footprint: int) -> str:
         frees = [(device, self._free_memory(device)) for device in self.devices]

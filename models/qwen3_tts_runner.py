@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from engine.lm_spec import LMSpec
-from engine.model_runner import buckets, device_name
+from engine.model_runner import buckets, codec_buckets, device_name, length_buckets
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Request
 from engine.runner import LMParts, Runner
@@ -70,11 +70,6 @@ STEPS_PER_FRAME = 16  # draws per frame: the seed's step counter advances by thi
 # 2048 positions (Orpheus: 256), so 20 batch x 4 length talker graphs at 256 slots (the Triton
 # attention skips keys past each row's position, so a coarse bucket costs little).
 ATTN_BLOCK = 512
-
-
-def length_buckets(max_seq_len: int, block: int) -> list[int]:
-    """The attention lengths a decode step reads: multiples of `block`, and `max_seq_len`."""
-    return sorted({min(max_seq_len, block * k) for k in range(1, -(-max_seq_len // block) + 1)})
 
 
 class Qwen3TTSRunner(Runner):
@@ -135,7 +130,7 @@ class Qwen3TTSRunner(Runner):
         self._codec_busy: set[int] = set()
         self._codec_deferred: list[int] = []
         self._codec_lock = threading.Lock()
-        codec_batches = buckets(self.max_codec_batch, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
+        codec_batches = codec_buckets(self.max_codec_batch)
         self.codec_slots = CodecSlots(self.codec, max_running + (self.max_codec_batch if self.lanes else 0),
                                       codec_batches, parts.spec.shape.window_lengths())
         # models/qwen3_tts_frame_graphs.py: captured on a GPU by default; on a CPU `frame_graphs`
