@@ -64,6 +64,7 @@ def write_config(folder: Path, model_dir: Path, policy: str, port: int, opts: ar
     options: dict = {"max_seq_len": 2048, "max_running": opts.max_running}
     if opts.family == "orpheus":
         options.update({"random_weights": True, "compile_layers": bool(opts.compile), "lanes": bool(opts.lanes)})
+    options.update(json.loads(opts.model_options or "{}"))  # e.g. '{"prepare_stream": false}' for an A/B
     name = name or policy
     placed = f'devices = {json.dumps(devices)}' if devices else f'device = "{opts.device}"'
     lines = [f'port = {port}', f'data_dir = "{folder / name}"', f'policy = "{policy}"', placed,
@@ -194,6 +195,8 @@ def main() -> None:
     parser.add_argument("--size", default="full", help="full: Orpheus-3B (Qwen3-TTS 1.7B) shapes; tiny: a shake-down on the CPU")
     parser.add_argument("--family", default="orpheus", choices=sorted(FAMILIES))
     parser.add_argument("--out", default="bench/results/goodput_orpheus.json")
+    parser.add_argument("--model-options", default="", help="JSON merged into the model's options (an A/B)")
+    parser.add_argument("--checkpoint", default="", help="write the random checkpoint here; reuse it if it is there")
     opts = parser.parse_args()
     from models.checkpoint import write_random
 
@@ -201,10 +204,11 @@ def main() -> None:
     runs = plan_runs(opts)
     folder = Path(tempfile.mkdtemp(prefix="goodput-"))
     family = FAMILIES[opts.family]
-    if opts.family == "orpheus":
-        model_dir = write_random("orpheus", opts.size, folder / "orpheus", seed=opts.seed, weights=False)
-    else:
-        model_dir = write_random(opts.family, opts.size, folder / opts.family, seed=opts.seed)
+    model_dir = Path(opts.checkpoint) if opts.checkpoint else folder / opts.family
+    if not (model_dir / ".written").is_file():  # (a run cut short leaves no mark: written again)
+        write_random(opts.family, opts.size, model_dir, seed=opts.seed,
+                     **({"weights": False} if opts.family == "orpheus" else {}))
+        (model_dir / ".written").touch()
     cost = json.loads(Path(opts.cost).read_text()) if Path(opts.cost).is_file() and opts.family == "orpheus" else None
     record: dict = {"command": " ".join(["python", *sys.argv]), "gpu": None, "family": opts.family, "size": opts.size,
                     "transport": "rest" if opts.rest else "realtime", "requests_per_rate": opts.requests,
@@ -229,6 +233,8 @@ def main() -> None:
                 listeners, wall_s = asyncio.run(wave(base, arrivals, bool(opts.rest)))
                 row = {"rate": rate, **summarize(listeners, wall_s),
                        "mean_concurrency": mean_concurrency(listeners, wall_s)}
+                engine = httpx.get(f"{base}/v1/stats").json()["models"].get(MODEL, {})  # the last 256 first chunks'
+                row["ttfa_phases_ms"] = engine.get("ttfa_phases_ms")  # (engine/core.py PHASES: [p50, p90] each)
                 if cost is not None:
                     sim, sim_wall = simulate(arrivals, CostModel.from_json(cost), policy=policy,
                                              max_running=opts.max_running, lanes=bool(opts.lanes),

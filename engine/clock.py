@@ -27,10 +27,6 @@ class PlaybackClock:
     def ttfa_ms(self) -> float | None:
         return None if self.first_delivery_s is None else 1000.0 * (self.first_delivery_s - self.arrival_s)
 
-    def deadline_s(self) -> float | None:
-        """Monotonic time at which the next chunk must be delivered, None if paused."""
-        return None if self.due_s == math.inf else self.due_s
-
     def _due_s(self) -> float:
         if self.first_delivery_s is None:
             return self.arrival_s + max(self.ttfa_target_ms, self.ahead_ms) / 1000.0

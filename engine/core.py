@@ -23,6 +23,7 @@ from engine.scheduler import Scheduler
 from engine.types import AudioChunk, ChunkOut, EngineError, SpeechRequest
 
 Output = tuple[str, AudioChunk | EngineError]
+PHASES = ("prepare", "queue", "prefill", "first_chunk")  # where the last 256 first chunks' time went
 _T = TypeVar("_T")
 
 
@@ -45,6 +46,7 @@ class EngineCore:
         self._last_plan = Plan()
         self._in_runner_s = 0.0  # this step's time inside runner calls
         self.host_ms: collections.deque[float] = collections.deque(maxlen=4096)  # per step, runner calls excluded
+        self.first_chunks: collections.deque[tuple[float, ...]] = collections.deque(maxlen=256)  # PHASES, ms
 
     @property
     def has_work(self) -> bool:
@@ -96,6 +98,10 @@ class EngineCore:
             self._decode_in_flight = bool(plan.decode)
         if plan.prefill:
             scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
+            for request in plan.prefill:
+                request.first_token_s = self.clock()
+            if urgent is None:  # decoded in the step: the first chunks the prefill completed go out now
+                plan.urgent += scheduler.first_chunks(plan.prefill, scheduler.max_codec_batch - len(plan.codec))
         for lane, items in [(urgent, plan.urgent), (background, plan.background)] if urgent != background else \
                 [(urgent, plan.codec)]:
             items = [item for item in items if item.request.error is None]
@@ -110,6 +116,10 @@ class EngineCore:
                     future.add_done_callback(lambda _: self.notify() if self.notify else None)
                     self._flying.append((lane, batch, future))
         for request_id, item in outputs:
+            if not isinstance(item, EngineError) and item.index == 0 and (r := scheduler.get(request_id)):
+                marks = (r.spec.arrival_s, r.queued_s, r.admitted_s, r.first_token_s or r.admitted_s,
+                         r.clock.first_delivery_s or 0.0)  # arrival -> queued -> admitted -> first token -> delivered
+                self.first_chunks.append(tuple(1000.0 * (b - a) for a, b in zip(marks, marks[1:])))
             if isinstance(item, EngineError) or item.is_last:
                 self.cancel(request_id)
         for timing in runner.take_timings():
@@ -146,6 +156,7 @@ class EngineCore:
             "last_batch": batch, "lanes": dict(batch) if has_backbone else {"synth": len(plan.codec)},
             "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": graphs,
             "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
-            "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None}
+            "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None,
+            "first_chunks": list(self.first_chunks)}
         return {**stats, "est_step_ms": round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)} \
             if has_backbone else stats

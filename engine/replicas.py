@@ -39,10 +39,8 @@ def headroom_ms(core: EngineCore, request: Request, now: float, num_pending: int
     sampling = request.prepared.sampling
     assert sampling is not None, "a speech-LM request needs sampling settings"
     steps = min(s.tokens_per_frame * request.plan.ready_at, sampling.force_tokens or sampling.max_tokens)
-    queued, wait_ms = q - (s.max_running - n), 0.0
-    if queued >= 0:  # no KV slot for it yet: the (queued + 1)-th running request to finish frees one
-        left = sorted(r.max_tokens - len(r.tokens) for r in running)
-        wait_ms = step_ms * left[min(queued, len(left) - 1)] if left else 0.0
+    queued = q - (s.max_running - n)
+    wait_ms = s.slot_wait_ms(queued, step_ms, running)
     prompt = len(request.prepared.prompt_ids)  # its prefill, with those waiting before it
     prefill_ms = cost.prefill_ms(prompt * (1 + num_pending) + sum(len(r.prepared.prompt_ids) for r in waiting))
     first_ms = wait_ms + prefill_ms + steps * step_ms + cost.codec_ms(1, request.plan.window_frames)
@@ -77,7 +75,7 @@ def rank(cores: Sequence[EngineCore], spec: SpeechRequest, prepared: Prepared, n
 
 def merge_stats(per_replica: list[dict[str, Any]], refused: int) -> dict[str, Any]:
     """One model's stats from its replicas' (engine/core.py `EngineCore.stats`, each with its
-    `worker`): counts summed, estimates of the first, the slowest host time, `refused` (requests
+    `worker`): counts summed and first chunks pooled, estimates of the first, the slowest host time, `refused` (requests
     no replica took) and `replicas` (each one's own)."""
     merged = {**per_replica[0], "worker": ",".join(stats["worker"] for stats in per_replica),
               "refused": refused, "replicas": per_replica}
@@ -88,4 +86,5 @@ def merge_stats(per_replica: list[dict[str, Any]], refused: int) -> dict[str, An
                        for name in {name for stats in per_replica for name in stats[key]}}
     hosts = [stats["host_ms_p50"] for stats in per_replica if stats.get("host_ms_p50") is not None]
     merged["host_ms_p50"] = max(hosts) if hosts else None
+    merged["first_chunks"] = [row for stats in per_replica for row in stats.get("first_chunks", ())]
     return merged

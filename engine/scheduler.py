@@ -78,6 +78,7 @@ class Scheduler:
             why = (f"has {self.num_requests} requests (max_running + max_waiting)" if full else
                    f"is busy: first audio predicted in {predicted:.0f} ms (max {self.max_predicted_ttfa_ms:.0f})")
             raise Overloaded(f"model {request.spec.model_id!r} {why}; retry shortly")
+        request.queued_s = now
         self.waiting.append(request)
 
     def get(self, request_id: str) -> Request | None:
@@ -131,13 +132,17 @@ class Scheduler:
             lanes = self.max_codec_batch  # a synthesiser's pool runs that many units at once
             return sum(self._codec_est_ms(r) for r in ahead) / lanes + self._codec_est_ms(request)
         step_ms = self.cost.step_ms(min(self.max_running, len(self.running) + 1), request.num_tokens + 64)
-        wait_ms = 0.0
-        queued = len(self.waiting) - (self.max_running - len(self.running))
-        if queued >= 0:  # no slot for it yet: the (queued + 1)-th running request to finish frees one
-            left = sorted(r.max_tokens - len(r.tokens) for r in self.running.values())
-            wait_ms = step_ms * left[min(queued, len(left) - 1)] if left else 0.0
+        wait_ms = self.slot_wait_ms(len(self.waiting) - (self.max_running - len(self.running)), step_ms,
+                                    list(self.running.values()))
         prefill_ms = self.cost.prefill_ms(len(request.prepared.prompt_ids))
         return wait_ms + prefill_ms + self.steps_to_chunk(request) * step_ms + self._codec_est_ms(request)
+
+    @staticmethod
+    def slot_wait_ms(queued: int, step_ms: float, running: Sequence[Request]) -> float:
+        """ms until a KV slot is free for the (`queued` + 1)-th request without one: as many running
+        requests finish (0 when `queued` < 0: one is free)."""
+        left = sorted(r.max_tokens - len(r.tokens) for r in running) if queued >= 0 else []
+        return step_ms * left[min(queued, len(left) - 1)] if left else 0.0
 
     def schedule(self, now: float, urgent_slots: int | None = None, background_slots: int | None = None,
                  shared: bool = True) -> Plan:
@@ -169,7 +174,7 @@ class Scheduler:
             self.waiting.sort(key=lambda r: r.clock.due_s)  # a paused listener's is inf: last
         if self.lm is None:  # no memory per request: admit up to the limit
             while self.waiting and len(self.running) < self.max_running:
-                self._start(self.waiting.pop(0))
+                self._start(self.waiting.pop(0), now)
             return
         assert self.kv is not None
         batch: list[Request] = []
@@ -192,12 +197,12 @@ class Scheduler:
         for request in batch:
             self.waiting.remove(request)
             request.slot = self.kv.allocate(request.request_id, len(request.prepared.prompt_ids) + 1)
-            self._start(request)
+            self._start(request, now)
             plan.prefill.append(request)
             self.decoding[request] = None
 
-    def _start(self, request: Request) -> None:
-        request.status = RequestStatus.RUNNING
+    def _start(self, request: Request, now: float) -> None:
+        request.status, request.admitted_s = RequestStatus.RUNNING, now
         self.running[request.request_id] = request
         if self._longest is None or request.num_tokens > self._longest.num_tokens:
             self._longest = request
@@ -248,6 +253,12 @@ class Scheduler:
             plan.background = relaxed
         del plan.urgent[self.max_codec_batch:]
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
+
+    def first_chunks(self, requests: Sequence[Request], room: int) -> list[CodecItem]:
+        """Chunks complete at their prefill (a one-frame first chunk, Qwen3-TTS), at most `room`:
+        decoded in the prefill's own step, not a step later."""
+        windows = [(r, r.plan.next_window()) for r in requests[:max(0, room)] if r.error is None]
+        return [CodecItem(request, window) for request, window in windows if window is not None]
 
     def postprocess_tokens(self, out: Tokens) -> None:
         """Append tokens, count frames, stop. Python looks at each request once, and again only

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from engine.types import UnknownModel
 from gateway.state import AppState
+from gateway.stats import summarized
 from gateway.voices import is_openai_model, model_alias
 from models import InvalidModel, family
 
@@ -99,7 +100,7 @@ async def list_voices(request: Request) -> JSONResponse:
 async def health(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     status = "draining" if state.draining else "ok"
-    return JSONResponse({"status": status, "engine": state.engine.stats(),
+    return JSONResponse({"status": status, "engine": summarized(state.engine.stats()),
                          "schema_version": await state.library.schema_version()},
                         status_code=503 if state.draining else 200)
 

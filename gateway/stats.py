@@ -4,6 +4,7 @@
    "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals", "refused",
                    "est_codec_ms", "est_step_ms" (speech LMs), "host_ms_p50" (null before a step),
                    "graphs": {"hit", "miss"} (speech LMs' decode CUDA graphs; {} for a synthesiser),
+                   "ttfa_phases_ms": {"prepare", "queue", "prefill", "first_chunk": [p50, p90]} | null,
                    "last_batch": {"prefill", "decode", "urgent", "background"},
                    "lanes": {lane: batch size},  # attached models; only the lanes a model has
                    "replicas": [{the same, for one device}]}},  # several devices: counts summed above
@@ -16,6 +17,11 @@ page never shows an LM lane for Piper.
 `devices` are where speech LMs are placed (the `devices` setting, docs/scaling.md); a model
 on several has a replica on each: `worker` joins their names, `refused` counts requests that
 no replica took.
+`ttfa_phases_ms` splits the engine's part of the time to first audio over the last 256 first
+chunks (engine/core.py `PHASES`): `prepare` (submitted -> queued: the family's prompt),
+`queue` (-> admitted: a KV slot and the prefill's turn), `prefill` (-> the first token; 0 for a
+synthesiser), `first_chunk` (-> the chunk delivered: decode steps and the codec); null on one
+model's replicas pooled (each replica's own is in `replicas`); null before a first chunk.
 `recent` holds completed utterances, oldest first, from the bounded ring in
 gateway/metrics.py; `?since=T` (a previous answer's `time`) returns only newer ones.
 """
@@ -24,12 +30,31 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any, Sequence
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from engine.core import PHASES
 from engine.types import InvalidInput
 from gateway.state import AppState
+
+
+def phases(rows: Sequence[Sequence[float]]) -> dict[str, list[float]] | None:
+    """p50 and p90 (ms, nearest rank) of each of engine/core.py's PHASES over first chunks `rows`
+    (ms each, one row a request); None without rows."""
+    columns = [sorted(column) for column in zip(*rows)]
+    return {name: [round(c[len(c) // 2], 1), round(c[int(0.9 * (len(c) - 1))], 1)]
+            for name, c in zip(PHASES, columns)} if rows else None
+
+
+def summarized(engine: dict[str, Any]) -> dict[str, Any]:
+    """Engine stats with each model's (and replica's) raw `first_chunks` as `ttfa_phases_ms`."""
+    def one(stats: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in stats.items() if k not in ("first_chunks", "replicas")}
+        out["ttfa_phases_ms"] = phases(stats.get("first_chunks", ()))
+        return {**out, "replicas": [one(r) for r in stats["replicas"]]} if "replicas" in stats else out
+    return {**engine, "models": {model_id: one(stats) for model_id, stats in engine["models"].items()}}
 
 
 async def stats(request: Request) -> JSONResponse:
@@ -41,7 +66,7 @@ async def stats(request: Request) -> JSONResponse:
         since = math.nan
     if not math.isfinite(since):
         raise InvalidInput("since must be a number (seconds since the epoch)", field="since")
-    engine = state.engine.stats()
+    engine = summarized(state.engine.stats())
     return JSONResponse({
         "time": time.time(),
         "device": state.settings.device,

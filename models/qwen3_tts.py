@@ -45,7 +45,8 @@ MAX_SEQ_LEN = 32768  # talker positions a slot may have: the released configs' m
 OPTIONS: dict[str, Option] = {"speech_tokenizer_path": PATH, "dtype": one_of("bfloat16", "float16", "float32"),
                               "max_seq_len": between(2, MAX_SEQ_LEN), "max_codec_batch": at_least(1),
                               "max_prefill_batch": at_least(1), "frame_graphs": FLAG, "predictor_graphs": FLAG,
-                              "attn_block": between(1, MAX_SEQ_LEN), "triton_attention": FLAG, "codec_graphs": FLAG}
+                              "attn_block": between(1, MAX_SEQ_LEN), "triton_attention": FLAG, "codec_graphs": FLAG,
+                              "prepare_stream": FLAG}
 DEFAULT_VOICE = "default"  # Base and VoiceDesign models: no speaker row in the prompt
 # qwen-tts's hard defaults (its wrapper's `_merge_generate_kwargs`), for codebook 0 and the predictor
 GENERATION_DEFAULTS: dict[str, Any] = {
@@ -307,7 +308,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     options = dict(options or {})
     max_seq_len = int(options.get("max_seq_len", MAX_SEQ_LEN))
     model = load_parts(Path(path), {**options, "max_seq_len": max_seq_len + 1}, device)
-    return LMParts(make_spec(model), model, model.codec, options, runner=Qwen3TTSRunner)
+    return LMParts(make_spec(model, bool(options.get("prepare_stream", True))), model, model.codec, options,
+                   runner=Qwen3TTSRunner)
 
 
 def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:

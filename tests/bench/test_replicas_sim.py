@@ -43,7 +43,8 @@ def test_a_codec_gpu_is_worth_the_slowdown_it_removes() -> None:
 
 def _goodput_opts(**given: object) -> argparse.Namespace:
     defaults = {"rates": "4,8", "policies": "edf,fifo", "devices": "", "device_counts": "", "scale_rates": 1,
-                "device": "cuda", "compile": 1, "max_running": 256, "lanes": 1, "requests": 200, "family": "orpheus"}
+                "device": "cuda", "compile": 1, "max_running": 256, "lanes": 1, "requests": 200, "family": "orpheus",
+                "model_options": ""}
     return argparse.Namespace(**{**defaults, **given})
 
 

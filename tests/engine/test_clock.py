@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from engine.clock import PlaybackClock
@@ -9,16 +11,16 @@ from engine.clock import PlaybackClock
 
 def test_first_deadline_is_arrival_plus_ttfa_target() -> None:
     clock = PlaybackClock(arrival_s=10.0, ttfa_target_ms=200)
-    assert clock.deadline_s() == pytest.approx(10.2)
+    assert clock.due_s == pytest.approx(10.2)
 
 
 def test_without_reports_playback_starts_at_first_delivery_at_1x() -> None:
     clock = PlaybackClock(10.0, 200)
     assert clock.on_delivery(10.1, 1000) == 0  # first chunk: a TTFA, never a stall
     assert clock.ttfa_ms == pytest.approx(100)
-    assert clock.deadline_s() == pytest.approx(11.1)
+    assert clock.due_s == pytest.approx(11.1)
     assert clock.on_delivery(11.0, 500) == 0
-    assert clock.deadline_s() == pytest.approx(11.6)
+    assert clock.due_s == pytest.approx(11.6)
     assert clock.buffered_ms(11.2) == pytest.approx(400)
 
 
@@ -27,25 +29,25 @@ def test_a_late_chunk_is_a_stall_and_playback_resumes_from_it() -> None:
     clock.on_delivery(0.1, 1000)
     assert clock.on_delivery(1.4, 1000) == pytest.approx(300)
     assert clock.stalls == 1
-    assert clock.deadline_s() == pytest.approx(2.4)  # silent 300 ms, then 1 s more audio
+    assert clock.due_s == pytest.approx(2.4)  # silent 300 ms, then 1 s more audio
 
 
 def test_reports_move_the_deadline_and_pause_removes_it() -> None:
     clock = PlaybackClock(0.0, 200)
     clock.on_delivery(0.1, 2000)
     clock.on_report(0.5, played_ms=100, playing=True)  # client started late
-    assert clock.deadline_s() == pytest.approx(0.5 + 1.9)
+    assert clock.due_s == pytest.approx(0.5 + 1.9)
     clock.on_report(0.6, played_ms=200, playing=False)
-    assert clock.deadline_s() is None
+    assert clock.due_s == math.inf
     assert clock.played_ms(5.0) == 200
     clock.on_report(1.0, played_ms=-500, playing=True)  # still playing earlier audio
-    assert clock.deadline_s() == pytest.approx(1.0 + 2.5)
+    assert clock.due_s == pytest.approx(1.0 + 2.5)
 
 
 def test_audio_queued_ahead_moves_the_first_deadline_and_playback_start() -> None:
     clock = PlaybackClock(10.0, 200, ahead_ms=1500)
-    assert clock.deadline_s() == pytest.approx(11.5)  # due when the earlier audio runs out
+    assert clock.due_s == pytest.approx(11.5)  # due when the earlier audio runs out
     clock.on_delivery(10.3, 1000)
     assert clock.ttfa_ms == pytest.approx(300)
-    assert clock.deadline_s() == pytest.approx(12.5)  # plays from 11.5 s, 1 s of it
+    assert clock.due_s == pytest.approx(12.5)  # plays from 11.5 s, 1 s of it
     assert clock.played_ms(11.0) == 0

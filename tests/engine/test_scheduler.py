@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig
-from engine.core import EngineCore
+from engine.core import PHASES, EngineCore
 from engine.types import AudioChunk, GenerationFailed, Overloaded
 from tests.engine.fakes import FakeRunner, SimClock, costs, lm, spec, synth
 
@@ -260,3 +260,30 @@ def test_a_token_read_back_after_a_cancel_is_dropped() -> None:
     n = len(request.tokens)
     assert c.cancel("a") and request.is_stopped and c.has_work  # the last step's tokens are still to come
     assert c.step() == [] and len(request.tokens) == n and request not in c.scheduler.watch and not c.has_work
+
+
+def test_stats_split_the_time_to_first_audio_into_its_phases() -> None:
+    """prepare (arrival -> queued), queue (-> admitted), prefill (-> first token), first_chunk (->
+    delivered), from the simulated clock: the prefill and the steps advance it by their cost."""
+    clock = SimClock()
+    c = core(lm(clock, cost=costs(step_ms=10.0, prefill_ms=30.0, codec_ms=5.0)), clock)
+    assert c.stats()["first_chunks"] == []
+    clock.advance_ms(12.0)  # the family's prepare took 12 ms
+    add(c, spec("r1", frames=40, arrival_s=0.0))
+    run_until_first_chunk(c, "r1")
+    [row] = c.stats()["first_chunks"]
+    phases = dict(zip(PHASES, row))
+    assert phases["prepare"] == pytest.approx(12.0) and phases["queue"] == 0.0
+    assert phases["prefill"] >= 29.99  # the prefill's cost went by before its first token
+    assert phases["first_chunk"] > 0  # the first chunk's steps and codec came after the prefill
+    first = c.scheduler.running["r1"].clock.first_delivery_s
+    assert sum(row) == pytest.approx(1000.0 * first)  # they add up to arrival -> delivery
+
+
+def test_a_synthesisers_first_chunk_has_no_prefill_phase() -> None:
+    clock = SimClock()
+    c = core(synth(clock), clock)
+    add(c, spec("s1", ("One.", "Two.")))
+    run_until_first_chunk(c, "s1")
+    [row] = c.stats()["first_chunks"]
+    assert dict(zip(PHASES, row))["prefill"] == 0.0 and row[-1] > 0

@@ -50,3 +50,5 @@ def test_a_speech_lm_on_two_devices_serves_from_both(tmp_path: Path) -> None:
             assert entry["worker"] == "cpu:0,cpu:1" and entry["refused"] == 0
             stepped = [replica["host_ms_p50"] for replica in entry["replicas"]]  # None until a replica steps
             assert [r["worker"] for r in entry["replicas"]] == ["cpu:0", "cpu:1"] and None not in stepped, entry
+            assert entry["ttfa_phases_ms"]["prefill"][0] > 0  # pooled over both replicas' first chunks
+            assert all(r["ttfa_phases_ms"] is not None for r in entry["replicas"])

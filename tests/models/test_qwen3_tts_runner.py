@@ -111,9 +111,9 @@ def test_the_stream_starts_with_a_one_frame_chunk_then_ramps(qwen3_tts_tiny: Pat
         chunks += [x for _, x in core.step()]  # type: ignore[misc]
         if chunks and first_at is None:
             first_at = len(request.tokens)  # frames: one token each
-    # No right context: frame 0's chunk is planned at the first iteration after the prefill (the one
-    # that makes frame 1 meanwhile), not after 2 frames as Orpheus' first chunk needs.
-    assert first_at == 2
+    # No right context: frame 0's chunk is complete at the prefill and goes out in the prefill's own
+    # step (engine/scheduler.py first_chunks), not a step later nor after 2 frames as Orpheus' needs.
+    assert first_at == 1
     assert [len(c.pcm) // SAMPLES_PER_FRAME for c in chunks] == [1, 2, 4, 8, 5]
 
 
