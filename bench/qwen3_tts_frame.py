@@ -114,7 +114,7 @@ def run_batch(runner: Any, batch: int, frames: int, warmup: int, voice: str) -> 
     runner.take_timings = take  # type: ignore[attr-defined]
     runner.take_timings()  # type: ignore[attr-defined]
     ms = [m for _, m in timings[warmup:]]
-    paths = {k: v - counts[k] for k, v in runner.frame_counts.items()}  # frames (steps, prefills) by path
+    paths = {k: v - counts[k] for k, v in runner.frame_counts.items()}  # decode steps by path
     return {"frame_ms": statistics.median(ms) if ms else float("nan"), "frames_timed": len(ms),
             "context": int(statistics.fmean(c for c, _ in timings[warmup:])) if ms else 0, "wall_s": round(wall_s, 1),
             "paths": paths}

@@ -23,7 +23,7 @@ from engine.scheduler import Scheduler
 from engine.types import AudioChunk, ChunkOut, EngineError, SpeechRequest
 
 Output = tuple[str, AudioChunk | EngineError]
-PHASES = ("prepare", "queue", "prefill", "first_chunk")  # where the last 256 first chunks' time went
+PHASES = ("prepare", "inbox", "queue", "prefill", "first_chunk")  # where the last 256 first chunks' time went
 _T = TypeVar("_T")
 
 
@@ -93,11 +93,15 @@ class EngineCore:
         plan = scheduler.schedule(self.clock() if now is None else now, self._free(urgent), self._free(background),
                                   shared=urgent == background)
         self.was_idle = plan.is_empty and not self._decode_in_flight and not outputs
+        joins = runner.prefill_joins_step
+        if plan.prefill and joins:  # no tokens of its own: its requests are in this step's decode
+            self._run(runner.prefill, plan.prefill)
         if plan.decode or self._decode_in_flight:  # also collects the last step's tokens
             scheduler.postprocess_tokens(self._run(runner.decode, plan.decode))
             self._decode_in_flight = bool(plan.decode)
         if plan.prefill:
-            scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
+            if not joins:
+                scheduler.postprocess_tokens(self._run(runner.prefill, plan.prefill))
             for request in plan.prefill:
                 request.first_token_s = self.clock()
             if urgent is None:  # decoded in the step: the first chunks the prefill completed go out now
@@ -117,8 +121,8 @@ class EngineCore:
                     self._flying.append((lane, batch, future))
         for request_id, item in outputs:
             if not isinstance(item, EngineError) and item.index == 0 and (r := scheduler.get(request_id)):
-                marks = (r.spec.arrival_s, r.queued_s, r.admitted_s, r.first_token_s or r.admitted_s,
-                         r.clock.first_delivery_s or 0.0)  # arrival -> queued -> admitted -> first token -> delivered
+                marks = (r.spec.arrival_s, r.prepared_s or r.queued_s, r.queued_s, r.admitted_s,
+                         r.first_token_s or r.admitted_s, r.clock.first_delivery_s or 0.0)  # (see PHASES)
                 self.first_chunks.append(tuple(1000.0 * (b - a) for a, b in zip(marks, marks[1:])))
             if isinstance(item, EngineError) or item.is_last:
                 self.cancel(request_id)
@@ -158,5 +162,5 @@ class EngineCore:
             "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
             "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None,
             "first_chunks": list(self.first_chunks)}
-        return {**stats, "est_step_ms": round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2)} \
-            if has_backbone else stats
+        return {**stats, "est_step_ms": round(self.cost.step_ms(max(1, len(scheduler.running)), 512), 2),
+                "est_prefill_ms": round(self.cost.prefill_ms(256), 2)} if has_backbone else stats  # (256 tokens)

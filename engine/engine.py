@@ -61,6 +61,7 @@ class AudioStream:
         self.engine, self.request_id, self.model_id, self.worker = engine, spec.request_id, spec.model_id, worker
         self._loop, self._queue, self.done = loop, asyncio.Queue[Any](), False
         self._put_ms = self._taken_ms = 0.0  # audio put (by the worker thread), taken (by the event loop)
+        self.prepared_s = 0.0  # when the family's prepare ended (monotonic s; a prepare thread sets it)
 
     def unread_ms(self) -> float:
         """Audio delivered to this stream that its reader has not taken yet."""
@@ -161,7 +162,7 @@ class Worker:
         try:
             if core is None:
                 raise ModelNotLoaded(f"model {spec.model_id!r} was unloaded", field="model")
-            core.add(spec, prepared.result(), stream.unread_ms)
+            core.add(spec, prepared.result(), stream.unread_ms).prepared_s = stream.prepared_s
         except EngineError as error:
             if others and isinstance(error, (Overloaded, ModelNotLoaded)):  # the next replica may take it
                 self.engine._hand_on(spec, prepared, others)
@@ -311,6 +312,7 @@ class Engine:
         stream = self._streams.get(spec.request_id)
         if stream is not None:
             stream.worker = replicas[0].worker  # before the add: a cancel sent elsewhere follows it
+            stream.prepared_s = stream.prepared_s or time.monotonic()
         with self._lock:
             replicas[0].num_pending += 1
         replicas[0].worker.send("add", spec, prepared, replicas)

@@ -54,7 +54,8 @@ class Request:
     in_flight: bool = False  # a chunk of it is being decoded on a lane
     error: EngineError | None = None
     unread_ms: Callable[[], float] | None = None  # audio delivered but not yet taken by the gateway
-    # monotonic s: queued (prepared), admitted (prefill planned), first token (prefill done); 0 = not yet
+    # monotonic s (0: not yet): prepared (a prepare thread), queued (its worker took it), admitted, first token
+    prepared_s: float = 0.0
     queued_s: float = 0.0
     admitted_s: float = 0.0
     first_token_s: float = 0.0

@@ -76,6 +76,7 @@ class Runner:
     device = "cpu"  # where it runs ("cpu", "cuda:0"): picks the worker that steps it
     max_seq_len = 0  # positions per KV slot (0 without a backbone)
     max_prefill_batch = 0  # prompts one prefill may take
+    prefill_joins_step = False  # True: `prefill` returns no tokens, its requests decode in the same step
     sample_rate: int  # Hz of the PCM it returns
     max_codec_batch: int
     lanes: Mapping[str, int]  # codec lanes it can run beside its step ({name: capacity})

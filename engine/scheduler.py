@@ -32,6 +32,7 @@ class Scheduler:
         self.urgent_slack_ms, self.codec_batch = config.urgent_slack_ms, min(config.codec_batch, runner.max_codec_batch)
         self.max_running, self.max_waiting = runner.max_running, config.max_waiting
         self.max_codec_batch, self.max_prefill_batch = runner.max_codec_batch, runner.max_prefill_batch
+        self.joins = runner.prefill_joins_step  # a prefill's requests decode in its own step
         self.sample_rate = runner.sample_rate
         self.max_prefill_defer_ms, self.max_prefill_tokens = config.max_prefill_defer_ms, config.max_prefill_tokens
         self.max_predicted_ttfa_ms, self.max_unread_ms = config.max_predicted_ttfa_ms, config.max_unread_ms
@@ -139,8 +140,7 @@ class Scheduler:
 
     @staticmethod
     def slot_wait_ms(queued: int, step_ms: float, running: Sequence[Request]) -> float:
-        """ms until a KV slot is free for the (`queued` + 1)-th request without one: as many running
-        requests finish (0 when `queued` < 0: one is free)."""
+        """ms until a KV slot frees for the (`queued` + 1)-th request without one (0: `queued` < 0)."""
         left = sorted(r.max_tokens - len(r.tokens) for r in running) if queued >= 0 else []
         return step_ms * left[min(queued, len(left) - 1)] if left else 0.0
 
@@ -200,6 +200,8 @@ class Scheduler:
             self._start(request, now)
             plan.prefill.append(request)
             self.decoding[request] = None
+            if self.joins:
+                plan.decode.append(request)
 
     def _start(self, request: Request, now: float) -> None:
         request.status, request.admitted_s = RequestStatus.RUNNING, now
@@ -255,8 +257,7 @@ class Scheduler:
         del plan.background[max(0, self.max_codec_batch - len(plan.urgent)):]
 
     def first_chunks(self, requests: Sequence[Request], room: int) -> list[CodecItem]:
-        """Chunks complete at their prefill (a one-frame first chunk, Qwen3-TTS), at most `room`:
-        decoded in the prefill's own step, not a step later."""
+        """First chunks complete in the step of their prefill (Qwen3-TTS' one frame), at most `room`."""
         windows = [(r, r.plan.next_window()) for r in requests[:max(0, room)] if r.error is None]
         return [CodecItem(request, window) for request, window in windows if window is not None]
 

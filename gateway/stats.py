@@ -2,9 +2,10 @@
 
   {"time", "device", "devices", "policy", "sessions", "requests",
    "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals", "refused",
-                   "est_codec_ms", "est_step_ms" (speech LMs), "host_ms_p50" (null before a step),
+                   "est_codec_ms", "est_step_ms", "est_prefill_ms" (256 tokens; speech LMs),
+                   "host_ms_p50" (null before a step),
                    "graphs": {"hit", "miss"} (speech LMs' decode CUDA graphs; {} for a synthesiser),
-                   "ttfa_phases_ms": {"prepare", "queue", "prefill", "first_chunk": [p50, p90]} | null,
+                   "ttfa_phases_ms": {"prepare", "inbox", "queue", "prefill", "first_chunk": [p50, p90]} | null,
                    "last_batch": {"prefill", "decode", "urgent", "background"},
                    "lanes": {lane: batch size},  # attached models; only the lanes a model has
                    "replicas": [{the same, for one device}]}},  # several devices: counts summed above
@@ -18,9 +19,11 @@ page never shows an LM lane for Piper.
 on several has a replica on each: `worker` joins their names, `refused` counts requests that
 no replica took.
 `ttfa_phases_ms` splits the engine's part of the time to first audio over the last 256 first
-chunks (engine/core.py `PHASES`): `prepare` (submitted -> queued: the family's prompt),
-`queue` (-> admitted: a KV slot and the prefill's turn), `prefill` (-> the first token; 0 for a
-synthesiser), `first_chunk` (-> the chunk delivered: decode steps and the codec); null on one
+chunks (engine/core.py `PHASES`): `prepare` (submitted -> prepared: the family's prompt, on a
+prepare thread), `inbox` (-> its worker took it, between two of its iterations), `queue` (->
+admitted: a KV slot and the prefill's turn), `prefill` (-> the first token: the prefill, and the
+decode step where the prefill joins it; 0 for a synthesiser), `first_chunk` (-> the chunk
+delivered: decode steps and the codec); null on one
 model's replicas pooled (each replica's own is in `replicas`); null before a first chunk.
 `recent` holds completed utterances, oldest first, from the bounded ring in
 gateway/metrics.py; `?since=T` (a previous answer's `time`) returns only newer ones.

@@ -9,8 +9,8 @@ A frame is two graphs replayed back to back, with no host work between them:
 - the frame's sampling, one graph per batch bucket (it does not read the KV cache, so the
   length does not matter): codebook 0 (repetition penalty, masks, top-k/top-p) and the code
   predictor's 15 depth steps with their sampling, the codes into a static `codes`, the
-  slot's `seen` and `summed` advanced where the row is active. Prefill's frame 0 replays it
-  too, from the prompts' last hidden states scattered into `hidden`.
+  slot's `seen` and `summed` advanced where the row is active. Frame 0 is a decode step too:
+  its input is the prompt's last row, which the prefill leaves in `summed` (no text row).
 
 Rows are slots (row b = slot b, as engine/model_runner.py), so the per-slot state the runner
 keeps (settings, seeds, `seen`, `summed`, the KV cache) is read as `[:batch]` views, never
@@ -88,6 +88,7 @@ class FrameGraphs:
         rows = runner.row_index[:batch]
         text = self.text_rows[:batch][rows, index.clamp(0, self.text_rows.shape[1] - 1)]
         text = torch.where((index < self.text_len[:batch])[:, None], text, runner.pad)
+        text = torch.where((index < 0)[:, None], 0, text)  # frame 0: the prompt's last row alone, in `summed`
         self.hidden[:batch] = runner._talker_step(runner.summed[:batch] + text, step[WRITE, :batch], length)
 
     def _sample(self, batch: int) -> None:
@@ -152,7 +153,7 @@ class FrameGraphs:
     def decode(self, batch: int, length: int, slots: Sequence[int], writes: Sequence[int],
                steps: Sequence[int]) -> tuple[np.ndarray, bool]:
         """One frame of `slots` (row b = slot b, b < batch, a bucket), written at positions
-        `writes`, frame indices `steps` (>= 1), attention over `length` positions (a bucket).
+        `writes`, frame indices `steps` (>= 0), attention over `length` positions (a bucket).
         Returns int64 codes `[len(slots), 16]` and whether both graphs replayed."""
         self._fill(batch, slots, writes, steps)
         graph = self.talker_graphs.get((batch, length))
@@ -162,13 +163,6 @@ class FrameGraphs:
             self._talk(batch, length)
         codes, sampled = self._run_sample(batch, slots)
         return codes, sampled and graph is not None
-
-    def first_frame(self, batch: int, slots: Sequence[int], hidden: torch.Tensor) -> tuple[np.ndarray, bool]:
-        """Frame 0 of `slots` from their prompts' last hidden states `[len(slots), H]`; returns
-        int64 codes `[len(slots), 16]` and whether the graph replayed."""
-        self._fill(batch, slots, [self.runner.max_seq_len] * len(slots), [0] * len(slots))
-        self.hidden[torch.tensor(list(slots), dtype=torch.int64, device=hidden.device)] = hidden
-        return self._run_sample(batch, slots)
 
     def close(self) -> None:
         self.talker_graphs, self.sample_graphs = {}, {}

@@ -23,9 +23,13 @@ codebook embeddings summed: its next talker input, before the text row), `seen [
 vocab]` bool (codebook-0 ids generated so far: the repetition penalty's) and each slot's
 sampling settings. The code predictor's own tiny cache restarts every frame.
 
-Prefill packs new prompts (embeddings `[T, H]` each) into one talker forward under a
-block-diagonal causal mask and samples frame 0 from each prompt's last hidden state. Frame
-j >= 1 reads `summed` of frame j - 1 plus `prompt.text_row(j - 1)` at position T + j - 1, as
+Prefill packs new prompts (embeddings `[T, H]` each) but their last rows into one talker
+forward under a block-diagonal causal mask (their KV at positions `[0, T - 1)`) and leaves
+each last row in its slot's `summed`. Frame 0 is then a decode step like any other, in the
+same iteration (`prefill_joins_step`): its input is that row alone at position T - 1, so it
+is sampled from the prompt's last hidden state with the running rows' frames, by the same
+graphs, and no sampling pass of its own holds the step up. Frame j >= 1 reads `summed` of
+frame j - 1 plus `prompt.text_row(j - 1)` at position T + j - 1, as
 models/qwen3_tts_generate.py (the reference loop) does; the stop id is masked for the first
 `MIN_FRAMES` frames and for forced requests.
 
@@ -82,6 +86,7 @@ class Qwen3TTSRunner(Runner):
     `max_running` is build_runner's."""
 
     has_backbone = True
+    prefill_joins_step = True  # frame 0 comes from the decode step after the prefill, in the same iteration
     spec: LMSpec
 
     def __init__(self, model_id: str, parts: LMParts, device: torch.device | str, max_running: int) -> None:
@@ -137,7 +142,7 @@ class Qwen3TTSRunner(Runner):
         # runs the same buffers eagerly (tests); off: the eager path.
         use_graphs = bool(options.get("frame_graphs", options.get("predictor_graphs", dev.type == "cuda")))
         self.frame_graphs = FrameGraphs(self) if use_graphs else None
-        self.frame_counts = {"graphed": 0, "buffers": 0, "eager": 0}  # frames made by each path (steps, prefills)
+        self.frame_counts = {"graphed": 0, "buffers": 0, "eager": 0}  # decode steps run by each path
         if self.frame_graphs is not None and dev.type == "cuda":
             with torch.inference_mode():
                 self.frame_graphs.capture()
@@ -219,50 +224,34 @@ class Qwen3TTSRunner(Runner):
     # -- what the engine calls ------------------------------------------------------------
 
     def prefill(self, requests: Sequence[Request]) -> Tokens:
-        """Pack the prompts of `requests` into one talker forward; sample each frame 0."""
+        """Pack the prompts of `requests` but their last rows into one talker forward (their KV);
+        each last row waits in `summed` for frame 0, which this iteration's decode step makes
+        with the running rows' frames (`prefill_joins_step`). Returns no tokens."""
         t0 = time.perf_counter()
         dev = self.torch_device
         prepared = [self._prepared(r) for r in requests]
-        lens = [int(p.prompt.prefill.shape[0]) for p in prepared]
+        lens = [int(p.prompt.prefill.shape[0]) - 1 for p in prepared]  # all but the last row
         with torch.inference_mode():
             rows = torch.tensor([r.slot for r in requests], dtype=torch.int64, device=dev)
             self._reset(rows, prepared)
-            x = torch.cat([p.prompt.prefill for p in prepared]).to(self.dtype)
-            positions = torch.cat([torch.arange(k, device=dev) for k in lens])
-            owner = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
-            mask = (owner[:, None] == owner[None, :]) & (positions[None, :] <= positions[:, None])
-            set_context(Context(True, rows[owner], positions, additive(mask[None, None], self.dtype)))
-            try:
-                hidden = self.talker(x, positions)
-            finally:
-                reset_context()
-            last = torch.tensor(np.cumsum(lens) - 1, device=dev)
-            codes = self._first_frame([r.slot for r in requests], hidden[last], prepared)
+            self.summed[rows] = torch.stack([p.prompt.prefill[-1] for p in prepared]).to(self.dtype)
+            if sum(lens):
+                x = torch.cat([p.prompt.prefill[:-1] for p in prepared]).to(self.dtype)
+                positions = torch.cat([torch.arange(k, device=dev) for k in lens])
+                owner = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
+                mask = (owner[:, None] == owner[None, :]) & (positions[None, :] <= positions[:, None])
+                set_context(Context(True, rows[owner], positions, additive(mask[None, None], self.dtype)))
+                try:
+                    self.talker(x, positions)
+                finally:
+                    reset_context()
+            if self.frame_graphs is not None:
+                self.frame_graphs.set_text([r.slot for r in requests], [p.prompt.trailing for p in prepared])
         with self._codec_lock:
             slots = self.codec_slots.allocate(len(requests))
             self._codec_slot.update((r.request_id, slot) for r, slot in zip(requests, slots))
         self._timings.append(Timing("prefill", sum(lens), 1, 1000.0 * (time.perf_counter() - t0)))
-        return self._outs(requests, codes.tolist())
-
-    def _first_frame(self, slots: list[int], hidden: torch.Tensor, prepared: Sequence[QwenPrepared]) -> np.ndarray:
-        """Frame 0 of `slots` from their prompts' last hidden states `[P, H]`, as a decode step
-        samples (slot rows, the same bucket). Returns int64 codes `[P, 16]`."""
-        batch = next(b for b in self.batch_buckets if b > max(slots))
-        width, sub_width = self._widths(prepared)
-        if self.frame_graphs is not None:
-            self.frame_graphs.set_text(slots, [p.prompt.trailing for p in prepared])
-            if max(width, sub_width) <= GRAPH_TOP_K:
-                codes, graphed = self.frame_graphs.first_frame(batch, slots, hidden)
-                self.frame_counts["graphed" if graphed else "buffers"] += 1
-                return codes
-        rows = torch.tensor(slots, dtype=torch.int64, device=hidden.device)
-        full = hidden.new_zeros(batch, hidden.shape[1])
-        full[rows] = hidden
-        active = torch.zeros(batch, dtype=torch.bool, device=hidden.device)
-        active[rows] = True
-        self.frame_counts["eager"] += 1
-        steps = torch.zeros(batch, dtype=torch.int64, device=hidden.device)
-        return self._sample_frame(batch, full, steps, active, width, sub_width).cpu().numpy()[slots]
+        return Tokens([], [], [])
 
     def _reset(self, rows: torch.Tensor, prepared: Sequence[QwenPrepared]) -> None:
         """A slot's state for its new owner: nothing seen, the request's settings."""
@@ -313,7 +302,9 @@ class Qwen3TTSRunner(Runner):
         for r, position, j in zip(requests, writes, steps):
             write[r.slot], step[r.slot], active[r.slot] = position, j, True
             trailing = self._prepared(r).prompt.trailing
-            if j - 1 < trailing.shape[0]:
+            if j == 0:  # the prompt's last row, in `summed` since the prefill
+                text[r.slot] = 0
+            elif j - 1 < trailing.shape[0]:
                 text[r.slot] = trailing[j - 1]
         hidden = self._talker_step(self.summed[:batch] + text, torch.tensor(write, device=dev), length)
         codes = self._sample_frame(batch, hidden, torch.tensor(step, device=dev), torch.tensor(active, device=dev),

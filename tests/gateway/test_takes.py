@@ -127,7 +127,7 @@ def test_stats_has_engine_state_and_recent_utterances(client: httpx.Client) -> N
     assert stats["models"]["piper-joe"]["waiting"] == 0
     assert set(stats["models"]["piper-joe"]["last_batch"]) == {"prefill", "decode", "urgent", "background"}
     phases = stats["models"]["piper-joe"]["ttfa_phases_ms"]  # the engine's part of the first audio (piper: no prefill)
-    assert set(phases) == {"prepare", "queue", "prefill", "first_chunk"} and phases["prefill"] == [0.0, 0.0]
+    assert set(phases) == {"prepare", "inbox", "queue", "prefill", "first_chunk"} and phases["prefill"] == [0.0, 0.0]
     assert phases["first_chunk"][0] > 0 and all(p50 <= p90 for p50, p90 in phases.values())
     assert "first_chunks" not in stats["models"]["piper-joe"]  # raw rows stay inside
     [recent] = stats["recent"]
