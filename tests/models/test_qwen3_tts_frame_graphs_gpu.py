@@ -21,13 +21,16 @@ from tests.models.test_qwen3_tts_runner import _run  # noqa: E402
 
 
 @pytest.mark.parametrize("sampled", [False, True])
-def test_captured_frames_equal_the_eager_frames(sampled: bool, qwen3_tts_tiny_base: Path) -> None:
-    specs = [_spec("a", True, 3 if sampled else None, max_tokens=30), _spec("b", True, 4 if sampled else None,
-                                                                          max_tokens=17, top_k=64),
-             _spec("c", True, 5 if sampled else None, max_tokens=24, subtalker_top_k=7)]
+@pytest.mark.parametrize("clone", [False, True])  # CustomVoice; Base (its encoders need librosa)
+def test_captured_frames_equal_the_eager_frames(sampled: bool, clone: bool, qwen3_tts_tiny: Path,
+                                                qwen3_tts_tiny_base: Path) -> None:
+    specs = [_spec("a", clone, 3 if sampled else None, max_tokens=30), _spec("b", clone, 4 if sampled else None,
+                                                                           max_tokens=17, top_k=64),
+             _spec("c", clone, 5 if sampled else None, max_tokens=24, subtalker_top_k=7)]
     results, runners = [], []
     for graphs in (False, True):
-        parts = qwen3_tts.load("tiny", qwen3_tts_tiny_base, {"max_seq_len": 256}, "cuda")
+        folder = qwen3_tts_tiny_base if clone else qwen3_tts_tiny
+        parts = qwen3_tts.load("tiny", folder, {"max_seq_len": 256}, "cuda")
         parts.options.update({"frame_graphs": graphs, "attn_block": BLOCK})
         runner = build_runner("tiny", parts, "cuda", 4)
         assert isinstance(runner, Qwen3TTSRunner)
