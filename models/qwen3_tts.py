@@ -46,7 +46,7 @@ OPTIONS: dict[str, Option] = {"speech_tokenizer_path": PATH, "dtype": one_of("bf
                               "max_seq_len": between(2, MAX_SEQ_LEN), "max_codec_batch": at_least(1),
                               "max_prefill_batch": at_least(1), "frame_graphs": FLAG, "predictor_graphs": FLAG,
                               "attn_block": between(1, MAX_SEQ_LEN), "triton_attention": FLAG, "codec_graphs": FLAG,
-                              "prepare_stream": FLAG}
+                              "prepare_stream": FLAG, "prefill_graphs": FLAG}
 DEFAULT_VOICE = "default"  # Base and VoiceDesign models: no speaker row in the prompt
 # qwen-tts's hard defaults (its wrapper's `_merge_generate_kwargs`), for codebook 0 and the predictor
 GENERATION_DEFAULTS: dict[str, Any] = {

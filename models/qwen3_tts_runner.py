@@ -65,6 +65,7 @@ from models.context import Context, additive, reset_context, set_context
 from models.qwen3_tts_codec_graphs import CodecSlots
 from models.qwen3_tts_frame_graphs import TOP_K as GRAPH_TOP_K, FrameGraphs
 from models.qwen3_tts_generate import MIN_FRAMES
+from models.qwen3_tts_prefill_graphs import PrefillGraphs
 from models.qwen3_tts_sampling import sample_codes
 from models.qwen3_tts_spec import STOP, QwenPrepared, pack_frame
 
@@ -83,7 +84,8 @@ class Qwen3TTSRunner(Runner):
     `triton_attention` (GPU: models/decode_attention.py for the talker's decode attention;
     true), `codec_graphs` (the codec decode as CUDA graphs per (codec batch bucket, window
     length); default: on a GPU; off, or on a CPU: the same slot buffers eagerly);
-    `max_running` is build_runner's."""
+    `prefill_graphs` (the packed prefill as CUDA graphs per token bucket; default: on a GPU;
+    on a CPU the same buffers eagerly); `max_running` is build_runner's."""
 
     has_backbone = True
     prefill_joins_step = True  # frame 0 comes from the decode step after the prefill, in the same iteration
@@ -148,6 +150,12 @@ class Qwen3TTSRunner(Runner):
                 self.frame_graphs.capture()
         if bool(options.get("codec_graphs", dev.type == "cuda")) and dev.type == "cuda":
             self.codec_slots.capture()
+        # models/qwen3_tts_prefill_graphs.py: the packed prefill per token bucket (GPU; buffers on a CPU)
+        use_prefill = bool(options.get("prefill_graphs", dev.type == "cuda"))
+        self.prefill_graphs = PrefillGraphs(self, self.max_seq_len) if use_prefill else None
+        if self.prefill_graphs is not None and dev.type == "cuda":
+            with torch.inference_mode():
+                self.prefill_graphs.capture()
 
     def _set_attention(self, use_triton: bool) -> str:
         """The talker's decode attention: Triton (models/decode_attention.py, split-K sized from
@@ -235,7 +243,9 @@ class Qwen3TTSRunner(Runner):
             rows = torch.tensor([r.slot for r in requests], dtype=torch.int64, device=dev)
             self._reset(rows, prepared)
             self.summed[rows] = torch.stack([p.prompt.prefill[-1] for p in prepared]).to(self.dtype)
-            if sum(lens):
+            graphs = self.prefill_graphs
+            if sum(lens) and (graphs is None or not graphs.run([p.prompt.prefill[:-1] for p in prepared],
+                                                                 [r.slot for r in requests])):
                 x = torch.cat([p.prompt.prefill[:-1] for p in prepared]).to(self.dtype)
                 positions = torch.cat([torch.arange(k, device=dev) for k in lens])
                 owner = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
@@ -342,13 +352,14 @@ class Qwen3TTSRunner(Runner):
 
     def memory_bytes(self) -> int:
         tensors = [*self.talker.parameters(), self.kv_cache, self.seen, self.summed]
-        graphs = self.frame_graphs.memory_bytes() if self.frame_graphs is not None else 0
+        graphs = sum(g.memory_bytes() for g in (self.frame_graphs, self.prefill_graphs) if g is not None)
         return (int(sum(t.numel() * t.element_size() for t in tensors)) + graphs + int(self.codec.memory_bytes())
                 + self.codec_slots.memory_bytes())
 
     def close(self) -> None:
-        if self.frame_graphs is not None:
-            self.frame_graphs.close()
+        for graphs in (self.frame_graphs, self.prefill_graphs):
+            if graphs is not None:
+                graphs.close()
         for layer in self.talker.model.layers:
             layer.self_attn.kv_cache = None
             layer.self_attn.decode_attention_fn = None

@@ -1,0 +1,124 @@
+"""CUDA graphs of Qwen3-TTS' prefill: new prompts packed into one talker forward over static
+buffers, one graph per token bucket.
+
+The runner's prefill (models/qwen3_tts_runner.py) writes the KV of each new prompt's rows but
+its last (frame 0 is the decode step's, `prefill_joins_step`), so a prefill has no output but
+the cache. Eagerly that forward is ~28 layers of small host-bound launches: on the H200 a
+packed prefill of a few LibriSpeech prompts took ~35-40 ms (`bench/h200_qwen_ttfa.sh`, phases
+in bench/results/qwen3_tts_ttfa.md), and every running stream waits for it. Here the packed
+rows are padded to the smallest of `BUCKETS` that holds them and the captured forward replays.
+
+Buffers per bucket: the rows `x [tokens, H]` (model dtype) and one int64 `meta [4, tokens]`
+(rope position, cache write position, KV slot, owner) filled from one pinned host buffer in one
+copy. Padding rows write the spare cache position (`max_seq_len`) of slot 0, read by nobody,
+and each is its own owner, so under the block-diagonal causal mask they see only themselves.
+Off a GPU (option `prefill_graphs` on a CPU) the same buffers run eagerly, so the plumbing is
+tested on the CPU (tests/models/test_qwen3_tts_prefill_graphs.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from models.context import Context, additive, reset_context, set_context
+
+log = logging.getLogger(__name__)
+
+BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # packed prompt rows of the captured prefills
+POS, WRITE, SLOT, OWNER = range(4)  # rows of `meta`
+
+
+class PrefillGraphs:
+    """Static buffers and graphs of `runner`'s packed prefill (a Qwen3TTSRunner: `talker`,
+    `dtype`, `torch_device`, `max_seq_len`); buckets up to `max_tokens` rows."""
+
+    def __init__(self, runner: Any, max_tokens: int) -> None:
+        self.runner = runner
+        dev, hidden = runner.torch_device, runner.talker.args.hidden_size
+        self.buckets = [b for b in BUCKETS if b <= max_tokens] or [max_tokens]
+        self.x = {b: torch.zeros(b, hidden, dtype=runner.dtype, device=dev) for b in self.buckets}
+        self.meta = {b: torch.zeros(4, b, dtype=torch.int64, device=dev) for b in self.buckets}
+        self.host = {b: torch.zeros(4, b, dtype=torch.int64, pin_memory=dev.type == "cuda") for b in self.buckets}
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.counts = {"graphed": 0, "buffers": 0}  # prefills by path
+        self.capture_s, self.capture_bytes = 0.0, 0
+        for bucket in self.buckets:
+            self._fill(bucket, [], [])  # all padding
+
+    def memory_bytes(self) -> int:
+        tensors = [*self.x.values(), *self.meta.values()]
+        return int(sum(t.numel() * t.element_size() for t in tensors)) + self.capture_bytes
+
+    def _forward(self, bucket: int) -> None:
+        """Graph body: the talker over `x[bucket]`, its K/V written to the cache (no output)."""
+        meta = self.meta[bucket]
+        owner, pos = meta[OWNER], meta[POS]
+        mask = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
+        set_context(Context(True, meta[SLOT], meta[WRITE], additive(mask[None, None], self.runner.dtype)))
+        try:
+            self.runner.talker(self.x[bucket], pos)
+        finally:
+            reset_context()
+
+    def _fill(self, bucket: int, lens: Sequence[int], slots: Sequence[int]) -> None:
+        """`meta[bucket]` for prompts of `lens` rows in KV `slots`, the rest padding; one copy.
+        (The previous copy is done: every step and prefill is followed by a readback.)"""
+        host, total, n = self.host[bucket].numpy(), sum(lens), len(lens)
+        host[POS, :total] = np.concatenate([np.arange(k) for k in lens]) if n else []
+        host[WRITE, :total] = host[POS, :total]
+        host[SLOT, :total] = np.repeat(np.asarray(slots, dtype=np.int64), lens) if n else []
+        host[OWNER, :total] = np.repeat(np.arange(n), lens) if n else []
+        host[POS, total:], host[WRITE, total:], host[SLOT, total:] = 0, self.runner.max_seq_len, 0
+        host[OWNER, total:] = np.arange(n, n + bucket - total)
+        self.meta[bucket].copy_(self.host[bucket], non_blocking=True)
+
+    def capture(self) -> None:
+        """Each bucket warmed up, then captured, largest first, one pool; on failure the buffers
+        run eagerly (and say so)."""
+        device = self.runner.torch_device
+        t0, free_before = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
+        pool = None
+        try:
+            for bucket in self.buckets:
+                self._forward(bucket)
+            torch.cuda.synchronize()
+            for bucket in reversed(self.buckets):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                    self._forward(bucket)
+                pool = pool or graph.pool()
+                self.graphs[bucket] = graph
+            torch.cuda.synchronize()
+        except Exception:
+            log.exception("Qwen3-TTS prefill graphs could not be captured; prefills run eagerly")
+            self.graphs = {}
+        self.capture_s = time.perf_counter() - t0
+        self.capture_bytes = max(0, free_before - torch.cuda.mem_get_info(device)[0])
+        log.info("Qwen3-TTS prefill graphs: %d captured in %.1f s, %.0f MiB", len(self.graphs), self.capture_s,
+                 self.capture_bytes / 2**20)
+
+    def run(self, rows: Sequence[torch.Tensor], slots: Sequence[int]) -> bool:
+        """Prefill `rows` (each prompt's rows to cache, `[T_i, H]`) into KV `slots` at positions
+        `[0, T_i)`; False (nothing done) if they exceed the largest bucket: run eagerly."""
+        lens = [int(r.shape[0]) for r in rows]
+        bucket = next((b for b in self.buckets if b >= sum(lens)), None)
+        if bucket is None:
+            return False
+        self._fill(bucket, lens, slots)
+        if sum(lens):
+            self.x[bucket][:sum(lens)] = torch.cat(list(rows)).to(self.runner.dtype)
+        graph = self.graphs.get(bucket)
+        if graph is not None:
+            graph.replay()
+        else:
+            self._forward(bucket)
+        self.counts["graphed" if graph is not None else "buffers"] += 1
+        return True
+
+    def close(self) -> None:
+        self.graphs = {}
