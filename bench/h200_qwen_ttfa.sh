@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 LOG=$OUT/run.log
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | tee $LOG
 timeout 100 python3 -m pytest -q -p no:warnings -p no:cacheprovider tests/models/test_qwen3_tts_prepare_gpu.py \
-    tests/models/test_qwen3_tts_frame_graphs_gpu.py ${TESTS:-} 2>&1 | grep -v "^  " | tail -25 >> $LOG
+    tests/models/test_qwen3_tts_frame_graphs_gpu.py ${TESTS:-} 2>&1 | grep -v "^  " | tail -${TEST_LINES:-25} >> $LOG
 tail -4 $LOG
 CK=/tmp/qwen_full
 run() {  # name, timeout, goodput args...
