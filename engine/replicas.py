@@ -75,8 +75,8 @@ def rank(cores: Sequence[EngineCore], spec: SpeechRequest, prepared: Prepared, n
 
 def merge_stats(per_replica: list[dict[str, Any]], refused: int) -> dict[str, Any]:
     """One model's stats from its replicas' (engine/core.py `EngineCore.stats`, each with its
-    `worker`): counts summed and first chunks pooled, estimates of the first, the slowest host time, `refused` (requests
-    no replica took) and `replicas` (each one's own)."""
+    `worker`): counts summed and first chunks pooled, estimates of the first, the slowest host
+    time, `refused` (requests no replica took) and `replicas` (each one's own)."""
     merged = {**per_replica[0], "worker": ",".join(stats["worker"] for stats in per_replica),
               "refused": refused, "replicas": per_replica}
     for key in _SUMMED:

@@ -23,8 +23,8 @@ chunks (engine/core.py `PHASES`): `prepare` (submitted -> prepared: the family's
 prepare thread), `inbox` (-> its worker took it, between two of its iterations), `queue` (->
 admitted: a KV slot and the prefill's turn), `prefill` (-> the first token: the prefill, and the
 decode step where the prefill joins it; 0 for a synthesiser), `first_chunk` (-> the chunk
-delivered: decode steps and the codec); null on one
-model's replicas pooled (each replica's own is in `replicas`); null before a first chunk.
+delivered: decode steps and the codec). A model on several replicas pools their first chunks
+(each replica's own is in `replicas`); null before a first chunk.
 `recent` holds completed utterances, oldest first, from the bounded ring in
 gateway/metrics.py; `?since=T` (a previous answer's `time`) returns only newer ones.
 """

@@ -33,6 +33,19 @@ BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # packed prompt rows of the captu
 POS, WRITE, SLOT, OWNER = range(4)  # rows of `meta`
 
 
+def packed_forward(talker: Any, x: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, slots: torch.Tensor,
+                   owner: torch.Tensor) -> None:
+    """The talker over packed prompt rows `x [T, H]` (rope positions `pos`, cache positions
+    `write`, KV `slots`, prompt `owner`: int64 `[T]` each) under a block-diagonal causal mask;
+    K/V go to the cache, nothing is returned. The eager prefill's and the graphs' body."""
+    mask = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
+    set_context(Context(True, slots, write, additive(mask[None, None], x.dtype)))
+    try:
+        talker(x, pos)
+    finally:
+        reset_context()
+
+
 class PrefillGraphs:
     """Static buffers and graphs of `runner`'s packed prefill (a Qwen3TTSRunner: `talker`,
     `dtype`, `torch_device`, `max_seq_len`); buckets up to `max_tokens` rows."""
@@ -57,13 +70,7 @@ class PrefillGraphs:
     def _forward(self, bucket: int) -> None:
         """Graph body: the talker over `x[bucket]`, its K/V written to the cache (no output)."""
         meta = self.meta[bucket]
-        owner, pos = meta[OWNER], meta[POS]
-        mask = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
-        set_context(Context(True, meta[SLOT], meta[WRITE], additive(mask[None, None], self.runner.dtype)))
-        try:
-            self.runner.talker(self.x[bucket], pos)
-        finally:
-            reset_context()
+        packed_forward(self.runner.talker, self.x[bucket], meta[POS], meta[WRITE], meta[SLOT], meta[OWNER])
 
     def _fill(self, bucket: int, lens: Sequence[int], slots: Sequence[int]) -> None:
         """`meta[bucket]` for prompts of `lens` rows in KV `slots`, the rest padding; one copy.

@@ -65,7 +65,7 @@ from models.context import Context, additive, reset_context, set_context
 from models.qwen3_tts_codec_graphs import CodecSlots
 from models.qwen3_tts_frame_graphs import TOP_K as GRAPH_TOP_K, FrameGraphs
 from models.qwen3_tts_generate import MIN_FRAMES
-from models.qwen3_tts_prefill_graphs import PrefillGraphs
+from models.qwen3_tts_prefill_graphs import PrefillGraphs, packed_forward
 from models.qwen3_tts_sampling import sample_codes
 from models.qwen3_tts_spec import STOP, QwenPrepared, pack_frame
 
@@ -249,12 +249,7 @@ class Qwen3TTSRunner(Runner):
                 x = torch.cat([p.prompt.prefill[:-1] for p in prepared]).to(self.dtype)
                 positions = torch.cat([torch.arange(k, device=dev) for k in lens])
                 owner = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
-                mask = (owner[:, None] == owner[None, :]) & (positions[None, :] <= positions[:, None])
-                set_context(Context(True, rows[owner], positions, additive(mask[None, None], self.dtype)))
-                try:
-                    self.talker(x, positions)
-                finally:
-                    reset_context()
+                packed_forward(self.talker, x, positions, positions, rows[owner], owner)
             if self.frame_graphs is not None:
                 self.frame_graphs.set_text([r.slot for r in requests], [p.prompt.trailing for p in prepared])
         with self._codec_lock:
