@@ -7,7 +7,8 @@ In one run, on this machine:
    sentences, one after another: its RTF, and the compute limit = 1 / (RTF x mean sentence
    audio) sentences per second;
 2. the server at light load: the same sentences one at a time through `POST
-   /v1/audio/speech` (PCM): wall time over audio (RTF);
+   /v1/audio/speech` (PCM): wall time over audio (RTF), after a first request that loads
+   the model (timed apart: `server_first_request_s`);
 3. a Poisson sweep over `/v1/realtime` at 50/70/85/100 % of the raw limit: one sentence per
    session (`text.append` of the whole sentence, then `text.flush`), each played at 1x from
    its first audio; SLO: TTFA <= 200 ms (append sent -> first audio) and no stall; the
@@ -17,7 +18,8 @@ In one run, on this machine:
 5. (`offload`, first) the hot path's audio work per piece, inline on the event loop vs in
    the audio thread pool (bench/audio_offload.py, which also runs alone).
 The server is a `voxgate serve` process of its own (default settings: the Piper pool has a
-single-threaded session per core). The machine may be shared, and a run on a busy one says
+single-threaded session per core, and a session of a thread per core for a unit that starts
+while the others are idle). The machine may be shared, and a run on a busy one says
 little: each phase records the CPU other processes used meanwhile (`other_cpu_cores`) and
 the load average; `--quiet-cores C` waits before each phase until they use under C cores;
 `--renice` (a diagnostic) puts the server's niced synthesiser threads back at nice 0.
@@ -118,15 +120,20 @@ def raw_rtf(texts: list[str]) -> tuple[float, float]:
     return busy / audio, audio / len(texts)
 
 
-def server_rtf(base: str, texts: list[str]) -> float:
+def server_rtf(base: str, texts: list[str]) -> tuple[float, float]:
+    """(RTF over `texts` one after another, seconds of the first request): the first request
+    loads the model (lazy residency), so it is timed apart and not counted in the RTF."""
     busy = audio = 0.0
     with httpx.Client(base_url=base, timeout=120) as client:
+        t0 = time.perf_counter()
+        client.post("/v1/audio/speech", json={"input": texts[0], "response_format": "pcm"}).raise_for_status()
+        first_s = time.perf_counter() - t0
         for text in texts:
             t0 = time.perf_counter()
             response = client.post("/v1/audio/speech", json={"input": text, "response_format": "pcm"})
             busy += time.perf_counter() - t0
             audio += len(response.content) / 2 / 24000
-    return busy / audio
+    return busy / audio, first_s
 
 
 @dataclass
@@ -240,7 +247,8 @@ def main() -> None:
                 time.sleep(0.5)
         record["server_rtf_quiet"] = quiet(server.pid)
         others = OtherCpu(server.pid)
-        record["server_rtf_light"] = round(server_rtf(base, sample), 4)
+        light, first_s = server_rtf(base, sample)
+        record["server_rtf_light"], record["server_first_request_s"] = round(light, 4), round(first_s, 2)
         record["server_rtf_other_cpu_cores"] = others.take()
         if opts.renice:  # (the synthesiser's lanes exist once the model has served a request)
             record["reniced_threads"] = renice_threads(server.pid)

@@ -16,8 +16,10 @@ import json
 import math
 import os
 import re
+import threading
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -36,7 +38,7 @@ SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
 # The option that sizes the pool; the server's `cpu_workers` setting fills it in when a
 # model's options leave it out (gateway/residency.py `load_runner`).
 WORKERS_OPTION = "workers"
-OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0)}  # a model's (models/model_options.py)
+OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0), "alone_threads": at_least(0)}  # a model's (models/model_options.py)
 
 
 def available_cores() -> int:
@@ -162,29 +164,71 @@ def make_spec(voices: Sequence[str]) -> SynthSpec:
     return SynthSpec(FAMILY, tuple(voices), prepare)
 
 
+class PoolActivity:
+    """How many sessions of one pool are synthesising, now and on average (shared by its
+    `PiperSynthesizer`s).
+
+    `mean_running` is the number of running units averaged over time with an exponential
+    window of `window_s` (m <- m e^(-dt/w) + n (1 - e^(-dt/w)) at each start and stop, n the
+    count during dt). A unit may use the wide session when it starts alone *and* the pool ran
+    less than one unit at a time on average: light load. Under load (mean >= 1) a unit that
+    happens to start alone keeps to one thread, since the next arrival would otherwise
+    share the cores with it (measured on the 2-core machine at 85 % of raw piper's limit:
+    attainment 0.815 without the wide session, 0.715 when every lone unit took it).
+    """
+
+    def __init__(self, window_s: float = 2.0, light_units: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self.running = 0
+        self.mean_running = 0.0
+        self._window_s, self._light_units, self._clock = window_s, light_units, clock
+        self._at_s = clock()
+
+    def _advance(self) -> None:
+        now = self._clock()
+        keep = math.exp(-max(0.0, now - self._at_s) / self._window_s)
+        self.mean_running = self.mean_running * keep + self.running * (1.0 - keep)
+        self._at_s = now
+
+    def start(self) -> bool:
+        """Count one more running unit; True when it may run wide (alone, at light load)."""
+        with self._lock:
+            self._advance()
+            self.running += 1
+            return self.running == 1 and self.mean_running < self._light_units
+
+    def stop(self) -> None:
+        with self._lock:
+            self._advance()
+            self.running -= 1
+
+
 class PiperSynthesizer:
-    """One piper voice model: text unit in, float32 PCM out (engine/runner.py `Synthesizer`)."""
+    """One piper voice model: text unit in, float32 PCM out (engine/runner.py `Synthesizer`).
 
-    def __init__(self, onnx: Path, config: Path, num_threads: int = 0, model: bytes | str | None = None) -> None:
-        import onnxruntime
-        from piper import PiperVoice
+    With `alone_threads` > `num_threads` and a shared `activity`, it holds a second
+    onnxruntime session of `alone_threads` intra-op threads and runs a unit on it when the
+    unit starts while no other session of the pool is synthesising, at light load
+    (`PoolActivity.start`): then one
+    sentence uses every core (issue 11: RTF 0.041 against 0.066 single-threaded on the
+    2-core machine), under load each session keeps to one thread (throughput, and a first
+    chunk beside a busy session is not slowed by oversubscription: 107 ms against 130).
+    """
 
-        self._voice = PiperVoice.load(onnx, config)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = num_threads
-        # Idle onnxruntime threads spin by default, taking the CPU from an LM stepping on
-        # another worker; blocking costs a wake-up per run instead.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    def __init__(self, onnx: Path, config: Path, num_threads: int = 0, model: bytes | str | None = None,
+                 alone_threads: int = 0, activity: PoolActivity | None = None) -> None:
         # `model`: the voice patched in memory to also output each phoneme's sample count,
         # which word timings come from (`word_timings`; `load` patches it once for the
         # pool); the file on disk is left as it is.
-        self._voice.session = onnxruntime.InferenceSession(
-            _with_alignments(onnx) if model is None else model, sess_options=options,
-            providers=["CPUExecutionProvider"])
+        model = _with_alignments(onnx) if model is None else model
+        self._voice = _load_voice(onnx, config, model, num_threads)
+        wide = activity is not None and alone_threads > num_threads > 0
+        self._alone_voice = _load_voice(onnx, config, model, alone_threads) if wide else None
+        self._activity = activity
         self.sample_rate = int(self._voice.config.sample_rate)
         self.speakers = dict(self._voice.config.speaker_id_map or {})
-        self._size = onnx.stat().st_size
+        self._size = onnx.stat().st_size * (2 if wide else 1)
 
     def voices(self) -> list[str]:
         return [DEFAULT_VOICE] + sorted(self.speakers, key=lambda n: self.speakers[n])
@@ -196,7 +240,13 @@ class PiperSynthesizer:
                                  length_scale=float(self._voice.config.length_scale) / request.speed,
                                  noise_scale=request.options.get("noise_scale"),
                                  noise_w_scale=request.options.get("noise_w_scale"))
-        spoken = list(self._voice.synthesize(text, config, include_alignments=True))
+        alone = self._activity.start() if self._activity is not None else False
+        try:
+            voice = self._alone_voice if alone and self._alone_voice is not None else self._voice
+            spoken = list(voice.synthesize(text, config, include_alignments=True))
+        finally:
+            if self._activity is not None:
+                self._activity.stop()
         pieces = [c.audio_float_array for c in spoken]
         if not is_last:
             pieces.append(np.zeros(int(self.sample_rate * SENTENCE_SILENCE_MS / 1000), np.float32))
@@ -209,6 +259,23 @@ class PiperSynthesizer:
 
     def close(self) -> None:
         pass
+
+
+def _load_voice(onnx: Path, config: Path, model: bytes | str, num_threads: int) -> Any:
+    """A PiperVoice whose onnxruntime session runs `model` on `num_threads` intra-op threads
+    (0: onnxruntime's default, one per core)."""
+    import onnxruntime
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(onnx, config)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    # Idle onnxruntime threads spin by default, taking the CPU from an LM stepping on
+    # another worker or from the pool's other sessions; blocking costs a wake-up per run.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    voice.session = onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+    return voice
 
 
 def _with_alignments(onnx: Path) -> bytes | str:
@@ -326,15 +393,20 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
 
     options: `workers` (sessions synthesising at once, >= 1; default: the cores this
     process may use), `num_threads` (onnxruntime intra-op threads per session; default 1
-    with several workers, else 0: onnxruntime's own), `max_running`. Several
-    single-threaded sessions give more throughput than one multi-threaded one, and a first
-    chunk need not wait behind a long sentence (issue 11: RTF 0.076 with 1 thread, 0.042
-    with 2, on a 2-core machine). Raises InvalidModel for a bad option or folder.
+    with several workers, else 0: onnxruntime's own), `alone_threads` (threads of the
+    session a unit runs on when no other unit of the pool is running; default: the cores
+    with several single-threaded workers; 0 or <= `num_threads`: no such session),
+    `max_running`. Several single-threaded sessions give more throughput than one
+    multi-threaded one, and a first chunk need not wait behind a long sentence (issue 11:
+    RTF 0.076 with 1 thread, 0.042 with 2, on a 2-core machine). Raises InvalidModel for a
+    bad option or folder.
     """
     options = dict(options or {})
     onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
     workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
     threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
+    alone = _count_option(options, "alone_threads", available_cores() if workers > 1 else 0, 0)
     model = _with_alignments(onnx)
-    synthesizers = [PiperSynthesizer(onnx, config, threads, model) for _ in range(workers)]
+    activity = PoolActivity()
+    synthesizers = [PiperSynthesizer(onnx, config, threads, model, alone, activity) for _ in range(workers)]
     return SynthParts(make_spec(synthesizers[0].voices()), list(synthesizers), options)

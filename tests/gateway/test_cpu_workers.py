@@ -46,7 +46,8 @@ def test_cpu_workers_is_checked_where_it_is_set() -> None:
         load_settings(env={"VOXGATE_CPU_WORKERS": "two"})
 
 
-@pytest.mark.parametrize("options", [{"workers": 0}, {"workers": "2"}, {"workers": True}, {"num_threads": -1}])
+@pytest.mark.parametrize("options", [{"workers": 0}, {"workers": "2"}, {"workers": True}, {"num_threads": -1},
+                                     {"alone_threads": -1}])
 def test_a_bad_pool_option_is_refused_before_loading(options: dict[str, object]) -> None:
     with pytest.raises(InvalidModel) as raised:
         validate(embedded_model_path(), options)
