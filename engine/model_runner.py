@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from models.codec_graphs import CodecGraphs
 from models.codec_windows import decode_windows
+from engine import cuda_graphs
 from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, Tokens
 from engine.prefill import PrefillGraphs
@@ -170,19 +171,9 @@ class ModelRunner(Runner):
     @torch.inference_mode()
     def _capture_graphs(self) -> None:
         self.host_active.zero_()
-        for batch in self._batch_buckets:  # warm up every shape (and any compiled kernels) outside capture
-            for length in self._length_buckets:
-                self._decode_step(batch, length)
-        torch.cuda.synchronize()
-        pool = None
-        for batch in reversed(self._batch_buckets):
-            for length in reversed(self._length_buckets):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                    self._decode_step(batch, length)
-                pool = pool or graph.pool()
-                self._graphs[(batch, length)] = graph
-        torch.cuda.synchronize()
+        shapes = [(b, n) for b in reversed(self._batch_buckets) for n in reversed(self._length_buckets)]
+        self._graphs = cuda_graphs.capture([((b, n), functools.partial(self._decode_step, b, n)) for b, n in shapes],
+                                           self.torch_device, "decode step graphs", eager_fallback=False).graphs
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden `[N, hidden_size]` -> float32 logits of the audio head `[N, audio + stops]`."""

@@ -6,19 +6,19 @@ spares); larger prefills and the CPU run eagerly.
 
 from __future__ import annotations
 
-import logging
+import functools
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
+from engine import cuda_graphs
 from engine.request import Request
 from models.context import Context, additive, reset_context, set_context
 
 if TYPE_CHECKING:
     from engine.model_runner import ModelRunner
 
-log = logging.getLogger(__name__)
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # prompt tokens of the captured prefills
 
 
@@ -73,22 +73,13 @@ class PrefillGraphs:
 
     def capture(self, runner: ModelRunner) -> None:
         """One graph per token bucket, largest first, one pool; on failure prefill stays eager."""
-        pool = None
-        try:
-            with torch.inference_mode():
-                for tokens in sorted((b for b in PREFILL_BUCKETS if b <= runner.max_seq_len), reverse=True):
-                    x = inputs(runner, [], tokens, runner.max_prefill_batch)  # all padding: only spares written
-                    step(runner, x)  # warm-up outside capture
-                    torch.cuda.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                        step(runner, x)
-                    pool = pool or graph.pool()
-                    self.graphs[tokens], self.io[tokens] = graph, x
-            torch.cuda.synchronize()
-        except Exception:  # eager prefill still works; say so
-            log.exception("prefill graphs could not be captured; prefill runs eagerly")
-            self.graphs, self.io = {}, {}
+        with torch.inference_mode():
+            buckets = sorted((b for b in PREFILL_BUCKETS if b <= runner.max_seq_len), reverse=True)
+            io = {tokens: inputs(runner, [], tokens, runner.max_prefill_batch) for tokens in buckets}  # all padding:
+            done = cuda_graphs.capture([(t, functools.partial(step, runner, io[t])) for t in buckets],  # spares only
+                                       runner.torch_device, "prefill graphs")
+        self.graphs = done.graphs
+        self.io = {tokens: io[tokens] for tokens in done.graphs}
 
     def run(self, runner: ModelRunner, requests: Sequence[Request]) -> np.ndarray:
         """[token, stopped] per request: int64 `[2, len(requests)]` on the host."""

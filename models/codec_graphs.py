@@ -9,9 +9,12 @@ graph (a stream's last chunk, or before `capture`, or on the CPU) run eagerly.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import torch
+
+from engine import cuda_graphs
 
 
 class CodecGraphs:
@@ -24,21 +27,14 @@ class CodecGraphs:
 
     @torch.inference_mode()
     def capture(self) -> None:
-        pool = None
-        for frames in reversed(self.window_lengths):
-            for batch in reversed(self.batches):
-                codes = torch.zeros(batch, frames, self.codec.codes_per_frame, dtype=torch.int64,
-                                    device=self.codec.device)
-                starts = torch.zeros(batch, dtype=torch.int64, device=self.codec.device)
-                self.codec.decode(codes, starts)  # warm-up (cuDNN picks its kernels) outside capture
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                    pcm = self.codec.decode(codes, starts)
-                pool = pool or graph.pool()
-                self._graphs[(frames, batch)] = graph
-                self._io[(frames, batch)] = (codes, starts, pcm)
-        torch.cuda.synchronize()
+        inputs = {(frames, batch): (torch.zeros(batch, frames, self.codec.codes_per_frame, dtype=torch.int64,
+                                                device=self.codec.device),
+                                    torch.zeros(batch, dtype=torch.int64, device=self.codec.device))
+                  for frames in reversed(self.window_lengths) for batch in reversed(self.batches)}
+        done = cuda_graphs.capture([(key, functools.partial(self.codec.decode, *io)) for key, io in inputs.items()],
+                                   self.codec.device, "codec graphs", eager_fallback=False)
+        self._graphs = done.graphs
+        self._io = {key: (*inputs[key], done.outputs[key]) for key in done.graphs}
 
     @torch.inference_mode()
     def decode(self, frames: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:

@@ -20,13 +20,12 @@ function eagerly on the same buffers, so the CPU tests cover the plumbing.
 
 from __future__ import annotations
 
-import logging
-import time
+import functools
 from typing import Any, Sequence
 
 import torch
 
-log = logging.getLogger(__name__)
+from engine import cuda_graphs
 
 
 class CodecSlots:
@@ -135,26 +134,10 @@ class CodecSlots:
         shapes = [(b, n) for n in reversed(self.window_lengths) for b in reversed(self.batches)]
         for batch, length in shapes:  # (counted by memory_bytes, not in capture_bytes)
             self._buffers(batch, length)
-        t0, free_before = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
-        pool = None
-        try:
-            for batch, length in shapes:  # buffers point at the spare: warm-up and capture touch no stream
-                self._run(batch, length)
-            torch.cuda.synchronize(device)
-            for batch, length in shapes:
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                    self._run(batch, length)
-                pool = pool or graph.pool()
-                self.graphs[(batch, length)] = graph
-            torch.cuda.synchronize(device)
-        except Exception:  # the buffers still run eagerly; say so
-            log.exception("Qwen3-TTS codec graphs could not be captured; the codec runs eagerly")
-            self.graphs = {}
-        self.capture_s = time.perf_counter() - t0
-        self.capture_bytes = max(0, free_before - torch.cuda.mem_get_info(device)[0])
-        log.info("Qwen3-TTS codec graphs: %d captured in %.1f s, %.0f MiB", self.num_graphs, self.capture_s,
-                 self.capture_bytes / 2**20)
+        # the buffers point at the spare: warm-up and capture touch no stream
+        done = cuda_graphs.capture([((b, n), functools.partial(self._run, b, n)) for b, n in shapes], device,
+                                   "Qwen3-TTS codec graphs")
+        self.graphs, self.capture_s, self.capture_bytes = done.graphs, done.seconds, done.bytes
 
     def close(self) -> None:
         self.graphs = {}

@@ -30,14 +30,13 @@ talker's KV cache of the same slots). `capture` records its own time and device 
 
 from __future__ import annotations
 
-import logging
-import time
-from typing import Any, Sequence
+import functools
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-log = logging.getLogger(__name__)
+from engine import cuda_graphs
 
 TOP_K = 64  # the candidates of a captured top-k (qwen-tts's default top_k and subtalker_top_k are 50)
 WRITE, STEP, ACTIVE = range(3)  # rows of the step buffer
@@ -100,36 +99,16 @@ class FrameGraphs:
     def capture(self) -> None:
         """Every shape warmed up, then one graph each, largest first, one memory pool; on failure
         the buffers run eagerly (and say so)."""
-        device = self.runner.torch_device
-        t0, free_before = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
         batches, lengths = self.runner.batch_buckets, self.runner.length_buckets
         self._fill(max(batches), [], [], [])  # all rows outside: the spare position, no state change
-        pool = None
-        try:
-            for batch in batches:  # Triton kernels compile and cuBLAS warms outside capture
-                for length in lengths:
-                    self._talk(batch, length)
-                self._sample(batch)
-            torch.cuda.synchronize()
-            for batch in reversed(batches):
-                for length in reversed(lengths):
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                        self._talk(batch, length)
-                    pool = pool or graph.pool()
-                    self.talker_graphs[(batch, length)] = graph
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                    self._sample(batch)
-                self.sample_graphs[batch] = graph
-            torch.cuda.synchronize()
-        except Exception:  # the buffers still run eagerly; say so
-            log.exception("Qwen3-TTS frame graphs could not be captured; frames run eagerly")
-            self.talker_graphs, self.sample_graphs = {}, {}
-        self.capture_s = time.perf_counter() - t0
-        self.capture_bytes = max(0, free_before - torch.cuda.mem_get_info(device)[0])  # pool, graphs, kernels
-        log.info("Qwen3-TTS frame graphs: %d captured in %.1f s, %.0f MiB", self.num_graphs, self.capture_s,
-                 self.capture_bytes / 2**20)
+        bodies: list[tuple[tuple[int, ...], Callable[[], None]]] = []
+        for batch in reversed(batches):
+            bodies += [((batch, length), functools.partial(self._talk, batch, length)) for length in reversed(lengths)]
+            bodies.append(((batch,), functools.partial(self._sample, batch)))
+        done = cuda_graphs.capture(bodies, self.runner.torch_device, "Qwen3-TTS frame graphs")
+        self.talker_graphs = {(k[0], k[1]): g for k, g in done.graphs.items() if len(k) == 2}
+        self.sample_graphs = {k[0]: g for k, g in done.graphs.items() if len(k) == 1}
+        self.capture_s, self.capture_bytes = done.seconds, done.bytes
 
     # -- a step ---------------------------------------------------------------------------
 

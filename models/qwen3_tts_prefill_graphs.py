@@ -18,16 +18,15 @@ tested on the CPU (tests/models/test_qwen3_tts_prefill_graphs.py).
 
 from __future__ import annotations
 
-import logging
-import time
+import functools
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from engine import cuda_graphs
 from models.context import Context, additive, reset_context, set_context
 
-log = logging.getLogger(__name__)
 
 BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # packed prompt rows of the captured prefills
 POS, WRITE, SLOT, OWNER = range(4)  # rows of `meta`
@@ -87,27 +86,9 @@ class PrefillGraphs:
     def capture(self) -> None:
         """Each bucket warmed up, then captured, largest first, one pool; on failure the buffers
         run eagerly (and say so)."""
-        device = self.runner.torch_device
-        t0, free_before = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
-        pool = None
-        try:
-            for bucket in self.buckets:
-                self._forward(bucket)
-            torch.cuda.synchronize()
-            for bucket in reversed(self.buckets):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                    self._forward(bucket)
-                pool = pool or graph.pool()
-                self.graphs[bucket] = graph
-            torch.cuda.synchronize()
-        except Exception:
-            log.exception("Qwen3-TTS prefill graphs could not be captured; prefills run eagerly")
-            self.graphs = {}
-        self.capture_s = time.perf_counter() - t0
-        self.capture_bytes = max(0, free_before - torch.cuda.mem_get_info(device)[0])
-        log.info("Qwen3-TTS prefill graphs: %d captured in %.1f s, %.0f MiB", len(self.graphs), self.capture_s,
-                 self.capture_bytes / 2**20)
+        done = cuda_graphs.capture([(b, functools.partial(self._forward, b)) for b in reversed(self.buckets)],
+                                   self.runner.torch_device, "Qwen3-TTS prefill graphs")
+        self.graphs, self.capture_s, self.capture_bytes = done.graphs, done.seconds, done.bytes
 
     def run(self, rows: Sequence[torch.Tensor], slots: Sequence[int]) -> bool:
         """Prefill `rows` (each prompt's rows to cache, `[T_i, H]`) into KV `slots` at positions
