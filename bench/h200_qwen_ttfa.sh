@@ -5,6 +5,9 @@
 #   BASE=1: first edf at 8/s with prompts built on the default stream (`prepare_stream` false);
 #   then edf and fifo with the commit's defaults.          bash bench/h200_qwen_ttfa.sh
 # At most 8 files come back from the device: logs go into one, the plots stay behind.
+# Wheels (from the repo root, here): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji
+# markdown-it-py mdurl pyloudnorm future httpx2 pytest-timeout soxr pysbd num2words librosa decorator pooch
+# audioread lazy_loader msgpack platformdirs (librosa and the last six: the Base model's GPU tests).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 LOG=$OUT/run.log

@@ -43,4 +43,6 @@ def sample_codes(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     # Exponential race: argmax(p / E), E ~ Exp(1), picks candidate i with probability ∝ p_i.
     race = probs / -torch.log(uniform(seeds, steps, ids))
     sampled = ids.gather(1, race.argmax(dim=-1, keepdim=True))[:, 0]
-    return torch.where(temperature > 0, sampled, ids[:, 0])
+    # greedy: the first id of the highest logit (torch.argmax's rule), not topk's first, whose
+    # order among equal logits depends on k (bf16 ties: a graph's 64 candidates against 7)
+    return torch.where(temperature > 0, sampled, scaled.argmax(dim=-1))
