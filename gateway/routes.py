@@ -7,14 +7,14 @@ each path is gateway/auth.py `RULES`.
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gateway import (
     cartesia, clone, elevenlabs, elevenlabs_http, library_api, models_api, openapi, pages, presets, projects_api,
     projects_takes, realtime, references, speech, stats, takes, text_api,
 )
-from gateway.routing import resource
+from gateway.routing import resource, websocket
 
 PROJECT = "/v1/projects/{project_id}"
 PASSAGE = f"{PROJECT}/passages/{{passage_id}}"
@@ -74,15 +74,15 @@ def app_routes() -> list[BaseRoute]:
         resource(PROJECT_TAKE, DELETE=projects_takes.delete_take),
         resource(f"{PROJECT}/export", GET=projects_takes.export),
         resource("/v1/stats", GET=stats.stats),
-        WebSocketRoute("/v1/realtime", realtime.realtime),
+        *websocket("/v1/realtime", realtime.realtime),
         # ElevenLabs- and Cartesia-compatible routes (docs/agents.md)
-        WebSocketRoute(f"{TEXT_TO_SPEECH}/stream-input", elevenlabs.stream_input),
-        WebSocketRoute(f"{TEXT_TO_SPEECH}/multi-stream-input", elevenlabs.multi_stream_input),
+        *websocket(f"{TEXT_TO_SPEECH}/stream-input", elevenlabs.stream_input),
+        *websocket(f"{TEXT_TO_SPEECH}/multi-stream-input", elevenlabs.multi_stream_input),
         resource(TEXT_TO_SPEECH, POST=elevenlabs_http.convert),
         resource(f"{TEXT_TO_SPEECH}/stream", POST=elevenlabs_http.stream),
         resource(f"{TEXT_TO_SPEECH}/with-timestamps", POST=elevenlabs_http.with_timestamps),
         resource(f"{TEXT_TO_SPEECH}/stream/with-timestamps", POST=elevenlabs_http.stream_with_timestamps),
-        WebSocketRoute("/tts/websocket", cartesia.websocket),
+        *websocket("/tts/websocket", cartesia.websocket),
         resource("/tts/bytes", POST=cartesia.tts_bytes),
         resource("/tts/sse", POST=cartesia.tts_sse),
         Mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static"),

@@ -155,6 +155,16 @@ def test_unknown_route_and_method_are_json_errors(client: httpx.Client) -> None:
     assert response.json()["error"]["code"] == "method_not_allowed"
 
 
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/realtime"), ("POST", "/tts/websocket"),
+                                              ("GET", "/v1/text-to-speech/alloy/stream-input")])
+def test_plain_http_to_a_websocket_route_is_told_to_upgrade(client: httpx.Client, method: str, path: str) -> None:
+    body = {"json": {"transcript": "Hello."}} if method == "POST" else {}
+    response = client.request(method, path, **body)  # curl on a WebSocket URL: the route exists
+    assert response.status_code == 426 and response.headers["upgrade"] == "websocket"
+    error = response.json()["error"]
+    assert error["code"] == "upgrade_required" and "WebSocket" in error["message"]
+
+
 def test_disconnect_mid_stream_leaves_no_job(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # ~4,000 characters (under max_input_chars): four engine requests of up to 1,000 characters
     # for piper, submitted one after another as the listener takes the audio (gateway/stitch.py).
