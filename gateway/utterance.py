@@ -88,7 +88,7 @@ class UtteranceStream:
         self.ttfa_target_ms = state.settings.ttfa_target_ms
         self.clock = PlaybackClock(time.monotonic(), self.ttfa_target_ms)
         self.items: list[Item] = []  # complete, not yet submitted
-        self.spoken: list[str] = []  # segments submitted, for `utterance.done`'s `text`
+        self.spoken: list[str] = []  # segments submitted (not all heard after a cancel), for `utterance.done`'s `text`
         self.started = False  # some audio was delivered
         self.ending = False  # no more text: the utterance ends when everything is spoken
         self.cancelled = False
