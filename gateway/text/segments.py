@@ -78,7 +78,7 @@ def check_input(text: object, max_chars: int, field: str = "input") -> str:
     if len(text) > max_chars:
         raise InputTooLong(f"{field} has {len(text)} characters; the limit is {max_chars}", field=field)
     cleaned = clean(text)
-    if not cleaned:
+    if not text.strip():
         raise InvalidInput(f"{field} is empty", field=field)
     if not is_speakable(cleaned):
         raise InvalidInput(f"{field} has nothing that can be spoken (no letters or digits)", field=field)

@@ -22,6 +22,8 @@ def test_unspeakable_input_is_rejected(text: str) -> None:
     with pytest.raises(InvalidInput) as info:
         check_input(text, 100)
     assert info.value.field == "input"
+    # only what a user sent nothing of is "empty"; control characters are "nothing speakable"
+    assert ("is empty" in info.value.message) == (not text.strip())
 
 
 def test_input_over_the_limit_is_rejected() -> None:
