@@ -38,7 +38,8 @@ SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
 # The option that sizes the pool; the server's `cpu_workers` setting fills it in when a
 # model's options leave it out (gateway/residency.py `load_runner`).
 WORKERS_OPTION = "workers"
-OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0), "alone_threads": at_least(0)}  # a model's (models/model_options.py)
+# a model's options (models/model_options.py)
+OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0), "alone_threads": at_least(0)}
 
 
 def available_cores() -> int:
@@ -210,10 +211,12 @@ class PiperSynthesizer:
     With `alone_threads` > `num_threads` and a shared `activity`, it holds a second
     onnxruntime session of `alone_threads` intra-op threads and runs a unit on it when the
     unit starts while no other session of the pool is synthesising, at light load
-    (`PoolActivity.start`): then one
-    sentence uses every core (issue 11: RTF 0.041 against 0.066 single-threaded on the
-    2-core machine), under load each session keeps to one thread (throughput, and a first
-    chunk beside a busy session is not slowed by oversubscription: 107 ms against 130).
+    (`PoolActivity.start`): then one sentence uses every core (issue 11: RTF 0.041 against
+    0.066 single-threaded on the 2-core machine), while under load each session keeps to one
+    thread (throughput, and a first chunk beside a busy session is not slowed by
+    oversubscription: 107 ms against 130). The wide session's extra threads are
+    onnxruntime's, made at load: the worker's niceness (engine/engine.py `SYNTH_NICE`) covers
+    only the thread that calls it.
     """
 
     def __init__(self, onnx: Path, config: Path, num_threads: int = 0, model: bytes | str | None = None,
