@@ -73,6 +73,7 @@ def test_a_take_is_kept_listed_downloaded_and_deleted(server: LiveServer, client
     ({"speed": "fast"}, 400, "invalid_input", "speed"),
     ({"sample_rate": 12345}, 400, "invalid_input", "sample_rate"),
     ({"sample_rate": True}, 400, "invalid_input", "sample_rate"),
+    ({"sample_rate": ...}, 400, "invalid_input", "sample_rate"),
     ({"ttfa_ms": -1}, 400, "invalid_input", "ttfa_ms"),
     ({"stalls": 1.5}, 400, "invalid_input", "stalls"),
     ({"audio": ...}, 400, "invalid_input", "audio"),
@@ -86,6 +87,11 @@ def test_bad_take_is_a_4xx_naming_the_field(client: httpx.Client, overrides: dic
     assert response.status_code == status, response.text
     assert response.json() == {"error": {"code": code, "message": response.json()["error"]["message"],
                                          "field": field, "type": "invalid_request_error", "param": field}}
+
+
+def test_a_take_without_its_sample_rate_is_told_it_is_required(client: httpx.Client) -> None:
+    response = client.post("/v1/takes", json=take_body(sample_rate=...))
+    assert response.status_code == 400 and "sample_rate is required" in response.json()["error"]["message"]
 
 
 def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
