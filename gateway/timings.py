@@ -1,7 +1,7 @@
 """Word and character timings of spoken audio, as the protocols report them.
 
 Word times come from the model where it has them (Piper: each phoneme's samples,
-models/piper.py), otherwise from `Estimator`, in proportion to characters at a typical
+models/piper_words.py), otherwise from `Estimator`, in proportion to characters at a typical
 reading rate, and are marked estimated. All times are milliseconds of audio.
 
 Character timings (ElevenLabs' `alignment`) are derived from word timings: a word's

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from engine.types import SpeechRequest
-from models.piper import PiperSynthesizer, _align, load
+from models.piper import PiperSynthesizer, load
+from models.piper_words import _align
 
 
 @pytest.fixture(scope="module")
