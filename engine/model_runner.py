@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from models.codec_graphs import CodecGraphs
 from models.codec_windows import decode_windows
-from engine import cuda_graphs
+from models import cuda_graphs
 from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, Tokens
 from engine.prefill import PrefillGraphs

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from engine import cuda_graphs
+from models import cuda_graphs
 from engine.request import Request
 from models.context import Context, additive, reset_context, set_context
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from engine import cuda_graphs
+from models import cuda_graphs
 
 
 class CodecSlots:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from engine import cuda_graphs
+from models import cuda_graphs
 
 TOP_K = 64  # the candidates of a captured top-k (qwen-tts's default top_k and subtalker_top_k are 50)
 WRITE, STEP, ACTIVE = range(3)  # rows of the step buffer

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from engine import cuda_graphs
+from models import cuda_graphs
 from models.context import Context, additive, reset_context, set_context
 
 

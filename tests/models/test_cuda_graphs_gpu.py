@@ -1,4 +1,4 @@
-"""engine/cuda_graphs.py on a GPU: bodies are warmed up and captured into one pool, a replay
+"""models/cuda_graphs.py on a GPU: bodies are warmed up and captured into one pool, a replay
 recomputes the static outputs from the static inputs, and a body that cannot be captured
 leaves no graph (eager fallback, logged) or raises (without the fallback)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine.cuda_graphs import capture  # noqa: E402
+from models.cuda_graphs import capture  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -40,7 +40,7 @@ def test_a_body_that_cannot_be_captured_falls_back_or_raises(caplog: pytest.LogC
         return x * float(x.sum().item())  # a device-to-host read: illegal while capturing
 
     stream = torch.cuda.current_stream()
-    with caplog.at_level(logging.ERROR, logger="engine.cuda_graphs"):
+    with caplog.at_level(logging.ERROR, logger="models.cuda_graphs"):
         done = capture([("ok", lambda: x + 1), ("bad", syncs)], "cuda", "test graphs")
     assert done.graphs == {} and done.outputs == {}
     assert torch.cuda.current_stream() == stream  # not the failed capture's side stream
