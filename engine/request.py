@@ -36,7 +36,8 @@ class Prepared:
     """A family's `prepare(spec)`: validated and tokenised once, before queueing."""
 
     prompt_ids: tuple[int, ...] = ()  # the backbone's prompt (speech LMs)
-    units: tuple[str, ...] = ()  # what a synthesiser speaks, one a frame (Piper: text segments)
+    units: tuple[str, ...] = ()  # what a synthesiser speaks, one a frame (Piper: clauses of text segments)
+    sentence_ends: tuple[bool, ...] = ()  # per unit: it ends a segment, a pause follows (empty: every unit)
     sampling: Sampling | None = None  # speech LMs only
 
 

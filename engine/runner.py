@@ -39,9 +39,9 @@ class SynthSpec:
 class Synthesizer(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str, request: SpeechRequest, is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
-        """float32 PCM `[samples]` at `sample_rate` for one text unit (with the pause that
-        follows it unless `is_last`), and its word timings (empty when the model has none)."""
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+        """float32 PCM `[samples]` at `sample_rate` for one text unit (with a sentence pause
+        after it if `pause`), and its word timings (empty when the model has none)."""
         ...
 
     def memory_bytes(self) -> int: ...
@@ -127,7 +127,9 @@ class SynthRunner(Runner):
             text, t0 = request.prepared.units[window.start], time.perf_counter()
             synthesizer = self._free.get()
             try:
-                pcm, words = synthesizer.synthesize(text, request.spec, window.is_last)
+                ends = request.prepared.sentence_ends
+                pause = not window.is_last and (not ends or ends[window.start])
+                pcm, words = synthesizer.synthesize(text, request.spec, pause)
             except Exception as error:  # one bad unit fails its request, not the model
                 log.exception("request %s: synthesis failed", request.request_id)
                 outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))

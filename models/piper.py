@@ -131,27 +131,45 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 MAX_UNIT_CHARS = 200  # longest text one synthesis holds a worker for (~0.7 s at RTF 0.05)
+# A unit ends at every clause punctuation it holds, so that no unit holds a worker for long: a
+# first chunk that arrives while every session is busy waits for the shortest of them to end.
+# Measured on the 2-core machine (bench/results/cpu_load.md, session of 2026-12-03): clause
+# units cost 3 % more synthesis than whole sentences. A clause shorter than MIN_CLAUSE_CHARS
+# joins the next one (a call per two-word clause would cost more than it saves).
+MIN_CLAUSE_CHARS = 16
 _CLAUSE_END = re.compile(r"(?<=[,;:\u2014])\s+")
 
 
-def split_unit(text: str, max_chars: int = MAX_UNIT_CHARS) -> list[str]:
-    """`text` as units of at most `max_chars`, cut after clause punctuation where it can,
-    else between words (a single longer word stays whole)."""
-    if len(text) <= max_chars:
-        return [text]
+def split_unit(text: str, max_chars: int = MAX_UNIT_CHARS, min_chars: int = MIN_CLAUSE_CHARS) -> list[str]:
+    """`text` (one sentence) as synthesis units: cut after each clause punctuation (`,` `;`
+    `:` em dash followed by a space), a clause under `min_chars` joined to the next (the last
+    one to the one before), and a clause over `max_chars` cut between words (a single longer
+    word stays whole). Joining the units with single spaces gives back `text` with its runs
+    of whitespace at the cuts collapsed."""
     units: list[str] = []
-    for piece in _CLAUSE_END.split(text):
-        for word in piece.split() if len(piece) > max_chars else [piece]:
-            if units and len(units[-1]) + 1 + len(word) <= max_chars:
+    for clause in (piece for piece in _CLAUSE_END.split(text.strip()) if piece):
+        if units and len(units[-1]) < min_chars:
+            clause = f"{units.pop()} {clause}"
+        if len(clause) <= max_chars:
+            units.append(clause)
+            continue
+        words = clause.split()
+        units.append(words[0])
+        for word in words[1:]:
+            if len(units[-1]) + 1 + len(word) <= max_chars:
                 units[-1] = f"{units[-1]} {word}"
             else:
                 units.append(word)
-    return units
+    if len(units) > 1 and len(units[-1]) < min_chars and len(units[-2]) + 1 + len(units[-1]) <= max_chars:
+        units[-2:] = [f"{units[-2]} {units[-1]}"]
+    return units or [text]
 
 
 def make_spec(voices: Sequence[str]) -> SynthSpec:
     """The engine's view of a piper voice: `prepare` checks the voice, the text and the
-    noise options and returns the text segments (long ones split, `split_unit`), one chunk each."""
+    noise options and returns the text segments as units (`split_unit`), one chunk each; a
+    sentence pause follows a unit that ends a segment (`Prepared.sentence_ends`), none a
+    clause cut inside one (the voice speaks the comma's own pause)."""
 
     def prepare(request: SpeechRequest) -> Prepared:
         if request.voice not in voices:
@@ -161,7 +179,9 @@ def make_spec(voices: Sequence[str]) -> SynthSpec:
         if not segments:
             raise InvalidInput("nothing to speak", field="input")
         _check_noise(request.options)
-        return Prepared(units=tuple(unit for segment in segments for unit in split_unit(segment)))
+        split = [split_unit(segment) for segment in segments]
+        return Prepared(units=tuple(unit for units in split for unit in units),
+                        sentence_ends=tuple(i == len(units) - 1 for units in split for i in range(len(units))))
 
     return SynthSpec(FAMILY, tuple(voices), prepare)
 
@@ -237,7 +257,7 @@ class PiperSynthesizer:
     def voices(self) -> list[str]:
         return [DEFAULT_VOICE] + sorted(self.speakers, key=lambda n: self.speakers[n])
 
-    def synthesize(self, text: str, request: SpeechRequest, is_last: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         from piper import SynthesisConfig
 
         config = SynthesisConfig(speaker_id=self.speakers.get(request.voice),
@@ -252,7 +272,7 @@ class PiperSynthesizer:
             if self._activity is not None:
                 self._activity.stop()
         pieces = [c.audio_float_array for c in spoken]
-        if not is_last:
+        if pause:
             pieces.append(np.zeros(int(self.sample_rate * SENTENCE_SILENCE_MS / 1000), np.float32))
         pcm = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
         return pcm, word_timings(text, spoken, self.sample_rate)

@@ -22,7 +22,7 @@ def runner() -> Iterator[PiperSynthesizer]:
 
 def synthesize(runner: PiperSynthesizer, text: str) -> tuple[float, list[tuple[str, float, float]]]:
     request = SpeechRequest("r", "piper-joe", (text,), "default", options={"noise_w_scale": 0.0})
-    pcm, words = runner.synthesize(text, request, is_last=True)
+    pcm, words = runner.synthesize(text, request, pause=False)
     return 1000.0 * len(pcm) / runner.sample_rate, [(w.word, w.start_ms, w.end_ms) for w in words]
 
 

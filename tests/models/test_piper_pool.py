@@ -70,7 +70,7 @@ def test_a_unit_alone_runs_wide_and_one_beside_another_runs_on_one_thread(pool: 
     assert first._alone_voice is not None and second._alone_voice is not None
     calls: list[str] = []
     with Spy(first._alone_voice, "first wide", calls), Spy(first._voice, "first narrow", calls):
-        alone, _ = first.synthesize(TEXT, REQUEST, is_last=True)
+        alone, _ = first.synthesize(TEXT, REQUEST, pause=False)
         assert calls == ["first wide"]
         release = threading.Event()
         with Spy(second._alone_voice, "second wide", calls, release) as busy, \
@@ -78,7 +78,7 @@ def test_a_unit_alone_runs_wide_and_one_beside_another_runs_on_one_thread(pool: 
             worker = threading.Thread(target=second.synthesize, args=(TEXT, REQUEST, True))
             worker.start()
             assert busy.started.wait(30)  # the second session is synthesising (it started alone)
-            beside, _ = first.synthesize(TEXT, REQUEST, is_last=True)
+            beside, _ = first.synthesize(TEXT, REQUEST, pause=False)
             release.set()
             worker.join(30)
     assert calls == ["first wide", "second wide", "first narrow"]
@@ -96,7 +96,7 @@ def test_a_failed_unit_leaves_the_pool_idle(pool: list[PiperSynthesizer]) -> Non
     first._alone_voice.synthesize = broken
     try:
         with pytest.raises(RuntimeError, match="onnxruntime failed"):
-            first.synthesize(TEXT, REQUEST, is_last=True)
+            first.synthesize(TEXT, REQUEST, pause=False)
     finally:
         del first._alone_voice.synthesize
     assert first._activity.running == 0  # the next unit starts alone again

@@ -1,0 +1,80 @@
+"""Piper's synthesis units: a sentence cut at its clauses, and the pause only at a sentence's end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.plan import CodecItem
+from engine.request import Request
+from engine.runner import SynthParts, SynthRunner
+from engine.types import SpeechRequest, WordTiming
+from models.piper import MIN_CLAUSE_CHARS, make_spec, split_unit
+
+
+def test_a_sentence_is_cut_after_each_clause() -> None:
+    text = "When the sun rose over the hills, the farmers went out; nobody stayed at home: not even the dog."
+    assert split_unit(text) == ["When the sun rose over the hills,", "the farmers went out;",
+                                "nobody stayed at home:", "not even the dog."]
+
+
+def test_a_short_clause_joins_the_next_and_the_last_the_one_before() -> None:
+    assert split_unit("Yes, sir, the carriage is waiting at the door, ready.") == [
+        "Yes, sir, the carriage is waiting at the door, ready."]
+    assert split_unit("The carriage is waiting at the door, ready to go at last, sir.") == [
+        "The carriage is waiting at the door,", "ready to go at last, sir."]
+    assert all(len(unit) >= MIN_CLAUSE_CHARS for unit in split_unit("Oh, and then, well, we went home to bed."))
+
+
+def test_a_long_clause_is_cut_between_words_and_nothing_is_lost() -> None:
+    text = " ".join(f"word{i}" for i in range(80)) + ", and the end of it."
+    units = split_unit(text, max_chars=60)
+    assert all(len(unit) <= 60 for unit in units)
+    assert " ".join(units) == text
+    assert split_unit("x" * 90, max_chars=60) == ["x" * 90]  # one word stays whole
+    assert split_unit("A short one.") == ["A short one."]
+
+
+def test_prepare_marks_the_units_that_end_a_segment() -> None:
+    spec = make_spec(["default"])
+    request = SpeechRequest("r", "m", ("Before the storm came in, we ran for the barn.", "Then we hid under the old bridge."),
+                            "default")
+    prepared = spec.prepare(request)
+    assert prepared.units == ("Before the storm came in,", "we ran for the barn.", "Then we hid under the old bridge.")
+    assert prepared.sentence_ends == (False, True, True)
+
+
+class Recorder:
+    """A synthesiser that speaks 10 ms per unit and records whether it was asked for a pause."""
+
+    sample_rate = 1000
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+        self.calls.append((text, pause))
+        return np.zeros(10 + (5 if pause else 0), np.float32), ()
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("segments, pauses", [
+    (("Before the storm came in, we ran for the barn.", "Then we hid under the old bridge."), [False, True, False]),
+    (("Before the storm came in, we ran for the barn.",), [False, False]),
+])
+def test_a_pause_follows_a_sentence_not_a_clause(segments: tuple[str, ...], pauses: list[bool]) -> None:
+    spec, recorder = make_spec(["default"]), Recorder()
+    runner = SynthRunner("m", SynthParts(spec, [recorder]), max_running=4)
+    request_spec = SpeechRequest("r", "m", segments, "default")
+    request = Request.create(request_spec, spec.prepare(request_spec), spec.shape)
+    while (window := request.plan.next_window()) is not None:
+        (out,) = runner.decode_codec([CodecItem(request, window)])
+        assert out.error is None
+        request.plan.advance(window)
+    assert [pause for _, pause in recorder.calls] == pauses
+    assert " ".join(text for text, _ in recorder.calls) == " ".join(segments)
