@@ -42,3 +42,58 @@ def test_runner_with_triton_matmuls_decodes_the_greedy_tokens_of_cublas() -> Non
     for batch, tokens in expected.items():
         assert (greedy_tokens(gemv, batch, 64, True) == tokens).float().mean().item() >= 0.75  # near-ties may flip
         assert (greedy_tokens(gemv, batch, 64, False) == greedy_tokens(gemv, batch, 64, True)).all()  # graph = eager
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("n,k", [(5120, 3072), (1, 3072), (40, 200)])
+@pytest.mark.parametrize("with_delta", [True, False])
+def test_norm_linear_is_the_add_the_norm_and_the_matmul(rows: int, n: int, k: int, with_delta: bool) -> None:
+    import torch.nn.functional as F
+
+    from models.gemv import norm_linear, quantize_fp8
+    from models.llama import rms_norm
+
+    generator = torch.Generator(device="cuda").manual_seed(rows * 11 + n + k)
+    x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=generator) * 3
+    delta = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16, generator=generator) if with_delta else None
+    g = 1 + 0.1 * torch.randn(k, device="cuda", dtype=torch.bfloat16, generator=generator)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=generator) / k ** 0.5
+    summed = x + delta if delta is not None else x
+    ref = F.linear(rms_norm(summed, g, 1e-5).float(), w.float())
+    y, residual = norm_linear(x, delta, g, 1e-5, w)
+    assert torch.equal(residual, summed)  # the residual stream exactly as the unfused add (bf16)
+    assert ((y.float() - ref).norm() / ref.norm()).item() < 1e-2
+    q = quantize_fp8(w)
+    ref8 = F.linear(rms_norm(summed, g, 1e-5).float(), q.data.float() * q.scale[:, None])
+    y8, _ = norm_linear(x, delta, g, 1e-5, q)
+    assert ((y8.float() - ref8).norm() / ref8.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("n,k", [(3072, 8192), (40, 200)])
+def test_silu_linear_is_the_gate_and_the_matmul(rows: int, n: int, k: int) -> None:
+    import torch.nn.functional as F
+
+    from models.gemv import silu_linear
+    from models.llama import silu_mul
+
+    generator = torch.Generator(device="cuda").manual_seed(rows + n)
+    gate_up = torch.randn(rows, 2 * k, device="cuda", dtype=torch.bfloat16, generator=generator)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=generator) / k ** 0.5
+    ref = F.linear(silu_mul(gate_up).float(), w.float())
+    assert ((silu_linear(gate_up, w).float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_fused_norms_decode_the_tokens_of_the_unfused_step() -> None:
+    from bench.orpheus_decode import greedy_tokens, make_runner
+    from models import orpheus
+
+    model = orpheus.random_backbone(orpheus.FLAVORS["tiny"], "cuda", torch.bfloat16, 0)
+    unfused = make_runner(model, 8, 64, [1], False, "cuda", gemv=True, fuse_norms=False)
+    assert model.model.layers[0].fused_fns is None
+    expected = greedy_tokens(unfused, 1, 64, True)
+    del unfused
+    fused = make_runner(model, 8, 64, [1], False, "cuda", gemv=True)
+    assert model.model.layers[0].fused_fns is not None
+    assert (greedy_tokens(fused, 1, 64, True) == expected).float().mean().item() >= 0.75  # near-ties may flip
+    assert (greedy_tokens(fused, 1, 64, False) == greedy_tokens(fused, 1, 64, True)).all()  # graph = eager
