@@ -10,13 +10,11 @@ Random full-size Orpheus-3B weights (bf16, seed 0), copy bandwidth measured in t
    bf16 weight and on its FP8 copy; `--sweep 1` also times other tile configs.
 2. Decode steps at context 512 (CUDA graphs, `compile_layers`, Triton attention: the GPU
    runner's settings), on the same weights, in this order (set_matmuls changes the model):
-   `cublas` (bf16), `gemv_unfused` (bf16 on models/gemv.py), `gemv` (also each residual add +
-   norm and the SiLU-gate inside the matmul after it at one row, `fuse_norms`), `fp8_unfused`,
-   `fp8` (FP8 projections, unfused and fused). floor = bytes
+   `cublas` (bf16), `gemv` (bf16 on models/gemv.py), `fp8` (FP8 projections). floor = bytes
    the step reads (its weights, of the tied head the audio rows, the KV of B x 512
    positions) / copy bandwidth. Per variant: graph tokens vs eager tokens; for `fp8` against
    `cublas` at B 64 rows of random tokens: the audio head's logits cosine per row and the
-   greedy (argmax) agreement, and the same at one row (the fused path's); weight memory.
+   greedy (argmax) agreement; weight memory.
 3. torch.profiler kernel time by kind at B 1 and 64 for `gemv` and `fp8`.
 Rows: `mode`, `batch`, `context`, `dtype`, `step_ms`, `floor_ms` (issue 10's schema).
 """
@@ -164,8 +162,6 @@ def main() -> None:
     parser.add_argument("--sweep", type=int, default=1)
     parser.add_argument("--profile-batches", default="1,64")
     parser.add_argument("--steps", type=int, default=1, help="0: the matmul table only (no decode steps)")
-    parser.add_argument("--fused-tiles", default="",
-                        help="more `gemv` modes: models/gemv.py FUSED_TILES to try, 'N,K,warps;...'")
     parser.add_argument("--out", default="bench/results/orpheus_decode_fp8.json")
     opts = parser.parse_args()
     batches = [int(b) for b in opts.batches.split(",")]
@@ -185,30 +181,21 @@ def main() -> None:
     unread_head = (args.vocab_size - head - 1) * args.hidden_size * 2  # tied head rows never computed
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
     tokens = orpheus.AUDIO_TOKEN_BASE + torch.randint(0, head, (64,), device="cuda")
-    reference = reference_one = None
-    # set_matmuls changes the model: FP8 (it frees the bf16 weights) comes last
-    modes = (("cublas", False, False, False), ("gemv_unfused", True, False, False), ("gemv", True, False, True),
-             ("fp8_unfused", True, True, False), ("fp8", True, True, True))
-    tried = [tuple(int(v) for v in t.split(",")) for t in opts.fused_tiles.split(";") if t]
-    modes = modes[:3] + tuple((f"gemv_{'x'.join(map(str, t))}", True, False, t) for t in tried) + modes[3:]
-    default_tiles = gemv.FUSED_TILES
-    for mode, use_gemv, fp8, fused in modes[:len(modes) * opts.steps]:
-        gemv.FUSED_TILES = fused if isinstance(fused, tuple) else default_tiles
+    reference = None
+    for mode, use_gemv, fp8 in (("cublas", False, False), ("gemv", True, False), ("fp8", True, True))[:3 * opts.steps]:
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
-                             gemv=use_gemv, fp8=fp8, fuse_norms=bool(fused))
+                             gemv=use_gemv, fp8=fp8)
         weight_bytes = model.memory_bytes() - unread_head
         record["checks"][f"weight_bytes_{mode}"] = model.memory_bytes()
-        logits, one = step_logits(runner, tokens, context), step_logits(runner, tokens[:1], context)
+        logits = step_logits(runner, tokens, context)
         if reference is None:
-            reference, reference_one = logits, one
+            reference = logits
         else:
-            for name, got, want in ((f"{mode}_vs_cublas", logits, reference), (f"{mode}_vs_cublas_b1", one,
-                                                                                 reference_one)):
-                cos = F.cosine_similarity(got, want, dim=-1)
-                record["checks"][name] = {
-                    "logits_cos_min": round(cos.min().item(), 5), "logits_cos_mean": round(cos.mean().item(), 5),
-                    "greedy_agreement": (got.argmax(-1) == want.argmax(-1)).float().mean().item()}
+            cos = F.cosine_similarity(logits, reference, dim=-1)
+            record["checks"][f"{mode}_vs_cublas"] = {
+                "logits_cos_min": round(cos.min().item(), 5), "logits_cos_mean": round(cos.mean().item(), 5),
+                "greedy_agreement": (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()}
         length = runner.max_seq_len + 1
         for batch in batches:
             record["checks"][f"{mode}_graph_eq_eager_b{batch}"] = graph_matches_eager(runner, batch, context)

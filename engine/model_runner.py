@@ -52,7 +52,6 @@ class RunnerConfig:
     codec_sms: int = 0
     urgent_codec_batch: int = 8  # the urgent lane's largest codec batch (its graphs)
     gemv: bool = True  # GPU: one-row decode matmuls on models/gemv.py (models/llama.py GEMV_MAX_ROWS), not cuBLAS
-    fuse_norms: bool = True  # with gemv/fp8: a one-row step's norms and SiLU-gate inside its matmuls (models/gemv.py)
     fp8: bool = False  # GPU: projection weights in float8_e4m3fn, a scale per row (models/llama.py set_matmuls)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
@@ -101,7 +100,7 @@ class ModelRunner(Runner):
         self.model.fuse_projections()
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
-        self.model.set_matmuls(config.gemv and self.torch_device.type == "cuda", config.fp8, config.fuse_norms)
+        self.model.set_matmuls(config.gemv and self.torch_device.type == "cuda", config.fp8)
         self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
             pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a

@@ -50,13 +50,8 @@ def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
 
 
 @triton.jit
-def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, D, G, R, eps, K: tl.constexpr, HAS_SCALE: tl.constexpr,
-                 EVEN_N: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PRE: tl.constexpr = 0, HAS_D: tl.constexpr = False):
-    # PRE 0: x as given. PRE 1 (`norm_linear`): x = X (+ D, rounded to X's dtype, written to R by
-    # the first program), multiplied by the norm weight G; the products are scaled by
-    # rsqrt(mean(x^2) + eps) at the end (the norm's scale is one factor a row). PRE 2
-    # (`silu_linear`): X holds [gate | up] (2 K a row), x = silu(gate) * up.
+def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr, EVEN_N: tl.constexpr,
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -64,7 +59,6 @@ def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, D, G, R, eps, K: tl.constexpr, HA
     mask_n = offs_n < N
     mask_b = offs_b < B
     acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
     for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: K is a constant
         offs_k = k0 + tl.arange(0, BLOCK_K)
         w_ptrs = W + offs_n[:, None] * sw + offs_k[None, :]
@@ -72,28 +66,9 @@ def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, D, G, R, eps, K: tl.constexpr, HA
             w = tl.load(w_ptrs, eviction_policy="evict_first")
         else:
             w = tl.load(w_ptrs, mask=mask_n[:, None] & (offs_k < K)[None, :], other=0.0, eviction_policy="evict_first")
-        mask_x = mask_b[:, None] & (offs_k < K)[None, :]
-        x_ptrs = X + offs_b[:, None] * sx + offs_k[None, :]
-        x = tl.load(x_ptrs, mask=mask_x, other=0.0)
-        if PRE == 1:
-            if HAS_D:
-                x = (x.to(tl.float32) + tl.load(D + offs_b[:, None] * sx + offs_k[None, :], mask=mask_x,
-                                                other=0.0).to(tl.float32)).to(x.dtype)
-                if pid_n == 0:
-                    tl.store(R + offs_b[:, None] * sx + offs_k[None, :], x, mask=mask_x)
-            xf = x.to(tl.float32)
-            squares += xf * xf
-            xf = xf * tl.load(G + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)[None, :]
-        elif PRE == 2:
-            gate = x.to(tl.float32)
-            up = tl.load(x_ptrs + K, mask=mask_x, other=0.0).to(tl.float32)
-            xf = gate * tl.sigmoid(gate) * up
-        else:
-            xf = x.to(tl.float32)
-        acc += xf[:, None, :] * w.to(tl.float32)[None, :, :]
+        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :], other=0.0)
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
     out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]: the one cross-thread reduction
-    if PRE == 1:
-        out = out * tl.rsqrt(tl.sum(squares, axis=1) / K + eps)[:, None]
     if HAS_SCALE:
         out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
     tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], out.to(Y.dtype.element_ty),
@@ -163,52 +138,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
         _dot_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n,
                           BLOCK_K=block_k, num_warps=warps, num_stages=4)
     else:
-        _rows_kernel[grid](*common, w, w, w, 0.0, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0,
-                           BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+        _rows_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, BLOCK_B=block_b,
+                           BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
     return y
-
-
-# (BLOCK_N, BLOCK_K, num_warps) of the fused kernels at one row: each program also reads and
-# normalises all of x (or gates it), so wider slabs than `config`'s (2 rows) amortise that work.
-FUSED_TILES = (8, 1024, 4)
-
-
-def _rows(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, k: int, pre: int, delta: torch.Tensor | None = None,
-          norm_weight: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-          eps: float = 0.0) -> torch.Tensor:
-    scale = weight.scale if isinstance(weight, Fp8Weight) else None
-    w = weight.data if isinstance(weight, Fp8Weight) else weight
-    batch, n = x.shape[0], w.shape[0]
-    assert batch <= ROWS_MAX and w.shape[1] == k and w.stride(1) == 1 and x.stride(1) == 1, (x.shape, w.shape)
-    y = torch.empty(batch, n, device=x.device, dtype=x.dtype)
-    _, block_b, block_n, block_k, warps = config(batch, k)
-    if batch == 1:
-        block_n, block_k, warps = FUSED_TILES
-    grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
-    _rows_kernel[grid](x, w, scale if scale is not None else w, y, batch, n, x.stride(0), w.stride(0), y.stride(0),
-                       delta if delta is not None else x, norm_weight if norm_weight is not None else x,
-                       residual if residual is not None else x, eps, K=k, HAS_SCALE=scale is not None,
-                       EVEN_N=n % block_n == 0, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k,
-                       PRE=pre, HAS_D=delta is not None, num_warps=warps)
-    return y
-
-
-def norm_linear(x: torch.Tensor, delta: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                weight: torch.Tensor | Fp8Weight) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual add, RMSNorm and the matmul after it in one kernel, for up to ROWS_MAX rows:
-    `x`, `delta` `[B, K]` (contiguous, bf16/fp16), `norm_weight` `[K]` -> (`rms_norm(x + delta)
-    @ W.T` `[B, N]`, `x + delta` `[B, K]`); `delta` None: no add (x itself is returned).
-    RMSNorm as Zhang & Sennrich 2019 (Llama's): x * rsqrt(mean(x^2) + eps) * weight; its row
-    scale is applied to the products' sum, so it differs from the unfused norm (which rounds
-    the normalised x to bf16 first) by float rounding only."""
-    assert x.is_contiguous() and (delta is None or (delta.is_contiguous() and delta.shape == x.shape))
-    residual = torch.empty_like(x) if delta is not None else x
-    y = _rows(x, weight, x.shape[1], 1, delta, norm_weight, residual, eps)
-    return y, residual
-
-
-def silu_linear(gate_up: torch.Tensor, weight: torch.Tensor | Fp8Weight) -> torch.Tensor:
-    """`silu(gate) * up` and the matmul after it in one kernel: `gate_up` `[B, 2 K]` (gate then
-    up, contiguous; B <= ROWS_MAX) times a `[N, K]` weight -> `[B, N]` (SiLU: Elfwing et al. 2018)."""
-    assert gate_up.is_contiguous() and gate_up.shape[1] % 2 == 0
-    return _rows(gate_up, weight, gate_up.shape[1] // 2, 2)

@@ -179,20 +179,13 @@ class Attention(nn.Module):
         self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        if self.qkv_weight is not None:
-            return self.attend(self.linear_fn(x, self.qkv_weight), cos, sin)
         num_tokens = x.shape[0]
-        q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-        kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
-                          self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
-        return self._attend(q, kv)
-
-    def attend(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """The layer after its fused q/k/v projection: `qkv` `[T, (heads + 2 kv_heads) * head_dim]`."""
-        return self._attend(*self.rotate_qkv_fn(qkv, cos, sin, self.num_heads, self.num_kv_heads))
-
-    def _attend(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        num_tokens = q.shape[0]
+        if self.qkv_weight is not None:
+            q, kv = self.rotate_qkv_fn(self.linear_fn(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
+        else:
+            q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
+            kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
+                              self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
         k, v = kv[:, 0], kv[:, 1]
         ctx = get_context()
         assert self.kv_cache is not None, "KV cache not allocated"
@@ -238,18 +231,10 @@ class MLP(nn.Module):
             gate_up = self.linear_fn(x, self.gate_up_weight)
         else:
             gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.linear_fn(self.act_fn(gate_up), self.down_weight)
-
-    @property
-    def down_weight(self) -> Any:
-        return self.down_proj.weight if self.down_fp8 is None else self.down_fp8
+        return self.linear_fn(self.act_fn(gate_up), self.down_proj.weight if self.down_fp8 is None else self.down_fp8)
 
 
 class DecoderLayer(nn.Module):
-    # (norm_linear, silu_linear) of models/gemv.py, set by LlamaLM.set_matmuls: a step of up to
-    # GEMV_MAX_ROWS rows runs each residual add + norm, and the SiLU-gate, inside the matmul after it.
-    fused_fns: Any = None
-
     def __init__(self, args: Args) -> None:
         super().__init__()
         self.self_attn = Attention(args)
@@ -262,12 +247,6 @@ class DecoderLayer(nn.Module):
         """Residual stream `x` plus the previous layer's output `delta` (None for the first
         layer) -> (stream, this layer's output): each residual add shares a kernel with the
         norm after it. Same arithmetic as `x + attn(norm(x))`, `x + mlp(norm(x))`."""
-        if self.fused_fns is not None and x.shape[0] <= GEMV_MAX_ROWS:
-            norm_linear, silu_linear = self.fused_fns
-            attn, mlp, first, second = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
-            qkv, x = norm_linear(x, delta, first.weight, first.eps, attn.qkv_weight)
-            gate_up, x = norm_linear(x, attn.attend(qkv, cos, sin), second.weight, second.eps, mlp.gate_up_weight)
-            return x, silu_linear(gate_up, mlp.down_weight)
         if delta is None:
             h = self.input_layernorm(x)
         else:
@@ -320,16 +299,13 @@ class LlamaLM(nn.Module):
             elif isinstance(module, MLP):
                 module.act_fn = act
 
-    def set_matmuls(self, gemv: bool, fp8: bool, fuse_norms: bool = True) -> None:
+    def set_matmuls(self, gemv: bool, fp8: bool) -> None:
         """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up
         to `GEMV_MAX_ROWS` rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the
         layers' projection weights to float8_e4m3fn with a scale per output row (issue 10) and frees
         the bf16 ones (embeddings, norms and the tied head stay); both False: cuBLAS (not after
-        fp8). `fuse_norms` (with gemv or fp8): at up to GEMV_MAX_ROWS rows, each residual add +
-        norm and the SiLU-gate run inside the matmul after them (models/gemv.py `norm_linear`,
-        `silu_linear`; three kernels a layer fewer). Call after `fuse_projections`, before
-        capturing CUDA graphs. `self.linear` is then the matmul for other weights too. Raises
-        ValueError for fp8 off CUDA."""
+        fp8). Call after `fuse_projections`, before capturing CUDA graphs. `self.linear` is then
+        the matmul for other weights too. Raises ValueError for fp8 off CUDA."""
         quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
         if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
             raise ValueError("fp8 weights need a CUDA device (Triton kernels)")
@@ -343,9 +319,7 @@ class LlamaLM(nn.Module):
                 return F.linear(x, weight)
 
         self.linear = linear
-        fused = (kernels.norm_linear, kernels.silu_linear) if (gemv or fp8 or quantized) and fuse_norms else None
         for layer in self.model.layers:
-            layer.fused_fns = fused if layer.self_attn.qkv_weight is not None else None
             attn, mlp = layer.self_attn, layer.mlp
             attn.linear_fn = mlp.linear_fn = linear  # an instance attribute: not bound
             if fp8 and not quantized:

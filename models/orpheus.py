@@ -97,8 +97,7 @@ OPTIONS: dict[str, Option] = {
     "max_seq_len": at_least(2), "enforce_eager": FLAG, "compile_layers": FLAG, "max_codec_batch": at_least(1),
     "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "attn_block": at_least(1),
     "graph_batches": Option("ints"), "lanes": FLAG, "lm_sms": at_least(0), "codec_sms": at_least(0),
-    "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG,
-    "fuse_norms": FLAG}
+    "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG}
 
 FLAVORS: dict[str, Args] = {
     "full": Args(vocab_size=VOCAB_SIZE),  # Llama-3.2-3B shape with the Orpheus vocabulary
