@@ -39,9 +39,11 @@ class SynthSpec:
 class Synthesizer(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str, request: SpeechRequest, pause: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool,
+                   first: bool = False) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         """float32 PCM `[samples]` at `sample_rate` for one text unit (with a sentence pause
-        after it if `pause`), and its word timings (empty when the model has none)."""
+        after it if `pause`), and its word timings (empty when the model has none); `first`:
+        the unit is a first chunk with no audio ahead of it (its listener is waiting)."""
         ...
 
     def memory_bytes(self) -> int: ...
@@ -129,7 +131,8 @@ class SynthRunner(Runner):
             try:
                 ends = request.prepared.sentence_ends
                 pause = not window.is_last and (not ends or ends[window.start])
-                pcm, words = synthesizer.synthesize(text, request.spec, pause)
+                first = window.start == 0 and request.spec.ahead_ms <= 0
+                pcm, words = synthesizer.synthesize(text, request.spec, pause, first)
             except Exception as error:  # one bad unit fails its request, not the model
                 log.exception("request %s: synthesis failed", request.request_id)
                 outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))

@@ -197,7 +197,9 @@ class PoolActivity:
     less than one unit at a time on average: light load. Under load (mean >= 1) a unit that
     happens to start alone keeps to one thread, since the next arrival would otherwise
     share the cores with it (measured on the 2-core machine at 85 % of raw piper's limit:
-    attainment 0.815 without the wide session, 0.715 when every lone unit took it).
+    attainment 0.815 without the wide session, 0.715 when every lone unit took it). A first
+    chunk that starts alone runs wide at any load: it is short (a clause) and its listener is
+    waiting for it (bench/results/cpu_load.md, session of 2026-12-03, eleventh).
     """
 
     def __init__(self, window_s: float = 2.0, light_units: float = 1.0,
@@ -214,12 +216,13 @@ class PoolActivity:
         self.mean_running = self.mean_running * keep + self.running * (1.0 - keep)
         self._at_s = now
 
-    def start(self) -> bool:
-        """Count one more running unit; True when it may run wide (alone, at light load)."""
+    def start(self, first: bool = False) -> bool:
+        """Count one more running unit; True when it may run wide: alone, and at light load
+        or a `first` unit (a first chunk: short, and its listener waits for it)."""
         with self._lock:
             self._advance()
             self.running += 1
-            return self.running == 1 and self.mean_running < self._light_units
+            return self.running == 1 and (first or self.mean_running < self._light_units)
 
     def stop(self) -> None:
         with self._lock:
@@ -232,8 +235,8 @@ class PiperSynthesizer:
 
     With `alone_threads` > `num_threads` and a shared `activity`, it holds a second
     onnxruntime session of `alone_threads` intra-op threads and runs a unit on it when the
-    unit starts while no other session of the pool is synthesising, at light load
-    (`PoolActivity.start`): then one sentence uses every core (issue 11: RTF 0.041 against
+    unit starts while no other session of the pool is synthesising, at light load or as a
+    first chunk (`PoolActivity.start`): then one sentence uses every core (issue 11: RTF 0.041 against
     0.066 single-threaded on the 2-core machine), while under load each session keeps to one
     thread (throughput, and a first chunk beside a busy session is not slowed by
     oversubscription: 107 ms against 130). The wide session's extra threads are
@@ -258,14 +261,15 @@ class PiperSynthesizer:
     def voices(self) -> list[str]:
         return [DEFAULT_VOICE] + sorted(self.speakers, key=lambda n: self.speakers[n])
 
-    def synthesize(self, text: str, request: SpeechRequest, pause: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool,
+                   first: bool = False) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         from piper import SynthesisConfig
 
         config = SynthesisConfig(speaker_id=self.speakers.get(request.voice),
                                  length_scale=float(self._voice.config.length_scale) / request.speed,
                                  noise_scale=request.options.get("noise_scale"),
                                  noise_w_scale=request.options.get("noise_w_scale"))
-        alone = self._activity.start() if self._activity is not None else False
+        alone = self._activity.start(first) if self._activity is not None else False
         try:
             voice = self._alone_voice if alone and self._alone_voice is not None else self._voice
             spoken = list(voice.synthesize(text, config, include_alignments=True))

@@ -120,6 +120,10 @@ def test_activity_says_wide_only_for_a_lone_unit_at_light_load() -> None:
     assert activity.mean_running > 1.9
     assert activity.start() is False  # alone, but not at light load: one thread
     activity.stop()
+    assert activity.start(first=True) is True  # ... unless it is a first chunk
+    assert activity.start(first=True) is False  # (never beside another)
+    activity.stop()
+    activity.stop()
     now[0] = 12.0  # 2 s idle: the mean decays by e^-1 to ~0.74
     assert activity.start() is True
     activity.stop()

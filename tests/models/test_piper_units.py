@@ -50,10 +50,11 @@ class Recorder:
     sample_rate = 1000
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, bool]] = []
+        self.calls: list[tuple[str, bool, bool]] = []
 
-    def synthesize(self, text: str, request: SpeechRequest, pause: bool) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
-        self.calls.append((text, pause))
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool,
+                   first: bool = False) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+        self.calls.append((text, pause, first))
         return np.zeros(10 + (5 if pause else 0), np.float32), ()
 
     def memory_bytes(self) -> int:
@@ -76,5 +77,18 @@ def test_a_pause_follows_a_sentence_not_a_clause(segments: tuple[str, ...], paus
         (out,) = runner.decode_codec([CodecItem(request, window)])
         assert out.error is None
         request.plan.advance(window)
-    assert [pause for _, pause in recorder.calls] == pauses
-    assert " ".join(text for text, _ in recorder.calls) == " ".join(segments)
+    assert [pause for _, pause, _ in recorder.calls] == pauses
+    assert " ".join(text for text, _, _ in recorder.calls) == " ".join(segments)
+    assert [first for _, _, first in recorder.calls] == [True] + [False] * (len(pauses) - 1)
+
+
+def test_only_a_first_chunk_with_nothing_ahead_of_it_is_first() -> None:
+    spec, recorder = make_spec(["default"]), Recorder()
+    runner = SynthRunner("m", SynthParts(spec, [recorder]), max_running=4)
+    request_spec = SpeechRequest("r", "m", ("The rest of a sentence, after its first clause.",), "default",
+                                 ahead_ms=900.0)  # the listener is still playing the first clause
+    request = Request.create(request_spec, spec.prepare(request_spec), spec.shape)
+    while (window := request.plan.next_window()) is not None:
+        runner.decode_codec([CodecItem(request, window)])
+        request.plan.advance(window)
+    assert [first for _, _, first in recorder.calls] == [False, False]
