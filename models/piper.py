@@ -134,8 +134,8 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
 MAX_UNIT_CHARS = 200  # longest text one synthesis holds a worker for (~0.7 s at RTF 0.05)
 # A unit ends at every clause punctuation it holds, so that no unit holds a worker for long: a
 # first chunk that arrives while every session is busy waits for the shortest of them to end.
-# Measured on the 2-core machine (bench/results/cpu_load.md, session of 2026-12-03): clause
-# units cost 3 % more synthesis than whole sentences. A clause shorter than MIN_CLAUSE_CHARS
+# Measured on the 2-core machine (bench/piper_units.py, bench/results/piper_units.json): clause
+# units cost 4 % more synthesis than whole sentences. A clause shorter than MIN_CLAUSE_CHARS
 # joins the next one (a call per two-word clause would cost more than it saves).
 MIN_CLAUSE_CHARS = 16
 _CLAUSE_END = re.compile(r"(?<=[,;:\u2014])\s+")
