@@ -76,5 +76,10 @@ class Request:
         return len(self.prepared.prompt_ids) + len(self.tokens)
 
     @property
+    def awaits_first_audio(self) -> bool:
+        """Its listener hears nothing until its next chunk: none sent yet, no audio ahead of it."""
+        return self.plan.num_chunks == 0 and self.spec.ahead_ms <= 0
+
+    @property
     def is_forced(self) -> bool:
         return self.prepared.sampling is not None and self.prepared.sampling.force_tokens > 0

@@ -131,8 +131,7 @@ class SynthRunner(Runner):
             try:
                 ends = request.prepared.sentence_ends
                 pause = not window.is_last and (not ends or ends[window.start])
-                first = window.start == 0 and request.spec.ahead_ms <= 0
-                pcm, words = synthesizer.synthesize(text, request.spec, pause, first)
+                pcm, words = synthesizer.synthesize(text, request.spec, pause, request.awaits_first_audio)
             except Exception as error:  # one bad unit fails its request, not the model
                 log.exception("request %s: synthesis failed", request.request_id)
                 outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))

@@ -245,7 +245,7 @@ class Scheduler:
             return
         relaxed: list[CodecItem] = []
         for item in items:
-            first = item.request.plan.num_chunks == 0 and item.request.spec.ahead_ms <= 0  # nothing ahead of it
+            first = item.request.awaits_first_audio
             if not first and item.request not in slacks:  # a synthesiser's unit
                 slacks[item.request] = self.slack_ms(item.request, now)
             (plan.urgent if first or slacks[item.request] < limit_ms else relaxed).append(item)
