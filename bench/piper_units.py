@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.workload import load_texts  # noqa: E402
 from engine.types import SpeechRequest  # noqa: E402
-from models.piper import load, split_unit  # noqa: E402
+from models.piper import load  # noqa: E402
+from models.piper_units import split_unit  # noqa: E402
 
 
 def main() -> None:

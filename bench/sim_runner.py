@@ -28,7 +28,7 @@ from engine.lm_spec import LMSpec, window_codes
 from models.options import parse_options
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Prepared, Request
-from engine.runner import Runner, SynthSpec
+from engine.runner import Emit, Runner, SynthSpec
 from engine.types import ChunkOut, GenerationFailed, InvalidInput, SpeechRequest
 from bench.workload import CHARS_PER_S
 from models.orpheus_frames import AUDIO_TOKEN_BASE, CODEBOOK_SIZE, TOKENS_PER_FRAME, frame_codes
@@ -135,7 +135,7 @@ class SimRunner(Runner):
             self._pending = self._tokens([r for r in requests if self._generated.get(r.request_id, 0) < r.max_tokens])
         return previous
 
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step", emit: Emit = None) -> list[ChunkOut]:
         outs = []
         if self.has_backbone:
             sizes: dict[int, int] = {}

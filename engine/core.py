@@ -3,7 +3,8 @@
 `step()` plans, has the runner execute (decode, prefill, codec) and returns `(request_id,
 AudioChunk | EngineError)` to send; time comes from `clock`. With `lanes` ({name: capacity})
 codec work runs beside the step: "urgent" and "background" (GPU), or one "codec" lane (a CPU
-LM; a synthesiser: a unit a session); its chunks go out at the next step.
+LM; a synthesiser: a unit a session); its chunks go out at the next step, and so does the
+opening of a chunk that a lane's runner sends ahead of the rest (`Runner.decode_codec`'s `emit`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class EngineCore:
         self._urgent, self._background = (kind if kind in self.lanes else "codec" if "codec" in self.lanes else None
                                           for kind in ("urgent", "background"))
         self._flying: list[tuple[str, list[CodecItem], Future[list[ChunkOut]]]] = []  # (lane, items, work)
+        self._openings: collections.deque[tuple[CodecItem, ChunkOut]] = collections.deque()  # from lane threads
         self.notify: Callable[[], None] | None = None  # wakes the worker when lane work ends
         self.was_idle = True  # the last step found nothing to do (the worker may sleep)
         self.num_steps = 0  # non-empty steps
@@ -51,6 +53,12 @@ class EngineCore:
     @property
     def has_work(self) -> bool:
         return bool(self.scheduler.num_requests) or self._decode_in_flight or bool(self._flying)
+
+    def _emit(self, item: CodecItem, out: ChunkOut) -> None:
+        """A lane's opening of a chunk (its thread): kept for the next step, which is woken."""
+        self._openings.append((item, out))
+        if self.notify is not None:
+            self.notify()
 
     def add(self, spec: SpeechRequest, prepared: Prepared,
             unread_ms: Callable[[], float] | None = None) -> Request:
@@ -85,7 +93,10 @@ class EngineCore:
         scheduler, runner, urgent, background = self.scheduler, self.runner, self._urgent, self._background
         t0, self._in_runner_s = time.perf_counter(), 0.0
         outputs: list[Output] = []
-        for done in [w for w in self._flying if w[2].done()] if self._flying else ():
+        ended = [w for w in self._flying if w[2].done()] if self._flying else []
+        while self._openings:  # (taken after `ended`: a unit's opening goes out before its rest)
+            outputs += scheduler.postprocess_opening(*self._openings.popleft(), self.clock())
+        for done in ended:
             self._flying.remove(done)
             for finished in done[1]:
                 finished.request.in_flight = False
@@ -116,7 +127,7 @@ class EngineCore:
                 for batch in [items] if runner.has_backbone else [[unit] for unit in items]:
                     for unit in batch:
                         unit.request.in_flight = True
-                    future = self.lanes[lane][0].submit(runner.decode_codec, batch, lane)
+                    future = self.lanes[lane][0].submit(runner.decode_codec, batch, lane, self._emit)
                     future.add_done_callback(lambda _: self.notify() if self.notify else None)
                     self._flying.append((lane, batch, future))
         for request_id, item in outputs:

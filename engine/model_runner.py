@@ -30,7 +30,7 @@ from engine.plan import CodecItem, Timing, Tokens
 from engine.prefill import PrefillGraphs
 from engine.request import Request
 from engine.lm_spec import LMSpec
-from engine.runner import LMParts, Runner
+from engine.runner import Emit, LMParts, Runner
 from engine.types import ChunkOut
 from models.context import Context, additive, reset_context, set_context
 from models.sampling import pick_audio_tokens
@@ -287,7 +287,7 @@ class ModelRunner(Runner):
             self._timings.append(Timing("prefill", total, 1, 1000.0 * (time.perf_counter() - t0)))
         return Tokens(list(requests), values[0].tolist(), np.flatnonzero(values[1]).tolist())
 
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step", emit: Emit = None) -> list[ChunkOut]:
         """One chunk per item, in order, on `lane`: windows of equal length decode as one batch."""
         with self._on(lane):
             return self._decode_codec(items, self.codec_graphs.get(lane) or next(iter(self.codec_graphs.values())))

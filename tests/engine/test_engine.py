@@ -164,7 +164,7 @@ class _SlowSynth(FakeRunner):
     seconds = 0.5
     started = threading.Event()
 
-    def decode_codec(self, items, lane="step"):  # type: ignore[no-untyped-def]
+    def decode_codec(self, items, lane="step", emit=None):  # type: ignore[no-untyped-def]
         self.started.set()
         time.sleep(self.seconds)
         return super().decode_codec(items, lane)

@@ -20,15 +20,15 @@ class _Recorder:
     def __init__(self, name: str, log: list[tuple[str, list[str]]]) -> None:
         self.name, self.log, self.pending = name, log, []
 
-    def submit(self, fn: Callable[..., Any], items: Any, lane: str) -> Future[Any]:
+    def submit(self, fn: Callable[..., Any], items: Any, lane: str, emit: Any = None) -> Future[Any]:
         self.log.append((lane, [i.request.request_id for i in items]))
         future: Future[Any] = Future()
-        self.pending.append((future, fn, items, lane))
+        self.pending.append((future, fn, items, lane, emit))
         return future
 
     def finish(self) -> None:
-        for future, fn, items, lane in self.pending:
-            future.set_result(fn(items, lane))
+        for future, fn, items, lane, emit in self.pending:
+            future.set_result(fn(items, lane, emit))
         self.pending.clear()
 
     def shutdown(self, wait: bool = True) -> None:

@@ -9,7 +9,8 @@ from engine.plan import CodecItem
 from engine.request import Request
 from engine.runner import SynthParts, SynthRunner
 from engine.types import SpeechRequest, WordTiming
-from models.piper import MIN_CLAUSE_CHARS, make_spec, split_unit
+from models.piper import make_spec
+from models.piper_units import MIN_CLAUSE_CHARS, split_unit
 
 
 def test_a_sentence_is_cut_after_each_clause() -> None:
@@ -52,8 +53,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool, bool]] = []
 
-    def synthesize(self, text: str, request: SpeechRequest, pause: bool,
-                   first: bool = False) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+    def synthesize(self, text: str, request: SpeechRequest, pause: bool, first: bool = False,
+                   head: object = None) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
         self.calls.append((text, pause, first))
         return np.zeros(10 + (5 if pause else 0), np.float32), ()
 
