@@ -55,28 +55,33 @@ def load_average() -> list[float]:
 
 class OtherCpu:
     """CPU the rest of the machine used meanwhile, in cores: all busy time (/proc/stat)
-    less this process's and the server's. The machine is shared; this says how quiet it was."""
+    less this process's and the server's. The machine is shared; this says how quiet it was.
+    `steal_cores` (set by `take`): the part of it that was steal time, the hypervisor running
+    other machines on our cores (/proc/stat's 8th field), which no process here shows."""
 
     def __init__(self, server_pid: int | None = None) -> None:
         self.server_pid = server_pid
         self.tick = os.sysconf("SC_CLK_TCK")
+        self.steal_cores = 0.0
         self._start = self._sample()
 
-    def _sample(self) -> tuple[float, float, float]:
+    def _sample(self) -> tuple[float, float, float, float]:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         busy = (sum(fields[:8]) - fields[3] - fields[4]) / self.tick  # all but idle and iowait
+        steal = fields[7] / self.tick if len(fields) > 7 else 0.0
         ours = sum(os.times()[:2])
         if self.server_pid is not None:
             with open(f"/proc/{self.server_pid}/stat") as f:
                 server = f.read().rsplit(")", 1)[1].split()
             ours += (int(server[11]) + int(server[12])) / self.tick  # its utime, stime
-        return time.monotonic(), busy, ours
+        return time.monotonic(), busy, ours, steal
 
     def take(self) -> float:
-        """Cores used by other processes since the last call."""
-        (t0, busy0, ours0), (t1, busy1, ours1) = self._start, self._sample()
-        self._start = (t1, busy1, ours1)
+        """Cores used by other processes (steal time included) since the last call."""
+        (t0, busy0, ours0, steal0), (t1, busy1, ours1, steal1) = self._start, self._sample()
+        self._start = (t1, busy1, ours1, steal1)
+        self.steal_cores = round((steal1 - steal0) / max(t1 - t0, 1e-9), 3)
         return round(max(0.0, (busy1 - busy0) - (ours1 - ours0)) / max(t1 - t0, 1e-9), 2)
 
 
@@ -237,7 +242,8 @@ def main() -> None:
     record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs", "gpu": None,
                     "load_average_before": load_average(), "offload": offload,
                     "raw": {"rtf": round(rtf, 4), "mean_audio_s": round(mean_audio_s, 2),
-                            "limit_per_s": round(limit, 3), "other_cpu_cores": raw_other_cores, **raw_quiet}}
+                            "limit_per_s": round(limit, 3), "other_cpu_cores": raw_other_cores,
+                            "steal_cores": raw_others.steal_cores, **raw_quiet}}
     try:
         for _ in range(120):
             try:
@@ -262,7 +268,8 @@ def main() -> None:
             others.take()
             outcomes, wall_s = asyncio.run(sweep(url, arrivals))
             row = {"load": load, "rate": round(load * limit, 3), **summarize([o.listener for o in outcomes], wall_s),
-                   **server_side(outcomes), "load_average": load_average(), "other_cpu_cores": others.take(), **waited}
+                   **server_side(outcomes), "load_average": load_average(), "other_cpu_cores": others.take(),
+                   "steal_cores": others.steal_cores, **waited}
             record["loads"].append(row)
             print(json.dumps(row), flush=True)
             Path(opts.out).write_text(json.dumps({**record, "partial": True}, indent=1))  # a long run's so far
@@ -275,7 +282,8 @@ def main() -> None:
                                "first_audio_p50_ms": round(statistics.median(firsts), 1),
                                "first_audio_p90_ms": round(percentile(firsts, 0.9), 1), "max_ms": round(max(firsts), 1),
                                "within_400ms": sum(t <= 400 for t in firsts), "stalls": sum(x.stalls for x in paced),
-                               **server_side(outcomes), "other_cpu_cores": others.take(), **waited}
+                               **server_side(outcomes), "other_cpu_cores": others.take(),
+                               "steal_cores": others.steal_cores, **waited}
         print("LLM-paced:", json.dumps(record["llm_paced"]), flush=True)
     finally:
         server.terminate()
@@ -283,7 +291,8 @@ def main() -> None:
     # Raw piper again: had the machine's speed changed under the run, the two would differ.
     waited = quiet()
     raw_others = OtherCpu()
-    record["raw_after"] = {"rtf": round(raw_rtf(sample)[0], 4), "other_cpu_cores": raw_others.take(), **waited}
+    record["raw_after"] = {"rtf": round(raw_rtf(sample)[0], 4), "other_cpu_cores": raw_others.take(),
+                           "steal_cores": raw_others.steal_cores, **waited}
     record["load_average_after"] = load_average()
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
