@@ -275,10 +275,13 @@ class PiperSynthesizer:
 
     def synthesize(self, text: str, request: SpeechRequest, pause: bool, first: bool = False,
                    head: Callable[[np.ndarray], None] | None = None) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
-        """See engine/runner.py `Synthesizer`. With `head` (and a split voice), the unit's
-        opening (float32 `[samples]`, >= `head_ms`) is passed to it as soon as it is decoded,
-        on this thread, and the PCM returned is the rest; the word timings are then
-        relative to the rest's first sample (the opening's words start before 0)."""
+        """See engine/runner.py `Synthesizer`. With `head` (and a split voice), a unit that
+        runs on the one-thread session (beside other units) passes its opening (float32
+        `[samples]`, >= `head_ms`) to it as soon as it is decoded, on this thread, and the
+        PCM returned is the rest; the word timings are then relative to the rest's first
+        sample (the opening's words start before 0). A unit alone on the wide session is
+        decoded whole: it is fast enough (~120 ms for a 40-character first clause), and the
+        second decode would cost the light-load RTF ~7 % (measured in-process)."""
         from piper import SynthesisConfig
 
         config = SynthesisConfig(speaker_id=self.speakers.get(request.voice),
@@ -296,8 +299,8 @@ class PiperSynthesizer:
         alone = self._activity.start(first) if self._activity is not None else False
         try:
             voice = self._alone_voice if alone and self._alone_voice is not None else self._voice
-            if head is not None and isinstance(voice.session, SplitSession):
-                voice.session.head = opening
+            if head is not None and voice is self._voice and isinstance(voice.session, SplitSession):
+                voice.session.head = opening  # (a unit on the wide session, alone, is fast enough whole)
             spoken = list(voice.synthesize(text, config, include_alignments=True))
         finally:
             if isinstance(voice.session, SplitSession):

@@ -86,6 +86,28 @@ def test_a_unit_alone_runs_wide_and_one_beside_another_runs_on_one_thread(pool: 
     assert len(alone) == len(beside) and np.abs(alone - beside).max() < 1e-3  # the same speech
 
 
+def test_a_first_chunk_streams_its_opening_beside_another_unit_and_alone_runs_whole(
+        pool: list[PiperSynthesizer]) -> None:
+    first, second = pool
+    text = "But then the picture was gone as quickly as it came, and the room was dark again."
+    request = SpeechRequest("r", "piper-joe", (text,), "default", options={"noise_scale": 0.0, "noise_w_scale": 0.0})
+    openings: list[np.ndarray] = []
+    alone, _ = first.synthesize(text, request, pause=False, first=True, head=openings.append)
+    assert openings == []  # wide and alone: decoded whole
+    release = threading.Event()
+    assert second._alone_voice is not None
+    with Spy(second._alone_voice, "second wide", [], release) as busy:
+        worker = threading.Thread(target=second.synthesize, args=(text, request, False))
+        worker.start()
+        assert busy.started.wait(30)
+        rest, _ = first.synthesize(text, request, pause=False, first=True, head=openings.append)
+        release.set()
+        worker.join(30)
+    (opening,) = openings  # beside another unit: on one thread, its opening first
+    assert len(opening) + len(rest) == len(alone)
+    assert np.abs(np.concatenate([opening, rest]) - alone).max() < 1e-3  # the same speech
+
+
 def test_a_failed_unit_leaves_the_pool_idle(pool: list[PiperSynthesizer]) -> None:
     first = pool[0]
     assert first._alone_voice is not None and first._activity is not None
