@@ -312,13 +312,14 @@ class Scheduler:
         if request.status is not RequestStatus.RUNNING or request.error is not None or out.pcm is None \
                 or not len(out.pcm):
             return []
-        return [self._chunk(request, out, False, now)]
+        return [self._chunk(request, out, False, now, words_follow=True)]
 
-    def _chunk(self, request: Request, out: ChunkOut, is_last: bool, now: float) -> tuple[str, AudioChunk]:
+    def _chunk(self, request: Request, out: ChunkOut, is_last: bool, now: float,
+               words_follow: bool = False) -> tuple[str, AudioChunk]:
         assert out.pcm is not None
         duration_ms = 1000.0 * len(out.pcm) / self.sample_rate
         late_ms = request.clock.on_delivery(now, duration_ms)
         if request.unread_ms is not None and request.unread_ms() + duration_ms > self.max_unread_ms:
             self._held[request] = None  # checked at each schedule until read
         return request.request_id, AudioChunk(request.request_id, request.clock.num_chunks - 1, out.pcm,
-                                              self.sample_rate, is_last, late_ms, out.words)
+                                              self.sample_rate, is_last, late_ms, out.words, words_follow)

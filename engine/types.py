@@ -52,6 +52,7 @@ class AudioChunk:
     is_last: bool  # the last chunk may hold no samples
     late_ms: float = 0.0  # how far past its deadline it was emitted (> 0: the listener's buffer ran dry)
     words: tuple[WordTiming, ...] = ()  # the model's own word timings (Piper); empty when it has none
+    words_follow: bool = False  # a streamed opening: its words come with the next chunk (not estimated here)
 
     @property
     def duration_ms(self) -> float:

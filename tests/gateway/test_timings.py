@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from websockets.sync.client import connect
 
 from engine.types import WordTiming
 from gateway.timings import CHARS_PER_S, Estimator, WordQueue, char_times
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, run_server
 
 
 def test_the_estimator_spreads_words_by_characters_and_fills_the_last_chunk() -> None:
@@ -45,7 +46,19 @@ def test_the_word_queue_holds_words_until_their_audio_is_sent() -> None:
 
 
 def test_realtime_sends_model_word_timings_when_asked(server: LiveServer) -> None:
-    text = "The quick brown fox jumps over the lazy dog. It was a bright cold day."
+    _check_model_words(server)
+
+
+def test_a_streamed_opening_sends_each_word_once_with_the_model_times(tmp_path: Path) -> None:
+    # One Piper session and no wide one: every first chunk streams its opening, whose words
+    # come with the rest of its clause (AudioChunk.words_follow), never estimated on their own.
+    for server in run_server(tmp_path / "data", cpu_workers=1):
+        _check_model_words(server)
+        _check_model_words(server, "A long clause, spoken by a voice that streams, then a short one.")
+
+
+def _check_model_words(server: LiveServer,
+                       text: str = "The quick brown fox jumps over the lazy dog. It was a bright cold day.") -> None:
     with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
         assert json.loads(ws.recv())["session"]["timings"] is False
         ws.send(json.dumps({"type": "session.update", "session": {"timings": True, "sample_rate": 16000}}))
