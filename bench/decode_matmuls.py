@@ -9,8 +9,10 @@ Random full-size Orpheus-3B weights (bf16, seed 0), copy bandwidth measured in t
    for cuBLAS (`F.linear`), the Triton kernel on the
    bf16 weight and on its FP8 copy; `--sweep 1` also times other tile configs.
 2. Decode steps at context 512 (CUDA graphs, `compile_layers`, Triton attention: the GPU
-   runner's settings), on the same weights, in this order (set_matmuls changes the model):
-   `cublas` (bf16), `gemv` (bf16 on models/gemv.py), `fp8` (FP8 projections). floor = bytes
+   runner's settings), on the same weights, in the order of `--modes` (MODES; set_matmuls changes
+   the model, so `fp8` comes last): `cublas` (bf16), `gemv` (bf16 on models/gemv.py), `fp8` (FP8
+   projections), each with the fused decode attention (rotary + KV write + attention in one
+   kernel, the runner's default) or `_unfused`. floor = bytes
    the step reads (its weights, of the tied head the audio rows, the KV of B x 512
    positions) / copy bandwidth. Per variant: graph tokens vs eager tokens; for `fp8` against
    `cublas` at B 64 rows of random tokens: the audio head's logits cosine per row and the
@@ -36,9 +38,12 @@ from bench.orpheus_decode import (  # noqa: E402
     copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
 from bench.timing import median_ms  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
-from models import gemv, orpheus  # noqa: E402
+from models import decode_attention, gemv, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
+# mode -> (gemv, fp8, fused_attention); "_unfused": rotary, KV write and split merge as separate kernels
+MODES = {"cublas": (False, False, True), "cublas_unfused": (False, False, False), "gemv": (True, False, True),
+         "gemv_unfused": (True, False, False), "gemv_pdl": (True, False, True), "fp8": (True, True, True)}
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -162,6 +167,8 @@ def main() -> None:
     parser.add_argument("--sweep", type=int, default=1)
     parser.add_argument("--profile-batches", default="1,64")
     parser.add_argument("--steps", type=int, default=1, help="0: the matmul table only (no decode steps)")
+    parser.add_argument("--modes", default="cublas,gemv,fp8", help=f"decode-step variants, of {', '.join(MODES)} "
+                        "(the first is the logits reference; fp8 only last)")
     parser.add_argument("--out", default="bench/results/orpheus_decode_fp8.json")
     opts = parser.parse_args()
     batches = [int(b) for b in opts.batches.split(",")]
@@ -182,10 +189,19 @@ def main() -> None:
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2
     tokens = orpheus.AUDIO_TOKEN_BASE + torch.randint(0, head, (64,), device="cuda")
     reference = None
-    for mode, use_gemv, fp8 in (("cublas", False, False), ("gemv", True, False), ("fp8", True, True))[:3 * opts.steps]:
+    modes = [m for m in opts.modes.split(",") if m] if opts.steps else []
+    assert all(m in MODES for m in modes) and ("fp8" not in modes or modes[-1] == "fp8"), modes
+    for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
+        use_gemv, fp8, fused = MODES[mode]
+        gemv.PDL = decode_attention.PDL = mode == "gemv_pdl"  # the PDL experiment (models/gemv.py)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
-        runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
-                             gemv=use_gemv, fp8=fp8)
+        try:
+            runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
+                                 gemv=use_gemv, fp8=fp8, fused_attention=fused)
+        except Exception as error:  # e.g. an experiment's launch that graph capture refuses
+            record["checks"][f"{mode}_error"] = repr(error)[:400]
+            print(mode, "failed:", repr(error)[:400], flush=True)
+            continue
         weight_bytes = model.memory_bytes() - unread_head
         record["checks"][f"weight_bytes_{mode}"] = model.memory_bytes()
         logits = step_logits(runner, tokens, context)
@@ -193,7 +209,7 @@ def main() -> None:
             reference = logits
         else:
             cos = F.cosine_similarity(logits, reference, dim=-1)
-            record["checks"][f"{mode}_vs_cublas"] = {
+            record["checks"][f"{mode}_vs_{modes[0]}"] = {
                 "logits_cos_min": round(cos.min().item(), 5), "logits_cos_mean": round(cos.mean().item(), 5),
                 "greedy_agreement": (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()}
         length = runner.max_seq_len + 1
@@ -203,17 +219,19 @@ def main() -> None:
             ms = median_ms(runner._graphs[(batch, length)].replay, opts.iters)
             floor_ms = 1000 * (weight_bytes + batch * context * kv_per_token) / bandwidth
             row = {"mode": f"graph+compile+triton{'' if mode == 'cublas' else '+' + mode}", "batch": batch,
+                   "fused_attention": fused,
                    "context": context, "dtype": "fp8" if fp8 else "bf16", "step_ms": round(ms, 3),
                    "floor_ms": round(floor_ms, 3), "x_floor": round(ms / floor_ms, 3), "gpu": gpu}
             record["rows"].append(row)
             print(json.dumps(row), flush=True)
-            if mode != "cublas" and str(batch) in opts.profile_batches.split(","):
+            if mode != modes[0] and str(batch) in opts.profile_batches.split(","):
                 reset_rows(runner, context, 0)
                 try:
                     record["profiles"][f"{mode}_b{batch}"] = profile_step(runner, batch)
                 except Exception as error:
                     record["profiles"][f"{mode}_b{batch}"] = {"error": repr(error)[:300]}
         runner.close()
+        gemv.PDL = decode_attention.PDL = False
         del runner
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))

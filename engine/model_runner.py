@@ -45,6 +45,7 @@ class RunnerConfig:
     max_codec_batch: int = 32
     codec_graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, ... up to max_codec_batch
     triton_attention: bool = True  # GPU decode attention: models/decode_attention.py instead of SDPA
+    fused_attention: bool = True  # with it: rotary + KV write + attention in one kernel (decode_attention_qkv)
     attn_block: int = 256  # attention reads the cache in multiples of this many positions
     graph_batches: tuple[int, ...] | None = None  # default: 1, 2, 4, 8, 16, 32, ... up to max_running
     lanes: bool = True  # GPU: codec on urgent and background lanes beside the LM (engine/lanes.py)
@@ -121,15 +122,20 @@ class ModelRunner(Runner):
         on_gpu = self.torch_device.type == "cuda"
         self.gpu_lanes = GpuLanes(self.torch_device, config.lm_sms, config.codec_sms) if on_gpu and config.lanes else None
         self.lanes = {"codec": 1} if not on_gpu else {"urgent": 1, "background": 1} if self.gpu_lanes else {}
-        attention = None
+        attention = fused = None
         if config.triton_attention and on_gpu:  # split-K sized from the LM lane's SMs
-            from models.decode_attention import decode_attention
+            from models.decode_attention import decode_attention, decode_attention_qkv
 
-            attention = functools.partial(decode_attention, target_programs=2 * (
-                self.gpu_lanes.sms["lm"] if self.gpu_lanes else torch.cuda.get_device_properties(
-                    self.torch_device).multi_processor_count))
+            programs = 2 * (self.gpu_lanes.sms["lm"] if self.gpu_lanes else torch.cuda.get_device_properties(
+                self.torch_device).multi_processor_count)
+            attention = functools.partial(decode_attention, target_programs=programs)
+            if config.fused_attention:  # one counter buffer: the LM's steps run one at a time on its stream
+                counters = torch.zeros((max_running + 1) * self.model.args.num_key_value_heads, dtype=torch.int32,
+                                       device=self.torch_device)
+                fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs)
         for layer in self.model.model.layers:
             layer.self_attn.decode_attention_fn = attention
+            layer.self_attn.decode_qkv_fn = fused
         windows = parts.spec.shape.window_lengths()
         batches = config.codec_graph_batches or codec_buckets(config.max_codec_batch)
         self.codec_graphs = {lane: CodecGraphs(self.codec, [b for b in batches if b <= config.urgent_codec_batch]

@@ -13,6 +13,12 @@ splits. Keys past a row's position are skipped, so no mask tensor is read.
 - positions: int64 `[B]`, row b sees keys `0..positions[b]` (clipped to attn_len - 1);
 - returns `[B, kv_heads, group, head_dim]` in q's dtype, what SDPA with the additive mask
   gives (up to rounding: the probabilities meet V in the cache dtype, as flash attention).
+
+`decode_attention_qkv(qkv, cos, sin, kv, positions, attn_len, counters)` is the same attention
+with what comes before and after it in one kernel (fewer kernels per decode step, issue 10):
+it takes the q/k/v projection's output, rotates q and k (half-split rotary, as models/llama.py
+`rotate`), writes the new k, v into the cache at `positions`, and the last split of each
+(row, KV head) to finish merges the splits (an atomic counter per pair) instead of a second kernel.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import triton.language as tl
 
 BLOCK_N = 64  # keys per inner iteration
 TARGET_PROGRAMS = 264  # about two per H200 multiprocessor
+PDL = False  # experiment (models/gemv.py PDL): the fused kernel launched with programmatic dependent launch
 
 
 @triton.jit
@@ -84,6 +91,85 @@ def _merge_kernel(Acc, M, L, Out, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b
              mask=offs_g[:, None] < G)
 
 
+@triton.jit
+def _rotated(row, offs_d, cos, sin, D: tl.constexpr):
+    """`[..., D]` float32: the head at `row` (`[..., 1]` offsets) rotated, x * cos + rotate_half(x) * sin."""
+    half: tl.constexpr = D // 2
+    x = tl.load(row + offs_d[None, :]).to(tl.float32)
+    partner = tl.load(row + ((offs_d + half) % D)[None, :]).to(tl.float32)
+    sign = tl.where(offs_d < half, -1.0, 1.0)
+    return x * cos[None, :] + sign[None, :] * partner * sin[None, :]
+
+
+@triton.jit
+def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_len,
+                  s_row, s_cos, sk_b, sk_h, sk_t, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b, so_h, so_g,
+                  H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr, USE_PDL: tl.constexpr = False):
+    b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if USE_PDL:  # wait for the q/k/v matmul, then let the o projection start reading its weight
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    pos = tl.load(Pos + b)
+    length = tl.minimum(pos + 1, attn_len)
+    start = s * split_len
+    end = tl.minimum(start + split_len, length)
+    offs_g = tl.arange(0, GP)
+    offs_d = tl.arange(0, D)
+    cos = tl.load(Cos + b * s_cos + offs_d).to(tl.float32)
+    sin = tl.load(Sin + b * s_cos + offs_d).to(tl.float32)
+    row = QKV + b * s_row
+    heads = tl.minimum(h * G + offs_g, H - 1)  # padded query rows repeat a real head (never stored)
+    q = _rotated(row + heads[:, None] * D, offs_d, cos, sin, D).to(QKV.dtype.element_ty)
+    k_new = tl.reshape(_rotated(row + (H + h) * D, offs_d, cos, sin, D), [D]).to(QKV.dtype.element_ty)
+    v_new = tl.load(row + (H + KVH + h) * D + offs_d)
+    if s == 0:  # one program writes the new position; every split reads it from registers, not the cache
+        tl.store(K + b * sk_b + h * sk_h + pos * sk_t + offs_d, k_new)
+        tl.store(V + b * sk_b + h * sk_h + pos * sk_t + offs_d, v_new)
+    m = tl.full([GP], float("-inf"), tl.float32)
+    l_sum = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, D], tl.float32)
+    for i in range(0, split_len, BLOCK):
+        offs_n = start + i + tl.arange(0, BLOCK)
+        valid = offs_n < end
+        base = b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :]
+        is_new = (offs_n == pos)[:, None]
+        k = tl.where(is_new, k_new[None, :], tl.load(K + base, mask=valid[:, None] & ~is_new, other=0.0))
+        v = tl.where(is_new, v_new[None, :], tl.load(V + base, mask=valid[:, None] & ~is_new, other=0.0))
+        scores = tl.dot(q, tl.trans(k)) * scale
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_safe)
+        p = tl.exp(scores - m_safe[:, None])
+        l_sum = l_sum * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    out_ptr = Out + b * so_b + h * so_h + offs_g[:, None] * so_g + offs_d[None, :]
+    if SPLITS == 1:
+        tl.store(out_ptr, (acc / l_sum[:, None]).to(Out.dtype.element_ty), mask=offs_g[:, None] < G)
+    else:
+        tl.store(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :], acc)
+        tl.store(M + b * sm_b + h * sm_h + s * sm_s + offs_g, m)
+        tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum)
+        tl.debug_barrier()  # every thread's partials are written before the counter moves (acq_rel)
+        done = tl.atomic_add(Count + b * KVH + h, 1)
+        if done == SPLITS - 1:  # the last split of (b, h) to finish merges all of them
+            m_max = tl.full([GP], float("-inf"), tl.float32)
+            for t in range(SPLITS):
+                m_max = tl.maximum(m_max, tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, cache_modifier=".cg"))
+            total = tl.zeros([GP], tl.float32)
+            out = tl.zeros([GP, D], tl.float32)
+            for t in range(SPLITS):
+                m_t = tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, cache_modifier=".cg")
+                w = tl.where(m_t == float("-inf"), 0.0, tl.exp(m_t - m_max))
+                total += w * tl.load(L + b * sm_b + h * sm_h + t * sm_s + offs_g, cache_modifier=".cg")
+                out += w[:, None] * tl.load(Acc + b * sa_b + h * sa_h + t * sa_s + offs_g[:, None] * sa_g
+                                            + offs_d[None, :], cache_modifier=".cg")
+            tl.store(out_ptr, (out / total[:, None]).to(Out.dtype.element_ty), mask=offs_g[:, None] < G)
+            tl.atomic_xchg(Count + b * KVH + h, 0)  # ready for the next call (and graph replay)
+
+
 def num_splits(batch: int, kv_heads: int, attn_len: int, target_programs: int = TARGET_PROGRAMS) -> tuple[int, int]:
     """(splits, keys per split): enough programs to fill the SMs, whole BLOCK_N blocks."""
     blocks = -(-attn_len // BLOCK_N)
@@ -115,3 +201,42 @@ def decode_attention(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor,
         m.stride(0), m.stride(1), m.stride(2), out.stride(0), out.stride(1), out.stride(2),
         G=group, GP=padded, D=dim, num_splits=splits, num_warps=4)
     return out
+
+
+def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
+                         positions: torch.Tensor, attn_len: int, counters: torch.Tensor,
+                         target_programs: int = TARGET_PROGRAMS) -> torch.Tensor:
+    """Rotary, KV write and decode attention in one kernel (the module docstring).
+
+    qkv: `[B, (heads + 2 * kv_heads) * head_dim]` (q heads, then k, then v; bf16 / fp16, rows
+    contiguous); cos, sin: `[B, head_dim]` in qkv's dtype (row b's rotary position); kv: the
+    layer's cache view `[2, slots, kv_heads, positions, head_dim]`, row b is slot b; positions:
+    int64 `[B]`, where row b's new k, v go (a padding row's spare position) and the last key
+    it sees (clipped to attn_len - 1); counters: int32, at least B * kv_heads zeros, each left
+    zero again by the call (one buffer per device stream: calls on it must not overlap).
+    Returns `[B, heads * head_dim]`, what `rotate_qkv`, the cache write and `decode_attention` give
+    (k, q rotated in float32 and rounded once, as the compiled `rotate_qkv`).
+    """
+    batch, width = qkv.shape
+    _, _, kv_heads, _, dim = kv.shape
+    heads = width // dim - 2 * kv_heads
+    group = heads // kv_heads
+    assert kv.shape[0] == 2 and heads == group * kv_heads and kv.stride(-1) == 1 and qkv.stride(1) == 1
+    assert cos.shape == sin.shape == (batch, dim) and cos.stride() == sin.stride() and cos.stride(1) == 1
+    assert counters.dtype == torch.int32 and counters.numel() >= batch * kv_heads and dim & (dim - 1) == 0
+    keys, values = kv[0], kv[1]
+    splits, split_len = num_splits(batch, kv_heads, attn_len, target_programs)
+    padded = max(16, triton.next_power_of_2(group))
+    parts = max(splits, 2)  # the partials are not read with one split (direct store)
+    acc = torch.empty(batch, kv_heads, parts, padded, dim, dtype=torch.float32, device=qkv.device)
+    m = torch.empty(batch, kv_heads, parts, padded, dtype=torch.float32, device=qkv.device)
+    l_sum = torch.empty_like(m)
+    out = torch.empty(batch, kv_heads, group, dim, dtype=qkv.dtype, device=qkv.device)
+    _fused_kernel[(batch, kv_heads, splits)](
+        qkv, cos, sin, keys, values, positions, acc, m, l_sum, out, counters, 1.0 / math.sqrt(dim), attn_len,
+        qkv.stride(0), cos.stride(0), keys.stride(0), keys.stride(1), keys.stride(2),
+        acc.stride(0), acc.stride(1), acc.stride(2), acc.stride(3), m.stride(0), m.stride(1), m.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        H=heads, KVH=kv_heads, G=group, GP=padded, D=dim, BLOCK=BLOCK_N, split_len=split_len, SPLITS=splits,
+        num_warps=4, **({"USE_PDL": True, "launch_pdl": True} if PDL else {}))
+    return out.view(batch, heads * dim)

@@ -161,6 +161,10 @@ class Attention(nn.Module):
     # (q [B, kv_heads, group, D], kv cache view, positions [B], attn_len) -> like q; None: SDPA.
     # The runner sets models/decode_attention.py's Triton kernel here on GPU.
     decode_attention_fn: Any = None
+    # (qkv [B, (heads + 2 kv_heads) D], cos [B, D], sin [B, D], kv cache view, positions [B], attn_len)
+    # -> [B, heads D]: rotary, KV write and decode attention in one (models/decode_attention.py
+    # decode_attention_qkv, set by the runner on GPU); used for decode steps with fused q/k/v.
+    decode_qkv_fn: Any = None
     linear_fn: Any = staticmethod(F.linear)  # (x, weight) -> x @ weight.T; LlamaLM.set_matmuls swaps it
 
     def __init__(self, args: Args) -> None:
@@ -180,6 +184,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = x.shape[0]
+        ctx = get_context()
+        o_weight = self.o_proj.weight if self.o_fp8 is None else self.o_fp8
+        if not ctx.is_prefill and self.decode_qkv_fn is not None and self.qkv_weight is not None:
+            assert self.kv_cache is not None, "KV cache not allocated"
+            out = self.decode_qkv_fn(self.linear_fn(x, self.qkv_weight), cos.view(num_tokens, -1),
+                                     sin.view(num_tokens, -1), self.kv_cache, ctx.write_positions, ctx.attn_len)
+            return self.linear_fn(out, o_weight)
         if self.qkv_weight is not None:
             q, kv = self.rotate_qkv_fn(self.linear_fn(x, self.qkv_weight), cos, sin, self.num_heads, self.num_kv_heads)
         else:
@@ -187,7 +198,6 @@ class Attention(nn.Module):
             kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
                               self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
         k, v = kv[:, 0], kv[:, 1]
-        ctx = get_context()
         assert self.kv_cache is not None, "KV cache not allocated"
         self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
         if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
@@ -207,7 +217,6 @@ class Attention(nn.Module):
                 keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
                 values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
-        o_weight = self.o_proj.weight if self.o_fp8 is None else self.o_fp8
         return self.linear_fn(out.reshape(num_tokens, self.num_heads * self.head_dim), o_weight)
 
 

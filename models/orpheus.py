@@ -95,7 +95,7 @@ OPTIONS: dict[str, Option] = {
     "backbone_path": PATH, "codec_path": PATH, "random_weights": FLAG, "dtype": one_of(*DTYPES),
     "ramp_context": Option("int", lambda v: 0 <= v <= CONTEXT_FRAMES, f"an integer 0..{CONTEXT_FRAMES}"),
     "max_seq_len": at_least(2), "enforce_eager": FLAG, "compile_layers": FLAG, "max_codec_batch": at_least(1),
-    "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "attn_block": at_least(1),
+    "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "fused_attention": FLAG, "attn_block": at_least(1),
     "graph_batches": Option("ints"), "lanes": FLAG, "lm_sms": at_least(0), "codec_sms": at_least(0),
     "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG}
 

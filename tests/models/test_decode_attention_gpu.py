@@ -29,3 +29,40 @@ def test_triton_decode_attention_matches_sdpa(batch: int, attn_len: int) -> None
                                          kv[1, :batch, :, :attn_len].float(), attn_mask=mask[:, None, None, :].float())
     err = ((out.float() - ref).norm() / ref.norm()).item()
     assert out.shape == q.shape and torch.isfinite(out).all() and err < 1e-2, err
+
+
+@pytest.mark.parametrize("batch,attn_len,programs", [(1, 576, 264), (3, 100, 264), (64, 1088, 264), (5, 256, 8)])
+def test_fused_rotary_cache_write_and_attention_match_the_separate_kernels(batch: int, attn_len: int,
+                                                                           programs: int) -> None:
+    """decode_attention_qkv = rotate_qkv (float32, one rounding) + the cache write + decode_attention,
+    with several splits merged by the last one to finish (1, 3, 64 rows) and with one split (5
+    rows, 8 programs); calls in a row give the same output and leave the counters zero."""
+    from models.decode_attention import decode_attention, decode_attention_qkv
+    from models.llama import rotate_qkv
+
+    generator = torch.Generator(device="cuda").manual_seed(batch)
+    heads, kv_heads, dim = 24, 8, 128
+    cache = torch.randn(2, batch + 2, kv_heads, attn_len + 40, dim, device="cuda", dtype=torch.bfloat16,
+                        generator=generator)
+    qkv = torch.randn(batch, (heads + 2 * kv_heads) * dim, device="cuda", dtype=torch.bfloat16, generator=generator)
+    pos = torch.randint(0, attn_len, (batch,), device="cuda", generator=generator)
+    pos[0] = attn_len - 1
+    pos[-1] = attn_len + 39 if batch > 1 else pos[-1]  # a padding row writes the spare position
+    angle = torch.rand(batch, dim, device="cuda", generator=generator) * 6
+    cos, sin = angle.cos().bfloat16(), angle.sin().bfloat16()
+    q, kv = rotate_qkv(qkv.float(), cos.float()[:, None], sin.float()[:, None], heads, kv_heads)
+    expected_cache = cache.clone()
+    expected_cache[:, torch.arange(batch, device="cuda"), :, pos] = kv.bfloat16()
+    expected = decode_attention(q.bfloat16().view(batch, kv_heads, heads // kv_heads, dim), expected_cache, pos,
+                                attn_len, programs).view(batch, -1)
+    counters = torch.zeros(batch * kv_heads, dtype=torch.int32, device="cuda")
+    outs = []
+    for _ in range(3):
+        written = cache.clone()
+        outs.append(decode_attention_qkv(qkv, cos, sin, written, pos, attn_len, counters, programs))
+    torch.testing.assert_close(written, expected_cache, rtol=1e-2, atol=1e-2)  # k: a bf16 rounding apart at most
+    assert (written != expected_cache).float().mean().item() < 1e-3
+    real = slice(0, batch - 1) if batch > 1 else slice(0, 1)  # the padding row's output is not used
+    err = ((outs[0][real].float() - expected[real].float()).norm() / expected[real].float().norm()).item()
+    assert err < 1e-2, err
+    assert all(torch.equal(outs[0], out) for out in outs[1:]) and not counters.any()
