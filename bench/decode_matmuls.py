@@ -38,12 +38,12 @@ from bench.orpheus_decode import (  # noqa: E402
     copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
 from bench.timing import median_ms  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
-from models import decode_attention, gemv, orpheus  # noqa: E402
+from models import gemv, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
 # mode -> (gemv, fp8, fused_attention); "_unfused": rotary, KV write and split merge as separate kernels
 MODES = {"cublas": (False, False, True), "cublas_unfused": (False, False, False), "gemv": (True, False, True),
-         "gemv_unfused": (True, False, False), "gemv_pdl": (True, False, True), "fp8": (True, True, True)}
+         "gemv_unfused": (True, False, False), "fp8": (True, True, True)}
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -193,7 +193,6 @@ def main() -> None:
     assert all(m in MODES for m in modes) and ("fp8" not in modes or modes[-1] == "fp8"), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
         use_gemv, fp8, fused = MODES[mode]
-        gemv.PDL = decode_attention.PDL = mode == "gemv_pdl"  # the PDL experiment (models/gemv.py)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
@@ -231,7 +230,6 @@ def main() -> None:
                 except Exception as error:
                     record["profiles"][f"{mode}_b{batch}"] = {"error": repr(error)[:300]}
         runner.close()
-        gemv.PDL = decode_attention.PDL = False
         del runner
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))

@@ -31,7 +31,8 @@ import triton.language as tl
 
 BLOCK_N = 64  # keys per inner iteration
 TARGET_PROGRAMS = 264  # about two per H200 multiprocessor
-PDL = False  # experiment (models/gemv.py PDL): the fused kernel launched with programmatic dependent launch
+# decode_attention_qkv: keys per block, warps, pipeline stages (bench/results/decode_attention_tiles.json)
+FUSED_TILES = (32, 4, 3)
 
 
 @triton.jit
@@ -105,11 +106,8 @@ def _rotated(row, offs_d, cos, sin, D: tl.constexpr):
 def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_len,
                   s_row, s_cos, sk_b, sk_h, sk_t, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b, so_h, so_g,
                   H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr, USE_PDL: tl.constexpr = False):
+                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr):
     b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    if USE_PDL:  # wait for the q/k/v matmul, then let the o projection start reading its weight
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     pos = tl.load(Pos + b)
     length = tl.minimum(pos + 1, attn_len)
     start = s * split_len
@@ -145,36 +143,41 @@ def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_l
         l_sum = l_sum * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
+    real = offs_g < G  # the query rows past G pad the dot to 16: not stored, not merged
     out_ptr = Out + b * so_b + h * so_h + offs_g[:, None] * so_g + offs_d[None, :]
     if SPLITS == 1:
-        tl.store(out_ptr, (acc / l_sum[:, None]).to(Out.dtype.element_ty), mask=offs_g[:, None] < G)
+        tl.store(out_ptr, (acc / l_sum[:, None]).to(Out.dtype.element_ty), mask=real[:, None])
     else:
-        tl.store(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :], acc)
-        tl.store(M + b * sm_b + h * sm_h + s * sm_s + offs_g, m)
-        tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum)
+        tl.store(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :], acc,
+                 mask=real[:, None])
+        tl.store(M + b * sm_b + h * sm_h + s * sm_s + offs_g, m, mask=real)
+        tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum, mask=real)
         tl.debug_barrier()  # every thread's partials are written before the counter moves (acq_rel)
         done = tl.atomic_add(Count + b * KVH + h, 1)
-        if done == SPLITS - 1:  # the last split of (b, h) to finish merges all of them
+        if done == SPLITS - 1:  # the last split of (b, h) to finish merges all of them (L2 reads: .cg)
             m_max = tl.full([GP], float("-inf"), tl.float32)
-            for t in range(SPLITS):
-                m_max = tl.maximum(m_max, tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, cache_modifier=".cg"))
+            for t in tl.static_range(SPLITS):
+                m_max = tl.maximum(m_max, tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, mask=real,
+                                                  other=0.0, cache_modifier=".cg"))
             total = tl.zeros([GP], tl.float32)
             out = tl.zeros([GP, D], tl.float32)
-            for t in range(SPLITS):
-                m_t = tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, cache_modifier=".cg")
+            for t in tl.static_range(SPLITS):
+                m_t = tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, mask=real, other=0.0, cache_modifier=".cg")
                 w = tl.where(m_t == float("-inf"), 0.0, tl.exp(m_t - m_max))
-                total += w * tl.load(L + b * sm_b + h * sm_h + t * sm_s + offs_g, cache_modifier=".cg")
+                total += w * tl.load(L + b * sm_b + h * sm_h + t * sm_s + offs_g, mask=real, other=1.0,
+                                     cache_modifier=".cg")
                 out += w[:, None] * tl.load(Acc + b * sa_b + h * sa_h + t * sa_s + offs_g[:, None] * sa_g
-                                            + offs_d[None, :], cache_modifier=".cg")
-            tl.store(out_ptr, (out / total[:, None]).to(Out.dtype.element_ty), mask=offs_g[:, None] < G)
+                                            + offs_d[None, :], mask=real[:, None], other=0.0, cache_modifier=".cg")
+            tl.store(out_ptr, (out / total[:, None]).to(Out.dtype.element_ty), mask=real[:, None])
             tl.atomic_xchg(Count + b * KVH + h, 0)  # ready for the next call (and graph replay)
 
 
-def num_splits(batch: int, kv_heads: int, attn_len: int, target_programs: int = TARGET_PROGRAMS) -> tuple[int, int]:
-    """(splits, keys per split): enough programs to fill the SMs, whole BLOCK_N blocks."""
-    blocks = -(-attn_len // BLOCK_N)
+def num_splits(batch: int, kv_heads: int, attn_len: int, target_programs: int = TARGET_PROGRAMS,
+               block: int = BLOCK_N) -> tuple[int, int]:
+    """(splits, keys per split): enough programs to fill the SMs, whole blocks of `block` keys."""
+    blocks = -(-attn_len // block)
     splits = max(1, min(blocks, -(-target_programs // (batch * kv_heads))))
-    split_len = -(-blocks // splits) * BLOCK_N
+    split_len = -(-blocks // splits) * block
     return -(-attn_len // split_len), split_len
 
 
@@ -205,7 +208,8 @@ def decode_attention(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor,
 
 def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                          positions: torch.Tensor, attn_len: int, counters: torch.Tensor,
-                         target_programs: int = TARGET_PROGRAMS) -> torch.Tensor:
+                         target_programs: int = TARGET_PROGRAMS,
+                         tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Rotary, KV write and decode attention in one kernel (the module docstring).
 
     qkv: `[B, (heads + 2 * kv_heads) * head_dim]` (q heads, then k, then v; bf16 / fp16, rows
@@ -215,7 +219,8 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     it sees (clipped to attn_len - 1); counters: int32, at least B * kv_heads zeros, each left
     zero again by the call (one buffer per device stream: calls on it must not overlap).
     Returns `[B, heads * head_dim]`, what `rotate_qkv`, the cache write and `decode_attention` give
-    (k, q rotated in float32 and rounded once, as the compiled `rotate_qkv`).
+    (k, q rotated in float32 and rounded once, as the compiled `rotate_qkv`). `tiles`: (keys per
+    inner block, warps, pipeline stages) instead of the default (bench/decode_attention_tiles.py).
     """
     batch, width = qkv.shape
     _, _, kv_heads, _, dim = kv.shape
@@ -225,7 +230,8 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     assert cos.shape == sin.shape == (batch, dim) and cos.stride() == sin.stride() and cos.stride(1) == 1
     assert counters.dtype == torch.int32 and counters.numel() >= batch * kv_heads and dim & (dim - 1) == 0
     keys, values = kv[0], kv[1]
-    splits, split_len = num_splits(batch, kv_heads, attn_len, target_programs)
+    block, warps, stages = tiles or FUSED_TILES
+    splits, split_len = num_splits(batch, kv_heads, attn_len, target_programs, block)
     padded = max(16, triton.next_power_of_2(group))
     parts = max(splits, 2)  # the partials are not read with one split (direct store)
     acc = torch.empty(batch, kv_heads, parts, padded, dim, dtype=torch.float32, device=qkv.device)
@@ -237,6 +243,6 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
         qkv.stride(0), cos.stride(0), keys.stride(0), keys.stride(1), keys.stride(2),
         acc.stride(0), acc.stride(1), acc.stride(2), acc.stride(3), m.stride(0), m.stride(1), m.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        H=heads, KVH=kv_heads, G=group, GP=padded, D=dim, BLOCK=BLOCK_N, split_len=split_len, SPLITS=splits,
-        num_warps=4, **({"USE_PDL": True, "launch_pdl": True} if PDL else {}))
+        H=heads, KVH=kv_heads, G=group, GP=padded, D=dim, BLOCK=block, split_len=split_len, SPLITS=splits,
+        num_warps=warps, num_stages=stages)
     return out.view(batch, heads * dim)

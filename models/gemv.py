@@ -26,10 +26,6 @@ import triton
 import triton.language as tl
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn (OCP FP8 formats spec, E4M3)
-# Experiment (bench/decode_matmuls.py mode `gemv_pdl`; off): launch the one-row kernel with programmatic
-# dependent launch (Hopper): it may start before the kernel ahead of it ends, reads its first W block,
-# then waits for it (griddepcontrol.wait) before reading x; it lets the kernel after it start at once.
-PDL = False
 
 
 @dataclass(frozen=True)
@@ -55,11 +51,9 @@ def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
 
 @triton.jit
 def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr, EVEN_N: tl.constexpr,
-                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr = False):
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
-    if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     mask_n = offs_n < N
@@ -72,8 +66,6 @@ def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.co
             w = tl.load(w_ptrs, eviction_policy="evict_first")
         else:
             w = tl.load(w_ptrs, mask=mask_n[:, None] & (offs_k < K)[None, :], other=0.0, eviction_policy="evict_first")
-        if USE_PDL and k0 == 0:  # W is no kernel's output: its first block is read before the wait
-            tl.extra.cuda.gdc_wait()
         x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :], other=0.0)
         acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
     out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]: the one cross-thread reduction
@@ -146,7 +138,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
         _dot_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n,
                           BLOCK_K=block_k, num_warps=warps, num_stages=4)
     else:
-        pdl = {"USE_PDL": True, "launch_pdl": True} if PDL else {}
         _rows_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, BLOCK_B=block_b,
-                           BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **pdl)
+                           BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
     return y
