@@ -120,6 +120,8 @@ def test_speed_changes_duration(client: httpx.Client) -> None:
     ({"input": "Hello.", "speed": 4.5}, 400, "speed"),
     ({"input": "Hello.", "speed": "fast"}, 400, "speed"),
     ({"input": "Hello.", "instructions": ["x"]}, 400, "instructions"),
+    ({"input": "Hello.", "foo": 1}, 400, "foo"),
+    ({"text": "Hello."}, 400, "text"),
 ])
 def test_bad_input_is_a_4xx_naming_the_field(server: LiveServer, client: httpx.Client,
                                              body: dict, status: int, field: str) -> None:
@@ -127,6 +129,18 @@ def test_bad_input_is_a_4xx_naming_the_field(server: LiveServer, client: httpx.C
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["field"] == field and error["code"] and error["message"]
+    assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/design"])
+def test_an_unknown_field_is_a_400_naming_it(server: LiveServer, client: httpx.Client, path: str) -> None:
+    # Not spoken with the defaults in silence: a misspelt option (`sped`) would go unnoticed.
+    response = client.post(path, json={"input": "Hello.", "sped": 2.0, "voice": "default", "zzz": 1})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert {**error, "message": ""} == {"code": "invalid_input", "message": "", "field": "sped", "param": "sped",
+                                        "type": "invalid_request_error"}
+    assert error["message"].startswith(f"unknown field 'sped'; {path} takes ") and "stream_format" in error["message"]
     assert server.wait_idle() == 0
 
 
