@@ -10,8 +10,14 @@ Opus bitrates (libsndfile's compression level, mapped as below).
 Streaming: `StreamEncoder.feed(pcm)` returns the bytes that are final so far. WAV is
 written by hand (a 44-byte RIFF header whose sizes say "unknown length", 0xFFFFFFFF,
 which players accept for streams) followed by PCM16. MP3 and Ogg Opus go through
-libsndfile writing into a sink that it appends to sequentially; at close it seeks back
-to patch MP3's Xing frame, which a streamed copy goes without (decoders don't need it).
+libsndfile writing into a sink that it appends to sequentially. For MP3, LAME opens the
+file with a placeholder frame that libsndfile fills at close with the Xing/Info frame
+(frame count, encoder delay), seeking back; a stream cannot wait for that, so its copy
+leaves the placeholder out, and a streamed MP3 is constant-bitrate (`MP3_STREAM_KBPS`
+unless a bitrate is asked for): without a Xing frame, a decoder can only tell a stream's
+length from its size and first frame, which is right for CBR alone (libsndfile/mpg123
+read a VBR stream up to that estimate: 1-2 s short on a paragraph). A whole file
+(`encode_whole`) keeps libsndfile's default VBR, with the Xing frame filled in.
 FLAC is the exception: its STREAMINFO header carries the total length and an MD5 that
 libsndfile patches at close, and a FLAC with "unknown length" trips common readers
 (soundfile among them), so FLAC is delivered whole when synthesis ends.
@@ -89,6 +95,11 @@ MEDIA_TYPES = {
 _SNDFILE = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"),
             "ulaw": ("RAW", "ULAW"), "alaw": ("RAW", "ALAW")}
 CODECS = (*FORMATS, "ulaw", "alaw", "f32")  # what StreamEncoder writes
+MP3_STREAM_KBPS = 64.0  # a streamed MP3 without a bitrate of its own (LAME's VBR default averages ~57 on speech)
+# Layer III bitrates (kbps) by header index, MPEG-1 then MPEG-2/2.5, and sample rates by version
+_MP3_KBPS = ((0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+             (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160))
+_MP3_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
 
 
 def compression_level(fmt: str, sample_rate: int, bitrate_kbps: float) -> float:
@@ -109,6 +120,24 @@ def compression_level(fmt: str, sample_rate: int, bitrate_kbps: float) -> float:
     else:
         high, low = 64.0, 8.0
     return min(max((high - bitrate_kbps) / (high - low), 0.0), 0.999)  # 1.0 is refused
+
+
+def lame_placeholder(data: bytes | bytearray) -> int | None:
+    """The length of LAME's placeholder for the Xing/Info frame at the start of `data` (an
+    MPEG Layer III frame header followed by zeros), 0 when `data` starts otherwise, None
+    while `data` is too short to tell."""
+    if len(data) < 4:
+        return None
+    version, layer = (data[1] >> 3) & 3, (data[1] >> 1) & 3
+    kbps_index, rate_index = data[2] >> 4, (data[2] >> 2) & 3
+    if data[0] != 0xFF or data[1] & 0xE0 != 0xE0 or version == 1 or layer != 1 or kbps_index in (0, 15) \
+            or rate_index == 3:
+        return 0
+    kbps = _MP3_KBPS[version != 3][kbps_index]
+    size = (144 if version == 3 else 72) * 1000 * kbps // _MP3_RATES[version][rate_index] + ((data[2] >> 1) & 1)
+    if len(data) < size:
+        return None
+    return 0 if any(data[4:size]) else size
 
 
 def to_pcm16(pcm: np.ndarray) -> bytes:
@@ -198,14 +227,19 @@ class _Sink:
 
 class StreamEncoder:
     """Encode float32 PCM at `in_rate` Hz into `fmt` (one of CODECS) at `out_rate` Hz
-    (24 kHz by default), piece by piece; MP3 and Opus at `bitrate_kbps` when given."""
+    (24 kHz by default), piece by piece; MP3 and Opus at `bitrate_kbps` when given, MP3
+    otherwise at `MP3_STREAM_KBPS`, or VBR with `whole` (only the file at close is used:
+    `encode_whole`)."""
 
     def __init__(self, fmt: str, in_rate: int, out_rate: int = OUTPUT_RATE,
-                 bitrate_kbps: float | None = None) -> None:
+                 bitrate_kbps: float | None = None, *, whole: bool = False) -> None:
         if fmt not in CODECS:
             raise InvalidInput(f"response_format must be one of {', '.join(FORMATS)}", field="response_format")
         self.fmt = fmt
         self.streams = fmt != "flac"  # see the module docstring
+        if fmt == "mp3" and bitrate_kbps is None and not whole:
+            bitrate_kbps = MP3_STREAM_KBPS  # a stream has no Xing frame: CBR, so its size tells its length
+        self._skip_placeholder = fmt == "mp3"  # (the streamed copy leaves it out)
         self.out_rate = out_rate
         self._resample = Resampler(in_rate, out_rate)
         self._header_sent = False
@@ -228,7 +262,7 @@ class StreamEncoder:
         if self._file is not None and self._sink is not None:
             if len(pcm):
                 self._file.write(pcm)
-            return self._sink.take() if self.streams else b""
+            return self._take() if self.streams else b""
         out = b""
         if self.fmt == "f32":
             data: bytes = np.clip(pcm, -1.0, 1.0).astype("<f4").tobytes()
@@ -237,6 +271,18 @@ class StreamEncoder:
             out = wav_header(self.out_rate)
             self._header_sent = True
         return out + to_pcm16(pcm)
+
+    def _take(self) -> bytes:
+        """The sink's new bytes; an MP3 stream's from after LAME's placeholder frame (kept when
+        the file was already closed: the Xing frame is filled in then)."""
+        assert self._sink is not None
+        if self._skip_placeholder:
+            size = lame_placeholder(self._sink.buffer)
+            if size is None:
+                return b""
+            self._sink.sent = max(self._sink.sent, size)
+            self._skip_placeholder = False
+        return self._sink.take()
 
     def feed(self, pcm: np.ndarray) -> bytes:
         """Encoded bytes for this piece that are final (possibly b"" while buffering)."""
@@ -268,13 +314,13 @@ class StreamEncoder:
         if self._file is not None and self._sink is not None:
             self._file.close()
             self._file = None
-            out += self._sink.take() if self.streams else bytes(self._sink.buffer)
+            out += self._take() if self.streams else bytes(self._sink.buffer)
         return out
 
 
 def encode_whole(pcm: np.ndarray, in_rate: int, fmt: str) -> bytes:
     """A complete file of `fmt` (headers with exact sizes) from float32 [samples]."""
-    encoder = StreamEncoder(fmt, in_rate)
+    encoder = StreamEncoder(fmt, in_rate, whole=True)
     body = encoder.feed(pcm) + encoder.close()
     if fmt == "wav":
         return wav_header(encoder.out_rate, encoder.num_samples) + body[44:]

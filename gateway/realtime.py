@@ -148,7 +148,8 @@ class Session(SessionText):
             raise InvalidInput(f"format must be 'pcm16', got {fmt!r}", field="session.format")
         rate = session.get("sample_rate", self.sample_rate)
         if rate not in SAMPLE_RATES:
-            raise InvalidInput(f"sample_rate must be one of {SAMPLE_RATES}", field="session.sample_rate")
+            raise InvalidInput(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}",
+                               field="session.sample_rate")
         if "speed" in session:
             check_speed(session["speed"], "session.speed")
         timings = session.get("timings", self.timings)

@@ -11,6 +11,9 @@ instruction following, and the `X-Voxgate-Instructions: ignored` header says so)
 `busy_timeout_ms` (Voxgate: wait at most this long for the model to find room; it can
 only shorten the server's `busy_timeout_ms` and the model's own, then 503 `server_busy`),
 `normalize` / `code` / `emoji` (Voxgate: how the text is read, gateway/text/options.py).
+Those are every field OpenAI documents for the route and Voxgate's own; any other is a
+400 naming it (`unknown field 'x'; ...`), so a misspelt option is not spoken with the
+defaults in silence.
 
 `POST /v1/audio/design` (`design`) is the same for a VoiceDesign model: `instruct`
 (required) describes the voice, `stream: true` asks for the SSE form; 400 naming `instruct`
@@ -44,7 +47,7 @@ from gateway.models_api import model_type
 from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
-from gateway.text import check_input, prepare
+from gateway.text import TEXT_FIELDS, check_input, prepare
 from gateway.voices import Choice
 from gateway.writes import ClosingStreamingResponse
 
@@ -52,6 +55,20 @@ log = logging.getLogger(__name__)
 
 FAMILIES_WITH_INSTRUCTIONS: frozenset[str] = frozenset({"qwen3_tts"})  # they reach the engine as options
 FAMILIES_WITH_SPEED: frozenset[str] = frozenset({"piper"})  # the speech LMs speak at their own pace
+# OpenAI's fields for /v1/audio/speech (model, input, voice, instructions, response_format,
+# speed, stream_format), then Voxgate's; /v1/audio/design adds its own two (and refuses
+# `instructions` with a message of its own, below).
+SPEECH_FIELDS: frozenset[str] = frozenset({"model", "input", "voice", "instructions", "response_format", "speed",
+                                           "stream_format", "busy_timeout_ms", *TEXT_FIELDS})
+DESIGN_FIELDS: frozenset[str] = SPEECH_FIELDS | {"instruct", "stream"}
+
+
+def check_fields(data: dict[str, Any], allowed: frozenset[str], route: str) -> None:
+    """InvalidInput naming the first (by name) field of `data` not in `allowed`."""
+    unknown = set(data) - allowed
+    if unknown:
+        field = min(unknown)
+        raise InvalidInput(f"unknown field {field[:80]!r}; {route} takes {', '.join(sorted(allowed))}", field=field)
 
 
 def choice_field(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -81,6 +98,10 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
     data = await read_json(request, state.settings.max_body_bytes)
+    if design:
+        check_fields(data, DESIGN_FIELDS, "/v1/audio/design")
+    else:
+        check_fields(data, SPEECH_FIELDS, "/v1/audio/speech")
     if "input" not in data:
         raise InvalidInput("input is required", field="input")
     check_input(data["input"], state.settings.max_input_chars)

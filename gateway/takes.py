@@ -232,8 +232,9 @@ async def _validated(state: AppState, data: dict[str, Any], fields: frozenset[st
     speed = check_speed(data.get("speed", 1.0))
     sample_rate = data.get("sample_rate")
     if sample_rate not in SAMPLE_RATES or isinstance(sample_rate, bool):
-        missing = "sample_rate is required" if sample_rate is None else "sample_rate"
-        raise InvalidInput(f"{missing} must be one of {SAMPLE_RATES}", field="sample_rate")
+        rates = ", ".join(map(str, SAMPLE_RATES))
+        raise InvalidInput(f"sample_rate is required: one of {rates}" if sample_rate is None
+                           else f"sample_rate must be one of {rates}", field="sample_rate")
     ttfa_ms = _number(data, "ttfa_ms", optional=True)
     stalls = _number(data, "stalls", integer=True) if "stalls" in data else 0
     return {"text": text, "model_id": model_id, "voice": voice, "speed": speed, "sample_rate": sample_rate,

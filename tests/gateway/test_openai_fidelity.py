@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import httpx
 import openai
 import pytest
+from openai.resources.audio.speech import Speech
 
+from gateway.speech import SPEECH_FIELDS
 from tests.conftest import LiveServer
 
 TEXT = "Checking the OpenAI details."
@@ -68,3 +71,24 @@ def test_sse_done_event_carries_usage(client: httpx.Client) -> None:
     usage = done["usage"]
     assert usage["input_characters"] == len(TEXT)
     assert usage["output_bytes"] == pytest.approx(usage["output_audio_ms"] / 1000 * 24000 * 2, abs=48)
+
+
+def test_every_field_the_sdk_sends_is_taken(sdk: openai.OpenAI) -> None:
+    # Unknown fields are refused (400 naming them), so every field of OpenAI's own must be known.
+    sent = {name for name in inspect.signature(Speech.create).parameters
+            if name != "self" and not name.startswith("extra_") and name != "timeout"}
+    assert sent == {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format"}
+    assert sent <= SPEECH_FIELDS
+    with sdk.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=TEXT, instructions="Calmly.", response_format="pcm", speed=1.0,
+            stream_format="audio") as response:
+        assert response.headers["x-voxgate-instructions"] == "ignored"  # accepted, and said to be ignored
+        assert len(response.read()) > 24000
+
+
+def test_a_field_beyond_openais_and_voxgates_is_refused(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.audio.speech.create(model="tts-1", voice="alloy", input=TEXT, extra_body={"sample_rate": 16000})
+    error = caught.value
+    assert error.code == "invalid_input" and error.param == "sample_rate" and error.type == "invalid_request_error"
+    assert "unknown field 'sample_rate'" in error.message

@@ -167,6 +167,14 @@ def test_bad_messages_get_error_events_and_the_session_lives_on(
     assert server.wait_idle() == 0
 
 
+def test_a_bad_sample_rate_lists_the_rates_as_text(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 12345}}))
+        error = recv_event(ws)
+    assert error["type"] == "error" and error["error"]["field"] == "session.sample_rate"
+    assert error["error"]["message"] == "sample_rate must be one of 8000, 16000, 22050, 24000, 44100, 48000"
+
+
 def test_text_after_a_flush_is_the_next_utterance(server: LiveServer) -> None:
     with open_session(server) as ws:
         ws.send(json.dumps({"type": "text.append", "text": "The first utterance is this one."}))

@@ -91,7 +91,10 @@ def test_bad_take_is_a_4xx_naming_the_field(client: httpx.Client, overrides: dic
 
 def test_a_take_without_its_sample_rate_is_told_it_is_required(client: httpx.Client) -> None:
     response = client.post("/v1/takes", json=take_body(sample_rate=...))
-    assert response.status_code == 400 and "sample_rate is required" in response.json()["error"]["message"]
+    assert response.status_code == 400 and response.json()["error"]["message"] == \
+        "sample_rate is required: one of 8000, 16000, 22050, 24000, 44100, 48000"
+    wrong = client.post("/v1/takes", json=take_body(sample_rate=12345))
+    assert wrong.json()["error"]["message"] == "sample_rate must be one of 8000, 16000, 22050, 24000, 44100, 48000"
 
 
 def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
