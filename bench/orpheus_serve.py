@@ -60,7 +60,7 @@ def make_runner(opts: argparse.Namespace) -> tuple[ModelRunner, dict]:
     """The runner and timings (s): random weights in memory, or a checkpoint through orpheus.load."""
     options = {"max_seq_len": opts.max_seq_len, "max_codec_batch": opts.codec_batch_max,
                "compile_layers": bool(opts.compile), "enforce_eager": bool(opts.eager),
-               "triton_attention": bool(opts.triton)}
+               "triton_attention": bool(opts.triton), "fused_attention": bool(opts.fused)}
     timings = {}
     if opts.checkpoint:
         from models.checkpoint import write_random
@@ -154,6 +154,8 @@ def main() -> None:
     parser.add_argument("--compile", type=int, default=1)
     parser.add_argument("--eager", type=int, default=0)
     parser.add_argument("--triton", type=int, default=1, help="Triton decode attention (else SDPA)")
+    parser.add_argument("--fused", type=int, default=1,
+                        help="with --triton: rotary and KV write inside the attention kernel (fused_attention)")
     parser.add_argument("--flavor", default="full")
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--write-checkpoint", type=int, default=0)
@@ -194,7 +196,8 @@ def main() -> None:
     record = {"command": " ".join(["python", *sys.argv]), "gpu": gpu, "torch": torch.__version__,
               "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs",
               "cuda_sync": opts.cuda_sync or "default",
-              "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton), "arrival": opts.arrival,
+              "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton),
+              "fused_attention": bool(opts.fused), "arrival": opts.arrival,
               "max_chars": opts.max_chars, "ttfa_slo_ms": TTFA_SLO_MS, "rows": [], "max_sessions_90": {}}
     policies = opts.policies.split(",")
     learned = {policy: CostModel() for policy in policies}  # each engine learns its costs as it runs
@@ -203,6 +206,7 @@ def main() -> None:
         # Alternate which policy goes first: the first wave of a size meets new prefill shapes.
         for policy in policies if i % 2 == 0 else policies[::-1]:
             row = asyncio.run(run_wave(runner, policy, wave, opts.seed, learned[policy]))
+            row["sessions"] = n  # the wave's target streams at a time (run_wave counts its requests)
             record["rows"].append(row)
             print(json.dumps(row), flush=True)
             Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
