@@ -30,6 +30,28 @@ def test_triton_linear_matches_cublas_in_bf16_and_fp8(rows: int, n: int, k: int)
     assert ((dequantized - w.float()).norm() / w.float().norm()).item() < 0.05  # e4m3: 3 mantissa bits
 
 
+@pytest.mark.parametrize("rows", [1, 4, 16])
+def test_every_fp8_code_is_decoded_exactly(rows: int) -> None:
+    """Every finite float8_e4m3fn code (zeros and subnormals too) as weights: the kernels' products
+    equal float32 math on the dequantized weights (one row: the bit decode, FP8_DECODE)."""
+    import torch.nn.functional as F
+
+    from models.gemv import Fp8Weight, linear
+
+    codes = torch.arange(256, dtype=torch.int32)
+    codes = torch.where((codes & 0x7F) == 0x7F, 0, codes).to(torch.uint8)  # 0x7F / 0xFF are NaN
+    data = codes.view(torch.float8_e4m3fn).reshape(4, 64).repeat(6, 1).cuda()  # [24, 64]
+    eye = torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16)
+    eye[torch.arange(64), torch.arange(64)] = 1.0
+    x = torch.cat([eye, torch.randn(rows, 64, device="cuda", dtype=torch.bfloat16)])[:rows + 64]
+    for scale in (1.0, 1e-3):
+        q = Fp8Weight(data.contiguous(), torch.full((24,), scale, device="cuda"))
+        ref = F.linear(x.float(), data.float() * scale)
+        for start in range(0, len(x), rows):  # `rows` at a time: the kernel that size takes
+            out = linear(x[start:start + rows], q).float()
+            torch.testing.assert_close(out, ref[start:start + rows].bfloat16().float(), rtol=1e-2, atol=1e-6 * scale)
+
+
 def test_runner_with_triton_matmuls_decodes_the_greedy_tokens_of_cublas() -> None:
     from bench.orpheus_decode import greedy_tokens, make_runner
     from models import orpheus
