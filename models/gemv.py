@@ -49,15 +49,6 @@ def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
     return Fp8Weight(data.contiguous(), scale.contiguous())
 
 
-# FP8_DECODE (the one-row kernel): an e4m3 byte s.eeee.mmm moved into a float32's sign bit, the low 4 bits of
-# its exponent and the top 3 of its mantissa is the e4m3 value times 2^-120 exactly (biases 127 and 7; e4m3
-# subnormals land on float32 subnormals, also scaled by 2^-120). Two shifts and masks, where the conversion
-# instructions (float8 -> half -> float32) run at a quarter of the integer rate on Hopper. x is multiplied by
-# 2^100 so that the products stay normal floats, and the sum by 2^20 with the row scale.
-X_UP: tl.constexpr = tl.constexpr(2.0 ** 100)
-OUT_UP: tl.constexpr = tl.constexpr(2.0 ** 20)
-
-
 @triton.jit
 def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr, EVEN_N: tl.constexpr,
                  BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -76,15 +67,10 @@ def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.co
         else:
             w = tl.load(w_ptrs, mask=mask_n[:, None] & (offs_k < K)[None, :], other=0.0, eviction_policy="evict_first")
         x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :], other=0.0)
-        if HAS_SCALE:  # W: float8_e4m3fn bits (uint8), decoded with integer ops, not conversions (FP8_DECODE)
-            bits = w.to(tl.int32)
-            wf = (((bits << 24) & -2147483648) | ((bits << 20) & 0x07F00000)).to(tl.float32, bitcast=True)
-            acc += (x.to(tl.float32) * X_UP)[:, None, :] * wf[None, :, :]
-        else:
-            acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
     out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]: the one cross-thread reduction
     if HAS_SCALE:
-        out = out * (tl.load(S + offs_n, mask=mask_n, other=0.0) * OUT_UP)[None, :]
+        out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
     tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], out.to(Y.dtype.element_ty),
              mask=mask_b[:, None] & mask_n[None, :])
 
@@ -148,8 +134,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
     use_dot, block_b, block_n, block_k, warps = tiles or config(batch, k)
     grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
     common = (x, w, scale if scale is not None else w, y, batch, n, x.stride(0), w.stride(0), y.stride(0))
-    if not use_dot and scale is not None:  # its bytes: the kernel decodes them (FP8_DECODE)
-        common = (x, w.view(torch.uint8), *common[2:])
     if use_dot:
         _dot_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n,
                           BLOCK_K=block_k, num_warps=warps, num_stages=4)
