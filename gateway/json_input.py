@@ -18,6 +18,7 @@ import json
 import math
 from typing import Any
 
+from engine.types import InvalidInput
 from gateway.errors import ApiError
 
 DEFAULT_MAX_DEPTH = 32
@@ -89,3 +90,12 @@ def finite_number(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def check_fields(data: dict[str, Any], allowed: frozenset[str], route: str) -> None:
+    """Raises InvalidInput (400) naming the first (by name) field of the object `data` not in
+    `allowed`: a misspelt option is refused, not ignored. `route` names the endpoint in the message."""
+    unknown = set(data) - allowed
+    if unknown:
+        field = min(unknown)
+        raise InvalidInput(f"unknown field {field[:80]!r}; {route} takes {', '.join(sorted(allowed))}", field=field)

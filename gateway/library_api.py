@@ -40,7 +40,7 @@ from gateway.catalog import CatalogModel
 from gateway.download import DownloadError
 from gateway.downloads import DownloadManager, Register
 from gateway.errors import ApiError, read_json
-from gateway.json_input import finite_number
+from gateway.json_input import check_fields, finite_number
 from gateway.library import Library
 from gateway.state import AppState
 from gateway.voices import model_alias
@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 SSE_HEARTBEAT_S = 15.0
 SSE_MAX_S = 900.0  # EventSource reconnects by itself; a bounded stream never blocks a shutdown for long
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_CATALOG_FIELDS: frozenset[str] = frozenset({"id", "wait"})  # POST /v1/library/install, the two forms
+_FOLDER_FIELDS: frozenset[str] = frozenset({"path", "family", "id", "name", "options"})
 
 
 def catalog_registrar(library: Library) -> Register:
@@ -98,7 +100,9 @@ async def install(request: Request) -> JSONResponse:
     state = _state(request)
     data = await read_json(request, state.settings.max_body_bytes)
     if "path" in data:
+        check_fields(data, _FOLDER_FIELDS, "/v1/library/install with a path")
         return await _install_folder(state, data)
+    check_fields(data, _CATALOG_FIELDS, "/v1/library/install")
     model_id = data.get("id")
     if "id" in data and not isinstance(model_id, str):
         raise InvalidInput("id must be a string: a catalog model's id", field="id")
@@ -285,6 +289,7 @@ async def load_model(request: Request) -> JSONResponse:
     state = _state(request)
     model_id = model_alias(request.path_params["model_id"], state.settings.default_model)  # tts-1: the default
     data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)
+    check_fields(data, frozenset({"timeout_ms"}), "/v1/models/{id}/load")
     status = await state.residency.load(model_id, _timeout_ms(data))
     return JSONResponse({"id": model_id, **status})
 

@@ -47,6 +47,7 @@ from gateway.models_api import model_type
 from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
+from gateway.json_input import check_fields
 from gateway.text import TEXT_FIELDS, check_input, prepare
 from gateway.voices import Choice
 from gateway.writes import ClosingStreamingResponse
@@ -61,14 +62,6 @@ FAMILIES_WITH_SPEED: frozenset[str] = frozenset({"piper"})  # the speech LMs spe
 SPEECH_FIELDS: frozenset[str] = frozenset({"model", "input", "voice", "instructions", "response_format", "speed",
                                            "stream_format", "busy_timeout_ms", *TEXT_FIELDS})
 DESIGN_FIELDS: frozenset[str] = SPEECH_FIELDS | {"instruct", "stream"}
-
-
-def check_fields(data: dict[str, Any], allowed: frozenset[str], route: str) -> None:
-    """InvalidInput naming the first (by name) field of `data` not in `allowed`."""
-    unknown = set(data) - allowed
-    if unknown:
-        field = min(unknown)
-        raise InvalidInput(f"unknown field {field[:80]!r}; {route} takes {', '.join(sorted(allowed))}", field=field)
 
 
 def choice_field(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:

@@ -19,17 +19,20 @@ from starlette.responses import JSONResponse
 
 from engine.types import InvalidInput
 from gateway.errors import read_json
+from gateway.json_input import check_fields
 from gateway.state import AppState
 from gateway.stitch import speech_options
-from gateway.text import Pause, check_input, prepare
+from gateway.text import TEXT_FIELDS, Pause, check_input, prepare
 from gateway.voices import resolve
 
+NORMALIZE_FIELDS: frozenset[str] = frozenset({"input", "model", "voice", "language", *TEXT_FIELDS})
 _LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?$")
 
 
 async def normalize(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     data = await read_json(request, state.settings.max_body_bytes)
+    check_fields(data, NORMALIZE_FIELDS, "/v1/text/normalize")
     if "input" not in data:
         raise InvalidInput("input is required", field="input")
     check_input(data["input"], state.settings.max_input_chars)

@@ -135,6 +135,9 @@ def test_install_waits_and_reports_catalog_errors(tmp_path: Path) -> None:
         assert not_bool.status_code == 400 and not_bool.json()["error"]["field"] == "wait"
         assert client.post("/v1/library/install", json={"id": "codec"}).status_code == 422
         assert client.post("/v1/library/install", json={}).status_code == 400
+        typo = client.post("/v1/library/install", json={"id": "amy", "wiat": True})  # refused, not ignored
+        assert typo.status_code == 400 and typo.json()["error"]["field"] == "wiat"
+        assert "id, wait" in typo.json()["error"]["message"]
         assert client.delete("/v1/library/downloads/dl_nope").status_code == 404
         failed = missing.json()["error"]
         assert "kept" not in failed["message"] and "resume" not in failed["message"]  # no bytes were kept
@@ -246,6 +249,10 @@ def test_install_local_folder_validates_and_registers(tmp_path: Path) -> None:
         ok = client.post("/v1/library/install", json={"path": str(folder), "family": "piper"})
         assert ok.status_code == 201 and ok.json()["id"] == "bob" and ok.json()["voices"] == ["default"]
         assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 409
+        extra = client.post("/v1/library/install", json={"path": str(folder), "family": "piper", "wait": True})
+        assert extra.status_code == 400 and extra.json()["error"]["field"] == "wait"  # the folder form has no wait
+        typo = client.post("/v1/models/bob/load", json={"timeout": 5})
+        assert typo.status_code == 400 and typo.json()["error"]["field"] == "timeout"
         loaded = client.post("/v1/models/bob/load", json={})
         assert loaded.status_code == 200 and loaded.json()["loaded"] is True
         metrics = client.get("/metrics").text
