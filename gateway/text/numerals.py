@@ -128,8 +128,14 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
     return f"{cardinal(amount if whole is None else whole, lang)} {name}"
 
 
-def date_words(date: datetime.date, lang: str) -> str:
-    """A date as the locale's long form says it: "March fifteenth, twenty twenty-four"."""
+# German: after these words the day's ordinal is dative or accusative, "am fünfzehnten März" (weak
+# declension, -n); num2words gives the nominative after an article, "der fünfzehnte".
+_DE_OBLIQUE = re.compile(r"(?:^|\s)(?:am|vom|zum|beim|im|dem|den|ab|bis|seit|für|über)\s*$", re.IGNORECASE)
+
+
+def date_words(date: datetime.date, lang: str, before: str = "") -> str:
+    """A date as the locale's long form says it: "March fifteenth, twenty twenty-four"; `before`:
+    the text ahead of it (German inflects the day after "am", "vom", "bis", ...)."""
     loc = language.locale(lang)
     template = str(parse_pattern(str(get_date_format("long", locale=loc).pattern)).format)  # "%(d)s. %(MMMM)s %(y)s"
     base = language.base(lang)
@@ -146,6 +152,8 @@ def date_words(date: datetime.date, lang: str) -> str:
             fields[name] = year(date.year, lang)
         else:
             fields[name] = ""
+    if base == "de" and _DE_OBLIQUE.search(before[-12:]):
+        fields = {k: v + "n" if k.startswith("d") and v.endswith("e") else v for k, v in fields.items()}
     text = template % fields
     if base == "de":
         text = text.replace(". ", " ", 1)  # "15. März": the ordinal's period is in the word now
@@ -180,7 +188,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
 
     def iso_date(m: re.Match[str]) -> str:
         try:
-            return f' {date_words(datetime.date(int(m["y"]), int(m["mo"]), int(m["d"])), lang)} '
+            day = datetime.date(int(m["y"]), int(m["mo"]), int(m["d"]))
+            return f" {date_words(day, lang, m.string[:m.start()])} "
         except ValueError:
             return m.group(0)
 
@@ -188,7 +197,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         a, b, y = int(m["a"]), int(m["b"]), int(m["y"])
         month, day = (a, b) if us_dates else (b, a)
         try:
-            return f" {date_words(datetime.date(y, month, day), lang)} "
+            return f" {date_words(datetime.date(y, month, day), lang, m.string[:m.start()])} "
         except ValueError:
             return m.group(0)
 

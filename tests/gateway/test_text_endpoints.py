@@ -44,7 +44,9 @@ SPOKEN = [
     ("Great work 🎉!", {"emoji": "name"}, "Great work party popper!"),
     ("Hello, 世界。Bonjour!", {}, "Hello, 世界。 Bonjour!"),
     ("Der Preis ist 3,50 € am 15.03.2024.", {"language": "de_DE"},
-     "Der Preis ist drei Euro und fünfzig Cent am fünfzehnte März zweitausendvierundzwanzig."),
+     "Der Preis ist drei Euro und fünfzig Cent am fünfzehnten März zweitausendvierundzwanzig."),
+    ("Der 01.04.2025 ist bis 03.04.2025 frei.", {"language": "de_DE"},  # nominative, then after "bis"
+     "Der erste April zweitausendfünfundzwanzig ist bis dritten April zweitausendfünfundzwanzig frei."),
     ("Il fait 20 °C, soit 5 % de plus.", {"language": "fr"}, "Il fait vingt degrés Celsius, soit cinq pour cent de plus."),
     ("**Not** touched: $5", {"normalize": False}, "**Not** touched: $5"),
 ]
