@@ -1,0 +1,52 @@
+"""Retries, resumes and what a download reports, against the local server of test_downloads.py
+that drops connections and can ignore `Range` (found by the new-user trial)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gateway.download import DownloadError
+from tests.gateway.test_downloads import FILES, FileServer, Registry, _manager, _model, _serve
+
+
+def test_attempts_that_make_progress_do_not_count_toward_the_limit(tmp_path: Path) -> None:
+    """A source that drops the connection every 100 kB: six attempts with one retry allowed."""
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url, max_retries=1)
+        download = await (await manager.install(model)).wait()
+        assert download.num_attempts == 6 + 1  # voice.onnx, then voice.onnx.json at once
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.cut_every[model.files[0].url] = 100_000
+        asyncio.run(main(server))
+        ranges = [r["range"] for r in server.gets(model.files[0].url)]
+    assert ranges == [None] + [f"bytes={n}-" for n in range(100_000, 600_000, 100_000)]
+    assert (registry.models["tiny"] / "voice.onnx").read_bytes() == FILES["voice.onnx"]
+
+
+def test_attempts_without_progress_give_up(tmp_path: Path) -> None:
+    """Cut at the same byte each time and re-sent from the start (Range ignored): after the
+    first attempt, no progress."""
+    model = _model(FILES)
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, Registry(), server.url, max_retries=2)
+        with pytest.raises(DownloadError) as failed:
+            await (await manager.install(model)).wait()
+        assert failed.value.code == "download_failed"
+        assert ("gave up after 3 attempts in a row without progress; the 100000 bytes received so far are kept"
+                in failed.value.message), failed.value.message
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.cut_every[model.files[0].url] = 100_000
+        server.ignore_range = True
+        asyncio.run(main(server))
+        assert len(server.gets(model.files[0].url)) == 1 + 3
