@@ -267,7 +267,7 @@ class DownloadManager:
 
     def _check_disk(self, download: Download, work: Path) -> None:
         on_disk = {f.dest: part_size(work / (f.dest + ".part")) for f in download.model.files}
-        download.resumed_bytes = sum(on_disk.values())
+        download._found.update(on_disk)  # resumed once the source agrees (`continues_from`)
         download._done.update(on_disk)
         needed = sum(max(0, download._total[d] - n) for d, n in on_disk.items())
         free = shutil.disk_usage(work).free

@@ -91,6 +91,7 @@ class FileFetcher:
             offset = 0
         if offset and offset == known_total:
             await hasher.catch_up(part, offset)
+            download.continues_from(f.dest, offset)
             return offset  # complete before the interruption
         headers = {"Accept-Encoding": "identity"}
         if offset:
@@ -165,6 +166,7 @@ class FileFetcher:
     async def _receive(self, download: Download, f: CatalogFile, chunks: AsyncIterator[bytes], part: Path,
                        offset: int, hasher: Hasher) -> int:
         """Append `chunks` to `part` from `offset`; returns the file's size after."""
+        download.continues_from(f.dest, offset)
         download._done[f.dest] = offset
         with open(part, "r+b" if part.exists() else "wb") as out:
             out.seek(offset)

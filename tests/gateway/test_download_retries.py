@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.download import DownloadError
+from gateway.download import Download, DownloadError
 from tests.gateway.test_downloads import FILES, FileServer, Registry, _manager, _model, _serve
 
 
@@ -50,3 +50,48 @@ def test_attempts_without_progress_give_up(tmp_path: Path) -> None:
         server.ignore_range = True
         asyncio.run(main(server))
         assert len(server.gets(model.files[0].url)) == 1 + 3
+
+
+def test_percent_reaches_100_only_when_complete(tmp_path: Path) -> None:
+    model = _model(FILES)
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, Registry(), server.url, max_retries=0)
+        download = await manager.install(model)
+        with pytest.raises(DownloadError):
+            await download.wait()
+        report = download.as_json()
+        assert report["state"] == "failed" and report["bytes_done"] == 599_900
+        assert report["percent"] == 99.9, report  # 99.98 %: not rounded up to 100
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.cut_after[model.files[0].url] = [599_900, 0]
+        asyncio.run(main(server))
+    download = Download("dl", model)
+    download._total, download._done = {"a": 3}, {"a": 2}
+    assert download.as_json()["percent"] == 66.6
+    download._done["a"] = 3
+    assert download.as_json()["percent"] == 100.0
+
+
+def test_resumed_bytes_count_only_what_the_source_let_it_resume(tmp_path: Path) -> None:
+    """A source that ignores `Range` re-sends the whole file (200): nothing was resumed."""
+    model = _model(FILES)
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        with pytest.raises(DownloadError):
+            await (await manager.install(model)).wait()
+        server.ignore_range = True
+        download = await (await manager.install(model)).wait()
+        assert download.resumed_bytes == 0 and download.as_json()["resumed_bytes"] == 0
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        server.cut_after[model.files[0].url] = [250_000, 0]
+        asyncio.run(main(server))
+        ranges = [r["range"] for r in server.gets(model.files[0].url)]
+    assert ranges == [None, "bytes=250000-", "bytes=250000-"]  # the last answered with the whole file
+    assert (registry.models["tiny"] / "voice.onnx").read_bytes() == FILES["voice.onnx"]
