@@ -39,6 +39,7 @@ from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogModel, local_
 from gateway.download import FINAL_STATES, Download, DownloadError, DownloadState
 from gateway.partials import fsync_dir, part_size
 from gateway.pubsub import Broker, Subscription
+from gateway.settings import MB, format_mb
 from gateway.transfer import FileFetcher
 
 log = logging.getLogger(__name__)
@@ -274,8 +275,8 @@ class DownloadManager:
         if free - needed < self.min_free_disk_bytes:
             raise DownloadError(
                 "insufficient_disk",
-                f"installing {download.model_id!r} needs {needed / 1e6:.1f} MB more and must leave "
-                f"{self.min_free_disk_bytes / 1e6:.1f} MB free; {free / 1e6:.1f} MB are free in {work}", 507)
+                f"installing {download.model_id!r} needs {needed / MB:.1f} MB more and must leave "
+                f"{format_mb(self.min_free_disk_bytes)} free; {free / MB:.1f} MB are free in {work}", 507)
 
     async def _install(self, download: Download, work: Path) -> Path:
         """Move the verified files into `models/<id>/` in one rename.

@@ -38,10 +38,9 @@ from gateway.placement import plan
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
 )
+from gateway.settings import MB as MB, format_mb  # MB: the unit of min_free_memory_mb
 
 log = logging.getLogger(__name__)
-
-MB = 1 << 20
 
 
 class Residency:
@@ -266,7 +265,7 @@ class Residency:
         frees = [(device, self._free_memory(device)) for device in self.devices]
         free = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in frees)
         return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
-                f"(size on disk x {self.memory_factor}) and {self.min_free_bytes / MB:.0f} MB must stay free; "
+                f"(size on disk x {self.memory_factor}) and {format_mb(self.min_free_bytes)} must stay free; "
                 f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:

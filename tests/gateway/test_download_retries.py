@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from gateway.download import Download, DownloadError
+from gateway.residency import MB
+from gateway.settings import load_settings
 from tests.gateway.test_downloads import FILES, FileServer, Registry, _manager, _model, _serve
 
 
@@ -95,3 +97,22 @@ def test_resumed_bytes_count_only_what_the_source_let_it_resume(tmp_path: Path) 
         ranges = [r["range"] for r in server.gets(model.files[0].url)]
     assert ranges == [None, "bytes=250000-", "bytes=250000-"]  # the last answered with the whole file
     assert (registry.models["tiny"] / "voice.onnx").read_bytes() == FILES["voice.onnx"]
+
+
+def test_the_disk_message_gives_min_free_disk_mb_as_set(tmp_path: Path) -> None:
+    """MB is 2^20 bytes in every *_mb setting; a message gives the setting as it was set."""
+    settings = load_settings(env={"VOXGATE_MIN_FREE_DISK_MB": "100000000"})
+    model = _model(FILES)
+
+    async def main(server: FileServer) -> None:
+        manager = _manager(tmp_path, Registry(), server.url, min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
+        with pytest.raises(DownloadError) as failed:  # as gateway/app.py converts the setting
+            await (await manager.install(model)).wait()
+        assert failed.value.code == "insufficient_disk"
+        needed = sum(map(len, FILES.values())) / MB
+        assert f"needs {needed:.1f} MB more and must leave 100000000 MB free; " in failed.value.message, \
+            failed.value.message
+        await manager.aclose()
+
+    with _serve(model, FILES) as server:
+        asyncio.run(main(server))
