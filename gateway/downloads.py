@@ -239,8 +239,10 @@ class DownloadManager:
             download.error = None
             if not download._cancel_keeps_partials:
                 await asyncio.to_thread(shutil.rmtree, work, True)
-                for f in model.files:
-                    download._done[f.dest] = 0
+            for f in model.files:  # what is on disk now (kept, or none; kept and moved into place: as it was)
+                part = work / (f.dest + ".part")
+                if part.exists() or not download._cancel_keeps_partials:
+                    download._done[f.dest] = part_size(part)
             log.info("download of %s cancelled (partials %s)", model.id,
                      "kept" if download._cancel_keeps_partials else "removed")
             self._set_state(download, DownloadState.CANCELLED)
