@@ -257,6 +257,12 @@ async def _models_install(args: argparse.Namespace) -> int:
     except DownloadError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 1
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task; one line, no traceback
+        await manager.aclose()  # stops the download, keeping its partial files
+        kept = sum(d["bytes_done"] for d in manager.downloads())
+        print(f"interrupted; the {kept} bytes received are kept: run the same command to resume" if kept
+              else "interrupted", file=sys.stderr)
+        return 130
     finally:
         await manager.aclose()
         await library.close()

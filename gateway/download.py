@@ -50,7 +50,6 @@ class Download:
     error: DownloadError | None = None
     path: Path | None = None  # the installed folder, once done
     current_file: str | None = None
-    resumed_bytes: int = 0  # bytes found on disk when this download started
     rate_bps: float = 0.0
     started_s: float = field(default_factory=time.time)
     finished_s: float | None = None
@@ -58,6 +57,8 @@ class Download:
     task: asyncio.Task[None] | None = None
     _done: dict[str, int] = field(default_factory=dict)  # dest -> bytes on disk
     _total: dict[str, int] = field(default_factory=dict)  # dest -> expected bytes
+    _found: dict[str, int] = field(default_factory=dict)  # dest -> bytes on disk when this download started
+    _resumed: dict[str, int] = field(default_factory=dict)  # dest -> of those, the bytes a transfer went on from
     _last_emit_s: float = 0.0
     _window_s: float = field(default_factory=time.monotonic)
     _window_bytes: int = 0
@@ -76,6 +77,23 @@ class Download:
         return sum(self._total.values())
 
     @property
+    def resumed_bytes(self) -> int:
+        """Bytes found on disk when this download started that it did not fetch again: the
+        source answered their `Range` with 206 (or a local copy went on from them)."""
+        return sum(self._resumed.values())
+
+    def continues_from(self, dest: str, offset: int) -> None:
+        """The transfer of `dest` goes on from byte `offset` (0: it started over, e.g. a
+        200 to a `Range`): of the bytes found at the start, only those below it were resumed."""
+        self._resumed[dest] = min(self._resumed.get(dest, self._found.get(dest, 0)), offset)
+
+    @property
+    def percent(self) -> float:
+        """Rounded down to 0.1, so 100.0 means every byte is there."""
+        total = self.bytes_total
+        return min(1000, 1000 * self.bytes_done // total) / 10 if total else 0.0
+
+    @property
     def eta_s(self) -> float | None:
         if self.state in FINAL_STATES or self.rate_bps <= 0:
             return None
@@ -86,7 +104,7 @@ class Download:
         return {
             "id": self.download_id, "model_id": self.model_id, "state": str(self.state),
             "bytes_done": self.bytes_done, "bytes_total": total,
-            "percent": round(100.0 * self.bytes_done / total, 1) if total else 0.0,
+            "percent": self.percent,
             "rate_bps": round(self.rate_bps, 1),
             "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
             "current_file": self.current_file, "resumed_bytes": self.resumed_bytes,

@@ -39,6 +39,7 @@ from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogModel, local_
 from gateway.download import FINAL_STATES, Download, DownloadError, DownloadState
 from gateway.partials import fsync_dir, part_size
 from gateway.pubsub import Broker, Subscription
+from gateway.settings import MB, format_mb
 from gateway.transfer import FileFetcher
 
 log = logging.getLogger(__name__)
@@ -238,8 +239,10 @@ class DownloadManager:
             download.error = None
             if not download._cancel_keeps_partials:
                 await asyncio.to_thread(shutil.rmtree, work, True)
-                for f in model.files:
-                    download._done[f.dest] = 0
+            for f in model.files:  # what is on disk now (kept, or none; kept and moved into place: as it was)
+                part = work / (f.dest + ".part")
+                if part.exists() or not download._cancel_keeps_partials:
+                    download._done[f.dest] = part_size(part)
             log.info("download of %s cancelled (partials %s)", model.id,
                      "kept" if download._cancel_keeps_partials else "removed")
             self._set_state(download, DownloadState.CANCELLED)
@@ -267,15 +270,15 @@ class DownloadManager:
 
     def _check_disk(self, download: Download, work: Path) -> None:
         on_disk = {f.dest: part_size(work / (f.dest + ".part")) for f in download.model.files}
-        download.resumed_bytes = sum(on_disk.values())
+        download._found.update(on_disk)  # resumed once the source agrees (`continues_from`)
         download._done.update(on_disk)
         needed = sum(max(0, download._total[d] - n) for d, n in on_disk.items())
         free = shutil.disk_usage(work).free
         if free - needed < self.min_free_disk_bytes:
             raise DownloadError(
                 "insufficient_disk",
-                f"installing {download.model_id!r} needs {needed / 1e6:.1f} MB more and must leave "
-                f"{self.min_free_disk_bytes / 1e6:.1f} MB free; {free / 1e6:.1f} MB are free in {work}", 507)
+                f"installing {download.model_id!r} needs {needed / MB:.1f} MB more and must leave "
+                f"{format_mb(self.min_free_disk_bytes)} free; {free / MB:.1f} MB are free in {work}", 507)
 
     async def _install(self, download: Download, work: Path) -> Path:
         """Move the verified files into `models/<id>/` in one rename.

@@ -2,7 +2,9 @@
 
 `ModelSpec` comes from the library's `models` row (`library_lookup`); `load_runner` turns it
 into an engine runner (the family's `load`, then `engine.runner.build_runner`); the memory
-guard measures `free_memory_bytes` on the device and a model's `folder_size` on disk.
+guard measures `free_memory_bytes` on the device and `estimate_memory` says what a model will
+hold: the family's own estimate where it has one (Piper counts its onnxruntime sessions), else
+its `folder_size` on disk x `memory_factor`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Awaitable, Callable, Mapping
 
 from engine.runner import Runner, build_runner
 from gateway.library import Library
-from models import family
+from models import FamilyUnavailable, InvalidModel, family
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +68,34 @@ def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers
     `cpu:N` (another CPU worker, settings.py `devices`) loads on the CPU."""
     device = "cpu" if device.split(":")[0] == "cpu" else device
     module = family(spec.family)
+    parts = module.load(spec.model_id, spec.path, _family_options(module, spec, cpu_workers), device)
+    return build_runner(spec.model_id, parts, device, max_running)
+
+
+def _family_options(module: ModuleType, spec: ModelSpec, cpu_workers: int) -> dict[str, Any]:
+    """The options the family's `load` gets: the model's, with `cpu_workers` sizing a pool they leave out."""
     options = dict(spec.options)
     workers_option = getattr(module, "WORKERS_OPTION", None)
     if cpu_workers and workers_option is not None:
         options.setdefault(workers_option, cpu_workers)
-    parts = module.load(spec.model_id, spec.path, options, device)
-    return build_runner(spec.model_id, parts, device, max_running)
+    return options
+
+
+def estimate_memory(spec: ModelSpec, memory_factor: float, cpu_workers: int = 0) -> tuple[int, str]:
+    """(bytes, how) `spec` will hold once loaded, for the memory guard before it loads it (runs
+    in a worker thread): the family's `estimate_memory(size on disk, options)` where it has one
+    (models/piper.py: its onnxruntime sessions), else the size on disk x `memory_factor`. A family
+    that cannot say (unknown, not installed, a bad option) gets the latter; its load reports why."""
+    size = spec.size_bytes or folder_size(spec.path)
+    try:
+        module = family(spec.family)
+        estimate = getattr(module, "estimate_memory", None)
+        if estimate is not None:
+            num_bytes, how = estimate(size, _family_options(module, spec, cpu_workers))
+            return int(num_bytes), str(how)
+    except (KeyError, FamilyUnavailable, InvalidModel):
+        pass
+    return int(size * memory_factor), f"size on disk x {memory_factor:g}"
 
 
 def free_memory_bytes(device: str) -> int | None:

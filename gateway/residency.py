@@ -5,9 +5,10 @@
   the least recently used *idle* model goes first. A model is busy while the engine has
   requests for it or a `Lease` on it is held; a busy model is never evicted, so in-flight
   requests finish on the model they started with.
-- The memory guard estimates a model's footprint before loading (size on disk ×
-  `memory_factor`) and keeps `min_free_memory_mb` free (GPU memory for CUDA devices,
-  host `MemAvailable` otherwise); it evicts idle models to make room, or refuses.
+- The memory guard estimates a model's footprint before loading (gateway/model_spec.py
+  `estimate_memory`: the family's own estimate, Piper's from its onnxruntime sessions, else
+  size on disk × `memory_factor`) and keeps `min_free_memory_mb` free (GPU memory for CUDA
+  devices, host `MemAvailable` otherwise); it evicts idle models to make room, or refuses.
 - Several `devices` (issue 17): a speech LM is placed on every device with room for it,
   each its own replica in the engine (which routes requests by slack, engine/replicas.py),
   with the memory guard per device. Where none has room, idle models holding room on one
@@ -32,16 +33,15 @@ from engine.engine import Engine
 from engine.runner import Runner
 from engine.types import EngineError, UnknownModel
 from gateway.library import Library
-from gateway.model_spec import FreeMemory, Loader, Lookup, ModelSpec, folder_size, free_memory_bytes, \
+from gateway.model_spec import FreeMemory, Loader, Lookup, ModelSpec, estimate_memory, free_memory_bytes, \
     library_lookup, load_runner
 from gateway.placement import plan
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
 )
+from gateway.settings import MB as MB, format_mb  # MB: the unit of min_free_memory_mb
 
 log = logging.getLogger(__name__)
-
-MB = 1 << 20
 
 
 class Residency:
@@ -77,6 +77,7 @@ class Residency:
         self.busy_timeout_ms = busy_timeout_ms
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
+        self.cpu_workers = cpu_workers  # sizes a Piper pool, and so its estimate
         self._loader = loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers)
         self._free_memory = free_memory or free_memory_bytes
         self.poll_s = poll_s
@@ -190,8 +191,7 @@ class Residency:
                     raise UnknownModel(f"model {model_id!r} is not installed", field="model")
                 if keep_loaded and not spec.keep_loaded:
                     spec = dataclasses.replace(spec, keep_loaded=True)
-                footprint = int((spec.size_bytes or await asyncio.to_thread(folder_size, spec.path))
-                                * self.memory_factor)
+                footprint, how = await asyncio.to_thread(estimate_memory, spec, self.memory_factor, self.cpu_workers)
                 timeout_s = self._timeout_s(spec, timeout_ms)
             async with self._lock:
                 if model_id in self._residents:
@@ -205,10 +205,10 @@ class Residency:
                     continue
             remaining = timeout_s - (time.monotonic() - started)
             if blocked == "never":
-                raise InsufficientMemory(self._memory_message(model_id, footprint), field="model")
+                raise InsufficientMemory(self._memory_message(model_id, footprint, how), field="model")
             if remaining <= 0:
                 if blocked == "memory":
-                    raise InsufficientMemory(self._memory_message(model_id, footprint), field="model")
+                    raise InsufficientMemory(self._memory_message(model_id, footprint, how), field="model")
                 raise ServerBusy(
                     f"cannot load {model_id!r}: {self.max_loaded_models} model(s) are loaded and busy "
                     f"({', '.join(self._residents)}); waited {1000 * timeout_s:.0f} ms. Retry later, or "
@@ -262,11 +262,11 @@ class Residency:
         free = {device: self._free_memory(device) for device in self.devices}
         return plan(residents, free, footprint + self.min_free_bytes, self.max_loaded_models, self._busy)
 
-    def _memory_message(self, model_id: str, footprint: int) -> str:
+    def _memory_message(self, model_id: str, footprint: int, how: str) -> str:
         frees = [(device, self._free_memory(device)) for device in self.devices]
         free = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in frees)
         return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
-                f"(size on disk x {self.memory_factor}) and {self.min_free_bytes / MB:.0f} MB must stay free; "
+                f"({how}) and {format_mb(self.min_free_bytes)} must stay free; "
                 f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:

@@ -20,6 +20,7 @@ from engine.config import MECHANISMS
 
 
 AUTH_MODES = ("auto", "required", "off")
+MB = 1 << 20  # the unit of the *_mb settings (min_free_memory_mb, min_free_disk_mb): 2^20 bytes, a MiB
 _TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots", "devices")
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
 
@@ -65,13 +66,13 @@ class Settings:
     max_loaded_models: int = 2
     idle_unload_s: float = 0.0  # 0: never unload for idleness
     busy_timeout_ms: float = 5000.0  # longest a request waits for room before a 503
-    min_free_memory_mb: float = 256.0  # GPU memory on CUDA devices, else host MemAvailable
-    memory_factor: float = 1.5  # footprint estimate = size on disk x this
+    min_free_memory_mb: float = 256.0  # GPU memory on CUDA devices, else host MemAvailable (MB: `MB` bytes)
+    memory_factor: float = 1.5  # footprint estimate = size on disk x this, for families without their own (not Piper)
     # Downloads (gateway/downloads.py) and the catalog (models/catalog.json).
     catalog_path: str = ""  # empty: the packaged catalog
     download_base_url: str = "https://huggingface.co/"  # or a mirror, file:///dir, or /dir
     download_token: str = field(default="", repr=False)  # Bearer token for gated models
-    min_free_disk_mb: float = 256.0
+    min_free_disk_mb: float = 256.0  # after a download (MB: `MB` bytes)
     # Security and limits (README "Security"; gateway/security.py, auth.py, keys.py).
     allowed_hosts: tuple[str, ...] = ()  # Host names besides loopback ones and IP addresses; "*": any
     allowed_origins: tuple[str, ...] = ()  # browser origins besides the server's own (WebSocket, writes)
@@ -153,6 +154,12 @@ class Settings:
         if self.auth == "auto":
             return not is_loopback(self.host)
         return self.auth == "required"
+
+
+def format_mb(num_bytes: float) -> str:
+    """`num_bytes` in the unit of the *_mb settings, the way a setting gives it: `256 MB`,
+    `0.5 MB`, `100000000 MB` (no exponent, and a setting's value is not rounded to whole MB)."""
+    return f"{num_bytes / MB:.3f}".rstrip("0").rstrip(".") + " MB"
 
 
 def is_loopback(host: str) -> bool:

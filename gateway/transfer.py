@@ -2,10 +2,12 @@
 
 From an HTTP(S) base: `Range` from the bytes on disk, with `If-Range` (the ETag or
 Last-Modified kept in `<dest>.part.meta`) so a changed file starts over; 429, 5xx and cut
-connections are retried (`max_retries`, backoff `retry_backoff_s` x attempt), 401/403/404
-are errors at once. From a local folder: a copy resumed while the source's mtime is
-unchanged. Then the size against the catalog and the SHA-256 where it has one; a mismatch
-discards the file. Writes and hashing run off the event loop. Used by
+connections are retried, and an attempt that brought the file further does not count:
+`max_retries` bounds the attempts in a row that made no progress (a source that drops the
+connection every few MB still finishes), with a backoff of `retry_backoff_s` x that count
+(at least once); 401/403/404 are errors at once. From a local folder: a copy resumed while
+the source's mtime is unchanged. Then the size against the catalog and the SHA-256 where it
+has one; a mismatch discards the file. Writes and hashing run off the event loop. Used by
 gateway/downloads.py `DownloadManager`, which owns the download's life and its progress.
 """
 
@@ -42,16 +44,18 @@ class FileFetcher:
 
     async def fetch(self, download: Download, f: CatalogFile, work: Path) -> None:
         """Bring `work/<f.dest>.part` to the complete, verified content of `f`; raises
-        DownloadError when it cannot (after `max_retries` transient failures, resumable)."""
+        DownloadError when it cannot (after more than `max_retries` transient failures in a
+        row that left the file no longer than before; resumable)."""
         part = work / (f.dest + ".part")
         download.current_file = f.dest
         self._set_state(download, DownloadState.DOWNLOADING)
         part.parent.mkdir(parents=True, exist_ok=True)
         source = resolve(self.base_url, f)
         hasher = Hasher()
-        failures = 0
+        stalled = 0  # failed attempts in a row that made no progress
         while True:
             download.num_attempts += 1
+            before = part_size(part)
             try:
                 if isinstance(source, Path):
                     total = await self._copy(download, f, source, part, hasher)
@@ -59,19 +63,22 @@ class FileFetcher:
                     total = await self._get(download, f, source, part, hasher)
                 break
             except _Retry as reason:
-                failures += 1
-                if failures > self.max_retries:
+                # Progress: more bytes kept than before the attempt (not a start over that got as far).
+                stalled = 0 if part_size(part) > before else stalled + 1
+                if stalled > self.max_retries:
                     kept = sum(part_size(work / (g.dest + ".part")) for g in download.model.files)
                     resume = (f"; the {kept} bytes received so far are kept: install it again to resume"
                               if kept else "")
                     hint = ("" if kept or isinstance(source, Path) else
                             f"; if this machine cannot reach {self.base_url}, set "
                             "download_base_url (VOXGATE_DOWNLOAD_BASE_URL) to a mirror or a local folder")
-                    raise DownloadError("download_failed", f"{f.dest}: {reason} (gave up after "
-                                        f"{failures} attempts{resume}{hint})")
+                    attempts = f"{stalled} attempt{'s' if stalled > 1 else ''} in a row without progress"
+                    raise DownloadError("download_failed", f"{f.dest}: {reason} (gave up after {attempts}"
+                                        f"{resume}{hint})")
+                backoff_s = self.retry_backoff_s * max(1, stalled)
                 log.info("download of %s/%s interrupted (%s), resuming in %.1fs",
-                         download.model_id, f.dest, reason, self.retry_backoff_s * failures)
-                await asyncio.sleep(self.retry_backoff_s * failures)
+                         download.model_id, f.dest, reason, backoff_s)
+                await asyncio.sleep(backoff_s)
         await self._verify(download, f, part, hasher, total)
 
     async def _get(self, download: Download, f: CatalogFile, url: str, part: Path, hasher: Hasher) -> int:
@@ -84,6 +91,7 @@ class FileFetcher:
             offset = 0
         if offset and offset == known_total:
             await hasher.catch_up(part, offset)
+            download.continues_from(f.dest, offset)
             return offset  # complete before the interruption
         headers = {"Accept-Encoding": "identity"}
         if offset:
@@ -158,6 +166,7 @@ class FileFetcher:
     async def _receive(self, download: Download, f: CatalogFile, chunks: AsyncIterator[bytes], part: Path,
                        offset: int, hasher: Hasher) -> int:
         """Append `chunks` to `part` from `offset`; returns the file's size after."""
+        download.continues_from(f.dest, offset)
         download._done[f.dest] = offset
         with open(part, "r+b" if part.exists() else "wb") as out:
             out.seek(offset)

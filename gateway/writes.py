@@ -8,7 +8,9 @@ client counts as gone (`SlowClient`): its request is cancelled and its lease rel
 like on a disconnect, and a WebSocket session is closed with a reason.
 
 At shutdown, `WriteGuard.abort_all()` ends every waiting write at once, so slow clients
-cannot hold the server past `graceful_shutdown_s`.
+cannot hold the server past `graceful_shutdown_s`; a response abandoned then waits for the
+server's drain to abort its connection (gateway/server.py), so that uvicorn sees a client
+gone, not an app that returned without completing its response (an ERROR it logs).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# How long a response abandoned at shutdown waits for its connection to be aborted (the drain
+# does it `shutdown_margin_s / 2`, at most 0.5 s, after `abort_all`).
+ABANDONED_WAIT_S = 1.0
 
 
 class SlowClient(Exception):
@@ -67,7 +73,10 @@ class WriteTimeout:
     """ASGI middleware: each HTTP response message is sent within the guard's bound.
 
     On a timeout the response is abandoned: the app's stream is left (its `finally`
-    cancels the engine request) and uvicorn closes the connection.
+    cancels the engine request) and uvicorn closes the connection. At shutdown it returns
+    once the drain has aborted the connection (uvicorn logs an ERROR for a response left
+    incomplete on a connection still open; the stream is cut either way, never ended as if
+    complete).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -87,6 +96,18 @@ class WriteTimeout:
             await self.app(scope, receive, bounded_send)
         except SlowClient as error:
             log.warning("%s %s: response abandoned: %s", scope["method"], scope["path"], error)
+            if guard.aborted:
+                await _until_disconnect(receive, ABANDONED_WAIT_S)
+
+
+async def _until_disconnect(receive: Receive, timeout_s: float) -> None:
+    """Wait (at most `timeout_s`) until the server reports the client gone."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+    except TimeoutError:
+        pass
 
 
 class ClosingStreamingResponse(StreamingResponse):

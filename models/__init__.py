@@ -5,7 +5,10 @@ A family module provides:
 - `validate(path: Path, options: dict) -> dict`: check a model folder without loading
   weights; returns facts for the library (voices, size); raises `InvalidModel`;
 - `load(model_id: str, path: Path, options: dict, device: str) -> engine.runner.LMParts | SynthParts`
-  (the parts the engine builds a runner from, engine/runner.py `build_runner`).
+  (the parts the engine builds a runner from, engine/runner.py `build_runner`);
+- optionally `estimate_memory(size_bytes: int, options: dict) -> (bytes, how)`: what a model
+  will hold once loaded, for the memory guard (gateway/model_spec.py; without it: size on
+  disk x `memory_factor`).
 
 The core never imports a family module directly (piper-tts is GPL-3.0 and optional for
 library users); it goes through `family()`.

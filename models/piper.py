@@ -58,6 +58,13 @@ HEAD_MS = 250
 # ~3 dB under its peak-normalised level.
 CALIBRATION_TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 CALIBRATION_RMS = 0.068
+# Memory a loaded pool holds, in units of its .onnx file's size, for the memory guard before a
+# load (`estimate_memory`) and after (`PiperSynthesizer.memory_bytes`): VOICE_MEMORY for each voice
+# session (an onnxruntime session of the graph, or a split voice's prior + decoder: weights and
+# arenas; `workers` of them, twice that with wide sessions) and POOL_MEMORY once (what loading
+# leaves behind). Measured with the embedded voice: docs/library.md, "Memory estimates".
+VOICE_MEMORY = 1.2
+POOL_MEMORY = 2.3
 
 
 def available_cores() -> int:
@@ -74,6 +81,26 @@ def _count_option(options: dict[str, Any], key: str, default: int, minimum: int)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidModel(f"piper option {key} must be an integer >= {minimum}, got {value!r}", field=key)
     return value
+
+
+def _pool_shape(options: dict[str, Any]) -> tuple[int, int, int]:
+    """(workers, num_threads, alone_threads) that `load` gives a pool with `options`."""
+    workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
+    threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
+    alone = _count_option(options, "alone_threads", available_cores() if workers > 1 else 0, 0)
+    return workers, threads, alone
+
+
+def estimate_memory(size_bytes: int, options: dict[str, Any] | None = None) -> tuple[int, str]:
+    """(bytes, how) a voice of `size_bytes` on disk will hold once loaded with `options` (the
+    server's `cpu_workers` already filled in): its voice sessions (VOICE_MEMORY above). For the
+    memory guard before a load (gateway/model_spec.py `estimate_memory`); raises InvalidModel for
+    a bad option, as `load` would."""
+    workers, threads, alone = _pool_shape(dict(options or {}))
+    sessions = workers * (2 if alone > threads > 0 else 1)  # a wide session each (`PiperSynthesizer`)
+    return (int(size_bytes * (POOL_MEMORY + VOICE_MEMORY * sessions)),
+            f"{sessions} onnxruntime voice session{'s' if sessions > 1 else ''}: "
+            f"size on disk x ({POOL_MEMORY:g} + {VOICE_MEMORY:g} x {sessions})")
 
 
 def embedded_model_path() -> Path:
@@ -243,6 +270,7 @@ class PiperSynthesizer:
         self.sample_rate = int(self._voice.config.sample_rate)
         self.speakers = dict(self._voice.config.speaker_id_map or {})
         self._size = onnx.stat().st_size * (2 if wide else 1)
+        self.pool_bytes = 0  # what the pool holds once (POOL_MEMORY): counted on its first synthesizer (`load`)
         self.gain = 1.0
         self.streams = split is not None  # can stream a first chunk's opening
         frame_ms = 1000.0 * int(self._voice.config.hop_length) / self.sample_rate
@@ -319,8 +347,8 @@ class PiperSynthesizer:
         return pcm, words
 
     def memory_bytes(self) -> int:
-        # The ONNX graph's weights dominate; onnxruntime adds arenas on top (~1.5x seen).
-        return int(self._size * 1.5)
+        """Its voice sessions (VOICE_MEMORY x the .onnx each), plus `pool_bytes`."""
+        return int(self._size * VOICE_MEMORY) + self.pool_bytes
 
     def close(self) -> None:
         pass
@@ -382,9 +410,7 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """
     options = dict(options or {})
     onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
-    workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
-    threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
-    alone = _count_option(options, "alone_threads", available_cores() if workers > 1 else 0, 0)
+    workers, threads, alone = _pool_shape(options)
     head_ms = _count_option(options, "head_ms", HEAD_MS, 0)
     model = _with_alignments(onnx)
     split = split_model(model) if head_ms > 0 else None
@@ -394,4 +420,5 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     gain, decode_ms = synthesizers[0].calibrate()
     for synthesizer in synthesizers:
         synthesizer.use_calibration(gain, decode_ms)
+    synthesizers[0].pool_bytes = int(onnx.stat().st_size * POOL_MEMORY)
     return SynthParts(make_spec(synthesizers[0].voices()), list(synthesizers), options)

@@ -1,8 +1,11 @@
 """Ctrl-C on `voxgate serve` stops the server quietly: no traceback, exit status 130
-(a new user saw a KeyboardInterrupt traceback after the clean shutdown lines)."""
+(a new user saw a KeyboardInterrupt traceback after the clean shutdown lines); on
+`voxgate models install` it says what was kept, in one line."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
 import subprocess
@@ -11,6 +14,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ctrl_c_stops_the_server_without_a_traceback(tmp_path: Path) -> None:
@@ -37,3 +42,41 @@ def test_ctrl_c_stops_the_server_without_a_traceback(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 130, output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+
+
+def test_ctrl_c_during_models_install_keeps_the_bytes_without_a_traceback(tmp_path: Path) -> None:
+    """The new-user trial saw a KeyboardInterrupt/CancelledError traceback (resuming worked)."""
+    from tests.gateway.test_downloads import FILES, _model, _serve
+
+    model = _model(FILES)
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"version": 1, "models": [{
+        "id": model.id, "family": model.family, "name": model.name,
+        "files": [{"url": f.url, "dest": f.dest, "size_bytes": f.size_bytes, "sha256": f.sha256}
+                  for f in model.files]}]}))
+    data = tmp_path / "data"
+    part = data / "downloads" / model.id / "voice.onnx.part"
+    with _serve(model, FILES) as server:
+        server.delay_s = 0.04  # ~0.4 MB/s: interrupted well before the end
+        env = {**os.environ, "VOXGATE_CATALOG_PATH": str(catalog), "VOXGATE_DOWNLOAD_BASE_URL": server.url,
+               "VOXGATE_MIN_FREE_DISK_MB": "0"}
+        proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "models", "install", model.id, "--data-dir",
+                                 str(data)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not (part.exists() and part.stat().st_size >= 100_000):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the download never started"
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    kept = part.stat().st_size
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and "CancelledError" not in stderr, stderr
+    assert stderr.splitlines()[-1] == (f"interrupted; the {kept} bytes received are kept: run the same command "
+                                       "to resume"), stderr
+    assert 100_000 <= kept < len(FILES["voice.onnx"])

@@ -30,8 +30,12 @@ class FileServer(ThreadingHTTPServer):
     """Serves `files` (path -> bytes) with ETag and single-range support.
 
     `cut_after[path] = n` sends n body bytes of the next response for path, then drops
-    the connection (once). `corrupt` flips a byte in what is sent. `delay_s` sleeps
-    between 16 KiB pieces so a download can be watched or killed midway.
+    the connection (once; a list of n: one per response, in order); `cut_every[path] = n`
+    does so on every response. A retry that gets nothing new counts toward the client's
+    limit, so `[n, 0]` makes a download fail with n bytes kept. `corrupt`
+    flips a byte in what is sent. `ignore_range` answers every request with the whole
+    file (200). `delay_s` sleeps between 16 KiB pieces so a download can be watched or
+    killed midway.
     """
 
     daemon_threads = True
@@ -39,8 +43,10 @@ class FileServer(ThreadingHTTPServer):
     def __init__(self, files: dict[str, bytes]) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.files = files
-        self.cut_after: dict[str, int] = {}
+        self.cut_after: dict[str, int | list[int]] = {}
+        self.cut_every: dict[str, int] = {}
         self.corrupt: set[str] = set()
+        self.ignore_range = False
         self.delay_s = 0.0
         self.token: str | None = None
         self.requests: list[dict[str, Any]] = []
@@ -84,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         etag = '"%s"' % hashlib.sha256(data).hexdigest()[:16]
         start = 0
         requested = self.headers.get("Range")
-        if requested and self.headers.get("If-Range") in (None, etag):
+        if requested and self.headers.get("If-Range") in (None, etag) and not server.ignore_range:
             start = int(requested.removeprefix("bytes=").split("-")[0])
             if start >= len(data):
                 return self._empty(416)
@@ -98,7 +104,10 @@ class _Handler(BaseHTTPRequestHandler):
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         self.end_headers()
-        cut = server.cut_after.pop(path, None)
+        cuts = server.cut_after.get(path)
+        if isinstance(cuts, int):
+            cuts = server.cut_after[path] = [cuts]
+        cut = cuts.pop(0) if cuts else server.cut_every.get(path)
         try:
             for i in range(0, len(body), 16384):
                 piece = body[i:i + 16384]
@@ -218,7 +227,7 @@ def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        # First attempt fails for good (no retries): the partial is kept.
+        # Cut, then nothing new from the retry (no retries without progress): fails, the partial is kept.
         manager = _manager(tmp_path, registry, server.url, max_retries=0)
         download = await manager.install(model)
         with pytest.raises(DownloadError) as failed:
@@ -239,10 +248,10 @@ def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
         await manager2.aclose()
 
     with _serve(model, FILES) as server:
-        server.cut_after[model.files[0].url] = 250_000
+        server.cut_after[model.files[0].url] = [250_000, 0]
         asyncio.run(main(server))
         ranges = [r["range"] for r in server.gets(model.files[0].url)]
-    assert ranges == [None, "bytes=250000-", "bytes=350000-"]
+    assert ranges == [None, "bytes=250000-", "bytes=250000-", "bytes=350000-"]
     assert (registry.models["tiny"] / "voice.onnx").read_bytes() == FILES["voice.onnx"]
 
 
@@ -415,7 +424,7 @@ def test_remove_forgets_ended_downloads_and_a_failures_partials(tmp_path: Path) 
             older = await manager.install(model)
             with pytest.raises(DownloadError):
                 await older.wait()
-            server.cut_after[model.files[0].url] = 100_000
+            server.cut_after[model.files[0].url] = [100_000, 0]
             newer = await manager.install(model)  # resumes what `older` kept, and is cut again
             with pytest.raises(DownloadError):
                 await newer.wait()
@@ -434,7 +443,7 @@ def test_remove_forgets_ended_downloads_and_a_failures_partials(tmp_path: Path) 
         await manager.aclose()
 
     with _serve(model, FILES) as server:
-        server.cut_after[model.files[0].url] = 100_000
+        server.cut_after[model.files[0].url] = [100_000, 0]
         asyncio.run(main(server))
 
 

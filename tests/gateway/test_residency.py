@@ -142,10 +142,13 @@ def test_idle_model_is_unloaded(tmp_path: Path) -> None:
 
 
 def test_memory_guard_evicts_idle_then_refuses(tmp_path: Path) -> None:
-    total = 220 * MB
+    from gateway.model_spec import estimate_memory
+
+    footprint, _ = estimate_memory(ModelSpec("a", "piper", _voice(tmp_path, "size")), 1.5)  # (its sessions)
+    total = footprint + 100 * MB  # room for one voice and the 50 MB kept free, not for two
     residency_ref: list[Residency] = []
 
-    def free_memory() -> int:  # a device of 220 MB whose use is what residency holds
+    def free_memory() -> int:  # a device of `total` bytes whose use is what residency holds
         return total - sum(s["memory_bytes"] for s in residency_ref[0].residents())
 
     async def body(engine: Engine, residency: Residency) -> None:
