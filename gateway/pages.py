@@ -22,6 +22,7 @@ from gateway import references
 from gateway.errors import ApiError, error_body
 from gateway.presets import FAMILY_SETTINGS
 from gateway.projects_api import context, existing_project
+from gateway.settings import MB, format_mb
 from gateway.state import AppState
 from models import FAMILIES
 
@@ -85,7 +86,7 @@ async def index(request: Request) -> Response:
 _LIMITS = (  # residency settings shown on the library page: (setting, label, format)
     ("max_loaded_models", "Models loaded at most", "{:d}"),
     ("idle_unload_s", "Unload when idle for", "{:g} s"),
-    ("min_free_memory_mb", "Memory kept free", "{:g} MB"),
+    ("min_free_memory_mb", "Memory kept free", lambda mb: format_mb(mb * MB)),  # 1e8 is no "1e+08 MB"
     ("busy_timeout_ms", "Longest wait for room", "{:g} ms"),
 )
 
@@ -93,7 +94,8 @@ _LIMITS = (  # residency settings shown on the library page: (setting, label, fo
 async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
     limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
-               else fmt.format(getattr(settings, name))) for name, label, fmt in _LIMITS]
+               else fmt(getattr(settings, name)) if callable(fmt) else fmt.format(getattr(settings, name)))
+              for name, label, fmt in _LIMITS]
     return _render(request, "library.html", "library", limits=limits, device=", ".join(settings.devices),
                    families=list(FAMILIES))
 

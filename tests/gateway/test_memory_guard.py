@@ -97,3 +97,14 @@ def test_a_loaded_piper_pool_holds_about_its_estimate() -> None:
     assert how.startswith("4 onnxruntime voice sessions")
     assert abs(measured["memory_bytes"] - estimate) < 1024  # the loaded model reports what was estimated
     assert 0.75 < measured["grew"] / estimate < 1.25, (measured, estimate)
+
+
+def test_the_library_page_shows_the_memory_setting_as_given(tmp_path: Path) -> None:
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+    from tests.conftest import local_client
+
+    settings = load_settings(env={}, data_dir=tmp_path / "data", min_free_memory_mb=100000000, min_free_disk_mb=0)
+    with local_client(create_app(settings)) as client:
+        page = client.get("/library")
+        assert page.status_code == 200 and "100000000 MB" in page.text and "1e+08" not in page.text
