@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import socket
 import sys
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 from engine.config import MECHANISMS
+from gateway import cli_models
 from gateway.settings import Settings, is_loopback, load_settings
 
 
@@ -155,115 +155,6 @@ async def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _models_add(args: argparse.Namespace) -> int:
-    from gateway.library import Library
-    from models import FAMILIES, FamilyUnavailable, InvalidModel, family
-
-    settings = settings_from_args(args)
-    path = Path(args.path).expanduser().resolve()
-    try:
-        module = family(args.family)
-    except KeyError:
-        print(f"error: unknown family {args.family!r}; known families: {', '.join(FAMILIES)}", file=sys.stderr)
-        return 2
-    except FamilyUnavailable as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    options = {}
-    for item in args.option:  # KEY=VALUE, VALUE as JSON (true, 8, [1, 2]) or else a string
-        key, equals, raw = item.partition("=")
-        if not key or not equals:
-            print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
-        try:
-            options[key] = json.loads(raw)
-        except ValueError:
-            options[key] = raw
-    try:
-        info = module.validate(path, options)
-    except InvalidModel as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    model_id = args.id or path.name
-    library = await Library.open(settings.db_path)
-    try:
-        if await library.get_model(model_id) is not None:
-            print(f"error: a model with id {model_id!r} exists; pass --id", file=sys.stderr)
-            return 2
-        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
-                                size_bytes=info.get("size_bytes", 0), source="local")
-    finally:
-        await library.close()
-    print(f"added {model_id} ({args.family}, voices: {', '.join(info['voices'])})")
-    return 0
-
-
-async def _models_list(args: argparse.Namespace) -> int:
-    from gateway.library import Library
-
-    library = await Library.open(settings_from_args(args).db_path)
-    try:
-        for record in await library.list_models():
-            voices = await library.voices(record["id"])
-            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{', '.join(voices)}")
-    finally:
-        await library.close()
-    return 0
-
-
-async def _models_catalog(args: argparse.Namespace) -> int:
-    from gateway.catalog import load_catalog
-
-    settings = settings_from_args(args)
-    for model in load_catalog(settings.catalog_path or None).models:
-        size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
-        gated = "  (gated: needs download_token)" if model.gated else ""
-        print(f"{model.id}\t{model.family}\t{size}\t{', '.join(model.languages)}\t{model.name}{gated}")
-    return 0
-
-
-async def _models_install(args: argparse.Namespace) -> int:
-    """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume."""
-    from gateway.catalog import load_catalog
-    from gateway.download import DownloadError
-    from gateway.downloads import DownloadManager
-    from gateway.library import Library
-    from gateway.library_api import catalog_registrar
-
-    settings = settings_from_args(args)
-    model = load_catalog(settings.catalog_path or None).get(args.id)
-    if model is None:
-        print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
-        return 2
-    library = await Library.open(settings.db_path)
-
-    async def is_registered(model_id: str) -> bool:
-        return await library.get_model(model_id) is not None
-
-    manager = DownloadManager(settings.data_dir, catalog_registrar(library), is_registered=is_registered,
-                              base_url=settings.download_base_url, token=settings.download_token or None,
-                              min_free_disk_bytes=int(settings.min_free_disk_mb * (1 << 20)),
-                              progress_interval_s=1.0)
-    try:
-        with manager.subscribe() as events:
-            download = await manager.install(model)
-            async for event in events:
-                eta = f", {event['eta_s']:.0f} s left" if event["eta_s"] is not None else ""
-                print(f"{event['state']}: {event['bytes_done'] / 1e6:.1f} of {event['bytes_total'] / 1e6:.1f} MB "
-                      f"({event['percent']:.0f}%{eta})", file=sys.stderr)
-                if event["state"] in ("done", "failed", "cancelled"):
-                    break
-            await download.wait()
-    except DownloadError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 1
-    finally:
-        await manager.aclose()
-        await library.close()
-    print(f"installed {model.id} in {download.path}")
-    return 0
-
-
 def checkpoint(args: argparse.Namespace) -> int:
     try:
         from models.checkpoint import write_random
@@ -324,17 +215,17 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (README: Model options), e.g. --option max_running=8")
     common(a)
-    a.set_defaults(func=lambda args: asyncio.run(_models_add(args)))
+    a.set_defaults(func=lambda args: asyncio.run(cli_models.add(args, settings_from_args(args))))
     ls = m.add_parser("list", help="list installed models")
     common(ls)
-    ls.set_defaults(func=lambda args: asyncio.run(_models_list(args)))
+    ls.set_defaults(func=lambda args: asyncio.run(cli_models.list_models(args, settings_from_args(args))))
     cat = m.add_parser("catalog", help="list installable models")
     common(cat)
-    cat.set_defaults(func=lambda args: asyncio.run(_models_catalog(args)))
+    cat.set_defaults(func=lambda args: asyncio.run(cli_models.catalog(args, settings_from_args(args))))
     ins = m.add_parser("install", help="download a catalog model (resumes an interrupted one)")
     ins.add_argument("id")
     common(ins)
-    ins.set_defaults(func=lambda args: asyncio.run(_models_install(args)))
+    ins.set_defaults(func=lambda args: asyncio.run(cli_models.install(args, settings_from_args(args))))
 
     k = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
     kc = k.add_parser("create", help="create a key (printed once)")
