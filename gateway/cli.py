@@ -5,6 +5,7 @@
                 [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--option KEY=VALUE ...] [--data-dir D]
+                    [--config FILE]
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
   voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full [--type voice_design] DIR
@@ -210,7 +211,8 @@ def parser() -> argparse.ArgumentParser:
     a = m.add_parser("add", help="register a model folder")
     a.add_argument("--family", required=True)
     a.add_argument("--path", required=True)
-    a.add_argument("--id")
+    a.add_argument("--id", help="the model's id (default: the folder's name): letters, digits, _ . -, a letter or "
+                                "digit first, at most 128 characters")
     a.add_argument("--name")
     a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (README: Model options), e.g. --option max_running=8")

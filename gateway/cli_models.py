@@ -12,40 +12,49 @@ from pathlib import Path
 from gateway.settings import Settings
 
 
+def _error(message: str, status: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return status
+
+
 async def add(args: argparse.Namespace, settings: Settings) -> int:
-    from gateway.library import Library
+    """Register a folder after its family validated it, under an id that can name it later:
+    the library's id rule, not taken."""
+    from gateway.library import Library, default_model_id, model_id_problem
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
+    if args.id is not None and (problem := model_id_problem(args.id)):
+        return _error(f"--id: {problem}")
     path = Path(args.path).expanduser().resolve()
     try:
         module = family(args.family)
     except KeyError:
-        print(f"error: unknown family {args.family!r}; known families: {', '.join(FAMILIES)}", file=sys.stderr)
-        return 2
+        return _error(f"unknown family {args.family!r}; known families: {', '.join(FAMILIES)}")
     except FamilyUnavailable as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
+        return _error(error.message)
     options = {}
     for item in args.option:  # KEY=VALUE, VALUE as JSON (true, 8, [1, 2]) or else a string
         key, equals, raw = item.partition("=")
         if not key or not equals:
-            print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
+            return _error(f"--option {item!r} is not KEY=VALUE")
         try:
             options[key] = json.loads(raw)
         except ValueError:
             options[key] = raw
+    model_id = args.id if args.id is not None else default_model_id(path)
+    if args.id is None and (problem := model_id_problem(model_id)):
+        return _error(f"the folder's name {path.name!r} is no model id ({problem}); pass --id")
+    how = "pick another --id" if args.id is not None else "pass --id to register this folder under another id"
     try:
         info = module.validate(path, options)
     except InvalidModel as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    model_id = args.id or path.name
+        return _error(error.message)
+    except (OSError, ValueError) as error:
+        return _error(f"{path}: {error}")
     library = await Library.open(settings.db_path)
     try:
         if await library.get_model(model_id) is not None:
-            print(f"error: a model with id {model_id!r} exists; pass --id", file=sys.stderr)
-            return 2
+            return _error(f"a model with id {model_id!r} is installed (`voxgate models list`); {how}")
         await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
                                 size_bytes=info.get("size_bytes", 0), source="local")
     finally:

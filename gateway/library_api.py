@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -41,7 +40,7 @@ from gateway.download import DownloadError
 from gateway.downloads import DownloadManager, Register
 from gateway.errors import ApiError, read_json
 from gateway.json_input import check_fields, finite_number
-from gateway.library import Library
+from gateway.library import Library, default_model_id, model_id_problem
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
@@ -51,7 +50,6 @@ log = logging.getLogger(__name__)
 
 SSE_HEARTBEAT_S = 15.0
 SSE_MAX_S = 900.0  # EventSource reconnects by itself; a bounded stream never blocks a shutdown for long
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CATALOG_FIELDS: frozenset[str] = frozenset({"id", "wait"})  # POST /v1/library/install, the two forms
 _FOLDER_FIELDS: frozenset[str] = frozenset({"path", "family", "id", "name", "options"})
 
@@ -163,6 +161,10 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
         check_options(options, getattr(module, "OPTIONS", {}), family_name)
     except InvalidModel as error:
         raise InvalidInput(error.message, field=error.field) from None
+    given_id = data.get("id")
+    problem = model_id_problem(given_id) if given_id is not None else None
+    if problem:  # before the folder too: it tells nothing about it
+        raise InvalidInput(problem, field="id")
     path = Path(raw_path).expanduser()
     invalid = ApiError(422, "invalid_model_folder", f"{raw_path!r} is not a valid {family_name} model folder "
                        "under the local_model_roots", field="path")
@@ -174,9 +176,10 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     except (InvalidModel, OSError, ValueError) as error:
         log.info("local install of %r refused: %s", raw_path, getattr(error, "message", None) or error)
         raise invalid from None
-    model_id = data.get("id") or re.sub(r"[^A-Za-z0-9_.-]", "-", path.name)
-    if not isinstance(model_id, str) or not _MODEL_ID.match(model_id):
-        raise InvalidInput(f"id must match {_MODEL_ID.pattern}", field="id")
+    model_id = given_id if given_id is not None else default_model_id(path)
+    problem = model_id_problem(model_id)
+    if problem:  # only a folder's name gets here: a given id was checked above
+        raise InvalidInput(f"the folder's name is no model id ({problem}); give an id", field="id")
     if await state.library.get_model(model_id) is not None:
         raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
                        field="id")
