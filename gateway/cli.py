@@ -212,7 +212,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--family", required=True)
     a.add_argument("--path", required=True)
     a.add_argument("--id", help="the model's id (default: the folder's name): letters, digits, _ . -, a letter or "
-                                "digit first, at most 128 characters")
+                                "digit first, at most 128 characters; no catalog model's id")
     a.add_argument("--name")
     a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (README: Model options), e.g. --option max_running=8")

@@ -19,7 +19,8 @@ def _error(message: str, status: int = 2) -> int:
 
 async def add(args: argparse.Namespace, settings: Settings) -> int:
     """Register a folder after its family validated it, under an id that can name it later:
-    the library's id rule, not taken."""
+    the library's id rule, no catalog model's id, not taken."""
+    from gateway.catalog import load_catalog
     from gateway.library import Library, default_model_id, model_id_problem
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
@@ -45,6 +46,8 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     if args.id is None and (problem := model_id_problem(model_id)):
         return _error(f"the folder's name {path.name!r} is no model id ({problem}); pass --id")
     how = "pick another --id" if args.id is not None else "pass --id to register this folder under another id"
+    if load_catalog(settings.catalog_path or None).get(model_id) is not None:
+        return _error(f"{model_id!r} is the id of a catalog model (`voxgate models catalog`); {how}")
     try:
         info = module.validate(path, options)
     except InvalidModel as error:

@@ -180,6 +180,10 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     problem = model_id_problem(model_id)
     if problem:  # only a folder's name gets here: a given id was checked above
         raise InvalidInput(f"the folder's name is no model id ({problem}); give an id", field="id")
+    assert state.catalog is not None
+    if state.catalog.get(model_id) is not None:  # the catalog would show its model as installed
+        raise ApiError(409, "catalog_id", f"{model_id!r} is the id of a catalog model (GET /v1/library/catalog); "
+                       "pick another id for this folder", field="id")
     if await state.library.get_model(model_id) is not None:
         raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
                        field="id")

@@ -57,7 +57,7 @@ def test_config_model_ids_follow_the_same_rule(tmp_path: Path) -> None:
         load_settings(config, env={})
 
 
-def test_a_duplicate_id_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_duplicate_and_catalog_ids_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder, data = _voice(tmp_path, "orph"), tmp_path / "data"
     assert _add(data, folder) == 0
     capsys.readouterr()
@@ -66,5 +66,8 @@ def test_a_duplicate_id_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFi
                                        "to register this folder under another id\n")
     assert _add(data, folder, "--id", "orph") == 2  # --id was given: another one
     assert capsys.readouterr().err.endswith("is installed (`voxgate models list`); pick another --id\n")
+    assert _add(data, folder, "--id", "de_DE-thorsten-medium") == 2  # a catalog model's id (a Piper voice)
+    assert capsys.readouterr().err == ("error: 'de_DE-thorsten-medium' is the id of a catalog model "
+                                       "(`voxgate models catalog`); pick another --id\n")
     assert set(_listed(data, capsys)) == {"orph"}
 

@@ -1,5 +1,6 @@
-"""POST /v1/library/install refuses ids off the library's rule, which no path could name later
-(the new-user trial's findings; the rest of the library API: test_library_api.py)."""
+"""POST /v1/library/install refuses what could not be named or told apart later: ids off the
+library's rule, a catalog model's id for a folder (the new-user trial's findings; the rest of
+the library API: test_library_api.py)."""
 
 from __future__ import annotations
 
@@ -68,4 +69,19 @@ def test_folder_ids_follow_the_rule_every_path_can_name(tmp_path: Path) -> None:
         assert named.status_code == 400 and "the folder's name is no model id" in named.json()["error"]["message"]
         assert _install(client, path=str(folder)).json()["id"] == "bob"
         assert client.delete("/v1/library/models/bob").status_code == 200  # what it registers it can delete
+
+
+def test_a_folder_never_takes_a_catalog_models_id(tmp_path: Path) -> None:
+    folder, amy = _voice(tmp_path, "bob"), _voice(tmp_path / "other", "amy")
+    with _client(tmp_path) as client:
+        for body in ({"path": str(folder), "id": "amy"}, {"path": str(amy)}):  # given, or the folder's name
+            refused = _install(client, **body)
+            assert refused.status_code == 409, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "catalog_id" and error["field"] == "id"
+            assert error["message"] == ("'amy' is the id of a catalog model (GET /v1/library/catalog); "
+                                        "pick another id for this folder")
+        catalog = {m["id"]: m for m in client.get("/v1/library/catalog").json()["data"]}
+        assert catalog["amy"]["installed"] is False
+        assert _install(client, path=str(amy), id="my-amy").status_code == 201
 
