@@ -1,6 +1,6 @@
 """The Starlette application: routes as one list (gateway/routes.py), middleware, errors
-mapped once, a lifespan that applies migrations, registers the embedded voice and config
-models, and runs the engine.
+mapped once, a lifespan that holds the data dir's server lock (gateway/server_lock.py), applies
+migrations, registers the embedded voice and config models, and runs the engine.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
 from gateway.routes import app_routes
 from gateway.security import browser_middleware
+from gateway.server_lock import serving
 from gateway.settings import Settings
 from gateway.state import AppState
 from gateway.takes import TakeStore
@@ -71,6 +72,12 @@ async def register_models(library: Library, settings: Settings) -> None:
 def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        with serving(settings.data_dir):  # `voxgate models remove` refuses meanwhile (gateway/server_lock.py)
+            async with run(app):
+                yield
+
+    @contextlib.asynccontextmanager
+    async def run(app: Starlette) -> AsyncIterator[None]:
         catalog = load_catalog(settings.catalog_path or None)  # a bad catalog stops the start here
         library = await Library.open(settings.db_path)
         keys = KeyStore(library)

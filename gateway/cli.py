@@ -8,6 +8,7 @@
                     [--config FILE]
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
+  voxgate models remove ID [--data-dir D] [--config FILE]
   voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full [--type voice_design] DIR
   voxgate keys create NAME [--scope speech|admin ...] [--rate-limit 600/minute] [--max-concurrent N]
   voxgate keys list | voxgate keys revoke ID|PREFIX|NAME     [--data-dir D] [--config FILE]
@@ -218,6 +219,11 @@ def parser() -> argparse.ArgumentParser:
                    help="a model option, repeatable (README: Model options), e.g. --option max_running=8")
     common(a)
     a.set_defaults(func=lambda args: asyncio.run(cli_models.add(args, settings_from_args(args))))
+    rm = m.add_parser("remove", help="remove a model, as DELETE /v1/library/models/{id} does (with no server "
+                                     "running on the data dir): deletes its folder only if Voxgate downloaded it")
+    rm.add_argument("id")
+    common(rm)
+    rm.set_defaults(func=lambda args: asyncio.run(cli_models.remove(args, settings_from_args(args))))
     ls = m.add_parser("list", help="list installed models")
     common(ls)
     ls.set_defaults(func=lambda args: asyncio.run(cli_models.list_models(args, settings_from_args(args))))

@@ -57,12 +57,52 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     library = await Library.open(settings.db_path)
     try:
         if await library.get_model(model_id) is not None:
-            return _error(f"a model with id {model_id!r} is installed (`voxgate models list`); {how}")
+            return _error(f"a model with id {model_id!r} is installed (`voxgate models list`); {how}, or remove "
+                          f"that one first: voxgate models remove {model_id}")
         await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
                                 size_bytes=info.get("size_bytes", 0), source="local")
     finally:
         await library.close()
     print(f"added {model_id} ({args.family}, voices: {', '.join(info['voices'])})")
+    return 0
+
+
+async def remove(args: argparse.Namespace, settings: Settings) -> int:
+    """What DELETE /v1/library/models/{id} does, with no server running on the data dir: the
+    model leaves the library, its folder is deleted only if Voxgate downloaded it, the presets
+    that used it are named (they stay, unusable). The built-in voice is refused. Beside a live
+    server it refuses (gateway/server_lock.py): only the server knows whether the model is
+    serving, and it would keep a loaded model in memory. Any id the library holds goes,
+    including one from before the id rule (`a/b`), which no API path can name."""
+    from gateway.library import Library
+    from gateway.library_api import delete_downloaded_folder, presets_using, protected_message
+    from gateway.server_lock import alone
+
+    with alone(settings.data_dir) as no_server:
+        if not no_server:
+            return _error(f"a Voxgate server is running on {settings.data_dir}: remove the model through it "
+                          f"(DELETE /v1/library/models/{args.id}, which unloads it first and refuses while it "
+                          "serves requests), or stop the server first", 1)
+        library = await Library.open(settings.db_path)
+        try:
+            record = await library.get_model(args.id)
+            if record is None:
+                return _error(f"no model {args.id!r} is installed (`voxgate models list`)", 1)
+            if record["source"] == "embedded":
+                return _error(protected_message(args.id), 1)
+            presets = await presets_using(library, args.id)
+            await library.remove_model(args.id)
+        finally:
+            await library.close()
+        files_removed = await delete_downloaded_folder(settings.data_dir, record)
+    where = f"; deleted its folder {record['path']}" if files_removed else \
+        f"; its folder {record['path']} stays (Voxgate did not download it)" if record["path"] else ""
+    print(f"removed {args.id}{where}")
+    if record["source"] == "config":
+        print(f"warning: {args.id!r} is a [[models]] entry of the config file: it comes back at the next start "
+              "unless the entry goes", file=sys.stderr)
+    if presets:
+        print(f"presets now unusable (edit or delete them): {', '.join(presets)}")
     return 0
 
 

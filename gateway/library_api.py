@@ -250,28 +250,47 @@ async def cancel_download(request: Request) -> JSONResponse:
     return JSONResponse({**download.as_json(), "removed": True, "files_removed": files_removed})
 
 
+def protected_message(model_id: str) -> str:
+    return f"{model_id!r} is built in and would come back at the next start"
+
+
+async def presets_using(library: Library, model_id: str) -> list[str]:
+    """The presets of `model_id`: unusable once it is removed (they stay, answering 404)."""
+    return [p["name"] for p in await library.list_presets() if p["model_id"] == model_id]
+
+
+async def delete_downloaded_folder(data_dir: Path, record: dict[str, Any]) -> bool:
+    """Delete a removed model's folder if Voxgate downloaded it (a catalog model's, in
+    `<data_dir>/models/`); a folder registered from elsewhere is left alone. Whether it deleted."""
+    owned = (data_dir / "models").resolve()  # (the data dir as the server or the CLI spelled it)
+    path = Path(record["path"]).resolve() if record["path"] else None
+    if path is None or record["source"] != "catalog" or path.parent != owned:
+        return False
+    # Rename first: a half-deleted folder must never look like an installed model.
+    trash = owned / f".trash-{record['id']}-{uuid.uuid4().hex[:8]}"
+    try:
+        await asyncio.to_thread(os.replace, path, trash)
+    except FileNotFoundError:  # deleted by hand already
+        return False
+    await asyncio.to_thread(shutil.rmtree, trash, True)
+    return True
+
+
 async def delete_model(request: Request) -> JSONResponse:
+    """DELETE /v1/library/models/{id}; `voxgate models remove` (gateway/cli_models.py) does the
+    same, with no server running."""
     state = _state(request)
     model_id = request.path_params["model_id"]
     record = await state.library.get_model(model_id)
     if record is None:
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
     if record["source"] == "embedded":
-        raise ApiError(409, "model_protected", f"{model_id!r} is built in and would come back at the next start",
-                       field="model")
+        raise ApiError(409, "model_protected", protected_message(model_id), field="model")
     await state.residency.unload(model_id)  # ModelBusy (409) while it serves requests
-    presets = [p["name"] for p in await state.library.list_presets() if p["model_id"] == model_id]
+    presets = await presets_using(state.library, model_id)
     await state.library.remove_model(model_id)
     await state.residency.unload(model_id)  # in case a request loaded it meanwhile
-    removed = False
-    owned = state.settings.data_dir / "models"
-    path = Path(record["path"]) if record["path"] else None
-    if path is not None and record["source"] == "catalog" and path.parent == owned:
-        # Rename first: a half-deleted folder must never look like an installed model.
-        trash = owned / f".trash-{model_id}-{uuid.uuid4().hex[:8]}"
-        await run_in_threadpool(os.replace, path, trash)
-        await run_in_threadpool(shutil.rmtree, trash, True)
-        removed = True
+    removed = await delete_downloaded_folder(state.settings.data_dir, record)
     if state.downloads is not None:  # its finished download would otherwise still say "done" to the pages
         for download in state.downloads.downloads():
             if download["model_id"] == model_id:
