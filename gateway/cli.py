@@ -209,7 +209,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=serve)
 
     m = sub.add_parser("models", help="manage the model library").add_subparsers(dest="action", required=True)
-    a = m.add_parser("add", help="register a model folder")
+    a = m.add_parser("add", help="register a model folder (validated first: its files are read, not loaded)")
     a.add_argument("--family", required=True)
     a.add_argument("--path", required=True)
     a.add_argument("--id", help="the model's id (default: the folder's name): letters, digits, _ . -, a letter or "

@@ -18,8 +18,8 @@ def _error(message: str, status: int = 2) -> int:
 
 
 async def add(args: argparse.Namespace, settings: Settings) -> int:
-    """Register a folder after its family validated it, under an id that can name it later:
-    the library's id rule, no catalog model's id, not taken."""
+    """Register a folder after its family validated it (files read, not loaded), under an id
+    that can name it later: the library's id rule, no catalog model's id, not taken."""
     from gateway.catalog import load_catalog
     from gateway.library import Library, default_model_id, model_id_problem
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family

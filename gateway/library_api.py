@@ -55,7 +55,8 @@ _FOLDER_FIELDS: frozenset[str] = frozenset({"path", "family", "id", "name", "opt
 
 
 def catalog_registrar(library: Library) -> Register:
-    """Validate a downloaded folder with its family, then add model + voices in one transaction."""
+    """Validate a downloaded folder with its family (its files read to their end: a truncated one
+    the catalog has no hash for is caught here), then add model + voices in one transaction."""
 
     async def register(model: CatalogModel, path: Path) -> None:
         options = dict(model.options)

@@ -89,6 +89,16 @@ def test_duplicate_and_catalog_ids_say_what_to_do(tmp_path: Path, capsys: pytest
     assert set(_listed(data, capsys)) == {"orph"}
 
 
+def test_a_missing_folder_is_named_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nonexist"
+    for family in ("piper", "orpheus", "qwen3_tts"):
+        code = main(["models", "add", "--family", family, "--path", str(missing), "--data-dir", str(tmp_path)])
+        err = capsys.readouterr().err
+        if "needs the package" in err:  # a machine without the lm extra
+            continue
+        assert code == 2 and err == f"error: {missing} does not exist\n", (family, err)
+
+
 def test_remove_does_what_delete_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder, data = _voice(tmp_path, "bob"), tmp_path / "data"
     assert _add(data, folder) == 0

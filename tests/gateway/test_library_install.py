@@ -1,6 +1,6 @@
-"""POST /v1/library/install refuses what could not be named or told apart later: ids off the
-library's rule, a catalog model's id for a folder (the new-user trial's findings; the rest of
-the library API: test_library_api.py)."""
+"""POST /v1/library/install refuses what could not be named, served or told apart later: ids
+off the library's rule, a catalog model's id for a folder, files that would fail to load (the
+new-user trial's findings; the rest of the library API: test_library_api.py)."""
 
 from __future__ import annotations
 
@@ -85,3 +85,22 @@ def test_a_folder_never_takes_a_catalog_models_id(tmp_path: Path) -> None:
         assert catalog["amy"]["installed"] is False
         assert _install(client, path=str(amy), id="my-amy").status_code == 201
 
+
+def test_a_truncated_download_is_not_installed(tmp_path: Path) -> None:
+    """No hash and an approximate size: only the family's validate can tell it is cut short."""
+    with _client(tmp_path) as client:
+        failed = client.post("/v1/library/install", json={"id": "amy", "wait": True})
+        assert failed.status_code == 500, failed.text
+        error = failed.json()["error"]
+        assert error["code"] == "registration_failed" and "amy.onnx is not a readable ONNX model" in error["message"]
+        assert "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
+        assert not (tmp_path / "data" / "models" / "amy").exists()
+        assert client.get("/v1/library/downloads").json()["data"][0]["state"] == "failed"
+
+
+def test_a_truncated_folder_is_refused_like_any_invalid_one(tmp_path: Path) -> None:
+    cut = _voice(tmp_path, "cut", onnx=ONNX.read_bytes()[:-1000])
+    with _client(tmp_path) as client:
+        refused = _install(client, path=str(cut))
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_model_folder"
+        assert "cut" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
