@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
+from gateway.model_spec import LoadErrors, load_runner
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
 from gateway.request_id import RequestIdMiddleware
@@ -88,9 +90,11 @@ def create_app(settings: Settings) -> Starlette:
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
+        load_errors = LoadErrors()  # each model's last failed load, for GET /v1/models
         residency = Residency(
-            engine, library, devices=settings.devices, max_running=settings.max_running,
-            cpu_workers=settings.cpu_workers,
+            engine, library, devices=settings.devices,
+            loader=load_errors.wrap(functools.partial(load_runner, max_running=settings.max_running,
+                                                      cpu_workers=settings.cpu_workers)),
             max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)
@@ -106,7 +110,7 @@ def create_app(settings: Settings) -> Starlette:
         metrics.watch(residency, engine)
         state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
                          keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
-                         writes=WriteGuard(settings.send_timeout_s))
+                         writes=WriteGuard(settings.send_timeout_s), load_errors=load_errors)
         generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
         state.projects = generator
         app.state.voxgate = state

@@ -3,18 +3,26 @@
 `ModelSpec` comes from the library's `models` row (`library_lookup`); `load_runner` turns it
 into an engine runner (the family's `load`, then `engine.runner.build_runner`); the memory
 guard measures `free_memory_bytes` on the device and a model's `folder_size` on disk.
+
+A load that fails is checked with the family's `validate` (its files read, not loaded): when
+that finds them broken, the load raises `InvalidModel` saying which file, and the request gets
+500 `model_load_failed` with `x-should-retry: false` (gateway/errors.py) instead of a 503 a
+client retries; a load that fails with good files (out of memory, a busy GPU) stays a 503.
+`LoadErrors` keeps each model's last failed load for `GET /v1/models` (`load_error`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
 from engine.runner import Runner, build_runner
 from gateway.library import Library
-from models import family
+from models import InvalidModel, family
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +77,70 @@ def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers
     workers_option = getattr(module, "WORKERS_OPTION", None)
     if cpu_workers and workers_option is not None:
         options.setdefault(workers_option, cpu_workers)
-    parts = module.load(spec.model_id, spec.path, options, device)
+    try:
+        parts = module.load(spec.model_id, spec.path, options, device)
+    except InvalidModel:
+        raise
+    except Exception as error:
+        broken = files_problem(spec)
+        if broken is not None:
+            raise InvalidModel(f"{broken}; its load failed with: {_short(error)}") from error
+        raise
     return build_runner(spec.model_id, parts, device, max_running)
+
+
+def files_problem(spec: ModelSpec) -> str | None:
+    """What the family's `validate` finds wrong with a model's folder now (a file truncated,
+    corrupt or gone), or None: nothing, or the embedded model (no folder)."""
+    if spec.path is None:
+        return None
+    try:
+        family(spec.family).validate(spec.path, dict(spec.options))
+    except InvalidModel as problem:
+        return problem.message
+    except Exception:  # validate itself broke on it: say nothing more than the load's own error
+        pass
+    return None
+
+
+def _short(error: BaseException, limit: int = 300) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+class LoadErrors:
+    """Each model's last failed load (its message, device, when, and whether another try may work:
+    not when the load raised `InvalidModel`, files broken or options that cannot work), for
+    `GET /v1/models`; a successful load or a removal clears it.
+    `wrap(loader)` records them; the loader runs in worker threads, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._errors: dict[str, dict[str, Any]] = {}
+
+    def wrap(self, loader: Loader) -> Loader:
+        def load(spec: ModelSpec, device: str) -> Runner:
+            try:
+                runner = loader(spec, device)
+            except Exception as error:
+                message = getattr(error, "message", None) or _short(error)
+                with self._lock:
+                    self._errors[spec.model_id] = {"message": message, "retryable": not isinstance(error, InvalidModel),
+                                                   "device": device, "at": time.time()}
+                raise
+            self.forget(spec.model_id)
+            return runner
+
+        return load
+
+    def get(self, model_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            error = self._errors.get(model_id)
+        return dict(error) if error is not None else None
+
+    def forget(self, model_id: str) -> None:
+        with self._lock:
+            self._errors.pop(model_id, None)
 
 
 def free_memory_bytes(device: str) -> int | None:

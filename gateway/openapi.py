@@ -81,7 +81,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("GET", "/health"): {"summary": "Liveness and engine state (503 while draining)"},
         ("GET", "/metrics"): {"summary": "Prometheus metrics", "responses": {"200": {"content": {"text/plain": {}}}}},
         ("GET", "/v1/models"): {"summary": "Installed models (OpenAI's model object + family, model_type, voices, "
-                                           "residency)"},
+                                           "residency, the last failed load's load_error)"},
         ("GET", "/v1/models/{model_id}"): {"summary": "One model"},
         ("GET", "/v1/audio/voices"): {"summary": "Voices and presets",
                                       "parameters": [_query("model", _string(), "only this model's")]},
