@@ -9,7 +9,7 @@
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
   voxgate models remove ID [--data-dir D] [--config FILE]
-  voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full [--type voice_design] DIR
+  voxgate checkpoint random --family orpheus|qwen3_tts [--size tiny|full|0.6b|1.7b] [--type TYPE] [--force] DIR
   voxgate keys create NAME [--scope speech|admin ...] [--rate-limit 600/minute] [--max-concurrent N]
   voxgate keys list | voxgate keys revoke ID|PREFIX|NAME     [--data-dir D] [--config FILE]
 """
@@ -252,8 +252,10 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="write checkpoints").add_subparsers(dest="action", required=True)
     r = c.add_parser("random", help="a random checkpoint in the family's on-disk format")
     r.add_argument("--family", required=True, choices=["orpheus", "qwen3_tts"])
-    # qwen3_tts: full = 1.7b; 0.6b and 1.7b name the two released sizes
-    r.add_argument("--size", choices=["tiny", "full", "0.6b", "1.7b"], default="tiny")
+    r.add_argument("--size", choices=["tiny", "full", "0.6b", "1.7b"], default="tiny",
+                   help="tiny (the default): 2 narrow layers, fast on a CPU, for tests; full: the released "
+                        "shapes (orpheus: Llama-3.2-3B, ~6.6 GB in bf16; qwen3_tts: 1.7B), for GPU benchmarks. "
+                        "orpheus takes tiny and full; qwen3_tts also 0.6b and 1.7b (= full), its two released sizes")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--type", choices=["custom_voice", "voice_design", "base"], default=None,
                    help="qwen3_tts: the model type (default custom_voice: named speakers; voice_design: "

@@ -17,10 +17,18 @@ def _error(message: str, status: int = 2) -> int:
     return status
 
 
+def _voices(names: list[str], kind: str) -> str:
+    """What `voices:` says, as the API lists them (gateway/clone_voices.py `model_voices`)."""
+    if kind == "reference":  # a Qwen3-TTS Base model speaks only in cloned voices
+        return ", ".join(names) if names else "none until a reference voice is uploaded (POST /v1/voices/references)"
+    return ", ".join(names)
+
+
 async def add(args: argparse.Namespace, settings: Settings) -> int:
     """Register a folder after its family validated it (files read, not loaded), under an id
     that can name it later: the library's id rule, no catalog model's id, not taken."""
     from gateway.catalog import load_catalog
+    from gateway.clone_voices import library_voices
     from gateway.library import Library, default_model_id, model_id_problem
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
@@ -61,9 +69,11 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
                           f"that one first: voxgate models remove {model_id}")
         await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
                                 size_bytes=info.get("size_bytes", 0), source="local")
+        record = {"id": model_id, "family": args.family, "path": str(path)}
+        voices = _voices(*await library_voices(library, settings.data_dir, record))
     finally:
         await library.close()
-    print(f"added {model_id} ({args.family}, voices: {', '.join(info['voices'])})")
+    print(f"added {model_id} ({args.family}, voices: {voices})")
     return 0
 
 
@@ -107,13 +117,14 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def list_models(args: argparse.Namespace, settings: Settings) -> int:
+    from gateway.clone_voices import library_voices
     from gateway.library import Library
 
     library = await Library.open(settings.db_path)
     try:
         for record in await library.list_models():
-            voices = await library.voices(record["id"])
-            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{', '.join(voices)}")
+            voices = _voices(*await library_voices(library, settings.data_dir, record))
+            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{voices}")
     finally:
         await library.close()
     return 0

@@ -149,3 +149,15 @@ def test_remove_refuses_beside_a_live_server(tmp_path: Path, capsys: pytest.Capt
         assert client.get("/v1/models/bob").status_code == 200  # still there, still loaded
     assert main(["models", "remove", "bob", "--data-dir", str(data)]) == 0  # once it has stopped
 
+
+def test_a_base_model_lists_the_voices_the_api_lists(qwen3_tts_tiny_base: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Not its `default` (no voice it can speak in) but the reference voices: none yet."""
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "qwen3_tts", "--path", str(qwen3_tts_tiny_base), "--id", "base",
+                 "--data-dir", str(data)]) == 0
+    none_yet = "none until a reference voice is uploaded (POST /v1/voices/references)"
+    assert capsys.readouterr().out == f"added base (qwen3_tts, voices: {none_yet})\n"
+    assert _listed(data, capsys)["base"][3] == none_yet
+    with local_client(create_app(load_settings(env={}, data_dir=data, min_free_memory_mb=0))) as client:
+        assert client.get("/v1/models/base").json()["voices"] == []
