@@ -5,14 +5,17 @@
                                            400 auth_required for a gated model without a token
                                            {"path", "family", "id"?, "name"?, "options"?} -> 201: a
                                            folder under `local_model_roots` (403 when unset; 422
-                                           invalid_model_folder for any folder that does not qualify)
+                                           invalid_model_folder for any folder that does not qualify;
+                                           400 for an id off gateway/library.py's MODEL_ID, 409
+                                           catalog_id for a catalog model's id, model_exists for a taken one)
   GET    /v1/library/downloads             running and recent downloads (poll)
   GET    /v1/library/downloads/events      the same as Server-Sent Events (`?until=idle` ends
                                            the stream once nothing is downloading)
   DELETE /v1/library/downloads/{id}        cancel a running one (partial files are removed), or
                                            remove an ended one from the list (a failed one's
                                            kept partial files too)
-  DELETE /v1/library/models/{id}           409 while the model serves requests
+  DELETE /v1/library/models/{id}           409 while the model serves requests (`voxgate models remove`
+                                           does the same with no server running)
   POST   /v1/models/{id}/load              {"timeout_ms"?} (JSON; may be empty); 503 server_busy /
                                            insufficient_memory; OpenAI names (`tts-1`) mean the
                                            default model, as in `GET /v1/models/{id}`
