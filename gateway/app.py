@@ -1,12 +1,13 @@
 """The Starlette application: routes as one list (gateway/routes.py), middleware, errors
-mapped once, a lifespan that applies migrations, registers the embedded voice and config
-models, and runs the engine.
+mapped once, a lifespan that holds the data dir's server lock (gateway/server_lock.py), applies
+migrations, registers the embedded voice and config models, and runs the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from pathlib import Path
@@ -29,12 +30,14 @@ from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
+from gateway.model_spec import LoadErrors, load_runner
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
 from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
 from gateway.routes import app_routes
 from gateway.security import browser_middleware
+from gateway.server_lock import serving
 from gateway.settings import Settings
 from gateway.state import AppState
 from gateway.takes import TakeStore
@@ -71,6 +74,12 @@ async def register_models(library: Library, settings: Settings) -> None:
 def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        with serving(settings.data_dir):  # `voxgate models remove` refuses meanwhile (gateway/server_lock.py)
+            async with run(app):
+                yield
+
+    @contextlib.asynccontextmanager
+    async def run(app: Starlette) -> AsyncIterator[None]:
         catalog = load_catalog(settings.catalog_path or None)  # a bad catalog stops the start here
         library = await Library.open(settings.db_path)
         keys = KeyStore(library)
@@ -81,9 +90,11 @@ def create_app(settings: Settings) -> Starlette:
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
+        load_errors = LoadErrors()  # each model's last failed load, for GET /v1/models
         residency = Residency(
-            engine, library, devices=settings.devices, max_running=settings.max_running,
-            cpu_workers=settings.cpu_workers,
+            engine, library, devices=settings.devices,
+            loader=load_errors.wrap(functools.partial(load_runner, max_running=settings.max_running,
+                                                      cpu_workers=settings.cpu_workers)),
             max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)
@@ -99,7 +110,7 @@ def create_app(settings: Settings) -> Starlette:
         metrics.watch(residency, engine)
         state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
                          keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
-                         writes=WriteGuard(settings.send_timeout_s))
+                         writes=WriteGuard(settings.send_timeout_s), load_errors=load_errors)
         generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
         state.projects = generator
         app.state.voxgate = state

@@ -14,11 +14,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
+from gateway.library import MODEL_ID
+
 CATALOG_VERSION = 1
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "models" / "catalog.json"
 DEFAULT_BASE_URL = "https://huggingface.co/"
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -126,8 +127,8 @@ def _parse_model(data: Any, index: int) -> CatalogModel:
     if not isinstance(data, dict):
         raise CatalogError(f"models[{index}] must be an object")
     model_id = data.get("id")
-    if not isinstance(model_id, str) or not _ID.match(model_id):
-        raise CatalogError(f"models[{index}].id must match {_ID.pattern}, got {model_id!r}")
+    if not isinstance(model_id, str) or not MODEL_ID.fullmatch(model_id):  # the library's rule
+        raise CatalogError(f"models[{index}].id must match {MODEL_ID.pattern}, got {model_id!r}")
     where = f"model {model_id!r}"
     for key in ("family", "name"):
         if not isinstance(data.get(key), str) or not data[key]:

@@ -5,9 +5,11 @@
                 [--data-dir D] [--config FILE]
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--option KEY=VALUE ...] [--data-dir D]
+                    [--config FILE]
   voxgate models catalog [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
-  voxgate checkpoint random --family orpheus|qwen3_tts --size tiny|full [--type voice_design] DIR
+  voxgate models remove ID [--data-dir D] [--config FILE]
+  voxgate checkpoint random --family orpheus|qwen3_tts [--size tiny|full|0.6b|1.7b] [--type TYPE] [--force] DIR
   voxgate keys create NAME [--scope speech|admin ...] [--rate-limit 600/minute] [--max-concurrent N]
   voxgate keys list | voxgate keys revoke ID|PREFIX|NAME     [--data-dir D] [--config FILE]
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import socket
 import sys
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from engine.config import MECHANISMS
+from gateway import cli_models
 from gateway.settings import Settings, is_loopback, load_settings
 
 
@@ -155,121 +157,6 @@ async def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _models_add(args: argparse.Namespace) -> int:
-    from gateway.library import Library
-    from models import FAMILIES, FamilyUnavailable, InvalidModel, family
-
-    settings = settings_from_args(args)
-    path = Path(args.path).expanduser().resolve()
-    try:
-        module = family(args.family)
-    except KeyError:
-        print(f"error: unknown family {args.family!r}; known families: {', '.join(FAMILIES)}", file=sys.stderr)
-        return 2
-    except FamilyUnavailable as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    options = {}
-    for item in args.option:  # KEY=VALUE, VALUE as JSON (true, 8, [1, 2]) or else a string
-        key, equals, raw = item.partition("=")
-        if not key or not equals:
-            print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
-        try:
-            options[key] = json.loads(raw)
-        except ValueError:
-            options[key] = raw
-    try:
-        info = module.validate(path, options)
-    except InvalidModel as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    model_id = args.id or path.name
-    library = await Library.open(settings.db_path)
-    try:
-        if await library.get_model(model_id) is not None:
-            print(f"error: a model with id {model_id!r} exists; pass --id", file=sys.stderr)
-            return 2
-        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
-                                size_bytes=info.get("size_bytes", 0), source="local")
-    finally:
-        await library.close()
-    print(f"added {model_id} ({args.family}, voices: {', '.join(info['voices'])})")
-    return 0
-
-
-async def _models_list(args: argparse.Namespace) -> int:
-    from gateway.library import Library
-
-    library = await Library.open(settings_from_args(args).db_path)
-    try:
-        for record in await library.list_models():
-            voices = await library.voices(record["id"])
-            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{', '.join(voices)}")
-    finally:
-        await library.close()
-    return 0
-
-
-async def _models_catalog(args: argparse.Namespace) -> int:
-    from gateway.catalog import load_catalog
-
-    settings = settings_from_args(args)
-    for model in load_catalog(settings.catalog_path or None).models:
-        size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
-        gated = "  (gated: needs download_token)" if model.gated else ""
-        print(f"{model.id}\t{model.family}\t{size}\t{', '.join(model.languages)}\t{model.name}{gated}")
-    return 0
-
-
-async def _models_install(args: argparse.Namespace) -> int:
-    """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume."""
-    from gateway.catalog import load_catalog
-    from gateway.download import DownloadError
-    from gateway.downloads import DownloadManager
-    from gateway.library import Library
-    from gateway.library_api import catalog_registrar
-
-    settings = settings_from_args(args)
-    model = load_catalog(settings.catalog_path or None).get(args.id)
-    if model is None:
-        print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
-        return 2
-    library = await Library.open(settings.db_path)
-
-    async def is_registered(model_id: str) -> bool:
-        return await library.get_model(model_id) is not None
-
-    manager = DownloadManager(settings.data_dir, catalog_registrar(library), is_registered=is_registered,
-                              base_url=settings.download_base_url, token=settings.download_token or None,
-                              min_free_disk_bytes=int(settings.min_free_disk_mb * (1 << 20)),
-                              progress_interval_s=1.0)
-    try:
-        with manager.subscribe() as events:
-            download = await manager.install(model)
-            async for event in events:
-                eta = f", {event['eta_s']:.0f} s left" if event["eta_s"] is not None else ""
-                print(f"{event['state']}: {event['bytes_done'] / 1e6:.1f} of {event['bytes_total'] / 1e6:.1f} MB "
-                      f"({event['percent']:.0f}%{eta})", file=sys.stderr)
-                if event["state"] in ("done", "failed", "cancelled"):
-                    break
-            await download.wait()
-    except DownloadError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 1
-    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task; one line, no traceback
-        await manager.aclose()  # stops the download, keeping its partial files
-        kept = sum(d["bytes_done"] for d in manager.downloads())
-        print(f"interrupted; the {kept} bytes received are kept: run the same command to resume" if kept
-              else "interrupted", file=sys.stderr)
-        return 130
-    finally:
-        await manager.aclose()
-        await library.close()
-    print(f"installed {model.id} in {download.path}")
-    return 0
-
-
 def checkpoint(args: argparse.Namespace) -> int:
     try:
         from models.checkpoint import write_random
@@ -322,25 +209,31 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=serve)
 
     m = sub.add_parser("models", help="manage the model library").add_subparsers(dest="action", required=True)
-    a = m.add_parser("add", help="register a model folder")
+    a = m.add_parser("add", help="register a model folder (validated first: its files are read, not loaded)")
     a.add_argument("--family", required=True)
     a.add_argument("--path", required=True)
-    a.add_argument("--id")
+    a.add_argument("--id", help="the model's id (default: the folder's name): letters, digits, _ . -, a letter or "
+                                "digit first, at most 128 characters; no catalog model's id")
     a.add_argument("--name")
     a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (README: Model options), e.g. --option max_running=8")
     common(a)
-    a.set_defaults(func=lambda args: asyncio.run(_models_add(args)))
+    a.set_defaults(func=lambda args: asyncio.run(cli_models.add(args, settings_from_args(args))))
+    rm = m.add_parser("remove", help="remove a model, as DELETE /v1/library/models/{id} does (with no server "
+                                     "running on the data dir): deletes its folder only if Voxgate downloaded it")
+    rm.add_argument("id")
+    common(rm)
+    rm.set_defaults(func=lambda args: asyncio.run(cli_models.remove(args, settings_from_args(args))))
     ls = m.add_parser("list", help="list installed models")
     common(ls)
-    ls.set_defaults(func=lambda args: asyncio.run(_models_list(args)))
+    ls.set_defaults(func=lambda args: asyncio.run(cli_models.list_models(args, settings_from_args(args))))
     cat = m.add_parser("catalog", help="list installable models")
     common(cat)
-    cat.set_defaults(func=lambda args: asyncio.run(_models_catalog(args)))
+    cat.set_defaults(func=lambda args: asyncio.run(cli_models.catalog(args, settings_from_args(args))))
     ins = m.add_parser("install", help="download a catalog model (resumes an interrupted one)")
     ins.add_argument("id")
     common(ins)
-    ins.set_defaults(func=lambda args: asyncio.run(_models_install(args)))
+    ins.set_defaults(func=lambda args: asyncio.run(cli_models.install(args, settings_from_args(args))))
 
     k = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
     kc = k.add_parser("create", help="create a key (printed once)")
@@ -359,8 +252,10 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="write checkpoints").add_subparsers(dest="action", required=True)
     r = c.add_parser("random", help="a random checkpoint in the family's on-disk format")
     r.add_argument("--family", required=True, choices=["orpheus", "qwen3_tts"])
-    # qwen3_tts: full = 1.7b; 0.6b and 1.7b name the two released sizes
-    r.add_argument("--size", choices=["tiny", "full", "0.6b", "1.7b"], default="tiny")
+    r.add_argument("--size", choices=["tiny", "full", "0.6b", "1.7b"], default="tiny",
+                   help="tiny (the default): 2 narrow layers, fast on a CPU, for tests; full: the released "
+                        "shapes (orpheus: Llama-3.2-3B, ~6.6 GB in bf16; qwen3_tts: 1.7B), for GPU benchmarks. "
+                        "orpheus takes tiny and full; qwen3_tts also 0.6b and 1.7b (= full), its two released sizes")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--type", choices=["custom_voice", "voice_design", "base"], default=None,
                    help="qwen3_tts: the model type (default custom_voice: named speakers; voice_design: "

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from engine.types import InvalidInput, UnknownVoice
 from gateway.models_api import model_type
+from gateway.library import Library
 from gateway.references import ReferenceStore
 from gateway.state import AppState
 from gateway.voices import Choice, resolve, resolve_vendor
@@ -128,6 +129,12 @@ async def resolve_vendor_voice(state: AppState, *, model: object, voice: object,
 async def model_voices(state: AppState, record: dict[str, Any]) -> tuple[list[str], str]:
     """The voices a model speaks in, and their kind: a Base model's are the library reference
     voices ("reference"; its own `default` is no voice it can speak in), others' its own ("builtin")."""
+    return await library_voices(state.library, state.settings.data_dir, record)
+
+
+async def library_voices(library: Library, data_dir: Path, record: dict[str, Any]) -> tuple[list[str], str]:
+    """`model_voices` without a server (`voxgate models add` and `list` say the same as the API)."""
     if record["family"] == "qwen3_tts" and await model_type(record) == "base":
-        return [str(row["name"]) for row in await store(state).list()], "reference"
-    return await state.library.voices(str(record["id"])), "builtin"
+        references = ReferenceStore(library, data_dir / "references")
+        return [str(row["name"]) for row in await references.list()], "reference"
+    return await library.voices(str(record["id"])), "builtin"

@@ -6,7 +6,9 @@
 
 Engine errors (engine/types.py) carry their own code and status; `ApiError` covers what
 only the gateway knows (malformed JSON, wrong content type, body too large). Both are
-mapped once, in `exception_handlers`, and become `error` events on /v1/realtime.
+mapped once, in `exception_handlers`, and become `error` events on /v1/realtime. An engine
+error caused by `InvalidModel` (503 `model_load_failed` for a model whose files are broken:
+gateway/model_spec.py) is a 500 with `x-should-retry: false`, which the OpenAI SDK obeys.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.types import EngineError, Overloaded
+from models import InvalidModel
 
 
 class ApiError(Exception):
@@ -48,6 +51,9 @@ def as_api_error(error: Exception) -> ApiError:
     if isinstance(error, ApiError):
         return error
     if isinstance(error, EngineError):
+        if isinstance(error.__cause__, InvalidModel):  # a model that cannot load as installed (its files,
+            # its options): no retry helps, so a 500, and the OpenAI and Cartesia SDKs' own "do not retry"
+            return ApiError(500, error.code, error.message, error.field, {"x-should-retry": "false"})
         headers = {"Retry-After": "1"} if isinstance(error, Overloaded) else None
         return ApiError(error.status, error.code, error.message, error.field, headers)
     raise error

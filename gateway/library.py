@@ -20,6 +20,25 @@ from typing import Any, AsyncIterator
 import aiosqlite
 
 _MIGRATION = re.compile(r"^(\d{4})_[\w-]+\.sql$")
+# A model's id, one rule wherever a model is registered (POST /v1/library/install, `voxgate models
+# add`, config [[models]]): it names the model in paths (/v1/models/{id}, /v1/library/models/{id}),
+# which hold no `/`, and on the command line. Catalog ids follow it too.
+MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def model_id_problem(model_id: object) -> str | None:
+    """Why `model_id` cannot be a model's id (`MODEL_ID`, matched whole), or None when it can."""
+    if isinstance(model_id, str) and MODEL_ID.fullmatch(model_id):
+        return None
+    shown = repr(model_id) if len(repr(model_id)) <= 80 else repr(model_id)[:80] + "…"
+    return (f"id must match {MODEL_ID.pattern} (letters, digits, '_', '.' and '-', a letter or digit first, "
+            f"at most 128 characters), got {shown}")
+
+
+def default_model_id(folder: Path) -> str:
+    """The id a folder registered without one gets: its name, other characters as `-`; it may
+    still break `MODEL_ID` (a name starting with `.`), which `model_id_problem` says."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", folder.name)[:128]
 
 
 def migration_files() -> list[tuple[int, str, str]]:

@@ -5,14 +5,17 @@
                                            400 auth_required for a gated model without a token
                                            {"path", "family", "id"?, "name"?, "options"?} -> 201: a
                                            folder under `local_model_roots` (403 when unset; 422
-                                           invalid_model_folder for any folder that does not qualify)
+                                           invalid_model_folder for any folder that does not qualify;
+                                           400 for an id off gateway/library.py's MODEL_ID, 409
+                                           catalog_id for a catalog model's id, model_exists for a taken one)
   GET    /v1/library/downloads             running and recent downloads (poll)
   GET    /v1/library/downloads/events      the same as Server-Sent Events (`?until=idle` ends
                                            the stream once nothing is downloading)
   DELETE /v1/library/downloads/{id}        cancel a running one (partial files are removed), or
                                            remove an ended one from the list (a failed one's
                                            kept partial files too)
-  DELETE /v1/library/models/{id}           409 while the model serves requests
+  DELETE /v1/library/models/{id}           409 while the model serves requests (`voxgate models remove`
+                                           does the same with no server running)
   POST   /v1/models/{id}/load              {"timeout_ms"?} (JSON; may be empty); 503 server_busy /
                                            insufficient_memory; OpenAI names (`tts-1`) mean the
                                            default model, as in `GET /v1/models/{id}`
@@ -25,7 +28,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -41,7 +43,7 @@ from gateway.download import DownloadError
 from gateway.downloads import DownloadManager, Register
 from gateway.errors import ApiError, read_json
 from gateway.json_input import check_fields, finite_number
-from gateway.library import Library
+from gateway.library import Library, default_model_id, model_id_problem
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
@@ -51,13 +53,13 @@ log = logging.getLogger(__name__)
 
 SSE_HEARTBEAT_S = 15.0
 SSE_MAX_S = 900.0  # EventSource reconnects by itself; a bounded stream never blocks a shutdown for long
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CATALOG_FIELDS: frozenset[str] = frozenset({"id", "wait"})  # POST /v1/library/install, the two forms
 _FOLDER_FIELDS: frozenset[str] = frozenset({"path", "family", "id", "name", "options"})
 
 
 def catalog_registrar(library: Library) -> Register:
-    """Validate a downloaded folder with its family, then add model + voices in one transaction."""
+    """Validate a downloaded folder with its family (its files read to their end: a truncated one
+    the catalog has no hash for is caught here), then add model + voices in one transaction."""
 
     async def register(model: CatalogModel, path: Path) -> None:
         options = dict(model.options)
@@ -163,6 +165,10 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
         check_options(options, getattr(module, "OPTIONS", {}), family_name)
     except InvalidModel as error:
         raise InvalidInput(error.message, field=error.field) from None
+    given_id = data.get("id")
+    problem = model_id_problem(given_id) if given_id is not None else None
+    if problem:  # before the folder too: it tells nothing about it
+        raise InvalidInput(problem, field="id")
     path = Path(raw_path).expanduser()
     invalid = ApiError(422, "invalid_model_folder", f"{raw_path!r} is not a valid {family_name} model folder "
                        "under the local_model_roots", field="path")
@@ -174,9 +180,14 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     except (InvalidModel, OSError, ValueError) as error:
         log.info("local install of %r refused: %s", raw_path, getattr(error, "message", None) or error)
         raise invalid from None
-    model_id = data.get("id") or re.sub(r"[^A-Za-z0-9_.-]", "-", path.name)
-    if not isinstance(model_id, str) or not _MODEL_ID.match(model_id):
-        raise InvalidInput(f"id must match {_MODEL_ID.pattern}", field="id")
+    model_id = given_id if given_id is not None else default_model_id(path)
+    problem = model_id_problem(model_id)
+    if problem:  # only a folder's name gets here: a given id was checked above
+        raise InvalidInput(f"the folder's name is no model id ({problem}); give an id", field="id")
+    assert state.catalog is not None
+    if state.catalog.get(model_id) is not None:  # the catalog would show its model as installed
+        raise ApiError(409, "catalog_id", f"{model_id!r} is the id of a catalog model (GET /v1/library/catalog); "
+                       "pick another id for this folder", field="id")
     if await state.library.get_model(model_id) is not None:
         raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
                        field="id")
@@ -243,28 +254,48 @@ async def cancel_download(request: Request) -> JSONResponse:
     return JSONResponse({**download.as_json(), "removed": True, "files_removed": files_removed})
 
 
+def protected_message(model_id: str) -> str:
+    return f"{model_id!r} is built in and would come back at the next start"
+
+
+async def presets_using(library: Library, model_id: str) -> list[str]:
+    """The presets of `model_id`: unusable once it is removed (they stay, answering 404)."""
+    return [p["name"] for p in await library.list_presets() if p["model_id"] == model_id]
+
+
+async def delete_downloaded_folder(data_dir: Path, record: dict[str, Any]) -> bool:
+    """Delete a removed model's folder if Voxgate downloaded it (a catalog model's, in
+    `<data_dir>/models/`); a folder registered from elsewhere is left alone. Whether it deleted."""
+    owned = (data_dir / "models").resolve()  # (the data dir as the server or the CLI spelled it)
+    path = Path(record["path"]).resolve() if record["path"] else None
+    if path is None or record["source"] != "catalog" or path.parent != owned:
+        return False
+    # Rename first: a half-deleted folder must never look like an installed model.
+    trash = owned / f".trash-{record['id']}-{uuid.uuid4().hex[:8]}"
+    try:
+        await asyncio.to_thread(os.replace, path, trash)
+    except FileNotFoundError:  # deleted by hand already
+        return False
+    await asyncio.to_thread(shutil.rmtree, trash, True)
+    return True
+
+
 async def delete_model(request: Request) -> JSONResponse:
+    """DELETE /v1/library/models/{id}; `voxgate models remove` (gateway/cli_models.py) does the
+    same, with no server running."""
     state = _state(request)
     model_id = request.path_params["model_id"]
     record = await state.library.get_model(model_id)
     if record is None:
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
     if record["source"] == "embedded":
-        raise ApiError(409, "model_protected", f"{model_id!r} is built in and would come back at the next start",
-                       field="model")
+        raise ApiError(409, "model_protected", protected_message(model_id), field="model")
     await state.residency.unload(model_id)  # ModelBusy (409) while it serves requests
-    presets = [p["name"] for p in await state.library.list_presets() if p["model_id"] == model_id]
+    presets = await presets_using(state.library, model_id)
     await state.library.remove_model(model_id)
     await state.residency.unload(model_id)  # in case a request loaded it meanwhile
-    removed = False
-    owned = state.settings.data_dir / "models"
-    path = Path(record["path"]) if record["path"] else None
-    if path is not None and record["source"] == "catalog" and path.parent == owned:
-        # Rename first: a half-deleted folder must never look like an installed model.
-        trash = owned / f".trash-{model_id}-{uuid.uuid4().hex[:8]}"
-        await run_in_threadpool(os.replace, path, trash)
-        await run_in_threadpool(shutil.rmtree, trash, True)
-        removed = True
+    removed = await delete_downloaded_folder(state.settings.data_dir, record)
+    state.load_errors.forget(model_id)  # a model added later under this id starts afresh
     if state.downloads is not None:  # its finished download would otherwise still say "done" to the pages
         for download in state.downloads.downloads():
             if download["model_id"] == model_id:

@@ -5,11 +5,19 @@ into an engine runner (the family's `load`, then `engine.runner.build_runner`); 
 guard measures `free_memory_bytes` on the device and `estimate_memory` says what a model will
 hold: the family's own estimate where it has one (Piper counts its onnxruntime sessions), else
 its `folder_size` on disk x `memory_factor`.
+
+A load that fails is checked with the family's `validate` (its files read, not loaded): when
+that finds them broken, the load raises `InvalidModel` saying which file, and the request gets
+500 `model_load_failed` with `x-should-retry: false` (gateway/errors.py) instead of a 503 a
+client retries; a load that fails with good files (out of memory, a busy GPU) stays a 503.
+`LoadErrors` keeps each model's last failed load for `GET /v1/models` (`load_error`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -68,7 +76,15 @@ def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers
     `cpu:N` (another CPU worker, settings.py `devices`) loads on the CPU."""
     device = "cpu" if device.split(":")[0] == "cpu" else device
     module = family(spec.family)
-    parts = module.load(spec.model_id, spec.path, _family_options(module, spec, cpu_workers), device)
+    try:
+        parts = module.load(spec.model_id, spec.path, _family_options(module, spec, cpu_workers), device)
+    except InvalidModel:
+        raise
+    except Exception as error:
+        broken = files_problem(spec)
+        if broken is not None:
+            raise InvalidModel(f"{broken}; its load failed with: {_short(error)}") from error
+        raise
     return build_runner(spec.model_id, parts, device, max_running)
 
 
@@ -96,6 +112,60 @@ def estimate_memory(spec: ModelSpec, memory_factor: float, cpu_workers: int = 0)
     except (KeyError, FamilyUnavailable, InvalidModel):
         pass
     return int(size * memory_factor), f"size on disk x {memory_factor:g}"
+
+
+def files_problem(spec: ModelSpec) -> str | None:
+    """What the family's `validate` finds wrong with a model's folder now (a file truncated,
+    corrupt or gone), or None: nothing, or the embedded model (no folder)."""
+    if spec.path is None:
+        return None
+    try:
+        family(spec.family).validate(spec.path, dict(spec.options))
+    except InvalidModel as problem:
+        return problem.message
+    except Exception:  # validate itself broke on it: say nothing more than the load's own error
+        pass
+    return None
+
+
+def _short(error: BaseException, limit: int = 300) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+class LoadErrors:
+    """Each model's last failed load (its message, device, when, and whether another try may work:
+    not when the load raised `InvalidModel`, files broken or options that cannot work), for
+    `GET /v1/models`; a successful load or a removal clears it.
+    `wrap(loader)` records them; the loader runs in worker threads, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._errors: dict[str, dict[str, Any]] = {}
+
+    def wrap(self, loader: Loader) -> Loader:
+        def load(spec: ModelSpec, device: str) -> Runner:
+            try:
+                runner = loader(spec, device)
+            except Exception as error:
+                message = getattr(error, "message", None) or _short(error)
+                with self._lock:
+                    self._errors[spec.model_id] = {"message": message, "retryable": not isinstance(error, InvalidModel),
+                                                   "device": device, "at": time.time()}
+                raise
+            self.forget(spec.model_id)
+            return runner
+
+        return load
+
+    def get(self, model_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            error = self._errors.get(model_id)
+        return dict(error) if error is not None else None
+
+    def forget(self, model_id: str) -> None:
+        with self._lock:
+            self._errors.pop(model_id, None)
 
 
 def free_memory_bytes(device: str) -> int | None:

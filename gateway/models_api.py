@@ -44,7 +44,7 @@ def _read_model_type(path: Path, changed_ns: int) -> str | None:
 
 
 async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's model object plus what Voxgate knows (family, model_type, voices, residency)."""
+    """OpenAI's model object plus what Voxgate knows (family, model_type, voices, residency, load_error)."""
     from gateway.clone_voices import model_voices  # (it imports this module)
 
     return {
@@ -55,6 +55,8 @@ async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
         "voices": (await model_voices(state, record))[0],  # a Base model's: the reference voices
         "default": record["id"] == state.settings.default_model,
         **state.residency.status(record["id"]),
+        # Its last failed load, until one succeeds: {message, retryable, device, at} (gateway/model_spec.py)
+        "load_error": state.load_errors.get(record["id"]),
     }
 
 

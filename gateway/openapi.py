@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from gateway import auth
 from gateway.audio import FORMATS
+from gateway.library import MODEL_ID
 from gateway.pages import templates
 from gateway.text import CODE_MODES, EMOJI_MODES
 from gateway.settings import Settings
@@ -73,14 +74,14 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         "instruct": _string(minLength=1), "stream": {"type": "boolean"}}}
     install = {"oneOf": [
         _object(("id",), id=_string(minLength=1), wait={"type": "boolean"}),
-        _object(("path", "family"), path=_string(minLength=1), family=_string(), id=_string(), name=_string(),
-                options=JSON_OBJECT)]}
+        _object(("path", "family"), path=_string(minLength=1), family=_string(), id=_string(pattern=MODEL_ID.pattern),
+                name=_string(), options=JSON_OBJECT)]}
     audio: Schema = {"content": {f"audio/{f}": {} for f in ("mpeg", "wav", "pcm", "flac", "ogg")}}
     return {
         ("GET", "/health"): {"summary": "Liveness and engine state (503 while draining)"},
         ("GET", "/metrics"): {"summary": "Prometheus metrics", "responses": {"200": {"content": {"text/plain": {}}}}},
         ("GET", "/v1/models"): {"summary": "Installed models (OpenAI's model object + family, model_type, voices, "
-                                           "residency)"},
+                                           "residency, the last failed load's load_error)"},
         ("GET", "/v1/models/{model_id}"): {"summary": "One model"},
         ("GET", "/v1/audio/voices"): {"summary": "Voices and presets",
                                       "parameters": [_query("model", _string(), "only this model's")]},

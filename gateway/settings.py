@@ -139,10 +139,15 @@ class Settings:
             raise ValueError("send_timeout_s and graceful_shutdown_s must be positive")
         if self.memory_trim_idle_s < 0:
             raise ValueError(f"memory_trim_idle_s must be >= 0, got {self.memory_trim_idle_s}")
+        from gateway.library import model_id_problem  # (it imports nothing of ours)
+
         for entry in self.models:
             missing = {"id", "family", "path"} - set(entry)
             if missing:
                 raise ValueError(f"[[models]] entry {dict(entry)} lacks {', '.join(sorted(missing))}")
+            problem = model_id_problem(entry["id"])
+            if problem:  # the rule every model's id keeps (gateway/library.py)
+                raise ValueError(f"[[models]] entry {entry['id']!r}: {problem}")
 
     @property
     def db_path(self) -> Path:

@@ -13,6 +13,7 @@ from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
+from gateway.model_spec import LoadErrors
 from gateway.residency import Residency
 from gateway.settings import Settings
 from gateway.writes import WriteGuard
@@ -37,3 +38,4 @@ class AppState:
     writes: WriteGuard = field(default_factory=lambda: WriteGuard(10.0))
     drain_deadline_s: float | None = None  # time.monotonic() when running requests are cancelled
     memory: IdleTrim | None = None  # returns freed heap memory when idle (gateway/memory.py)
+    load_errors: LoadErrors = field(default_factory=LoadErrors)  # each model's last failed load

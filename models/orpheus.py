@@ -46,6 +46,7 @@ from engine.request import Prepared
 from engine.runner import LMParts
 from engine.types import InvalidInput, SpeechRequest
 from models import InvalidModel
+from models.file_checks import check_weights
 from models.llama import Args, LlamaLM
 from models.orpheus_frames import (  # noqa: F401  (re-exported: orpheus.frame_codes etc.)
     AUDIO_TOKEN_BASE, CODEBOOK_SIZE, SNAC_ORDER, TOKENS_PER_FRAME, audio_token, frame_codes)
@@ -123,7 +124,11 @@ def _weight_files(backbone: Path) -> list[Path]:
         return [single]
     index = backbone / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise InvalidModel(f"{index} is not a safetensors index (a weight_map of shard names): {error}") \
+                from error
         missing = [s for s in shards if not (backbone / s).is_file()]
         if missing:
             raise InvalidModel(f"{backbone} lacks shards {', '.join(missing)}")
@@ -132,10 +137,15 @@ def _weight_files(backbone: Path) -> list[Path]:
 
 
 def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check an Orpheus folder (backbone/ + codec/) without loading weights."""
+    """Check an Orpheus folder (backbone/ + codec/) without loading weights: configs, tokenizer,
+    and every weight file readable to its end (models/file_checks.py)."""
     from tokenizers import Tokenizer
 
     check_options(options, OPTIONS, FAMILY)
+    if path is not None and not ((options or {}).get("backbone_path") and (options or {}).get("codec_path")):
+        if not Path(path).is_dir():
+            raise InvalidModel(f"{path} does not exist" if not Path(path).exists() else
+                               f"{path} is not a folder (an Orpheus model is a folder of backbone/ and codec/)")
     backbone, codec = _folders(path, options or {})
     for required in (backbone / "config.json", backbone / "tokenizer.json", codec / "config.json"):
         if not required.is_file():
@@ -153,6 +163,7 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
     if not codec_weights:
         raise InvalidModel(f"{codec} has neither pytorch_model.bin nor model.safetensors")
     files = ([] if (options or {}).get("random_weights") else _weight_files(backbone)) + codec_weights
+    check_weights(files)
     return {"voices": list(VOICES), "sample_rate": 24000, "size_bytes": sum(f.stat().st_size for f in files),
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size}
 

@@ -29,6 +29,7 @@ from engine.request import Prepared
 from engine.runner import SynthParts, SynthSpec
 from engine.types import InvalidInput, SpeechRequest, UnknownVoice, WordTiming
 from models import InvalidModel
+from models.file_checks import check_onnx
 from models.model_options import at_least, check_options
 from models.piper_stream import SplitModel, SplitSession, split_model
 from models.piper_units import split_unit
@@ -133,7 +134,7 @@ def _voice_names(config: dict[str, Any]) -> list[str]:
 
 
 def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check a piper voice folder (or .onnx file) and its options without loading it."""
+    """Check a piper voice folder (or .onnx file), its files readable, and its options without loading it."""
     check_options(options, OPTIONS, FAMILY)
     onnx, config_path = _find_files(Path(path))
     try:
@@ -141,6 +142,7 @@ def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any
         sample_rate = int(config["audio"]["sample_rate"])
     except (ValueError, KeyError, TypeError) as error:
         raise InvalidModel(f"{config_path} is not a piper voice config: {error}") from error
+    check_onnx(onnx)  # the protobuf and its graph, not a session (models/file_checks.py)
     return {
         "voices": _voice_names(config),
         "sample_rate": sample_rate,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from models import InvalidModel
+from models.file_checks import check_weights
 from models.model_options import FLAG, PATH, Option, at_least, between, check_options, one_of
 from models.qwen3_tts_args import CodecArgs, Args
 from models.qwen3_tts_references import ReferenceAudio, ReferenceCache
@@ -88,13 +89,14 @@ def voices(args: Args) -> list[str]:
 
 
 def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check a Qwen3-TTS folder without loading weights; facts for the library. Raises InvalidModel."""
+    """Check a Qwen3-TTS folder without loading weights (every weight file readable to its end:
+    models/file_checks.py); facts for the library. Raises InvalidModel."""
     check_options(options, OPTIONS, FAMILY)
     if path is None:
         raise InvalidModel("give the model folder")
     options = options or {}
     if not Path(path).is_dir():
-        raise InvalidModel(f"{path} is not a folder")
+        raise InvalidModel(f"{path} does not exist" if not Path(path).exists() else f"{path} is not a folder")
     args = read_args(Path(path))
     if not ((Path(path) / "tokenizer.json").is_file() or all(
             (Path(path) / n).is_file() for n in ("vocab.json", "merges.txt", "tokenizer_config.json"))):
@@ -113,6 +115,7 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
         raise InvalidModel(f"{speech}: {codec.samples_per_frame} samples and {codec.num_quantizers} codebooks per "
                            f"frame; the talker needs {SAMPLES_PER_FRAME} and {args.num_code_groups}")
     files = _weight_files(Path(path)) + [speech / "model.safetensors"]
+    check_weights(files)
     return {"voices": voices(args), "sample_rate": SAMPLE_RATE, "size_bytes": sum(f.stat().st_size for f in files),
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size, "model_type": args.tts_model_type}
 

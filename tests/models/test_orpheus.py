@@ -91,6 +91,34 @@ def test_validate_reports_voices_and_rejects_broken_folders(orpheus_tiny: Path, 
         orpheus.validate(tmp_path)
 
 
+def _cut(file: Path, num_bytes: int = 100) -> None:
+    file.write_bytes(file.read_bytes()[:-num_bytes])
+
+
+def test_validate_reads_every_weight_file_to_its_end(orpheus_tiny: Path, tmp_path: Path) -> None:
+    """A truncated file was taken at install and failed only at the first load (503, retried)."""
+    import shutil
+
+    for part, needle in (("backbone/model.safetensors", "is not a complete safetensors file"),
+                         ("codec/pytorch_model.bin", "is not a complete PyTorch checkpoint")):
+        folder = tmp_path / part.replace("/", "-")
+        shutil.copytree(orpheus_tiny, folder)
+        _cut(folder / part)
+        with pytest.raises(InvalidModel, match=needle) as refused:
+            orpheus.validate(folder)
+        assert str(folder / part) in refused.value.message and "copy or download it again" in refused.value.message
+    (folder / "codec" / "pytorch_model.bin").write_bytes(b"<html>Not found</html>")  # an error page saved
+    with pytest.raises(InvalidModel, match="is not a PyTorch checkpoint"):
+        orpheus.validate(folder)
+    index = tmp_path / "sharded" / "model.safetensors.index.json"
+    index.parent.mkdir()
+    index.write_text("{}")
+    with pytest.raises(InvalidModel, match="is not a safetensors index"):
+        orpheus._weight_files(index.parent)
+    with pytest.raises(InvalidModel, match="nowhere does not exist"):
+        orpheus.validate(tmp_path / "nowhere")
+
+
 def test_a_bad_dtype_is_refused_naming_the_option_and_fp8_needs_cuda(orpheus_tiny: Path) -> None:
     with pytest.raises(InvalidModel, match="options.dtype must be one of") as bad:
         orpheus.validate(orpheus_tiny, {"dtype": "int4"})

@@ -1,13 +1,16 @@
-"""Piper word timings from the model's own phoneme durations."""
+"""Piper word timings from the model's own phoneme durations; `validate` reading the voice file."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from engine.types import SpeechRequest
-from models.piper import PiperSynthesizer, load
+from models import InvalidModel
+from models.piper import PiperSynthesizer, embedded_model_path, load, validate
 from models.piper_words import _align
 
 
@@ -60,3 +63,17 @@ def test_align_matches_one_to_one_joins_and_splits() -> None:
     assert _align([3, 5, 4], [3, 5, 4]) == [(0, 1, 0, 1), (1, 2, 1, 2), (2, 3, 2, 3)]
     assert _align([2, 3, 6], [5, 6]) == [(0, 2, 0, 1), (2, 3, 1, 2)]  # two words in one
     assert _align([4, 12, 4], [4, 5, 4, 4, 4]) == [(0, 1, 0, 1), (1, 2, 1, 4), (2, 3, 4, 5)]
+
+
+def test_validate_reads_the_voice_file(tmp_path: Path) -> None:
+    """A truncated .onnx was taken at install and failed only at the first load (503, retried)."""
+    onnx = embedded_model_path()
+    assert validate(onnx)["voices"] == ["default"]
+    for name, data in (("cut", onnx.read_bytes()[:-1000]), ("half", onnx.read_bytes()[: onnx.stat().st_size // 2]),
+                       ("page", b"<html>Not found</html>")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / f"{name}.onnx").write_bytes(data)
+        shutil.copy(onnx.with_name(onnx.name + ".json"), folder / f"{name}.onnx.json")
+        with pytest.raises(InvalidModel, match=f"{name}.onnx is not a readable ONNX model"):
+            validate(folder)

@@ -48,11 +48,25 @@ def test_validate_names_what_is_wrong(qwen3_tts_tiny: Path, tmp_path: Path) -> N
     (folder / "config.json").write_text("{not json")
     with pytest.raises(InvalidModel, match="not a Qwen3-TTS config"):
         qwen3_tts.validate(folder)
-    with pytest.raises(InvalidModel, match="nowhere is not a folder"):
+    with pytest.raises(InvalidModel, match="nowhere does not exist"):
         qwen3_tts.validate(tmp_path / "nowhere")
+    with pytest.raises(InvalidModel, match="config.json is not a folder"):
+        qwen3_tts.validate(folder / "config.json")
     (folder / "config.json").unlink()
     with pytest.raises(InvalidModel, match="config.json is missing"):
         qwen3_tts.validate(folder)
+
+
+def test_validate_reads_every_weight_file_to_its_end(qwen3_tts_tiny: Path, tmp_path: Path) -> None:
+    """A truncated file was taken at install and failed only at the first load (503, retried)."""
+    folder = _copy(qwen3_tts_tiny, tmp_path)
+    for part in ("model.safetensors", "speech_tokenizer/model.safetensors"):
+        data = (folder / part).read_bytes()
+        (folder / part).write_bytes(data[: len(data) // 2])
+        with pytest.raises(InvalidModel, match=f"{part} is not a complete safetensors file"):
+            qwen3_tts.validate(folder)
+        (folder / part).write_bytes(data)
+    qwen3_tts.validate(folder)
 
 
 def test_weights_that_do_not_match_the_config_are_refused(qwen3_tts_tiny: Path, tmp_path: Path) -> None:

