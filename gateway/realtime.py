@@ -195,7 +195,8 @@ class Session(SessionText):
 
     def new_utterance(self) -> UtteranceStream:
         self.words = WordQueue()
-        return UtteranceStream(self.state, self, lambda: self.choice, self.sample_rate, prefix="rt",
+        choice = self.choice  # a session.update applies from the next utterance, not its next request
+        return UtteranceStream(self.state, self, lambda: choice, self.sample_rate, prefix="rt",
                                timings=self.timings)
 
     async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,

@@ -120,6 +120,26 @@ def test_a_cancelled_failed_utterance_is_done_once(live: LiveServer) -> None:
     assert events[0]["cancelled"] is True and events[0]["error"] == "model_load_failed"
 
 
+def test_a_failed_next_utterance_after_a_flush_is_done_too(live: LiveServer) -> None:
+    """Text after a flush while the first utterance plays is the next utterance; its model
+    fails when it starts: it gets its own error and done (once the refusal said only `error`)."""
+    with open_session(live, model="good") as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "The first utterance is this one."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "broken"}}))
+        ws.send(json.dumps({"type": "text.append", "text": "And this is the second."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events = [e for e in _events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
+    kinds = [e["type"] for e in events]
+    assert kinds == ["audio.start", "utterance.done", "error", "utterance.done"], events
+    first, second = events[1], events[3]
+    # The update applied from the next utterance: the first is spoken whole by `good`.
+    assert first["error"] is None and first["text"] == "The first utterance is this one."
+    assert second["error"] == "model_load_failed"
+    assert first["utterance_id"] != second["utterance_id"]
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
 def test_no_room_for_the_model_ends_the_utterance_once(live: LiveServer) -> None:
     """`server_busy`: the one model slot serves a long REST stream; the utterance fails once,
     and the next one speaks when the slot is free."""
