@@ -181,3 +181,31 @@ def test_leaving_a_long_input_midway_leaves_no_engine_request(server: LiveServer
         assert response.status_code == 200
         next(response.iter_bytes())
     assert server.wait_idle() == 0
+
+
+def test_an_emoji_alone_is_spoken_when_emoji_are_named(client: httpx.Client) -> None:
+    """The "something to say" check applies to what the options make of the input: with
+    `emoji: "name"` an emoji is words (it was a 400 "no letters or digits")."""
+    assert normalize(client, "😀", emoji="name")["text"] == "grinning face"
+    spoken = client.post("/v1/audio/speech", json={"input": "😀", "emoji": "name", "response_format": "pcm"})
+    assert spoken.status_code == 200 and len(spoken.content) > 0, spoken.text
+
+
+@pytest.mark.parametrize("path", ["/v1/text/normalize", "/v1/audio/speech"])
+def test_an_emoji_alone_that_is_dropped_is_a_400_that_says_why(client: httpx.Client, path: str) -> None:
+    response = client.post(path, json={"input": "😀 🎉"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["field"] == "input" and error["message"] == (
+        'input has nothing that can be spoken (no letters or digits; emoji are dropped unless emoji is "name")')
+    code_only = client.post(path, json={"input": "```\ncode only\n```"})  # normalize refuses what speech refuses
+    assert code_only.status_code == 400 and "nothing to speak" in code_only.json()["error"]["message"]
+
+
+def test_realtime_speaks_an_emoji_alone_when_emoji_are_named(server: LiveServer) -> None:
+    with open_session(server, emoji="name") as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "🎉"}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, audio = collect_utterance(ws)
+    assert events[-1]["type"] == "utterance.done" and events[-1]["text"] == "party popper" and audio
+
