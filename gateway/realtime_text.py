@@ -14,6 +14,11 @@ sentence. The failed utterance stays current until its end as above (at once if 
 already flushed, else at `text.flush` or by the end timer, `utterance_end_ms` after its
 last text), which sends its one `utterance.done`, with `error`; the text after that is
 a new utterance, which tries again.
+
+Text that starts no utterance because none of it can be spoken (emoji alone under
+`emoji: "drop"`, markup, `<break>`s) gets an `error` naming `text` once it ends (a flush,
+or `utterance_end_ms` without more text), the message REST's 400 gives; a client waiting
+for its turn's end hears so rather than nothing.
 """
 
 from __future__ import annotations
@@ -82,6 +87,10 @@ class SessionText:
         if self.failure is not None:
             await self._end_failed()  # its text is dropped
             return
+        if since is not None and self._says_nothing(items):
+            self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None  # (pauses at most)
+            await self.send_error(self.feed.unspoken("session.emoji"))
+            return
         if self.utterance is not None and self.utterance.ending:
             if items and self.backlog_since_s is None:
                 self.backlog_since_s = since
@@ -119,6 +128,10 @@ class SessionText:
                 await self._speak(utterance, utterance.queue(items))  # pauses mid-utterance still count
                 if self.failure is None and not utterance.busy:
                     await self._speak(utterance, utterance.advance())  # idle: maybe time to arm the end timer
+            feed = self.feed
+            if feed.since_s is not None and not feed.has_pending and feed.tail_timer is None \
+                    and self._says_nothing(items):
+                self._arm_unspoken_timer()  # this turn's text so far says nothing
             return
         if utterance is not None and utterance.ending:
             if self.backlog_since_s is None:
@@ -127,6 +140,7 @@ class SessionText:
             self.feed.since_s = None  # (the backlog keeps it)
             return
         if utterance is None:
+            self._cancel_end_timer()  # (an unspoken timer: this text speaks)
             utterance = self.utterance = self.new_utterance()
         try:
             await self._speak(utterance, utterance.queue(items, since_s))
@@ -183,6 +197,32 @@ class SessionText:
         await self._start_backlog()
 
     # -- end timer and backlog ----------------------------------------------------------
+
+    def _says_nothing(self, items: list[Item]) -> bool:
+        """No utterance speaks the text since the last flush, and neither `items` nor the
+        backlog have any to speak."""
+        utterance = self.utterance
+        return (utterance is None or utterance.ending) and not any(
+            isinstance(item, str) for item in (*items, *self.backlog))
+
+    def _arm_unspoken_timer(self) -> None:
+        """The `error` for text that says nothing, once `utterance_end_ms` pass without more."""
+        self._cancel_end_timer()
+        loop = asyncio.get_running_loop()
+        self.end_timer = loop.call_later(self.settings.utterance_end_ms / 1000.0,
+                                         lambda: asyncio.ensure_future(self._end_unspoken()))
+
+    async def _end_unspoken(self) -> None:
+        self.end_timer = None
+        if self.feed.since_s is None or self.feed.has_pending or not self._says_nothing([]):
+            return
+        error = self.feed.unspoken("session.emoji")
+        self.feed.restart()
+        self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None  # (pauses at most)
+        try:
+            await self.send_error(error)
+        except CLIENT_GONE:
+            pass  # (the connection's own handler ends the session)
 
     def _cancel_end_timer(self) -> None:
         if self.end_timer is not None:

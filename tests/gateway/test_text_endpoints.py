@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import soundfile as sf
 from websockets.sync.client import connect
 
 from tests.conftest import LiveServer
-from tests.gateway.test_realtime import collect_utterance, open_session
+from tests.gateway.test_realtime import collect_utterance, open_session, recv_event
 
 SPOKEN = [
     # (input, request options, expected spoken text)
@@ -209,3 +210,26 @@ def test_realtime_speaks_an_emoji_alone_when_emoji_are_named(server: LiveServer)
         events, audio = collect_utterance(ws)
     assert events[-1]["type"] == "utterance.done" and events[-1]["text"] == "party popper" and audio
 
+
+def test_realtime_text_with_nothing_to_speak_is_an_error_when_it_ends(server: LiveServer) -> None:
+    """What REST refuses with a 400 gets an `error` naming `text` when it ends (a flush, or
+    `utterance_end_ms` without more text), not silence; an emoji within spoken text is no error."""
+    message = ("text has nothing that can be spoken (no letters or digits; "
+               'emoji are dropped unless session.emoji is "name")')
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "😀"}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        error = recv_event(ws)
+        assert error["type"] == "error" and error["error"] == {
+            "code": "invalid_input", "field": "text", "message": message}, error
+        ws.send(json.dumps({"type": "text.append", "text": "🎉 "}))  # never flushed
+        sent = time.monotonic()
+        error = recv_event(ws, timeout=10)
+        assert error["type"] == "error" and error["error"]["field"] == "text", error
+        assert time.monotonic() - sent >= server.settings.utterance_end_ms / 1000 - 0.1
+        for piece in ("Well done ", "🎉", " and goodbye."):
+            ws.send(json.dumps({"type": "text.append", "text": piece}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, _ = collect_utterance(ws)
+    assert [e["type"] for e in events] == ["audio.start", "utterance.done"], events
+    assert events[-1]["text"] == "Well done and goodbye."
