@@ -4,6 +4,7 @@ the rest of its text is not retried; the session goes on, and nothing leaks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -202,4 +203,54 @@ def test_a_failure_mid_utterance_stops_it_and_its_done_follows_the_flush(
         done = events[0]
         assert done["error"] == "server_busy" and done["audio_ms"] > 0 and len(audio) > 0
         assert "More of the same" not in done["text"] and len(calls) == 2
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_a_request_failing_mid_stream_frees_its_model_for_the_next_utterance(
+        live: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first utterance's request fails after its first chunk; the next utterance (text
+    after the flush, on another model) loads that model at once: the one slot is free
+    (the failed request's lease was once held until the next utterance had waited for room)."""
+    from engine.types import GenerationFailed
+
+    engine = live.app_state.engine
+    submit = engine.submit
+
+    class FailsAfterOneChunk:
+        def __init__(self, stream: Any) -> None:
+            self.stream, self.request_id, self.chunks = stream, stream.request_id, 0
+
+        @property
+        def done(self) -> bool:
+            return bool(self.stream.done)
+
+        def __aiter__(self) -> FailsAfterOneChunk:
+            return self
+
+        async def __anext__(self) -> Any:
+            if self.chunks:
+                await asyncio.sleep(0.5)  # every message below is handled by then
+                raise GenerationFailed("the model broke")
+            self.chunks += 1
+            return await self.stream.__anext__()
+
+    def first_fails(spec: Any) -> Any:
+        monkeypatch.setattr(engine, "submit", submit)
+        return FailsAfterOneChunk(submit(spec))
+
+    with open_session(live, model="good") as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "Ready."}))  # loaded before the test proper
+        ws.send(json.dumps({"type": "text.flush"}))
+        assert collect_utterance(ws)[0][-1]["error"] is None
+        monkeypatch.setattr(engine, "submit", first_fails)
+        ws.send(json.dumps({"type": "text.append", "text": "This is the first utterance, which breaks."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "piper-joe"}}))
+        ws.send(json.dumps({"type": "text.append", "text": "And the second one speaks."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events = [e for e in _events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
+    kinds = [e["type"] for e in events]
+    assert kinds == ["audio.start", "error", "utterance.done", "audio.start", "utterance.done"], events
+    assert events[1]["error"]["code"] == "generation_failed" and events[2]["error"] == "generation_failed"
+    assert events[4]["error"] is None and events[4]["text"] == "And the second one speaks."
     assert live.wait_idle() == 0 and _leases(live) == 0
