@@ -11,7 +11,9 @@ text frontend's TextStream): the first clause of an utterance is queued as soon 
 complete, then each sentence; an incomplete tail is spoken after `text_buffer_ms`
 without new text, or on `text.flush`, which also ends the utterance once its audio is
 done. An utterance that is never flushed ends `utterance_end_ms` after its audio has
-played out (gateway/realtime_text.py). The utterance itself is an UtteranceStream
+played out (gateway/realtime_text.py). A failure of its synthesis (a model that cannot
+load, no room for it) ends it too: one `error`, the rest of its text dropped, then its
+one `utterance.done` with the error's code. The utterance itself is an UtteranceStream
 (gateway/utterance.py, shared with the vendor protocols): segments queued while one
 engine request runs are sent as the next request (at most the family's request size,
 gateway/stitch.py), SSML pauses as silence, word timings with the audio. Each session's
@@ -70,6 +72,7 @@ class Session(SessionText):
         self.words = WordQueue()  # the current utterance's words not yet sent
         self.words_estimated = False
         self.audio_started = False  # audio.start sent for the current utterance
+        self.failure: str | None = None  # the current utterance's error code, once its synthesis failed
         # Text that arrived after text.flush while that utterance still plays: the next one.
         self.backlog: list[Item] = []
         self.backlog_flushed = False
@@ -192,7 +195,8 @@ class Session(SessionText):
 
     def new_utterance(self) -> UtteranceStream:
         self.words = WordQueue()
-        return UtteranceStream(self.state, self, lambda: self.choice, self.sample_rate, prefix="rt",
+        choice = self.choice  # a session.update applies from the next utterance, not its next request
+        return UtteranceStream(self.state, self, lambda: choice, self.sample_rate, prefix="rt",
                                timings=self.timings)
 
     async def on_audio(self, utterance: UtteranceStream, pcm: np.ndarray,

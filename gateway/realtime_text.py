@@ -6,22 +6,45 @@ items are queued on the current utterance stream (gateway/utterance.py), or on t
 backlog (the next utterance) once the current one was flushed. `text.flush` ends the
 utterance once its audio is out. The *end* timer ends an utterance that is never
 flushed, `utterance_end_ms` after its audio has played out with no new text.
+
+A failure of the utterance's synthesis (its model cannot load, no room for it, the engine
+refuses or fails a request) ends its synthesis at once: the `error` event is sent, the
+engine request is freed, and the rest of its text is dropped, not retried sentence by
+sentence. The failed utterance stays current until its end as above (at once if it was
+already flushed, else at `text.flush` or by the end timer, `utterance_end_ms` after its
+last text), which sends its one `utterance.done`, with `error`; the text after that is
+a new utterance, which tries again.
+
+Text that starts no utterance because none of it can be spoken (emoji alone under
+`emoji: "drop"`, markup, `<break>`s) gets an `error` naming `text` once it ends (a flush,
+or `utterance_end_ms` without more text), the message REST's 400 gives; a client waiting
+for its turn's end hears so rather than nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Awaitable
 
 from engine.types import EngineError
 from gateway.connection import CLIENT_GONE
-from gateway.errors import ApiError
+from gateway.errors import ApiError, as_api_error
 from gateway.settings import Settings
 from gateway.state import AppState
 from gateway.text import Item
 from gateway.text_feed import TextFeed
 from gateway.utterance import UtteranceStream
+
+# A failed request's fields as REST names them, and what a session calls them.
+SESSION_BLAME = {"model": "session.model", "voice": "session.voice", "speed": "session.speed", "input": "text"}
+
+
+def session_error(error: ApiError | EngineError) -> ApiError:
+    """`error` of an utterance's synthesis, its field named as the session names it."""
+    api = as_api_error(error)
+    field = SESSION_BLAME.get(api.field or "", api.field)
+    return ApiError(api.status, api.code, api.message, field, api.headers)
 
 
 class SessionText:
@@ -29,6 +52,7 @@ class SessionText:
     settings: Settings
     feed: TextFeed
     utterance: UtteranceStream | None
+    failure: str | None  # the error code of the current utterance, when its synthesis failed
     backlog: list[Item]
     backlog_flushed: bool
     backlog_since_s: float | None
@@ -51,11 +75,22 @@ class SessionText:
 
     async def append(self, text: Any) -> None:
         self._cancel_end_timer()
-        await self.feed.append(text, self.queued_chars)
+        try:
+            await self.feed.append(text, self.queued_chars)
+        finally:
+            if self.failure is not None and self.utterance is not None:
+                self._arm_end_timer(self.utterance)  # a failed utterance ends once its text stops
 
     async def flush(self) -> None:
         self._cancel_end_timer()
         items, since = self.feed.flush()
+        if self.failure is not None:
+            await self._end_failed()  # its text is dropped
+            return
+        if since is not None and self._says_nothing(items):
+            self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None  # (pauses at most)
+            await self.send_error(self.feed.unspoken("session.emoji"))
+            return
         if self.utterance is not None and self.utterance.ending:
             if items and self.backlog_since_s is None:
                 self.backlog_since_s = since
@@ -63,31 +98,40 @@ class SessionText:
             self.backlog_flushed = bool(self.backlog)
             return
         await self.queue(items, since)
-        if self.utterance is not None:
-            await self.utterance.end()
+        if self.failure is not None:
+            await self._end_failed()
+        elif self.utterance is not None:
+            await self._speak(self.utterance, self.utterance.end())
 
     async def cancel(self) -> None:
         self._cancel_end_timer()
         self.feed.restart()
         self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None
         utterance, self.utterance = self.utterance, None
+        failure, self.failure = self.failure, None
         if utterance is None:
             return
         utterance.cancel()
-        await self.done(utterance, cancelled=True)
+        await self.done(utterance, cancelled=True, error=failure)
 
     async def queue(self, items: list[Item], since_s: float | None) -> None:
         """The feed's sink: items on the current utterance (or the backlog, after a flush);
-        starts an utterance if none."""
+        starts an utterance if none. A synthesis failure does not raise: see `_fail`."""
         utterance = self.utterance
+        if self.failure is not None:
+            return  # the failed utterance's text: dropped
         if not any(isinstance(item, str) for item in items):
             if utterance is not None and utterance.ending:
                 if self.backlog:
                     self.backlog.extend(items)  # pauses within the next utterance
             elif utterance is not None:
-                await utterance.queue(items)  # pauses mid-utterance still count
-                if not utterance.busy:
-                    await utterance.advance()  # idle: maybe time to arm the end timer
+                await self._speak(utterance, utterance.queue(items))  # pauses mid-utterance still count
+                if self.failure is None and not utterance.busy:
+                    await self._speak(utterance, utterance.advance())  # idle: maybe time to arm the end timer
+            feed = self.feed
+            if feed.since_s is not None and not feed.has_pending and feed.tail_timer is None \
+                    and self._says_nothing(items):
+                self._arm_unspoken_timer()  # this turn's text so far says nothing
             return
         if utterance is not None and utterance.ending:
             if self.backlog_since_s is None:
@@ -96,13 +140,22 @@ class SessionText:
             self.feed.since_s = None  # (the backlog keeps it)
             return
         if utterance is None:
+            self._cancel_end_timer()  # (an unspoken timer: this text speaks)
             utterance = self.utterance = self.new_utterance()
         try:
-            await utterance.queue(items, since_s)
+            await self._speak(utterance, utterance.queue(items, since_s))
         except BaseException:
             if self.utterance is utterance:
                 self.utterance = None
             raise
+
+    async def _speak(self, utterance: UtteranceStream, step: Awaitable[None]) -> None:
+        """Await a step of `utterance` (queue, advance, end) that may start a request; a
+        failure to start one fails the utterance (`_fail`)."""
+        try:
+            await step
+        except (ApiError, EngineError) as error:
+            await self._fail(utterance, error)
 
     # -- the utterance stream's idleness and failures (gateway/utterance.py Listener) ---
 
@@ -113,22 +166,63 @@ class SessionText:
             self.utterance = None
             if utterance.started:  # (else it was flushed before anything was speakable)
                 await self.done(utterance, cancelled=False)
-            try:
-                await self._start_backlog()
-            except (ApiError, EngineError) as error:  # the next utterance's, not this one's
-                await self.send_error(error)
+            await self._start_backlog()
         elif not self.feed.has_pending and self.feed.tail_timer is None:
             self._arm_end_timer(utterance)
 
     async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
-        if utterance is not self.utterance:
+        await self._fail(utterance, error)
+
+    async def _fail(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
+        """`utterance`'s synthesis failed: `error` now, its engine request freed, its queued
+        text dropped; it ends (`utterance.done` with the error's code) now if it was
+        flushed, else at its end (`flush`, or the end timer after its last text)."""
+        if utterance is not self.utterance or self.failure is not None:
             return
-        self.utterance = None
-        self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None
-        await self.send_error(error)
-        await self.done(utterance, cancelled=False, error=error.code)
+        utterance.cancel()
+        self.failure = error.code
+        await self.send_error(session_error(error))
+        if utterance.ending:
+            await self._end_failed()
+        else:
+            self._arm_end_timer(utterance)
+
+    async def _end_failed(self) -> None:
+        """`utterance.done` for the failed utterance; then the backlog (the next one), if any."""
+        utterance, failure = self.utterance, self.failure
+        self.utterance, self.failure = None, None
+        self._cancel_end_timer()
+        if utterance is not None:
+            await self.done(utterance, cancelled=False, error=failure)
+        await self._start_backlog()
 
     # -- end timer and backlog ----------------------------------------------------------
+
+    def _says_nothing(self, items: list[Item]) -> bool:
+        """No utterance speaks the text since the last flush, and neither `items` nor the
+        backlog have any to speak."""
+        utterance = self.utterance
+        return (utterance is None or utterance.ending) and not any(
+            isinstance(item, str) for item in (*items, *self.backlog))
+
+    def _arm_unspoken_timer(self) -> None:
+        """The `error` for text that says nothing, once `utterance_end_ms` pass without more."""
+        self._cancel_end_timer()
+        loop = asyncio.get_running_loop()
+        self.end_timer = loop.call_later(self.settings.utterance_end_ms / 1000.0,
+                                         lambda: asyncio.ensure_future(self._end_unspoken()))
+
+    async def _end_unspoken(self) -> None:
+        self.end_timer = None
+        if self.feed.since_s is None or self.feed.has_pending or not self._says_nothing([]):
+            return
+        error = self.feed.unspoken("session.emoji")
+        self.feed.restart()
+        self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None  # (pauses at most)
+        try:
+            await self.send_error(error)
+        except CLIENT_GONE:
+            pass  # (the connection's own handler ends the session)
 
     def _cancel_end_timer(self) -> None:
         if self.end_timer is not None:
@@ -150,13 +244,19 @@ class SessionText:
 
     async def _end(self, utterance: UtteranceStream) -> None:
         self.end_timer = None
-        if self.utterance is not utterance or utterance.busy or self.feed.has_pending:
+        if self.utterance is not utterance:
+            return
+        failed = self.failure is not None  # (its pending text is dropped, not waited for)
+        if not failed and (utterance.busy or self.feed.has_pending):
             return
         if utterance.clock.buffered_ms(time.monotonic()) > 0:  # playback was paused: wait on
             self._arm_end_timer(utterance)
             return
-        self.utterance = None
         self.feed.restart()
+        if failed:
+            await self._end_failed()
+            return
+        self.utterance = None
         if utterance.started:
             await self.done(utterance, cancelled=False)
 
@@ -165,5 +265,8 @@ class SessionText:
         flushed, self.backlog_flushed = self.backlog_flushed, False
         since, self.backlog_since_s = self.backlog_since_s, None
         await self.queue(items, since)
-        if flushed and self.utterance is not None:
-            await self.utterance.end()
+        if self.failure is not None:
+            if flushed:
+                await self._end_failed()
+        elif flushed and self.utterance is not None:
+            await self._speak(self.utterance, self.utterance.end())

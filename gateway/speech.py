@@ -48,7 +48,7 @@ from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
 from gateway.json_input import check_fields
-from gateway.text import TEXT_FIELDS, check_input, prepare
+from gateway.text import TEXT_FIELDS, check_input, check_spoken, prepare
 from gateway.voices import Choice
 from gateway.writes import ClosingStreamingResponse
 
@@ -97,7 +97,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         check_fields(data, SPEECH_FIELDS, "/v1/audio/speech")
     if "input" not in data:
         raise InvalidInput("input is required", field="input")
-    check_input(data["input"], state.settings.max_input_chars)
+    check_input(data["input"], state.settings.max_input_chars, speakable=False)  # (read with its options below)
     fmt = choice_field(data, "response_format", FORMATS, "mp3")
     stream_format = choice_field(data, "stream_format", ("audio", "sse"), "audio")
     key = "instruct" if design else "instructions"
@@ -143,8 +143,7 @@ async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], f
     options = await speech_options(state, choice, data)
     # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
     items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
-    if not any(isinstance(item, str) for item in items):
-        raise InvalidInput("input has nothing to speak once markup, code and emoji are left out", field="input")
+    check_spoken(items, data["input"], options)
     arrival_s = time.monotonic()
     # The lease keeps the model resident (never evicted) until the stream ends.
     lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)

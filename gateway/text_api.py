@@ -5,7 +5,8 @@ and server defaults apply, as in `/v1/audio/speech`), `language` (a language cod
 overrides the voice's, e.g. `de_DE`), `normalize`, `code`, `emoji`. Answer:
 `{"language", "items": [{"text": ...} | {"pause_ms": ...}], "text"}` where `items` are
 the segments and pauses `/v1/audio/speech` would speak, in order, and `text` is the
-segments joined with spaces.
+segments joined with spaces. An input that would have nothing to speak (once the options
+read it: emoji alone speak only with `emoji: "name"`) is a 400 naming `input`, as there.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gateway.errors import read_json
 from gateway.json_input import check_fields
 from gateway.state import AppState
 from gateway.stitch import speech_options
-from gateway.text import TEXT_FIELDS, Pause, check_input, prepare
+from gateway.text import TEXT_FIELDS, Pause, check_input, check_spoken, prepare
 from gateway.voices import resolve
 
 NORMALIZE_FIELDS: frozenset[str] = frozenset({"input", "model", "voice", "language", *TEXT_FIELDS})
@@ -35,7 +36,7 @@ async def normalize(request: Request) -> JSONResponse:
     check_fields(data, NORMALIZE_FIELDS, "/v1/text/normalize")
     if "input" not in data:
         raise InvalidInput("input is required", field="input")
-    check_input(data["input"], state.settings.max_input_chars)
+    check_input(data["input"], state.settings.max_input_chars, speakable=False)  # (read with its options below)
     choice = await resolve(state.library, model=data.get("model"), voice=data.get("voice"), speed=None,
                            default_model=state.settings.default_model, default_voice=state.settings.default_voice)
     options = await speech_options(state, choice, data)
@@ -45,6 +46,7 @@ async def normalize(request: Request) -> JSONResponse:
             raise InvalidInput("language must be a language code such as 'en', 'de_DE' or 'pt-BR'", field="language")
         options = dataclasses.replace(options, language=lang)
     items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
+    check_spoken(items, data["input"], options)  # refused as /v1/audio/speech refuses it
     return JSONResponse({
         "language": options.language,
         "items": [{"pause_ms": item.ms} if isinstance(item, Pause) else {"text": item} for item in items],

@@ -17,7 +17,8 @@ sentences in the voice's language), so every route reads text the same way:
   for its utterance); `restart()` drops the buffer (a cancel).
 
 `since_s` is the time of the first non-blank append since the last `flush`/`restart`:
-the utterance's TTFA counts from it.
+the utterance's TTFA counts from it. `unspoken()` is the error for that text when nothing
+of it could be spoken (emoji alone, markup, a `<break>`), as REST words its 400.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from engine.types import EngineError, InputTooLong, InvalidInput
 from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError
 from gateway.settings import Settings
-from gateway.text import Item, TextOptions, TextStream
+from gateway.text import Item, TextOptions, TextStream, is_speakable, unspoken
+from gateway.text.symbols import has_emoji
 
 APPEND_SLICE_CHARS = 256
 # A clause of this many characters already plays for ~1 s, far longer than the next words
@@ -57,6 +59,8 @@ class TextFeed:
         self.text = TextStream(options or TextOptions(), settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
                                field=field)
         self.since_s: float | None = None
+        self.letters = False  # the text since `since_s` had a letter or digit
+        self.emoji = False  # it had an emoji (and no letter or digit)
         self.tail_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -88,6 +92,10 @@ class TextFeed:
         self.text.check(text)  # an unreadable <break> refuses the whole append
         if self.since_s is None and text.strip():
             self.since_s = time.monotonic()
+            self.letters = self.emoji = False
+        if not self.letters:
+            self.letters = is_speakable(text)
+            self.emoji = self.emoji or (not self.letters and has_emoji(text))
         self.cancel_timer()
         for at in range(0, len(text), APPEND_SLICE_CHARS):
             if at:
@@ -112,6 +120,11 @@ class TextFeed:
                 await self.on_error(error)
         except CLIENT_GONE:
             pass  # (the connection's own handler ends the session)
+
+    def unspoken(self, emoji_field: str = "emoji") -> InvalidInput:
+        """The error for the text since `since_s` (or the last flush's) if none of it is spoken;
+        `emoji_field`: what sets the emoji option (`gateway.text.unspoken`)."""
+        return unspoken(self.field, self.options, letters=self.letters, emoji=self.emoji, emoji_field=emoji_field)
 
     def flush(self) -> tuple[list[Item], float | None]:
         """Everything buffered as items, and the `since_s` they count from; what follows

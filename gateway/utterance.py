@@ -199,6 +199,7 @@ class UtteranceStream:
 
     async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords) -> None:
         resample: Resampler | None = None
+        failure: EngineError | None = None
         try:
             async for chunk in stream:
                 if resample is None:
@@ -212,10 +213,7 @@ class UtteranceStream:
                 if len(pcm) or words:
                     await self.listener.on_audio(self, pcm, words, estimated)
         except EngineError as error:
-            if not self.cancelled:
-                self.cancelled = True
-                await self._report(error)
-            return
+            failure = error
         except CLIENT_GONE:
             self.cancelled = True
             return
@@ -223,6 +221,9 @@ class UtteranceStream:
             if not stream.done:
                 self.state.engine.cancel(stream.request_id)
             lease.release()
+        if failure is not None and not self.cancelled:  # reported once its lease is free: the
+            self.cancelled = True  # listener may start the next utterance on another model
+            await self._report(failure)
         if self.cancelled:
             return
         self.request_id = None

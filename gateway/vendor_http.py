@@ -18,12 +18,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
-from engine.types import AudioChunk, InvalidInput, WordTiming
+from engine.types import AudioChunk, WordTiming
 from gateway.audio import Resampler, StreamEncoder
 from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options
-from gateway.text import check_input, prepare
+from gateway.text import check_input, check_spoken, prepare
 from gateway.timings import WordQueue
 from gateway.vendor_formats import OutputFormat
 from gateway.voices import Choice
@@ -112,13 +112,12 @@ async def start_speech(state: AppState, choice: Choice, text: object, fmt: Outpu
     `data`'s `normalize` / `code` / `emoji` fields (Voxgate's own) set how it is read.
     """
     settings = state.settings
-    check_input(text, settings.max_input_chars, field=field)
+    check_input(text, settings.max_input_chars, field=field, speakable=False)  # (read with its options below)
     assert isinstance(text, str)
     options = await speech_options(state, choice, data or {})
     # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
     items = await asyncio.to_thread(prepare, text, options, settings.first_segment_chars, field=field)
-    if not any(isinstance(item, str) for item in items):
-        raise InvalidInput(f"{field} has nothing to speak once markup, code and emoji are left out", field=field)
+    check_spoken(items, text, options, field, emoji_field="the server's text_emoji")
     arrival_s = time.monotonic()
     lease = await state.residency.acquire(choice.model_id)  # held until the speech is closed
     audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), settings.ttfa_target_ms,

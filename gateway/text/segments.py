@@ -15,11 +15,13 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from typing import Sequence
 
 import pysbd
 
 from engine.types import InputTooLong, InvalidInput
-from gateway.text import language
+from gateway.text import language, symbols
+from gateway.text.options import TextOptions
 
 MAX_SEGMENT_CHARS = 300
 _SPACE = re.compile(r"[^\S\n]+")
@@ -71,8 +73,12 @@ def is_speakable(text: str) -> bool:
     return any(ch.isalnum() for ch in text)
 
 
-def check_input(text: object, max_chars: int, field: str = "input") -> str:
-    """Cleaned text (`clean`), or InvalidInput / InputTooLong naming `field`."""
+def check_input(text: object, max_chars: int, field: str = "input", *, speakable: bool = True) -> str:
+    """Cleaned text (`clean`), or InvalidInput / InputTooLong naming `field`.
+
+    `speakable`: also refuse text without a letter or digit. A route that reads the text
+    with text options passes False and calls `check_spoken` on what they make of it
+    (with `emoji: "name"`, an emoji alone is words)."""
     if not isinstance(text, str):
         raise InvalidInput(f"{field} must be a string", field=field)
     if len(text) > max_chars:
@@ -80,9 +86,30 @@ def check_input(text: object, max_chars: int, field: str = "input") -> str:
     cleaned = clean(text)
     if not text.strip():
         raise InvalidInput(f"{field} is empty", field=field)
-    if not is_speakable(cleaned):
+    if speakable and not is_speakable(cleaned):
         raise InvalidInput(f"{field} has nothing that can be spoken (no letters or digits)", field=field)
     return cleaned
+
+
+def check_spoken(items: Sequence[object], text: str, options: TextOptions, field: str = "input",
+                 emoji_field: str = "emoji") -> None:
+    """InvalidInput naming `field` if `items`, what `options` made of `text`, say nothing."""
+    if not any(isinstance(item, str) for item in items):
+        letters = is_speakable(clean(text))
+        raise unspoken(field, options, letters=letters, emoji=not letters and symbols.has_emoji(text),
+                       emoji_field=emoji_field)
+
+
+def unspoken(field: str, options: TextOptions, *, letters: bool, emoji: bool,
+             emoji_field: str = "emoji") -> InvalidInput:
+    """The error for text that says nothing once read with `options`; `letters`, `emoji`:
+    whether the text had a letter or digit, an emoji; `emoji_field`: what sets the emoji
+    option where the text came from."""
+    if letters:
+        return InvalidInput(f"{field} has nothing to speak once markup, code and emoji are left out", field=field)
+    dropped = emoji and options.normalize and options.emoji == "drop"
+    hint = f'; emoji are dropped unless {emoji_field} is "name"' if dropped else ""
+    return InvalidInput(f"{field} has nothing that can be spoken (no letters or digits{hint})", field=field)
 
 
 def cut(sentence: str, max_chars: int) -> list[str]:

@@ -22,6 +22,10 @@ _MARKUP = re.compile(r"[*_`#|~\\<>^]+")
 _AMPERSAND = re.compile(r"\s*&\s*")
 
 
+def has_emoji(text: str) -> bool:
+    return bool(emoji_data.emoji_count(text))
+
+
 def emoji(text: str, mode: str, lang: str) -> str:
     """`mode` "drop" removes emoji; "name" reads their names."""
     if not emoji_data.emoji_count(text):

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from engine.types import InputTooLong, InvalidInput
-from gateway.text import Pause, TextOptions, TextStream, check_input, clean, prepare, split_segments
+from gateway.text import Pause, TextOptions, TextStream, check_input, check_spoken, clean, prepare, split_segments
 
 EN = TextOptions()
 
@@ -24,6 +24,28 @@ def test_unspeakable_input_is_rejected(text: str) -> None:
     assert info.value.field == "input"
     # only what a user sent nothing of is "empty"; control characters are "nothing speakable"
     assert ("is empty" in info.value.message) == (not text.strip())
+
+
+@pytest.mark.parametrize(("text", "options", "message"), [
+    ("😀", EN, "input has nothing that can be spoken (no letters or digits; "
+               'emoji are dropped unless emoji is "name")'),
+    ("😀", TextOptions(normalize=False, emoji="name"), "input has nothing that can be spoken (no letters or digits)"),
+    ("** --", EN, "input has nothing that can be spoken (no letters or digits)"),
+    ("```\nls\n```", EN, "input has nothing to speak once markup, code and emoji are left out"),
+    ('<break time="1s"/>', EN, "input has nothing to speak once markup, code and emoji are left out"),
+])
+def test_what_the_options_make_of_the_text_is_checked(text: str, options: TextOptions, message: str) -> None:
+    check_input(text, 100, speakable=False)  # (the raw text is not judged: the options may speak it)
+    with pytest.raises(InvalidInput) as info:
+        check_spoken(prepare(text, options), text, options)
+    assert info.value.message == message and info.value.field == "input"
+
+
+def test_an_emoji_alone_is_words_when_emoji_are_named() -> None:
+    named = TextOptions(emoji="name")
+    items = prepare("😀", named)
+    assert items == ["grinning face"]
+    check_spoken(items, "😀", named)
 
 
 def test_input_over_the_limit_is_rejected() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import soundfile as sf
 from websockets.sync.client import connect
 
 from tests.conftest import LiveServer
-from tests.gateway.test_realtime import collect_utterance, open_session
+from tests.gateway.test_realtime import collect_utterance, open_session, recv_event
 
 SPOKEN = [
     # (input, request options, expected spoken text)
@@ -183,3 +184,54 @@ def test_leaving_a_long_input_midway_leaves_no_engine_request(server: LiveServer
         assert response.status_code == 200
         next(response.iter_bytes())
     assert server.wait_idle() == 0
+
+
+def test_an_emoji_alone_is_spoken_when_emoji_are_named(client: httpx.Client) -> None:
+    """The "something to say" check applies to what the options make of the input: with
+    `emoji: "name"` an emoji is words (it was a 400 "no letters or digits")."""
+    assert normalize(client, "😀", emoji="name")["text"] == "grinning face"
+    spoken = client.post("/v1/audio/speech", json={"input": "😀", "emoji": "name", "response_format": "pcm"})
+    assert spoken.status_code == 200 and len(spoken.content) > 0, spoken.text
+
+
+@pytest.mark.parametrize("path", ["/v1/text/normalize", "/v1/audio/speech"])
+def test_an_emoji_alone_that_is_dropped_is_a_400_that_says_why(client: httpx.Client, path: str) -> None:
+    response = client.post(path, json={"input": "😀 🎉"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["field"] == "input" and error["message"] == (
+        'input has nothing that can be spoken (no letters or digits; emoji are dropped unless emoji is "name")')
+    code_only = client.post(path, json={"input": "```\ncode only\n```"})  # normalize refuses what speech refuses
+    assert code_only.status_code == 400 and "nothing to speak" in code_only.json()["error"]["message"]
+
+
+def test_realtime_speaks_an_emoji_alone_when_emoji_are_named(server: LiveServer) -> None:
+    with open_session(server, emoji="name") as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "🎉"}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, audio = collect_utterance(ws)
+    assert events[-1]["type"] == "utterance.done" and events[-1]["text"] == "party popper" and audio
+
+
+def test_realtime_text_with_nothing_to_speak_is_an_error_when_it_ends(server: LiveServer) -> None:
+    """What REST refuses with a 400 gets an `error` naming `text` when it ends (a flush, or
+    `utterance_end_ms` without more text), not silence; an emoji within spoken text is no error."""
+    message = ("text has nothing that can be spoken (no letters or digits; "
+               'emoji are dropped unless session.emoji is "name")')
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "😀"}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        error = recv_event(ws)
+        assert error["type"] == "error" and error["error"] == {
+            "code": "invalid_input", "field": "text", "message": message}, error
+        ws.send(json.dumps({"type": "text.append", "text": "🎉 "}))  # never flushed
+        sent = time.monotonic()
+        error = recv_event(ws, timeout=10)
+        assert error["type"] == "error" and error["error"]["field"] == "text", error
+        assert time.monotonic() - sent >= server.settings.utterance_end_ms / 1000 - 0.1
+        for piece in ("Well done ", "🎉", " and goodbye."):
+            ws.send(json.dumps({"type": "text.append", "text": piece}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, _ = collect_utterance(ws)
+    assert [e["type"] for e in events] == ["audio.start", "utterance.done"], events
+    assert events[-1]["text"] == "Well done and goodbye."
