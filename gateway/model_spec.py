@@ -100,7 +100,7 @@ def _family_options(module: ModuleType, spec: ModelSpec, cpu_workers: int) -> di
 def estimate_memory(spec: ModelSpec, memory_factor: float, cpu_workers: int = 0) -> tuple[int, str]:
     """(bytes, how) `spec` will hold once loaded, for the memory guard before it loads it (runs
     in a worker thread): the family's `estimate_memory(size on disk, options)` where it has one
-    (models/piper.py: its onnxruntime sessions), else the size on disk x `memory_factor`. A family
+    (models/piper_pool.py: its onnxruntime sessions), else the size on disk x `memory_factor`. A family
     that cannot say (unknown, not installed, a bad option) gets the latter; its load reports why."""
     size = spec.size_bytes or folder_size(spec.path)
     try:

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,6 +28,9 @@ from engine.types import InvalidInput, SpeechRequest, UnknownVoice, WordTiming
 from models import InvalidModel
 from models.file_checks import check_onnx
 from models.model_options import at_least, check_options
+# the pool's shape, memory estimate (the family's `estimate_memory`) and activity
+from models.piper_pool import POOL_MEMORY, VOICE_MEMORY, WORKERS_OPTION, PoolActivity, count_option, pool_shape
+from models.piper_pool import available_cores, estimate_memory  # noqa: F401  (re-exported for callers)
 from models.piper_stream import SplitModel, SplitSession, split_model
 from models.piper_units import split_unit
 from models.piper_words import word_timings
@@ -41,9 +41,6 @@ DEFAULT_VOICE = "default"
 # phoneme durations, hence the audio length, deterministic (Kim et al. 2021, VITS §2.3).
 NOISE_OPTIONS = ("noise_scale", "noise_w_scale")
 SENTENCE_SILENCE_MS = 120.0  # pause appended after every segment but the last
-# The option that sizes the pool; the server's `cpu_workers` setting fills it in when a
-# model's options leave it out (gateway/residency.py `load_runner`).
-WORKERS_OPTION = "workers"
 # a model's options (models/model_options.py)
 OPTIONS = {WORKERS_OPTION: at_least(1), "num_threads": at_least(0), "alone_threads": at_least(0),
            "head_ms": at_least(0)}
@@ -59,49 +56,6 @@ HEAD_MS = 250
 # ~3 dB under its peak-normalised level.
 CALIBRATION_TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 CALIBRATION_RMS = 0.068
-# Memory a loaded pool holds, in units of its .onnx file's size, for the memory guard before a
-# load (`estimate_memory`) and after (`PiperSynthesizer.memory_bytes`): VOICE_MEMORY for each voice
-# session (an onnxruntime session of the graph, or a split voice's prior + decoder: weights and
-# arenas; `workers` of them, twice that with wide sessions) and POOL_MEMORY once (what loading
-# leaves behind). Measured with the embedded voice: docs/library.md, "Memory estimates".
-VOICE_MEMORY = 1.2
-POOL_MEMORY = 2.3
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
-def _count_option(options: dict[str, Any], key: str, default: int, minimum: int) -> int:
-    value = options.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidModel(f"piper option {key} must be an integer >= {minimum}, got {value!r}", field=key)
-    return value
-
-
-def _pool_shape(options: dict[str, Any]) -> tuple[int, int, int]:
-    """(workers, num_threads, alone_threads) that `load` gives a pool with `options`."""
-    workers = _count_option(options, WORKERS_OPTION, available_cores(), 1)
-    threads = _count_option(options, "num_threads", 1 if workers > 1 else 0, 0)
-    alone = _count_option(options, "alone_threads", available_cores() if workers > 1 else 0, 0)
-    return workers, threads, alone
-
-
-def estimate_memory(size_bytes: int, options: dict[str, Any] | None = None) -> tuple[int, str]:
-    """(bytes, how) a voice of `size_bytes` on disk will hold once loaded with `options` (the
-    server's `cpu_workers` already filled in): its voice sessions (VOICE_MEMORY above). For the
-    memory guard before a load (gateway/model_spec.py `estimate_memory`); raises InvalidModel for
-    a bad option, as `load` would."""
-    workers, threads, alone = _pool_shape(dict(options or {}))
-    sessions = workers * (2 if alone > threads > 0 else 1)  # a wide session each (`PiperSynthesizer`)
-    return (int(size_bytes * (POOL_MEMORY + VOICE_MEMORY * sessions)),
-            f"{sessions} onnxruntime voice session{'s' if sessions > 1 else ''}: "
-            f"size on disk x ({POOL_MEMORY:g} + {VOICE_MEMORY:g} x {sessions})")
 
 
 def embedded_model_path() -> Path:
@@ -195,49 +149,6 @@ def make_spec(voices: Sequence[str]) -> SynthSpec:
                         sentence_ends=tuple(i == len(units) - 1 for units in split for i in range(len(units))))
 
     return SynthSpec(FAMILY, tuple(voices), prepare)
-
-
-class PoolActivity:
-    """How many sessions of one pool are synthesising, now and on average (shared by its
-    `PiperSynthesizer`s).
-
-    `mean_running` is the number of running units averaged over time with an exponential
-    window of `window_s` (m <- m e^(-dt/w) + n (1 - e^(-dt/w)) at each start and stop, n the
-    count during dt). A unit may use the wide session when it starts alone *and* the pool ran
-    less than one unit at a time on average: light load. Under load (mean >= 1) a unit that
-    happens to start alone keeps to one thread, since the next arrival would otherwise
-    share the cores with it (measured on the 2-core machine at 85 % of raw piper's limit:
-    attainment 0.815 without the wide session, 0.715 when every lone unit took it). A first
-    chunk that starts alone runs wide at any load: it is short (a clause) and its listener is
-    waiting for it (bench/results/cpu_load.md, session of 2026-12-03, eleventh).
-    """
-
-    def __init__(self, window_s: float = 2.0, light_units: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._lock = threading.Lock()
-        self.running = 0
-        self.mean_running = 0.0
-        self._window_s, self._light_units, self._clock = window_s, light_units, clock
-        self._at_s = clock()
-
-    def _advance(self) -> None:
-        now = self._clock()
-        keep = math.exp(-max(0.0, now - self._at_s) / self._window_s)
-        self.mean_running = self.mean_running * keep + self.running * (1.0 - keep)
-        self._at_s = now
-
-    def start(self, first: bool = False) -> bool:
-        """Count one more running unit; True when it may run wide: alone, and at light load
-        or a `first` unit (a first chunk: short, and its listener waits for it)."""
-        with self._lock:
-            self._advance()
-            self.running += 1
-            return self.running == 1 and (first or self.mean_running < self._light_units)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._advance()
-            self.running -= 1
 
 
 class PiperSynthesizer:
@@ -412,8 +323,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """
     options = dict(options or {})
     onnx, config = _find_files(Path(path) if path is not None else embedded_model_path())
-    workers, threads, alone = _pool_shape(options)
-    head_ms = _count_option(options, "head_ms", HEAD_MS, 0)
+    workers, threads, alone = pool_shape(options)
+    head_ms = count_option(options, "head_ms", HEAD_MS, 0)
     model = _with_alignments(onnx)
     split = split_model(model) if head_ms > 0 else None
     activity = PoolActivity()
