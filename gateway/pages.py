@@ -86,7 +86,7 @@ async def index(request: Request) -> Response:
 _LIMITS = (  # residency settings shown on the library page: (setting, label, format)
     ("max_loaded_models", "Models loaded at most", "{:d}"),
     ("idle_unload_s", "Unload when idle for", "{:g} s"),
-    ("min_free_memory_mb", "Memory kept free", lambda mb: format_mb(mb * MB)),  # 1e8 is no "1e+08 MB"
+    ("min_free_memory_mb", "Memory kept free", "mb"),  # as given (format_mb): 1e8 is no "1e+08 MB"
     ("busy_timeout_ms", "Longest wait for room", "{:g} ms"),
 )
 
@@ -94,7 +94,7 @@ _LIMITS = (  # residency settings shown on the library page: (setting, label, fo
 async def library(request: Request) -> Response:
     settings = request.app.state.voxgate.settings
     limits = [(label, "never" if name == "idle_unload_s" and not getattr(settings, name)
-               else fmt(getattr(settings, name)) if callable(fmt) else fmt.format(getattr(settings, name)))
+               else format_mb(getattr(settings, name) * MB) if fmt == "mb" else fmt.format(getattr(settings, name)))
               for name, label, fmt in _LIMITS]
     return _render(request, "library.html", "library", limits=limits, device=", ".join(settings.devices),
                    families=list(FAMILIES))

@@ -26,12 +26,12 @@ SENTENCES = ["The first sentence is here. ", "Then comes a second one. ", "And a
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long story." for i in range(85))  # minutes of audio
 
 
-def _folder(root: Path, name: str, *, truncated: bool = False) -> Path:
-    """A piper voice folder; `truncated`: its .onnx cut short, as an interrupted copy leaves it."""
+def _folder(root: Path, name: str, *, copy: bool = False) -> Path:
+    """A piper voice folder (its .onnx a link to the embedded voice's, or a copy with `copy`)."""
     folder = root / name
     folder.mkdir(parents=True)
-    if truncated:
-        (folder / f"{name}.onnx").write_bytes(ONNX.read_bytes()[:4096])
+    if copy:
+        shutil.copy(ONNX, folder / f"{name}.onnx")
     else:
         (folder / f"{name}.onnx").symlink_to(ONNX)
     shutil.copy(CONFIG, folder / f"{name}.onnx.json")
@@ -41,16 +41,19 @@ def _folder(root: Path, name: str, *, truncated: bool = False) -> Path:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One model loaded at a time, a short wait for room, and two more voices: `broken`
-    (its load fails) and `good`."""
+    (its .onnx cut short after it was installed, as a disk or a copy over it can leave it: its
+    load fails; install refuses a truncated file) and `good`."""
     voices = tmp_path_factory.mktemp("voices")
     for server in run_server(tmp_path_factory.mktemp("data"), local_model_roots=[str(voices)],
                              max_loaded_models=1, busy_timeout_ms=300, min_free_memory_mb=0):
         with httpx.Client(base_url=server.url, timeout=60) as client:
-            for name, truncated in (("broken", True), ("good", False)):
+            for name in ("broken", "good"):
                 answer = client.post("/v1/library/install",
-                                     json={"path": str(_folder(voices, name, truncated=truncated)),
+                                     json={"path": str(_folder(voices, name, copy=name == "broken")),
                                            "family": "piper"})
                 assert answer.status_code == 201, answer.text
+        broken = voices / "broken" / "broken.onnx"
+        broken.write_bytes(broken.read_bytes()[:4096])
         yield server
 
 
