@@ -112,9 +112,13 @@ class CartesiaContext(TextContext):
             del self.socket.contexts[self.context_id]
 
     async def send_error(self, error: ApiError | EngineError) -> None:
-        if self.socket.contexts.get(self.context_id) is self:
-            del self.socket.contexts[self.context_id]
+        # `done: true`: the context is over for the client; it stays here until its input ends
+        # (`continue: false`) or a cancel, so that its later text is dropped, not retried.
         await self.socket.send_error(error, self.context_id)
+
+    async def send_failed_final(self) -> None:
+        if self.socket.contexts.get(self.context_id) is self:
+            del self.socket.contexts[self.context_id]  # (its `error` said `done`)
 
 
 class CartesiaSocket(VendorSocket):

@@ -109,6 +109,9 @@ class ElevenLabsContext(TextContext):
     async def send_error(self, error: ApiError | EngineError) -> None:
         await self.socket.send_error(error, self.context_id)
 
+    async def send_failed_final(self) -> None:
+        await self.send_final()  # the client waits for `isFinal` (and /stream-input for the close)
+
 
 class ElevenLabsSocket(VendorSocket):
     def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat,

@@ -9,6 +9,12 @@ once. Its audio is encoded in the context's output format, and its words are han
 with the audio that speaks them. A flush speaks what is buffered and keeps the context
 open; `close()` ends it once its audio is out (`send_final`); `cancel()` stops it at
 once, engine request included. Subclasses write the wire messages.
+
+A failure of its synthesis (its model cannot load, no room for it, the engine refuses or
+fails a request) fails the context once, as `/v1/realtime` fails an utterance
+(gateway/realtime_text.py): `send_error` now, the engine request freed, and the rest of
+its text dropped, not retried sentence by sentence. The failed context ends when its
+input does (`close()`; at once if it was already closed): `send_failed_final`.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class TextContext:
         self.flush_ids: list[int] = []  # flushes waiting for their text to be spoken
         self.closing = False  # no more text
         self.finished = False  # final message sent, or cancelled
+        self.failed = False  # its synthesis failed: its text is dropped until it is closed
         self.ended = asyncio.Event()  # set with `finished`
 
     def _encoder(self) -> StreamEncoder:
@@ -87,10 +94,18 @@ class TextContext:
     async def send_error(self, error: ApiError | EngineError) -> None:
         raise NotImplementedError
 
+    async def send_failed_final(self) -> None:
+        """A failed context's input ended (its error was sent): the context is over."""
+
     # -- text in ------------------------------------------------------------------------
 
     async def _queue(self, items: list[Item], since_s: float | None) -> None:
-        await self.stream.queue(items, since_s)
+        if self.failed:
+            return  # a failed context's text: dropped
+        try:
+            await self.stream.queue(items, since_s)
+        except (ApiError, EngineError) as error:  # a request could not start
+            await self.on_error(self.stream, error)
 
     async def _tail_error(self, error: ApiError | EngineError) -> None:
         await self.on_error(self.stream, error)
@@ -98,16 +113,21 @@ class TextContext:
     async def append(self, text: str) -> None:
         if self.closing:
             raise InvalidInput(f"context {self.context_id!r} is closed; open a new one", field="context_id")
+        if self.failed:
+            return  # dropped until the context is closed
         await self.feed.append(text, self.stream.queued_chars)
         if self.eager and SENTENCE_END.search(text):
             await self.feed.release()
 
     async def flush(self, flush_id: int | None = None) -> None:
         """Speak what is buffered now; `flush_id`: `send_flush_done` once it is spoken."""
+        if self.failed:
+            self.feed.flush()  # (dropped)
+            return
         if flush_id is not None:
             self.flush_ids.append(flush_id)
         items, since = self.feed.flush()
-        await self.stream.queue(items, since)
+        await self._queue(items, since)
         if flush_id is not None and not self.stream.busy:
             await self.on_idle(self.stream)
 
@@ -117,8 +137,13 @@ class TextContext:
             return
         await self.flush()
         self.closing = True
-        if not self.finished:
-            await self.stream.end()
+        if self.failed:
+            await self._end_failed()
+        elif not self.finished:
+            try:
+                await self.stream.end()
+            except (ApiError, EngineError) as error:
+                await self.on_error(self.stream, error)
 
     def cancel(self) -> None:
         """Stop now; nothing more is sent for this context."""
@@ -127,7 +152,8 @@ class TextContext:
             self.finished = True
             self.ended.set()
             self.stream.cancel()
-            self.stream.observe(self.source, cancelled=True)
+            if not self.failed:  # (observed when it failed)
+                self.stream.observe(self.source, cancelled=True)
 
     # -- audio out (the utterance stream's Listener) ------------------------------------
 
@@ -135,7 +161,7 @@ class TextContext:
                        words: Sequence[WordTiming], estimated: bool) -> None:
         end_ms = utterance.clock.delivered_ms  # (this piece included)
         async with self._out:
-            if self.finished:
+            if self.finished or self.failed:
                 return
             data = await self.encoder.feed_async(pcm) if len(pcm) else b""  # MP3/Opus: in a thread
             if self.finished:  # cancelled meanwhile
@@ -149,7 +175,7 @@ class TextContext:
 
     async def on_idle(self, utterance: UtteranceStream) -> None:
         async with self._out:
-            if self.finished:
+            if self.finished or self.failed:
                 return
             tail = b""
             if (self.format.codec == "mp3" and self.encoder.num_samples) or utterance.ending:
@@ -173,10 +199,24 @@ class TextContext:
             await self.send_final()
 
     async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
+        """The synthesis failed: `send_error` once, the engine request freed, the rest of
+        the text dropped; the context ends when its input does (`close()`)."""
+        if self.finished or self.failed:
+            return
+        self.failed = True
+        self.feed.cancel_timer()
+        self.stream.cancel()
+        self.stream.observe(self.source, cancelled=True)
+        await self.send_error(error)
+        if self.closing:
+            await self._end_failed()
+
+    async def _end_failed(self) -> None:
         if self.finished:
             return
-        self.cancel()
-        await self.send_error(error)
+        self.finished = True
+        self.ended.set()
+        await self.send_failed_final()
 
 
 class VendorSocket:

@@ -1,0 +1,118 @@
+"""ElevenLabs and Cartesia WebSocket contexts whose synthesis fails before any audio (a model
+that cannot load, no room for it): one error per context, not one per sentence, then the
+context's end (ElevenLabs `isFinal`, and the close of `/stream-input`; Cartesia's `error`
+has `done: true`); the context's later text is dropped, and the socket serves other contexts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import LiveServer
+from tests.gateway.test_cartesia import BASE, until_done
+from tests.gateway.test_realtime_failures import LONG_TEXT, SENTENCES, _events_until_quiet, _leases, live
+
+__all__ = ["live"]  # the module's fixture: a broken voice, a good one, one model slot
+
+
+def eleven(server: LiveServer, path: str, model: str) -> ClientConnection:
+    return connect(f"{server.ws_url}/v1/text-to-speech/None/{path}?model_id={model}&output_format=pcm_16000",
+                   open_timeout=10)
+
+
+def cartesia(server: LiveServer) -> ClientConnection:
+    return connect(f"{server.ws_url}/tts/websocket", open_timeout=10)
+
+
+def _until_closed(ws: ClientConnection, timeout: float = 10) -> tuple[list[dict[str, Any]], int | None]:
+    messages = []
+    try:
+        while True:
+            messages.append(json.loads(ws.recv(timeout=timeout)))
+    except ConnectionClosed as closed:
+        return messages, closed.rcvd.code if closed.rcvd else None
+
+
+def test_elevenlabs_stream_input_fails_once_then_is_final_and_closes(live: LiveServer) -> None:
+    with eleven(live, "stream-input", "broken") as ws:
+        ws.send(json.dumps({"text": " ", "try_trigger_generation": True}))
+        for sentence in SENTENCES:
+            ws.send(json.dumps({"text": sentence, "try_trigger_generation": True}))
+        ws.send(json.dumps({"text": ""}))  # end of input
+        messages, code = _until_closed(ws)
+    assert [("error" if "error" in m else "final" if m.get("isFinal") else "audio") for m in messages] \
+        == ["error", "final"], messages
+    assert messages[0]["code"] == "model_load_failed" and messages[0]["field"] == "model", messages[0]
+    assert code == 1000
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_elevenlabs_stream_input_already_ended_gets_is_final_at_the_failure(live: LiveServer) -> None:
+    """All text and the end of input in one go: the failure ends the stream at once."""
+    with eleven(live, "stream-input", "broken") as ws:
+        ws.send(json.dumps({"text": "".join(SENTENCES)}))
+        ws.send(json.dumps({"text": ""}))
+        messages, code = _until_closed(ws)
+    assert ["error" in m for m in messages] == [True, False] and messages[1] == {"isFinal": True}, messages
+    assert code == 1000
+
+
+def test_elevenlabs_multi_context_fails_once_and_the_socket_goes_on(live: LiveServer) -> None:
+    with eleven(live, "multi-stream-input", "broken") as ws:
+        ws.send(json.dumps({"text": " ", "context_id": "c1", "voice_settings": {}}))
+        for sentence in SENTENCES:
+            ws.send(json.dumps({"text": sentence, "context_id": "c1", "flush": True}))
+        events = _events_until_quiet(ws)
+        assert len(events) == 1 and events[0]["code"] == "model_load_failed", events  # not one a sentence
+        assert events[0]["contextId"] == "c1"
+        ws.send(json.dumps({"text": "More text for it.", "context_id": "c1", "flush": True}))  # dropped
+        ws.send(json.dumps({"context_id": "c1", "close_context": True}))
+        assert _events_until_quiet(ws) == [{"isFinal": True, "contextId": "c1"}]
+        # The socket serves the next context (which tries the model again), and keep-alives.
+        ws.send(json.dumps({"text": ""}))
+        ws.send(json.dumps({"text": "A new turn.", "context_id": "c2"}))
+        ws.send(json.dumps({"context_id": "c2", "close_context": True}))
+        events = _events_until_quiet(ws)
+        assert [("error" if "error" in e else e.get("isFinal")) for e in events] == ["error", True], events
+        assert all(e["contextId"] == "c2" for e in events)
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_cartesia_context_fails_once_with_done_and_the_socket_goes_on(live: LiveServer) -> None:
+    broken = {**BASE, "model_id": "broken"}
+    with cartesia(live) as ws:
+        for sentence in SENTENCES:
+            ws.send(json.dumps({**broken, "context_id": "c1", "transcript": sentence, "continue": True}))
+        ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "", "continue": True, "flush": True}))
+        ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "", "continue": False}))
+        events = _events_until_quiet(ws)
+        assert [e["type"] for e in events] == ["error"], events  # once, not once a sentence
+        error = events[0]
+        assert error["context_id"] == "c1" and error["done"] is True and error["error_code"] == "model_load_failed"
+        assert error["field"] == "model"
+        # Other contexts on the same socket speak.
+        ws.send(json.dumps({**BASE, "model_id": "good", "context_id": "c2", "transcript": "Now it works."}))
+        messages = until_done(ws, "c2")
+        assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_cartesia_no_room_for_the_model_fails_the_context_once(live: LiveServer) -> None:
+    good = {**BASE, "model_id": "good"}
+    with httpx.Client(base_url=live.url, timeout=60) as client, cartesia(live) as ws:
+        with client.stream("POST", "/v1/audio/speech", json={"model": "piper-joe", "input": LONG_TEXT,
+                                                              "response_format": "pcm"}) as stream:
+            assert stream.status_code == 200
+            pieces = stream.iter_bytes()
+            next(pieces)  # piper-joe holds the only slot
+            for sentence in SENTENCES:
+                ws.send(json.dumps({**good, "context_id": "c", "transcript": sentence, "continue": True}))
+            ws.send(json.dumps({**good, "context_id": "c", "transcript": "", "continue": False}))
+            events = _events_until_quiet(ws)
+        assert [e["type"] for e in events] == ["error"], events
+        assert events[0]["error_code"] == "server_busy" and events[0]["done"] is True
+    assert live.wait_idle() == 0 and _leases(live) == 0
