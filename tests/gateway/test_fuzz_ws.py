@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
 from tests.conftest import LiveServer, run_server
+from tests.gateway.test_realtime import events_until_quiet
 
 MAX_EXAMPLES = 25
 
@@ -94,17 +95,6 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     yield from run_server(tmp_path_factory.mktemp("data"), max_input_chars=200, text_buffer_ms=50)
 
 
-def _events_until_quiet(ws: ClientConnection, quiet_s: float = 0.3) -> list[dict[str, Any]]:
-    events = []
-    while True:
-        try:
-            message = ws.recv(timeout=quiet_s)
-        except TimeoutError:
-            return events
-        if isinstance(message, str):
-            events.append(json.loads(message))
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.path.split("?")[0])
 def test_sessions_survive_any_messages(fuzz_server: LiveServer, protocol: Protocol) -> None:
     @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
@@ -116,7 +106,7 @@ def test_sessions_survive_any_messages(fuzz_server: LiveServer, protocol: Protoc
                 assert json.loads(ws.recv(timeout=10))["type"] == protocol.first_event
             for message in messages:
                 ws.send(message)
-            _events_until_quiet(ws)
+            events_until_quiet(ws, quiet_s=0.3)
             # Still alive and answering: a message that is always wrong gets its error event.
             ws.send(protocol.probe)
             deadline = time.monotonic() + 30

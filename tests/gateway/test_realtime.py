@@ -26,6 +26,18 @@ def recv_event(ws: ClientConnection, timeout: float = 30) -> dict[str, Any]:
             return json.loads(message)
 
 
+def events_until_quiet(ws: ClientConnection, quiet_s: float = 1.5) -> list[dict[str, Any]]:
+    """Every JSON event (audio frames skipped) until none came for `quiet_s`."""
+    events = []
+    while True:
+        try:
+            message = ws.recv(timeout=quiet_s)
+        except TimeoutError:
+            return events
+        if isinstance(message, str):
+            events.append(json.loads(message))
+
+
 def speak(ws: ClientConnection, text: str, timeout: float = 60) -> tuple[list[dict[str, Any]], bytes]:
     """Append `text`, flush it, and collect the utterance (`collect_utterance`)."""
     ws.send(json.dumps({"type": "text.append", "text": text}))

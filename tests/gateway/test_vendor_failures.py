@@ -14,7 +14,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import LiveServer
 from tests.gateway.test_cartesia import BASE, until_done
-from tests.gateway.test_realtime_failures import LONG_TEXT, SENTENCES, _events_until_quiet, _leases, live
+from tests.gateway.test_realtime import events_until_quiet
+from tests.gateway.test_realtime_failures import LONG_TEXT, SENTENCES, _leases, live
 
 __all__ = ["live"]  # the module's fixture: a broken voice, a good one, one model slot
 
@@ -66,17 +67,17 @@ def test_elevenlabs_multi_context_fails_once_and_the_socket_goes_on(live: LiveSe
         ws.send(json.dumps({"text": " ", "context_id": "c1", "voice_settings": {}}))
         for sentence in SENTENCES:
             ws.send(json.dumps({"text": sentence, "context_id": "c1", "flush": True}))
-        events = _events_until_quiet(ws)
+        events = events_until_quiet(ws)
         assert len(events) == 1 and events[0]["code"] == "model_load_failed", events  # not one a sentence
         assert events[0]["contextId"] == "c1"
         ws.send(json.dumps({"text": "More text for it.", "context_id": "c1", "flush": True}))  # dropped
         ws.send(json.dumps({"context_id": "c1", "close_context": True}))
-        assert _events_until_quiet(ws) == [{"isFinal": True, "contextId": "c1"}]
+        assert events_until_quiet(ws) == [{"isFinal": True, "contextId": "c1"}]
         # The socket serves the next context (which tries the model again), and keep-alives.
         ws.send(json.dumps({"text": ""}))
         ws.send(json.dumps({"text": "A new turn.", "context_id": "c2"}))
         ws.send(json.dumps({"context_id": "c2", "close_context": True}))
-        events = _events_until_quiet(ws)
+        events = events_until_quiet(ws)
         assert [("error" if "error" in e else e.get("isFinal")) for e in events] == ["error", True], events
         assert all(e["contextId"] == "c2" for e in events)
     assert live.wait_idle() == 0 and _leases(live) == 0
@@ -89,7 +90,7 @@ def test_cartesia_context_fails_once_with_done_and_the_socket_goes_on(live: Live
             ws.send(json.dumps({**broken, "context_id": "c1", "transcript": sentence, "continue": True}))
         ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "", "continue": True, "flush": True}))
         ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "", "continue": False}))
-        events = _events_until_quiet(ws)
+        events = events_until_quiet(ws)
         assert [e["type"] for e in events] == ["error"], events  # once, not once a sentence
         error = events[0]
         assert error["context_id"] == "c1" and error["done"] is True and error["error_code"] == "model_load_failed"
@@ -112,7 +113,7 @@ def test_cartesia_no_room_for_the_model_fails_the_context_once(live: LiveServer)
             for sentence in SENTENCES:
                 ws.send(json.dumps({**good, "context_id": "c", "transcript": sentence, "continue": True}))
             ws.send(json.dumps({**good, "context_id": "c", "transcript": "", "continue": False}))
-            events = _events_until_quiet(ws)
+            events = events_until_quiet(ws)
         assert [e["type"] for e in events] == ["error"], events
         assert events[0]["error_code"] == "server_busy" and events[0]["done"] is True
     assert live.wait_idle() == 0 and _leases(live) == 0
