@@ -36,6 +36,58 @@ FUSED_TILES = (32, 4, 3)
 
 
 @triton.jit
+def _attend(q, K, V, kv_base, start, end, pos, k_new, v_new, scale, sk_t, offs_d, GP: tl.constexpr,
+            D: tl.constexpr, BLOCK: tl.constexpr, split_len: tl.constexpr, NEW: tl.constexpr):
+    """One split's online softmax over keys `start..end` (blocks past `end` load nothing): its
+    (acc `[GP, D]`, running max `[GP]`, sum `[GP]`) in float32. `NEW`: the key at `pos` is
+    `k_new`, `v_new` from registers (the fused kernel's new position), not read from the cache."""
+    m = tl.full([GP], float("-inf"), tl.float32)
+    l_sum = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, D], tl.float32)
+    for i in range(0, split_len, BLOCK):
+        offs_n = start + i + tl.arange(0, BLOCK)
+        valid = offs_n < end
+        ptrs = kv_base + offs_n[:, None] * sk_t + offs_d[None, :]
+        if NEW:
+            is_new = (offs_n == pos)[:, None]
+            k = tl.where(is_new, k_new[None, :], tl.load(K + ptrs, mask=valid[:, None] & ~is_new, other=0.0))
+            v = tl.where(is_new, v_new[None, :], tl.load(V + ptrs, mask=valid[:, None] & ~is_new, other=0.0))
+        else:
+            k = tl.load(K + ptrs, mask=valid[:, None], other=0.0)
+            v = tl.load(V + ptrs, mask=valid[:, None], other=0.0)
+        scores = tl.dot(q, tl.trans(k)) * scale
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: exp(-inf) = 0, not nan
+        alpha = tl.exp(m - m_safe)
+        p = tl.exp(scores - m_safe[:, None])
+        l_sum = l_sum * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    return acc, m, l_sum
+
+
+@triton.jit
+def _merge(Acc, M, L, acc_base, m_base, sa_s, sa_g, sm_s, offs_g, offs_d, real, GP: tl.constexpr,
+           D: tl.constexpr, SPLITS: tl.constexpr):
+    """`[GP, D]` float32: the splits' partials (at `acc_base`, `m_base` + split x stride) merged and
+    normalised; rows not `real` (the dot's padding) are not read. Reads through L2 (`.cg`): the
+    partials may come from other programs of the same kernel."""
+    m_max = tl.full([GP], float("-inf"), tl.float32)
+    for t in tl.static_range(SPLITS):
+        m_max = tl.maximum(m_max, tl.load(M + m_base + t * sm_s + offs_g, mask=real, other=0.0, cache_modifier=".cg"))
+    total = tl.zeros([GP], tl.float32)
+    out = tl.zeros([GP, D], tl.float32)
+    for t in tl.static_range(SPLITS):
+        m_t = tl.load(M + m_base + t * sm_s + offs_g, mask=real, other=0.0, cache_modifier=".cg")
+        w = tl.where(m_t == float("-inf"), 0.0, tl.exp(m_t - m_max))  # empty split: weight 0
+        total += w * tl.load(L + m_base + t * sm_s + offs_g, mask=real, other=1.0, cache_modifier=".cg")
+        out += w[:, None] * tl.load(Acc + acc_base + t * sa_s + offs_g[:, None] * sa_g + offs_d[None, :],
+                                    mask=real[:, None], other=0.0, cache_modifier=".cg")
+    return out / total[:, None]
+
+
+@triton.jit
 def _split_kernel(Q, K, V, Pos, Acc, M, L, scale, attn_len,
                   sq_b, sq_h, sq_g, sk_b, sk_h, sk_t, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
@@ -48,24 +100,8 @@ def _split_kernel(Q, K, V, Pos, Acc, M, L, scale, attn_len,
     offs_d = tl.arange(0, D)
     q = tl.load(Q + b * sq_b + h * sq_h + offs_g[:, None] * sq_g + offs_d[None, :], mask=offs_g[:, None] < G,
                 other=0.0)
-    m = tl.full([GP], float("-inf"), tl.float32)
-    l_sum = tl.zeros([GP], tl.float32)
-    acc = tl.zeros([GP, D], tl.float32)
-    for i in range(0, split_len, BLOCK):  # blocks past `end` load nothing (masked)
-        offs_n = start + i + tl.arange(0, BLOCK)
-        valid = offs_n < end
-        base = b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :]
-        k = tl.load(K + base, mask=valid[:, None], other=0.0)
-        v = tl.load(V + base, mask=valid[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k)) * scale
-        scores = tl.where(valid[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: exp(-inf) = 0, not nan
-        alpha = tl.exp(m - m_safe)
-        p = tl.exp(scores - m_safe[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+    acc, m, l_sum = _attend(q, K, V, b * sk_b + h * sk_h, start, end, 0, offs_d, offs_d, scale, sk_t, offs_d,
+                            GP, D, BLOCK, split_len, False)
     tl.store(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :], acc)
     tl.store(M + b * sm_b + h * sm_h + s * sm_s + offs_g, m)
     tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum)
@@ -77,19 +113,11 @@ def _merge_kernel(Acc, M, L, Out, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b
     b, h = tl.program_id(0), tl.program_id(1)
     offs_g = tl.arange(0, GP)
     offs_d = tl.arange(0, D)
-    m_max = tl.full([GP], float("-inf"), tl.float32)
-    for s in range(num_splits):
-        m_max = tl.maximum(m_max, tl.load(M + b * sm_b + h * sm_h + s * sm_s + offs_g))
-    total = tl.zeros([GP], tl.float32)
-    out = tl.zeros([GP, D], tl.float32)
-    for s in range(num_splits):
-        m = tl.load(M + b * sm_b + h * sm_h + s * sm_s + offs_g)
-        w = tl.where(m == float("-inf"), 0.0, tl.exp(m - m_max))  # empty split: weight 0
-        total += w * tl.load(L + b * sm_b + h * sm_h + s * sm_s + offs_g)
-        out += w[:, None] * tl.load(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :])
-    out = out / total[:, None]
+    real = offs_g < G
+    out = _merge(Acc, M, L, b * sa_b + h * sa_h, b * sm_b + h * sm_h, sa_s, sa_g, sm_s, offs_g, offs_d, real,
+                 GP, D, num_splits)
     tl.store(Out + b * so_b + h * so_h + offs_g[:, None] * so_g + offs_d[None, :], out.to(Out.dtype.element_ty),
-             mask=offs_g[:, None] < G)
+             mask=real[:, None])
 
 
 @triton.jit
@@ -124,25 +152,8 @@ def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_l
     if s == 0:  # one program writes the new position; every split reads it from registers, not the cache
         tl.store(K + b * sk_b + h * sk_h + pos * sk_t + offs_d, k_new)
         tl.store(V + b * sk_b + h * sk_h + pos * sk_t + offs_d, v_new)
-    m = tl.full([GP], float("-inf"), tl.float32)
-    l_sum = tl.zeros([GP], tl.float32)
-    acc = tl.zeros([GP, D], tl.float32)
-    for i in range(0, split_len, BLOCK):
-        offs_n = start + i + tl.arange(0, BLOCK)
-        valid = offs_n < end
-        base = b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :]
-        is_new = (offs_n == pos)[:, None]
-        k = tl.where(is_new, k_new[None, :], tl.load(K + base, mask=valid[:, None] & ~is_new, other=0.0))
-        v = tl.where(is_new, v_new[None, :], tl.load(V + base, mask=valid[:, None] & ~is_new, other=0.0))
-        scores = tl.dot(q, tl.trans(k)) * scale
-        scores = tl.where(valid[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)
-        p = tl.exp(scores - m_safe[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+    acc, m, l_sum = _attend(q, K, V, b * sk_b + h * sk_h, start, end, pos, k_new, v_new, scale, sk_t, offs_d,
+                            GP, D, BLOCK, split_len, True)
     real = offs_g < G  # the query rows past G pad the dot to 16: not stored, not merged
     out_ptr = Out + b * so_b + h * so_h + offs_g[:, None] * so_g + offs_d[None, :]
     if SPLITS == 1:
@@ -154,21 +165,10 @@ def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_l
         tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum, mask=real)
         tl.debug_barrier()  # every thread's partials are written before the counter moves (acq_rel)
         done = tl.atomic_add(Count + b * KVH + h, 1)
-        if done == SPLITS - 1:  # the last split of (b, h) to finish merges all of them (L2 reads: .cg)
-            m_max = tl.full([GP], float("-inf"), tl.float32)
-            for t in tl.static_range(SPLITS):
-                m_max = tl.maximum(m_max, tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, mask=real,
-                                                  other=0.0, cache_modifier=".cg"))
-            total = tl.zeros([GP], tl.float32)
-            out = tl.zeros([GP, D], tl.float32)
-            for t in tl.static_range(SPLITS):
-                m_t = tl.load(M + b * sm_b + h * sm_h + t * sm_s + offs_g, mask=real, other=0.0, cache_modifier=".cg")
-                w = tl.where(m_t == float("-inf"), 0.0, tl.exp(m_t - m_max))
-                total += w * tl.load(L + b * sm_b + h * sm_h + t * sm_s + offs_g, mask=real, other=1.0,
-                                     cache_modifier=".cg")
-                out += w[:, None] * tl.load(Acc + b * sa_b + h * sa_h + t * sa_s + offs_g[:, None] * sa_g
-                                            + offs_d[None, :], mask=real[:, None], other=0.0, cache_modifier=".cg")
-            tl.store(out_ptr, (out / total[:, None]).to(Out.dtype.element_ty), mask=real[:, None])
+        if done == SPLITS - 1:  # the last split of (b, h) to finish merges all of them
+            out = _merge(Acc, M, L, b * sa_b + h * sa_h, b * sm_b + h * sm_h, sa_s, sa_g, sm_s, offs_g, offs_d, real,
+                         GP, D, SPLITS)
+            tl.store(out_ptr, out.to(Out.dtype.element_ty), mask=real[:, None])
             tl.atomic_xchg(Count + b * KVH + h, 0)  # ready for the next call (and graph replay)
 
 
