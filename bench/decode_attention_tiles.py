@@ -7,14 +7,20 @@ B x (context + 64) positions (as the runner's decode graphs: attention reads con
 call per layer captured in a CUDA graph and replayed, so a call finds its layer's cache in L2
 only as a real step would. Per (B, target programs, keys per block, warps, stages): us per
 layer and the KV bytes read per second as a fraction of the copy bandwidth measured in the run.
+`--baseline FILE`: another version of models/decode_attention.py (e.g. `git show
+HEAD~1:models/decode_attention.py > /tmp/old.py`), timed at its own default tiles in the same run
+(rows with `kernel: baseline`), so that the two are compared without the run-to-run spread.
+`--tiles "32,4,3;64,4,2"`: only these tiles instead of the grid.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,7 +33,7 @@ from models.decode_attention import FUSED_TILES, TARGET_PROGRAMS, decode_attenti
 LAYERS, HEADS, KV_HEADS, DIM = 28, 24, 8, 128
 
 
-def time_config(batch: int, context: int, programs: int, tiles: tuple[int, int, int]) -> float:
+def time_config(batch: int, context: int, programs: int, tiles: tuple[int, int, int], fn: Any = None) -> float:
     """us per layer call of decode_attention_qkv with these settings (a graph of LAYERS calls)."""
     attn_len = context + 64
     caches = [torch.randn(2, batch + 1, KV_HEADS, attn_len + 1, DIM, device="cuda", dtype=torch.bfloat16)
@@ -40,7 +46,7 @@ def time_config(batch: int, context: int, programs: int, tiles: tuple[int, int, 
 
     def step() -> None:
         for cache in caches:
-            decode_attention_qkv(qkv, cos, sin, cache, pos, attn_len, counters, programs, tiles)
+            (fn or decode_attention_qkv)(qkv, cos, sin, cache, pos, attn_len, counters, programs, tiles)
 
     step()
     torch.cuda.synchronize()
@@ -58,14 +64,30 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8,64,256")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--out", default="bench/results/decode_attention_tiles.json")
+    parser.add_argument("--baseline", default="", help="a file with another decode_attention_qkv, timed beside")
+    parser.add_argument("--tiles", default="", help="'block,warps,stages;...' instead of the grid")
     opts = parser.parse_args()
+    baseline = None
+    if opts.baseline:
+        spec = importlib.util.spec_from_file_location("baseline_attention", opts.baseline)
+        baseline = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(baseline)
+    chosen = [tuple(int(v) for v in t.split(",")) for t in opts.tiles.split(";") if t]
+    grid = chosen or [(b, w, st) for b in (32, 64, 128) for w in (4, 8) for st in (2, 3, 4)]
     bandwidth = copy_bandwidth("cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for batch in [int(b) for b in opts.batches.split(",")]:
         kv_bytes = batch * (opts.context + 1) * KV_HEADS * DIM * 2 * 2  # k and v of the positions each row sees
-        for programs in sorted({TARGET_PROGRAMS, sms, 4 * sms}):
-            for tiles in [(b, w, st) for b in (32, 64, 128) for w in (4, 8) for st in (2, 3, 4)]:
+        if baseline is not None:
+            us = time_config(batch, opts.context, TARGET_PROGRAMS, baseline.FUSED_TILES, baseline.decode_attention_qkv)
+            row = {"batch": batch, "context": opts.context, "programs": TARGET_PROGRAMS, "kernel": "baseline",
+                   "tiles": baseline.FUSED_TILES, "us_per_layer": round(us, 2),
+                   "x_copy_bw": round(kv_bytes / (us * 1e-6) / bandwidth, 3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        for programs in sorted({TARGET_PROGRAMS} if chosen else {TARGET_PROGRAMS, sms, 4 * sms}):
+            for tiles in grid:
                 if programs != TARGET_PROGRAMS and tiles != FUSED_TILES:
                     continue  # other program targets with the default tiles only
                 try:
@@ -73,7 +95,7 @@ def main() -> None:
                 except Exception as error:  # a tile that does not compile or fit in shared memory
                     rows.append({"batch": batch, "programs": programs, "tiles": tiles, "error": repr(error)[:200]})
                     continue
-                row = {"batch": batch, "context": opts.context, "programs": programs, "tiles": tiles,
+                row = {"batch": batch, "context": opts.context, "programs": programs, "kernel": "new", "tiles": tiles,
                        "us_per_layer": round(us, 2), "x_copy_bw": round(kv_bytes / (us * 1e-6) / bandwidth, 3)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -81,14 +103,14 @@ def main() -> None:
               "torch": torch.__version__, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": rows}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
-    print(f"\n{'B':>4} {'programs':>8} {'tiles':>12} {'us/layer':>9} {'x bw':>6}")
+    print(f"\n{'B':>4} {'kernel':>8} {'programs':>8} {'tiles':>12} {'us/layer':>9} {'x bw':>6}")
     for r in rows:
         if "us_per_layer" in r:
-            print(f"{r['batch']:4d} {r['programs']:8d} {str(tuple(r['tiles'])):>12} {r['us_per_layer']:9.2f} "
-                  f"{r['x_copy_bw']:6.3f}")
+            print(f"{r['batch']:4d} {r['kernel']:>8} {r['programs']:8d} {str(tuple(r['tiles'])):>12} "
+                  f"{r['us_per_layer']:9.2f} {r['x_copy_bw']:6.3f}")
     best = {}
     for r in rows:
-        if "us_per_layer" in r and (r["batch"] not in best or r["us_per_layer"] < best[r["batch"]]["us_per_layer"]):
+        if "us_per_layer" in r and r["kernel"] == "new" and (r["batch"] not in best or r["us_per_layer"] < best[r["batch"]]["us_per_layer"]):
             best[r["batch"]] = r
     for batch, r in best.items():
         print("best", batch, r["programs"], r["tiles"], r["us_per_layer"])

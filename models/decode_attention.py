@@ -32,29 +32,27 @@ import triton.language as tl
 BLOCK_N = 64  # keys per inner iteration
 TARGET_PROGRAMS = 264  # about two per H200 multiprocessor
 # decode_attention_qkv: keys per block, warps, pipeline stages (bench/results/decode_attention_tiles.json)
-FUSED_TILES = (32, 4, 3)
+FUSED_TILES = (64, 4, 2)
 
 
 @triton.jit
 def _attend(q, K, V, kv_base, start, end, pos, k_new, v_new, scale, sk_t, offs_d, GP: tl.constexpr,
-            D: tl.constexpr, BLOCK: tl.constexpr, split_len: tl.constexpr, NEW: tl.constexpr):
-    """One split's online softmax over keys `start..end` (blocks past `end` load nothing): its
-    (acc `[GP, D]`, running max `[GP]`, sum `[GP]`) in float32. `NEW`: the key at `pos` is
-    `k_new`, `v_new` from registers (the fused kernel's new position), not read from the cache."""
+            D: tl.constexpr, BLOCK: tl.constexpr, NEW: tl.constexpr):
+    """One split's online softmax over keys `start..end` (only the blocks up to `end` are visited):
+    its (acc `[GP, D]`, running max `[GP]`, sum `[GP]`) in float32. `NEW`: the key at `pos` is
+    `k_new`, `v_new` (`[D]`, the fused kernel's new position, not yet in the cache): the loop skips
+    it and it is folded in after the loop, so the cache's tiles go straight into the dots."""
     m = tl.full([GP], float("-inf"), tl.float32)
     l_sum = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, D], tl.float32)
-    for i in range(0, split_len, BLOCK):
-        offs_n = start + i + tl.arange(0, BLOCK)
+    for k0 in range(start, end, BLOCK):
+        offs_n = k0 + tl.arange(0, BLOCK)
         valid = offs_n < end
-        ptrs = kv_base + offs_n[:, None] * sk_t + offs_d[None, :]
         if NEW:
-            is_new = (offs_n == pos)[:, None]
-            k = tl.where(is_new, k_new[None, :], tl.load(K + ptrs, mask=valid[:, None] & ~is_new, other=0.0))
-            v = tl.where(is_new, v_new[None, :], tl.load(V + ptrs, mask=valid[:, None] & ~is_new, other=0.0))
-        else:
-            k = tl.load(K + ptrs, mask=valid[:, None], other=0.0)
-            v = tl.load(V + ptrs, mask=valid[:, None], other=0.0)
+            valid = valid & (offs_n != pos)
+        ptrs = kv_base + offs_n[:, None] * sk_t + offs_d[None, :]
+        k = tl.load(K + ptrs, mask=valid[:, None], other=0.0)
+        v = tl.load(V + ptrs, mask=valid[:, None], other=0.0)
         scores = tl.dot(q, tl.trans(k)) * scale
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, 1))
@@ -64,6 +62,15 @@ def _attend(q, K, V, kv_base, start, end, pos, k_new, v_new, scale, sk_t, offs_d
         l_sum = l_sum * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
+    if NEW:
+        if (pos >= start) & (pos < end):  # the new key: one more online-softmax step, the same roundings
+            s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], 1) * scale
+            m_new = tl.maximum(m, s_new)
+            alpha = tl.exp(m - m_new)
+            p_new = tl.exp(s_new - m_new)
+            l_sum = l_sum * alpha + p_new
+            acc = acc * alpha[:, None] + p_new.to(v_new.dtype).to(tl.float32)[:, None] * v_new.to(tl.float32)[None, :]
+            m = m_new
     return acc, m, l_sum
 
 
@@ -101,7 +108,7 @@ def _split_kernel(Q, K, V, Pos, Acc, M, L, scale, attn_len,
     q = tl.load(Q + b * sq_b + h * sq_h + offs_g[:, None] * sq_g + offs_d[None, :], mask=offs_g[:, None] < G,
                 other=0.0)
     acc, m, l_sum = _attend(q, K, V, b * sk_b + h * sk_h, start, end, 0, offs_d, offs_d, scale, sk_t, offs_d,
-                            GP, D, BLOCK, split_len, False)
+                            GP, D, BLOCK, False)
     tl.store(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :], acc)
     tl.store(M + b * sm_b + h * sm_h + s * sm_s + offs_g, m)
     tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum)
@@ -153,7 +160,7 @@ def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_l
         tl.store(K + b * sk_b + h * sk_h + pos * sk_t + offs_d, k_new)
         tl.store(V + b * sk_b + h * sk_h + pos * sk_t + offs_d, v_new)
     acc, m, l_sum = _attend(q, K, V, b * sk_b + h * sk_h, start, end, pos, k_new, v_new, scale, sk_t, offs_d,
-                            GP, D, BLOCK, split_len, True)
+                            GP, D, BLOCK, True)
     real = offs_g < G  # the query rows past G pad the dot to 16: not stored, not merged
     out_ptr = Out + b * so_b + h * so_h + offs_g[:, None] * so_g + offs_d[None, :]
     if SPLITS == 1:
