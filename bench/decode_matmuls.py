@@ -41,9 +41,12 @@ from engine.model_runner import ModelRunner  # noqa: E402
 from models import gemv, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
-# mode -> (gemv, fp8, fused_attention); "_unfused": rotary, KV write and split merge as separate kernels
-MODES = {"cublas": (False, False, True), "cublas_unfused": (False, False, False), "gemv": (True, False, True),
-         "gemv_unfused": (True, False, False), "fp8": (True, True, True)}
+# mode -> (gemv, fp8, fused_attention, split_k); "_unfused": rotary, KV write and split merge as separate
+# kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear instead of gemv.split_k_linear
+MODES = {"cublas": (False, False, True, False), "cublas_unfused": (False, False, False, False),
+         "gemv": (True, False, True, True),
+         "gemv_unfused": (True, False, False, False), "fp8_nosplit": (True, True, True, False),
+         "fp8": (True, True, True, True)}
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -190,13 +193,14 @@ def main() -> None:
     tokens = orpheus.AUDIO_TOKEN_BASE + torch.randint(0, head, (64,), device="cuda")
     reference = None
     modes = [m for m in opts.modes.split(",") if m] if opts.steps else []
-    assert all(m in MODES for m in modes) and ("fp8" not in modes or modes[-1] == "fp8"), modes
+    fp8_at = [i for i, m in enumerate(modes) if m.startswith("fp8")]
+    assert all(m in MODES for m in modes) and fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
-        use_gemv, fp8, fused = MODES[mode]
+        use_gemv, fp8, fused, split_k = MODES[mode]
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
-                                 gemv=use_gemv, fp8=fp8, fused_attention=fused)
+                                 gemv=use_gemv, fp8=fp8, fused_attention=fused, split_k=split_k)
         except Exception as error:  # e.g. an experiment's launch that graph capture refuses
             record["checks"][f"{mode}_error"] = repr(error)[:400]
             print(mode, "failed:", repr(error)[:400], flush=True)

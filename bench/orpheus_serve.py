@@ -60,7 +60,8 @@ def make_runner(opts: argparse.Namespace) -> tuple[ModelRunner, dict]:
     """The runner and timings (s): random weights in memory, or a checkpoint through orpheus.load."""
     options = {"max_seq_len": opts.max_seq_len, "max_codec_batch": opts.codec_batch_max,
                "compile_layers": bool(opts.compile), "enforce_eager": bool(opts.eager),
-               "triton_attention": bool(opts.triton), "fused_attention": bool(opts.fused)}
+               "triton_attention": bool(opts.triton), "fused_attention": bool(opts.fused),
+               "split_k": bool(opts.split_k)}
     timings = {}
     if opts.checkpoint:
         from models.checkpoint import write_random
@@ -162,6 +163,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workload", default=str(WORKLOAD))
+    parser.add_argument("--split-k", type=int, default=1,
+                        help="2-64-row decode matmuls on models/gemv.py split_k_linear (split_k)")
     parser.add_argument("--out", default="bench/results/orpheus_serve.json")
     parser.add_argument("--cost-out", default="", help="first measure the cost model (bench/cost_model.py) here")
     parser.add_argument("--requests", default="", help="requests per wave, one per --sessions entry (default: N)")
@@ -197,7 +200,7 @@ def main() -> None:
               "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs",
               "cuda_sync": opts.cuda_sync or "default",
               "timings": timings, "compile_layers": bool(opts.compile), "triton_attention": bool(opts.triton),
-              "fused_attention": bool(opts.fused), "arrival": opts.arrival,
+              "fused_attention": bool(opts.fused), "split_k": bool(opts.split_k), "arrival": opts.arrival,
               "max_chars": opts.max_chars, "ttfa_slo_ms": TTFA_SLO_MS, "rows": [], "max_sessions_90": {}}
     policies = opts.policies.split(",")
     learned = {policy: CostModel() for policy in policies}  # each engine learns its costs as it runs

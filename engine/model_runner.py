@@ -54,6 +54,7 @@ class RunnerConfig:
     urgent_codec_batch: int = 8  # the urgent lane's largest codec batch (its graphs)
     gemv: bool = True  # GPU: one-row decode matmuls on models/gemv.py (models/llama.py GEMV_MAX_ROWS), not cuBLAS
     fp8: bool = False  # GPU: projection weights in float8_e4m3fn, a scale per row (models/llama.py set_matmuls)
+    split_k: bool = True  # GPU, fp8: 2-64-row matmuls on models/gemv.py split_k_linear (models/llama.py)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:
@@ -101,7 +102,7 @@ class ModelRunner(Runner):
         self.model.fuse_projections()
         is_compiled = config.compile_layers and self.torch_device.type == "cuda"
         self.model.compile_layers(is_compiled)
-        self.model.set_matmuls(config.gemv and self.torch_device.type == "cuda", config.fp8)
+        self.model.set_matmuls(config.gemv and self.torch_device.type == "cuda", config.fp8, config.split_k)
         self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
             pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a

@@ -98,6 +98,49 @@ def _dot_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.con
              mask=mask_b[:, None] & mask_n[None, :])
 
 
+@triton.jit
+def _split_k_kernel(X, W, S, Y, Part, Count, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr,
+                    SPLIT_K: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`[BLOCK_B, BLOCK_N]` of y (rows from pid_b * BLOCK_B) from 1/SPLIT_K of K (x's rows are the
+    dot's M side, so x is read once per BLOCK_N columns of W, not once per 16). With SPLIT_K > 1 each program stores its
+    float32 partial; the last of a column block to finish (an int32 counter, left at zero)
+    adds them in split order (the same sum on every call) and writes y."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    mask_n = offs_n < N
+    mask_b = offs_b < B
+    k_len: tl.constexpr = K // SPLIT_K
+    acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
+    for k0 in range(pid_k * k_len, pid_k * k_len + k_len, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+        w = tl.load(W + offs_n[:, None] * sw + offs_k[None, :], mask=mask_n[:, None], other=0.0,
+                    eviction_policy="evict_first")
+        acc += tl.dot(x, tl.trans(w.to(x.dtype)))  # [BLOCK_B, BLOCK_K] x [BLOCK_K, BLOCK_N]
+    mask = mask_b[:, None] & mask_n[None, :]
+    if SPLIT_K > 1:
+        tl.store(Part + pid_k * B * N + offs_b[:, None] * N + offs_n[None, :], acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter moves (acq_rel)
+        count = Count + pid_b * tl.num_programs(0) + pid_n
+        done = tl.atomic_add(count, 1)
+        if done == SPLIT_K - 1:
+            acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
+            for t in tl.static_range(SPLIT_K):
+                acc += tl.load(Part + t * B * N + offs_b[:, None] * N + offs_n[None, :], mask=mask, other=0.0,
+                               cache_modifier=".cg")
+            if HAS_SCALE:
+                acc = acc * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
+            tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], acc.to(Y.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(count, 0)  # ready for the next call (and graph replay)
+    else:
+        if HAS_SCALE:
+            acc = acc * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
+        tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], acc.to(Y.dtype.element_ty), mask=mask)
+
+
 ROWS_MAX = 8  # up to this many rows on the CUDA cores (_rows_kernel), more on the tensor cores
 
 
@@ -140,4 +183,53 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
     else:
         _rows_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, BLOCK_B=block_b,
                            BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+    return y
+
+
+SPLIT_K_MAX_ROWS = 256  # split_k_linear's largest batch: up to 4 row blocks of 64
+SPLIT_K_PROGRAMS = 264  # about two programs per H200 multiprocessor
+
+
+def split_k_config(batch: int, n: int, k: int, programs: int = SPLIT_K_PROGRAMS,
+                   block_n: int = 64, block_k: int = 128, warps: int = 4,
+                   stages: int = 4) -> tuple[int, int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for `split_k_linear`: the fewest splits
+    of K (whole BLOCK_K blocks each) that give at least `programs` programs, at most 8.
+    Defaults from the sweep on an H200 (bench/results/skinny_matmuls.json)."""
+    blocks = triton.cdiv(n, block_n) * triton.cdiv(batch, 64)
+    blocks_k = k // block_k
+    split = next((s for s in range(1, 9) if blocks_k % s == 0 and blocks * s >= programs),
+                 max(s for s in range(1, 9) if blocks_k % s == 0))
+    return block_n, block_k, split, warps, stages
+
+
+def split_k_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, counters: torch.Tensor,
+                   tiles: tuple[int, int, int, int, int] | None = None) -> torch.Tensor:
+    """`x` `[B, K]` (bf16/fp16, CUDA, B <= SPLIT_K_MAX_ROWS) times a `[N, K]` weight (same dtype, or
+    `Fp8Weight`) -> `[B, N]` in x's dtype, on the tensor cores with K split over programs
+    (`_split_k_kernel`, row blocks of up to 64); equals `F.linear(x, W)` up to float32-accumulation
+    rounding, and the same inputs give the same bits on every call. `counters`: int32 zeros, at
+    least one per BLOCK_N columns of W and row block, left zero by the call (calls sharing them must
+    not overlap: one stream). `tiles`: a `split_k_config()` tuple to use instead. K must be a
+    multiple of BLOCK_K x SPLIT_K. Made for FP8 weights: on bf16 ones cuBLAS was as fast or faster
+    in the sweep, so models/llama.py uses it for FP8 only."""
+    scale = weight.scale if isinstance(weight, Fp8Weight) else None
+    w = weight.data if isinstance(weight, Fp8Weight) else weight
+    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
+    assert w.stride(1) == 1 and x.shape[0] <= SPLIT_K_MAX_ROWS
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    batch, k = x.shape
+    n = w.shape[0]
+    block_n, block_k, split, warps, stages = tiles or split_k_config(batch, n, k)
+    block_b = min(64, max(16, triton.next_power_of_2(batch)))
+    grid = (triton.cdiv(n, block_n), split, triton.cdiv(batch, block_b))
+    assert k % (block_k * split) == 0, (k, block_k, split)
+    assert counters.dtype == torch.int32 and counters.numel() >= grid[0] * grid[2]
+    y = torch.empty(batch, n, device=x.device, dtype=x.dtype)
+    part = torch.empty(split if split > 1 else 1, batch, n, device=x.device, dtype=torch.float32)
+    _split_k_kernel[grid](
+        x, w, scale if scale is not None else w, y, part, counters, batch, n, x.stride(0), w.stride(0), y.stride(0),
+        K=k, HAS_SCALE=scale is not None, SPLIT_K=split, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=warps, num_stages=stages)
     return y

@@ -24,6 +24,9 @@ from models.context import get_context
 # bf16 matmuls with up to this many rows run on models/gemv.py when enabled, cuBLAS above: the
 # Triton kernel beats cuBLAS at one row only (bench/results/decode_matmuls_table.json)
 GEMV_MAX_ROWS = 1
+# FP8 matmuls with 2 to this many rows run on models/gemv.py split_k_linear, others on gemv.linear: at 256
+# rows the split-K kernel made the step slower (bench/results/orpheus_decode_split_k.json)
+FP8_SPLIT_K_MAX_ROWS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,13 +311,14 @@ class LlamaLM(nn.Module):
             elif isinstance(module, MLP):
                 module.act_fn = act
 
-    def set_matmuls(self, gemv: bool, fp8: bool) -> None:
+    def set_matmuls(self, gemv: bool, fp8: bool, split_k: bool = False) -> None:
         """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up
         to `GEMV_MAX_ROWS` rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the
         layers' projection weights to float8_e4m3fn with a scale per output row (issue 10) and frees
-        the bf16 ones (embeddings, norms and the tied head stay); both False: cuBLAS (not after
-        fp8). Call after `fuse_projections`, before capturing CUDA graphs. `self.linear` is then
-        the matmul for other weights too. Raises ValueError for fp8 off CUDA."""
+        the bf16 ones (embeddings, norms and the tied head stay); `split_k`: FP8 weights at 2 to
+        `FP8_SPLIT_K_MAX_ROWS` rows on the split-K kernel (`split_k_linear`, K a multiple of 128), not
+        `linear`'s (bf16 ones there stay on cuBLAS, as fast or faster); all False: cuBLAS (not after fp8). Call after `fuse_projections`, before capturing CUDA graphs.
+        `self.linear` is then the matmul for other weights too. Raises ValueError for fp8 off CUDA."""
         quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
         if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
             raise ValueError("fp8 weights need a CUDA device (Triton kernels)")
@@ -322,8 +326,17 @@ class LlamaLM(nn.Module):
         if gemv or fp8 or quantized:
             from models import gemv as kernels
 
+            # a counter per column block and row block of the widest weight; the model's matmuls run one at a
+            # time (one stream)
+            counters = torch.zeros(4096, dtype=torch.int32, device=self.model.embed_tokens.weight.device) \
+                if split_k else None
+
             def linear(x: torch.Tensor, weight: Any) -> torch.Tensor:
-                if isinstance(weight, kernels.Fp8Weight) or x.shape[0] <= GEMV_MAX_ROWS:
+                rows = x.shape[0]
+                if isinstance(weight, kernels.Fp8Weight) and counters is not None and \
+                        1 < rows <= FP8_SPLIT_K_MAX_ROWS and x.shape[1] % 128 == 0:
+                    return kernels.split_k_linear(x, weight, counters)
+                if isinstance(weight, kernels.Fp8Weight) or rows <= GEMV_MAX_ROWS:
                     return kernels.linear(x, weight)
                 return F.linear(x, weight)
 

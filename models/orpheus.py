@@ -98,7 +98,8 @@ OPTIONS: dict[str, Option] = {
     "max_seq_len": at_least(2), "enforce_eager": FLAG, "compile_layers": FLAG, "max_codec_batch": at_least(1),
     "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "fused_attention": FLAG, "attn_block": at_least(1),
     "graph_batches": Option("ints"), "lanes": FLAG, "lm_sms": at_least(0), "codec_sms": at_least(0),
-    "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG}
+    "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG,
+    "split_k": FLAG}
 
 FLAVORS: dict[str, Args] = {
     "full": Args(vocab_size=VOCAB_SIZE),  # Llama-3.2-3B shape with the Orpheus vocabulary
@@ -251,7 +252,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     options: `backbone_path`, `codec_path`, `random_weights` (benchmarks: random weights of
     config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float32" | "fp8"; default
     bf16 on CUDA, float32 on CPU; "fp8": bf16 with the layers' projections in float8_e4m3fn, CUDA
-    only, models/gemv.py), `gemv` (one-row bf16 decode matmuls on Triton; default on), `ramp_context` (right context of the first chunk, 0..3,
+    only, models/gemv.py), `gemv` (one-row bf16 decode matmuls on Triton; default on), `split_k` (FP8
+    matmuls of 2-64 rows on models/gemv.py split_k_linear; default on), `ramp_context` (right context of the first chunk, 0..3,
     default RAMP_CONTEXT), and runner settings (engine/model_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
     faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
