@@ -11,10 +11,12 @@ weights. cuBLAS runs them at ~3.2 TB/s on an H200 against ~4.2 TB/s copy bandwid
   before the multiply;
 - larger B (`_dot_kernel`, the tensor cores): `tl.dot` of the W slab `[BLOCK_N, BLOCK_K]`
   with x's rows padded to 16, BLOCK_N = 16 up to 64 rows, 64 above (each program reads all of x).
-No split over K: every output is written by the one program that owns its rows, so there is
-no reduction kernel and nothing to zero first (each would add a launch per matmul, 112 per
-step). Weights are bf16/fp16 or float8_e4m3fn with a float32 scale per output row (W8A16:
-activations stay in x's dtype; `quantize_fp8`); the product accumulates in float32.
+No split over K in `linear`: every output is written by the one program that owns its rows, so
+there is no reduction kernel and nothing to zero first (each would add a launch per matmul, 112
+per step). `split_k_linear` (`_split_k_kernel`, 2-256 rows, made for FP8 weights at 2-64 rows)
+does split K, and adds the partials in the last program of each column block to finish (an
+atomic counter), still one launch. Weights are bf16/fp16 or float8_e4m3fn with a float32 scale
+per output row (W8A16: activations stay in x's dtype; `quantize_fp8`); products accumulate in float32.
 """
 
 from __future__ import annotations
