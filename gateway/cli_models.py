@@ -30,7 +30,7 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     that can name it later: the library's id rule, no catalog model's id, not taken."""
     from gateway.catalog import load_catalog
     from gateway.clone_voices import library_voices
-    from gateway.library import Library, default_model_id, model_id_problem
+    from gateway.library import Library, ModelExists, default_model_id, model_id_problem
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
     if args.id is not None and (problem := model_id_problem(args.id)):
@@ -63,13 +63,17 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
         return _error(error.message)
     except (OSError, ValueError) as error:
         return _error(f"{path}: {error}")
+    taken = (f"a model with id {model_id!r} is installed (`voxgate models list`); {how}, or remove "
+             f"that one first: voxgate models remove {model_id}")
     library = await Library.open(settings.db_path)
     try:
         if await library.get_model(model_id) is not None:
-            return _error(f"a model with id {model_id!r} is installed (`voxgate models list`); {how}, or remove "
-                          f"that one first: voxgate models remove {model_id}")
-        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
-                                size_bytes=info.get("size_bytes", 0), source="local")
+            return _error(taken)
+        try:  # a server or another `models add` may register the id since the check
+            await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"],
+                                    options, size_bytes=info.get("size_bytes", 0), source="local")
+        except ModelExists:
+            return _error(taken)
         record = {"id": model_id, "family": args.family, "path": str(path)}
         voices = _voices(*await library_voices(library, settings.data_dir, record))
     finally:
