@@ -74,7 +74,8 @@ async def register_models(library: Library, settings: Settings) -> None:
 def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        with serving(settings.data_dir):  # `voxgate models remove` refuses meanwhile (gateway/server_lock.py)
+        # `voxgate models remove`/`install` refuse meanwhile, and one running stops this start (gateway/server_lock.py)
+        async with serving(settings.data_dir):
             async with run(app):
                 yield
 

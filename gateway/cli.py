@@ -79,12 +79,15 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.keys import no_key_message
     from gateway.server import Server
+    from gateway.server_lock import COMMAND, busy_message, holder
 
     settings = settings_from_args(args)
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
         return 2
     problem = config_models_problem(settings) or devices_problem(settings.devices)
+    if problem is None and holder(settings.data_dir) == COMMAND:  # (the lifespan would wait, then refuse)
+        problem = busy_message(settings.data_dir)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
