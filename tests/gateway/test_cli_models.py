@@ -197,6 +197,24 @@ def test_no_server_starts_during_an_install_or_removal(tmp_path: Path, capsys: p
     assert main(["models", "install", "amy", *args]) == 0  # once it has ended
 
 
+def test_a_relative_data_dir_stores_absolute_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--data-dir data` stored `data/models/amy` (the trial's finding), which breaks the model
+    for a command or server started from another directory."""
+    args = _amy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    relative = ["--data-dir", "data", *args[2:]]
+    assert main(["models", "install", "amy", *relative]) == 0
+    installed = tmp_path / "data" / "models" / "amy"
+    assert capsys.readouterr().out == f"installed amy in {installed}\n"
+    monkeypatch.chdir(tmp_path / "mirror")
+    assert _listed(tmp_path / "data", capsys)["amy"][2] == str(installed)
+    settings = settings_from_args(parser().parse_args(["serve", *args]))
+    with local_client(create_app(settings)) as client:
+        assert client.post("/v1/models/amy/load", json={}).json()["loaded"] is True
+    assert settings_from_args(parser().parse_args(["serve", "--data-dir", "../d/./e"])).data_dir == tmp_path / "d" / "e"
+
+
 def test_a_base_model_lists_the_voices_the_api_lists(qwen3_tts_tiny_base: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Not its `default` (no voice it can speak in) but the reference voices: none yet."""
