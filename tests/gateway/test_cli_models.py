@@ -75,6 +75,31 @@ def test_config_model_ids_follow_the_same_rule(tmp_path: Path) -> None:
         load_settings(config, env={})
 
 
+def test_a_config_model_never_takes_a_catalog_models_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As the HTTP install and `models add` refuse it (the catalog would show that model as
+    installed, and its install would say so): `voxgate serve`, and any app's start-up."""
+    folder = _voice(tmp_path, "thorsten")
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "de_DE-thorsten-medium"\nfamily = "piper"\npath = "{folder}"\n')
+    problem = ("[[models]] 'de_DE-thorsten-medium' in the config file: 'de_DE-thorsten-medium' is the id of a catalog "
+               "model (`voxgate models catalog`); give the entry another id")
+    data = tmp_path / "data"
+    assert main(["serve", "--config", str(config), "--data-dir", str(data), "--port", str(free_port())]) == 2
+    assert capsys.readouterr().err == f"error: {problem}\n"
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        with local_client(create_app(load_settings(config, env={}, data_dir=data))):
+            pass
+    assert asyncio.run(_models(data)) == []  # refused before anything is registered
+
+
+async def _models(data: Path) -> list[str]:
+    library = await Library.open(data / "voxgate.db")
+    try:
+        return [m["id"] for m in await library.list_models()]
+    finally:
+        await library.close()
+
+
 def test_duplicate_and_catalog_ids_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder, data = _voice(tmp_path, "orph"), tmp_path / "data"
     assert _add(data, folder) == 0
