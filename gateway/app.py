@@ -21,7 +21,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from gateway import library_api
 from gateway.auth import KeyCheck
-from gateway.catalog import load_catalog
+from gateway.catalog import Catalog, config_entry_problem, load_catalog
 from gateway.download import DownloadError
 from gateway.downloads import DownloadManager
 from gateway.errors import exception_handlers
@@ -49,8 +49,13 @@ log = logging.getLogger(__name__)
 EMBEDDED_MODEL = {"id": "piper-joe", "family": "piper", "name": "Joe (en_US, Piper medium, embedded)"}
 
 
-async def register_models(library: Library, settings: Settings) -> None:
-    """The embedded voice on first start; `[[models]]` from the config file every start."""
+async def register_models(library: Library, settings: Settings, catalog: Catalog) -> None:
+    """The embedded voice on first start; `[[models]]` from the config file every start
+    (ValueError naming the entry that cannot be: a catalog model's id, an unknown family)."""
+    for entry in settings.models:  # before anything is written
+        problem = config_entry_problem(catalog, str(entry["id"]))
+        if problem:
+            raise ValueError(problem)
     if await library.get_model(EMBEDDED_MODEL["id"]) is None:
         try:
             info = await run_in_threadpool(lambda: family("piper").validate(family("piper").embedded_model_path()))
@@ -74,7 +79,8 @@ async def register_models(library: Library, settings: Settings) -> None:
 def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        with serving(settings.data_dir):  # `voxgate models remove` refuses meanwhile (gateway/server_lock.py)
+        # `voxgate models remove`/`install` refuse meanwhile, and one running stops this start (gateway/server_lock.py)
+        async with serving(settings.data_dir):
             async with run(app):
                 yield
 
@@ -120,7 +126,7 @@ def create_app(settings: Settings) -> Starlette:
             metrics.watch_memory(state.memory)
             trimmer = asyncio.create_task(state.memory.run())
         try:
-            await register_models(library, settings)
+            await register_models(library, settings, catalog)
             await residency.start(settings.preload_models)
             for model_id in downloads.pending_model_ids():  # interrupted by the last stop or kill
                 model = catalog.get(model_id)

@@ -11,7 +11,10 @@ for the next one to begin. Server → client, each with `type` and `context_id`:
 `chunk` (`data`: base64 audio, `done: false`), `timestamps` (`word_timestamps`:
 `words`, `start`, `end` in seconds from the context's start), `flush_done`
 (`flush_id`), `done` (its own message), `error` (`title`, `message`, `error_code`,
-`field`; `done: true`).
+`field`; `done: true`). A context whose synthesis failed (its `error`) is over: text sent
+for it until it is ended (`continue: false`, `cancel`) is not spoken, and the first such
+message gets an `error` `context_failed` (409, field `context_id`) saying so; once it is
+ended, its id opens a new context.
 
 HTTP: the same fields without `context_id`/`continue`; `/tts/bytes` answers audio in
 `output_format`, `/tts/sse` Server-Sent Events whose `data` is a `chunk`,
@@ -92,6 +95,7 @@ class CartesiaContext(TextContext):
         self.add_timestamps = add_timestamps
         self.num_flushes = 0
         self.started_s = time.monotonic()
+        self.told_dropped = False  # failed: a `context_failed` error said its text is not spoken
 
     async def send_audio(self, data: bytes, words: Sequence[WordTiming], start_ms: float, end_ms: float) -> None:
         if data:
@@ -112,8 +116,10 @@ class CartesiaContext(TextContext):
             del self.socket.contexts[self.context_id]
 
     async def send_error(self, error: ApiError | EngineError) -> None:
-        # `done: true`: the context is over for the client; it stays here until its input ends
-        # (`continue: false`) or a cancel, so that its later text is dropped, not retried.
+        # `done: true`: the context is over for the client. It stays here until its input ends
+        # (`continue: false`) or a cancel: text already on its way is not retried as a new
+        # context (the clients have moved on, and each retry would load or wait again); the
+        # first text after this gets `context_failed` (CartesiaSocket._after_failure), not silence.
         await self.socket.send_error(error, self.context_id)
 
     async def send_failed_final(self) -> None:
@@ -140,6 +146,9 @@ class CartesiaSocket(VendorSocket):
         transcript = message.get("transcript", "")
         if not isinstance(transcript, str):
             raise InvalidInput("transcript must be a string", field="transcript")
+        if context is not None and context.failed:  # its `error` said `done: true`
+            await self._after_failure(context, transcript, ending=message.get("continue", False) is not True)
+            return
         if context is None:
             fmt = cartesia_format(message.get("output_format"))
             add = message.get("add_timestamps", False)
@@ -156,6 +165,21 @@ class CartesiaSocket(VendorSocket):
             await context.flush(context.num_flushes)
         if message.get("continue", False) is not True:
             await context.close()
+
+
+    async def _after_failure(self, context: CartesiaContext, transcript: str, ending: bool) -> None:
+        """A message for a failed context: its text is not spoken, and the first one that has
+        some says so (once: text already on its way when it failed would repeat it); an end of
+        input ends the context, whose id then opens a new one."""
+        if ending:
+            await context.close()  # (send_failed_final: out of the table)
+        if not transcript.strip() or context.told_dropped:
+            return
+        context.told_dropped = True
+        until = "it is ended now, so its id opens a new context" if ending else \
+            "nor is any later text for it until it is ended (continue: false, or cancel); then its id opens a new context"
+        raise ApiError(409, "context_failed", f"context {context.context_id!r} failed (its error said done: true): "
+                       f"this text is not spoken, {until}; send the text under a new context_id", field="context_id")
 
 
 async def websocket(ws: WebSocket) -> None:

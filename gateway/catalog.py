@@ -90,6 +90,16 @@ class Catalog:
         return {"version": self.version, "models": [m.as_json() for m in self.models]}
 
 
+def config_entry_problem(catalog: Catalog, model_id: str) -> str | None:
+    """Why a `[[models]]` entry cannot have `model_id`, a catalog model's id (the catalog would
+    show that model installed, and its install would find the id taken; the HTTP install and
+    `voxgate models add` refuse it too), or None."""
+    if catalog.get(model_id) is None:
+        return None
+    return (f"[[models]] {model_id!r} in the config file: {model_id!r} is the id of a catalog model "
+            "(`voxgate models catalog`); give the entry another id")
+
+
 def _relative_path(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise CatalogError(f"{where} must be a non-empty string")

@@ -38,11 +38,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def config_models_problem(settings: Settings) -> str | None:
-    """What is wrong with the first bad `[[models]]` entry of the config file (its family, folder
-    or options), in one line naming the entry and the file; None when all are good."""
+    """What is wrong with the first bad `[[models]]` entry of the config file (a catalog model's
+    id, its family, folder or options), in one line naming the entry and the file; None when all
+    are good."""
+    from gateway.catalog import config_entry_problem, load_catalog
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
+    catalog = load_catalog(settings.catalog_path or None)  # (CatalogError, a ValueError: main() says it)
     for entry in settings.models:
+        if problem := config_entry_problem(catalog, str(entry["id"])):
+            return problem
         where = f"[[models]] {entry.get('id')!r} in the config file"
         options = {k: v for k, v in entry.items() if k not in ("id", "family", "path", "name")}
         try:
@@ -79,12 +84,15 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.keys import no_key_message
     from gateway.server import Server
+    from gateway.server_lock import COMMAND, busy_message, holder
 
     settings = settings_from_args(args)
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
         return 2
     problem = config_models_problem(settings) or devices_problem(settings.devices)
+    if problem is None and holder(settings.data_dir) == COMMAND:  # (the lifespan would wait, then refuse)
+        problem = busy_message(settings.data_dir)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

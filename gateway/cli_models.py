@@ -9,13 +9,22 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.catalog import CatalogModel
 
 
 def _error(message: str, status: int = 2) -> int:
     print(f"error: {message}", file=sys.stderr)
     return status
+
+
+def _other_command(settings: Settings) -> str:
+    return (f"another `voxgate models install` or `remove` is running on {settings.data_dir}; run this one once "
+            "it has ended")
 
 
 def _voices(names: list[str], kind: str) -> str:
@@ -30,7 +39,7 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     that can name it later: the library's id rule, no catalog model's id, not taken."""
     from gateway.catalog import load_catalog
     from gateway.clone_voices import library_voices
-    from gateway.library import Library, default_model_id, model_id_problem
+    from gateway.library import Library, ModelExists, default_model_id, model_id_problem
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
     if args.id is not None and (problem := model_id_problem(args.id)):
@@ -63,13 +72,17 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
         return _error(error.message)
     except (OSError, ValueError) as error:
         return _error(f"{path}: {error}")
+    taken = (f"a model with id {model_id!r} is installed (`voxgate models list`); {how}, or remove "
+             f"that one first: voxgate models remove {model_id}")
     library = await Library.open(settings.db_path)
     try:
         if await library.get_model(model_id) is not None:
-            return _error(f"a model with id {model_id!r} is installed (`voxgate models list`); {how}, or remove "
-                          f"that one first: voxgate models remove {model_id}")
-        await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"], options,
-                                size_bytes=info.get("size_bytes", 0), source="local")
+            return _error(taken)
+        try:  # a server or another `models add` may register the id since the check
+            await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"],
+                                    options, size_bytes=info.get("size_bytes", 0), source="local")
+        except ModelExists:
+            return _error(taken)
         record = {"id": model_id, "family": args.family, "path": str(path)}
         voices = _voices(*await library_voices(library, settings.data_dir, record))
     finally:
@@ -87,13 +100,15 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     including one from before the id rule (`a/b`), which no API path can name."""
     from gateway.library import Library
     from gateway.library_api import delete_downloaded_folder, presets_using, protected_message
-    from gateway.server_lock import alone
+    from gateway.server_lock import SERVER, alone
 
-    with alone(settings.data_dir) as no_server:
-        if not no_server:
+    with alone(settings.data_dir) as holder:
+        if holder == SERVER:
             return _error(f"a Voxgate server is running on {settings.data_dir}: remove the model through it "
                           f"(DELETE /v1/library/models/{args.id}, which unloads it first and refuses while it "
                           "serves requests), or stop the server first", 1)
+        if holder is not None:
+            return _error(_other_command(settings), 1)
         library = await Library.open(settings.db_path)
         try:
             record = await library.get_model(args.id)
@@ -142,17 +157,33 @@ async def catalog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def install(args: argparse.Namespace, settings: Settings) -> int:
-    """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume."""
+    """Download a catalog model into the library; Ctrl-C keeps the partial files for a resume.
+    Beside a live server it refuses (gateway/server_lock.py): the server's own download manager
+    works on the same folders, so the install goes through it (POST /v1/library/install, the
+    studio's Library page); and no server starts on the data dir until this one has ended."""
     from gateway.catalog import load_catalog
-    from gateway.download import DownloadError
-    from gateway.downloads import DownloadManager
-    from gateway.library import Library
-    from gateway.library_api import catalog_registrar
+    from gateway.server_lock import SERVER, alone
 
     model = load_catalog(settings.catalog_path or None).get(args.id)
     if model is None:
         print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
         return 2
+    with alone(settings.data_dir) as holder:
+        if holder == SERVER:
+            return _error(f"a Voxgate server is running on {settings.data_dir}: install {args.id} through it, "
+                          f"with POST /v1/library/install {{\"id\": \"{args.id}\"}} or its studio's Library page "
+                          f"(/library), which show the download's progress; or stop the server first", 1)
+        if holder is not None:
+            return _error(_other_command(settings), 1)
+        return await _download(model, settings)
+
+
+async def _download(model: CatalogModel, settings: Settings) -> int:
+    from gateway.download import DownloadError
+    from gateway.downloads import DownloadManager
+    from gateway.library import Library
+    from gateway.library_api import catalog_registrar
+
     library = await Library.open(settings.db_path)
 
     async def is_registered(model_id: str) -> bool:

@@ -17,9 +17,10 @@ The response is `/v1/audio/speech`'s (gateway/speech.py `stream_speech`), with
 `X-Voxgate-Voice` the reference voice's name (`upload` for an uploaded recording).
 
 Errors (JSON, naming the field): 415 not multipart; 413 `ref_audio` over the size limit;
-400 a missing `text`, neither or both of `ref_audio` and `voice`, a missing `ref_text` (without
-`x_vector_only`), an `x_vector_only` that is not true or false, an
-unreadable or empty `ref_audio`, an unknown field; 422 `ref_audio` too short or too long;
+400 a missing `text` or one with nothing to say once read as `/v1/audio/speech` reads its
+`input` (with the server's text options), neither or both of `ref_audio` and `voice`, a
+missing `ref_text` (without `x_vector_only`), an `x_vector_only` that is not true or false,
+an unreadable or empty `ref_audio`, an unknown field; 422 `ref_audio` too short or too long;
 404 an unknown `voice` or `model`; 400 naming `model` for a model that is not a Base one.
 The recording is read into memory, resampled to 24 kHz and handed to the engine request;
 nothing is written to disk, and the model's reference cache keeps its encoding by content.
@@ -41,6 +42,7 @@ from gateway.errors import ApiError
 from gateway.references import MAX_TRANSCRIPT_CHARS, MAX_UPLOAD_BYTES, read_upload_form, to_pcm16
 from gateway.speech import choice_field, stream_speech
 from gateway.state import AppState
+from gateway.stitch import SERVER_EMOJI
 from gateway.text import check_input
 from gateway.voices import Choice
 from gateway.writes import ClosingStreamingResponse
@@ -129,7 +131,7 @@ async def clone(request: Request) -> ClosingStreamingResponse:
         text = _text_field(form, "text")
         if text is None:
             raise InvalidInput("text is required", field="text")
-        check_input(text, state.settings.max_input_chars, field="text")
+        check_input(text, state.settings.max_input_chars, field="text", speakable=False)  # (read as speech reads it)
         fmt = choice_field({"response_format": _text_field(form, "response_format")}, "response_format", FORMATS,
                            "mp3")
         stream = (_text_field(form, "stream") or "false").lower()
@@ -141,4 +143,5 @@ async def clone(request: Request) -> ClosingStreamingResponse:
         await form.close()
     choice = Choice(model_id, reference.name or UPLOADED, 1.0, {"reference": reference}, family=family)
     log.info("clone: %s with %s (%.1f s of reference)", model_id, choice.voice, reference.num_samples / 24000)
-    return await stream_speech(state, choice, {"input": text}, fmt, "sse" if stream == "true" else "audio")
+    return await stream_speech(state, choice, {"input": text}, fmt, "sse" if stream == "true" else "audio",
+                               field="text", emoji_field=SERVER_EMOJI)

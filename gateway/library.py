@@ -41,6 +41,14 @@ def default_model_id(folder: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", folder.name)[:128]
 
 
+class ModelExists(Exception):
+    """`add_model` of an id the library already holds (another request or process won the race)."""
+
+    def __init__(self, model_id: str) -> None:
+        super().__init__(f"a model {model_id!r} is installed")
+        self.model_id = model_id
+
+
 def migration_files() -> list[tuple[int, str, str]]:
     """(version, filename, sql) for every packaged migration, in order."""
     found = []
@@ -120,14 +128,17 @@ class Library:
     async def add_model(self, model_id: str, family: str, name: str, path: str | None,
                         voices: list[str], options: dict[str, Any] | None = None,
                         size_bytes: int = 0, source: str = "local", replace: bool = False) -> None:
-        """Register a model and its voices in one transaction (IntegrityError if it exists)."""
+        """Register a model and its voices in one transaction; ModelExists (nothing written) if
+        the id is taken, also when another writer took it after the caller's own check."""
         async with self.transaction() as db:
             if replace:
                 await db.execute("DELETE FROM models WHERE id = ?", (model_id,))
-            await db.execute(
+            cur = await db.execute(
                 "INSERT INTO models (id, family, name, path, options, size_bytes, source, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
                 (model_id, family, name, path, json.dumps(options or {}), size_bytes, source, time.time()))
+            if cur.rowcount == 0:
+                raise ModelExists(model_id)  # (the transaction rolls back)
             await db.executemany(
                 "INSERT INTO voices (model_id, name, position) VALUES (?, ?, ?)",
                 [(model_id, voice, i) for i, voice in enumerate(voices)])

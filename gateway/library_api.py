@@ -43,7 +43,7 @@ from gateway.download import DownloadError
 from gateway.downloads import DownloadManager, Register
 from gateway.errors import ApiError, read_json
 from gateway.json_input import check_fields, finite_number
-from gateway.library import Library, default_model_id, model_id_problem
+from gateway.library import Library, ModelExists, default_model_id, model_id_problem
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
@@ -188,12 +188,16 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     if state.catalog.get(model_id) is not None:  # the catalog would show its model as installed
         raise ApiError(409, "catalog_id", f"{model_id!r} is the id of a catalog model (GET /v1/library/catalog); "
                        "pick another id for this folder", field="id")
+    taken = ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
+                     field="id")
     if await state.library.get_model(model_id) is not None:
-        raise ApiError(409, "model_exists", f"a model {model_id!r} is installed; delete it or pick another id",
-                       field="id")
+        raise taken
     name = data["name"] if isinstance(data.get("name"), str) else model_id
-    await state.library.add_model(model_id, family_name, name, str(path), list(info["voices"]), options,
-                                  int(info.get("size_bytes") or 0), source="local")
+    try:  # a request (or `voxgate models add`) for the same id may have got there since the check
+        await state.library.add_model(model_id, family_name, name, str(path), list(info["voices"]), options,
+                                      int(info.get("size_bytes") or 0), source="local")
+    except ModelExists:
+        raise taken from None
     log.info("model %s registered from %s (%s)", model_id, path, family_name)
     return JSONResponse({"id": model_id, "family": family_name, "name": name, "path": str(path),
                          "voices": list(info["voices"]), "source": "local"}, status_code=201)

@@ -23,6 +23,7 @@ Takes, edits, joins and the export are in gateway/projects_takes.py. Shapes: doc
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from typing import Any
@@ -36,7 +37,8 @@ from gateway.projects_jobs import Generator, resolve_speaker
 from gateway.projects_store import ProjectStore
 from gateway.projects_text import MAX_PASSAGE_CHARS, split_passages
 from gateway.state import AppState
-from gateway.text import check_input
+from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
+from gateway.text import check_input, says_something
 
 MAX_IMPORT_BYTES = 4 * 1024 * 1024  # a book chapter as JSON
 MAX_PAUSE_MS = 10_000.0
@@ -158,8 +160,12 @@ async def _speaker(state: AppState, project: dict[str, Any], speaker: object) ->
     return speaker
 
 
-def _text(state: AppState, value: object) -> str:
-    return check_input(value, state.settings.max_input_chars, field="text")
+async def _text(state: AppState, project: dict[str, Any], value: object) -> str:
+    """A passage's text, refused as `/v1/audio/speech` refuses its `input` (read with the
+    server's text options and the project model's language), so what is kept can be generated."""
+    text = check_input(value, state.settings.max_input_chars, field="text", speakable=False)
+    await spoken_items(text, await model_options(state, project["model_id"]), "text", SERVER_EMOJI)
+    return text
 
 
 # -- projects ------------------------------------------------------------------------------
@@ -233,8 +239,10 @@ async def import_text(request: Request) -> JSONResponse:
     if not isinstance(text, str):
         raise InvalidInput("text must be a string (the file's contents)", field="text")
     fmt = data.get("format", "markdown")
-    passages = split_passages(text, fmt if isinstance(fmt, str) else "", min(MAX_PASSAGE_CHARS,
-                                                                             state.settings.max_input_chars))
+    options = await model_options(state, project["model_id"])  # a block is kept if speech would say something
+    passages = await asyncio.to_thread(split_passages, text, fmt if isinstance(fmt, str) else "",
+                                       min(MAX_PASSAGE_CHARS, state.settings.max_input_chars),
+                                       lambda block: says_something(block, options, "text"))
     if not passages:
         raise InvalidInput("the text has nothing that can be spoken", field="text")
     for key in ("apply", "replace"):
@@ -254,7 +262,7 @@ async def add_passage(request: Request) -> JSONResponse:
     project = await existing_project(request, store)
     data = await read_json(request, state.settings.max_body_bytes)
     _unknown(data, {"text", "speaker", "position"}, "passages")
-    text = _text(state, data.get("text"))
+    text = await _text(state, project, data.get("text"))
     position = data.get("position")
     if position is not None and (isinstance(position, bool) or not isinstance(position, int) or position < 0):
         raise InvalidInput("position must be an integer >= 0", field="position")
@@ -275,7 +283,7 @@ async def update_passage(request: Request) -> JSONResponse:
     _unknown(data, {"text", "speaker", "pause_ms", "chosen_take"}, "passages")
     changes: dict[str, Any] = {}
     if "text" in data:
-        changes["text"] = _text(state, data["text"])
+        changes["text"] = await _text(state, project, data["text"])
     if "speaker" in data:
         changes["speaker"] = None if data["speaker"] is None else await _speaker(state, project, data["speaker"])
     if "pause_ms" in data:
@@ -310,7 +318,7 @@ async def split_passage(request: Request) -> JSONResponse:
     head, tail = passage["text"][:at].strip(), passage["text"][at:].strip()
     if not head or not tail:
         raise InvalidInput("both parts of a split need some text", field="at")
-    _text(state, head), _text(state, tail)
+    await _text(state, project, head), await _text(state, project, tail)
     await store.split_passage(passage, head, tail)
     return JSONResponse(await project_json(state, store, project))
 
@@ -324,7 +332,7 @@ async def merge_passage(request: Request) -> JSONResponse:
     if not after:
         raise ApiError(409, "no_next_passage", "the last passage has nothing after it to merge with",
                        field="passage")
-    _text(state, f"{passage['text']} {after[0]['text']}")
+    await _text(state, project, f"{passage['text']} {after[0]['text']}")
     await store.merge_passages(passage, after[0])
     return JSONResponse(await project_json(state, store, project))
 

@@ -29,8 +29,8 @@ from gateway.audio import to_pcm16
 from gateway.clone_voices import resolve_voice
 from gateway.projects_store import ProjectStore
 from gateway.state import AppState
-from gateway.stitch import Stitched, plan, request_chars, speech_options
-from gateway.text import MIN_FIRST_CHARS, check_input, prepare
+from gateway.stitch import SERVER_EMOJI, Stitched, plan, request_chars, speech_options, spoken_items
+from gateway.text import check_input
 from gateway.voices import Choice
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class Generator:
             raise InvalidInput(f"passage {passage_id!r} was deleted before its turn", field="passages")
         speaker = passage["speaker"] or project["speaker"]
         choice = await resolve_speaker(self.state, project, passage["speaker"])
-        text = check_input(passage["text"], self.state.settings.max_input_chars, field="text")
+        text = check_input(passage["text"], self.state.settings.max_input_chars, field="text", speakable=False)
         pcm, sample_rate = await self._synthesise(choice, text)
         # Re-read: the passage may have changed while it was spoken; the take says what it was made from.
         current = await self.store.get_passage(project_id, passage_id)
@@ -150,9 +150,7 @@ class Generator:
         """A passage through the same text frontend and stitching as `/v1/audio/speech`."""
         state = self.state
         options = await speech_options(state, choice, {})
-        items = await asyncio.to_thread(prepare, text, options, 0, MIN_FIRST_CHARS, "text")
-        if not any(isinstance(item, str) for item in items):
-            raise InvalidInput("the passage has nothing to speak once markup is left out", field="text")
+        items = await spoken_items(text, options, "text", SERVER_EMOJI)  # (the passage's own checks, again)
         lease = await state.residency.acquire(choice.model_id)  # the model stays resident until the end
         audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), BACKGROUND_TTFA_MS,
                          request_id=f"project-{uuid.uuid4().hex[:16]}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -78,15 +79,18 @@ def _pack(sentences: list[str], max_chars: int) -> list[str]:
     return passages
 
 
-def split_passages(source: str, fmt: str, max_chars: int = MAX_PASSAGE_CHARS) -> list[dict[str, str]]:
-    """[{"text", "kind"}] for `source`; InvalidInput (field `format`) for an unknown format."""
+def split_passages(source: str, fmt: str, max_chars: int = MAX_PASSAGE_CHARS,
+                   speaks: Callable[[str], bool] = is_speakable) -> list[dict[str, str]]:
+    """[{"text", "kind"}] for `source`, without the blocks `speaks` finds nothing to say in
+    (the projects API passes the text frontend's `says_something`, as speech would read them);
+    InvalidInput (field `format`) for an unknown format."""
     if fmt not in IMPORT_FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(IMPORT_FORMATS)}; got {fmt!r}", field="format")
     blocks = markdown_blocks(source) if fmt == "markdown" else text_blocks(source)
     out: list[dict[str, str]] = []
     for block in blocks:
         cleaned = clean(block.text)
-        if not is_speakable(cleaned):
+        if not cleaned or not speaks(cleaned):
             continue
         pieces = [cleaned] if len(cleaned) <= max_chars else _pack(split_segments(cleaned), max_chars)
         out.extend({"text": piece, "kind": block.kind} for piece in pieces)

@@ -87,7 +87,9 @@ class Settings:
     memory_trim_idle_s: float = 1.0  # freed heap memory goes back to the OS after the engine idles this long (0: never)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser())
+        # Absolute (from the current directory at start): the library stores paths under it, which
+        # a command or server started from another directory must find.
+        object.__setattr__(self, "data_dir", Path(os.path.abspath(Path(self.data_dir).expanduser())))
         object.__setattr__(self, "models", tuple(self.models))
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be 1..65535, got {self.port}")

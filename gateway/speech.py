@@ -29,7 +29,6 @@ proper JSON error; a client that disconnects cancels the request in the engine.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import json
@@ -46,9 +45,9 @@ from gateway.errors import ApiError, error_body, read_json
 from gateway.models_api import model_type
 from gateway.resident import Lease
 from gateway.state import AppState
-from gateway.stitch import Stitched, plan, request_chars, speech_options
+from gateway.stitch import Stitched, plan, request_chars, speech_options, spoken_items
 from gateway.json_input import check_fields
-from gateway.text import TEXT_FIELDS, check_input, check_spoken, prepare
+from gateway.text import TEXT_FIELDS, check_input
 from gateway.voices import Choice
 from gateway.writes import ClosingStreamingResponse
 
@@ -135,15 +134,14 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
 
 
 async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], fmt: str, stream_format: str,
-                        busy_timeout_ms: float | None = None,
-                        instructions: str | None = None) -> ClosingStreamingResponse:
+                        busy_timeout_ms: float | None = None, instructions: str | None = None, *,
+                        field: str = "input", emoji_field: str = "emoji") -> ClosingStreamingResponse:
     """Speak `data["input"]` (text options from `data`) with `choice` as a streamed response:
     `fmt` audio bytes, or SSE events when `stream_format` is `sse` (/v1/audio/speech's body,
-    which /v1/audio/clone shares). Raises ApiError/EngineError before the first byte."""
+    which /v1/audio/clone shares: its text is `field` there, and its emoji option the server's,
+    `emoji_field`). Raises ApiError/EngineError before the first byte."""
     options = await speech_options(state, choice, data)
-    # A few ms per kilobyte of text: off the event loop, so other streams keep flowing.
-    items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
-    check_spoken(items, data["input"], options)
+    items = await spoken_items(data["input"], options, field, emoji_field, state.settings.first_segment_chars)
     arrival_s = time.monotonic()
     # The lease keeps the model resident (never evicted) until the stream ends.
     lease = await state.residency.acquire(choice.model_id, busy_timeout_ms)

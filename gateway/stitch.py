@@ -13,6 +13,7 @@ the model's own timings, or estimated ones with `estimate_words`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -24,7 +25,9 @@ from engine.engine import AudioStream, Engine
 from engine.runner import Runner
 from engine.types import AudioChunk, SpeechRequest
 from gateway.state import AppState
-from gateway.text import Item, Pause, TextOptions, model_language, parse_options
+from gateway.text import (
+    MIN_FIRST_CHARS, Item, Pause, TextOptions, check_spoken, model_language, parse_options, prepare,
+)
 from gateway.timings import RequestWords
 from gateway.voices import Choice
 
@@ -36,6 +39,7 @@ LM_REQUEST_CHARS = 300
 DIRECT_REQUEST_CHARS = 1000
 
 Group = tuple[str, ...] | Pause
+SERVER_EMOJI = "the server's text_emoji"  # what sets the emoji option on a route without text fields
 
 
 def request_chars(runner: Runner) -> int:
@@ -69,12 +73,26 @@ def plan(items: Sequence[Item], max_chars: int) -> list[Group]:
     return groups
 
 
+async def model_options(state: AppState, model_id: str) -> TextOptions:
+    """TextOptions of a route without text fields: the server's settings, the model's language."""
+    record = await state.library.get_model(model_id)
+    lang = await model_language(record["family"], record.get("path")) if record else "en"
+    return TextOptions(code=state.settings.text_code, emoji=state.settings.text_emoji, language=lang)
+
+
 async def speech_options(state: AppState, choice: Choice, data: Mapping[str, Any], prefix: str = "") -> TextOptions:
     """TextOptions for a request: the server's settings, the request's fields, the voice's language."""
-    record = await state.library.get_model(choice.model_id)
-    lang = await model_language(record["family"], record.get("path")) if record else "en"
-    defaults = TextOptions(code=state.settings.text_code, emoji=state.settings.text_emoji, language=lang)
-    return parse_options(data, defaults, prefix)
+    return parse_options(data, await model_options(state, choice.model_id), prefix)
+
+
+async def spoken_items(text: str, options: TextOptions, field: str = "input", emoji_field: str = "emoji",
+                       first_chars: int = 0) -> list[Item]:
+    """`text` read with `options` as `/v1/audio/speech` reads it (off the event loop: a few ms per
+    kilobyte), and refused as it refuses it: InvalidInput naming `field` when nothing is left to
+    say; `emoji_field`: what sets the emoji option where the text came from (`SERVER_EMOJI`)."""
+    items = await asyncio.to_thread(prepare, text, options, first_chars, MIN_FIRST_CHARS, field)
+    check_spoken(items, text, options, field, emoji_field)
+    return items
 
 
 class Stitched:

@@ -51,6 +51,7 @@ from gateway.json_input import finite_number
 from gateway.library import Library
 from gateway.realtime import SAMPLE_RATES
 from gateway.state import AppState
+from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
 from gateway.text import check_input
 from gateway.voices import check_speed
 
@@ -220,12 +221,15 @@ async def _validated(state: AppState, data: dict[str, Any], fields: frozenset[st
         field = min(unknown)
         raise InvalidInput(f"unknown field {field!r}; takes have {', '.join(sorted(fields))}", field=field)
     text = data.get("text")
-    check_input(text, state.settings.max_input_chars, field="text")
+    check_input(text, state.settings.max_input_chars, field="text", speakable=False)
     model_id = data.get("model")
     if not isinstance(model_id, str) or not model_id:
         raise InvalidInput("model is required: the id of the model that spoke the take", field="model")
     if await state.library.get_model(model_id) is None:
         raise UnknownModel(f"unknown model {model_id[:80]!r}", field="model")
+    assert isinstance(text, str)
+    # What speech would say something for (the server's text options), as it was said.
+    await spoken_items(text, await model_options(state, model_id), "text", SERVER_EMOJI)
     voice = data.get("voice")
     if not isinstance(voice, str) or not voice.strip() or len(voice) > 128:
         raise InvalidInput("voice must be a voice or preset name (1-128 characters)", field="voice")

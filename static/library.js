@@ -13,7 +13,17 @@ window.voxgate = { downloads: {}, progress: [] };  // for tests: every download 
 function stateOf(m) {
   if (m.loading) return ["loading", "busy"];
   if (m.busy) return ["busy", "busy"];
-  return m.loaded ? ["loaded", "on"] : ["not loaded", ""];
+  if (m.loaded) return ["loaded", "on"];
+  return m.load_error ? ["load failed", "failed"] : ["not loaded", ""];
+}
+
+// Its last failed load (GET /v1/models `load_error`), until a load succeeds; as text, never markup.
+function loadError(m) {
+  const error = m.load_error;
+  if (!error || m.loaded || m.loading) return null;
+  const hint = error.retryable ? "" : " Another try fails the same way until the model's files are fixed.";
+  return el("p", { class: "status small load-error", "data-kind": "error",
+                   text: `Its last load on ${error.device} failed: ${error.message.replace(/\.$/, "")}.${hint}` });
 }
 
 function modelRow(m) {
@@ -52,7 +62,7 @@ function modelRow(m) {
     el("th", { scope: "row" }, el("span", { text: m.name }), el("br"), el("span", { class: "muted small", text: m.id })),
     el("td", { class: "hide-narrow", text: m.family }),
     el("td", { class: "hide-narrow", text: m.source }),
-    el("td", {}, el("span", { class: `pill ${kind}`, text: label })),
+    el("td", {}, el("span", { class: `pill ${kind}`, text: label }), loadError(m)),
     el("td", { text: m.loaded ? fmtBytes(m.memory_bytes) : "–" }),
     el("td", {}, el("div", { class: "row-actions" }, ...actions), rowStatus));
 }

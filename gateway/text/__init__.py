@@ -13,7 +13,8 @@ The public API, for every route that speaks text (REST `/v1/audio/speech`,
   `pending_chars`; pieces give exactly what the whole text gives;
 - `check_input(text, max_chars, field)`: type, length and "something to say" checks;
   `check_spoken(items, text, options, field)`: "something to say" in what the options
-  made of the text (`prepare`'s items), for the routes that read it with options;
+  made of the text (`prepare`'s items), for the routes that read it with options, and
+  `says_something(text, options)`, the same as a yes or no;
 - `model_language(family, path)`: the language a model speaks.
 
 Modules: `markup` (markdown, SSML), `links` (URLs, e-mail), `numerals` (numbers, units,
@@ -26,10 +27,10 @@ from gateway.text.language import model_language
 from gateway.text.normalize import Item, Pause, normalize_text
 from gateway.text.options import CODE_MODES, EMOJI_MODES, TEXT_FIELDS, TextOptions, parse_options
 from gateway.text.segments import check_input, check_spoken, clean, is_speakable, split_segments, unspoken
-from gateway.text.stream import MIN_FIRST_CHARS, TextStream, prepare
+from gateway.text.stream import MIN_FIRST_CHARS, TextStream, prepare, says_something
 
 __all__ = [
     "CODE_MODES", "EMOJI_MODES", "MIN_FIRST_CHARS", "TEXT_FIELDS", "Item", "Pause", "TextOptions", "TextStream",
     "check_input", "check_spoken", "clean", "is_speakable", "model_language", "normalize_text", "parse_options",
-    "prepare", "split_segments", "unspoken",
+    "prepare", "says_something", "split_segments", "unspoken",
 ]

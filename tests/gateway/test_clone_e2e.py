@@ -193,6 +193,22 @@ def test_bad_clone_requests_are_refused_naming_the_field(client: httpx.Client, s
     assert server.wait_idle() == 0  # nothing leaked
 
 
+def test_clone_text_is_checked_as_speech_checks_its_input(client: httpx.Client) -> None:
+    """As read by the text frontend, not raw (the trial's finding): markup alone was refused naming
+    `input`, a field clone does not have, and an emoji alone for lacking letters, whatever the
+    server's text_emoji said."""
+    for text, message in (('<break time="500ms"/>', "text has nothing to speak once markup, code and emoji are "
+                                                    "left out"),
+                          ("😀", "text has nothing that can be spoken (no letters or digits; emoji are dropped "
+                                 "unless the server's text_emoji is \"name\")")):
+        refused = _clone(client, voice="alice", text=text)
+        assert refused.status_code == 400, refused.text
+        assert (refused.json()["error"]["field"], refused.json()["error"]["message"]) == ("text", message)
+        speech = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "alice", "input": text})
+        assert speech.json()["error"]["message"] == message.replace("text", "input", 1).replace(
+            "the server's text_emoji", "emoji")
+
+
 def test_presets_may_name_a_reference_voice_of_a_base_model(client: httpx.Client) -> None:
     missing = client.post("/v1/presets", json={"name": "ghost", "model": "tiny-clone", "voice": "nobody"})
     assert missing.status_code == 404 and missing.json()["error"]["field"] == "voice"

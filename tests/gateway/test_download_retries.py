@@ -1,4 +1,4 @@
-"""Retries, resumes and what a download reports, against the local server of test_downloads.py
+"""Retries, resumes and what a download reports, against the local server of file_server.py
 that drops connections and can ignore `Range` (found by the new-user trial)."""
 
 from __future__ import annotations
@@ -11,21 +11,21 @@ import pytest
 from gateway.download import Download, DownloadError
 from gateway.residency import MB
 from gateway.settings import load_settings
-from tests.gateway.test_downloads import FILES, FileServer, Registry, _manager, _model, _serve
+from tests.gateway.file_server import FILES, FileServer, Registry, new_manager, serve, tiny_model
 
 
 def test_attempts_that_make_progress_do_not_count_toward_the_limit(tmp_path: Path) -> None:
     """A source that drops the connection every 100 kB: six attempts with one retry allowed."""
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url, max_retries=1)
+        manager = new_manager(tmp_path, registry, server.url, max_retries=1)
         download = await (await manager.install(model)).wait()
         assert download.num_attempts == 6 + 1  # voice.onnx, then voice.onnx.json at once
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.cut_every[model.files[0].url] = 100_000
         asyncio.run(main(server))
         ranges = [r["range"] for r in server.gets(model.files[0].url)]
@@ -36,10 +36,10 @@ def test_attempts_that_make_progress_do_not_count_toward_the_limit(tmp_path: Pat
 def test_attempts_without_progress_give_up(tmp_path: Path) -> None:
     """Cut at the same byte each time and re-sent from the start (Range ignored): after the
     first attempt, no progress."""
-    model = _model(FILES)
+    model = tiny_model(FILES)
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, Registry(), server.url, max_retries=2)
+        manager = new_manager(tmp_path, Registry(), server.url, max_retries=2)
         with pytest.raises(DownloadError) as failed:
             await (await manager.install(model)).wait()
         assert failed.value.code == "download_failed"
@@ -47,7 +47,7 @@ def test_attempts_without_progress_give_up(tmp_path: Path) -> None:
                 in failed.value.message), failed.value.message
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.cut_every[model.files[0].url] = 100_000
         server.ignore_range = True
         asyncio.run(main(server))
@@ -55,10 +55,10 @@ def test_attempts_without_progress_give_up(tmp_path: Path) -> None:
 
 
 def test_percent_reaches_100_only_when_complete(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, Registry(), server.url, max_retries=0)
+        manager = new_manager(tmp_path, Registry(), server.url, max_retries=0)
         download = await manager.install(model)
         with pytest.raises(DownloadError):
             await download.wait()
@@ -67,7 +67,7 @@ def test_percent_reaches_100_only_when_complete(tmp_path: Path) -> None:
         assert report["percent"] == 99.9, report  # 99.98 %: not rounded up to 100
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.cut_after[model.files[0].url] = [599_900, 0]
         asyncio.run(main(server))
     download = Download("dl", model)
@@ -79,11 +79,11 @@ def test_percent_reaches_100_only_when_complete(tmp_path: Path) -> None:
 
 def test_resumed_bytes_count_only_what_the_source_let_it_resume(tmp_path: Path) -> None:
     """A source that ignores `Range` re-sends the whole file (200): nothing was resumed."""
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        manager = new_manager(tmp_path, registry, server.url, max_retries=0)
         with pytest.raises(DownloadError):
             await (await manager.install(model)).wait()
         server.ignore_range = True
@@ -91,7 +91,7 @@ def test_resumed_bytes_count_only_what_the_source_let_it_resume(tmp_path: Path) 
         assert download.resumed_bytes == 0 and download.as_json()["resumed_bytes"] == 0
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.cut_after[model.files[0].url] = [250_000, 0]
         asyncio.run(main(server))
         ranges = [r["range"] for r in server.gets(model.files[0].url)]
@@ -102,10 +102,10 @@ def test_resumed_bytes_count_only_what_the_source_let_it_resume(tmp_path: Path) 
 def test_the_disk_message_gives_min_free_disk_mb_as_set(tmp_path: Path) -> None:
     """MB is 2^20 bytes in every *_mb setting; a message gives the setting as it was set."""
     settings = load_settings(env={"VOXGATE_MIN_FREE_DISK_MB": "100000000"})
-    model = _model(FILES)
+    model = tiny_model(FILES)
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, Registry(), server.url, min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
+        manager = new_manager(tmp_path, Registry(), server.url, min_free_disk_bytes=int(settings.min_free_disk_mb * MB))
         with pytest.raises(DownloadError) as failed:  # as gateway/app.py converts the setting
             await (await manager.install(model)).wait()
         assert failed.value.code == "insufficient_disk"
@@ -114,5 +114,5 @@ def test_the_disk_message_gives_min_free_disk_mb_as_set(tmp_path: Path) -> None:
             failed.value.message
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         asyncio.run(main(server))

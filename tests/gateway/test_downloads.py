@@ -1,4 +1,5 @@
-"""Downloads against a real local HTTP server that honours Range, and can cut or corrupt."""
+"""Downloads against a real local HTTP server that honours Range, and can cut or corrupt
+(tests/gateway/file_server.py)."""
 
 from __future__ import annotations
 
@@ -8,195 +9,28 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.catalog import CatalogFile, CatalogModel, load_catalog, parse_catalog, resolve
+from gateway.catalog import CatalogFile, CatalogModel
 from gateway.download import DownloadError, DownloadState
 from gateway.downloads import DownloadManager
+from tests.gateway.file_server import FILES, FileServer, Registry, new_manager, serve, tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class FileServer(ThreadingHTTPServer):
-    """Serves `files` (path -> bytes) with ETag and single-range support.
-
-    `cut_after[path] = n` sends n body bytes of the next response for path, then drops
-    the connection (once; a list of n: one per response, in order); `cut_every[path] = n`
-    does so on every response. A retry that gets nothing new counts toward the client's
-    limit, so `[n, 0]` makes a download fail with n bytes kept. `corrupt`
-    flips a byte in what is sent. `ignore_range` answers every request with the whole
-    file (200). `delay_s` sleeps between 16 KiB pieces so a download can be watched or
-    killed midway.
-    """
-
-    daemon_threads = True
-
-    def __init__(self, files: dict[str, bytes]) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.files = files
-        self.cut_after: dict[str, int | list[int]] = {}
-        self.cut_every: dict[str, int] = {}
-        self.corrupt: set[str] = set()
-        self.ignore_range = False
-        self.delay_s = 0.0
-        self.token: str | None = None
-        self.requests: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/"
-
-    def gets(self, path: str) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r["path"] == path]
-
-    def __enter__(self) -> FileServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-        self.server_close()
-        self._thread.join()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: FileServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        path = self.path.lstrip("/")
-        server = self.server
-        server.requests.append({"path": path, "range": self.headers.get("Range"),
-                                "if_range": self.headers.get("If-Range"),
-                                "authorization": self.headers.get("Authorization")})
-        data = server.files.get(path)
-        if data is None:
-            return self._empty(404)
-        if server.token is not None and self.headers.get("Authorization") != f"Bearer {server.token}":
-            return self._empty(401)
-        etag = '"%s"' % hashlib.sha256(data).hexdigest()[:16]
-        start = 0
-        requested = self.headers.get("Range")
-        if requested and self.headers.get("If-Range") in (None, etag) and not server.ignore_range:
-            start = int(requested.removeprefix("bytes=").split("-")[0])
-            if start >= len(data):
-                return self._empty(416)
-        body = data[start:]
-        if path in server.corrupt:
-            body = bytes([body[0] ^ 0xFF]) + body[1:]
-        self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("ETag", etag)
-        self.send_header("Accept-Ranges", "bytes")
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        self.end_headers()
-        cuts = server.cut_after.get(path)
-        if isinstance(cuts, int):
-            cuts = server.cut_after[path] = [cuts]
-        cut = cuts.pop(0) if cuts else server.cut_every.get(path)
-        try:
-            for i in range(0, len(body), 16384):
-                piece = body[i:i + 16384]
-                if cut is not None and i + len(piece) > cut:
-                    self.wfile.write(piece[:cut - i])
-                    self.wfile.flush()
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    self.close_connection = True
-                    return
-                self.wfile.write(piece)
-                if server.delay_s:
-                    self.wfile.flush()
-                    time.sleep(server.delay_s)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def _empty(self, status: int) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-
-def _blob(num_bytes: int, seed: int = 0) -> bytes:
-    return bytes((i * 31 + seed) % 251 for i in range(num_bytes))
-
-
-def _model(files: dict[str, bytes], model_id: str = "tiny", gated: bool = False,
-           with_hash: bool = True) -> CatalogModel:
-    return CatalogModel(
-        id=model_id, family="piper", name="Tiny", gated=gated,
-        files=tuple(CatalogFile(f"repo/resolve/v1/{name}", name, len(data), False,
-                                hashlib.sha256(data).hexdigest() if with_hash else None)
-                    for name, data in files.items()))
-
-
-def _serve(model: CatalogModel, files: dict[str, bytes]) -> FileServer:
-    return FileServer({f.url: files[f.dest] for f in model.files})
-
-
-class Registry:
-    def __init__(self) -> None:
-        self.models: dict[str, Path] = {}
-
-    async def register(self, model: CatalogModel, path: Path) -> None:
-        self.models[model.id] = path
-
-    async def is_registered(self, model_id: str) -> bool:
-        return model_id in self.models
-
-
-def _manager(tmp_path: Path, registry: Registry, base_url: str, **kwargs: Any) -> DownloadManager:
-    kwargs.setdefault("min_free_disk_bytes", 0)
-    kwargs.setdefault("retry_backoff_s", 0.01)
-    return DownloadManager(tmp_path / "data", registry.register, is_registered=registry.is_registered,
-                           base_url=base_url, **kwargs)
-
-
-FILES = {"voice.onnx": _blob(600_000), "voice.onnx.json": b'{"audio": {"sample_rate": 22050}}'}
-
-
-def test_catalog_file_is_valid_and_resolves_urls(tmp_path: Path) -> None:
-    catalog = load_catalog()
-    ids = {m.id for m in catalog.models}
-    assert {"orpheus-3b-0.1-ft", "snac_24khz", "de_DE-thorsten-medium", "fr_FR-siwis-medium"} <= ids
-    assert catalog.get("orpheus-3b-0.1-ft").gated  # type: ignore[union-attr]
-    voice = catalog.get("de_DE-thorsten-medium")
-    assert voice is not None and voice.family == "piper"
-    first = voice.files[0]
-    assert resolve("https://huggingface.co", first) == (
-        "https://huggingface.co/rhasspy/piper-voices/resolve/v1.0.0/de/de_DE/thorsten/medium/"
-        "de_DE-thorsten-medium.onnx")
-    assert resolve("https://mirror.local/hf/", first).startswith("https://mirror.local/hf/rhasspy/")
-    assert resolve(f"file://{tmp_path}", first) == tmp_path / first.url
-    assert resolve(str(tmp_path), first) == tmp_path / first.url
-    for bad in ({"version": 2, "models": []},
-                {"version": 1, "models": [{"id": "x", "family": "piper", "name": "x",
-                                           "files": [{"url": "../etc/passwd", "size_bytes": 1}]}]},
-                {"version": 1, "models": [{"id": "x", "family": "piper", "name": "x",
-                                           "files": [{"url": "a", "size_bytes": 1, "sha256": "abc"}]}]}):
-        with pytest.raises(ValueError):
-            parse_catalog(bad)
-
-
 def test_install_streams_progress_to_100_percent(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> list[dict[str, Any]]:
-        manager = _manager(tmp_path, registry, server.url, progress_interval_s=0.0, chunk_bytes=8192)
+        manager = new_manager(tmp_path, registry, server.url, progress_interval_s=0.0, chunk_bytes=8192)
         events = []
         with manager.subscribe() as subscription:
             download = await manager.install(model)
@@ -209,7 +43,7 @@ def test_install_streams_progress_to_100_percent(tmp_path: Path) -> None:
         await manager.aclose()
         return events
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         events = asyncio.run(main(server))
     assert events[-1]["state"] == "done", events[-1]
     assert events[-1]["percent"] == 100.0 and events[-1]["bytes_done"] == sum(map(len, FILES.values()))
@@ -223,12 +57,12 @@ def test_install_streams_progress_to_100_percent(tmp_path: Path) -> None:
 
 
 def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
         # Cut, then nothing new from the retry (no retries without progress): fails, the partial is kept.
-        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        manager = new_manager(tmp_path, registry, server.url, max_retries=0)
         download = await manager.install(model)
         with pytest.raises(DownloadError) as failed:
             await download.wait()
@@ -240,14 +74,14 @@ def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
         assert not registry.models
         # The second attempt asks for the rest only; a cut during it is retried automatically.
         server.cut_after[model.files[0].url] = 100_000
-        manager2 = _manager(tmp_path, registry, server.url, max_retries=2)
+        manager2 = new_manager(tmp_path, registry, server.url, max_retries=2)
         download = await manager2.install(model)
         await download.wait()
         assert download.resumed_bytes == 250_000
         await manager.aclose()
         await manager2.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.cut_after[model.files[0].url] = [250_000, 0]
         asyncio.run(main(server))
         ranges = [r["range"] for r in server.gets(model.files[0].url)]
@@ -256,11 +90,11 @@ def test_interrupted_download_resumes_with_range(tmp_path: Path) -> None:
 
 
 def test_corrupted_bytes_are_rejected_and_nothing_registered(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url)
+        manager = new_manager(tmp_path, registry, server.url)
         download = await manager.install(model)
         with pytest.raises(DownloadError) as failed:
             await download.wait()
@@ -268,7 +102,7 @@ def test_corrupted_bytes_are_rejected_and_nothing_registered(tmp_path: Path) -> 
         assert download.state is DownloadState.FAILED
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.corrupt.add(model.files[0].url)
         asyncio.run(main(server))
     assert not registry.models
@@ -278,28 +112,28 @@ def test_corrupted_bytes_are_rejected_and_nothing_registered(tmp_path: Path) -> 
 
 
 def test_size_mismatch_without_hash_is_rejected(tmp_path: Path) -> None:
-    model = _model(FILES, with_hash=False)
+    model = tiny_model(FILES, with_hash=False)
     served = dict(FILES, **{"voice.onnx": FILES["voice.onnx"][:-10]})
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url)
+        manager = new_manager(tmp_path, registry, server.url)
         with pytest.raises(DownloadError) as failed:
             await (await manager.install(model)).wait()
         assert failed.value.code == "size_mismatch"
         await manager.aclose()
 
-    with _serve(model, served) as server:
+    with serve(model, served) as server:
         asyncio.run(main(server))
     assert not registry.models
 
 
 def test_cancel_stops_and_removes_partials(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url)
+        manager = new_manager(tmp_path, registry, server.url)
         download = await manager.install(model)
         while download.bytes_done < 50_000:
             await asyncio.sleep(0.01)
@@ -312,7 +146,7 @@ def test_cancel_stops_and_removes_partials(tmp_path: Path) -> None:
         assert manager.active("tiny") is None
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.delay_s = 0.02
         asyncio.run(main(server))
     assert not registry.models
@@ -321,11 +155,11 @@ def test_cancel_stops_and_removes_partials(tmp_path: Path) -> None:
 
 
 def test_concurrent_installs_share_one_download(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url)
+        manager = new_manager(tmp_path, registry, server.url)
         first, second = await asyncio.gather(manager.install(model), manager.install(model))
         assert first is second
         await asyncio.gather(first.wait(), second.wait())
@@ -335,7 +169,7 @@ def test_concurrent_installs_share_one_download(tmp_path: Path) -> None:
         assert again.value.code == "already_installed" and again.value.status == 409
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.delay_s = 0.002
         asyncio.run(main(server))
         assert len(server.gets(model.files[0].url)) == 1
@@ -343,56 +177,56 @@ def test_concurrent_installs_share_one_download(tmp_path: Path) -> None:
 
 
 def test_insufficient_disk_is_refused_before_downloading(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
     free = shutil.disk_usage(tmp_path).free
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url, min_free_disk_bytes=free + (1 << 30))
+        manager = new_manager(tmp_path, registry, server.url, min_free_disk_bytes=free + (1 << 30))
         with pytest.raises(DownloadError) as failed:
             await (await manager.install(model)).wait()
         assert failed.value.code == "insufficient_disk" and failed.value.status == 507
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         asyncio.run(main(server))
         assert server.requests == []
 
 
 def test_gated_model_sends_the_token(tmp_path: Path) -> None:
-    model = _model(FILES, gated=True)
+    model = tiny_model(FILES, gated=True)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        anonymous = _manager(tmp_path, registry, server.url)
+        anonymous = new_manager(tmp_path, registry, server.url)
         with pytest.raises(DownloadError) as refused:  # up front: no download to watch fail
             await anonymous.install(model)
         assert refused.value.code == "auth_required" and refused.value.status == 400
         assert "VOXGATE_DOWNLOAD_TOKEN" in refused.value.message
         assert anonymous.downloads() == [] and server.requests == []
         await anonymous.aclose()
-        wrong = _manager(tmp_path, registry, server.url, token="wrong")
+        wrong = new_manager(tmp_path, registry, server.url, token="wrong")
         with pytest.raises(DownloadError) as failed:
             await (await wrong.install(model)).wait()
         assert failed.value.code == "auth_required" and failed.value.status == 502
         assert wrong.pending_model_ids() == []  # a failure is not resumed at the next start
         await wrong.aclose()
-        manager = _manager(tmp_path, registry, server.url, token="s3cret")
+        manager = new_manager(tmp_path, registry, server.url, token="s3cret")
         await (await manager.install(model)).wait()
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.token = "s3cret"
         asyncio.run(main(server))
     assert "tiny" in registry.models
 
 
 def test_only_downloads_interrupted_by_a_stop_are_resumed_at_start(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        manager = new_manager(tmp_path, registry, server.url, max_retries=0)
         # A cut before the first byte, retries used up: nothing is kept, and the message says so.
         server.cut_after[model.files[0].url] = 0
         with pytest.raises(DownloadError) as failed:
@@ -407,19 +241,19 @@ def test_only_downloads_interrupted_by_a_stop_are_resumed_at_start(tmp_path: Pat
             await asyncio.sleep(0.01)
         await manager.aclose()
         assert download.state is DownloadState.CANCELLED
-        assert _manager(tmp_path, registry, server.url).pending_model_ids() == ["tiny"]
+        assert new_manager(tmp_path, registry, server.url).pending_model_ids() == ["tiny"]
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         asyncio.run(main(server))
 
 
 def test_remove_forgets_ended_downloads_and_a_failures_partials(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     registry = Registry()
     work = tmp_path / "data" / "downloads" / "tiny"
 
     async def main(server: FileServer) -> None:
-        manager = _manager(tmp_path, registry, server.url, max_retries=0)
+        manager = new_manager(tmp_path, registry, server.url, max_retries=0)
         with manager.subscribe() as events:
             older = await manager.install(model)
             with pytest.raises(DownloadError):
@@ -442,13 +276,13 @@ def test_remove_forgets_ended_downloads_and_a_failures_partials(tmp_path: Path) 
         assert {e["type"] for e in seen} == {"download", "download_removed"}
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.cut_after[model.files[0].url] = [100_000, 0]
         asyncio.run(main(server))
 
 
 def test_failed_registration_leaves_no_model(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
 
     async def refuse(model: CatalogModel, path: Path) -> None:
         raise ValueError("voice config lacks audio.sample_rate")
@@ -460,7 +294,7 @@ def test_failed_registration_leaves_no_model(tmp_path: Path) -> None:
         assert failed.value.code == "registration_failed" and "sample_rate" in failed.value.message
         await manager.aclose()
 
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         asyncio.run(main(server))
     assert list((tmp_path / "data" / "models").iterdir()) == []
 
@@ -516,7 +350,7 @@ asyncio.run(main())
 
 
 def test_killed_download_resumes_in_a_new_process(tmp_path: Path) -> None:
-    model = _model(FILES)
+    model = tiny_model(FILES)
     data = tmp_path / "data"
     catalog = {"version": 1, "models": [{
         "id": model.id, "family": model.family, "name": model.name,
@@ -524,7 +358,7 @@ def test_killed_download_resumes_in_a_new_process(tmp_path: Path) -> None:
                   for f in model.files]}]}
     part = data / "downloads" / "tiny" / "voice.onnx.part"
     registry = Registry()
-    with _serve(model, FILES) as server:
+    with serve(model, FILES) as server:
         server.delay_s = 0.04  # ~0.4 MB/s: the child is killed well before the end
         child = subprocess.Popen([sys.executable, "-c", _CHILD, str(data), json.dumps(catalog), server.url],
                                  cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -542,7 +376,7 @@ def test_killed_download_resumes_in_a_new_process(tmp_path: Path) -> None:
         server.delay_s = 0.0
 
         async def main() -> None:
-            manager = _manager(tmp_path, registry, server.url)
+            manager = new_manager(tmp_path, registry, server.url)
             assert manager.pending_model_ids() == ["tiny"]
             download = await (await manager.install(model)).wait()
             assert download.resumed_bytes == kept

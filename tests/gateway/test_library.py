@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.library import Library, migration_files
+from gateway.library import Library, ModelExists, migration_files
 from tests.conftest import run_server
 
 
@@ -40,6 +40,20 @@ def test_a_failed_write_leaves_the_database_unchanged(tmp_path: Path) -> None:
         assert await library.get_model("m2") is None
         assert await library.voices("m2") == []
         assert [m["id"] for m in await library.list_models()] == ["m"]
+        await library.close()
+
+    asyncio.run(go())
+
+
+def test_adding_a_taken_id_raises_model_exists_and_writes_nothing(tmp_path: Path) -> None:
+    """Also when the caller's own check said the id was free: another writer got there first."""
+    async def go() -> None:
+        library = await Library.open(tmp_path / "db.sqlite")
+        await library.add_model("bob", "piper", "Bob", "/a", ["one", "two"])
+        with pytest.raises(ModelExists, match="a model 'bob' is installed"):
+            await library.add_model("bob", "piper", "Other", "/b", ["three"])
+        assert await library.voices("bob") == ["one", "two"]
+        assert (await library.get_model("bob") or {})["path"] == "/a"
         await library.close()
 
     asyncio.run(go())

@@ -168,7 +168,7 @@ def _http_catalog(tmp_path: Path, files: dict[str, bytes], *extra: dict[str, Any
 
 
 def test_failed_download_keeps_its_partials_until_removed_and_is_not_resumed_at_start(tmp_path: Path) -> None:
-    from tests.gateway.test_downloads import FileServer
+    from tests.gateway.file_server import FileServer
 
     files = {"voices/amy.onnx": ONNX.read_bytes(), "voices/amy.onnx.json": CONFIG.read_bytes()}
     catalog = _http_catalog(tmp_path, files)
@@ -202,7 +202,7 @@ GATED = {"id": "locked", "family": "piper", "name": "Locked", "gated": True,
 
 
 def test_gated_model_without_a_token_is_refused_up_front(tmp_path: Path) -> None:
-    from tests.gateway.test_downloads import FileServer
+    from tests.gateway.file_server import FileServer
 
     catalog = _http_catalog(tmp_path, {"voices/amy.onnx.json": CONFIG.read_bytes()}, GATED)
     (tmp_path / "data" / "downloads" / "locked").mkdir(parents=True)  # as left by a kill mid-download
@@ -320,7 +320,7 @@ def test_busy_model_answers_503_over_http(tmp_path: Path) -> None:
 
 
 def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
-    from tests.gateway.test_downloads import FileServer
+    from tests.gateway.file_server import FileServer
 
     files = {"voices/amy.onnx": ONNX.read_bytes(), "voices/amy.onnx.json": CONFIG.read_bytes()}
     catalog = tmp_path / "catalog.json"

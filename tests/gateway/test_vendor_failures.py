@@ -1,7 +1,8 @@
 """ElevenLabs and Cartesia WebSocket contexts whose synthesis fails before any audio (a model
 that cannot load, no room for it): one error per context, not one per sentence, then the
 context's end (ElevenLabs `isFinal`, and the close of `/stream-input`; Cartesia's `error`
-has `done: true`); the context's later text is dropped, and the socket serves other contexts."""
+has `done: true`, and ends it: its id then opens a new context); the text it had is dropped, not
+retried, and the socket serves other contexts."""
 
 from __future__ import annotations
 
@@ -86,10 +87,8 @@ def test_elevenlabs_multi_context_fails_once_and_the_socket_goes_on(live: LiveSe
 def test_cartesia_context_fails_once_with_done_and_the_socket_goes_on(live: LiveServer) -> None:
     broken = {**BASE, "model_id": "broken"}
     with cartesia(live) as ws:
-        for sentence in SENTENCES:
-            ws.send(json.dumps({**broken, "context_id": "c1", "transcript": sentence, "continue": True}))
-        ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "", "continue": True, "flush": True}))
-        ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "", "continue": False}))
+        ws.send(json.dumps({**broken, "context_id": "c1", "transcript": "".join(SENTENCES), "continue": True,
+                            "flush": True}))
         events = events_until_quiet(ws)
         assert [e["type"] for e in events] == ["error"], events  # once, not once a sentence
         error = events[0]
@@ -99,6 +98,42 @@ def test_cartesia_context_fails_once_with_done_and_the_socket_goes_on(live: Live
         ws.send(json.dumps({**BASE, "model_id": "good", "context_id": "c2", "transcript": "Now it works."}))
         messages = until_done(ws, "c2")
         assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_cartesia_text_for_a_failed_context_gets_one_clear_error_then_its_id_is_free(live: LiveServer) -> None:
+    """Its `error` said `done: true`, yet text for it was dropped unseen until `continue: false`
+    (the trial's finding): the first such text gets `context_failed`, and once the context is
+    ended its id opens a new context."""
+    broken = {**BASE, "model_id": "broken", "context_id": "c1", "continue": True}
+    with cartesia(live) as ws:
+        ws.send(json.dumps({**broken, "transcript": SENTENCES[0], "flush": True}))
+        assert [e["error_code"] for e in events_until_quiet(ws)] == ["model_load_failed"]
+        for sentence in SENTENCES[1:]:
+            ws.send(json.dumps({**broken, "transcript": sentence}))
+        ws.send(json.dumps({**broken, "transcript": " ", "flush": True}))  # no text: nothing to say
+        events = events_until_quiet(ws)
+        assert len(events) == 1, events  # once, not once a message
+        error = events[0]
+        assert (error["type"], error["context_id"], error["done"]) == ("error", "c1", True), error
+        assert (error["error_code"], error["status_code"], error["field"]) == ("context_failed", 409, "context_id")
+        assert error["message"] == (
+            "context 'c1' failed (its error said done: true): this text is not spoken, nor is any later text for it "
+            "until it is ended (continue: false, or cancel); then its id opens a new context; send the text under a "
+            "new context_id")
+        ws.send(json.dumps({**broken, "transcript": "", "continue": False}))  # ended: quietly
+        assert events_until_quiet(ws) == []
+        ws.send(json.dumps({**BASE, "model_id": "good", "context_id": "c1", "transcript": "Now it works."}))
+        messages = until_done(ws, "c1")  # a new context under the same id
+        assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages
+        assert not any(m["type"] == "error" for m in messages), messages
+        # Ended by its last text instead: that text's error says the id is free at once.
+        ws.send(json.dumps({**broken, "context_id": "c2", "transcript": SENTENCES[0], "flush": True}))
+        assert [e["error_code"] for e in events_until_quiet(ws)] == ["model_load_failed"]
+        ws.send(json.dumps({**broken, "context_id": "c2", "transcript": SENTENCES[1], "continue": False}))
+        last = events_until_quiet(ws)
+        assert [e["error_code"] for e in last] == ["context_failed"], last
+        assert "this text is not spoken, it is ended now, so its id opens a new context" in last[0]["message"]
     assert live.wait_idle() == 0 and _leases(live) == 0
 
 
@@ -114,6 +149,8 @@ def test_cartesia_no_room_for_the_model_fails_the_context_once(live: LiveServer)
                 ws.send(json.dumps({**good, "context_id": "c", "transcript": sentence, "continue": True}))
             ws.send(json.dumps({**good, "context_id": "c", "transcript": "", "continue": False}))
             events = events_until_quiet(ws)
-        assert [e["type"] for e in events] == ["error"], events
-        assert events[0]["error_code"] == "server_busy" and events[0]["done"] is True
+        # The first sentence waited for room, the others arrived meanwhile: not each a wait and an
+        # error of its own, one `context_failed` for their text.
+        assert [(e["type"], e["error_code"], e["done"]) for e in events] == [
+            ("error", "server_busy", True), ("error", "context_failed", True)], events
     assert live.wait_idle() == 0 and _leases(live) == 0

