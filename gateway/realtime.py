@@ -183,13 +183,21 @@ class Session(SessionText):
         return {"normalize": options.normalize, "code": options.code, "emoji": options.emoji}
 
     def playback(self, event: dict[str, Any]) -> None:
+        """`playback.position`: `played_ms` of this utterance played; `playing: false` is a pause,
+        unless `underrun: true` says the buffer ran dry (a stall: docs/realtime.md)."""
         played, playing = finite_number(event.get("played_ms")), event.get("playing", True)
+        underrun = event.get("underrun", False)
         if played is None or played < 0:
             raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
+        if not isinstance(underrun, bool):
+            raise InvalidInput("underrun must be true or false", field="underrun")
+        if underrun and playing:
+            raise InvalidInput("underrun: true says playback stopped because the buffer ran dry; "
+                               "send it with playing: false", field="underrun")
         if self.utterance is not None:
-            self.utterance.playback(float(played), playing)
+            self.utterance.playback(float(played), playing, underrun)
 
     # -- utterance output (gateway/utterance.py Listener; on_idle, on_error: realtime_text.py)
 
@@ -230,7 +238,7 @@ class Session(SessionText):
             "type": "utterance.done", "utterance_id": utterance.utterance_id,
             "audio_ms": round(clock.delivered_ms, 1),
             "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
-            "stalls": clock.stalls, "cancelled": cancelled, "error": error, "text": utterance.text,
+            "stalls": clock.stalls, "stall_ms": round(clock.stall_ms, 1), "cancelled": cancelled, "error": error, "text": utterance.text,
         })
 
     async def close(self) -> None:

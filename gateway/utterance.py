@@ -52,6 +52,8 @@ from gateway.voices import Choice
 
 log = logging.getLogger(__name__)
 
+DRY_MS = 1.0  # a report this close to all the audio sent says the buffer is dry (float sums of ms)
+
 
 class Listener(Protocol):
     """What a protocol does with an utterance's output (all called on the event loop)."""
@@ -242,11 +244,18 @@ class UtteranceStream:
         except CLIENT_GONE:
             pass
 
-    def playback(self, played_ms: float, playing: bool) -> None:
-        """A client's playback report (ms of this utterance played)."""
-        self.clock.on_report(time.monotonic(), played_ms, playing)
+    def playback(self, played_ms: float, playing: bool, underrun: bool = False) -> None:
+        """A client's playback report (ms of this utterance played). `playing` false is a pause:
+        no deadline, no stall. An `underrun` is none: the listener waits for audio, so to the
+        clocks (this one, and the engine request's) it plays on with a dry buffer, and the next
+        chunk is due now; arriving later, it is a stall."""
+        waiting, clock, now = playing or underrun, self.clock, time.monotonic()
+        # A report that the buffer is still dry leaves the moment it ran dry as it was: the
+        # stall's length counts from then, not from the latest of a dry player's reports.
+        if not (waiting and played_ms + DRY_MS >= clock.delivered_ms and clock.due_s <= now):
+            clock.on_report(now, played_ms, waiting)
         if self.request_id is not None:
-            self.state.engine.report_playback(self.request_id, played_ms - self.request_offset_ms, playing)
+            self.state.engine.report_playback(self.request_id, played_ms - self.request_offset_ms, waiting)
 
     def cancel(self) -> None:
         """Stop now: the engine request is freed at its next step; nothing more is sent."""
