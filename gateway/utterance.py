@@ -20,7 +20,10 @@ common (DESIGN.md §2):
   unless the client reports positions, which are passed to the engine shifted by the
   audio before the current request;
 - `cancel()` frees the engine request at once; a listener whose client left or stopped
-  reading (`connection.CLIENT_GONE`) stops the utterance quietly.
+  reading (`connection.CLIENT_GONE`) stops the utterance quietly;
+- `release_by_s(chars)` is the moment text not yet queued must be, for its first audio to
+  come before the listener's buffer runs dry (`realtime_pace_ms` to spare), from the clock
+  and how long its requests take to sound (`state.first_audio`, learnt from them).
 
 Word times are milliseconds from the utterance's first sample. They come from the model
 (`AudioChunk.words`, Piper) or, when `timings` is on and the model has none, from
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from typing import Callable, Protocol, Sequence
@@ -98,6 +102,7 @@ class UtteranceStream:
         self.request_id: str | None = None  # engine request in flight
         self.request_offset_ms = 0.0  # utterance audio before that request's first sample
         self.model_id = ""  # what it is spoken with
+        self.submitted_s = 0.0  # when the request in flight was submitted
         self.pump: asyncio.Task[None] | None = None
 
     @property
@@ -112,6 +117,19 @@ class UtteranceStream:
     @property
     def text(self) -> str:
         return " ".join(self.spoken)
+
+    def release_by_s(self, chars: int) -> float | None:
+        """time.monotonic() (s) by which text of `chars` characters, not yet queued, must be, for
+        its first audio to arrive `realtime_pace_ms` before the listener's buffer runs dry; None
+        for no hurry: pacing off, nothing played yet, a request in flight or items queued (its
+        end asks again), no more text to come, or a paused listener."""
+        margin_ms = self.state.settings.realtime_pace_ms
+        if not margin_ms or not self.started or self.busy or self.ending or self.cancelled:
+            return None
+        due_s = self.clock.due_s
+        if math.isinf(due_s):
+            return None
+        return due_s - (self.state.first_audio.estimate_ms(self.model_id, chars) + margin_ms) / 1000.0
 
     async def queue(self, items: Sequence[Item], since_s: float | None = None) -> None:
         """Add complete items; `since_s`: when the first of the utterance's text was
@@ -183,6 +201,7 @@ class UtteranceStream:
             spec = SpeechRequest(
                 request_id=request_id, model_id=choice.model_id, segments=segments, voice=choice.voice,
                 speed=choice.speed, options=choice.options, ttfa_target_ms=self.ttfa_target_ms, ahead_ms=ahead_ms)
+            self.submitted_s = time.monotonic()
             stream = self.state.engine.submit(spec)
         except BaseException:
             if lease is not None:
@@ -191,7 +210,7 @@ class UtteranceStream:
             raise
         self.request_offset_ms = self.clock.delivered_ms
         words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings)
-        self.pump = asyncio.create_task(self._pump(stream, lease, words))
+        self.pump = asyncio.create_task(self._pump(stream, lease, words, len(segments[0])))
 
     async def _silence(self, ms: float) -> None:
         pcm = np.zeros(int(round(self.sample_rate * ms / 1000.0)), np.float32)
@@ -199,9 +218,11 @@ class UtteranceStream:
                                             1000.0 * len(pcm) / self.sample_rate)
         await self.listener.on_audio(self, pcm, (), False)
 
-    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords) -> None:
+    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords, first_chars: int) -> None:
+        """Deliver one request's audio; `first_chars`: its first segment's length."""
         resample: Resampler | None = None
         failure: EngineError | None = None
+        sounded = False
         try:
             async for chunk in stream:
                 if resample is None:
@@ -209,6 +230,10 @@ class UtteranceStream:
                 pcm = await resample.resample_async(chunk.pcm, last=chunk.is_last)  # a long piece: in a thread
                 words, estimated = timings.take(chunk)
                 if len(pcm):
+                    if not sounded:
+                        sounded = True
+                        self.state.first_audio.observe(self.model_id, first_chars,
+                                                       1000.0 * (time.monotonic() - self.submitted_s))
                     self.started = True
                     self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
                                                         1000.0 * len(pcm) / self.sample_rate)
