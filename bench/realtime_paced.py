@@ -12,7 +12,8 @@ it also sends `playback.position` that often, saying `playing: false` with `unde
 while its buffer is dry (docs/realtime.md). Printed per sentence, and as a summary: first
 audio p50/p95 (ms), sessions with a stall, stalls and total stall ms, the client's
 beside the server's own count (`utterance.done` `stalls`). A warm-up utterance first loads
-the model (not counted).
+the model (not counted). Compare server settings (e.g. `VOXGATE_REALTIME_PACE_MS=0 voxgate
+serve`, pacing off) by naming them in `--server`, which the JSON records.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ def main() -> None:
     parser.add_argument("--max-words", type=int, default=26)
     parser.add_argument("--report-ms", type=float, default=0.0, help="send playback.position this often (0: never)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--server", default="voxgate serve", help="how the server was started (recorded)")
     parser.add_argument("--out", default="bench/results/realtime_paced.json")
     opts = parser.parse_args()
     texts = [t for t in load_texts() if opts.min_words <= len(t.split()) <= opts.max_words]
@@ -151,7 +153,7 @@ def main() -> None:
     rows = [asyncio.run(session(opts.url, text, opts.word_ms, opts.report_ms)) for text in texts]
     summary = summarize(rows)
     print_table(rows, summary)
-    record = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs",
+    record = {"command": " ".join(["python", *sys.argv]), "server": opts.server, "machine": f"{os.cpu_count()} CPUs",
               "load_average": [round(x, 2) for x in os.getloadavg()], "word_ms": opts.word_ms,
               "report_ms": opts.report_ms, "summary": summary, "sessions": [asdict(r) for r in rows]}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
