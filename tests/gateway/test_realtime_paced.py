@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +16,11 @@ import pytest
 from bench.workload import Listener
 from engine.types import SpeechRequest
 from gateway.settings import load_settings
-from gateway.text import Item, TextOptions, TextStream
+from gateway.text import Item, Pause, TextOptions, TextStream, prepare
 from gateway.text_feed import TextFeed
 from tests.conftest import LiveServer, run_server
 from tests.gateway.test_realtime import collect_utterance, open_session
+from tests.gateway.test_text import EN, LLM_TEXT
 
 # 25 words; its first clause ("Then Margaret,") plays out long before the last word comes.
 SENTENCE = ("Then Margaret, who was tired of waiting for the others to come back from the market, "
@@ -59,6 +61,34 @@ def test_an_early_release_cuts_nowhere_that_changes_the_reading() -> None:
     assert early("see [the long guide](https://example.com/a) or") == (["see the long guide"], "or")  # nor a link
     assert early("see [the long") == ([], "see [the long")
     assert early("\n| one two | three four ") == ([], "| one two | three four")  # nor a table row
+
+
+def words(items: list[Item]) -> list[str]:
+    return [w.strip(".,;:!?") for w in " ".join(item for item in items if isinstance(item, str)).split()]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_early_releases_anywhere_speak_the_same_words(seed: int) -> None:
+    """Any split of an LLM-style answer, with early releases between any appends, speaks the
+    words the whole text does (only punctuation may differ: a list item cut early ends as
+    a sentence, as list items do), its pauses included."""
+    whole = prepare(LLM_TEXT, EN)
+    rng = random.Random(seed)
+    stream = TextStream(EN)
+    out: list[Item] = []
+    at = num_early = 0
+    while at < len(LLM_TEXT):
+        size = rng.choice([1, 1, 2, 3, 5, 8, 13, 40])
+        out += stream.append(LLM_TEXT[at:at + size])
+        at += size
+        if rng.random() < 0.3:
+            early_items = stream.release_early()
+            num_early += bool(early_items)
+            out += early_items
+    out += stream.flush()
+    assert num_early > 0
+    assert words(out) == words(whole)
+    assert [item for item in out if isinstance(item, Pause)] == [item for item in whole if isinstance(item, Pause)]
 
 
 # -- TextFeed.pace ----------------------------------------------------------------------------
