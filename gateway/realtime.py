@@ -8,9 +8,11 @@ client example.
 
 Text arriving in pieces goes through the session's TextFeed (gateway/text_feed.py, the
 text frontend's TextStream): the first clause of an utterance is queued as soon as it is
-complete, then each sentence; an incomplete tail is spoken after `text_buffer_ms`
-without new text, or on `text.flush`, which also ends the utterance once its audio is
-done. An utterance that is never flushed ends `utterance_end_ms` after its audio has
+complete, then each sentence, or a sentence's text so far (at its last clause mark, else
+its last whole word) once the listener would run dry before its end (the playback clock's
+deadline less its synthesis time, `realtime_pace_ms` to spare); an incomplete tail is
+spoken after `text_buffer_ms` without new text, or on `text.flush`, which also ends the
+utterance once its audio is done. An utterance that is never flushed ends `utterance_end_ms` after its audio has
 played out (gateway/realtime_text.py). A failure of its synthesis (a model that cannot
 load, no room for it) ends it too: one `error`, the rest of its text dropped, then its
 one `utterance.done` with the error's code. The utterance itself is an UtteranceStream
@@ -67,7 +69,7 @@ class Session(SessionText):
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
         self.sample_rate = 24000
         self.timings = False  # session field: send `audio.words` with the audio
-        self.feed = TextFeed(self.settings, self.queue, self.send_error, field="text")
+        self.feed = TextFeed(self.settings, self.queue, self.send_error, field="text", deadline=self.release_by_s)
         self.utterance: UtteranceStream | None = None
         self.words = WordQueue()  # the current utterance's words not yet sent
         self.words_estimated = False
@@ -131,7 +133,7 @@ class Session(SessionText):
         elif kind == "response.cancel":
             await self.cancel()
         elif kind == "playback.position":
-            self.playback(event)
+            await self.playback(event)
         elif kind is None:
             raise ApiError(400, "unknown_type", 'message has no "type"', field="type")
         else:
@@ -182,14 +184,23 @@ class Session(SessionText):
         options = self.feed.options
         return {"normalize": options.normalize, "code": options.code, "emoji": options.emoji}
 
-    def playback(self, event: dict[str, Any]) -> None:
+    async def playback(self, event: dict[str, Any]) -> None:
+        """`playback.position`: `played_ms` of this utterance played; `playing: false` is a pause,
+        unless `underrun: true` says the buffer ran dry (a stall: docs/realtime.md)."""
         played, playing = finite_number(event.get("played_ms")), event.get("playing", True)
+        underrun = event.get("underrun", False)
         if played is None or played < 0:
             raise InvalidInput("played_ms must be a finite number >= 0", field="played_ms")
         if not isinstance(playing, bool):
             raise InvalidInput("playing must be true or false", field="playing")
+        if not isinstance(underrun, bool):
+            raise InvalidInput("underrun must be true or false", field="underrun")
+        if underrun and playing:
+            raise InvalidInput("underrun: true says playback stopped because the buffer ran dry; "
+                               "send it with playing: false", field="underrun")
         if self.utterance is not None:
-            self.utterance.playback(float(played), playing)
+            self.utterance.playback(float(played), playing, underrun)
+            await self.feed.pace()  # the listener's deadline moved
 
     # -- utterance output (gateway/utterance.py Listener; on_idle, on_error: realtime_text.py)
 
@@ -230,7 +241,8 @@ class Session(SessionText):
             "type": "utterance.done", "utterance_id": utterance.utterance_id,
             "audio_ms": round(clock.delivered_ms, 1),
             "ttfa_ms": None if clock.ttfa_ms is None else round(clock.ttfa_ms, 1),
-            "stalls": clock.stalls, "cancelled": cancelled, "error": error, "text": utterance.text,
+            "stalls": clock.stalls, "stall_ms": round(clock.stall_ms, 1), "cancelled": cancelled, "error": error,
+            "text": utterance.text,
         })
 
     async def close(self) -> None:

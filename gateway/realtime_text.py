@@ -3,7 +3,9 @@
 `SessionText` is mixed into `gateway.realtime.Session`. `text.append` goes through the
 session's `TextFeed` (gateway/text_feed.py, shared with the vendor protocols), whose
 items are queued on the current utterance stream (gateway/utterance.py), or on the
-backlog (the next utterance) once the current one was flushed. `text.flush` ends the
+backlog (the next utterance) once the current one was flushed. The feed is paced by the
+utterance's playback clock (`release_by_s`): a sentence's text so far is spoken before its
+end when the listener would otherwise run dry. `text.flush` ends the
 utterance once its audio is out. The *end* timer ends an utterance that is never
 flushed, `utterance_end_ms` after its audio has played out with no new text.
 
@@ -66,6 +68,14 @@ class SessionText:
 
     async def send_error(self, error: Exception) -> None:
         raise NotImplementedError
+
+    def release_by_s(self, chars: int) -> float | None:
+        """The feed's deadline (gateway/text_feed.py): when `chars` of buffered text must be
+        released for the current utterance's listener not to run dry; None: no hurry."""
+        utterance = self.utterance
+        if utterance is None or self.failure is not None:
+            return None
+        return utterance.release_by_s(chars)
 
     @property
     def queued_chars(self) -> int:
@@ -167,8 +177,11 @@ class SessionText:
             if utterance.started:  # (else it was flushed before anything was speakable)
                 await self.done(utterance, cancelled=False)
             await self._start_backlog()
-        elif not self.feed.has_pending and self.feed.tail_timer is None:
-            self._arm_end_timer(utterance)
+        else:
+            if self.feed.has_pending:  # its audio drains from now on: the text waiting may be needed
+                await self.feed.pace()  # before its sentence ends
+            if not self.feed.has_pending and self.feed.tail_timer is None:
+                self._arm_end_timer(utterance)
 
     async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
         await self._fail(utterance, error)

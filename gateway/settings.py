@@ -49,6 +49,10 @@ class Settings:
     # the last space before this many characters, unless a clause ends sooner).
     realtime_first_chars: int = 24
     utterance_end_ms: float = 1000.0  # realtime: an unflushed utterance ends this long after its audio
+    # realtime: the rest of a sentence is spoken before its end (at its last clause mark, else its
+    # last whole word) once the listener's buffered audio would last only this margin longer than
+    # that text takes to start sounding (gateway/pacing.py); 0: off (each sentence waits for its end).
+    realtime_pace_ms: float = 150.0
     realtime_messages_per_s: float = 500.0  # realtime: sustained client messages per session
     realtime_message_burst: int = 1000  # realtime: messages a session may send at once
     device: str = "cpu"
@@ -126,6 +130,8 @@ class Settings:
         if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
             raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
                              "utterance_end_ms >= 0")
+        if not self.realtime_pace_ms >= 0:  # (NaN too)
+            raise ValueError(f"realtime_pace_ms must be >= 0 (0: off), got {self.realtime_pace_ms}")
         if self.cpu_workers < 0:
             raise ValueError(f"cpu_workers must be >= 0 (0: one per CPU core), got {self.cpu_workers}")
         if self.memory_factor <= 0:

@@ -14,6 +14,7 @@ from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
 from gateway.model_spec import LoadErrors
+from gateway.pacing import FirstAudio
 from gateway.residency import Residency
 from gateway.settings import Settings
 from gateway.writes import WriteGuard
@@ -39,3 +40,4 @@ class AppState:
     drain_deadline_s: float | None = None  # time.monotonic() when running requests are cancelled
     memory: IdleTrim | None = None  # returns freed heap memory when idle (gateway/memory.py)
     load_errors: LoadErrors = field(default_factory=LoadErrors)  # each model's last failed load
+    first_audio: FirstAudio = field(default_factory=FirstAudio)  # streamed requests' submit -> first audio

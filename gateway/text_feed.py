@@ -14,7 +14,13 @@ sentences in the voice's language), so every route reads text the same way:
 - an unfinished tail is released after `text_buffer_ms` without new text (`release()`,
   also called by protocols whose clients send whole sentences);
 - `flush()` returns every item still buffered (the protocol decides what a flush means
-  for its utterance); `restart()` drops the buffer (a cancel).
+  for its utterance); `restart()` drops the buffer (a cancel);
+- with a `deadline`, text is not held for its sentence's end past the moment its listener
+  needs it: `pace()` (after each append, and whenever the caller's deadline may have moved:
+  its utterance went idle, a playback report) asks `deadline(pending_chars)` by when the
+  buffered text must be released, and then releases it up to its last clause mark, else its
+  last whole word (`TextStream.release_early`); before then, a timer waits for that moment
+  while the text may still reach a natural boundary.
 
 `since_s` is the time of the first non-blank append since the last `flush`/`restart`:
 the utterance's TTFA counts from it. `unspoken()` is the error for that text when nothing
@@ -41,21 +47,27 @@ REALTIME_MIN_FIRST_CHARS = 12
 
 Sink = Callable[[list[Item], "float | None"], Awaitable[None]]
 ErrorSink = Callable[[ApiError | EngineError], Awaitable[None]]
+# Given the characters buffered, the time.monotonic() (s) by which they must be released, or
+# None: no hurry.
+Deadline = Callable[[int], "float | None"]
 
 
 class TextFeed:
     """One stream of text pieces; see the module docstring.
 
     `sink(items, since_s)` receives completed items (segments and pauses) in order;
-    `on_error(error)` an error raised by `sink` when the tail timer released text.
+    `on_error(error)` an error raised by `sink` when a timer released text; `deadline`
+    paces a sentence's release (module docstring).
     """
 
     def __init__(self, settings: Settings, sink: Sink, on_error: ErrorSink, *,
-                 options: TextOptions | None = None, field: str = "text") -> None:
+                 options: TextOptions | None = None, field: str = "text", deadline: Deadline | None = None) -> None:
         self.settings = settings
         self.sink = sink
         self.on_error = on_error
         self.field = field
+        self.deadline = deadline
+        self.pace_timer: asyncio.TimerHandle | None = None
         self.text = TextStream(options or TextOptions(), settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
                                field=field)
         self.since_s: float | None = None
@@ -104,18 +116,42 @@ class TextFeed:
         if self.text.pending:
             loop = asyncio.get_running_loop()
             self.tail_timer = loop.call_later(self.settings.text_buffer_ms / 1000.0,
-                                              lambda: asyncio.ensure_future(self._speak_tail()))
+                                              lambda: asyncio.ensure_future(self._on_timer(self._speak_tail)))
+            await self.pace()
 
     async def release(self) -> None:
         """Speak the buffered tail now (an open code fence still waits for its end)."""
         self.cancel_timer()
         await self.sink(self.text.release(), self.since_s)
 
+    async def pace(self) -> None:
+        """Release buffered text early if `deadline` says its listener needs it now, else arm
+        a timer for when it will (module docstring). Raises what `sink` raises."""
+        self._cancel_pace()
+        at_s = self.deadline(self.text.pending_chars) if self.deadline is not None and self.text.pending else None
+        if at_s is None:
+            return
+        wait_s = at_s - time.monotonic()
+        if wait_s > 0:
+            loop = asyncio.get_running_loop()
+            self.pace_timer = loop.call_later(wait_s, lambda: asyncio.ensure_future(self._on_timer(self._paced)))
+            return
+        items = self.text.release_early()
+        if items:
+            await self.sink(items, self.since_s)
+
     async def _speak_tail(self) -> None:
         self.tail_timer = None
+        await self.release()
+
+    async def _paced(self) -> None:
+        self.pace_timer = None
+        await self.pace()
+
+    async def _on_timer(self, step: Callable[[], Awaitable[None]]) -> None:
         try:
             try:
-                await self.release()
+                await step()
             except (ApiError, EngineError) as error:
                 await self.on_error(error)
         except CLIENT_GONE:
@@ -140,6 +176,13 @@ class TextFeed:
         self.since_s = None
 
     def cancel_timer(self) -> None:
+        """Cancel the tail timer and the pace timer."""
         if self.tail_timer is not None:
             self.tail_timer.cancel()
             self.tail_timer = None
+        self._cancel_pace()
+
+    def _cancel_pace(self) -> None:
+        if self.pace_timer is not None:
+            self.pace_timer.cancel()
+            self.pace_timer = None

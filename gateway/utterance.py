@@ -20,7 +20,10 @@ common (DESIGN.md §2):
   unless the client reports positions, which are passed to the engine shifted by the
   audio before the current request;
 - `cancel()` frees the engine request at once; a listener whose client left or stopped
-  reading (`connection.CLIENT_GONE`) stops the utterance quietly.
+  reading (`connection.CLIENT_GONE`) stops the utterance quietly;
+- `release_by_s(chars)` is the moment text not yet queued must be, for its first audio to
+  come before the listener's buffer runs dry (`realtime_pace_ms` to spare), from the clock
+  and how long its requests take to sound (`state.first_audio`, learnt from them).
 
 Word times are milliseconds from the utterance's first sample. They come from the model
 (`AudioChunk.words`, Piper) or, when `timings` is on and the model has none, from
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from typing import Callable, Protocol, Sequence
@@ -51,6 +55,8 @@ from gateway.timings import RequestWords
 from gateway.voices import Choice
 
 log = logging.getLogger(__name__)
+
+DRY_MS = 1.0  # a report this close to all the audio sent says the buffer is dry (float sums of ms)
 
 
 class Listener(Protocol):
@@ -96,6 +102,7 @@ class UtteranceStream:
         self.request_id: str | None = None  # engine request in flight
         self.request_offset_ms = 0.0  # utterance audio before that request's first sample
         self.model_id = ""  # what it is spoken with
+        self.submitted_s = 0.0  # when the request in flight was submitted
         self.pump: asyncio.Task[None] | None = None
 
     @property
@@ -110,6 +117,19 @@ class UtteranceStream:
     @property
     def text(self) -> str:
         return " ".join(self.spoken)
+
+    def release_by_s(self, chars: int) -> float | None:
+        """time.monotonic() (s) by which text of `chars` characters, not yet queued, must be, for
+        its first audio to arrive `realtime_pace_ms` before the listener's buffer runs dry; None
+        for no hurry: pacing off, nothing played yet, a request in flight or items queued (its
+        end asks again), no more text to come, or a paused listener."""
+        margin_ms = self.state.settings.realtime_pace_ms
+        if not margin_ms or not self.started or self.busy or self.ending or self.cancelled:
+            return None
+        due_s = self.clock.due_s
+        if math.isinf(due_s):
+            return None
+        return due_s - (self.state.first_audio.estimate_ms(self.model_id, chars) + margin_ms) / 1000.0
 
     async def queue(self, items: Sequence[Item], since_s: float | None = None) -> None:
         """Add complete items; `since_s`: when the first of the utterance's text was
@@ -181,6 +201,7 @@ class UtteranceStream:
             spec = SpeechRequest(
                 request_id=request_id, model_id=choice.model_id, segments=segments, voice=choice.voice,
                 speed=choice.speed, options=choice.options, ttfa_target_ms=self.ttfa_target_ms, ahead_ms=ahead_ms)
+            self.submitted_s = time.monotonic()
             stream = self.state.engine.submit(spec)
         except BaseException:
             if lease is not None:
@@ -189,7 +210,7 @@ class UtteranceStream:
             raise
         self.request_offset_ms = self.clock.delivered_ms
         words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings)
-        self.pump = asyncio.create_task(self._pump(stream, lease, words))
+        self.pump = asyncio.create_task(self._pump(stream, lease, words, len(segments[0])))
 
     async def _silence(self, ms: float) -> None:
         pcm = np.zeros(int(round(self.sample_rate * ms / 1000.0)), np.float32)
@@ -197,9 +218,11 @@ class UtteranceStream:
                                             1000.0 * len(pcm) / self.sample_rate)
         await self.listener.on_audio(self, pcm, (), False)
 
-    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords) -> None:
+    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords, first_chars: int) -> None:
+        """Deliver one request's audio; `first_chars`: its first segment's length."""
         resample: Resampler | None = None
         failure: EngineError | None = None
+        sounded = False
         try:
             async for chunk in stream:
                 if resample is None:
@@ -207,6 +230,10 @@ class UtteranceStream:
                 pcm = await resample.resample_async(chunk.pcm, last=chunk.is_last)  # a long piece: in a thread
                 words, estimated = timings.take(chunk)
                 if len(pcm):
+                    if not sounded:
+                        sounded = True
+                        self.state.first_audio.observe(self.model_id, first_chars,
+                                                       1000.0 * (time.monotonic() - self.submitted_s))
                     self.started = True
                     self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
                                                         1000.0 * len(pcm) / self.sample_rate)
@@ -242,11 +269,18 @@ class UtteranceStream:
         except CLIENT_GONE:
             pass
 
-    def playback(self, played_ms: float, playing: bool) -> None:
-        """A client's playback report (ms of this utterance played)."""
-        self.clock.on_report(time.monotonic(), played_ms, playing)
+    def playback(self, played_ms: float, playing: bool, underrun: bool = False) -> None:
+        """A client's playback report (ms of this utterance played). `playing` false is a pause:
+        no deadline, no stall. An `underrun` is none: the listener waits for audio, so to the
+        clocks (this one, and the engine request's) it plays on with a dry buffer, and the next
+        chunk is due now; arriving later, it is a stall."""
+        waiting, clock, now = playing or underrun, self.clock, time.monotonic()
+        # A report that the buffer is still dry leaves the moment it ran dry as it was: the
+        # stall's length counts from then, not from the latest of a dry player's reports.
+        if not (waiting and played_ms + DRY_MS >= clock.delivered_ms and clock.due_s <= now):
+            clock.on_report(now, played_ms, waiting)
         if self.request_id is not None:
-            self.state.engine.report_playback(self.request_id, played_ms - self.request_offset_ms, playing)
+            self.state.engine.report_playback(self.request_id, played_ms - self.request_offset_ms, waiting)
 
     def cancel(self) -> None:
         """Stop now: the engine request is freed at its next step; nothing more is sent."""

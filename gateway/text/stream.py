@@ -12,7 +12,9 @@ same text given in any pieces are read the same; `prepare` is exactly "append al
 
 The first unit of an utterance is cut early, for a fast first audio: at a clause mark
 (`,` `;` `:`) or a sentence end once it has `min_first_chars`, else at the last space
-before `first_chars`. Later units run by sentences, with a hard cut at `MAX_UNIT_CHARS`.
+before `first_chars`. Later units run by sentences, with a hard cut at `MAX_UNIT_CHARS`,
+unless the caller asks for one early (`release_early`, when its listener is about to run
+dry): at the last clause mark read, else the last space between two words.
 Cost: an append costs O(len(append)) plus, per sentence candidate, one pysbd call on a
 window of bounded size, whatever the buffered length.
 """
@@ -34,6 +36,7 @@ MAX_UNIT_CHARS = 400
 MIN_FIRST_CHARS = 24  # a shorter first segment plays out before the next is synthesised
 MIN_CUT_CHARS = 12
 WORD_SLACK = 40  # how long a length cut waits for a pending boundary's next word
+MIN_EARLY_CLAUSE = 12  # an early cut at a clause mark leaves a unit of at least this (else at words)
 CLOSERS = "\"')]}*_»”’」』）"
 SENTENCE_PUNCT = ".!?…"
 CJK_PUNCT = "。！？"
@@ -98,6 +101,8 @@ class TextStream:
         self._candidate = -1  # a boundary (index of the space after it) waiting for the next word
         self._candidate_kind = ""
         self._last_space = -1  # last balanced space between words, before the length limit
+        self._clause_cut = -1  # last balanced space after a clause mark, before a word (release_early)
+        self._word_cut = -1  # last balanced space between two words (release_early)
 
     @property
     def pending_chars(self) -> int:
@@ -118,6 +123,19 @@ class TextStream:
         piece = _clean_piece(piece)
         self.check(piece)
         self._text += piece
+        return self._scan()
+
+    def release_early(self) -> list[Item]:
+        """Speak the buffered text up to its last clause mark (one leaving `MIN_EARLY_CLAUSE`
+        characters or more), else up to its last space between two words or after a clause
+        mark, where no code span, link, tag, code fence or table is open; the rest waits as
+        before. Nothing if there is no such place (a single word so far: it may not be complete)."""
+        at = self._clause_cut if self._clause_cut >= MIN_EARLY_CLAUSE else max(self._word_cut, self._clause_cut)
+        if at <= 0:
+            return []
+        return self._cut(at) + self._scan()
+
+    def _scan(self) -> list[Item]:
         out: list[Item] = []
         while self._pos < len(self._text):
             cut = self._step(self._pos)
@@ -180,6 +198,8 @@ class TextStream:
             if cut is not None:
                 return cut
             self._new_candidate(i)
+            if ch != "\n" and self._is_balanced() and self._line_kind != "table":
+                self._note_early_cut(i, before_word=False)
         elif self._candidate >= 0:
             cut = self._decide_pending(i)
             if cut is not None:
@@ -190,10 +210,23 @@ class TextStream:
             cut = self._decide_pending(i)
             if cut is not None:
                 return cut
-        if ch.isalpha() and i > 1 and text[i - 1] in " \t" and text[i - 2].isalpha() and self._is_balanced() \
-                and i - 1 <= (self.first_chars if self.is_first else MAX_UNIT_CHARS):
-            self._last_space = i - 1  # between two words ("10:30 am", "5 km" stay whole)
+        if ch.isalpha() and i > 1 and text[i - 1] in " \t" and self._is_balanced():
+            if text[i - 2].isalpha() and i - 1 <= (self.first_chars if self.is_first else MAX_UNIT_CHARS):
+                self._last_space = i - 1  # between two words ("10:30 am", "5 km" stay whole)
+            if self._line_kind != "table":
+                self._note_early_cut(i - 1, before_word=True)
         return self._length_cut(i)
+
+    def _note_early_cut(self, k: int, before_word: bool) -> None:
+        """Is the space at k a place for `release_early`: after a clause mark (a clause is complete
+        once a space follows it), or between two words (the second begun: the first is whole)?"""
+        text, j = self._text, k
+        while j > 0 and text[j - 1] in CLOSERS:
+            j -= 1
+        if j > 0 and (text[j - 1] in CLAUSE_PUNCT or text[j - 1] in CJK_CLAUSE or text[j - 1] in "—–"):
+            self._clause_cut = k
+        elif before_word and j > 0 and text[j - 1].isalpha():  # ("guide)", "**bold**", "said" too)
+            self._word_cut = k
 
     @staticmethod
     def _continues(kind: str, ch: str) -> bool:

@@ -39,7 +39,7 @@ def realtime_messages() -> st.SearchStrategy[str | bytes]:
     """Messages for /v1/realtime: its own types with fuzzed fields, any JSON, hostile text, binary."""
     kinds = st.sampled_from(["session.update", "text.append", "text.flush", "response.cancel", "playback.position",
                              "nonsense", None])
-    fields = st.dictionaries(st.sampled_from(["session", "text", "played_ms", "playing", "model", "voice",
+    fields = st.dictionaries(st.sampled_from(["session", "text", "played_ms", "playing", "underrun", "model", "voice",
                                               "sample_rate", "speed", "format"]), json_values, max_size=3)
     typed = st.builds(lambda kind, extra: json.dumps({"type": kind, **extra} if kind else extra), kinds, fields)
     short_text = st.builds(lambda t: json.dumps({"type": "text.append", "text": t}), st.text(max_size=30))

@@ -166,6 +166,8 @@ def test_playback_reports_are_accepted(server: LiveServer) -> None:
     ('{"type": "session.update", "session": 3}', "invalid_input", "session"),
     ('{"type": "playback.position", "played_ms": -1}', "invalid_input", "played_ms"),
     ('{"type": "playback.position", "played_ms": 1, "playing": "yes"}', "invalid_input", "playing"),
+    ('{"type": "playback.position", "played_ms": 1, "playing": false, "underrun": 1}', "invalid_input", "underrun"),
+    ('{"type": "playback.position", "played_ms": 1, "underrun": true}', "invalid_input", "underrun"),  # playing: true
 ])
 def test_bad_messages_get_error_events_and_the_session_lives_on(
         server: LiveServer, message: str, code: str, field: str | None) -> None:
