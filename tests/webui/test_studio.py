@@ -40,9 +40,9 @@ def reports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, bool]]:
     seen: list[tuple[float, bool]] = []
     original = Session.playback
 
-    def playback(self: Session, event: dict[str, Any]) -> None:
+    async def playback(self: Session, event: dict[str, Any]) -> None:
         seen.append((event["played_ms"], event["playing"]))
-        original(self, event)
+        await original(self, event)
 
     monkeypatch.setattr(Session, "playback", playback)
     return seen
