@@ -50,7 +50,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.simulate import capacity, mean_concurrency, simulate  # noqa: E402
-from bench.workload import CHARS_PER_S, Listener, load_texts, poisson, summarize  # noqa: E402
+from bench.workload import CHARS_PER_S, Listener, load_texts, percentile, poisson, summarize  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
 
 MODEL = "orpheus"
@@ -132,14 +132,62 @@ async def rest_client(client: httpx.AsyncClient, text: str, delay_s: float) -> L
     return listener
 
 
-async def wave(base: str, arrivals: list[tuple[float, str]], rest: bool) -> tuple[list[Listener], float]:
-    t0 = time.monotonic()
+async def poll_engine(base: str, stop: asyncio.Event, every_s: float = 0.25) -> list[dict]:
+    """`GET /v1/stats` every `every_s` until `stop`: (time s, running, waiting, decode steps so far, the
+    cost model's step estimate ms at that batch) of the model, one dict a poll."""
+    samples: list[dict] = []
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                model = (await client.get("/v1/stats")).json()["models"].get(MODEL, {})
+            except (httpx.HTTPError, ValueError):
+                model = {}
+            if model:
+                graphs = model.get("graphs") or {}
+                samples.append({"t": t, "running": model.get("running", 0), "waiting": model.get("waiting", 0),
+                                "steps": graphs.get("hit", 0) + graphs.get("miss", 0),
+                                "est_step_ms": model.get("est_step_ms")})
+            try:
+                await asyncio.wait_for(stop.wait(), every_s)
+            except asyncio.TimeoutError:
+                pass
+    return samples
+
+
+def step_summary(samples: list[dict]) -> dict:
+    """The server's decode steps between two polls that both saw streams running: wall ms a step
+    (poll interval / steps in it: device time plus whatever kept the worker from the next step),
+    beside the cost model's estimate for the batch then (device time the runner measured)."""
+    walls, ests, running = [], [], []
+    for a, b in zip(samples, samples[1:]):
+        steps = b["steps"] - a["steps"]
+        if steps > 0 and a["running"] > 0 and b["running"] > 0:
+            walls.append(1000.0 * (b["t"] - a["t"]) / steps)
+            running.append((a["running"] + b["running"]) / 2)
+            if b["est_step_ms"] is not None:
+                ests.append(b["est_step_ms"])
+    def p(values: list[float], q: float, digits: int = 2) -> float | None:
+        return round(percentile(values, q), digits) if values else None
+
+    return {"intervals": len(walls), "wall_ms_per_step_p50": p(walls, 0.5), "wall_ms_per_step_p90": p(walls, 0.9),
+            "est_step_ms_p50": p(ests, 0.5), "running_p50": p(running, 0.5, 1), "running_max": max(running, default=0.0)}
+
+
+async def wave(base: str, arrivals: list[tuple[float, str]], rest: bool,
+               poll: bool = False) -> tuple[list[Listener], float, list[dict]]:
+    """Play `arrivals` against the server; with `poll`, `poll_engine`'s samples over the wave too."""
+    t0, stop = time.monotonic(), asyncio.Event()
+    poller = asyncio.create_task(poll_engine(base, stop)) if poll else None
     async with httpx.AsyncClient(base_url=base, timeout=600, limits=httpx.Limits(max_connections=1000)) as client:
         ws_url = base.replace("http", "ws") + "/v1/realtime"
         jobs = [rest_client(client, text, at) if rest else realtime_client(ws_url, text, at) for at, text in arrivals]
         results = await asyncio.gather(*jobs, return_exceptions=True)
+    wall_s = time.monotonic() - t0
+    stop.set()
+    samples = await poller if poller is not None else []
     listeners = [r if isinstance(r, Listener) else Listener(t0, refused=True) for r in results]
-    return listeners, time.monotonic() - t0
+    return listeners, wall_s, samples
 
 
 def serve(config: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -186,6 +234,7 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=1)
     parser.add_argument("--workload", default="")
     parser.add_argument("--cost", default="bench/results/cost_orpheus_h200.json")
+    parser.add_argument("--sim-host-ms", type=float, default=0.1, help="the simulator's host time per engine step")
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda")
@@ -230,15 +279,15 @@ def main() -> None:
             rows = []
             for rate in rates:
                 arrivals = poisson(texts, rate, opts.requests, opts.seed)
-                listeners, wall_s = asyncio.run(wave(base, arrivals, bool(opts.rest)))
+                listeners, wall_s, samples = asyncio.run(wave(base, arrivals, bool(opts.rest), poll=True))
                 row = {"rate": rate, **summarize(listeners, wall_s),
-                       "mean_concurrency": mean_concurrency(listeners, wall_s)}
+                       "mean_concurrency": mean_concurrency(listeners, wall_s), "steps": step_summary(samples)}
                 engine = httpx.get(f"{base}/v1/stats").json()["models"].get(MODEL, {})  # the last 256 first chunks'
                 row["ttfa_phases_ms"] = engine.get("ttfa_phases_ms")  # (engine/core.py PHASES: [p50, p90] each)
                 if cost is not None:
                     sim, sim_wall = simulate(arrivals, CostModel.from_json(cost), policy=policy,
                                              max_running=opts.max_running, lanes=bool(opts.lanes),
-                                             replicas=len(devices or [opts.device]))
+                                             replicas=len(devices or [opts.device]), host_ms=opts.sim_host_ms)
                     row["simulated"] = {k: v for k, v in summarize(sim, sim_wall).items()
                                         if k in ("attainment", "ttfa_p50_ms", "ttfa_p99_ms", "stall_free")}
                 rows.append(row)
@@ -254,12 +303,14 @@ def main() -> None:
         Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\n{'policy':>8} {'rate':>5} {'attain':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'stall-free':>10} "
-          f"{'conc':>6} {'sim':>6}")
+          f"{'conc':>6} {'sim':>6} {'ms/step':>8} {'est ms':>7}")
     for policy, entry in record["policies"].items():
         for r in entry["rates"]:
             print(f"{policy:>8} {r['rate']:5g} {r['attainment']:7.3f} {r['ttfa_p50_ms']:7.1f} {r['ttfa_p90_ms']:7.1f} "
                   f"{r['ttfa_p99_ms']:7.1f} {r['stall_free']:10.3f} {r['mean_concurrency']:6.1f} "
-                  f"{r.get('simulated', {}).get('attainment', float('nan')):6.3f}")
+                  f"{r.get('simulated', {}).get('attainment', float('nan')):6.3f} "
+                  f"{r.get('steps', {}).get('wall_ms_per_step_p50') or float('nan'):8.2f} "
+                  f"{r.get('steps', {}).get('est_step_ms_p50') or float('nan'):7.2f}")
         print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")
     plot(record, Path(opts.out).with_suffix(".png"))
 

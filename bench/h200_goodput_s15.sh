@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One H200, .whl carried (session of 2026-12-04, fifteenth): the simulator's cost table measured again on
+# the code of issue 10's v9 kernels, then bench/goodput.py beside the simulator's prediction from it,
+# with the server's decode steps sampled from /v1/stats during each wave (wall ms a step against the
+# cost model's device-time estimate: what the simulator leaves out).
+#   PART=cost     bash bench/h200_goodput_s15.sh  -> $OUT/cost_orpheus_h200.json, orpheus_serve_s15.json, .log
+#   PART=goodput  bash bench/h200_goodput_s15.sh  -> $OUT/goodput_orpheus_s15.json, .log (uses the
+#                 committed bench/results/cost_orpheus_h200.json: copy PART=cost's table there first)
+# Wheels (from the repo root, here): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji
+# markdown-it-py mdurl pyloudnorm future httpx2 pytest-timeout soxr pysbd num2words
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+case "${PART:-cost}" in
+  cost)
+    timeout ${LIMIT_S:-560} python3 bench/orpheus_serve.py --arrival poisson --sessions ${SESSIONS:-128} \
+        --requests ${REQUESTS:-200} --max-running 256 --policies edf --cost-out $OUT/cost_orpheus_h200.json \
+        --out $OUT/orpheus_serve_s15.json > $OUT/orpheus_serve_s15.log 2>&1
+    tail -15 $OUT/orpheus_serve_s15.log ;;
+  goodput)
+    timeout ${LIMIT_S:-560} python3 bench/goodput.py --policies ${POLICIES:-edf} --rates ${RATES:-18,22,26,30} \
+        --requests 200 --out $OUT/goodput_orpheus_s15.json > $OUT/goodput_orpheus_s15.log 2>&1
+    tail -12 $OUT/goodput_orpheus_s15.log ;;
+esac
