@@ -39,6 +39,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,6 +192,36 @@ async def wave(base: str, arrivals: list[tuple[float, str]], rest: bool,
     return listeners, wall_s, samples
 
 
+def start_profiles(pid: int, stem: Path) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    """py-spy (a sampling profiler, https://github.com/benfred/py-spy) on the server `pid` for one
+    wave, without pausing it: `stem`_gil.txt samples only the thread holding the GIL, `stem`_all.txt
+    every thread, idle ones too; collapsed stacks (`--format raw`), thread names first."""
+    spy = Path(sys.executable).with_name("py-spy")
+    spy = spy if spy.exists() else Path(shutil.which("py-spy") or "py-spy")
+    spies = []
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for kind, flags in (("gil", ["--gil"]), ("all", ["--idle"])):
+        out = Path(f"{stem}_{kind}.txt")
+        command = [str(spy), "record", "--pid", str(pid), "--nonblocking", "--threads", "--rate", "200",
+                   "--format", "raw", "-o", str(out), *flags]
+        spies.append((subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=out.with_suffix(".err").open("wb")),
+                      out))
+    time.sleep(1.0)  # attached before the first arrival
+    return spies
+
+
+def stop_profiles(spies: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """SIGINT: py-spy writes its file and exits; then each file's summary (bench/profile_summary.py)."""
+    from bench.profile_summary import summarize_raw
+
+    for spy, _ in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy, out in spies:
+        spy.wait(60)
+        if out.is_file():
+            out.with_suffix(".json").write_text(json.dumps(summarize_raw(out), indent=1))
+
+
 def serve(config: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)],
@@ -234,6 +266,8 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=1)
     parser.add_argument("--workload", default="")
     parser.add_argument("--cost", default="bench/results/cost_orpheus_h200.json")
+    parser.add_argument("--profile-rates", default="", help="rates whose wave py-spy samples in the server "
+                        "(start_profiles: files beside --out)")
     parser.add_argument("--sim-host-ms", type=float, default=0.1, help="the simulator's host time per engine step")
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--seed", type=int, default=0)
@@ -277,9 +311,13 @@ def main() -> None:
                     "settings": {"force_tokens": family["tokens_per_frame"] * frames}}).raise_for_status()
             asyncio.run(wave(base, poisson(texts, 4.0, 16, opts.seed + 99), bool(opts.rest)))  # warm-up
             rows = []
+            profiled = {float(r) for r in opts.profile_rates.split(",") if r}
             for rate in rates:
                 arrivals = poisson(texts, rate, opts.requests, opts.seed)
+                spies = start_profiles(process.pid, Path(opts.out).parent / f"{Path(opts.out).stem}_{name}_{rate:g}") \
+                    if rate in profiled else []
                 listeners, wall_s, samples = asyncio.run(wave(base, arrivals, bool(opts.rest), poll=True))
+                stop_profiles(spies)
                 row = {"rate": rate, **summarize(listeners, wall_s),
                        "mean_concurrency": mean_concurrency(listeners, wall_s), "steps": step_summary(samples)}
                 engine = httpx.get(f"{base}/v1/stats").json()["models"].get(MODEL, {})  # the last 256 first chunks'

@@ -6,10 +6,12 @@
 #   PART=cost     bash bench/h200_goodput_s15.sh  -> $OUT/cost_orpheus_h200.json, orpheus_serve_s15.json, .log
 #   PART=goodput  bash bench/h200_goodput_s15.sh  -> $OUT/goodput_orpheus_s15.json, .log (uses the
 #                 committed bench/results/cost_orpheus_h200.json: copy PART=cost's table there first)
+#   PART=profile  bash bench/h200_goodput_s15.sh  -> profile_summary.txt (bench/profile_summary.py of each py-spy
+#                 file), profile.tgz (the raw stacks, their summaries, the profiled run's JSON), _switch.json, .log
 # Wheels (from the repo root, here): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji
-# markdown-it-py mdurl pyloudnorm future httpx2 pytest-timeout soxr pysbd num2words
+# markdown-it-py mdurl pyloudnorm future httpx2 pytest-timeout soxr pysbd num2words py-spy (PART=profile)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 case "${PART:-cost}" in
   cost)
     timeout ${LIMIT_S:-560} python3 bench/orpheus_serve.py --arrival poisson --sessions ${SESSIONS:-128} \
@@ -20,4 +22,14 @@ case "${PART:-cost}" in
     timeout ${LIMIT_S:-560} python3 bench/goodput.py --policies ${POLICIES:-edf} --rates ${RATES:-18,22,26,30} \
         --requests 200 --out $OUT/goodput_orpheus_s15.json > $OUT/goodput_orpheus_s15.log 2>&1
     tail -12 $OUT/goodput_orpheus_s15.log ;;
+  profile)  # py-spy in the server during the 22 and 30 req/s waves; then the same with a 0.25 ms GIL switch interval
+    timeout 280 python3 bench/goodput.py --policies edf --rates 22,30 --requests 200 --profile-rates 22,30 \
+        --out $OUT/profile/goodput_orpheus_s15_profile.json > $OUT/goodput_orpheus_s15_profile.log 2>&1
+    mkdir -p /tmp/sc && echo 'import sys; sys.setswitchinterval(0.00025)' > /tmp/sc/sitecustomize.py
+    PYTHONPATH=/tmp/sc:$PYTHONPATH timeout 250 python3 bench/goodput.py --policies edf --rates 22,30 --requests 200 \
+        --out $OUT/goodput_orpheus_s15_switch.json > $OUT/goodput_orpheus_s15_switch.log 2>&1
+    for f in $OUT/profile/*.txt; do python3 bench/profile_summary.py $f --top 10; done > $OUT/profile_summary.txt 2>&1
+    cd $OUT && tar czf profile.tgz profile && rm -rf profile && cd - > /dev/null
+    grep -A3 "^MainThread\|^voxgate-cuda" $OUT/profile_summary.txt | head -60
+    tail -4 $OUT/goodput_orpheus_s15_profile.log; tail -4 $OUT/goodput_orpheus_s15_switch.log ;;
 esac
