@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import re
 import tomllib
@@ -23,6 +24,14 @@ AUTH_MODES = ("auto", "required", "off")
 MB = 1 << 20  # the unit of the *_mb settings (min_free_memory_mb, min_free_disk_mb): 2^20 bytes, a MiB
 _TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots", "devices")
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
+# The number settings' ranges beyond "finite" (every float setting must be one: NaN or inf is
+# refused, from the config file (TOML has nan and inf), the environment or the command line).
+# What 0 means, where it means something, goes in the message.
+_AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_ms": " (0: never refuse)",
+               "text_buffer_ms": "", "utterance_end_ms": "", "realtime_pace_ms": " (0: off)",
+               "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
+               "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
+_ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,17 @@ class Settings:
         # a command or server started from another directory must find.
         object.__setattr__(self, "data_dir", Path(os.path.abspath(Path(self.data_dir).expanduser())))
         object.__setattr__(self, "models", tuple(self.models))
+        for spec in dataclasses.fields(self):  # first: the checks below compare numbers, which NaN defeats
+            value = getattr(self, spec.name)
+            if spec.type == "float" and isinstance(value, (int, float)) and not _finite(value):
+                shown = str(value) if len(str(value)) <= 24 else str(value)[:24] + "…"  # (a 400-digit int)
+                raise ValueError(f"{spec.name} must be a finite number, got {shown}")
+        for name, zero in _AT_LEAST_0.items():
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0{zero}, got {getattr(self, name)}")
+        for name in _ABOVE_0:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be 1..65535, got {self.port}")
         base, *added = self.policy.split("+")
@@ -117,25 +137,16 @@ class Settings:
         object.__setattr__(self, "device", self.devices[0])
         if self.max_loaded_models < 1:
             raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
-        if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb,
-               self.max_predicted_ttfa_ms) < 0:
-            raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb, min_free_disk_mb and "
-                             "max_predicted_ttfa_ms must be >= 0")
         if self.text_code not in ("inline", "speak", "skip"):
             raise ValueError(f"text_code must be inline, speak or skip, got {self.text_code!r}")
         if self.text_emoji not in ("drop", "name"):
             raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
         if self.realtime_first_chars < 0:
             raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
-        if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
-            raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
-                             "utterance_end_ms >= 0")
-        if not self.realtime_pace_ms >= 0:  # (NaN too)
-            raise ValueError(f"realtime_pace_ms must be >= 0 (0: off), got {self.realtime_pace_ms}")
+        if self.realtime_message_burst < 1:
+            raise ValueError(f"realtime_message_burst must be >= 1, got {self.realtime_message_burst}")
         if self.cpu_workers < 0:
             raise ValueError(f"cpu_workers must be >= 0 (0: one per CPU core), got {self.cpu_workers}")
-        if self.memory_factor <= 0:
-            raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)
@@ -143,10 +154,6 @@ class Settings:
         parse_rate(self.key_rate_limit)
         if self.max_json_depth < 1 or self.key_max_concurrent < 1:
             raise ValueError("max_json_depth and key_max_concurrent must be >= 1")
-        if self.send_timeout_s <= 0 or self.graceful_shutdown_s <= 0:
-            raise ValueError("send_timeout_s and graceful_shutdown_s must be positive")
-        if self.memory_trim_idle_s < 0:
-            raise ValueError(f"memory_trim_idle_s must be >= 0, got {self.memory_trim_idle_s}")
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
@@ -167,6 +174,13 @@ class Settings:
         if self.auth == "auto":
             return not is_loopback(self.host)
         return self.auth == "required"
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float (TOML and Python ints have no bound)
+        return False
 
 
 def format_mb(num_bytes: float) -> str:
