@@ -143,6 +143,12 @@ class Settings:
             raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
         if self.realtime_first_chars < 0:
             raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
+        if self.max_running < 1:
+            raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        for name in ("max_waiting", "first_segment_chars"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0{' (0: off)' if name == 'first_segment_chars' else ''}, "
+                                 f"got {getattr(self, name)}")
         if self.realtime_message_burst < 1:
             raise ValueError(f"realtime_message_burst must be >= 1, got {self.realtime_message_burst}")
         if self.cpu_workers < 0:

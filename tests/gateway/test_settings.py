@@ -247,3 +247,14 @@ def test_a_non_finite_model_option_is_refused_naming_it(raw: str, tmp_path: Path
         f"got {float(raw)!r}"]
     assert main(["models", "list", "--data-dir", str(tmp_path)]) == 0
     assert "bad" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("name", "bad", "message"), [
+    ("max_running", "0", "max_running must be >= 1, got 0"),
+    ("max_waiting", "-1", "max_waiting must be >= 0, got -1"),
+    ("first_segment_chars", "-1", r"first_segment_chars must be >= 0 \(0: off\), got -1"),
+    ("realtime_first_chars", "-1", "realtime_first_chars must be >= 0, got -1"),
+])
+def test_integer_settings_out_of_range_name_the_setting(name: str, bad: str, message: str) -> None:
+    with pytest.raises(ValueError, match=rf"^invalid settings: {message} \(from VOXGATE_{name.upper()}\)$"):
+        load_settings(env={f"VOXGATE_{name.upper()}": bad})
