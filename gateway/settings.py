@@ -1,7 +1,11 @@
 """Server settings, read once: defaults < config file (TOML) < VOXGATE_* env < command line.
 
 The config file is TOML; keys are the field names below, plus `[[models]]` tables
-(`id`, `family`, `path`, and any family options) that register model folders at start.
+(`id`, `family`, `path`, and any family options) that register model folders at start. A
+relative `path` there (and a relative `*_path` option: `backbone_path`, `codec_path`,
+`speech_tokenizer_path`) is taken from the config file's directory, as TOML users expect;
+entries given otherwise (`load_settings(models=...)`) from the current directory. Either
+way the library stores it absolute, like `data_dir`.
 Every scalar field also reads from `VOXGATE_<FIELD>` (e.g. `VOXGATE_PORT=9000`).
 """
 
@@ -103,7 +107,7 @@ class Settings:
         # Absolute (from the current directory at start): the library stores paths under it, which
         # a command or server started from another directory must find.
         object.__setattr__(self, "data_dir", Path(os.path.abspath(Path(self.data_dir).expanduser())))
-        object.__setattr__(self, "models", tuple(self.models))
+        object.__setattr__(self, "models", tuple(_absolute_paths(entry, Path.cwd()) for entry in self.models))
         for spec in dataclasses.fields(self):  # first: the checks below compare numbers, which NaN defeats
             value = getattr(self, spec.name)
             if spec.type == "float" and isinstance(value, (int, float)) and not _finite(value):
@@ -163,12 +167,18 @@ class Settings:
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"models must be [[models]] tables (id, family, path), got {entry!r}")
             missing = {"id", "family", "path"} - set(entry)
             if missing:
                 raise ValueError(f"[[models]] entry {dict(entry)} lacks {', '.join(sorted(missing))}")
             problem = model_id_problem(entry["id"])
             if problem:  # the rule every model's id keeps (gateway/library.py)
                 raise ValueError(f"[[models]] entry {entry['id']!r}: {problem}")
+            for key, value in entry.items():
+                if _is_path_key(key) and not (isinstance(value, str) and value):
+                    raise ValueError(f"[[models]] entry {entry['id']!r}: {key} must be a non-empty string "
+                                     f"(a folder), got {value!r}")
 
     @property
     def db_path(self) -> Path:
@@ -180,6 +190,24 @@ class Settings:
         if self.auth == "auto":
             return not is_loopback(self.host)
         return self.auth == "required"
+
+
+def _is_path_key(key: str) -> bool:
+    """The keys of a `[[models]]` entry that name a file or folder: `path`, and the families'
+    path options (models/model_options.py `PATH`: backbone_path, codec_path, speech_tokenizer_path)."""
+    return key == "path" or key.endswith("_path")
+
+
+def _absolute_paths(entry: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
+    """`entry` with its relative paths (after `~`) taken from `base`; a `path` that is not a
+    non-empty string is left for the entry's checks to name."""
+    if not isinstance(entry, Mapping):
+        return entry
+    out = dict(entry)
+    for key, value in entry.items():
+        if _is_path_key(key) and isinstance(value, str) and value:
+            out[key] = os.path.abspath(base / Path(value).expanduser())
+    return out
 
 
 def _finite(value: float) -> bool:
@@ -212,6 +240,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     """`value` as the type of setting `name`; ValueError naming the setting and where it came from."""
     kind = _FIELDS[name].type
     if name == "models":
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{source} must be [[models]] tables (id, family, path), got {value!r}")
         return tuple(value)
     if name in _TUPLE_FIELDS:  # comma-separated in the environment
         if isinstance(value, str):
@@ -257,6 +287,9 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
         unknown = set(data) - set(_FIELDS)
         if unknown:
             raise ValueError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
+        if isinstance(data.get("models"), list):  # its relative paths: from the config file's directory
+            base = Path(os.path.abspath(Path(config_file).expanduser())).parent
+            data["models"] = [_absolute_paths(entry, base) for entry in data["models"]]
         values.update(data)
         sources.update({k: f"{k} in {config_file}" for k in data})
     for name in _FIELDS:

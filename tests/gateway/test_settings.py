@@ -258,3 +258,68 @@ def test_a_non_finite_model_option_is_refused_naming_it(raw: str, tmp_path: Path
 def test_integer_settings_out_of_range_name_the_setting(name: str, bad: str, message: str) -> None:
     with pytest.raises(ValueError, match=rf"^invalid settings: {message} \(from VOXGATE_{name.upper()}\)$"):
         load_settings(env={f"VOXGATE_{name.upper()}": bad})
+
+
+def _voice_folder(folder: Path) -> Path:
+    """A piper voice folder (links to the embedded voice's files)."""
+    from models.piper import embedded_model_path
+
+    onnx = Path(embedded_model_path())
+    folder.mkdir(parents=True)
+    for source in (onnx, onnx.with_name(onnx.name + ".json")):
+        (folder / source.name).symlink_to(source)
+    return folder
+
+
+def test_a_relative_models_path_is_taken_from_the_config_files_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """As TOML users expect (and whatever directory the server starts in); stored absolute, so the
+    model works for a server or command started anywhere."""
+    from gateway.app import create_app
+    from tests.conftest import local_client
+
+    conf = tmp_path / "conf"
+    voice = _voice_folder(conf / "voices" / "joe")
+    config = conf / "voxgate.toml"
+    config.write_text('[[models]]\nid = "joe2"\nfamily = "piper"\npath = "voices/joe"\n'
+                      'codec_path = "~/codec"\n')  # (a *_path option too; ~ is the home folder)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # where `voices/joe` does not exist
+    for given in (str(config), "../conf/voxgate.toml"):  # the config file named relative to the cwd too
+        entry = load_settings(given, env={}).models[0]
+        assert entry["path"] == str(voice) and entry["codec_path"] == str(Path.home() / "codec")
+    config.write_text('[[models]]\nid = "joe2"\nfamily = "piper"\npath = "voices/joe"\n')
+    settings = load_settings(config, env={}, data_dir=tmp_path / "data")
+    with local_client(create_app(settings)) as client:
+        assert client.get("/v1/models/joe2").status_code == 200
+        assert client.post("/v1/models/joe2/load", json={}).json()["loaded"] is True
+    assert main(["models", "list", "--data-dir", str(tmp_path / "data")]) == 0
+    listed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [row for row in listed if row[0] == "joe2"][0][2] == str(voice)
+    # A wrong relative path is named as resolved, from the config file's directory.
+    config.write_text('[[models]]\nid = "joe3"\nfamily = "piper"\npath = "voices/nobody"\n')
+    assert main(["serve", "--config", str(config), "--data-dir", str(tmp_path / "data"), "--port", "18769"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: [[models]] 'joe3' in the config file: "
+                                               f"{conf / 'voices' / 'nobody'} does not exist")
+
+
+def test_models_entries_given_as_settings_are_taken_from_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(env={}, models=[{"id": "a", "family": "piper", "path": "voices/a"}])
+    assert settings.models[0]["path"] == str(tmp_path / "voices" / "a")
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ("models = 3\n", r"models in .*voxgate.toml must be \[\[models\]\] tables \(id, family, path\), got 3"),
+    ('models = ["x"]\n', r"models must be \[\[models\]\] tables \(id, family, path\), got 'x' \(from models in "),
+    ('[[models]]\nid = "a"\nfamily = "piper"\npath = 3\n',
+     r"\[\[models\]\] entry 'a': path must be a non-empty string \(a folder\), got 3"),
+    ('[[models]]\nid = "a"\nfamily = "piper"\npath = ""\n',
+     r"\[\[models\]\] entry 'a': path must be a non-empty string \(a folder\), got ''"),
+])
+def test_a_malformed_models_setting_is_named(tmp_path: Path, toml: str, message: str) -> None:
+    config = tmp_path / "voxgate.toml"
+    config.write_text(toml)
+    with pytest.raises(ValueError, match=message):
+        load_settings(config, env={})
