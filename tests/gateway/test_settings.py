@@ -193,7 +193,8 @@ def test_nan_and_inf_are_refused_naming_the_setting_and_where_it_was_set(name: s
     config.write_text(f"{name} = {10 ** 400}\n")  # a TOML integer too large for a float
     with pytest.raises(ValueError, match=rf"{name} must be a finite number, got 1{'0' * 23}…"):
         load_settings(config, env={})
-    with pytest.raises(ValueError, match=rf"{name} must be a finite number, got nan \(from --{name.replace('_', '-')}\)"):
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ValueError, match=rf"{name} must be a finite number, got nan \(from {flag}\)"):
         load_settings(env={}, **{name: float("nan")})
 
 
