@@ -11,10 +11,15 @@ for the next one to begin. Server → client, each with `type` and `context_id`:
 `chunk` (`data`: base64 audio, `done: false`), `timestamps` (`word_timestamps`:
 `words`, `start`, `end` in seconds from the context's start), `flush_done`
 (`flush_id`), `done` (its own message), `error` (`title`, `message`, `error_code`,
-`field`; `done: true`). A context whose synthesis failed (its `error`) is over: text sent
-for it until it is ended (`continue: false`, `cancel`) is not spoken, and the first such
-message gets an `error` `context_failed` (409, field `context_id`) saying so; once it is
-ended, its id opens a new context.
+`field`; `done: true`). An `error` ends its context, as Cartesia's does and as the clients
+read it (the SDK's `receive()` returns at any `error`, pipecat drops the context, LiveKit
+takes `done: true` as its end): whether its synthesis failed or a message for it was bad
+(a `transcript` that is not a string, text past `max_input_chars`, text after its input
+ended), its synthesis stops there and nothing more is sent for it, so `done: true` holds.
+An error for no context (a bad first message, which opens none) has `done: true` too.
+Text sent for a failed context until it is ended (`continue: false`, `cancel`) is not
+spoken, and the first such message gets an `error` `context_failed` (409, field
+`context_id`) saying so; once it is ended, its id opens a new context.
 
 HTTP: the same fields without `context_id`/`continue`; `/tts/bytes` answers audio in
 `output_format`, `/tts/sse` Server-Sent Events whose `data` is a `chunk`,
@@ -116,11 +121,12 @@ class CartesiaContext(TextContext):
             del self.socket.contexts[self.context_id]
 
     async def send_error(self, error: ApiError | EngineError) -> None:
-        # `done: true`: the context is over for the client. It stays here until its input ends
-        # (`continue: false`) or a cancel: text already on its way is not retried as a new
-        # context (the clients have moved on, and each retry would load or wait again); the
-        # first text after this gets `context_failed` (CartesiaSocket._after_failure), not silence.
-        await self.socket.send_error(error, self.context_id)
+        # (from `on_error`: the context has failed.) `done: true`: the context is over for the
+        # client. It stays here until its input ends (`continue: false`) or a cancel: text already
+        # on its way is not retried as a new context (the clients have moved on, and each retry
+        # would load or wait again); the first text after this gets `context_failed`
+        # (CartesiaSocket._after_failure), not silence.
+        await self.socket.send(error_message(error, self.context_id))
 
     async def send_failed_final(self) -> None:
         if self.socket.contexts.get(self.context_id) is self:
@@ -131,6 +137,12 @@ class CartesiaSocket(VendorSocket):
     contexts: dict[str, CartesiaContext]  # type: ignore[assignment]
 
     async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
+        """An error in answer to a message: one about a live context fails that context (its
+        synthesis stops, its engine request is freed), so the error's `done: true` is true."""
+        context = self.contexts.get(context_id) if context_id is not None else None
+        if context is not None and not (context.failed or context.finished):
+            await context.on_error(context.stream, error)  # (sends the error: CartesiaContext.send_error)
+            return
         await self.send(error_message(error, context_id))
 
     async def handle(self, message: dict[str, Any]) -> None:

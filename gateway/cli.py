@@ -107,6 +107,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}; "
               "pass --port or set VOXGATE_PORT", file=sys.stderr)
         return 2
+    if not settings.keys_required:  # (else opened above) a library that cannot be opened (LibraryUnavailable)
+        asyncio.run(_count_keys(settings))  # stops the start here in one line, not in the lifespan's traceback
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
     try:
@@ -275,10 +277,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gateway.library import LibraryUnavailable
+
     args = parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ValueError as error:
+    except (ValueError, LibraryUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -3,6 +3,12 @@
 Schema changes are numbered SQL files in migrations/ (`NNNN_name.sql`), applied in
 order at start-up, each in its own transaction, and recorded in `schema_version`.
 Every write here is one transaction: a failed request leaves the database unchanged.
+
+Several processes may open one database at once (servers sharing a data dir, a `voxgate
+keys`/`models` command beside a starting server): each connection waits up to
+`BUSY_TIMEOUT_S` for another's write lock, and each migration runs in `BEGIN IMMEDIATE` (the
+write lock first) and checks `schema_version` again inside it, so a migration another process
+applied meanwhile is skipped, not applied twice.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ _MIGRATION = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 # add`, config [[models]]): it names the model in paths (/v1/models/{id}, /v1/library/models/{id}),
 # which hold no `/`, and on the command line. Catalog ids follow it too.
 MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# How long a connection waits for another connection's (or process's) lock before "database is
+# locked": longer than any write or migration here takes, short enough not to look like a hang.
+BUSY_TIMEOUT_S = 15.0
 
 
 def model_id_problem(model_id: object) -> str | None:
@@ -49,6 +58,11 @@ class ModelExists(Exception):
         self.model_id = model_id
 
 
+class LibraryUnavailable(RuntimeError):
+    """The library database cannot be opened: another process holds its lock past
+    `BUSY_TIMEOUT_S`, or the file is not a SQLite database. The message names the file."""
+
+
 def migration_files() -> list[tuple[int, str, str]]:
     """(version, filename, sql) for every packaged migration, in order."""
     found = []
@@ -68,10 +82,13 @@ class Library:
         self._lock = asyncio.Lock()  # one connection: transactions must not interleave
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN ... COMMIT, or ROLLBACK if the block raises (then re-raise)."""
+    async def transaction(self, immediate: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN ... COMMIT, or ROLLBACK if the block raises (then re-raise). `immediate`: take
+        the write lock at BEGIN (waiting up to `BUSY_TIMEOUT_S`), for a block that reads, then
+        writes what it read (in WAL mode a deferred one would fail at its first write if
+        another process wrote meanwhile)."""
         async with self._lock:
-            await self.db.execute("BEGIN")
+            await self.db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             try:
                 yield self.db
             except BaseException:
@@ -82,15 +99,23 @@ class Library:
     @classmethod
     async def open(cls, path: Path) -> Library:
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(path, isolation_level=None)  # explicit BEGIN/COMMIT
+        # Explicit BEGIN/COMMIT; sqlite3's busy handler waits `timeout` for another's lock.
+        db = await aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         try:
             db.row_factory = aiosqlite.Row
             await db.execute("PRAGMA foreign_keys = ON")
             await db.execute("PRAGMA journal_mode = WAL")
             library = cls(db)
             await library.migrate()
-        except BaseException:
+        except BaseException as error:
             await db.close()
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise LibraryUnavailable(
+                    f"the library database {path} is locked: another process held it for more than "
+                    f"{BUSY_TIMEOUT_S:g} s ({error})") from None
+            if isinstance(error, sqlite3.DatabaseError) and "not a database" in str(error):
+                raise LibraryUnavailable(f"{path} is not a SQLite database ({error}): move it away, and the "
+                                         "next start makes a new library") from None
             raise
         return library
 
@@ -100,23 +125,33 @@ class Library:
     # -- migrations -------------------------------------------------------------------
 
     async def migrate(self) -> list[int]:
-        """Apply pending migrations; returns the versions applied now."""
-        await self.db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
-            "name TEXT NOT NULL, applied_at REAL NOT NULL)")
-        async with self.db.execute("SELECT version FROM schema_version") as cur:
-            done = {row[0] for row in await cur.fetchall()}
+        """Apply pending migrations; returns the versions applied now (by this connection: one
+        another process applied meanwhile is not among them)."""
+        pending = [m for m in migration_files() if m[0] not in await self._versions()]
         applied = []
-        for version, name, sql in migration_files():
-            if version in done:
-                continue
-            # executescript would COMMIT on its own; run statements inside our transaction.
-            async with self.transaction() as db:
+        for version, name, sql in pending:
+            # The write lock first, then the check again: another process may have applied it.
+            async with self.transaction(immediate=True) as db:
+                await db.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                    "name TEXT NOT NULL, applied_at REAL NOT NULL)")
+                if version in await self._versions():
+                    continue
+                # executescript would COMMIT on its own; run statements inside our transaction.
                 for statement in _statements(sql):
                     await db.execute(statement)
                 await db.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (version, name, time.time()))
             applied.append(version)
         return applied
+
+    async def _versions(self) -> set[int]:
+        """The migrations `schema_version` records (none before the first)."""
+        async with self.db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'") as cur:
+            if await cur.fetchone() is None:
+                return set()
+        async with self.db.execute("SELECT version FROM schema_version") as cur:
+            return {row[0] for row in await cur.fetchall()}
 
     async def schema_version(self) -> int:
         async with self.db.execute("SELECT MAX(version) FROM schema_version") as cur:

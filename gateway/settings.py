@@ -1,7 +1,11 @@
 """Server settings, read once: defaults < config file (TOML) < VOXGATE_* env < command line.
 
 The config file is TOML; keys are the field names below, plus `[[models]]` tables
-(`id`, `family`, `path`, and any family options) that register model folders at start.
+(`id`, `family`, `path`, and any family options) that register model folders at start. A
+relative `path` there (and a relative `*_path` option: `backbone_path`, `codec_path`,
+`speech_tokenizer_path`) is taken from the config file's directory, as TOML users expect;
+entries given otherwise (`load_settings(models=...)`) from the current directory. Either
+way the library stores it absolute, like `data_dir`.
 Every scalar field also reads from `VOXGATE_<FIELD>` (e.g. `VOXGATE_PORT=9000`).
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import re
 import tomllib
@@ -23,6 +28,14 @@ AUTH_MODES = ("auto", "required", "off")
 MB = 1 << 20  # the unit of the *_mb settings (min_free_memory_mb, min_free_disk_mb): 2^20 bytes, a MiB
 _TUPLE_FIELDS = ("preload_models", "allowed_hosts", "allowed_origins", "cors_origins", "local_model_roots", "devices")
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
+# The number settings' ranges beyond "finite" (every float setting must be one: NaN or inf is
+# refused, from the config file (TOML has nan and inf), the environment or the command line).
+# What 0 means, where it means something, goes in the message.
+_AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_ms": " (0: never refuse)",
+               "text_buffer_ms": "", "utterance_end_ms": "", "realtime_pace_ms": " (0: off)",
+               "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
+               "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
+_ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +107,18 @@ class Settings:
         # Absolute (from the current directory at start): the library stores paths under it, which
         # a command or server started from another directory must find.
         object.__setattr__(self, "data_dir", Path(os.path.abspath(Path(self.data_dir).expanduser())))
-        object.__setattr__(self, "models", tuple(self.models))
+        object.__setattr__(self, "models", tuple(_absolute_paths(entry, Path.cwd()) for entry in self.models))
+        for spec in dataclasses.fields(self):  # first: the checks below compare numbers, which NaN defeats
+            value = getattr(self, spec.name)
+            if spec.type == "float" and isinstance(value, (int, float)) and not _finite(value):
+                shown = str(value) if len(str(value)) <= 24 else str(value)[:24] + "…"  # (a 400-digit int)
+                raise ValueError(f"{spec.name} must be a finite number, got {shown}")
+        for name, zero in _AT_LEAST_0.items():
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0{zero}, got {getattr(self, name)}")
+        for name in _ABOVE_0:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be 1..65535, got {self.port}")
         base, *added = self.policy.split("+")
@@ -117,25 +141,22 @@ class Settings:
         object.__setattr__(self, "device", self.devices[0])
         if self.max_loaded_models < 1:
             raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
-        if min(self.idle_unload_s, self.busy_timeout_ms, self.min_free_memory_mb, self.min_free_disk_mb,
-               self.max_predicted_ttfa_ms) < 0:
-            raise ValueError("idle_unload_s, busy_timeout_ms, min_free_memory_mb, min_free_disk_mb and "
-                             "max_predicted_ttfa_ms must be >= 0")
         if self.text_code not in ("inline", "speak", "skip"):
             raise ValueError(f"text_code must be inline, speak or skip, got {self.text_code!r}")
         if self.text_emoji not in ("drop", "name"):
             raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
         if self.realtime_first_chars < 0:
             raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
-        if self.realtime_messages_per_s <= 0 or self.realtime_message_burst < 1 or self.utterance_end_ms < 0:
-            raise ValueError("realtime_messages_per_s and realtime_message_burst must be positive, "
-                             "utterance_end_ms >= 0")
-        if not self.realtime_pace_ms >= 0:  # (NaN too)
-            raise ValueError(f"realtime_pace_ms must be >= 0 (0: off), got {self.realtime_pace_ms}")
+        if self.max_running < 1:
+            raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        for name in ("max_waiting", "first_segment_chars"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0{' (0: off)' if name == 'first_segment_chars' else ''}, "
+                                 f"got {getattr(self, name)}")
+        if self.realtime_message_burst < 1:
+            raise ValueError(f"realtime_message_burst must be >= 1, got {self.realtime_message_burst}")
         if self.cpu_workers < 0:
             raise ValueError(f"cpu_workers must be >= 0 (0: one per CPU core), got {self.cpu_workers}")
-        if self.memory_factor <= 0:
-            raise ValueError(f"memory_factor must be positive, got {self.memory_factor}")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)
@@ -143,19 +164,21 @@ class Settings:
         parse_rate(self.key_rate_limit)
         if self.max_json_depth < 1 or self.key_max_concurrent < 1:
             raise ValueError("max_json_depth and key_max_concurrent must be >= 1")
-        if self.send_timeout_s <= 0 or self.graceful_shutdown_s <= 0:
-            raise ValueError("send_timeout_s and graceful_shutdown_s must be positive")
-        if self.memory_trim_idle_s < 0:
-            raise ValueError(f"memory_trim_idle_s must be >= 0, got {self.memory_trim_idle_s}")
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"models must be [[models]] tables (id, family, path), got {entry!r}")
             missing = {"id", "family", "path"} - set(entry)
             if missing:
                 raise ValueError(f"[[models]] entry {dict(entry)} lacks {', '.join(sorted(missing))}")
             problem = model_id_problem(entry["id"])
             if problem:  # the rule every model's id keeps (gateway/library.py)
                 raise ValueError(f"[[models]] entry {entry['id']!r}: {problem}")
+            for key, value in entry.items():
+                if _is_path_key(key) and not (isinstance(value, str) and value):
+                    raise ValueError(f"[[models]] entry {entry['id']!r}: {key} must be a non-empty string "
+                                     f"(a folder), got {value!r}")
 
     @property
     def db_path(self) -> Path:
@@ -167,6 +190,31 @@ class Settings:
         if self.auth == "auto":
             return not is_loopback(self.host)
         return self.auth == "required"
+
+
+def _is_path_key(key: str) -> bool:
+    """The keys of a `[[models]]` entry that name a file or folder: `path`, and the families'
+    path options (models/model_options.py `PATH`: backbone_path, codec_path, speech_tokenizer_path)."""
+    return key == "path" or key.endswith("_path")
+
+
+def _absolute_paths(entry: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
+    """`entry` with its relative paths (after `~`) taken from `base`; a `path` that is not a
+    non-empty string is left for the entry's checks to name."""
+    if not isinstance(entry, Mapping):
+        return entry
+    out = dict(entry)
+    for key, value in entry.items():
+        if _is_path_key(key) and isinstance(value, str) and value:
+            out[key] = os.path.abspath(base / Path(value).expanduser())
+    return out
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float (TOML and Python ints have no bound)
+        return False
 
 
 def format_mb(num_bytes: float) -> str:
@@ -192,6 +240,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     """`value` as the type of setting `name`; ValueError naming the setting and where it came from."""
     kind = _FIELDS[name].type
     if name == "models":
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{source} must be [[models]] tables (id, family, path), got {value!r}")
         return tuple(value)
     if name in _TUPLE_FIELDS:  # comma-separated in the environment
         if isinstance(value, str):
@@ -237,6 +287,9 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
         unknown = set(data) - set(_FIELDS)
         if unknown:
             raise ValueError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
+        if isinstance(data.get("models"), list):  # its relative paths: from the config file's directory
+            base = Path(os.path.abspath(Path(config_file).expanduser())).parent
+            data["models"] = [_absolute_paths(entry, base) for entry in data["models"]]
         values.update(data)
         sources.update({k: f"{k} in {config_file}" for k in data})
     for name in _FIELDS:

@@ -9,16 +9,25 @@ accepted, for the message.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from models import InvalidModel
 
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
 _KINDS: dict[str, Callable[[Any], bool]] = {
     "bool": lambda v: isinstance(v, bool),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    # (finite: `--option X=NaN` is JSON to Python's json, and TOML has nan and inf)
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v),
     "str": lambda v: isinstance(v, str) and bool(v),
     "path": lambda v: (isinstance(v, str) and bool(v)) or isinstance(v, os.PathLike),
     "ints": lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1

@@ -151,3 +151,79 @@ def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], 
         response = client.post(path, json=body)
         assert response.status_code == status, response.text
         assert response.json()["error"]["field"] == field
+
+
+def _speaking(ws: ClientConnection, context_id: str, **fields: Any) -> None:
+    """Open `context_id` with a long text and wait for its first chunk."""
+    ws.send(json.dumps({**BASE, "context_id": context_id, "transcript": LONG, **fields}))
+    while json.loads(ws.recv(timeout=30))["type"] != "chunk":
+        pass
+
+
+def _after(ws: ClientConnection, quiet_s: float = 1.0) -> list[dict[str, Any]]:
+    from tests.gateway.test_realtime import events_until_quiet
+
+    return events_until_quiet(ws, quiet_s=quiet_s)
+
+
+def test_a_bad_message_for_a_live_context_ends_it_as_its_done_true_says(server: LiveServer) -> None:
+    """Cartesia's `error` has `done: true`, and its clients take any error as the context's end (the
+    SDK's receive() returns, pipecat drops the context, LiveKit ends the stream): so an error about
+    a live context ends it, synthesis and engine request too, and nothing more comes for it (no
+    audio meant for no one, which the SDK would hand to the next context it reads)."""
+    with socket(server) as ws:
+        _speaking(ws, "live", **{"continue": True})
+        ws.send(json.dumps({**BASE, "context_id": "live", "transcript": 3, "continue": True}))
+        events = _after(ws)
+        errors = [e for e in events if e["type"] == "error"]
+        assert len(errors) == 1, events
+        error = errors[0]
+        assert (error["context_id"], error["done"], error["field"], error["status_code"]) == \
+            ("live", True, "transcript", 400), error
+        assert events[-1] is error  # nothing after it: no chunk, no `done`
+        assert server.wait_idle(5) == 0
+        # More text for it is not spoken, and says so once; its end frees the id.
+        ws.send(json.dumps({**BASE, "context_id": "live", "transcript": "More text.", "continue": True}))
+        assert [e["error_code"] for e in _after(ws)] == ["context_failed"]
+        ws.send(json.dumps({**BASE, "context_id": "live", "transcript": "", "continue": False}))
+        assert _after(ws, 0.5) == []
+        ws.send(json.dumps({**BASE, "context_id": "live", "transcript": "A new one.", "continue": False}))
+        messages = until_done(ws, "live")
+        assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages)
+    assert server.wait_idle() == 0
+
+
+def test_text_after_a_contexts_input_ended_ends_it_with_its_error(server: LiveServer) -> None:
+    """`continue: false`, then more text while its audio still plays: the error (`done: true`) ends
+    the context there, and as its input had ended, its id opens a new context at once."""
+    with socket(server) as ws:
+        _speaking(ws, "ended")  # (continue: false)
+        ws.send(json.dumps({**BASE, "context_id": "ended", "transcript": "One more thing.", "continue": False}))
+        events = _after(ws)
+        assert events and events[-1]["type"] == "error", events
+        assert [e["type"] for e in events if e["type"] not in ("chunk", "timestamps")] == ["error"], events
+        assert (events[-1]["context_id"], events[-1]["done"], events[-1]["field"]) == ("ended", True, "context_id")
+        assert server.wait_idle(5) == 0
+        ws.send(json.dumps({**BASE, "context_id": "ended", "transcript": "Again.", "continue": False}))
+        messages = until_done(ws, "ended")
+        assert messages[-1]["type"] == "done" and not any(m["type"] == "error" for m in messages), messages
+    assert server.wait_idle() == 0
+
+
+def test_too_much_text_waiting_ends_the_context_with_one_error(server: LiveServer) -> None:
+    """Text past `max_input_chars` waiting to be spoken: a 422 naming `transcript`, and the context
+    ends with it (other contexts on the socket go on)."""
+    limit = server.app_state.settings.max_input_chars
+    with socket(server) as ws:
+        _speaking(ws, "other", **{"continue": True})
+        ws.send(json.dumps({**BASE, "context_id": "big", "transcript": "word " * (limit // 5 + 10), "continue": True}))
+        ws.send(json.dumps({**BASE, "context_id": "big", "transcript": "And more.", "continue": True}))
+        events = _after(ws)
+        big = [e for e in events if e["context_id"] == "big"]
+        assert [(e["type"], e.get("error_code")) for e in big] == [("error", "input_too_long"),
+                                                                   ("error", "context_failed")], big
+        assert big[0]["done"] is True and big[0]["field"] == "transcript" and big[0]["status_code"] == 422
+        ws.send(json.dumps({"context_id": "big", "cancel": True}))
+        ws.send(json.dumps({**BASE, "context_id": "other", "transcript": "", "continue": False}))
+        assert until_done(ws, "other", timeout=120)[-1]["type"] == "done"
+    assert server.wait_idle() == 0

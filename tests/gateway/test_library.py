@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gateway.library import Library, ModelExists, migration_files
-from tests.conftest import run_server
+from gateway.cli import main
+from gateway.library import Library, LibraryUnavailable, ModelExists, migration_files
+from tests.conftest import free_port, run_server
 
 
 def test_migrations_apply_to_an_empty_and_to_a_migrated_database(tmp_path: Path) -> None:
@@ -28,6 +32,96 @@ def test_migrations_apply_to_an_empty_and_to_a_migrated_database(tmp_path: Path)
     tables = {r[0] for r in sqlite3.connect(tmp_path / "db.sqlite").execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"models", "voices", "presets", "schema_version"} <= tables
+
+
+def _open_at_once(path: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue) -> None:
+    """One process of the test below: open (and so migrate) the library once all are ready."""
+    async def go() -> int:
+        library = await Library.open(Path(path))
+        try:
+            return await library.schema_version()
+        finally:
+            await library.close()
+
+    barrier.wait()
+    try:
+        results.put(("ok", asyncio.run(go())))
+    except Exception as error:  # (the parent names it)
+        results.put(("error", repr(error)))
+
+
+def test_processes_starting_at_once_on_a_new_database_migrate_it_once(tmp_path: Path) -> None:
+    """Servers sharing a data dir, or a `voxgate keys` command beside a starting server: each
+    opens the new database and migrates it at the same moment. Each migration takes the write
+    lock first and checks schema_version again, so none fails ("table models already exists",
+    "database is locked") and each is applied once."""
+    spawn = multiprocessing.get_context("spawn")
+    for attempt in range(3):  # (a race: several tries)
+        path = tmp_path / f"db{attempt}.sqlite"
+        barrier, results = spawn.Barrier(4), spawn.Queue()
+        workers = [spawn.Process(target=_open_at_once, args=(str(path), barrier, results)) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        outcomes = [results.get(timeout=60) for _ in workers]
+        for worker in workers:
+            worker.join(timeout=10)
+        latest = migration_files()[-1][0]
+        assert outcomes == [("ok", latest)] * 4
+        rows = sqlite3.connect(path).execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == [v for v, _, _ in migration_files()]
+
+
+def test_a_migration_waits_for_another_connections_write_lock(tmp_path: Path) -> None:
+    """Another process holding the write lock (a migration, a `voxgate models add`) for a while
+    makes a start wait for it (the busy timeout), not fail with "database is locked"."""
+    path = tmp_path / "db.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("PRAGMA journal_mode = WAL")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE unrelated (x)")
+    threading.Timer(1.0, other.execute, ("COMMIT",)).start()
+
+    async def go() -> int:
+        started = time.monotonic()
+        library = await Library.open(path)
+        waited = time.monotonic() - started
+        version = await library.schema_version()
+        await library.close()
+        assert waited >= 0.5  # it waited for the lock, then migrated
+        return version
+
+    assert asyncio.run(go()) == migration_files()[-1][0]
+    other.close()
+
+
+def test_a_lock_held_past_the_busy_timeout_is_a_clear_error_naming_the_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "voxgate.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA journal_mode = WAL")
+    other.execute("BEGIN IMMEDIATE")  # and never commits while the test runs
+    other.execute("CREATE TABLE unrelated (x)")
+    monkeypatch.setattr("gateway.library.BUSY_TIMEOUT_S", 0.2)
+    with pytest.raises(LibraryUnavailable, match=f"the library database {path} is locked: another process held "
+                                                 "it for more than 0.2 s"):
+        asyncio.run(Library.open(path))
+    # The commands say it in one line and exit with 2, `voxgate serve` before it starts.
+    assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 2
+    assert main(["serve", "--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"error: the library database {path} is locked") == 2 and "Traceback" not in err
+    other.execute("ROLLBACK")
+    other.close()
+
+
+def test_a_file_that_is_not_a_database_stops_the_start_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "voxgate.db").write_bytes(b"not a database, but something a user put here\n" * 100)
+    assert main(["serve", "--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'voxgate.db'} is not a SQLite database") and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert (tmp_path / "voxgate.db").read_bytes().startswith(b"not a database")  # left as it was
 
 
 def test_a_failed_write_leaves_the_database_unchanged(tmp_path: Path) -> None:
