@@ -26,19 +26,31 @@ def _attainment(rate: float, **kwargs: object) -> float:
     return summarize(listeners, wall_s)["attainment"]
 
 
+SLOWDOWN = 1.5  # measured decode steps in the server over the table's (bench/results/goodput_orpheus.md)
+
+
+def _knee(**kwargs: object) -> float:
+    """The first rate (req/s) at which one device falls below 80 % attainment: found, not assumed,
+    so a cost table measured again on faster kernels moves the rates and not the conclusions."""
+    return next(rate for rate in (10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 80.0, 120.0, 160.0)
+                if _attainment(rate, **kwargs) < 0.8)
+
+
 def test_two_replicas_carry_what_saturates_one() -> None:
-    light, heavy = 12.0, 40.0  # well below and far past one device's knee
-    one_light, one_heavy = _attainment(light), _attainment(heavy)
+    heavy = _knee(lane_slowdown=SLOWDOWN)
+    light = heavy / 3  # well below one device's knee
+    one_light, one_heavy = _attainment(light, lane_slowdown=SLOWDOWN), _attainment(heavy, lane_slowdown=SLOWDOWN)
     assert one_heavy < one_light - 0.2  # one device is past its capacity at the heavy rate
-    two_heavy = _attainment(heavy, replicas=2)
+    two_heavy = _attainment(heavy, replicas=2, lane_slowdown=SLOWDOWN)
     assert two_heavy > one_heavy + 0.2
-    assert _attainment(heavy, replicas=2, route="fewest") > one_heavy + 0.2  # the plain router spreads too
+    fewest = _attainment(heavy, replicas=2, route="fewest", lane_slowdown=SLOWDOWN)
+    assert fewest > one_heavy + 0.2  # the plain router spreads too
 
 
 def test_a_codec_gpu_is_worth_the_slowdown_it_removes() -> None:
-    rate = 20.0
-    shared = _attainment(rate, lane_slowdown=1.5)  # steps slowed while the codec shares the GPU
-    assert _attainment(rate, codec_gpu=True, lane_slowdown=1.5) == _attainment(rate) > shared
+    rate = _knee(lane_slowdown=SLOWDOWN)
+    shared = _attainment(rate, lane_slowdown=SLOWDOWN)  # steps slowed while the codec shares the GPU
+    assert _attainment(rate, codec_gpu=True, lane_slowdown=SLOWDOWN) == _attainment(rate) > shared
 
 
 def _goodput_opts(**given: object) -> argparse.Namespace:
