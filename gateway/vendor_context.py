@@ -5,10 +5,13 @@ A context is an utterance stream (gateway/utterance.py) fed by a TextFeed
 the text (markdown, numbers, SSML breaks), the first clause is spoken as soon as it is
 complete, then each sentence, an unfinished tail after `text_buffer_ms` or on flush; with
 `eager`, for clients that send whole sentences, a message ending a sentence is spoken at
-once. Its audio is encoded in the context's output format, and its words are handed over
-with the audio that speaks them. A flush speaks what is buffered and keeps the context
-open; `close()` ends it once its audio is out (`send_final`); `cancel()` stops it at
-once, engine request included. Subclasses write the wire messages.
+once. The feed is paced as `/v1/realtime`'s (`realtime_pace_ms`): a sentence's text so far
+is spoken before its end when the listener would run dry first, by the stream's playback
+clock, which without playback reports (the vendors' clients send none) plays the context's
+audio at 1x from its first. Its audio is encoded in the context's output format, and its
+words are handed over with the audio that speaks them. A flush speaks what is buffered and
+keeps the context open; `close()` ends it once its audio is out (`send_final`); `cancel()`
+stops it at once, engine request included. Subclasses write the wire messages.
 
 A failure of its synthesis (its model cannot load, no room for it, the engine refuses or
 fails a request) fails the context once, as `/v1/realtime` fails an utterance
@@ -58,9 +61,12 @@ class TextContext:
         self.context_id = context_id
         self.choice = choice
         self.format = fmt
-        self.feed = TextFeed(state.settings, self._queue, self._tail_error, options=options, field=field)
         self.stream = UtteranceStream(state, self, lambda: self.choice, fmt.sample_rate,
                                       prefix=self.source[:2], timings=timings)
+        # Paced like /v1/realtime's by the stream's clock, which, without playback reports,
+        # plays its audio at 1x from the first (gateway/utterance.py release_by_s).
+        self.feed = TextFeed(state.settings, self._queue, self._tail_error, options=options, field=field,
+                             deadline=self.stream.release_by_s)
         self.encoder = self._encoder()
         # Audio out one piece at a time, in order: encoding may await a thread
         # (gateway/audio.py), and a stream's bytes must not interleave.
@@ -197,6 +203,8 @@ class TextContext:
             self.ended.set()
             utterance.observe(self.source, cancelled=False)
             await self.send_final()
+        else:  # its audio drains from now on: the text waiting may be needed before its sentence ends
+            await self.feed.pace()
 
     async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
         """The synthesis failed: `send_error` once, the engine request freed, the rest of
