@@ -17,7 +17,9 @@ A failure of its synthesis (its model cannot load, no room for it, the engine re
 fails a request) fails the context once, as `/v1/realtime` fails an utterance
 (gateway/realtime_text.py): `send_error` now, the engine request freed, and the rest of
 its text dropped, not retried sentence by sentence. The failed context ends when its
-input does (`close()`; at once if it was already closed): `send_failed_final`.
+input does (`close()`; at once if it was already closed): `send_failed_final`. Text sent
+for it meanwhile is not spoken: the protocol answers its first such message with
+`context_failed` (`refuse_dropped`), not silence.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from starlette.websockets import WebSocket
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.audio import StreamEncoder
 from gateway.connection import CLIENT_GONE, Connection
-from gateway.errors import ApiError
+from gateway.errors import ApiError, as_api_error
 from gateway.rate import MessageRate
 from gateway.state import AppState
 from gateway.text import Item, TextOptions
@@ -77,6 +79,8 @@ class TextContext:
         self.closing = False  # no more text
         self.finished = False  # final message sent, or cancelled
         self.failed = False  # its synthesis failed: its text is dropped until it is closed
+        self.failure = ""  # then: its error's code
+        self.told_dropped = False  # failed: a `context_failed` error said its text is not spoken
         self.ended = asyncio.Event()  # set with `finished`
 
     def _encoder(self) -> StreamEncoder:
@@ -211,13 +215,24 @@ class TextContext:
         the text dropped; the context ends when its input does (`close()`)."""
         if self.finished or self.failed:
             return
-        self.failed = True
+        self.failed, self.failure = True, as_api_error(error).code
         self.feed.cancel_timer()
         self.stream.cancel()
         self.stream.observe(self.source, cancelled=True)
         await self.send_error(error)
         if self.closing:
             await self._end_failed()
+
+    def refuse_dropped(self, text: str, why: str, until: str) -> None:
+        """Text for a failed context is not spoken: the first message that has some raises
+        `context_failed` (409, field `context_id`) saying so, `why` (the context failed) and
+        `until` when; once, as the client has usually sent the rest of its turn before it
+        sees the failure."""
+        if not text.strip() or self.told_dropped:
+            return
+        self.told_dropped = True
+        raise ApiError(409, "context_failed", f"context {self.context_id!r} failed ({why}): this text is not "
+                       f"spoken, {until}; send the text under a new context_id", field="context_id")
 
     async def _end_failed(self) -> None:
         if self.finished:
