@@ -7,7 +7,10 @@ WebSocket, client → server (JSON): a generation message `{"context_id", "trans
 context opens it with that `output_format`; `continue: false`, the default, ends its
 input), and `{"context_id", "cancel": true}` (stop now; nothing more is sent for it).
 `max_buffer_delay_ms: 0` speaks each sentence as soon as it ends instead of waiting
-for the next one to begin. Server → client, each with `type` and `context_id`:
+for the next one to begin (other values are not followed: an unfinished tail waits
+`text_buffer_ms`); a sentence is paced like `/v1/realtime`'s, spoken before its end when
+the listener would run dry first (gateway/vendor_context.py); `flush` and `continue:
+false` speak everything buffered at once. Server → client, each with `type` and `context_id`:
 `chunk` (`data`: base64 audio, `done: false`), `timestamps` (`word_timestamps`:
 `words`, `start`, `end` in seconds from the context's start), `flush_done`
 (`flush_id`), `done` (its own message), `error` (`title`, `message`, `error_code`,
@@ -100,7 +103,6 @@ class CartesiaContext(TextContext):
         self.add_timestamps = add_timestamps
         self.num_flushes = 0
         self.started_s = time.monotonic()
-        self.told_dropped = False  # failed: a `context_failed` error said its text is not spoken
 
     async def send_audio(self, data: bytes, words: Sequence[WordTiming], start_ms: float, end_ms: float) -> None:
         if data:
@@ -185,13 +187,9 @@ class CartesiaSocket(VendorSocket):
         input ends the context, whose id then opens a new one."""
         if ending:
             await context.close()  # (send_failed_final: out of the table)
-        if not transcript.strip() or context.told_dropped:
-            return
-        context.told_dropped = True
         until = "it is ended now, so its id opens a new context" if ending else \
             "nor is any later text for it until it is ended (continue: false, or cancel); then its id opens a new context"
-        raise ApiError(409, "context_failed", f"context {context.context_id!r} failed (its error said done: true): "
-                       f"this text is not spoken, {until}; send the text under a new context_id", field="context_id")
+        context.refuse_dropped(transcript, "its error said done: true", until)
 
 
 async def websocket(ws: WebSocket) -> None:

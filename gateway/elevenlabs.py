@@ -15,14 +15,21 @@ Server messages: `{"audio": base64, "isFinal": null, "contextId", "alignment",
 "normalizedAlignment"}` with `alignment = {"chars", "charStartTimesMs",
 "charDurationsMs"}` relative to that message's audio; `{"isFinal": true, "contextId"}`;
 errors `{"error": code, "message", "code", "field", "contextId"}` (the socket lives on).
+A multi-stream-input context whose synthesis failed (its error sent) speaks nothing more:
+the first later message with text for it gets the error `context_failed` (409, field
+`context_id`); its `close_context` answers `isFinal`, and then its id opens a new context.
 Query: `model_id` (vendor ids: the default model), `output_format` (gateway/
 vendor_formats.py), `auto_mode=true` (a message that ends a sentence is spoken at
 once, without waiting for the next or a flush), `apply_text_normalization=off` (text
 read as written); others are ignored. The `xi-api-key` header is accepted.
 
-Each context's text goes through the text frontend like `/v1/realtime`'s
-(gateway/vendor_context.py); timings and alignments are of the words as spoken (after
-normalisation), so `alignment` and `normalizedAlignment` are the same.
+Each context's text goes through the text frontend like `/v1/realtime`'s, and is paced
+like it by the context's clock (gateway/vendor_context.py): `flush`, `close_context` and
+/stream-input's `{"text": ""}` speak everything buffered at once; `try_trigger_generation`
+and `generation_config.chunk_length_schedule` are accepted and ignored (the text is spoken
+by clause and sentence, or earlier when the listener needs it, not by a character count).
+Timings and alignments are of the words as spoken (after normalisation), so `alignment`
+and `normalizedAlignment` are the same.
 """
 
 from __future__ import annotations
@@ -179,6 +186,10 @@ class ElevenLabsSocket(VendorSocket):
                 await self.close_ws(1000)
             else:
                 await context.close()  # /stream-input: end of input
+            return
+        if context is not None and context.failed and self.multi:  # (its error was sent)
+            context.refuse_dropped(text or "", f"its error was {context.failure}", "nor is any later text for it "
+                                   "until it is closed (close_context); then its id opens a new context")
             return
         if context is None:
             if text is None and not flush:

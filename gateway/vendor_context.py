@@ -5,16 +5,21 @@ A context is an utterance stream (gateway/utterance.py) fed by a TextFeed
 the text (markdown, numbers, SSML breaks), the first clause is spoken as soon as it is
 complete, then each sentence, an unfinished tail after `text_buffer_ms` or on flush; with
 `eager`, for clients that send whole sentences, a message ending a sentence is spoken at
-once. Its audio is encoded in the context's output format, and its words are handed over
-with the audio that speaks them. A flush speaks what is buffered and keeps the context
-open; `close()` ends it once its audio is out (`send_final`); `cancel()` stops it at
-once, engine request included. Subclasses write the wire messages.
+once. The feed is paced as `/v1/realtime`'s (`realtime_pace_ms`): a sentence's text so far
+is spoken before its end when the listener would run dry first, by the stream's playback
+clock, which without playback reports (the vendors' clients send none) plays the context's
+audio at 1x from its first. Its audio is encoded in the context's output format, and its
+words are handed over with the audio that speaks them. A flush speaks what is buffered and
+keeps the context open; `close()` ends it once its audio is out (`send_final`); `cancel()`
+stops it at once, engine request included. Subclasses write the wire messages.
 
 A failure of its synthesis (its model cannot load, no room for it, the engine refuses or
 fails a request) fails the context once, as `/v1/realtime` fails an utterance
 (gateway/realtime_text.py): `send_error` now, the engine request freed, and the rest of
 its text dropped, not retried sentence by sentence. The failed context ends when its
-input does (`close()`; at once if it was already closed): `send_failed_final`.
+input does (`close()`; at once if it was already closed): `send_failed_final`. Text sent
+for it meanwhile is not spoken: the protocol answers its first such message with
+`context_failed` (`refuse_dropped`), not silence.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from starlette.websockets import WebSocket
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.audio import StreamEncoder
 from gateway.connection import CLIENT_GONE, Connection
-from gateway.errors import ApiError
+from gateway.errors import ApiError, as_api_error
 from gateway.rate import MessageRate
 from gateway.state import AppState
 from gateway.text import Item, TextOptions
@@ -58,9 +63,12 @@ class TextContext:
         self.context_id = context_id
         self.choice = choice
         self.format = fmt
-        self.feed = TextFeed(state.settings, self._queue, self._tail_error, options=options, field=field)
         self.stream = UtteranceStream(state, self, lambda: self.choice, fmt.sample_rate,
                                       prefix=self.source[:2], timings=timings)
+        # Paced like /v1/realtime's by the stream's clock, which, without playback reports,
+        # plays its audio at 1x from the first (gateway/utterance.py release_by_s).
+        self.feed = TextFeed(state.settings, self._queue, self._tail_error, options=options, field=field,
+                             deadline=self.stream.release_by_s)
         self.encoder = self._encoder()
         # Audio out one piece at a time, in order: encoding may await a thread
         # (gateway/audio.py), and a stream's bytes must not interleave.
@@ -71,6 +79,8 @@ class TextContext:
         self.closing = False  # no more text
         self.finished = False  # final message sent, or cancelled
         self.failed = False  # its synthesis failed: its text is dropped until it is closed
+        self.failure = ""  # then: its error's code
+        self.told_dropped = False  # failed: a `context_failed` error said its text is not spoken
         self.ended = asyncio.Event()  # set with `finished`
 
     def _encoder(self) -> StreamEncoder:
@@ -197,19 +207,32 @@ class TextContext:
             self.ended.set()
             utterance.observe(self.source, cancelled=False)
             await self.send_final()
+        else:  # its audio drains from now on: the text waiting may be needed before its sentence ends
+            await self.feed.pace()
 
     async def on_error(self, utterance: UtteranceStream, error: ApiError | EngineError) -> None:
         """The synthesis failed: `send_error` once, the engine request freed, the rest of
         the text dropped; the context ends when its input does (`close()`)."""
         if self.finished or self.failed:
             return
-        self.failed = True
+        self.failed, self.failure = True, as_api_error(error).code
         self.feed.cancel_timer()
         self.stream.cancel()
         self.stream.observe(self.source, cancelled=True)
         await self.send_error(error)
         if self.closing:
             await self._end_failed()
+
+    def refuse_dropped(self, text: str, why: str, until: str) -> None:
+        """Text for a failed context is not spoken: the first message that has some raises
+        `context_failed` (409, field `context_id`) saying so, `why` (the context failed) and
+        `until` when; once, as the client has usually sent the rest of its turn before it
+        sees the failure."""
+        if not text.strip() or self.told_dropped:
+            return
+        self.told_dropped = True
+        raise ApiError(409, "context_failed", f"context {self.context_id!r} failed ({why}): this text is not "
+                       f"spoken, {until}; send the text under a new context_id", field="context_id")
 
     async def _end_failed(self) -> None:
         if self.finished:

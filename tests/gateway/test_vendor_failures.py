@@ -2,7 +2,8 @@
 that cannot load, no room for it): one error per context, not one per sentence, then the
 context's end (ElevenLabs `isFinal`, and the close of `/stream-input`; Cartesia's `error`
 has `done: true`, and ends it: its id then opens a new context); the text it had is dropped, not
-retried, and the socket serves other contexts."""
+retried, and the socket serves other contexts. Text sent to a failed context (multi-stream-input,
+Cartesia) gets one `context_failed` error, and the id is free once the context is ended."""
 
 from __future__ import annotations
 
@@ -69,9 +70,10 @@ def test_elevenlabs_multi_context_fails_once_and_the_socket_goes_on(live: LiveSe
         for sentence in SENTENCES:
             ws.send(json.dumps({"text": sentence, "context_id": "c1", "flush": True}))
         events = events_until_quiet(ws)
-        assert len(events) == 1 and events[0]["code"] == "model_load_failed", events  # not one a sentence
-        assert events[0]["contextId"] == "c1"
-        ws.send(json.dumps({"text": "More text for it.", "context_id": "c1", "flush": True}))  # dropped
+        # Not one a sentence: the failure, then one context_failed for the sentences that came after it.
+        assert [e["code"] for e in events] == ["model_load_failed", "context_failed"], events
+        assert all(e["contextId"] == "c1" for e in events)
+        ws.send(json.dumps({"text": "More text for it.", "context_id": "c1", "flush": True}))  # dropped, told already
         ws.send(json.dumps({"context_id": "c1", "close_context": True}))
         assert events_until_quiet(ws) == [{"isFinal": True, "contextId": "c1"}]
         # The socket serves the next context (which tries the model again), and keep-alives.
@@ -81,6 +83,39 @@ def test_elevenlabs_multi_context_fails_once_and_the_socket_goes_on(live: LiveSe
         events = events_until_quiet(ws)
         assert [("error" if "error" in e else e.get("isFinal")) for e in events] == ["error", True], events
         assert all(e["contextId"] == "c2" for e in events)
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_elevenlabs_text_for_a_failed_context_gets_one_clear_error_then_close_context_frees_its_id(
+        live: LiveServer) -> None:
+    """Text sent to a failed multi-stream-input context was dropped unseen until its
+    close_context: the first such text gets `context_failed` (ElevenLabs' error shape, with
+    `contextId`), and once the client closes the context (its `isFinal`) its id opens a new one."""
+    with eleven(live, "multi-stream-input", "broken") as ws:
+        ws.send(json.dumps({"text": SENTENCES[0], "context_id": "c1", "flush": True}))
+        events = events_until_quiet(ws)
+        assert [(e["code"], e["contextId"]) for e in events] == [("model_load_failed", "c1")], events
+        for sentence in SENTENCES[1:]:
+            ws.send(json.dumps({"text": sentence, "context_id": "c1"}))
+        ws.send(json.dumps({"text": " ", "context_id": "c1", "flush": True}))  # no text: nothing to say
+        ws.send(json.dumps({"text": "", "context_id": "c1"}))  # a keep-alive: neither
+        events = events_until_quiet(ws)
+        assert len(events) == 1, events  # once, not once a message
+        assert events[0] == {
+            "error": "context_failed", "code": "context_failed", "field": "context_id", "contextId": "c1",
+            "message": "context 'c1' failed (its error was model_load_failed): this text is not spoken, nor is any "
+                       "later text for it until it is closed (close_context); then its id opens a new context; send "
+                       "the text under a new context_id"}
+        ws.send(json.dumps({"context_id": "c1", "close_context": True}))
+        assert events_until_quiet(ws) == [{"isFinal": True, "contextId": "c1"}]
+        ws.send(json.dumps({"context_id": "c1", "close_context": True}))  # pipecat's second close: nothing more
+        assert events_until_quiet(ws) == []
+        # The id opens a new context, which tries the model again: its own failure, not context_failed.
+        ws.send(json.dumps({"text": "A new turn.", "context_id": "c1", "flush": True}))
+        ws.send(json.dumps({"context_id": "c1", "close_context": True}))
+        events = events_until_quiet(ws)
+        assert [(e.get("code"), e.get("isFinal"), e["contextId"]) for e in events] == [
+            ("model_load_failed", None, "c1"), (None, True, "c1")], events
     assert live.wait_idle() == 0 and _leases(live) == 0
 
 
