@@ -8,6 +8,8 @@
 #                 committed bench/results/cost_orpheus_h200.json: copy PART=cost's table there first)
 #   PART=profile  bash bench/h200_goodput_s15.sh  -> profile_summary.txt (bench/profile_summary.py of each py-spy
 #                 file), profile.tgz (the raw stacks, their summaries, the profiled run's JSON), _switch.json, .log
+#   PART=timeline bash bench/h200_goodput_s15.sh  -> gpu_timeline_s15.json, .log (bench/gpu_timeline.py: the GPU's
+#                 kernels per stream during in-process waves of ~128 and ~192 streams)
 # Wheels (from the repo root, here): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji
 # markdown-it-py mdurl pyloudnorm future httpx2 pytest-timeout soxr pysbd num2words py-spy (PART=profile)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -32,4 +34,8 @@ case "${PART:-cost}" in
     cd $OUT && tar czf profile.tgz profile && rm -rf profile && cd - > /dev/null
     grep -A3 "^MainThread\|^voxgate-cuda" $OUT/profile_summary.txt | head -60
     tail -4 $OUT/goodput_orpheus_s15_profile.log; tail -4 $OUT/goodput_orpheus_s15_switch.log ;;
+  timeline)
+    timeout ${LIMIT_S:-420} python3 bench/gpu_timeline.py --sessions ${SESSIONS:-128,192} --requests 200,200 \
+        --out $OUT/gpu_timeline_s15.json > $OUT/gpu_timeline_s15.log 2>&1
+    grep -v "^\[\|USDT\|STAGE:" $OUT/gpu_timeline_s15.log | tail -12 ;;
 esac
