@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--max-running", type=int, default=256)
     parser.add_argument("--flavor", default="full")
+    parser.add_argument("--codec-dtype", default="float32", help="the SNAC decoder's (models/orpheus.py CODEC_DTYPES)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--compile", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -157,12 +158,14 @@ def main() -> None:
     counts = [int(n) for n in opts.requests.split(",")]
     runner_opts = argparse.Namespace(max_seq_len=2048, codec_batch_max=32, compile=opts.compile, eager=0, triton=1,
                                      fused=1, split_k=1, checkpoint="", flavor=opts.flavor, seed=opts.seed,
-                                     device=opts.device, max_running=opts.max_running, sessions=sessions)
+                                     device=opts.device, max_running=opts.max_running, sessions=sessions,
+                                     codec_dtype=opts.codec_dtype)
     runner, timings = make_runner(runner_opts)
     texts = load_texts(Path(opts.workload), 300)
     cost = CostModel()
     asyncio.run(run_wave(runner, "edf", serve_wave(texts, 2, opts.seed, "burst"), opts.seed, cost))  # warm-up
     record: dict[str, Any] = {"command": " ".join(["python", *sys.argv]), "timings": timings, "rows": [],
+                              "codec_dtype": opts.codec_dtype,
                               "gpu": torch.cuda.get_device_name() if opts.device == "cuda" else "cpu"}
     trace_dir = Path(opts.trace_dir or tempfile.mkdtemp())
     trace_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@
 #                 file), profile.tgz (the raw stacks, their summaries, the profiled run's JSON), _switch.json, .log
 #   PART=timeline bash bench/h200_goodput_s15.sh  -> gpu_timeline_s15.json, .log (bench/gpu_timeline.py: the GPU's
 #                 kernels per stream during in-process waves of ~128 and ~192 streams)
+#   PART=codec    bash bench/h200_goodput_s15.sh  -> codec_dtype.json, .log (bench/codec_dtype.py), then
+#                 gpu_timeline_codec_{float16,float32,bfloat16}.json, .log: ~192 streams with the SNAC decoder in each
 # Wheels (from the repo root, here): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji
 # markdown-it-py mdurl pyloudnorm future httpx2 pytest-timeout soxr pysbd num2words py-spy (PART=profile)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -38,4 +40,12 @@ case "${PART:-cost}" in
     timeout ${LIMIT_S:-420} python3 bench/gpu_timeline.py --sessions ${SESSIONS:-128,192} --requests 200,200 \
         --out $OUT/gpu_timeline_s15.json > $OUT/gpu_timeline_s15.log 2>&1
     grep -v "^\[\|USDT\|STAGE:" $OUT/gpu_timeline_s15.log | tail -12 ;;
+  codec)
+    timeout 60 python3 bench/codec_dtype.py --out $OUT/codec_dtype.json > $OUT/codec_dtype.log 2>&1
+    tail -10 $OUT/codec_dtype.log
+    for dtype in float16 float32 bfloat16; do
+      timeout ${LIMIT_S:-175} python3 bench/gpu_timeline.py --sessions 192 --requests 200 --codec-dtype $dtype \
+          --out $OUT/gpu_timeline_codec_$dtype.json > $OUT/gpu_timeline_codec_$dtype.log 2>&1
+      echo $dtype; tail -2 $OUT/gpu_timeline_codec_$dtype.log
+    done ;;
 esac

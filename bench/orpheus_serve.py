@@ -71,6 +71,7 @@ def make_runner(opts: argparse.Namespace) -> tuple[ModelRunner, dict]:
             write_random("orpheus", opts.flavor, Path(opts.checkpoint), seed=opts.seed)
             timings["write_checkpoint_s"] = round(time.perf_counter() - t0, 1)
         t0 = time.perf_counter()
+        options["codec_dtype"] = getattr(opts, "codec_dtype", "float32")
         parts = orpheus.load(MODEL_ID, Path(opts.checkpoint), options, opts.device)
     else:
         import warnings
@@ -86,7 +87,8 @@ def make_runner(opts: argparse.Namespace) -> tuple[ModelRunner, dict]:
         dtype = torch.bfloat16 if opts.device == "cuda" else torch.float32
         model = random_model(opts.flavor, opts.device, dtype, opts.seed)
         torch.manual_seed(opts.seed)
-        codec = SnacCodec(SNAC(**SNAC_CONFIGS[opts.flavor]), opts.device, torch.float32)
+        codec = SnacCodec(SNAC(**SNAC_CONFIGS[opts.flavor]), opts.device,
+                          getattr(torch, getattr(opts, "codec_dtype", "float32")))
         parts = LMParts(orpheus.make_spec(build_tokenizer()), model, codec, options)
     timings["weights_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
@@ -158,6 +160,7 @@ def main() -> None:
     parser.add_argument("--fused", type=int, default=1,
                         help="with --triton: rotary and KV write inside the attention kernel (fused_attention)")
     parser.add_argument("--flavor", default="full")
+    parser.add_argument("--codec-dtype", default="float32", choices=orpheus.CODEC_DTYPES)
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--write-checkpoint", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)

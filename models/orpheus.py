@@ -76,6 +76,7 @@ TEMPERATURE = 0.6
 TOP_P = 0.8
 REPETITION_PENALTY = 1.1
 DTYPES = ("bfloat16", "float16", "float32", "fp8")  # options.dtype; fp8: bf16 with FP8 projections (CUDA)
+CODEC_DTYPES = ("float32", "bfloat16", "float16")  # options.codec_dtype: the SNAC decoder's (default float32)
 MAX_TOKENS = 2048  # ~25 s of audio (82 tokens/s); options["max_tokens"] may lower it
 MAX_TEXT_CHARS = 2000
 # The first chunk's window has 1 frame of right context, not SNAC's 3: first audio after 14
@@ -99,7 +100,7 @@ OPTIONS: dict[str, Option] = {
     "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "fused_attention": FLAG, "attn_block": at_least(1),
     "graph_batches": Option("ints"), "lanes": FLAG, "lm_sms": at_least(0), "codec_sms": at_least(0),
     "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG,
-    "split_k": FLAG}
+    "split_k": FLAG, "codec_dtype": one_of(*CODEC_DTYPES)}
 
 FLAVORS: dict[str, Args] = {
     "full": Args(vocab_size=VOCAB_SIZE),  # Llama-3.2-3B shape with the Orpheus vocabulary
@@ -254,7 +255,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     bf16 on CUDA, float32 on CPU; "fp8": bf16 with the layers' projections in float8_e4m3fn, CUDA
     only, models/gemv.py), `gemv` (one-row bf16 decode matmuls on Triton; default on), `split_k` (FP8
     matmuls of 2-64 rows on models/gemv.py split_k_linear; default on), `ramp_context` (right context of the first chunk, 0..3,
-    default RAMP_CONTEXT), and runner settings (engine/model_runner.py `RunnerConfig`:
+    default RAMP_CONTEXT), `codec_dtype` (the SNAC decoder's weights and activations: "float32", the default,
+    "bfloat16" or "float16"; PCM is float32 either way; bench/results/codec_dtype.md), and runner settings (engine/model_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
     faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
     Raises InvalidModel for a folder that is not an Orpheus checkpoint.
@@ -273,7 +275,7 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     options["fp8"] = name == "fp8"
     dtype = torch.bfloat16 if name == "fp8" else getattr(torch, name)
     model = load_backbone(backbone, device, dtype, bool(options.get("random_weights")))
-    codec = SnacCodec.from_dir(codec_dir, device, torch.float32)
+    codec = SnacCodec.from_dir(codec_dir, device, getattr(torch, options.get("codec_dtype") or "float32"))
     first = int(options.get("ramp_context", RAMP_CONTEXT))
     if not 0 <= first <= CONTEXT_FRAMES:
         raise InvalidModel(f"options.ramp_context must be 0..{CONTEXT_FRAMES}, got {first}",

@@ -232,3 +232,19 @@ def test_the_attention_context_is_per_thread() -> None:
     for thread in threads:
         thread.join()
     assert seen == {"a": 2, "b": 5}
+
+
+def test_codec_dtype_runs_snac_in_bfloat16_and_pcm_stays_float32(orpheus_tiny: Path) -> None:
+    with pytest.raises(InvalidModel, match="options.codec_dtype must be one of") as bad:
+        orpheus.validate(orpheus_tiny, {"codec_dtype": "float8"})
+    assert bad.value.field == "options.codec_dtype"
+    full = orpheus.load("tiny", orpheus_tiny, {}, "cpu").codec
+    half = orpheus.load("tiny", orpheus_tiny, {"codec_dtype": "bfloat16"}, "cpu").codec
+    assert next(full.model.parameters()).dtype == torch.float32
+    assert next(half.model.parameters()).dtype == torch.bfloat16
+    frames = torch.randint(0, 4096, (2, 9, 7), generator=torch.Generator().manual_seed(3))
+    start = torch.tensor([0, 5])
+    reference, pcm = full.decode(frames, start), half.decode(frames, start)
+    assert pcm.dtype == torch.float32 and pcm.shape == reference.shape == (2, 9 * SAMPLES_PER_FRAME)
+    error = (pcm - reference).abs().max().item()
+    assert 0 < error < 0.1 * reference.abs().max().item()  # rounded, not another signal
