@@ -79,7 +79,8 @@ async def register_models(library: Library, settings: Settings, catalog: Catalog
 def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # `voxgate models remove`/`install` refuse meanwhile, and one running stops this start (gateway/server_lock.py)
+        # Exclusive: a second server on this data dir, and `voxgate models remove`/`install`, refuse meanwhile, and
+        # such a command running stops this start (gateway/server_lock.py); so start-up's sweeps touch no live file
         async with serving(settings.data_dir):
             async with run(app):
                 yield

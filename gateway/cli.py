@@ -84,15 +84,15 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.keys import no_key_message
     from gateway.server import Server
-    from gateway.server_lock import COMMAND, busy_message, holder
+    from gateway.server_lock import serve_problem
 
     settings = settings_from_args(args)
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
         return 2
     problem = config_models_problem(settings) or devices_problem(settings.devices)
-    if problem is None and holder(settings.data_dir) == COMMAND:  # (the lifespan would wait, then refuse)
-        problem = busy_message(settings.data_dir)
+    if problem is None:  # another server, or a `models` command, on the data dir (the lifespan would refuse too)
+        problem = serve_problem(settings.data_dir)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -111,11 +111,12 @@ def serve(args: argparse.Namespace) -> int:
         asyncio.run(_count_keys(settings))  # stops the start here in one line, not in the lifespan's traceback
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
+    server = Server(create_app(settings), settings)
     try:
-        Server(create_app(settings), settings).run()
+        server.run()
     except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down cleanly, then re-raises the signal
         return 130
-    return 0
+    return 0 if server.started else 3  # the start-up failed (logged), e.g. a server took the data dir meanwhile
 
 
 async def _count_keys(settings: Settings) -> int:

@@ -103,7 +103,7 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.server_lock import SERVER, alone
 
     with alone(settings.data_dir) as holder:
-        if holder == SERVER:
+        if holder is not None and holder.role == SERVER:
             return _error(f"a Voxgate server is running on {settings.data_dir}: remove the model through it "
                           f"(DELETE /v1/library/models/{args.id}, which unloads it first and refuses while it "
                           "serves requests), or stop the server first", 1)
@@ -169,7 +169,7 @@ async def install(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
         return 2
     with alone(settings.data_dir) as holder:
-        if holder == SERVER:
+        if holder is not None and holder.role == SERVER:
             return _error(f"a Voxgate server is running on {settings.data_dir}: install {args.id} through it, "
                           f"with POST /v1/library/install {{\"id\": \"{args.id}\"}} or its studio's Library page "
                           f"(/library), which show the download's progress; or stop the server first", 1)

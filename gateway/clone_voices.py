@@ -67,10 +67,21 @@ async def with_reference(state: AppState, choice: Choice, field: str = "voice") 
     if choice.family != "qwen3_tts" or "reference" in choice.options or not await is_base(state, choice.model_id):
         return choice
     if choice.voice in await state.library.voices(choice.model_id):  # its `default`: no recording
-        raise InvalidInput(f"model {choice.model_id!r} is a Base model: it speaks only in a cloned voice; give a "
-                           "reference voice (/v1/voices/references) or use /v1/audio/clone", field=field)
+        raise InvalidInput(await no_default_message(state, choice.model_id, field), field=field)
     reference = await load_reference(state, choice.voice, field=field)
     return dataclasses.replace(choice, options={**choice.options, "reference": reference})
+
+
+async def no_default_message(state: AppState, model_id: str, field: str = "voice") -> str:
+    """Why a Base model was asked for no voice, its default or an OpenAI voice name: it has no
+    default voice (it speaks only in a cloned one), so `field` must name a reference voice; the
+    message lists those there are."""
+    names = [str(row["name"]) for row in await store(state).list()]
+    listed = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") if names else \
+        "none yet: upload one with POST /v1/voices/references"
+    return (f"model {model_id!r} is a Base model: it speaks only in a cloned voice and has no default voice; "
+            f"{field} must name a reference voice (reference voices: {listed}), or clone from a recording "
+            "with POST /v1/audio/clone")
 
 
 async def resolve_voice(state: AppState, *, model: object, voice: object, speed: object | None,

@@ -90,8 +90,12 @@ async def list_voices(request: Request) -> JSONResponse:
     data = []
     for record in models:
         names, kind = await model_voices(state, record)
-        for i, name in enumerate(names):
-            data.append({"id": name, "name": name, "model": record["id"], "kind": kind, "default": i == 0})
+        # What a request without a voice gets (gateway/voices.py); a Base model has no default (a
+        # request to it must name a reference voice: gateway/clone_voices.py)
+        default = None if kind == "reference" else \
+            state.settings.default_voice if state.settings.default_voice in names else names[0] if names else None
+        for name in names:
+            data.append({"id": name, "name": name, "model": record["id"], "kind": kind, "default": name == default})
     for preset in await state.library.list_presets():
         if model_id is None or preset["model_id"] == model_id:
             data.append({"id": preset["name"], "name": preset["name"], "model": preset["model_id"],

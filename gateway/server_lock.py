@@ -1,25 +1,33 @@
-"""Whether a Voxgate server runs on a data dir, for the commands that must not work beside one.
+"""Who has a data dir: one Voxgate server, or one `voxgate models install`/`remove`, never both.
 
-A server holds a shared `flock` on `<data_dir>/server.lock` from the start of its lifespan to
-its end (gateway/app.py; several servers on one data dir share it). `voxgate models remove`
-and `voxgate models install` take the lock exclusively, without waiting, for the whole
-removal or download (`alone`): they refuse when a server holds it, since only that server
-knows whether a model is serving requests, and an install beside it would run a second
-download manager on the same folders (the server resumes what it finds there). `alone` also
-tells a server from another such command (`COMMAND`), and says which. A server starting
-meanwhile waits up to `SERVE_WAIT_S` (a removal takes milliseconds), then refuses to start
-(`DataDirBusy`) rather than wait out a download. The kernel drops a lock when its process
-ends, however it ends (`kill -9` too), so the file left behind means nothing by itself.
-Where `fcntl` is missing (Windows) nothing is locked and `alone` always says no one holds it.
+A server holds an exclusive `flock` on `<data_dir>/server.lock` from the start of its lifespan
+to its end (gateway/app.py), so a second server on the same data dir refuses to start
+(`DataDirBusy`, "another voxgate server is using DATA_DIR (pid N)"): two servers would each
+sweep the other's in-progress uploads at start-up (gateway/takes.py `TakeStore.sweep`) and run
+two download managers on the same folders. `voxgate models remove` and `voxgate models install`
+take the same lock exclusively, without waiting, for the whole removal or download (`alone`):
+they refuse when a server holds it, since only that server knows whether a model is serving
+requests, and an install beside it would run a second download manager on the same folders
+(the server resumes what it finds there). The commands meant to run beside a live server
+(`voxgate models list`, `add`, `catalog`, `voxgate keys ...`) do not take the lock at all.
+
+Whoever holds the lock writes `<role> <pid>` into the file (`SERVER` or `COMMAND`), and empties
+it before letting go, so a refusal can say who has the data dir. A server starting while a
+command holds it waits up to `SERVE_WAIT_S` (a removal takes milliseconds), then refuses
+(`DataDirBusy`) rather than wait out a download; beside another server it refuses at once. The
+kernel drops a lock when its process ends, however it ends (`kill -9` too), so the file left
+behind means nothing by itself. Where `fcntl` is missing (Windows) nothing is locked and
+`alone` always says no one holds it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from pathlib import Path
-from typing import IO, AsyncIterator, Iterator
+from typing import IO, AsyncIterator, Iterator, NamedTuple
 
 try:
     import fcntl
@@ -28,12 +36,21 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 LOCK_FILE = "server.lock"
 SERVE_WAIT_S = 5.0  # a server starting waits this long for a `models` command to end
-SERVER = "server"  # who holds the lock: one or more servers (shared)
-COMMAND = "command"  # a `voxgate models install` or `remove` (exclusive)
+SERVER = "server"  # who holds the lock: a server
+COMMAND = "command"  # a `voxgate models install` or `remove`
+_READ_TRIES = 20  # the holder writes who it is just after it takes the lock: look again meanwhile
+
+
+class Holder(NamedTuple):
+    """Who holds a data dir's lock: `role` (`SERVER` or `COMMAND`) and its process id (None
+    when the file does not say: a holder that has not written it yet, or an older Voxgate)."""
+
+    role: str
+    pid: int | None
 
 
 class DataDirBusy(RuntimeError):
-    """A server cannot start: a `voxgate models` command holds the data dir."""
+    """A server cannot start: another server or a `voxgate models` command holds the data dir."""
 
 
 def busy_message(data_dir: Path) -> str:
@@ -41,49 +58,76 @@ def busy_message(data_dir: Path) -> str:
             "once it has ended (Ctrl-C on an install keeps what it downloaded, and the server resumes it)")
 
 
+def server_running_message(data_dir: Path, pid: int | None) -> str:
+    """One line: another server holds `data_dir` (its pid when known)."""
+    which = f" (pid {pid})" if pid is not None else ""
+    return (f"another voxgate server is using {data_dir}{which}; stop it first, or start this one with "
+            "another --data-dir")
+
+
+def serve_problem(data_dir: Path) -> str | None:
+    """Why a server cannot start on `data_dir` now (another server, or a `models` command, holds
+    it), in one line; None when it can. A moment's look, nothing kept."""
+    with alone(data_dir, record=False) as who:
+        if who is None:
+            return None
+        return server_running_message(data_dir, who.pid) if who.role == SERVER else busy_message(data_dir)
+
+
 @contextlib.asynccontextmanager
 async def serving(data_dir: Path) -> AsyncIterator[None]:
-    """Hold the shared lock of a server running on `data_dir` meanwhile; DataDirBusy when a
-    `models` command holds it for longer than `SERVE_WAIT_S`."""
+    """Hold `data_dir`'s lock exclusively while a server runs on it. DataDirBusy at once when
+    another server holds it, or when a `models` command holds it for longer than `SERVE_WAIT_S`
+    (seconds)."""
     if fcntl is None:
         yield
         return
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / LOCK_FILE, "a+b") as handle:
         deadline = time.monotonic() + SERVE_WAIT_S
-        while not _try(handle, fcntl.LOCK_SH):
+        while not _try(handle, fcntl.LOCK_EX):
+            who = _read_holder(handle)
+            if who is None:
+                continue  # the holder left between the two looks
+            if who.role == SERVER:
+                raise DataDirBusy(server_running_message(data_dir, who.pid))
             if time.monotonic() > deadline:
                 raise DataDirBusy(busy_message(data_dir))
             await asyncio.sleep(0.05)
+        _record(handle, SERVER)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            _release(handle)
 
 
 @contextlib.contextmanager
-def alone(data_dir: Path) -> Iterator[str | None]:
-    """None while no server runs on `data_dir` and no other `models` command holds it, and
-    none starts until the block ends; else who holds it, `SERVER` or `COMMAND` (and nothing
-    is held)."""
+def alone(data_dir: Path, *, record: bool = True) -> Iterator[Holder | None]:
+    """None while no server and no other `models` command holds `data_dir`, and none takes it
+    until the block ends; else who holds it (a `Holder`: compare its `role` with `SERVER` or
+    `COMMAND`), and nothing is held. `record=False` takes it without saying so in the file (a
+    look that lets go at once)."""
     if fcntl is None:
         yield None
         return
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / LOCK_FILE, "a+b") as handle:
-        holder = _take_alone(handle)
-        if holder is not None:
-            yield holder
-            return
+        while not _try(handle, fcntl.LOCK_EX):
+            who = _read_holder(handle)
+            if who is not None:
+                yield who
+                return
+        if record:
+            _record(handle, COMMAND)
         try:
             yield None
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            _release(handle)
 
 
-def holder(data_dir: Path) -> str | None:
-    """Who holds `data_dir` now (`SERVER`, `COMMAND`), or None; a moment's look, nothing kept."""
-    with alone(data_dir) as who:
+def holder(data_dir: Path) -> Holder | None:
+    """Who holds `data_dir` now, or None; a moment's look, nothing kept."""
+    with alone(data_dir, record=False) as who:
         return who
 
 
@@ -95,14 +139,44 @@ def _try(handle: IO[bytes], operation: int) -> bool:
     return True
 
 
-def _take_alone(handle: IO[bytes]) -> str | None:
-    """Take the lock exclusively, or say who has it: servers share it (a shared lock can
-    still be had beside them), a command has it alone (not even a shared one can)."""
-    if _try(handle, fcntl.LOCK_EX):
-        return None
-    if not _try(handle, fcntl.LOCK_SH):
-        return COMMAND
-    if _try(handle, fcntl.LOCK_EX):  # the holder left between the two tries
-        return None
+def _record(handle: IO[bytes], role: str) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{role} {os.getpid()}\n".encode())
+    handle.flush()
+
+
+def _release(handle: IO[bytes]) -> None:
+    handle.truncate(0)  # (before the unlock: whoever reads it next finds its holder's line or none)
+    handle.flush()
     fcntl.flock(handle, fcntl.LOCK_UN)
-    return SERVER
+
+
+def _read_holder(handle: IO[bytes]) -> Holder | None:
+    """Who holds the lock this handle could not take, from the file; None once it is free (the
+    caller tries again). A line from a process that is gone (left by a kill, the new holder not
+    having written its own yet) is looked at again for a moment, then taken to be a server's
+    without a pid; so is an empty file (an older Voxgate's server, which wrote none)."""
+    for _ in range(_READ_TRIES):
+        handle.seek(0)
+        role, _, pid_text = handle.read(64).decode("ascii", "replace").strip().partition(" ")
+        if role in (SERVER, COMMAND) and pid_text.isdigit() and _alive(int(pid_text)):
+            return Holder(role, int(pid_text))
+        if _try(handle, fcntl.LOCK_SH):  # free now (or only shared: an older server)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            if _try(handle, fcntl.LOCK_EX):
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                return None
+            return Holder(SERVER, None)
+        time.sleep(0.01)
+    return Holder(SERVER, None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

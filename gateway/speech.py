@@ -17,7 +17,9 @@ defaults in silence.
 
 `POST /v1/audio/design` (`design`) is the same for a VoiceDesign model: `instruct`
 (required) describes the voice, `stream: true` asks for the SSE form; 400 naming `instruct`
-when it is missing, naming `model` when the model is not a VoiceDesign one.
+when it is missing, naming `model` when the model is not a VoiceDesign one. Without `model` it
+uses `default_model` if that designs voices, else the one VoiceDesign model installed (none or
+several: 400 naming `model`).
 
 The input goes through the text frontend (markdown, SSML breaks, numbers, links; split
 into sentences in the voice's language) and is spoken as one or more engine requests
@@ -48,7 +50,7 @@ from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options, spoken_items
 from gateway.json_input import check_fields
 from gateway.text import TEXT_FIELDS, check_input
-from gateway.voices import Choice
+from gateway.voices import Choice, is_openai_model
 from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
@@ -118,7 +120,11 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         voice = voice.get("id")
         if not isinstance(voice, str):
             raise InvalidInput('voice as an object must be {"id": "<voice>"}', field="voice.id")
-    choice = await resolve_voice(state, model=data.get("model"), voice=voice, speed=data.get("speed"))
+    model = data.get("model")
+    if design and (model is None or model == "" or is_openai_model(model)) and not (
+            isinstance(voice, str) and voice and await state.library.get_preset(voice) is not None):
+        model = await design_model(state)  # (a preset names its own model)
+    choice = await resolve_voice(state, model=model, voice=voice, speed=data.get("speed"))
     busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's
     if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
@@ -175,10 +181,32 @@ async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], f
                                     headers=headers)
 
 
+async def design_model(state: AppState) -> str:
+    """The model `/v1/audio/design` uses when its body names none (or an OpenAI model name): the
+    server's `default_model` if it is a VoiceDesign one, else the one VoiceDesign model installed.
+    InvalidInput naming `model` when none is installed, or several are (the request must say which)."""
+    if await is_voice_design(state, state.settings.default_model):
+        return state.settings.default_model
+    names = [str(r["id"]) for r in await state.library.list_models()
+             if r["family"] == "qwen3_tts" and await model_type(r) == "voice_design"]
+    if len(names) == 1:
+        return names[0]
+    if names:
+        raise InvalidInput(f"model is required here: several VoiceDesign models are installed ({', '.join(names)}) "
+                           "and the default model is none of them; name one as model", field="model")
+    raise InvalidInput(f"model is required: /v1/audio/design needs a VoiceDesign model (a qwen3_tts model of type "
+                       f"voice_design), none is installed, and the default model {state.settings.default_model!r} "
+                       "cannot design voices (docs/qwen3_tts.md says where to get one)", field="model")
+
+
+async def is_voice_design(state: AppState, model_id: str) -> bool:
+    record = await state.library.get_model(model_id)
+    return record is not None and record["family"] == "qwen3_tts" and await model_type(record) == "voice_design"
+
+
 async def check_voice_design(state: AppState, model_id: str) -> None:
     """InvalidInput naming `model` unless `model_id` is a Qwen3-TTS VoiceDesign model."""
-    record = await state.library.get_model(model_id)
-    if record is None or await model_type(record) != "voice_design":
+    if not await is_voice_design(state, model_id):
         raise InvalidInput(f"model {model_id!r} is not a VoiceDesign model (a qwen3_tts model of type "
                            f"voice_design); /v1/audio/design needs one", field="model")
 

@@ -145,7 +145,13 @@ class TakeStore:
         return await self._insert(take, take_id, name, num_bytes)
 
     async def sweep(self) -> tuple[int, int]:
-        """Remove partial uploads and WAV files without a row (left by a kill); returns both counts."""
+        """Remove partial uploads and WAV files without a row (left by a kill); returns both counts.
+
+        Only a server's start-up calls this, inside the data dir's exclusive lock
+        (gateway/server_lock.py `serving`, taken before gateway/app.py's start-up work), so no
+        other live process can be writing a `.part` here: a second server on the data dir is
+        refused before it gets this far, and the one holding the lock has not started serving.
+        """
         if not self.folder.is_dir():
             return 0, 0
         async with self.library.db.execute("SELECT audio_file FROM takes") as cur:

@@ -298,3 +298,31 @@ def test_a_base_model_lists_and_takes_only_reference_voices(client: httpx.Client
                   ref_text=REF_TEXT)
     assert both.status_code == 400 and both.json()["error"]["field"] == "ref_text"
     assert server.wait_idle() == 0
+
+
+def test_a_base_model_has_no_default_voice_and_a_request_without_one_is_told_which_exist(
+        client: httpx.Client) -> None:
+    """The trial: /v1/audio/voices marked its first reference voice the default, as README says a
+    request without a voice gets, but such a request was refused. Now none is marked, and the
+    refusal (no voice, `default`, an OpenAI voice name; speech and the vendor routes) names
+    `voice`, says there is no default voice and lists the reference voices."""
+    voices = client.get("/v1/audio/voices", params={"model": "tiny-clone"}).json()["data"]
+    assert [v["default"] for v in voices if v["kind"] == "reference"] == [False, False]
+    builtin = client.get("/v1/audio/voices", params={"model": "piper-joe"}).json()["data"]
+    assert [v["id"] for v in builtin if v.get("default")] == ["default"]  # other models keep theirs
+    asks = [client.post("/v1/audio/speech", json={"model": "tiny-clone", "input": "Hi.", **voice})
+            for voice in ({}, {"voice": "alloy"}, {"voice": {"id": "nova"}}, {"voice": "default"})]
+    asks.append(client.post("/tts/bytes", json={"model_id": "tiny-clone", "transcript": "Hi.",
+                                                "voice": {"mode": "id", "id": ""},
+                                                "output_format": {"container": "wav", "encoding": "pcm_s16le",
+                                                                  "sample_rate": 24000}}))
+    for refused in asks:
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["field"] == "voice", error
+        assert error["message"] == ("model 'tiny-clone' is a Base model: it speaks only in a cloned voice and has "
+                                    "no default voice; voice must name a reference voice (reference voices: alice, "
+                                    "bob), or clone from a recording with POST /v1/audio/clone"), error
+    named = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "alice", "input": "Hi.",
+                                                  "response_format": "wav"})
+    assert named.status_code == 200, named.text

@@ -40,12 +40,13 @@ def test_the_realtime_doc_example_runs(server: LiveServer, tmp_path: Path) -> No
 AGENT_EXAMPLES = re.findall(r"```python\n(.*?)```", (DOCS / "agents.md").read_text(), re.S)
 
 
-@pytest.mark.parametrize(("index", "output"), [(0, "openai.wav"), (1, "pipecat.wav"), (2, "livekit.wav")],
-                         ids=["openai", "pipecat", "livekit"])
+@pytest.mark.parametrize(("index", "output"), [(0, "openai.wav"), (1, "pipecat.wav"), (2, "livekit.wav"),
+                                               (3, "cartesia.wav")],
+                         ids=["openai", "pipecat", "livekit", "cartesia-sdk"])
 def test_the_agents_doc_examples_run(server: LiveServer, tmp_path: Path, index: int, output: str) -> None:
-    assert len(AGENT_EXAMPLES) == 3
+    assert len(AGENT_EXAMPLES) == 4
     stdout = run_example(AGENT_EXAMPLES[index], server.url, tmp_path)
     assert f"wrote {output}" in stdout
     assert seconds(tmp_path / output) > 2.0
-    if index:  # pipecat and LiveKit print each word with its time
+    if index in (1, 2):  # pipecat and LiveKit print each word with its time
         assert " s  Voxgate," in stdout

@@ -161,7 +161,7 @@ def test_design_makes_a_voice_from_a_description(server: LiveServer) -> None:
         for change, field in (({"instruct": None}, "instruct"), ({"instruct": "  "}, "instruct"),
                               ({"instructions": "A high voice."}, "instructions"),
                               ({"instruct": 3}, "instruct"), ({"model": "tiny-qwen"}, "model"),
-                              ({"model": None}, "model"), ({"stream": "yes"}, "stream")):
+                              ({"stream": "yes"}, "stream")):
             refused = client.post("/v1/audio/design", json={k: v for k, v in {**body, **change}.items()
                                                             if v is not None})
             assert refused.status_code == 400, (change, refused.text)
@@ -187,3 +187,46 @@ def test_realtime_speaks_with_a_qwen3_tts_preset(server: LiveServer) -> None:
         samples = len(audio) // 2
     assert events[-1]["type"] == "utterance.done", events
     assert samples == FORCED * SAMPLES_PER_FRAME
+
+
+def test_design_without_a_model_uses_the_one_voice_design_model(server: LiveServer) -> None:
+    """The trial: no `model` meant `default_model` (the embedded voice), which cannot design
+    voices. With one VoiceDesign model installed it is that one, as with an OpenAI model name."""
+    body = {"input": "Hello there.", "instruct": DESCRIPTION, "response_format": "wav"}
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for model in ({}, {"model": "tts-1"}, {"model": ""}):
+            response = client.post("/v1/audio/design", json={**body, **model})
+            assert response.status_code == 200, (model, response.text)
+            assert response.headers["x-voxgate-model"] == "tiny-design"
+            assert len(_wav(response.content)) > 0
+    assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize("designers", [0, 2], ids=["none", "several"])
+def test_design_without_a_model_and_no_single_voice_design_model_is_a_400_naming_model(
+        qwen3_tts_tiny: Path, tmp_path: Path, designers: int) -> None:
+    data = tmp_path / "data"
+    names = [f"design-{i}" for i in range(designers)]
+    for name in names:
+        folder = _folder(qwen3_tts_tiny, tmp_path / name, "voice_design")
+        assert main(["models", "add", "--family", "qwen3_tts", "--path", str(folder), "--id", name,
+                     "--data-dir", str(data)]) == 0
+    for live in run_server(data):
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            refused = client.post("/v1/audio/design", json={"input": "Hello there.", "instruct": DESCRIPTION})
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert error["field"] == "model" and error["param"] == "model", error
+            if designers:
+                assert error["message"] == ("model is required here: several VoiceDesign models are installed "
+                                            "(design-0, design-1) and the default model is none of them; name "
+                                            "one as model")
+            else:
+                assert error["message"] == ("model is required: /v1/audio/design needs a VoiceDesign model (a "
+                                            "qwen3_tts model of type voice_design), none is installed, and the "
+                                            "default model 'piper-joe' cannot design voices (docs/qwen3_tts.md "
+                                            "says where to get one)")
+            named = client.post("/v1/audio/design", json={"input": "Hi.", "instruct": DESCRIPTION,
+                                                          "model": names[0] if names else "piper-joe",
+                                                          "response_format": "pcm"})
+            assert named.status_code == (200 if names else 400), named.text
