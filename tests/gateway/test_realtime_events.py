@@ -54,3 +54,53 @@ def test_an_event_with_an_unknown_field_is_not_acted_on(server: LiveServer) -> N
         events, _ = collect_utterance(ws)
         assert events[-1]["type"] == "utterance.done" and events[-1]["cancelled"] is False
     assert server.wait_idle() == 0
+
+
+def test_a_cancel_of_text_not_yet_spoken_ends_its_turn(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "Hi"}))  # short: buffered, no utterance yet
+        ws.send(json.dumps({"type": "response.cancel"}))
+        events, audio = collect_utterance(ws, timeout=10)
+        assert [e["type"] for e in events] == ["utterance.done"] and audio == b""
+        done = events[0]
+        assert done["cancelled"] is True and done["audio_ms"] == 0 and done["text"] == ""
+        assert done["ttfa_ms"] is None and done["error"] is None and done["utterance_id"].startswith("utt-")
+        assert events_until_quiet(ws, 1.0) == []  # the dropped text is never spoken
+        ws.send(json.dumps({"type": "response.cancel"}))  # nothing started: nothing to end
+        ws.send(json.dumps({"type": "text.append", "text": "Next."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, _ = collect_utterance(ws)
+        assert events[0]["type"] == "audio.start" and events[-1]["cancelled"] is False
+        assert events[-1]["text"] == "Next." and events[-1]["utterance_id"] != done["utterance_id"]
+    assert server.wait_idle() == 0
+
+
+def test_a_cancel_ends_the_utterance_in_flight_and_the_next_turn(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": LONG}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        start = recv_event(ws)
+        assert start["type"] == "audio.start"
+        ws.send(json.dumps({"type": "text.append", "text": "The next turn"}))  # after the flush
+        ws.send(json.dumps({"type": "response.cancel"}))
+        first, _ = collect_utterance(ws)
+        second, audio = collect_utterance(ws, timeout=10)
+        assert first[-1]["type"] == "utterance.done" and first[-1]["utterance_id"] == start["utterance_id"]
+        assert first[-1]["cancelled"] is True and first[-1]["audio_ms"] > 0
+        assert [e["type"] for e in second] == ["utterance.done"] and audio == b""
+        assert second[0]["cancelled"] is True and second[0]["audio_ms"] == 0 and second[0]["text"] == ""
+        assert second[0]["utterance_id"] != start["utterance_id"]
+        assert events_until_quiet(ws, 1.0) == []
+    assert server.wait_idle() == 0
+
+
+def test_a_cancel_with_nothing_started_sends_nothing(server: LiveServer) -> None:
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "response.cancel"}))
+        speak = [{"type": "text.append", "text": "Done once."}, {"type": "text.flush"}]
+        for message in speak:
+            ws.send(json.dumps(message))
+        events, _ = collect_utterance(ws)
+        assert events[0]["type"] == "audio.start" and events[-1]["cancelled"] is False
+        ws.send(json.dumps({"type": "response.cancel"}))  # after its utterance.done: nothing left
+        assert events_until_quiet(ws, 1.0) == []
