@@ -19,9 +19,11 @@ A multi-stream-input context whose synthesis failed (its error sent) speaks noth
 the first later message with text for it gets the error `context_failed` (409, field
 `context_id`); its `close_context` answers `isFinal`, and then its id opens a new context.
 Query: `model_id` (vendor ids: the default model), `output_format` (gateway/
-vendor_formats.py), `auto_mode=true` (a message that ends a sentence is spoken at
-once, without waiting for the next or a flush), `apply_text_normalization=off` (text
-read as written); others are ignored. The `xi-api-key` header is accepted.
+vendor_formats.py), `auto_mode=true|false` (true: a message that ends a sentence is spoken at
+once, without waiting for the next or a flush), `inactivity_timeout` (whole seconds,
+1-180 as ElevenLabs documents it: checked, not followed), `apply_text_normalization=off`
+(text read as written); others are ignored. A bad value of one of these is an error
+naming it, then a close (1008), as for a bad `output_format`. The `xi-api-key` header is accepted.
 
 Each context's text goes through the text frontend like `/v1/realtime`'s, and is paced
 like it by the context's clock (gateway/vendor_context.py): `flush`, `close_context` and
@@ -57,6 +59,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_SOCKET_S = 1.5  # pipecat waits 2 s for the server to close after close_socket
 SINGLE = "default"  # the context id of /stream-input
+MAX_INACTIVITY_S = 180  # ElevenLabs' documented maximum of inactivity_timeout (its default: 20)
 
 
 def alignment(words: Sequence[WordTiming], start_ms: float, end_ms: float) -> dict[str, Any] | None:
@@ -77,6 +80,28 @@ def text_fields(apply_text_normalization: object) -> dict[str, Any]:
     if apply_text_normalization not in (None, "auto", "on", "off"):
         raise InvalidInput("apply_text_normalization must be 'auto', 'on' or 'off'", field="apply_text_normalization")
     return {"normalize": False} if apply_text_normalization == "off" else {}
+
+
+def auto_mode(value: str | None) -> bool:
+    """The `auto_mode` query parameter: `true` or `false` (any case; absent: false).
+    Raises InvalidInput naming `auto_mode` for anything else."""
+    if value is None:
+        return False
+    if value.lower() not in ("true", "false"):
+        raise InvalidInput(f"auto_mode must be 'true' or 'false', got {value!r}", field="auto_mode")
+    return value.lower() == "true"
+
+
+def check_inactivity_timeout(value: str | None) -> None:
+    """The `inactivity_timeout` query parameter: whole seconds, 1 to `MAX_INACTIVITY_S` as
+    ElevenLabs documents it (accepted, not followed: a context stays open until it is
+    closed). Raises InvalidInput naming `inactivity_timeout` for anything else."""
+    if value is None:
+        return
+    seconds = int(value) if value.isascii() and value.isdigit() else None
+    if seconds is None or not 1 <= seconds <= MAX_INACTIVITY_S:
+        raise InvalidInput(f"inactivity_timeout must be a whole number of seconds from 1 to {MAX_INACTIVITY_S}, "
+                           f"got {value!r}", field="inactivity_timeout")
 
 
 def voice_speed(message: dict[str, Any]) -> float | None:
@@ -122,11 +147,11 @@ class ElevenLabsContext(TextContext):
 
 class ElevenLabsSocket(VendorSocket):
     def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat,
-                 options: TextOptions) -> None:
+                 options: TextOptions, eager: bool = False) -> None:
         super().__init__(state, ws, "elevenlabs")
         self.options = options  # how its contexts' text is read (the text frontend)
         # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
-        self.auto_mode = ws.query_params.get("auto_mode", "").lower() == "true"
+        self.auto_mode = eager
         self.multi = multi
         self.choice = choice
         self.format = fmt
@@ -212,6 +237,8 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
     placeholder = ElevenLabsSocket(state, ws, multi, Choice("", "", 1.0), elevenlabs_format(None), TextOptions())
     try:
         fmt = elevenlabs_format(query.get("output_format"))
+        eager = auto_mode(query.get("auto_mode"))
+        check_inactivity_timeout(query.get("inactivity_timeout"))
         choice = await resolve_vendor_voice(state, model=query.get("model_id"), voice=ws.path_params["voice_id"],
                                             speed=None)
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
@@ -219,7 +246,7 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
         await placeholder.send_error(error, None)  # the whole message, then a close frame's reason: <= 123 bytes
         await placeholder.connection.close(1008, textwrap.shorten(error.message, 118, placeholder=" ..."))
         return
-    await ElevenLabsSocket(state, ws, multi, choice, fmt, options).serve()
+    await ElevenLabsSocket(state, ws, multi, choice, fmt, options, eager).serve()
 
 
 async def multi_stream_input(ws: WebSocket) -> None:

@@ -58,6 +58,12 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", "timings", *TEXT_FIELDS)
+# Each client event's fields besides "type"; any other refuses the whole event, as an
+# unknown `session` field refuses a session.update.
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "session.update": ("session",), "text.append": ("text",), "text.flush": (), "response.cancel": (),
+    "playback.position": ("played_ms", "playing", "underrun"),
+}
 
 
 class Session(SessionText):
@@ -123,7 +129,11 @@ class Session(SessionText):
                 await self.send_error(error)
 
     async def handle(self, event: dict[str, Any]) -> None:
+        """One client event. Raises ApiError/EngineError (sent as `error`, the session lives
+        on): an unknown type, or a field the type does not have (`check_fields`)."""
         kind = event.get("type")
+        if isinstance(kind, str) and kind in EVENT_FIELDS:
+            check_fields(kind, event)
         if kind == "session.update":
             await self.update(event.get("session"))
         elif kind == "text.append":
@@ -251,6 +261,16 @@ class Session(SessionText):
         utterance, self.utterance = self.utterance, None
         if utterance is not None:
             utterance.cancel()
+
+
+def check_fields(kind: str, event: dict[str, Any]) -> None:
+    """Refuse an event with a field its type does not have (`EVENT_FIELDS`): InvalidInput
+    naming the first such field, sorted by name; nothing of the event is acted on."""
+    allowed = EVENT_FIELDS[kind]
+    unknown = sorted(set(event) - {"type", *allowed})
+    if unknown:
+        known = f"its fields: {', '.join(allowed)}" if allowed else "it has no fields besides type"
+        raise InvalidInput(f"unknown field {unknown[0]!r} in {kind}; {known}", field=unknown[0])
 
 
 async def realtime(ws: WebSocket) -> None:

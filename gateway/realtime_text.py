@@ -21,6 +21,11 @@ Text that starts no utterance because none of it can be spoken (emoji alone unde
 `emoji: "drop"`, markup, `<break>`s) gets an `error` naming `text` once it ends (a flush,
 or `utterance_end_ms` without more text), the message REST's 400 gives; a client waiting
 for its turn's end hears so rather than nothing.
+
+`response.cancel` ends every turn the client started: the current utterance gets its
+`utterance.done` (`cancelled`), and text that no utterance speaks yet (buffered before its
+first clause was complete, or the next turn's, appended after a flush) is dropped with an
+`utterance.done` of its own, `cancelled` with nothing spoken.
 """
 
 from __future__ import annotations
@@ -114,15 +119,26 @@ class SessionText:
             await self._speak(self.utterance, self.utterance.end())
 
     async def cancel(self) -> None:
+        """`response.cancel`: the current utterance stops and gets its `utterance.done`
+        (`cancelled: true`); text appended that no utterance speaks yet (buffered before its
+        first clause was complete, or the next turn's, after a flush) is dropped, and that
+        turn gets one too, with nothing spoken (`audio_ms` 0, `text` "", no `audio.start`)."""
         self._cancel_end_timer()
+        utterance, failure = self.utterance, self.failure
+        # (the text of an unflushed current utterance is its own; after a flush, the next turn's)
+        unstarted = (utterance is None or utterance.ending) and (
+            self.feed.since_s is not None or self.backlog_since_s is not None
+            or any(isinstance(item, str) for item in self.backlog))
         self.feed.restart()
         self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None
-        utterance, self.utterance = self.utterance, None
-        failure, self.failure = self.failure, None
-        if utterance is None:
-            return
-        utterance.cancel()
-        await self.done(utterance, cancelled=True, error=failure)
+        self.utterance, self.failure = None, None
+        if utterance is not None:
+            utterance.cancel()
+            await self.done(utterance, cancelled=True, error=failure)
+        if unstarted:
+            turn = self.new_utterance()  # (never queued: it speaks nothing and holds no request)
+            turn.cancel()
+            await self.done(turn, cancelled=True)
 
     async def queue(self, items: list[Item], since_s: float | None) -> None:
         """The feed's sink: items on the current utterance (or the backlog, after a flush);

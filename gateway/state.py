@@ -17,6 +17,7 @@ from gateway.model_spec import LoadErrors
 from gateway.pacing import FirstAudio
 from gateway.residency import Residency
 from gateway.settings import Settings
+from gateway.timings import SpeechRate
 from gateway.writes import WriteGuard
 
 if TYPE_CHECKING:  # projects_jobs imports this module
@@ -41,3 +42,4 @@ class AppState:
     memory: IdleTrim | None = None  # returns freed heap memory when idle (gateway/memory.py)
     load_errors: LoadErrors = field(default_factory=LoadErrors)  # each model's last failed load
     first_audio: FirstAudio = field(default_factory=FirstAudio)  # streamed requests' submit -> first audio
+    speech_rate: SpeechRate = field(default_factory=SpeechRate)  # audio ms per character, for estimated timings

@@ -28,7 +28,7 @@ from gateway.state import AppState
 from gateway.text import (
     MIN_FIRST_CHARS, Item, Pause, TextOptions, check_spoken, model_language, parse_options, prepare,
 )
-from gateway.timings import RequestWords
+from gateway.timings import RequestWords, SpeechRate
 from gateway.voices import Choice
 
 # Text per engine request. A speech LM streams within a request, so a bound here only
@@ -109,7 +109,7 @@ class Stitched:
 
     def __init__(self, engine: Engine, choice: Choice, groups: Sequence[Group], ttfa_target_ms: float,
                  request_id: str | None = None, arrival_s: float | None = None,
-                 estimate_words: bool = False) -> None:
+                 estimate_words: bool = False, speech_rate: SpeechRate | None = None) -> None:
         assert groups and not isinstance(groups[0], Pause), "a plan starts with text"
         self._engine = engine
         self._choice = choice
@@ -125,6 +125,7 @@ class Stitched:
         self._first_s: float | None = None
         self._first: AudioChunk | None = None
         self._estimate_words = estimate_words
+        self._speech_rate = speech_rate  # the models' pace for estimated words (gateway/timings.py)
         self._words: RequestWords | None = None  # the request in flight's word timings
         self.words_estimated = False
         self.done = False
@@ -146,7 +147,8 @@ class Stitched:
                              arrival_s=self.arrival_s if number == 0 else time.monotonic())
         self._stream = self._engine.submit(spec)
         self.request_ids.append(request_id)
-        self._words = RequestWords(segments, choice.speed, self._delivered_ms, self._estimate_words)
+        self._words = RequestWords(segments, choice.speed, self._delivered_ms, self._estimate_words,
+                                   self._speech_rate, choice.model_id)
 
     async def start(self) -> AudioChunk:
         group = self._groups[0]

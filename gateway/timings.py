@@ -1,8 +1,13 @@
 """Word and character timings of spoken audio, as the protocols report them.
 
 Word times come from the model where it has them (Piper: each phoneme's samples,
-models/piper_words.py), otherwise from `Estimator`, in proportion to characters at a typical
-reading rate, and are marked estimated. All times are milliseconds of audio.
+models/piper_words.py), otherwise from `Estimator`, and are marked estimated. Estimates
+are in proportion to characters at the rate the model's audio has actually run
+(`SpeechRate`: audio ms per character of its finished requests, a typical reading rate
+before its first), and the request's last word ends with its audio: the words still
+untimed when its last chunk comes are spread over the audio left. They are estimates: a
+word can be off by the model's pace varying within a request. All times are milliseconds
+of audio.
 
 Character timings (ElevenLabs' `alignment`) are derived from word timings: a word's
 characters share its span evenly, and the space after it spans the gap to the next
@@ -18,8 +23,30 @@ from typing import Any, Iterable, Sequence
 from engine.types import AudioChunk, WordTiming
 
 # Typical English read speech: ~160 words per minute of ~5.7 characters with the space
-# after them, i.e. ~15 characters per second at speed 1.
+# after them, i.e. ~15 characters per second at speed 1: the rate before a model's first request.
 CHARS_PER_S = 15.0
+RATE_EMA = 0.3  # weight of a finished request in a model's learnt rate
+MIN_RATE_CHARS = 8  # a request this short says little about its model's rate
+
+
+class SpeechRate:
+    """Per model: ms of audio per character of text at speed 1, learnt from finished requests."""
+
+    def __init__(self) -> None:
+        self._ms_per_char: dict[str, float] = {}
+
+    def observe(self, model_id: str, chars: int, audio_ms: float, speed: float = 1.0) -> None:
+        """A request of `chars` characters at `speed` made `audio_ms` of audio (ignored when
+        shorter than `MIN_RATE_CHARS`, or without audio)."""
+        if chars < MIN_RATE_CHARS or audio_ms <= 0:
+            return
+        rate = audio_ms * max(speed, 0.01) / chars
+        old = self._ms_per_char.get(model_id)
+        self._ms_per_char[model_id] = rate if old is None else (1 - RATE_EMA) * old + RATE_EMA * rate
+
+    def ms_per_char(self, model_id: str, speed: float = 1.0) -> float:
+        """Estimated audio ms per character at `speed` (`CHARS_PER_S` before any request)."""
+        return self._ms_per_char.get(model_id, 1000.0 / CHARS_PER_S) / max(speed, 0.01)
 
 
 def shift(words: Iterable[WordTiming], offset_ms: float) -> tuple[WordTiming, ...]:
@@ -32,18 +59,20 @@ class Estimator:
 
     `words(chunk_start_ms, chunk_ms, is_last)` returns the words estimated to start
     within the chunk (ms from the request's first sample): each word's characters at
-    `CHARS_PER_S * speed`. The last chunk takes every word left, spread in proportion
-    to characters over the time between the last word given and the end of the audio.
+    `ms_per_char` (default: `CHARS_PER_S * speed`; `SpeechRate` gives the model's own).
+    The request's last word is held for its last chunk, which takes every word left,
+    spread in proportion to characters over the time between the last word given and
+    the end of the audio: the last word ends with the audio. Times are monotonic.
     """
 
-    def __init__(self, segments: Sequence[str], speed: float = 1.0) -> None:
+    def __init__(self, segments: Sequence[str], speed: float = 1.0, ms_per_char: float | None = None) -> None:
         self._words = [w for segment in segments for w in segment.split()]
         self._spans: list[tuple[int, int]] = []  # characters [start, end) of each word
         position = 0
         for word in self._words:
             self._spans.append((position, position + len(word)))
             position += len(word) + 1
-        self._ms_per_char = 1000.0 / (CHARS_PER_S * max(speed, 0.01))
+        self._ms_per_char = ms_per_char if ms_per_char is not None else 1000.0 / (CHARS_PER_S * max(speed, 0.01))
         self._next = 0
         self._last_end_ms = 0.0
 
@@ -62,7 +91,7 @@ class Estimator:
                                           begin + (c1 - first_char) * scale))
             self._next = len(self._words)
             return out
-        while self._next < len(self._words):
+        while self._next < len(self._words) - 1:  # (the last word waits for the last chunk)
             c0, c1 = self._spans[self._next]
             start, end = c0 * self._ms_per_char, c1 * self._ms_per_char
             if start >= end_ms:
@@ -79,19 +108,26 @@ class RequestWords:
     `offset_ms`: the stream's audio before this request. `take(chunk)` gives the words of
     each chunk in order, with whether they are estimated: the model's own
     (`AudioChunk.words`, relative to their chunk) when it has them, else, with
-    `estimate`, `Estimator`'s over the request's `segments`, else none. A streamed opening
+    `estimate`, `Estimator`'s over the request's `segments` (at `rate`'s pace for
+    `model_id`, which learns from the request's audio once it ends), else none. A streamed opening
     (`AudioChunk.words_follow`) gives none: its words come with the next chunk (the
     model's, or the estimator's, which gives every word that starts before that chunk ends).
     """
 
-    def __init__(self, segments: Sequence[str], speed: float, offset_ms: float, estimate: bool) -> None:
-        self._estimator = Estimator(segments, speed) if estimate else None
+    def __init__(self, segments: Sequence[str], speed: float, offset_ms: float, estimate: bool,
+                 rate: SpeechRate | None = None, model_id: str = "") -> None:
+        ms_per_char = rate.ms_per_char(model_id, speed) if rate is not None else None
+        self._estimator = Estimator(segments, speed, ms_per_char) if estimate else None
+        self._rate, self._model_id, self._speed = rate, model_id, speed
+        self._chars = len(" ".join(w for segment in segments for w in segment.split()))
         self._offset_ms = offset_ms
         self._chunk_start_ms = 0.0  # this request's audio before the next chunk
 
     def take(self, chunk: AudioChunk) -> tuple[tuple[WordTiming, ...], bool]:
         start_ms = self._chunk_start_ms
         self._chunk_start_ms += chunk.duration_ms
+        if chunk.is_last and self._rate is not None:  # the request's whole audio: the model's pace
+            self._rate.observe(self._model_id, self._chars, self._chunk_start_ms, self._speed)
         if chunk.words or chunk.words_follow:
             return shift(chunk.words, self._offset_ms + start_ms), False
         if self._estimator is not None:

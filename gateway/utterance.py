@@ -27,7 +27,9 @@ common (DESIGN.md §2):
 
 Word times are milliseconds from the utterance's first sample. They come from the model
 (`AudioChunk.words`, Piper) or, when `timings` is on and the model has none, from
-`gateway.timings.Estimator` (marked estimated).
+`gateway.timings.Estimator` (marked estimated), at the pace the model's audio has run
+(`state.speech_rate`, learnt from every request's audio), the last word of each request
+ending with its audio.
 """
 
 from __future__ import annotations
@@ -209,7 +211,8 @@ class UtteranceStream:
             self.request_id = None
             raise
         self.request_offset_ms = self.clock.delivered_ms
-        words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings)
+        words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings,
+                             rate=self.state.speech_rate, model_id=choice.model_id)
         self.pump = asyncio.create_task(self._pump(stream, lease, words, len(segments[0])))
 
     async def _silence(self, ms: float) -> None:

@@ -121,7 +121,8 @@ async def start_speech(state: AppState, choice: Choice, text: object, fmt: Outpu
     arrival_s = time.monotonic()
     lease = await state.residency.acquire(choice.model_id)  # held until the speech is closed
     audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), settings.ttfa_target_ms,
-                     request_id=f"{source[:2]}-{uuid.uuid4().hex[:16]}", arrival_s=arrival_s, estimate_words=True)
+                     request_id=f"{source[:2]}-{uuid.uuid4().hex[:16]}", arrival_s=arrival_s, estimate_words=True,
+                     speech_rate=state.speech_rate)
     try:
         first = await audio.start()
     except BaseException:

@@ -176,6 +176,40 @@ def test_bad_messages_get_errors_and_the_socket_lives_on(
     assert server.wait_idle() == 0
 
 
+@pytest.mark.parametrize(("query", "field", "start"), [
+    ("auto_mode=maybe", "auto_mode", "auto_mode must be 'true' or 'false', got 'maybe'"),
+    ("auto_mode=", "auto_mode", "auto_mode must be"),
+    ("inactivity_timeout=-3", "inactivity_timeout", "inactivity_timeout must be a whole number of seconds from 1 "
+                                                    "to 180, got '-3'"),
+    ("inactivity_timeout=abc", "inactivity_timeout", "inactivity_timeout must be"),
+    ("inactivity_timeout=181", "inactivity_timeout", "inactivity_timeout must be"),
+    ("inactivity_timeout=0", "inactivity_timeout", "inactivity_timeout must be"),
+    ("inactivity_timeout=2.5", "inactivity_timeout", "inactivity_timeout must be"),
+])
+@pytest.mark.parametrize("route", ["multi-stream-input", "stream-input"])
+def test_bad_auto_mode_and_inactivity_timeout_are_an_error_then_a_close(
+        server: LiveServer, route: str, query: str, field: str, start: str) -> None:
+    url = f"{server.ws_url}/v1/text-to-speech/None/{route}?model_id=eleven_flash_v2_5&{query}"
+    with connect(url, open_timeout=10) as ws:
+        error = json.loads(ws.recv(timeout=10))
+        assert error["error"] == error["code"] == "invalid_input" and error["field"] == field, error
+        assert error["message"].startswith(start) and "contextId" not in error
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert closed.value.rcvd.reason.startswith(field)
+
+
+@pytest.mark.parametrize("query", ["auto_mode=false&inactivity_timeout=180", "auto_mode=True&inactivity_timeout=1",
+                                   "auto_mode=FALSE&inactivity_timeout=20"])
+def test_good_auto_mode_and_inactivity_timeout_values_are_accepted(server: LiveServer, query: str) -> None:
+    with multi(server, f"model_id=eleven_flash_v2_5&output_format=pcm_16000&{query}") as ws:
+        ws.send(json.dumps({"text": "Accepted.", "context_id": "c", "flush": True}))
+        ws.send(json.dumps({"context_id": "c", "close_context": True}))
+        messages = until_final(ws, "c")
+    assert messages[-1] == {"isFinal": True, "contextId": "c"} and audio_of(messages)
+
+
 @pytest.mark.parametrize("route", ["multi-stream-input", "stream-input"])
 def test_a_bad_output_format_is_an_error_then_a_close(server: LiveServer, route: str) -> None:
     # As ElevenLabs does with input it refuses (a close with 1008, policy violation, and the

@@ -151,7 +151,10 @@ def test_text_waiting_to_be_spoken_is_bounded(tmp_path: Path) -> None:
             error = recv_event(ws)
             assert error["type"] == "error" and error["error"]["code"] == "input_too_long"
             assert error["error"]["field"] == "text"
-            ws.send(json.dumps({"type": "response.cancel"}))
+            ws.send(json.dumps({"type": "response.cancel"}))  # the buffered turn ends, nothing spoken
+            cancelled = recv_event(ws)
+            assert cancelled["type"] == "utterance.done" and cancelled["cancelled"] is True
+            assert cancelled["text"] == "" and cancelled["audio_ms"] == 0
             ws.send(json.dumps({"type": "text.append", "text": "Fine again."}))
             ws.send(json.dumps({"type": "text.flush"}))
             events, _ = collect_utterance(ws)
