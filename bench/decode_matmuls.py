@@ -12,7 +12,8 @@ Random full-size Orpheus-3B weights (bf16, seed 0), copy bandwidth measured in t
    runner's settings), on the same weights, in the order of `--modes` (MODES; set_matmuls changes
    the model, so `fp8` comes last): `cublas` (bf16), `gemv` (bf16 on models/gemv.py), `fp8` (FP8
    projections), each with the fused decode attention (rotary + KV write + attention in one
-   kernel, the runner's default) or `_unfused`. floor = bytes
+   kernel, the runner's default) or `_unfused`; `cublaslt`: `cublas` with torch's matmuls on cuBLASLt
+   (`torch.backends.cuda.preferred_blas_library`). floor = bytes
    the step reads (its weights, of the tied head the audio rows, the KV of B x 512
    positions) / copy bandwidth. Per variant: graph tokens vs eager tokens; for `fp8` against
    `cublas` at B 64 rows of random tokens: the audio head's logits cosine per row and the
@@ -43,10 +44,12 @@ from models.context import Context, additive, reset_context, set_context  # noqa
 
 # mode -> (gemv, fp8, fused_attention, split_k); "_unfused": rotary, KV write and split merge as separate
 # kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear instead of gemv.split_k_linear
-MODES = {"cublas": (False, False, True, False), "cublas_unfused": (False, False, False, False),
+MODES = {"cublas": (False, False, True, False), "cublaslt": (False, False, True, False),
+         "cublas_unfused": (False, False, False, False),
          "gemv": (True, False, True, True),
          "gemv_unfused": (True, False, False, False), "fp8_nosplit": (True, True, True, False),
          "fp8": (True, True, True, True)}
+BLAS = {"cublaslt": "cublaslt"}  # modes whose matmuls torch sends to cuBLASLt (set while the mode runs)
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -197,6 +200,7 @@ def main() -> None:
     assert all(m in MODES for m in modes) and fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
         use_gemv, fp8, fused, split_k = MODES[mode]
+        torch.backends.cuda.preferred_blas_library(BLAS.get(mode, "cublas"))  # graphs keep the kernels captured
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
@@ -235,6 +239,7 @@ def main() -> None:
                     record["profiles"][f"{mode}_b{batch}"] = {"error": repr(error)[:300]}
         runner.close()
         del runner
+        torch.backends.cuda.preferred_blas_library("cublas")
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.orpheus_serve import make_runner, run_wave  # noqa: E402
+from bench.orpheus_serve import make_runner, run_wave, runner_options  # noqa: E402
 from bench.workload import WORKLOAD, load_texts, serve_wave  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
 
@@ -156,10 +156,8 @@ def main() -> None:
     opts = parser.parse_args()
     sessions = [int(n) for n in opts.sessions.split(",")]
     counts = [int(n) for n in opts.requests.split(",")]
-    runner_opts = argparse.Namespace(max_seq_len=2048, codec_batch_max=32, compile=opts.compile, eager=0, triton=1,
-                                     fused=1, split_k=1, checkpoint="", flavor=opts.flavor, seed=opts.seed,
-                                     device=opts.device, max_running=opts.max_running, sessions=sessions,
-                                     codec_dtype=opts.codec_dtype)
+    runner_opts = runner_options(compile=opts.compile, flavor=opts.flavor, seed=opts.seed, device=opts.device,
+                                 max_running=opts.max_running, sessions=sessions, codec_dtype=opts.codec_dtype)
     runner, timings = make_runner(runner_opts)
     texts = load_texts(Path(opts.workload), 300)
     cost = CostModel()

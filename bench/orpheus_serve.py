@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -71,7 +72,7 @@ def make_runner(opts: argparse.Namespace) -> tuple[ModelRunner, dict]:
             write_random("orpheus", opts.flavor, Path(opts.checkpoint), seed=opts.seed)
             timings["write_checkpoint_s"] = round(time.perf_counter() - t0, 1)
         t0 = time.perf_counter()
-        options["codec_dtype"] = getattr(opts, "codec_dtype", "float32")
+        options["codec_dtype"] = opts.codec_dtype
         parts = orpheus.load(MODEL_ID, Path(opts.checkpoint), options, opts.device)
     else:
         import warnings
@@ -88,7 +89,7 @@ def make_runner(opts: argparse.Namespace) -> tuple[ModelRunner, dict]:
         model = random_model(opts.flavor, opts.device, dtype, opts.seed)
         torch.manual_seed(opts.seed)
         codec = SnacCodec(SNAC(**SNAC_CONFIGS[opts.flavor]), opts.device,
-                          getattr(torch, getattr(opts, "codec_dtype", "float32")))
+                          getattr(torch, opts.codec_dtype))
         parts = LMParts(orpheus.make_spec(build_tokenizer()), model, codec, options)
     timings["weights_s"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
@@ -146,7 +147,8 @@ async def run_wave(runner: ModelRunner, policy: str, wave: list[tuple[float, str
             "gc": gcs.summary(), **({"breakdown": parts.summary()} if parts is not None else {})}
 
 
-def main() -> None:
+def serve_parser() -> argparse.ArgumentParser:
+    """This script's options (also the runner's defaults for bench/gpu_timeline.py: `runner_options`)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", default="8,16,32,64,96,128")
     parser.add_argument("--policies", default="edf,fifo")
@@ -177,7 +179,19 @@ def main() -> None:
                         f"in each of these bench/host_variants.py variants, e.g. plain,gc_off,pin,plain (of {VARIANTS})")
     parser.add_argument("--cuda-sync", default="", choices=["", "spin", "yield", "blocking"],
                         help="the CUDA context's host-wait mode (cuDevicePrimaryCtxSetFlags, before CUDA starts)")
-    opts = parser.parse_args()
+    return parser
+
+
+def runner_options(**overrides: Any) -> argparse.Namespace:
+    """The options `make_runner` reads, at this script's defaults but `overrides` (`sessions`: a list of ints)."""
+    opts = serve_parser().parse_args([])
+    opts.sessions = [int(n) for n in opts.sessions.split(",")]
+    vars(opts).update(overrides)
+    return opts
+
+
+def main() -> None:
+    opts = serve_parser().parse_args()
     if opts.cuda_sync:
         from bench.cuda_sync import set_sync_mode
 

@@ -6,7 +6,8 @@ Orpheus-3B's projection shapes (qkv 5120x3072, o 3072x3072, gate_up 16384x3072, 
 audio head 28672x3072), random bf16 weights and their FP8 copies (models/gemv.py quantize_fp8).
 Per shape and batch: ms per call (bench/decode_matmuls.py graph_ms: a CUDA graph of 20 calls on
 copies of the weight that together exceed twice the L2) and the weight bytes read per second as a
-fraction of the copy bandwidth measured in the run, for cuBLAS (`F.linear`, bf16), the Triton
+fraction of the copy bandwidth measured in the run, for cuBLAS (`F.linear`, bf16), the same call on
+cuBLASLt (`torch.backends.cuda.preferred_blas_library("cublaslt")` while it is captured), the Triton
 kernels the runner used before (`gemv.linear`: CUDA cores up to 8 rows, `_dot_kernel` above), and
 `gemv.split_k_linear` at its default tiles; at the `--sweep` batches also a grid of tiles
 (BLOCK_N, BLOCK_K, target programs -> SPLIT_K, stages), bf16, and FP8 at the best bf16 tiles.
@@ -94,6 +95,11 @@ def main() -> None:
                 return row
 
             measure("cublas", [lambda w=w: F.linear(x, w) for w in ws], False)
+            torch.backends.cuda.preferred_blas_library("cublaslt")  # read at each call, so at capture
+            try:
+                measure("cublaslt", [lambda w=w: F.linear(x, w) for w in ws], False)
+            finally:
+                torch.backends.cuda.preferred_blas_library("cublas")
             measure("triton_old", [lambda w=w: gemv.linear(x, w) for w in ws], False)
             measure("triton_old", [lambda q=q: gemv.linear(x, q) for q in qs], True)
             default = gemv.split_k_config(batch, n, k)
