@@ -19,6 +19,7 @@ Weights are seeded: the same (size, seed) always writes the same files.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -74,10 +75,20 @@ def _random_backbone(args: orpheus.Args, generator: torch.Generator, dtype: torc
             yield name, (torch.randn(shape, generator=generator) * std).to(dtype)
 
 
-def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> None:
-    """One `model.safetensors`, or shards of <= SHARD_BYTES plus `model.safetensors.index.json`."""
+def save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """`safetensors.torch.save_file` to `path`, then the file's mode set as `open()` would set it
+    (0o666 less the process umask: safetensors creates it 0o600, which another user running the
+    server, or a container, could not read)."""
     from safetensors.torch import save_file
 
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    umask = os.umask(0o022)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
+
+
+def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> None:
+    """One `model.safetensors`, or shards of <= SHARD_BYTES plus `model.safetensors.index.json`."""
     shards: list[list[str]] = []
     current: dict[str, torch.Tensor] = {}
     size = total = 0
@@ -85,16 +96,16 @@ def _save_shards(tensors: Iterator[tuple[str, torch.Tensor]], folder: Path) -> N
         nbytes = tensor.numel() * tensor.element_size()
         if current and size + nbytes > SHARD_BYTES:
             shards.append(list(current))
-            save_file(current, str(folder / f"shard-{len(shards)}.tmp"), metadata={"format": "pt"})
+            save_safetensors(current, folder / f"shard-{len(shards)}.tmp")
             current, size = {}, 0
         current[name] = tensor
         size += nbytes
         total += nbytes
     if not shards:
-        save_file(current, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_safetensors(current, folder / "model.safetensors")
         return
     shards.append(list(current))
-    save_file(current, str(folder / f"shard-{len(shards)}.tmp"), metadata={"format": "pt"})
+    save_safetensors(current, folder / f"shard-{len(shards)}.tmp")
     weight_map = {}
     for i, names in enumerate(shards):
         final = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"

@@ -102,9 +102,7 @@ def write_random(size: str, out_dir: Path, seed: int = 0, model_type: str = "cus
     """Write a random Qwen3-TTS flavor `size` (tiny, 0.6b, 1.7b = full) of `model_type` (CustomVoice:
     named speakers; VoiceDesign: described voices; Base: cloning, with the speaker encoder and
     the speech encoder) under `out_dir`; ValueError for an unknown size or type."""
-    from safetensors.torch import save_file
-
-    from models.checkpoint import _save_shards
+    from models.checkpoint import _save_shards, save_safetensors
     from models.qwen3_tts_codec import Decoder
     from models.qwen3_tts_talker import Talker
 
@@ -147,7 +145,7 @@ def write_random(size: str, out_dir: Path, seed: int = 0, model_type: str = "cus
     decoder_tensors["decoder.decoder.6.conv.weight"] *= 0.15
     if base:
         decoder_tensors.update(_encoder_tensors(encoder_args, torch.Generator().manual_seed(seed + 2)))
-    save_file(decoder_tensors, str(speech / "model.safetensors"), metadata={"format": "pt"})
+    save_safetensors(decoder_tensors, speech / "model.safetensors")
     return out_dir
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,11 @@ def test_sharded_checkpoint_loads_the_same(orpheus_tiny: Path, tmp_path: Path,
     checkpoint.write_random("orpheus", "tiny", tmp_path, seed=0)
     assert (tmp_path / "backbone" / "model.safetensors.index.json").is_file()
     assert len(list((tmp_path / "backbone").glob("model-*-of-*.safetensors"))) > 1
+    # readable as any file the process writes (safetensors alone makes them 0o600)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for file in (tmp_path / "backbone").glob("model*.safetensors"):
+        assert file.stat().st_mode & 0o777 == 0o666 & ~umask, file
     sharded = orpheus.load_backbone(tmp_path / "backbone", "cpu", torch.float32).state_dict()
     single = orpheus.load_backbone(orpheus_tiny / "backbone", "cpu", torch.float32).state_dict()
     assert all(torch.equal(sharded[k], single[k]) for k in single)
