@@ -36,6 +36,7 @@ _AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_
                "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
                "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
 _ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
+_AT_LEAST_1 = ("max_input_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +126,9 @@ class Settings:
         if base not in ("edf", "fifo") or not set(added) <= set(MECHANISMS) or (base == "edf" and added):
             raise ValueError(f"policy must be 'edf', 'fifo' or 'fifo+' any of {'+'.join(MECHANISMS)} "
                              f"(an ablation), got {self.policy!r}")
-        if self.max_input_chars < 1 or self.max_body_bytes < 1:
-            raise ValueError("max_input_chars and max_body_bytes must be positive")
+        for name in _AT_LEAST_1:  # each alone: the message names the one setting, load_settings where it was set
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
@@ -162,8 +164,6 @@ class Settings:
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)
 
         parse_rate(self.key_rate_limit)
-        if self.max_json_depth < 1 or self.key_max_concurrent < 1:
-            raise ValueError("max_json_depth and key_max_concurrent must be >= 1")
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
