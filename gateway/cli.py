@@ -26,12 +26,15 @@ from pathlib import Path
 
 from engine.config import MECHANISMS
 from gateway import cli_models
-from gateway.settings import Settings, is_loopback, load_settings
+from gateway.settings import Settings, is_loopback, load_settings, unknown_variables
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The settings a parsed command line (`parser().parse_args`) means: its flags over
-    the environment and the config file; ValueError naming a bad value and its source."""
+    the environment and the config file; ValueError naming a bad value and its source. A
+    `VOXGATE_*` variable that nothing reads (misspelt) is a warning on stderr, not a refusal."""
+    for warning in unknown_variables():
+        print(f"warning: {warning}", file=sys.stderr)
     return load_settings(getattr(args, "config", None), host=getattr(args, "host", None),
                          port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
                          policy=getattr(args, "policy", None), devices=getattr(args, "devices", None))

@@ -12,6 +12,7 @@ Every scalar field also reads from `VOXGATE_<FIELD>` (e.g. `VOXGATE_PORT=9000`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -234,6 +235,36 @@ def is_loopback(host: str) -> bool:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+# VOXGATE_* variables read outside the settings: the config file's path (load_settings) and the
+# browser tests' screenshot folder (tests/webui/conftest.py). tests/gateway/test_settings.py checks
+# that every VOXGATE_ name in the repository is a setting's or one of these.
+OTHER_VARIABLES = frozenset({"VOXGATE_CONFIG", "VOXGATE_SCREENSHOTS"})
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each `VOXGATE_*` variable in `env` (default: the environment) that nothing
+    reads, naming the closest variable that is read: a misspelt setting would otherwise be
+    ignored in silence, and the server start on its default."""
+    env = os.environ if env is None else env
+    known = {f"VOXGATE_{name.upper()}" for name in _FIELDS if name != "models"} | OTHER_VARIABLES
+    by_suffix = {var[len("VOXGATE_"):].lower(): var for var in known}
+    warnings = []
+    for key in sorted(env):
+        if not key.upper().startswith("VOXGATE_") or key in known:
+            continue
+        if key.upper() in known:
+            warnings.append(f"{key} is ignored: the variable is {key.upper()} (upper case)")
+        elif key.upper() == "VOXGATE_MODELS":
+            warnings.append(f"{key} is ignored: models are [[models]] tables in the config file "
+                            "(or `voxgate models add`)")
+        else:
+            close = difflib.get_close_matches(key[len("VOXGATE_"):].lower(), sorted(by_suffix), n=1)
+            setting = f" (the {close[0]} setting)" if close and close[0] in _FIELDS else ""
+            hint = f"; did you mean {by_suffix[close[0]]}{setting}?" if close else ""
+            warnings.append(f"{key} is not a Voxgate setting and is ignored{hint}")
+    return warnings
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
