@@ -164,6 +164,8 @@ async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], f
 
     headers = {"X-Request-Id": audio.request_id, "X-Voxgate-Model": choice.model_id,
                "X-Voxgate-Voice": choice.voice}
+    if choice.preset:  # `voice` named a speaker preset: its model, voice, speed and settings applied
+        headers["X-Voxgate-Preset"] = choice.preset
     if instructions and choice.family not in FAMILIES_WITH_INSTRUCTIONS:
         headers["X-Voxgate-Instructions"] = "ignored"
     if choice.speed != 1.0 and choice.family not in FAMILIES_WITH_SPEED:
