@@ -163,7 +163,8 @@ def test_a_default_model_removed_while_serving_is_named_in_the_404(tmp_path: Pat
                 assert response.json()["error"]["message"].startswith(
                     "model 'tts-1' means the default_model setting, 'joe2', which is not installed")
             preset = client.post("/v1/presets", json={"name": "p"})  # (a preset's model defaults to it too)
-            assert preset.status_code == 404 and "the default_model setting, 'joe2'" in preset.json()["error"]["message"]
+            assert preset.status_code == 404
+            assert "the default_model setting, 'joe2'" in preset.json()["error"]["message"]
             named = client.post("/v1/audio/speech", json={"input": "Hello.", "model": "joe2"})  # its own name
             assert named.status_code == 404 and named.json()["error"]["message"].startswith("unknown model 'joe2'")
     finally:
