@@ -83,7 +83,7 @@ def default_model_problem(settings: Settings, installed: list[str], source: str 
         return None
     where = f"from {source}" if source else "its default"
     return (f"default_model {settings.default_model!r} ({where}) is not installed; installed models: "
-            f"{', '.join(sorted(available)) or 'none'}: set default_model to one of them (VOXGATE_DEFAULT_MODEL, "
+            f"{', '.join(sorted(available)) or 'none'}; set default_model to one of them (VOXGATE_DEFAULT_MODEL, "
             "or default_model in the config file), or install it (voxgate models add/install)")
 
 

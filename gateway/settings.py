@@ -238,7 +238,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
 # VOXGATE_* variables read outside the settings: the config file's path (load_settings) and the
-# browser tests' screenshot folder (tests/webui/conftest.py). tests/gateway/test_settings.py checks
+# browser tests' screenshot folder (tests/webui/conftest.py). tests/gateway/test_start_checks.py checks
 # that every VOXGATE_ name in the repository is a setting's or one of these.
 OTHER_VARIABLES = frozenset({"VOXGATE_CONFIG", "VOXGATE_SCREENSHOTS"})
 

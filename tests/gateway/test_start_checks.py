@@ -101,7 +101,7 @@ def test_serve_refuses_a_default_model_that_is_not_installed(tmp_path: Path, no_
     monkeypatch.setenv("VOXGATE_DEFAULT_MODEL", "nope")
     assert main(["serve", *data]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: default_model 'nope' (from VOXGATE_DEFAULT_MODEL) is not installed; installed models: piper-joe: "
+        "error: default_model 'nope' (from VOXGATE_DEFAULT_MODEL) is not installed; installed models: piper-joe; "
         "set default_model to one of them (VOXGATE_DEFAULT_MODEL, or default_model in the config file), or "
         "install it (voxgate models add/install)"]
     monkeypatch.delenv("VOXGATE_DEFAULT_MODEL")
@@ -110,7 +110,7 @@ def test_serve_refuses_a_default_model_that_is_not_installed(tmp_path: Path, no_
                       f'[[models]]\nid = "joe2"\nfamily = "piper"\npath = "{_voice(tmp_path / "joe")}"\n')
     assert main(["serve", "--config", str(config), *data]) == 2
     assert f"error: default_model 'joe3' (from default_model in {config}) is not installed; installed models: " \
-           "joe2, piper-joe: " in capsys.readouterr().err
+           "joe2, piper-joe; " in capsys.readouterr().err
     assert no_server == []
     # A model of the config file, or one of the library, is there at start.
     config.write_text(config.read_text().replace('"joe3"', '"joe2"'))
@@ -135,7 +135,7 @@ def test_the_default_default_model_missing_is_a_warning(tmp_path: Path, no_serve
     monkeypatch.setattr(models.piper, "embedded_model_path", missing)
     assert main(["serve", "--data-dir", str(tmp_path / "data"), "--port", "18773"]) == 0
     assert no_server == ["run"]
-    assert "warning: default_model 'piper-joe' (its default) is not installed; installed models: none: " \
+    assert "warning: default_model 'piper-joe' (its default) is not installed; installed models: none; " \
            in capsys.readouterr().err
 
 
