@@ -26,13 +26,17 @@ from pathlib import Path
 
 from engine.config import MECHANISMS
 from gateway import cli_models
-from gateway.settings import Settings, is_loopback, load_settings
+from gateway.settings import Settings, is_loopback, load_settings, unknown_variables
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace, sources: dict[str, str] | None = None) -> Settings:
     """The settings a parsed command line (`parser().parse_args`) means: its flags over
-    the environment and the config file; ValueError naming a bad value and its source."""
-    return load_settings(getattr(args, "config", None), host=getattr(args, "host", None),
+    the environment and the config file; ValueError naming a bad value and its source. A
+    `VOXGATE_*` variable that nothing reads (misspelt) is a warning on stderr, not a refusal.
+    `sources`: filled with where each setting was set (`load_settings`)."""
+    for warning in unknown_variables():
+        print(f"warning: {warning}", file=sys.stderr)
+    return load_settings(getattr(args, "config", None), sources=sources, host=getattr(args, "host", None),
                          port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
                          policy=getattr(args, "policy", None), devices=getattr(args, "devices", None))
 
@@ -61,6 +65,28 @@ def config_models_problem(settings: Settings) -> str | None:
     return None
 
 
+def default_model_problem(settings: Settings, installed: list[str], source: str | None) -> str | None:
+    """Why `default_model` cannot serve the requests that name no model (or an OpenAI model name):
+    it is neither installed nor registered at start (a `[[models]]` entry, the embedded voice), in
+    one line naming the setting, where it was set (`source`; None: its default) and the models
+    there are; None when it can."""
+    available = set(installed) | {str(entry["id"]) for entry in settings.models}
+    try:  # the embedded voice is registered at start when its package is installed (gateway/app.py)
+        from gateway.app import EMBEDDED_MODEL
+        from models.piper import embedded_model_path
+
+        embedded_model_path()
+        available.add(EMBEDDED_MODEL["id"])
+    except ImportError:
+        pass
+    if settings.default_model in available:
+        return None
+    where = f"from {source}" if source else "its default"
+    return (f"default_model {settings.default_model!r} ({where}) is not installed; installed models: "
+            f"{', '.join(sorted(available)) or 'none'}; set default_model to one of them (VOXGATE_DEFAULT_MODEL, "
+            "or default_model in the config file), or install it (voxgate models add/install)")
+
+
 def devices_problem(devices: tuple[str, ...]) -> str | None:
     """Why the CUDA devices named cannot be used here (no torch, no GPU, an index past the GPUs
     there are), or None; checked before the server starts, as the first model load would fail."""
@@ -86,7 +112,8 @@ def serve(args: argparse.Namespace) -> int:
     from gateway.server import Server
     from gateway.server_lock import serve_problem
 
-    settings = settings_from_args(args)
+    sources: dict[str, str] = {}
+    settings = settings_from_args(args, sources)
     if settings.keys_required and not asyncio.run(_count_keys(settings)):
         print(f"error: {no_key_message(settings)}", file=sys.stderr)
         return 2
@@ -107,8 +134,15 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}; "
               "pass --port or set VOXGATE_PORT", file=sys.stderr)
         return 2
-    if not settings.keys_required:  # (else opened above) a library that cannot be opened (LibraryUnavailable)
-        asyncio.run(_count_keys(settings))  # stops the start here in one line, not in the lifespan's traceback
+    # A library that cannot be opened (LibraryUnavailable) stops the start here in one line, not in the lifespan's
+    # traceback; and so does a default_model set to a model that is not there (every request without a model would
+    # be a 404); left at its default (the embedded voice, not installed on this machine) it is a warning.
+    problem = default_model_problem(settings, asyncio.run(_model_ids(settings)), sources.get("default_model"))
+    if problem and "default_model" in sources:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if problem:
+        print(f"warning: {problem}; requests without a model will be refused until then", file=sys.stderr)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
     server = Server(create_app(settings), settings)
@@ -126,6 +160,16 @@ async def _count_keys(settings: Settings) -> int:
     library = await Library.open(settings.db_path)
     try:
         return await KeyStore(library).count_active()
+    finally:
+        await library.close()
+
+
+async def _model_ids(settings: Settings) -> list[str]:
+    from gateway.library import Library
+
+    library = await Library.open(settings.db_path)
+    try:
+        return [str(record["id"]) for record in await library.list_models()]
     finally:
         await library.close()
 

@@ -67,7 +67,8 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, str]
         raise
     fields = text_fields(data.get("apply_text_normalization", request.query_params.get("apply_text_normalization")))
     pieces = await start_speech(state, choice, data["text"], fmt, source="elevenlabs", field="text", data=fields)
-    headers = {"X-Request-Id": pieces.request_id, "X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice}
+    headers = {"X-Request-Id": pieces.request_id, "X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice,
+               **({"X-Voxgate-Preset": choice.preset} if choice.preset else {})}  # (a preset named as the voice_id)
     return fmt, pieces, headers
 
 

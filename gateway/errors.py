@@ -14,14 +14,17 @@ gateway/model_spec.py) is a 500 with `x-should-retry: false`, which the OpenAI S
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from engine.types import EngineError, Overloaded
 from models import InvalidModel
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -77,7 +80,17 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                         headers=exc.headers)
 
 
-exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error}
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """A client that disconnected while sending its body (Starlette's ClientDisconnect, from
+    `read_json`, a multipart form or a streamed upload): nothing is wrong with the server, so one
+    info line and no traceback. What the route held is freed as the exception unwinds it (an
+    upload's partial file, a key's slot: gateway/auth.py); the answer reaches no one."""
+    log.info("%s %s: the client disconnected while sending the request body", request.method, request.url.path)
+    return Response(status_code=400)
+
+
+exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error,
+                      ClientDisconnect: _client_gone}
 
 
 async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool = False) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from engine.types import UnknownModel
 from gateway.state import AppState
 from gateway.stats import summarized
-from gateway.voices import is_openai_model, model_alias
+from gateway.voices import is_openai_model, model_alias, unknown_default_model
 from models import InvalidModel, family
 
 
@@ -71,18 +71,26 @@ async def get_model(request: Request) -> JSONResponse:
     model_id = request.path_params["model_id"]
     record = await state.library.get_model(model_alias(model_id, state.settings.default_model))
     if record is None:
+        if is_openai_model(model_id):
+            raise unknown_default_model(state.settings.default_model, await _installed(state), model_id)
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     return JSONResponse(await _describe(state, record))
 
 
+async def _installed(state: AppState) -> str:
+    return ", ".join(str(m["id"]) for m in await state.library.list_models())
+
+
 async def list_voices(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
-    model_id = request.query_params.get("model")
+    asked = model_id = request.query_params.get("model")
     if is_openai_model(model_id):
         model_id = state.settings.default_model
     models = await state.library.list_models()
     if model_id is not None:
         models = [m for m in models if m["id"] == model_id]
+        if not models and is_openai_model(asked):
+            raise unknown_default_model(state.settings.default_model, await _installed(state), asked)
         if not models:
             raise UnknownModel(f"unknown model {model_id!r}", field="model")
     from gateway.clone_voices import model_voices  # (it imports this module)

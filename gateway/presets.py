@@ -19,7 +19,7 @@ from engine.types import InvalidInput, UnknownModel
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.clone_voices import check_preset_voice, is_base, store
-from gateway.voices import check_speed
+from gateway.voices import check_speed, unknown_default_model
 from models import family
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
@@ -52,6 +52,8 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInput("name must be 1-64 characters: letters, digits, space, '_', '.', '-'", field="name")
     model_id = data.get("model", state.settings.default_model)
     if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
+        if "model" not in data:
+            raise unknown_default_model(model_id, ", ".join(m["id"] for m in await state.library.list_models()))
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     voices = await state.library.voices(model_id)
     if name in voices:

@@ -12,6 +12,7 @@ Every scalar field also reads from `VOXGATE_<FIELD>` (e.g. `VOXGATE_PORT=9000`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -36,6 +37,7 @@ _AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_
                "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
                "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
 _ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
+_AT_LEAST_1 = ("max_input_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +127,9 @@ class Settings:
         if base not in ("edf", "fifo") or not set(added) <= set(MECHANISMS) or (base == "edf" and added):
             raise ValueError(f"policy must be 'edf', 'fifo' or 'fifo+' any of {'+'.join(MECHANISMS)} "
                              f"(an ablation), got {self.policy!r}")
-        if self.max_input_chars < 1 or self.max_body_bytes < 1:
-            raise ValueError("max_input_chars and max_body_bytes must be positive")
+        for name in _AT_LEAST_1:  # each alone: the message names the one setting, load_settings where it was set
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
@@ -162,8 +165,6 @@ class Settings:
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)
 
         parse_rate(self.key_rate_limit)
-        if self.max_json_depth < 1 or self.key_max_concurrent < 1:
-            raise ValueError("max_json_depth and key_max_concurrent must be >= 1")
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
@@ -236,6 +237,36 @@ def is_loopback(host: str) -> bool:
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
+# VOXGATE_* variables read outside the settings: the config file's path (load_settings) and the
+# browser tests' screenshot folder (tests/webui/conftest.py). tests/gateway/test_start_checks.py checks
+# that every VOXGATE_ name in the repository is a setting's or one of these.
+OTHER_VARIABLES = frozenset({"VOXGATE_CONFIG", "VOXGATE_SCREENSHOTS"})
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each `VOXGATE_*` variable in `env` (default: the environment) that nothing
+    reads, naming the closest variable that is read: a misspelt setting would otherwise be
+    ignored in silence, and the server start on its default."""
+    env = os.environ if env is None else env
+    known = {f"VOXGATE_{name.upper()}" for name in _FIELDS if name != "models"} | OTHER_VARIABLES
+    by_suffix = {var[len("VOXGATE_"):].lower(): var for var in known}
+    warnings = []
+    for key in sorted(env):
+        if not key.upper().startswith("VOXGATE_") or key in known:
+            continue
+        if key.upper() in known:
+            warnings.append(f"{key} is ignored: the variable is {key.upper()} (upper case)")
+        elif key.upper() == "VOXGATE_MODELS":
+            warnings.append(f"{key} is ignored: models are [[models]] tables in the config file "
+                            "(or `voxgate models add`)")
+        else:
+            close = difflib.get_close_matches(key[len("VOXGATE_"):].lower(), sorted(by_suffix), n=1)
+            setting = f" (the {close[0]} setting)" if close and close[0] in _FIELDS else ""
+            hint = f"; did you mean {by_suffix[close[0]]}{setting}?" if close else ""
+            warnings.append(f"{key} is not a Voxgate setting and is ignored{hint}")
+    return warnings
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
     """`value` as the type of setting `name`; ValueError naming the setting and where it came from."""
     kind = _FIELDS[name].type
@@ -262,15 +293,17 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 
 
 def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] | None = None,
-                  **overrides: Any) -> Settings:
+                  sources: dict[str, str] | None = None, **overrides: Any) -> Settings:
     """Merge the layers; `overrides` (the command line) win. None values are ignored.
 
     Raises ValueError naming the bad key or value and where it was set (the config
-    file, a `VOXGATE_*` variable or the command line).
+    file, a `VOXGATE_*` variable or the command line). `sources`, if given, is filled with
+    where each setting that is not at its default was set (e.g. `VOXGATE_DEFAULT_MODEL`), for
+    checks made later that name it.
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    sources = {} if sources is None else sources
     from_env = config_file is None and bool(env.get("VOXGATE_CONFIG"))
     config_file = config_file or env.get("VOXGATE_CONFIG")
     if config_file:

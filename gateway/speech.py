@@ -116,10 +116,13 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
             raise InvalidInput("stream must be true or false", field="stream")
         stream_format = "sse" if stream else stream_format
     voice = data.get("voice")
-    if isinstance(voice, dict):  # OpenAI's newer form: {"id": "..."}
-        voice = voice.get("id")
-        if not isinstance(voice, str):
+    if isinstance(voice, dict):  # OpenAI's newer form: {"id": "..."}, and only that (as the body's fields)
+        if not isinstance(voice.get("id"), str):
             raise InvalidInput('voice as an object must be {"id": "<voice>"}', field="voice.id")
+        if extra := set(voice) - {"id"}:
+            field = f"voice.{min(extra)}"
+            raise InvalidInput(f"unknown field {field[:80]!r}; voice as an object takes only id", field=field)
+        voice = voice["id"]
     model = data.get("model")
     if design and (model is None or model == "" or is_openai_model(model)) and not (
             isinstance(voice, str) and voice and await state.library.get_preset(voice) is not None):
@@ -161,6 +164,8 @@ async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], f
 
     headers = {"X-Request-Id": audio.request_id, "X-Voxgate-Model": choice.model_id,
                "X-Voxgate-Voice": choice.voice}
+    if choice.preset:  # `voice` named a speaker preset: its model, voice, speed and settings applied
+        headers["X-Voxgate-Preset"] = choice.preset
     if instructions and choice.family not in FAMILIES_WITH_INSTRUCTIONS:
         headers["X-Voxgate-Instructions"] = "ignored"
     if choice.speed != 1.0 and choice.family not in FAMILIES_WITH_SPEED:

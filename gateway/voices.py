@@ -68,6 +68,17 @@ def _shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def unknown_default_model(default_model: str, installed: str, asked: object = None) -> UnknownModel:
+    """The 404 for a request that falls to `default_model` (it names no model, or `asked`, an
+    OpenAI model name) when that model is not installed (removed while the server runs): it
+    names the setting and its value, and how to change it."""
+    means = f"model {_shown(asked)} means" if asked else "a request without model uses"
+    return UnknownModel(f"{means} the default_model setting, {_shown(default_model)}, which is not installed "
+                        f"(installed: {installed or 'none'}); name a model, or set default_model "
+                        "(VOXGATE_DEFAULT_MODEL, or default_model in the config file) to an installed one "
+                        "and restart", field="model")
+
+
 async def resolve(library: Library, *, model: object, voice: object, speed: object | None,
                   default_model: str, default_voice: str, preset_may_switch_model: bool = False) -> Choice:
     """Raises InvalidInput, UnknownModel or UnknownVoice naming the field.
@@ -104,6 +115,8 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
 
     if record is None:
         known = ", ".join(m["id"] for m in await library.list_models())
+        if not explicit_model:  # no model of its own to name: the setting it fell to is the problem
+            raise unknown_default_model(default_model, known, model)
         raise UnknownModel(f"unknown model {_shown(model)}; installed: {known}", field="model")
     model_default = default_voice if default_voice in voices else (voices[0] if voices else default_voice)
     if not voice or voice in OPENAI_VOICES:

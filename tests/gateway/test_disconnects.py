@@ -132,3 +132,57 @@ def test_the_idle_server_hands_freed_heap_memory_back(live: LiveServer) -> None:
     while memory.num_trims == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert memory.num_trims >= 1
+
+
+BODIES = {  # a route that reads a body, its Content-Type, and the first part of a body that never ends
+    "/v1/audio/speech": ("application/json", b'{"input": "Hello'),
+    "/v1/presets": ("application/json", b'{"name": "p'),
+    "/v1/takes?text=Hello.&model=piper-joe&voice=default&sample_rate=24000": ("audio/pcm", b"\0" * 4000),
+    "/v1/voices/references": ("multipart/form-data; boundary=b", b'--b\r\nContent-Disposition: form-data; '
+                              b'name="audio"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\nRIFF' + b"\0" * 4000),
+}
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_one_info_line(
+        tmp_path_factory: pytest.TempPathFactory, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Starlette raises ClientDisconnect into the route reading the body; it was an ERROR with a
+    traceback ("Exception in ASGI application") per disconnect. Now one info line each, and what
+    the request held is given back: the key's slot, a take's partial file."""
+    import logging
+    import socket
+
+    from gateway.cli import main
+    from tests.conftest import server_log
+
+    data = tmp_path_factory.mktemp("data")
+    server = run_server(data)
+    live = next(server)
+    try:
+        assert main(["keys", "create", "t", "--scope", "speech", "--scope", "admin", "--data-dir", str(data)]) == 0
+        secret = capsys.readouterr().out.strip()
+        caplog.set_level(logging.INFO, logger="gateway.errors")
+        port = int(live.url.rsplit(":", 1)[1])
+        with server_log() as records:
+            for path, (content_type, start) in BODIES.items():
+                with socket.create_connection(("127.0.0.1", port)) as sock:
+                    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {secret}\r\n"
+                                 f"Content-Type: {content_type}\r\nContent-Length: 60000\r\n\r\n".encode() + start)
+                    deadline = time.monotonic() + 10
+                    while not live.app_state.limits.in_flight and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    assert live.app_state.limits.in_flight, path  # counted in, reading the body
+                deadline = time.monotonic() + 10
+                while live.app_state.limits.in_flight and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert not live.app_state.limits.in_flight, path  # the key's slot is free again
+            time.sleep(0.2)
+        assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+        lines = [r for r in caplog.records if r.name == "gateway.errors"]
+        assert [r.getMessage() for r in lines] == [
+            f"POST {path.split('?')[0]}: the client disconnected while sending the request body" for path in BODIES]
+        assert all(r.levelno == logging.INFO and r.exc_info is None for r in lines)
+        assert not list((data / "takes").glob("*.part"))  # the take's partial upload is removed
+        assert live.app_state.engine.num_requests() == 0
+    finally:
+        next(server, None)

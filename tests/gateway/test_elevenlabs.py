@@ -253,8 +253,9 @@ def test_a_preset_named_after_the_vendor_voice_id_applies(server: LiveServer, cl
     body = {"text": "The quick brown fox jumps over the lazy dog."}
     plain = client.post("/v1/text-to-speech/unknown-id?output_format=pcm_16000", json=body).content
     assert client.post("/v1/presets", json={"name": "EXAVITQu4vr4xnSDxMaL", "speed": 2.0}).status_code == 201
-    fast = client.post("/v1/text-to-speech/EXAVITQu4vr4xnSDxMaL?output_format=pcm_16000", json=body).content
-    assert len(fast) < 0.7 * len(plain)
+    fast = client.post("/v1/text-to-speech/EXAVITQu4vr4xnSDxMaL?output_format=pcm_16000", json=body)
+    assert len(fast.content) < 0.7 * len(plain)
+    assert fast.headers["x-voxgate-preset"] == "EXAVITQu4vr4xnSDxMaL"
 
 
 @pytest.mark.parametrize(("path", "body", "status", "field"), [

@@ -191,6 +191,10 @@ def test_presets_crud_and_survive_a_restart(tmp_path: Path) -> None:
             speech = client.post("/v1/audio/speech", json={"input": "Hi there.", "voice": "Calm Joe",
                                                             "response_format": "pcm"})
             assert speech.status_code == 200 and speech.headers["x-voxgate-voice"] == "default"
+            assert speech.headers["x-voxgate-preset"] == "Calm Joe"  # which preset applied
+            plain = client.post("/v1/audio/speech", json={"input": "Hi there.", "voice": "default",
+                                                           "response_format": "pcm"})
+            assert plain.status_code == 200 and "x-voxgate-preset" not in plain.headers
             voices = client.get("/v1/audio/voices").json()["data"]
             assert any(v["kind"] == "preset" and v["id"] == "Calm Joe" for v in voices)
 

@@ -34,6 +34,15 @@ def test_voice_as_an_object(client: httpx.Client) -> None:
     assert response.status_code == 200 and response.headers["x-voxgate-voice"] == "default"
     bad = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": {"name": "x"}, "input": TEXT})
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "voice.id"
+    extra = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": {"id": "alloy", "foo": 1, "bar": 2},
+                                                  "input": TEXT})  # (was spoken, the keys ignored)
+    assert extra.status_code == 400, extra.text
+    error = extra.json()["error"]
+    assert error["field"] == error["param"] == "voice.bar"
+    assert error["message"] == "unknown field 'voice.bar'; voice as an object takes only id"
+    design = client.post("/v1/audio/design", json={"voice": {"id": "alloy", "foo": 1}, "input": TEXT,
+                                                   "instruct": "A calm voice."})
+    assert design.status_code == 400 and design.json()["error"]["field"] == "voice.foo"
 
 
 def test_errors_carry_type_param_and_a_request_id(sdk: openai.OpenAI) -> None:

@@ -255,10 +255,23 @@ def test_a_non_finite_model_option_is_refused_naming_it(raw: str, tmp_path: Path
     ("max_waiting", "-1", "max_waiting must be >= 0, got -1"),
     ("first_segment_chars", "-1", r"first_segment_chars must be >= 0 \(0: off\), got -1"),
     ("realtime_first_chars", "-1", "realtime_first_chars must be >= 0, got -1"),
+    # (each was checked with another setting, and the message named both and neither's source)
+    ("max_input_chars", "0", "max_input_chars must be >= 1, got 0"),
+    ("max_body_bytes", "0", "max_body_bytes must be >= 1, got 0"),
+    ("max_json_depth", "0", "max_json_depth must be >= 1, got 0"),
+    ("key_max_concurrent", "0", "key_max_concurrent must be >= 1, got 0"),
 ])
 def test_integer_settings_out_of_range_name_the_setting(name: str, bad: str, message: str) -> None:
     with pytest.raises(ValueError, match=rf"^invalid settings: {message} \(from VOXGATE_{name.upper()}\)$"):
         load_settings(env={f"VOXGATE_{name.upper()}": bad})
+
+
+def test_a_limit_set_in_the_config_file_is_named_with_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "voxgate.toml"
+    config.write_text("max_input_chars = 100\nmax_body_bytes = 0\n")
+    with pytest.raises(ValueError, match=rf"^invalid settings: max_body_bytes must be >= 1, got 0 "
+                                         rf"\(from max_body_bytes in {config}\)$"):
+        load_settings(config, env={})
 
 
 def _voice_folder(folder: Path) -> Path:
