@@ -1,12 +1,21 @@
-"""Numbers, dates, times and ordinals, as words.
+"""Numbers, dates, times, phone numbers and ordinals, as words.
 
 The words come from libraries, per language: num2words (cardinals, ordinals, years) and
 babel's CLDR data (month names and the order of a long date, the locale's decimal and group
 marks), through `number_words`. What is written here is only *recognising* the notations,
 with patterns, in this order (each pass turns its matches into words, so later passes never
-see them): dates (ISO `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts
-of `quantities` (currency, percentages, units), ordinals (`1st`, `2e`, `3º`), ranges
-(`10-20`), years, version numbers (`1.2.3`), then every other number.
+see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates
+(ISO `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
+(currency, percentages, units), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years,
+version numbers (`1.2.3`), then every other number.
+
+Phone numbers are read digit by digit, a comma between groups ("five five five, one two
+three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
+space, the first maybe in parentheses, maybe after `1-`), an international number (`+`,
+then groups of 1-4 digits, 8 to 15 digits in all), or (English) `555-1234` right after a
+word that asks for a phone number ("call", "phone", "tel", "dial", "fax", "text", "mobile",
+"cell", "number"; `call 555-1234`, `Tel.: 555-1234`, `call me at 555-1234`): elsewhere
+`555-1234` is a range ("from 500-1000 people").
 """
 
 from __future__ import annotations
@@ -26,6 +35,11 @@ from gateway.text.number_words import YEAR_LANGUAGES, cardinal, digits, number_p
 ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|ª|\.º|\.ª", "it": r"º|ª",
                     "pt": r"º|ª|\.º|\.ª"}
 ORDINAL_DAY_LANGUAGES = frozenset({"en", "de"})  # "March fifteenth", "15. März" = "fünfzehnter"
+# "+" of a phone number, where it is not "plus".
+PLUS_WORDS = {"es": "más", "it": "più", "pt": "mais", "ru": "плюс", "uk": "плюс"}
+# Words after which `555-1234` is a phone number, not a range (English).
+PHONE_CUES = r"call|phone|telephone|tel|dial|fax|text|mobile|cell|number"
+
 
 # German: after these words the day's ordinal is dative or accusative, "am fünfzehnten März" (weak
 # declension, -n); num2words gives the nominative after an article, "der fünfzehnte".
@@ -72,6 +86,13 @@ def _time_words(hour: int, minute: int, meridiem: str, lang: str) -> str:
     return f"{spoken} {meridiem}" if meridiem else spoken
 
 
+def phone_words(text: str, lang: str) -> str:
+    """`+1 (555) 123-4567` -> "plus one, five five five, one two three, four five six seven"."""
+    groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
+    plus = PLUS_WORDS.get(language.base(lang), "plus")
+    return (f"{plus} " if text.lstrip().startswith("+") else "") + ", ".join(groups)
+
+
 @lru_cache(maxsize=64)
 def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
     num, _, _ = number_pattern(lang)
@@ -80,6 +101,12 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
 
     def number(text: str) -> Decimal:
         return parse_number(text, lang)
+
+    def phone(m: re.Match[str]) -> str:
+        count = sum(ch.isdigit() for ch in m["n"])
+        if m["n"].startswith("+") and not 8 <= count <= 15:  # E.164: at most 15 digits
+            return m.group(0)
+        return f"{m['cue'] or ''} {phone_words(m['n'], lang)} "
 
     def iso_date(m: re.Match[str]) -> str:
         try:
@@ -128,7 +155,15 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
             return text
         return f' {cardinal(-value if m["sign"] else value, lang)} '
 
+    end = r"(?![\w-]|[.,]\d)"
     passes: list[tuple[str, Callable[[re.Match[str]], str]]] = [
+        (r"(?<![\w+])(?P<cue>)(?P<n>\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){1,4}[ .-]?\d{2,4})" + end, phone),
+        (r"(?<![\w+.-])(?P<cue>)(?P<n>(?:1[ .-])?(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4})" + end, phone),
+    ]
+    if base == "en":
+        passes.append((rf"(?P<cue>(?i:\b(?:{PHONE_CUES})\b(?:[^\w\n]{{1,3}}|\s(?:me|us)\s(?:at|on)\s)))"
+                       rf"(?P<n>\d{{3}}[-.]\d{{4}})" + end, phone))
+    passes += [
         (r"(?<![\d-])(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?![\d-])", iso_date),
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
         (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", iso_date),

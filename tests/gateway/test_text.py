@@ -7,7 +7,9 @@ import random
 import pytest
 
 from engine.types import InputTooLong, InvalidInput
-from gateway.text import Pause, TextOptions, TextStream, check_input, check_spoken, clean, prepare, split_segments
+from gateway.text import (
+    Pause, TextOptions, TextStream, check_input, check_spoken, clean, normalize_text, prepare, split_segments,
+)
 
 EN = TextOptions()
 
@@ -247,3 +249,23 @@ def test_sentences_are_split_right_from_many_threads_at_once() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert not wrong
+
+
+def spoken(text: str, lang: str = "en_US") -> str:
+    """What `text` is read as (the segments joined)."""
+    return " ".join(str(item) for item in normalize_text(text, TextOptions(language=lang)))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Call 555-123-4567 today.", "Call five five five, one two three, four five six seven today."),
+    ("(555) 123-4567", "five five five, one two three, four five six seven"),
+    ("+1 555 123 4567", "plus one, five five five, one two three, four five six seven"),
+    ("Dial 1-800-555-1234.", "Dial one, eight zero zero, five five five, one two three four."),
+    ("+44 20 7946 0958", "plus four four, two zero, seven nine four six, zero nine five eight"),
+    ("Call me at 555-1234.", "Call me at five five five, one two three four."),
+    ("from 500-1000 people", "from five hundred to one thousand people"),  # no phone word: a range
+    ("+3 points", "+ three points"),  # too few digits for a phone number
+])
+def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
