@@ -18,7 +18,7 @@ The public API, for every route that speaks text (REST `/v1/audio/speech`,
 - `model_language(family, path)`: the language a model speaks.
 
 Modules: `markup` (markdown, SSML), `links` (URLs, e-mail), `numerals` (numbers, dates,
-times, phone numbers, and the order of the number passes), `quantities` (money,
+times, phone numbers, decades, and the order of the number passes), `quantities` (money,
 percentages, units), `number_words` (a number's words), `symbols` (emoji, `&`, markup
 characters), `normalize` (the passes in order), `segments` (sentences per language),
 `stream` (incremental cutting), `language`, `options`.

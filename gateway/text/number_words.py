@@ -44,6 +44,14 @@ def digits(text: str, lang: str) -> str:
     return " ".join(cardinal(int(ch), lang) for ch in text if ch.isdigit())
 
 
+def english_plural(words: str) -> str:
+    """The plural of an English number phrase's last word: "nineteen ninety" -> "nineteen nineties",
+    "third" -> "thirds", "hundred" -> "hundreds" (number words only: regular plurals)."""
+    if words.endswith("y"):
+        return words[:-1] + "ies"
+    return words + "s"
+
+
 def scale_word(exponent: int) -> str:
     """The English word of 10**exponent's scale: 3 -> "thousand", 6 -> "million" (num2words)."""
     return str(num2words(10 ** exponent, lang="en")).split()[-1]

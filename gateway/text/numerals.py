@@ -1,4 +1,4 @@
-"""Numbers, dates, times, phone numbers and ordinals, as words.
+"""Numbers, dates, times, phone numbers, ordinals and decades, as words.
 
 The words come from libraries, per language: num2words (cardinals, ordinals, years) and
 babel's CLDR data (month names and the order of a long date, the locale's decimal and group
@@ -6,8 +6,8 @@ marks), through `number_words`. What is written here is only *recognising* the n
 with patterns, in this order (each pass turns its matches into words, so later passes never
 see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates
 (ISO `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
-(currency, percentages, units), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years,
-version numbers (`1.2.3`), then every other number.
+(currency, percentages, units), decades (`1990s`, `'80s`), ordinals (`1st`, `2e`, `3º`),
+ranges (`10-20`), years, version numbers (`1.2.3`), then every other number.
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -16,6 +16,10 @@ then groups of 1-4 digits, 8 to 15 digits in all), or (English) `555-1234` right
 word that asks for a phone number ("call", "phone", "tel", "dial", "fax", "text", "mobile",
 "cell", "number"; `call 555-1234`, `Tel.: 555-1234`, `call me at 555-1234`): elsewhere
 `555-1234` is a range ("from 500-1000 people").
+
+Decades (English): `1990s` (or `1990's`) "nineteen nineties", `1900s` "nineteen hundreds",
+`'80s` "eighties"; `80s` (20s to 90s) too, except after a word that makes it seconds ("every
+30s", "after 30s"): there it is left as written. `10s` needs its apostrophe (`'10s`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from babel.dates import get_date_format, get_month_names, parse_pattern
 
 from gateway.text import language, quantities
 from gateway.text.links import words as link_words
-from gateway.text.number_words import YEAR_LANGUAGES, cardinal, digits, number_pattern, ordinal, parse_number, year
+from gateway.text.number_words import (
+    YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, year,
+)
 
 ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|ª|\.º|\.ª", "it": r"º|ª",
                     "pt": r"º|ª|\.º|\.ª"}
@@ -39,6 +45,8 @@ ORDINAL_DAY_LANGUAGES = frozenset({"en", "de"})  # "March fifteenth", "15. März
 PLUS_WORDS = {"es": "más", "it": "più", "pt": "mais", "ru": "плюс", "uk": "плюс"}
 # Words after which `555-1234` is a phone number, not a range (English).
 PHONE_CUES = r"call|phone|telephone|tel|dial|fax|text|mobile|cell|number"
+# Words after which a bare `30s` is seconds, not a decade: it is left as written (English).
+SECONDS_CUES = frozenset({"every", "after", "within", "wait", "for", "in", "timeout", "interval", "takes", "took"})
 
 
 # German: after these words the day's ordinal is dative or accusative, "am fünfzehnten März" (weak
@@ -127,6 +135,14 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         meridiem = f"{m['ap'].upper()}M" if m["ap"] else ""
         return f' {_time_words(int(m["h"]), int(m["mi"] or 0), meridiem, lang)} '
 
+    def decade(m: re.Match[str]) -> str:
+        value = int(m["y"])
+        if value < 100 and not m["q"]:
+            before = m.string[max(0, m.start() - 16):m.start()].split()
+            if value < 20 or (before and before[-1].lower() in SECONDS_CUES):
+                return m.group(0)  # "10s", "every 30s": not surely a decade
+        return f" {english_plural(year(value, lang) if value >= 100 else cardinal(value, lang))} "
+
     def ordinal_number(m: re.Match[str]) -> str:
         return f' {ordinal(int(m["n"]), lang)} '
 
@@ -172,6 +188,9 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?", clock),
     ]
     passes += quantities.passes(lang)
+    if base == "en":
+        passes.append((r"(?:(?<![\w.,$€£¥/:'’‘-])|(?<=[^\W\d_]-))(?P<q>['’‘])?"
+                       r"(?P<y>1[1-9]\d0|20\d0|[1-9]0)(?:s['’]?|['’]s)(?!\w)", decade))
     if base in ORDINAL_SUFFIXES:
         passes.append((rf"(?<![\w.])(?P<n>\d+)(?:{ORDINAL_SUFFIXES[base]})(?!\w)", ordinal_number))
     if base == "en":

@@ -269,3 +269,17 @@ def spoken(text: str, lang: str = "en_US") -> str:
 def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: str) -> None:
     assert spoken(text) == expected
 
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the 1990s", "the nineteen nineties"),
+    ("the 1900s and the 2000s", "the nineteen hundreds and the two thousands"),
+    ("the '80s", "the eighties"),
+    ("80s music", "eighties music"),
+    ("in her 30s, mid-70s or the ’60s", "in her thirties, mid seventies or the sixties"),
+    ("the 1980's", "the nineteen eighties"),
+    ("retry every 30s", "retry every thirty s"),  # seconds, not a decade: left as written
+    ("the 10s", "the ten s"),  # "tens" only as '10s
+])
+def test_decades_are_read_as_decades(text: str, expected: str) -> None:
+    assert spoken(text) == expected
