@@ -1,10 +1,17 @@
-"""Amounts of something, as words: money, percentages and units.
+"""Amounts of something, as words: money, percentages, units and fractions.
 
 The words come from libraries: num2words (numbers, currency amounts and their plural forms),
 babel's CLDR data (unit and currency names with their plural rules). What is here only
 recognises the notations; `passes(lang)` gives them, in the order `numerals.expand` runs them
-(after dates and times): currency (`$3.50`, `€5`, `5 EUR`, `$2.5M`), `5 thousand`,
-percentages (`45%`), units (`5 km`, `20°C`, `50 km/h`).
+(after dates and times, so `12/25/2024` is a date before it could be a fraction):
+
+- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`;
+- `5 thousand`, percentages `45%`;
+- fractions (English): `1/2` "one half", `3/4` "three quarters", `2/3` "two thirds", `2 1/2`
+  "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
+  a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
+  `50/50`, `12/25`) reads its two numbers ("twenty-four seven");
+- units: `5 km`, `20°C`, `50 km/h`, and `km/h`, `m/s` alone ("kilometers per hour").
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from babel.units import format_unit
 from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
-from gateway.text.number_words import cardinal, number_pattern, parse_number, scaled
+from gateway.text.number_words import cardinal, english_plural, number_pattern, ordinal, parse_number, scaled
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
                     "¥": "JPY", "₹": "INR", "₩": "KRW", "₽": "RUB", "₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB",
@@ -44,6 +51,8 @@ UNITS = {
     "secs": "duration-second", "min": "duration-minute", "mins": "duration-minute", "h": "duration-hour",
     "hr": "duration-hour", "hrs": "duration-hour", "°": "angle-degree",
 }
+FRACTION_DENOMINATORS = frozenset(range(2, 11)) | {100}
+_SLASH_UNITS = re.compile(r"(?<![\w/])(" + "|".join(re.escape(u) for u in UNITS if "/" in u) + r")(?![\w/])")
 
 Pass = tuple[str, Callable[[re.Match[str]], str]]
 
@@ -61,6 +70,11 @@ def unit_words(value: Decimal, unit: str, lang: str) -> str:
     except Exception:  # noqa: BLE001 - babel raises several kinds for a unit a locale lacks
         return f"{cardinal(value, lang)} {unit.split('-', 1)[-1].replace('-', ' ')}"
     return formatted.replace(format_decimal(value, locale=loc), cardinal(value, lang), 1)
+
+
+def unit_name(unit: str, count: int, lang: str) -> str:
+    """A CLDR unit's name as `count` of it takes it: (`length-kilometer`, 2) -> "kilometers"."""
+    return unit_words(Decimal(count), unit, lang).replace(cardinal(count, lang), "", 1).strip()
 
 
 def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str:
@@ -83,9 +97,29 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
     return f"{cardinal(amount if whole is None else whole, lang)} {name}"
 
 
+def fraction_words(numerator: int, denominator: int, whole: int | None = None) -> str:
+    """English: (3, 4) -> "three quarters", (1, 2) -> "one half", (1, 2, whole=2) -> "two and a half".
+
+    The denominator's word is num2words' ordinal ("third", "tenth"), but "half" and "quarter"."""
+    one = {2: "half", 4: "quarter"}.get(denominator) or ordinal(denominator, "en").removeprefix("one ")
+    name = one if numerator == 1 else english_plural(one) if denominator != 2 else "halves"
+    if whole is None:
+        return f"{cardinal(numerator, 'en')} {name}"
+    count = ("an" if name[0] in "aeiou" else "a") if numerator == 1 else cardinal(numerator, "en")
+    return f"{cardinal(whole, 'en')} and {count} {name}"
+
+
+def slash_units(text: str, lang: str) -> str:
+    """`km/h`, `m/s` without a number -> their names ("kilometers per hour")."""
+    if "/" not in text:
+        return text
+    return _SLASH_UNITS.sub(lambda m: f" {unit_name(UNITS[m.group(1)], 2, lang)} ", text)
+
+
 def passes(lang: str) -> list[Pass]:
     """The (regex, replacement) passes for the quantities `lang` reads, in the order they run."""
     num, _, _ = number_pattern(lang)
+    base = language.base(lang)
 
     def number(text: str) -> Decimal:
         return parse_number(text, lang)
@@ -101,6 +135,26 @@ def passes(lang: str) -> list[Pass]:
     def percent(m: re.Match[str]) -> str:
         return f' {unit_words(number(m["n"]), "concentr-percent", lang)} '
 
+    def fraction(m: re.Match[str]) -> str:
+        a, b = int(m["a"]), int(m["b"])
+        whole = int(m["w"]) if m["w"] else None
+        proper = 0 < a < b and b in FRACTION_DENOMINATORS
+        if proper and m["u"]:
+            unit = UNITS[m["u"]]
+            if whole is not None:
+                return f" {fraction_words(a, b, whole)} {unit_name(unit, 2, lang)} "
+            name = unit_name(unit, 1, lang)
+            article = "an" if name[0].lower() in "aeiou" or name.startswith("hour") else "a"
+            return f" {fraction_words(a, b)} of {article} {name} "
+        if proper:
+            return f" {fraction_words(a, b, whole)} "
+        before = f"{m['w']} " if m["w"] else ""
+        if m["u"]:  # "24/7 km": the unit goes with the number before it
+            return f" {before}{cardinal(a, lang)} {m['b']} {m['u']}"
+        said = f"{cardinal(a, lang)} out of {cardinal(b, lang)}" if a == b and b <= 10 else \
+            f"{cardinal(a, lang)} {cardinal(b, lang)}"  # "10/10"; "24/7", "50/50", "12/25"
+        return f" {before}{said} "
+
     def unit(m: re.Match[str]) -> str:
         return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang)} '
 
@@ -108,12 +162,18 @@ def passes(lang: str) -> list[Pass]:
     codes = "|".join(CURRENCY_CODES)
     scales = alternation(SCALES)
     units = alternation(UNITS)
-    return [
+    found: list[Pass] = [
         (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
         (rf"(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
          rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", money),
         (rf"(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b", worded_scale),
         (rf"(?<![\w.])(?P<n>{num})\s?%", percent),
+    ]
+    if base == "en":
+        found.append((r"(?<![\w/.,:])(?:(?P<w>\d{1,3}) )?(?P<a>\d{1,3})/(?P<b>\d{1,3})(?![\w/]|[.,]\d)"
+                      rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
+    found += [
         (rf"(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
     ]
+    return found

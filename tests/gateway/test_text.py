@@ -283,3 +283,22 @@ def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: st
 ])
 def test_decades_are_read_as_decades(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1/2", "one half"),
+    ("3/4", "three quarters"),
+    ("2/3 of them", "two thirds of them"),
+    ("1/8, 7/10, 3/100", "one eighth, seven tenths, three hundredths"),
+    ("2 1/2 cups", "two and a half cups"),
+    ("3/4 mi and 1 1/2 km", "three quarters of a mile and one and a half kilometers"),
+    ("10/10", "ten out of ten"),
+    ("open 24/7, 50/50", "open twenty-four seven, fifty fifty"),
+    ("12/25/2024", "December twenty-fifth, twenty twenty-four"),  # a date, not a fraction
+    ("and/or", "and or"),
+    ("he/she w/o TCP/IP", "he or she without TCP IP"),
+    ("src/main/app.py", "src/main/app.py"),  # a path is left as written
+    ("speed in km/h, 50 km/h", "speed in kilometers per hour, fifty kilometers per hour"),
+])
+def test_fractions_and_slashes_read_as_said(text: str, expected: str) -> None:
+    assert spoken(text) == expected
