@@ -1,4 +1,4 @@
-"""Amounts of something, as words: money, percentages, units and fractions.
+"""Amounts of something, as words: money, percentages, units, durations and fractions.
 
 The words come from libraries: num2words (numbers, currency amounts and their plural forms),
 babel's CLDR data (unit and currency names with their plural rules). What is here only
@@ -7,6 +7,9 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 
 - money: `$3.50`, `€5`, `5 EUR`, `$2.5M`;
 - `5 thousand`, percentages `45%`;
+- durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
+  -> "two hours thirty minutes"; a part alone keeps its own reading (`2h` "two hours", `30m`
+  "thirty meters"; `45s` and `5s` are not read as seconds: `5s` may be "fives");
 - fractions (English): `1/2` "one half", `3/4` "three quarters", `2/3` "two thirds", `2 1/2`
   "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
   a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
@@ -51,6 +54,9 @@ UNITS = {
     "secs": "duration-second", "min": "duration-minute", "mins": "duration-minute", "h": "duration-hour",
     "hr": "duration-hour", "hrs": "duration-hour", "°": "angle-degree",
 }
+# The parts of a duration ("2h 30m"), largest first: (group, notations, CLDR unit).
+DURATION_PARTS = (("d", "d", "duration-day"), ("h", "hrs|hr|h", "duration-hour"),
+                  ("m", "mins|min|m", "duration-minute"), ("s", "secs|sec|s", "duration-second"))
 FRACTION_DENOMINATORS = frozenset(range(2, 11)) | {100}
 _SLASH_UNITS = re.compile(r"(?<![\w/])(" + "|".join(re.escape(u) for u in UNITS if "/" in u) + r")(?![\w/])")
 
@@ -118,8 +124,9 @@ def slash_units(text: str, lang: str) -> str:
 
 def passes(lang: str) -> list[Pass]:
     """The (regex, replacement) passes for the quantities `lang` reads, in the order they run."""
-    num, _, _ = number_pattern(lang)
+    num, _, decimal = number_pattern(lang)
     base = language.base(lang)
+    simple = rf"\d+(?:{re.escape(decimal)}\d+)?"
 
     def number(text: str) -> Decimal:
         return parse_number(text, lang)
@@ -134,6 +141,12 @@ def passes(lang: str) -> list[Pass]:
 
     def percent(m: re.Match[str]) -> str:
         return f' {unit_words(number(m["n"]), "concentr-percent", lang)} '
+
+    def duration(m: re.Match[str]) -> str:
+        parts = [(m[group], unit) for group, _, unit in DURATION_PARTS if m[group]]
+        if len(parts) < 2:
+            return m.group(0)  # one part alone ("30m", "5s") is not surely a duration
+        return " " + " ".join(unit_words(number(value), unit, lang) for value, unit in parts) + " "
 
     def fraction(m: re.Match[str]) -> str:
         a, b = int(m["a"]), int(m["b"])
@@ -162,6 +175,8 @@ def passes(lang: str) -> list[Pass]:
     codes = "|".join(CURRENCY_CODES)
     scales = alternation(SCALES)
     units = alternation(UNITS)
+    duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
+                             for group, notation, _ in DURATION_PARTS)
     found: list[Pass] = [
         (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
@@ -169,6 +184,7 @@ def passes(lang: str) -> list[Pass]:
          rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", money),
         (rf"(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b", worded_scale),
         (rf"(?<![\w.])(?P<n>{num})\s?%", percent),
+        (rf"(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", duration),
     ]
     if base == "en":
         found.append((r"(?<![\w/.,:])(?:(?P<w>\d{1,3}) )?(?P<a>\d{1,3})/(?P<b>\d{1,3})(?![\w/]|[.,]\d)"

@@ -302,3 +302,17 @@ def test_decades_are_read_as_decades(text: str, expected: str) -> None:
 ])
 def test_fractions_and_slashes_read_as_said(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2h 30m", "two hours thirty minutes"),
+    ("1m 45s", "one minute forty-five seconds"),
+    ("took 1h30m15s", "took one hour thirty minutes fifteen seconds"),
+    ("3d 4h", "three days four hours"),
+    ("2h", "two hours"),  # one part keeps its own reading
+    ("30m", "thirty meters"),
+    ("45s", "forty-five s"),
+    ("5s", "five s"),
+])
+def test_durations_of_two_parts_or_more_are_read_as_durations(text: str, expected: str) -> None:
+    assert spoken(text) == expected
