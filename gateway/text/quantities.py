@@ -5,7 +5,7 @@ babel's CLDR data (unit and currency names with their plural rules). What is her
 recognises the notations; `passes(lang)` gives them, in the order `numerals.expand` runs them
 (after dates and times, so `12/25/2024` is a date before it could be a fraction):
 
-- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`;
+- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars");
 - `5 thousand`, percentages `45%`;
 - durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
   -> "two hours thirty minutes"; a part alone keeps its own reading (`2h` "two hours", `30m`
@@ -84,7 +84,8 @@ def unit_name(unit: str, count: int, lang: str) -> str:
 
 
 def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str:
-    """`3.50`, `USD` -> "three dollars, fifty cents"; with `scale` 6: `2.5` -> "two point five million dollars"."""
+    """`3.50`, `USD` -> "three dollars, fifty cents"; `0.99` -> "ninety-nine cents";
+    with `scale` 6: `2.5` -> "two point five million dollars"."""
     num_lang = language.number_language(lang)
     converter = CONVERTER_CLASSES[num_lang]
     forms = getattr(converter, "CURRENCY_FORMS", {}).get(code)
@@ -92,6 +93,9 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
         name = converter.pluralize(2, forms[0]) if forms else get_currency_name(code, count=2, locale=language.locale(lang))
         return f"{scaled(amount, scale, lang)} {name}"
     if amount != amount.to_integral_value() and forms:
+        cents = amount * 100
+        if amount < 1 and cents == cents.to_integral_value() and len(forms) > 1 and forms[1]:
+            return f"{cardinal(int(cents), lang)} {converter.pluralize(int(cents), forms[1])}"  # not "zero dollars"
         try:
             return str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
         except (NotImplementedError, KeyError):

@@ -316,3 +316,16 @@ def test_fractions_and_slashes_read_as_said(text: str, expected: str) -> None:
 ])
 def test_durations_of_two_parts_or_more_are_read_as_durations(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("$0.99", "en_US", "ninety-nine cents"),
+    ("$0.01", "en_US", "one cent"),
+    ("$1.05", "en_US", "one dollar, five cents"),
+    ("$1", "en_US", "one dollar"),
+    ("$1,000,000", "en_US", "one million dollars"),
+    ("€5", "en_US", "five euro"),
+    ("0,99 €", "de_DE", "neunundneunzig Cent"),
+])
+def test_money_under_one_is_its_cents(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
