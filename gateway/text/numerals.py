@@ -4,10 +4,11 @@ The words come from libraries, per language: num2words (cardinals, ordinals, yea
 babel's CLDR data (month names and the order of a long date, the locale's decimal and group
 marks), through `number_words`. What is written here is only *recognising* the notations,
 with patterns, in this order (each pass turns its matches into words, so later passes never
-see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates
-(ISO `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
-(currency, percentages, durations, fractions, units), decades (`1990s`, `'80s`), ordinals (`1st`, `2e`, `3º`),
-ranges (`10-20`), years, version numbers (`1.2.3`), then every other number.
+see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates (ISO
+`2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
+(ratios, currency, percentages, durations, fractions, units), decades (`1990s`, `'80s`),
+ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers (`1.2.3`), then every
+other number.
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -183,7 +184,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         (r"(?<![\d-])(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?![\d-])", iso_date),
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
         (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", iso_date),
-        (r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<mi>[0-5]\d)(?::[0-5]\d)?(?![\d:])"
+        (r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<mi>[0-5]\d)(?::[0-5]\d)?(?![\d:]|[.,]\d)"
          r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?)?", clock),
         (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?", clock),
     ]

@@ -1,10 +1,13 @@
-"""Amounts of something, as words: money, percentages, units, durations and fractions.
+"""Amounts of something, as words: money, percentages, units, durations, fractions and ratios.
 
 The words come from libraries: num2words (numbers, currency amounts and their plural forms),
 babel's CLDR data (unit and currency names with their plural rules). What is here only
 recognises the notations; `passes(lang)` gives them, in the order `numerals.expand` runs them
-(after dates and times, so `12/25/2024` is a date before it could be a fraction):
+(after dates and times, so `3:15` is a time before it could be a ratio):
 
+- ratios (English): `3:1`, `16:9`, `1:50,000`, `3:2:1` -> "three to one"; only where no part
+  after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, is
+  left alone);
 - money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars");
 - `5 thousand`, percentages `45%`;
 - durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
@@ -135,6 +138,12 @@ def passes(lang: str) -> list[Pass]:
     def number(text: str) -> Decimal:
         return parse_number(text, lang)
 
+    def ratio(m: re.Match[str]) -> str:
+        parts = m.group(0).split(":")
+        if any(len(re.sub(r"\D", "", part)) == 2 for part in parts[1:]):
+            return m.group(0)  # "3:15" is a time (read before this), "25:99" neither
+        return " " + " to ".join(cardinal(number(part), lang) for part in parts) + " "
+
     def money(m: re.Match[str]) -> str:
         code = CURRENCY_SYMBOLS.get(m["sym"] or "") or (m["code"] or "").upper()
         scale = SCALES.get(m["scale"] or "", 0)
@@ -181,7 +190,10 @@ def passes(lang: str) -> list[Pass]:
     units = alternation(UNITS)
     duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
                              for group, notation, _ in DURATION_PARTS)
-    found: list[Pass] = [
+    found: list[Pass] = []
+    if base == "en":
+        found.append((rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio))
+    found += [
         (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
         (rf"(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"

@@ -329,3 +329,13 @@ def test_durations_of_two_parts_or_more_are_read_as_durations(text: str, expecte
 ])
 def test_money_under_one_is_its_cents(text: str, lang: str, expected: str) -> None:
     assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("a 3:1 ratio", "a three to one ratio"),
+    ("16:9 and 1:50,000", "sixteen to nine and one to fifty thousand"),
+    ("3:15", "three fifteen"),
+    ("10:30 pm", "ten thirty PM"),
+])
+def test_ratios_are_read_where_the_right_side_cannot_be_minutes(text: str, expected: str) -> None:
+    assert spoken(text) == expected
