@@ -6,9 +6,9 @@ marks), through `number_words`. What is written here is only *recognising* the n
 with patterns, in this order (each pass turns its matches into words, so later passes never
 see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates (ISO
 `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
-(ratios, currency, percentages, durations, fractions, units), decades (`1990s`, `'80s`),
-ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers (`1.2.3`), then every
-other number.
+(ratios, currency, percentages, durations, fractions, units, `100k`), decades (`1990s`,
+`'80s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers (`1.2.3`),
+then every other number.
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a

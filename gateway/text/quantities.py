@@ -1,4 +1,5 @@
-"""Amounts of something, as words: money, percentages, units, durations, fractions and ratios.
+"""Amounts of something, as words: money, percentages, units, durations, fractions, ratios and
+scaled numbers ("100k").
 
 The words come from libraries: num2words (numbers, currency amounts and their plural forms),
 babel's CLDR data (unit and currency names with their plural rules). What is here only
@@ -17,7 +18,10 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
   "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
   a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
   `50/50`, `12/25`) reads its two numbers ("twenty-four seven");
-- units: `5 km`, `20°C`, `50 km/h`, and `km/h`, `m/s` alone ("kilometers per hour").
+- units: `5 km`, `20°C`, `50 km/h`, and `km/h`, `m/s` alone ("kilometers per hour");
+- scaled numbers: `100k`, `2.5M`, `3B`, `4bn` -> "one hundred thousand", "two point five million"
+  (`m` is meters, and `t`/`T` tonnes or teslas, so neither is a scale here; `4K`, one digit and
+  a capital K, is a display or a run: "four K").
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ CURRENCY_CODES = ("USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "CNY", "INR",
 # Scale suffixes after an amount ("$2.5M", "€3bn", "$40k").
 SCALES = {"k": 3, "K": 3, "thousand": 3, "m": 6, "M": 6, "mn": 6, "million": 6, "b": 9, "B": 9, "bn": 9,
           "billion": 9, "t": 12, "T": 12, "tn": 12, "trillion": 12}
+# The scale suffixes a number without a currency takes ("100k", "2.5M"): not "m" (meters), "b",
+# "t" or "T" (tonnes, teslas), which a bare number more often means.
+BARE_SCALES = ("k", "K", "M", "B", "mn", "bn", "tn")
 # Notation -> CLDR unit id; babel gives the unit's name in the voice's language.
 UNITS = {
     "km": "length-kilometer", "m": "length-meter", "cm": "length-centimeter", "mm": "length-millimeter",
@@ -184,6 +191,11 @@ def passes(lang: str) -> list[Pass]:
     def unit(m: re.Match[str]) -> str:
         return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang)} '
 
+    def bare_scale(m: re.Match[str]) -> str:
+        if m["scale"] == "K" and len(m["amount"]) == 1:
+            return m.group(0)  # "4K" (a display), "5K" (a run) are said "four K"
+        return f" {scaled(number(m['amount']), SCALES[m['scale']], lang)} "
+
     symbols = alternation(CURRENCY_SYMBOLS)
     codes = "|".join(CURRENCY_CODES)
     scales = alternation(SCALES)
@@ -207,5 +219,6 @@ def passes(lang: str) -> list[Pass]:
                       rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
     found += [
         (rf"(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
+        (rf"(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", bare_scale),
     ]
     return found

@@ -270,7 +270,6 @@ def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: st
     assert spoken(text) == expected
 
 
-
 @pytest.mark.parametrize(("text", "expected"), [
     ("the 1990s", "the nineteen nineties"),
     ("the 1900s and the 2000s", "the nineteen hundreds and the two thousands"),
@@ -339,3 +338,32 @@ def test_money_under_one_is_its_cents(text: str, lang: str, expected: str) -> No
 ])
 def test_ratios_are_read_where_the_right_side_cannot_be_minutes(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("100k", "en_US", "one hundred thousand"),
+    ("2.5M users", "en_US", "two point five million users"),
+    ("$3B", "en_US", "three billion dollars"),
+    ("1.5bn", "en_US", "one point five billion"),
+    ("a 4K screen, 5 MB", "en_US", "a four K screen, five megabytes"),
+    ("2,5M", "de_DE", "zwei Millionen fünfhunderttausend"),
+])
+def test_scaled_numbers_are_read_with_their_scale(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+def test_the_new_notations_read_the_same_in_pieces() -> None:
+    text = ("Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
+            "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.")
+    whole = prepare(text, EN)
+    for seed in range(10):
+        rng = random.Random(seed)
+        stream = TextStream(EN)
+        out: list[object] = []
+        at = 0
+        while at < len(text):
+            size = rng.randint(1, 9)
+            out += stream.append(text[at:at + size])
+            at += size
+        out += stream.flush()
+        assert out == whole
