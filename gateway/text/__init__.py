@@ -17,10 +17,12 @@ The public API, for every route that speaks text (REST `/v1/audio/speech`,
   `says_something(text, options)`, the same as a yes or no;
 - `model_language(family, path)`: the language a model speaks.
 
-Modules: `markup` (markdown, SSML), `links` (URLs, e-mail), `numerals` (numbers, units,
-dates, currency), `symbols` (emoji, markup characters), `normalize` (the passes in
-order), `segments` (sentences per language), `stream` (incremental cutting),
-`language`, `options`.
+Modules: `markup` (markdown, SSML), `links` (URLs, e-mail), `numerals` (numbers, dates,
+times, phone numbers, decades, and the order of the number passes), `quantities` (money,
+percentages, units, durations, fractions, ratios, `100k`), `number_words` (a number's
+words), `symbols` (emoji, `&` and `/` between words, markup characters), `normalize`
+(the passes in order), `segments` (sentences per language), `stream` (incremental
+cutting), `language`, `options`.
 """
 
 from gateway.text.language import model_language

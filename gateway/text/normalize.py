@@ -1,9 +1,9 @@
 """One piece of text as a reader would speak it: the passes, in order.
 
 markdown and SSML (`markup`) -> emoji (`symbols`) -> URLs and e-mail addresses (`links`)
--> numbers, currency, dates, times, units (`numerals`) -> `&` -> leftover markup
-characters -> spacing. Each pass works on what the one before left, so a URL's digits
-are read as part of the URL, and a table cell's number as a number.
+-> numbers, currency, dates, times, units (`numerals`, `quantities`) -> `&` and `/` between
+words -> leftover markup characters -> spacing. Each pass works on what the one before left,
+so a URL's digits are read as part of the URL, and a table cell's number as a number.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 Emoji are recognised by the `emoji` package (Unicode's emoji list, kept up to date):
 dropped, or replaced by their CLDR names in the voice's language where the package has
-them (`😀` -> "grinning face"). `&` becomes the locale's "and" (CLDR list pattern).
+them (`😀` -> "grinning face"). `&` becomes the locale's "and" (CLDR list pattern). A `/`
+between two words is not read: `and/or` is "and or", `TCP/IP` "TCP IP" (English: `he/she` "he or
+she", `w/o` "without", `n/a` "not applicable"); a path of more parts (`src/main/app`) is left as
+written.
 Characters that only ever mark up text (`*`, `_`, `` ` ``, `#`, `|`, `~`, `\\`, `<`, `>`)
 and other pictographic symbols (Unicode categories So and Sk, e.g. `→`, `©`) are not
 read: a reader does not say "asterisk".
@@ -20,6 +23,10 @@ from gateway.text import language
 
 _MARKUP = re.compile(r"[*_`#|~\\<>^]+")
 _AMPERSAND = re.compile(r"\s*&\s*")
+_WORD_SLASH = re.compile(r"(?<![\w/.@-])([^\W\d_]+)/([^\W\d_]+)(?![\w/@-]|\.\w)")
+_PRONOUNS = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them"})
+# Slashed English abbreviations, read as their words.
+_EN_SLASHED = {"w/o": "without", "n/a": "not applicable", "s/he": "she or he"}
 
 
 def has_emoji(text: str) -> bool:
@@ -49,8 +56,21 @@ def and_word(lang: str) -> str:
 
 
 def connectors(text: str, lang: str) -> str:
+    """`&` -> the locale's "and"; `and/or` -> "and or" (`/` between two words, see above)."""
     if "&" in text:
         text = _AMPERSAND.sub(f" {and_word(lang)} ", text)
+    if "/" in text:
+        english = language.base(lang) == "en"
+
+        def slash(m: re.Match[str]) -> str:
+            if english:
+                if m.group(0).lower() in _EN_SLASHED:
+                    return _EN_SLASHED[m.group(0).lower()]
+                if m.group(1).lower() in _PRONOUNS and m.group(2).lower() in _PRONOUNS:
+                    return f"{m.group(1)} or {m.group(2)}"
+            return f"{m.group(1)} {m.group(2)}"
+
+        text = _WORD_SLASH.sub(slash, text)
     return text
 
 

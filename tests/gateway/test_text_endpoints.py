@@ -37,6 +37,11 @@ SPOKEN = [
     ("Meet me on 2024-03-15 at 10:30 am.", {}, "Meet me on March fifteenth, twenty twenty-four at ten thirty AM."),
     ("She came 1st, he came 22nd in 1999.", {}, "She came first, he came twenty-second in nineteen ninety-nine."),
     ("It is 25°C and 5 km away.", {}, "It is twenty-five degrees Celsius and five kilometers away."),
+    ("Call (555) 123-4567 about the '80s.", {},
+     "Call five five five, one two three, four five six seven about the eighties."),
+    ("For $0.99, 3/4 of 100k users and/or 2h 30m at 3:1.", {},
+     "For ninety-nine cents, three quarters of one hundred thousand users and or two hours thirty minutes at "
+     "three to one."),
     ("Run `pip install voxgate` first.", {}, "Run pip install voxgate first."),
     ("Try this:\n```bash\nrm -rf /tmp/x\n```\nThat was code.", {}, "Try this: That was code."),
     ("Try this:\n```bash\nls -la\n```", {"code": "speak"}, "Try this: ls -la."),

@@ -1,0 +1,81 @@
+"""A number's words in the voice's language, and the locale's way of writing a number.
+
+The words come from num2words (cardinals, ordinals, years) and the notation from babel's
+CLDR data (the group and decimal marks). `numerals` and `quantities` recognise notations
+and call these for the words.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from functools import lru_cache
+
+from babel.numbers import get_decimal_symbol, get_group_symbol
+from num2words import num2words
+
+from gateway.text import language
+
+YEAR_LANGUAGES = frozenset({"en", "de", "nl"})  # num2words reads a year differently from a count
+
+
+def cardinal(value: Decimal | int, lang: str) -> str:
+    """`Decimal("2.5")` -> "two point five" (num2words, in `lang`)."""
+    return str(num2words(value, lang=language.number_language(lang)))
+
+
+def ordinal(value: int, lang: str) -> str:
+    """`3` -> "third"; the cardinal where num2words has no ordinals for `lang`."""
+    try:
+        return str(num2words(value, lang=language.number_language(lang), to="ordinal"))
+    except NotImplementedError:
+        return cardinal(value, lang)
+
+
+def year(value: int, lang: str) -> str:
+    """`1999` -> "nineteen ninety-nine" where `lang` reads years so, else the cardinal."""
+    if language.base(lang) in YEAR_LANGUAGES:
+        return str(num2words(value, lang=language.number_language(lang), to="year"))
+    return cardinal(value, lang)
+
+
+def digits(text: str, lang: str) -> str:
+    """Each digit of `text` as its word, other characters left out: `"5-1"` -> "five one"."""
+    return " ".join(cardinal(int(ch), lang) for ch in text if ch.isdigit())
+
+
+def english_plural(words: str) -> str:
+    """The plural of an English number phrase's last word: "nineteen ninety" -> "nineteen nineties",
+    "third" -> "thirds", "hundred" -> "hundreds" (number words only: regular plurals)."""
+    if words.endswith("y"):
+        return words[:-1] + "ies"
+    return words + "s"
+
+
+def scale_word(exponent: int) -> str:
+    """The English word of 10**exponent's scale: 3 -> "thousand", 6 -> "million" (num2words)."""
+    return str(num2words(10 ** exponent, lang="en")).split()[-1]
+
+
+def scaled(amount: Decimal, exponent: int, lang: str) -> str:
+    """`amount` times 10**exponent: English says "two point five million" (as written),
+    other languages the whole number's words ("zwei Millionen fünfhunderttausend")."""
+    if language.base(lang) == "en":
+        return f"{cardinal(amount, lang)} {scale_word(exponent)}"
+    return cardinal(amount * (Decimal(10) ** exponent), lang)
+
+
+@lru_cache(maxsize=64)
+def number_pattern(lang: str) -> tuple[str, str, str]:
+    """(regex of one number, its group mark, its decimal mark) in the locale's notation."""
+    loc = language.locale(lang)
+    group, decimal = get_group_symbol(loc), get_decimal_symbol(loc)
+    group = " " if group.isspace() else group  # clean() made every space an ASCII one
+    g, d = re.escape(group), re.escape(decimal)
+    return rf"\d{{1,3}}(?:{g}\d{{3}})+(?:{d}\d+)?|\d+(?:{d}\d+)?", group, decimal
+
+
+def parse_number(text: str, lang: str) -> Decimal:
+    """`"1,234.5"` (in the locale's marks) -> `Decimal("1234.5")`; InvalidOperation if not a number."""
+    _, group, decimal = number_pattern(lang)
+    return Decimal(text.replace(group, "").replace(decimal, "."))

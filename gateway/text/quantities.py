@@ -1,0 +1,224 @@
+"""Amounts of something, as words: money, percentages, units, durations, fractions, ratios and
+scaled numbers ("100k").
+
+The words come from libraries: num2words (numbers, currency amounts and their plural forms),
+babel's CLDR data (unit and currency names with their plural rules). What is here only
+recognises the notations; `passes(lang)` gives them, in the order `numerals.expand` runs them
+(after dates and times, so `3:15` is a time before it could be a ratio):
+
+- ratios (English): `3:1`, `16:9`, `1:50,000`, `3:2:1` -> "three to one"; only where no part
+  after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, is
+  left alone);
+- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars");
+- `5 thousand`, percentages `45%`;
+- durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
+  -> "two hours thirty minutes"; a part alone keeps its own reading (`2h` "two hours", `30m`
+  "thirty meters"; `45s` and `5s` are not read as seconds: `5s` may be "fives");
+- fractions (English): `1/2` "one half", `3/4` "three quarters", `2/3` "two thirds", `2 1/2`
+  "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
+  a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
+  `50/50`, `12/25`) reads its two numbers ("twenty-four seven");
+- units: `5 km`, `20°C`, `50 km/h`, and `km/h`, `m/s` alone ("kilometers per hour");
+- scaled numbers: `100k`, `2.5M`, `3B`, `4bn` -> "one hundred thousand", "two point five million"
+  (`m` is meters, and `t`/`T` tonnes or teslas, so neither is a scale here; `4K`, one digit and
+  a capital K, is a display or a run: "four K").
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Callable, Iterable
+
+from babel.numbers import format_decimal, get_currency_name
+from babel.units import format_unit
+from num2words import CONVERTER_CLASSES, num2words
+
+from gateway.text import language
+from gateway.text.number_words import cardinal, english_plural, number_pattern, ordinal, parse_number, scaled
+
+CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
+                    "¥": "JPY", "₹": "INR", "₩": "KRW", "₽": "RUB", "₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB",
+                    "₴": "UAH", "₦": "NGN", "₱": "PHP", "zł": "PLN"}
+CURRENCY_CODES = ("USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "CNY", "INR", "BRL", "SEK", "NOK", "DKK",
+                  "PLN", "RUB", "KRW", "MXN", "TRY", "ZAR", "NZD", "SGD", "HKD")
+# Scale suffixes after an amount ("$2.5M", "€3bn", "$40k").
+SCALES = {"k": 3, "K": 3, "thousand": 3, "m": 6, "M": 6, "mn": 6, "million": 6, "b": 9, "B": 9, "bn": 9,
+          "billion": 9, "t": 12, "T": 12, "tn": 12, "trillion": 12}
+# The scale suffixes a number without a currency takes ("100k", "2.5M"): not "m" (meters), "b",
+# "t" or "T" (tonnes, teslas), which a bare number more often means.
+BARE_SCALES = ("k", "K", "M", "B", "mn", "bn", "tn")
+# Notation -> CLDR unit id; babel gives the unit's name in the voice's language.
+UNITS = {
+    "km": "length-kilometer", "m": "length-meter", "cm": "length-centimeter", "mm": "length-millimeter",
+    "µm": "length-micrometer", "nm": "length-nanometer", "mi": "length-mile", "ft": "length-foot",
+    "yd": "length-yard", "kg": "mass-kilogram", "g": "mass-gram", "mg": "mass-milligram", "lb": "mass-pound",
+    "lbs": "mass-pound", "oz": "mass-ounce", "l": "volume-liter", "L": "volume-liter", "ml": "volume-milliliter",
+    "mL": "volume-milliliter", "°C": "temperature-celsius", "°F": "temperature-fahrenheit",
+    "km/h": "speed-kilometer-per-hour", "kph": "speed-kilometer-per-hour", "mph": "speed-mile-per-hour",
+    "m/s": "speed-meter-per-second", "kWh": "energy-kilowatt-hour", "W": "power-watt", "kW": "power-kilowatt",
+    "MW": "power-megawatt", "GW": "power-gigawatt", "V": "electric-volt", "Hz": "frequency-hertz",
+    "kHz": "frequency-kilohertz", "MHz": "frequency-megahertz", "GHz": "frequency-gigahertz",
+    "KB": "digital-kilobyte", "kB": "digital-kilobyte", "MB": "digital-megabyte", "GB": "digital-gigabyte",
+    "TB": "digital-terabyte", "PB": "digital-petabyte", "ms": "duration-millisecond", "sec": "duration-second",
+    "secs": "duration-second", "min": "duration-minute", "mins": "duration-minute", "h": "duration-hour",
+    "hr": "duration-hour", "hrs": "duration-hour", "°": "angle-degree",
+}
+# The parts of a duration ("2h 30m"), largest first: (group, notations, CLDR unit).
+DURATION_PARTS = (("d", "d", "duration-day"), ("h", "hrs|hr|h", "duration-hour"),
+                  ("m", "mins|min|m", "duration-minute"), ("s", "secs|sec|s", "duration-second"))
+FRACTION_DENOMINATORS = frozenset(range(2, 11)) | {100}
+_SLASH_UNITS = re.compile(r"(?<![\w/])(" + "|".join(re.escape(u) for u in UNITS if "/" in u) + r")(?![\w/])")
+
+Pass = tuple[str, Callable[[re.Match[str]], str]]
+
+
+def alternation(names: Iterable[str]) -> str:
+    """A regex alternation of `names`, longest first (so `km/h` wins over `km`)."""
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+
+def unit_words(value: Decimal, unit: str, lang: str) -> str:
+    """`2.5`, `length-kilometer` -> "two point five kilometers" (CLDR plural rules pick the form)."""
+    loc = language.locale(lang)
+    try:
+        formatted = format_unit(value, unit, locale=loc, length="long")
+    except Exception:  # noqa: BLE001 - babel raises several kinds for a unit a locale lacks
+        return f"{cardinal(value, lang)} {unit.split('-', 1)[-1].replace('-', ' ')}"
+    return formatted.replace(format_decimal(value, locale=loc), cardinal(value, lang), 1)
+
+
+def unit_name(unit: str, count: int, lang: str) -> str:
+    """A CLDR unit's name as `count` of it takes it: (`length-kilometer`, 2) -> "kilometers"."""
+    return unit_words(Decimal(count), unit, lang).replace(cardinal(count, lang), "", 1).strip()
+
+
+def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str:
+    """`3.50`, `USD` -> "three dollars, fifty cents"; `0.99` -> "ninety-nine cents";
+    with `scale` 6: `2.5` -> "two point five million dollars"."""
+    num_lang = language.number_language(lang)
+    converter = CONVERTER_CLASSES[num_lang]
+    forms = getattr(converter, "CURRENCY_FORMS", {}).get(code)
+    if scale:
+        name = converter.pluralize(2, forms[0]) if forms else get_currency_name(code, count=2, locale=language.locale(lang))
+        return f"{scaled(amount, scale, lang)} {name}"
+    if amount != amount.to_integral_value() and forms:
+        cents = amount * 100
+        if amount < 1 and cents == cents.to_integral_value() and len(forms) > 1 and forms[1]:
+            return f"{cardinal(int(cents), lang)} {converter.pluralize(int(cents), forms[1])}"  # not "zero dollars"
+        try:
+            return str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
+        except (NotImplementedError, KeyError):
+            pass
+    whole = int(amount) if amount == amount.to_integral_value() else None
+    count = whole if whole is not None else 2
+    name = converter.pluralize(count, forms[0]) if forms else get_currency_name(
+        code, count=count, locale=language.locale(lang))
+    return f"{cardinal(amount if whole is None else whole, lang)} {name}"
+
+
+def fraction_words(numerator: int, denominator: int, whole: int | None = None) -> str:
+    """English: (3, 4) -> "three quarters", (1, 2) -> "one half", (1, 2, whole=2) -> "two and a half".
+
+    The denominator's word is num2words' ordinal ("third", "tenth"), but "half" and "quarter"."""
+    one = {2: "half", 4: "quarter"}.get(denominator) or ordinal(denominator, "en").removeprefix("one ")
+    name = one if numerator == 1 else english_plural(one) if denominator != 2 else "halves"
+    if whole is None:
+        return f"{cardinal(numerator, 'en')} {name}"
+    count = ("an" if name[0] in "aeiou" else "a") if numerator == 1 else cardinal(numerator, "en")
+    return f"{cardinal(whole, 'en')} and {count} {name}"
+
+
+def slash_units(text: str, lang: str) -> str:
+    """`km/h`, `m/s` without a number -> their names ("kilometers per hour")."""
+    if "/" not in text:
+        return text
+    return _SLASH_UNITS.sub(lambda m: f" {unit_name(UNITS[m.group(1)], 2, lang)} ", text)
+
+
+def passes(lang: str) -> list[Pass]:
+    """The (regex, replacement) passes for the quantities `lang` reads, in the order they run."""
+    num, _, decimal = number_pattern(lang)
+    base = language.base(lang)
+    simple = rf"\d+(?:{re.escape(decimal)}\d+)?"
+
+    def number(text: str) -> Decimal:
+        return parse_number(text, lang)
+
+    def ratio(m: re.Match[str]) -> str:
+        parts = m.group(0).split(":")
+        if any(len(re.sub(r"\D", "", part)) == 2 for part in parts[1:]):
+            return m.group(0)  # "3:15" is a time (read before this), "25:99" neither
+        return " " + " to ".join(cardinal(number(part), lang) for part in parts) + " "
+
+    def money(m: re.Match[str]) -> str:
+        code = CURRENCY_SYMBOLS.get(m["sym"] or "") or (m["code"] or "").upper()
+        scale = SCALES.get(m["scale"] or "", 0)
+        return f" {currency_words(number(m['amount']), code, lang, scale)} "
+
+    def worded_scale(m: re.Match[str]) -> str:
+        return f" {cardinal(number(m['amount']), lang)} {m['scale']}"
+
+    def percent(m: re.Match[str]) -> str:
+        return f' {unit_words(number(m["n"]), "concentr-percent", lang)} '
+
+    def duration(m: re.Match[str]) -> str:
+        parts = [(m[group], unit) for group, _, unit in DURATION_PARTS if m[group]]
+        if len(parts) < 2:
+            return m.group(0)  # one part alone ("30m", "5s") is not surely a duration
+        return " " + " ".join(unit_words(number(value), unit, lang) for value, unit in parts) + " "
+
+    def fraction(m: re.Match[str]) -> str:
+        a, b = int(m["a"]), int(m["b"])
+        whole = int(m["w"]) if m["w"] else None
+        proper = 0 < a < b and b in FRACTION_DENOMINATORS
+        if proper and m["u"]:
+            unit = UNITS[m["u"]]
+            if whole is not None:
+                return f" {fraction_words(a, b, whole)} {unit_name(unit, 2, lang)} "
+            name = unit_name(unit, 1, lang)
+            article = "an" if name[0].lower() in "aeiou" or name.startswith("hour") else "a"
+            return f" {fraction_words(a, b)} of {article} {name} "
+        if proper:
+            return f" {fraction_words(a, b, whole)} "
+        before = f"{m['w']} " if m["w"] else ""
+        if m["u"]:  # "24/7 km": the unit goes with the number before it
+            return f" {before}{cardinal(a, lang)} {m['b']} {m['u']}"
+        said = f"{cardinal(a, lang)} out of {cardinal(b, lang)}" if a == b and b <= 10 else \
+            f"{cardinal(a, lang)} {cardinal(b, lang)}"  # "10/10"; "24/7", "50/50", "12/25"
+        return f" {before}{said} "
+
+    def unit(m: re.Match[str]) -> str:
+        return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang)} '
+
+    def bare_scale(m: re.Match[str]) -> str:
+        if m["scale"] == "K" and len(m["amount"]) == 1:
+            return m.group(0)  # "4K" (a display), "5K" (a run) are said "four K"
+        return f" {scaled(number(m['amount']), SCALES[m['scale']], lang)} "
+
+    symbols = alternation(CURRENCY_SYMBOLS)
+    codes = "|".join(CURRENCY_CODES)
+    scales = alternation(SCALES)
+    units = alternation(UNITS)
+    duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
+                             for group, notation, _ in DURATION_PARTS)
+    found: list[Pass] = []
+    if base == "en":
+        found.append((rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio))
+    found += [
+        (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
+         rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
+        (rf"(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
+         rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", money),
+        (rf"(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b", worded_scale),
+        (rf"(?<![\w.])(?P<n>{num})\s?%", percent),
+        (rf"(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", duration),
+    ]
+    if base == "en":
+        found.append((r"(?<![\w/.,:])(?:(?P<w>\d{1,3}) )?(?P<a>\d{1,3})/(?P<b>\d{1,3})(?![\w/]|[.,]\d)"
+                      rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
+    found += [
+        (rf"(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
+        (rf"(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", bare_scale),
+    ]
+    return found
