@@ -155,13 +155,12 @@ class Generator:
         audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), BACKGROUND_TTFA_MS,
                          request_id=f"project-{uuid.uuid4().hex[:16]}")
         try:
-            first = await audio.start()
-            pieces, sample_rate = [first.pcm], first.sample_rate
-            if not first.is_last:
-                async for chunk in audio:
-                    pieces.append(chunk.pcm)
-                    if chunk.is_last:
-                        break
+            sample_rate = (await audio.start()).sample_rate
+            pieces = []
+            async for chunk in audio:  # from the first chunk again: start() keeps it for the iteration
+                pieces.append(chunk.pcm)
+                if chunk.is_last:
+                    break
         finally:
             await audio.aclose()
             lease.release()
