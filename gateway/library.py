@@ -6,7 +6,9 @@ Every write here is one transaction: a failed request leaves the database unchan
 
 Several processes may open one database at once (servers sharing a data dir, a `voxgate
 keys`/`models` command beside a starting server): each connection waits up to
-`BUSY_TIMEOUT_S` for another's write lock, and each migration runs in `BEGIN IMMEDIATE` (the
+`BUSY_TIMEOUT_S` for another's write lock (also to switch a new database to WAL, which SQLite
+refuses at once, not through its busy handler, while another connection switches it), and each
+migration runs in `BEGIN IMMEDIATE` (the
 write lock first) and checks `schema_version` again inside it, so a migration another process
 applied meanwhile is skipped, not applied twice.
 """
@@ -76,6 +78,21 @@ def migration_files() -> list[tuple[int, str, str]]:
     return found
 
 
+async def _journal_mode_wal(db: aiosqlite.Connection) -> None:
+    """`PRAGMA journal_mode = WAL`, tried again for up to `BUSY_TIMEOUT_S` while it answers "database is
+    locked": the switch needs the database to itself, and SQLite does not wait for it (processes opening a
+    new database at once got the error within 3 ms, tests/gateway/test_library.py)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
+
+
 class Library:
     def __init__(self, db: aiosqlite.Connection) -> None:
         self.db = db
@@ -104,7 +121,7 @@ class Library:
         try:
             db.row_factory = aiosqlite.Row
             await db.execute("PRAGMA foreign_keys = ON")
-            await db.execute("PRAGMA journal_mode = WAL")
+            await _journal_mode_wal(db)
             library = cls(db)
             await library.migrate()
         except BaseException as error:

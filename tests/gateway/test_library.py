@@ -94,6 +94,30 @@ def test_a_migration_waits_for_another_connections_write_lock(tmp_path: Path) ->
     other.close()
 
 
+def test_a_start_waits_to_switch_a_new_database_to_wal_while_another_connection_writes_it(tmp_path: Path) -> None:
+    """The switch to WAL reads the database, then needs it to itself; while another connection holds the
+    write lock of a rollback-journal database (as another process switching it does), SQLite answers
+    "database is locked" at once instead of calling its busy handler, which could deadlock (seen: one of
+    four processes opening a new database together failed within 3 ms). The start tries again for up
+    to the busy timeout."""
+    path = tmp_path / "db.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE unrelated (x)")  # a rollback-journal database, as a new one is
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO unrelated VALUES (1)")
+    threading.Timer(0.5, other.execute, ("COMMIT",)).start()
+
+    async def go() -> float:
+        started = time.monotonic()
+        library = await Library.open(path)
+        await library.close()
+        return time.monotonic() - started
+
+    assert asyncio.run(go()) >= 0.3  # it waited for the commit, then switched and migrated
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other.close()
+
+
 def test_a_lock_held_past_the_busy_timeout_is_a_clear_error_naming_the_database(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "voxgate.db"
