@@ -100,8 +100,8 @@ def create_app(settings: Settings) -> Starlette:
         load_errors = LoadErrors()  # each model's last failed load, for GET /v1/models
         residency = Residency(
             engine, library, devices=settings.devices,
-            loader=load_errors.wrap(functools.partial(load_runner, max_running=settings.max_running,
-                                                      cpu_workers=settings.cpu_workers)),
+            loader=functools.partial(load_runner, max_running=settings.max_running, cpu_workers=settings.cpu_workers),
+            load_errors=load_errors,
             max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)

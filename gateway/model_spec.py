@@ -10,11 +10,14 @@ A load that fails is checked with the family's `validate` (its files read, not l
 that finds them broken, the load raises `InvalidModel` saying which file, and the request gets
 500 `model_load_failed` with `x-should-retry: false` (gateway/errors.py) instead of a 503 a
 client retries; a load that fails with good files (out of memory, a busy GPU) stays a 503.
-`LoadErrors` keeps each model's last failed load for `GET /v1/models` (`load_error`).
+`LoadErrors` keeps each model's last failed load for `GET /v1/models` (`load_error`), and says
+before a load (`refusal`) whether it would fail for good as the last one did, so that residency
+refuses it without evicting other models for it (gateway/residency.py).
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import threading
 import time
@@ -133,30 +136,108 @@ def _short(error: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def files_stamp(spec: ModelSpec) -> tuple[Any, ...]:
+    """What a load of `spec` reads, told apart cheaply (stat, nothing read; runs in a worker thread):
+    its family, folder and options, and the size, change times and inode of every file under its
+    folder (a voice file: the files beside it named after it) and under the folders its path options
+    name (the family's `OPTIONS` of kind "path", e.g. Orpheus' `backbone_path`)."""
+    try:
+        known: Mapping[str, Any] = getattr(family(spec.family), "OPTIONS", {})
+    except (KeyError, FamilyUnavailable):
+        known = {}
+    roots = [spec.path] if spec.path is not None else []
+    roots += [Path(value) for name, value in spec.options.items() if getattr(known.get(name), "kind", "") == "path"]
+    files: list[tuple[Any, ...]] = []
+    for root in roots:
+        try:
+            found = ([root, *sorted(root.rglob("*"))] if root.is_dir()
+                     else sorted(root.parent.glob(glob.escape(root.name) + "*")) or [root])
+            for path in found:
+                status = path.stat()
+                files.append((str(path), status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino))
+        except OSError as error:  # gone, or unreadable: that too is a state of its files
+            files.append((str(root), type(error).__name__))
+    return spec.family, spec.path, dict(spec.options), tuple(files)
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """A load that failed for good (`InvalidModel`), with what it read then (`files_stamp`)."""
+
+    stamp: tuple[Any, ...]
+    message: str  # its error's, not the error: its traceback would keep what the load had read alive
+    field: str
+    files: bool  # the family's `validate` found the files broken too (else: the load's own verdict)
+
+    def error(self) -> InvalidModel:
+        return InvalidModel(self.message, self.field)
+
+
 class LoadErrors:
     """Each model's last failed load (its message, device, when, and whether another try may work:
     not when the load raised `InvalidModel`, files broken or options that cannot work), for
     `GET /v1/models`; a successful load or a removal clears it.
-    `wrap(loader)` records them; the loader runs in worker threads, hence the lock."""
+    `wrap(loader)` records them; the loader runs in worker threads, hence the lock.
+
+    `refusal(spec)`, residency's check before it loads a model that failed for good or evicts
+    another for one, says whether the load would fail for good; one that would is not tried."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._errors: dict[str, dict[str, Any]] = {}
+        self._verdicts: dict[str, _Verdict] = {}
 
     def wrap(self, loader: Loader) -> Loader:
         def load(spec: ModelSpec, device: str) -> Runner:
             try:
                 runner = loader(spec, device)
             except Exception as error:
-                message = getattr(error, "message", None) or _short(error)
-                with self._lock:
-                    self._errors[spec.model_id] = {"message": message, "retryable": not isinstance(error, InvalidModel),
-                                                   "device": device, "at": time.time()}
+                verdict = None
+                if isinstance(error, InvalidModel):  # what it read, and whether validate sees it too
+                    verdict = _Verdict(files_stamp(spec), error.message, error.field, files_problem(spec) is not None)
+                self._record(spec.model_id, error, device, verdict)
                 raise
             self.forget(spec.model_id)
             return runner
 
         return load
+
+    def failed_for_good(self, model_id: str) -> bool:
+        """Whether `model_id`'s last load failed with `InvalidModel` (`refusal` looks again)."""
+        with self._lock:
+            return model_id in self._verdicts
+
+    def refusal(self, spec: ModelSpec, device: str) -> InvalidModel | None:
+        """Why a load of `spec` would fail for good, found without loading it (runs in a worker
+        thread; ~0.2 s on a tiny Orpheus folder, mostly its tokenizer), or None: try it. Where its last
+        load failed for good and nothing it reads has changed since (`files_stamp`), that error
+        again: at once when the load itself refused the model (weights that do not match the
+        config, options this server cannot run), else while the family's `validate` still finds
+        the files broken. Otherwise `validate` decides: files broken now are recorded as a failed
+        load on `device` (`load_error`), good ones are loaded (a load that works clears the record)."""
+        with self._lock:
+            verdict = self._verdicts.get(spec.model_id)
+        stamp = files_stamp(spec)
+        if verdict is not None and verdict.stamp == stamp and not verdict.files:
+            return verdict.error()
+        problem = files_problem(spec)
+        if problem is None:
+            return None
+        if verdict is not None and verdict.stamp == stamp:
+            return verdict.error()
+        error = InvalidModel(f"{problem} (found by checking its files before loading it)")
+        self._record(spec.model_id, error, device, _Verdict(stamp, error.message, error.field, True))
+        return error
+
+    def _record(self, model_id: str, error: Exception, device: str, verdict: _Verdict | None) -> None:
+        message = getattr(error, "message", None) or _short(error)
+        with self._lock:
+            self._errors[model_id] = {"message": message, "retryable": verdict is None, "device": device,
+                                      "at": time.time()}
+            if verdict is not None:
+                self._verdicts[model_id] = verdict
+            else:
+                self._verdicts.pop(model_id, None)
 
     def get(self, model_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -166,6 +247,7 @@ class LoadErrors:
     def forget(self, model_id: str) -> None:
         with self._lock:
             self._errors.pop(model_id, None)
+            self._verdicts.pop(model_id, None)
 
 
 def free_memory_bytes(device: str) -> int | None:

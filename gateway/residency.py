@@ -16,6 +16,10 @@
   first replica, never more. A synthesiser (no backbone: a CPU pool) is placed once.
 - A request waits at most its busy timeout for room, then gets 503 `server_busy` or
   `insufficient_memory`. Once its model is loading, it waits for the load to finish.
+- Nothing is evicted for a load that would fail for good (gateway/model_spec.py
+  `LoadErrors.refusal`: files read, not loaded): a model is checked before a load that needs
+  evictions, and before every load once one failed for good (broken files, options that cannot
+  work); it gets 500 `model_load_failed`, unloading nothing, until what it reads changes.
 - Loads run in a worker thread (`asyncio.to_thread`), off the event loop and off the
   engine thread, so other resident models keep streaming meanwhile.
 """
@@ -33,8 +37,8 @@ from engine.engine import Engine
 from engine.runner import Runner
 from engine.types import EngineError, UnknownModel
 from gateway.library import Library
-from gateway.model_spec import FreeMemory, Loader, Lookup, ModelSpec, estimate_memory, free_memory_bytes, \
-    library_lookup, load_runner
+from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec, estimate_memory, \
+    free_memory_bytes, library_lookup, load_runner
 from gateway.placement import plan
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
@@ -60,6 +64,7 @@ class Residency:
         max_running: int = 64,
         cpu_workers: int = 0,
         loader: Loader | None = None,
+        load_errors: LoadErrors | None = None,
         free_memory: FreeMemory | None = None,
         poll_s: float = 0.05,
     ) -> None:
@@ -78,7 +83,9 @@ class Residency:
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
         self.cpu_workers = cpu_workers  # sizes a Piper pool, and so its estimate
-        self._loader = loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers)
+        self.load_errors = load_errors or LoadErrors()  # each model's last failed load (it records them)
+        self._loader = self.load_errors.wrap(
+            loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers))
         self._free_memory = free_memory or free_memory_bytes
         self.poll_s = poll_s
         self._residents: dict[str, Resident] = {}
@@ -172,6 +179,7 @@ class Residency:
         LoadFailed.
         """
         spec: ModelSpec | None = None
+        checked = False  # whether the load would fail for good, asked before anything is evicted for it
         started = time.monotonic()
         while True:
             resident = self._residents.get(model_id)
@@ -193,16 +201,21 @@ class Residency:
                     spec = dataclasses.replace(spec, keep_loaded=True)
                 footprint, how = await asyncio.to_thread(estimate_memory, spec, self.memory_factor, self.cpu_workers)
                 timeout_s = self._timeout_s(spec, timeout_ms)
+                if self.load_errors.failed_for_good(model_id):  # not even loaded while that stands
+                    checked = await self._check_files(spec)
             async with self._lock:
                 if model_id in self._residents:
                     continue
                 victims, devices, blocked = self._plan(footprint)
-                if blocked is None:
+                if blocked is None and (checked or not victims):
                     for victim in victims:
                         self.num_evictions += 1
                         await self._unload(victim, f"evicted (LRU) to load {model_id!r}")
                     self._begin_load(spec, {device: footprint for device in devices})
                     continue
+            if blocked is None:  # room, by evicting: first the check, then the plan again
+                checked = await self._check_files(spec)
+                continue
             remaining = timeout_s - (time.monotonic() - started)
             if blocked == "never":
                 raise InsufficientMemory(self._memory_message(model_id, footprint, how), field="model")
@@ -268,6 +281,20 @@ class Residency:
         return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
                 f"({how}) and {format_mb(self.min_free_bytes)} must stay free; "
                 f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
+
+    async def _check_files(self, spec: ModelSpec) -> bool:
+        """Raise LoadFailed (a 500: its cause is InvalidModel) where a load of `spec` would fail for
+        good (`LoadErrors.refusal`: its files broken, or unchanged since such a load), before
+        anything is evicted for it; a client retrying a broken model must not unload healthy ones."""
+        try:
+            error = await asyncio.to_thread(self.load_errors.refusal, spec, self.device)
+        except Exception:  # a check that breaks refuses nothing: the load says what is wrong
+            log.exception("could not check the files of model %s before loading it", spec.model_id)
+            return True
+        if error is not None:
+            log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, _describe(error))
+            raise LoadFailed(f"model {spec.model_id!r} failed to load: {_describe(error)}", field="model") from error
+        return True
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:
         resident = Resident(spec, footprints, last_used_s=time.monotonic())
