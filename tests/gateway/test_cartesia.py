@@ -116,6 +116,8 @@ def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
      "invalid_input", "output_format.sample_rate"),
     ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "ogg", "sample_rate": 8000}}',
      "invalid_input", "output_format.container"),
+    ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "ogg"}}',
+     "invalid_input", "output_format.container"),
     ('{"context_id": "c", "transcript": 3}', "invalid_input", "transcript"),
     ('{"context_id": "c", "transcript": "hi", "generation_config": {"speed": 99}, "output_format": '
      '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input",
@@ -170,6 +172,7 @@ def test_tts_sse_events(client: httpx.Client) -> None:
     ({"transcript": "  ", "output_format": BASE["output_format"]}, 400, "transcript"),
     ({"transcript": "hi", "model_id": "missing", "output_format": BASE["output_format"]}, 404, "model_id"),
     ({"transcript": "hi", "generation_config": "x", "output_format": BASE["output_format"]}, 400, "generation_config"),
+    ({"transcript": "hi", "output_format": {"container": "ogg"}}, 400, "output_format.container"),
 ])
 def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], status: int, field: str) -> None:
     for path in ("/tts/bytes", "/tts/sse"):
