@@ -77,8 +77,9 @@ async def choose(state: AppState, message: dict[str, Any]) -> Choice:
     speed = None
     if isinstance(config, dict) and config.get("speed") is not None:
         speed = check_speed(config["speed"], "generation_config.speed")
-    return await resolve_vendor_voice(state, model=message.get("model_id"), voice=voice_id(message.get("voice")),
-                                      speed=speed)
+    voice = message.get("voice")
+    return await resolve_vendor_voice(state, model=message.get("model_id"), voice=voice_id(voice), speed=speed,
+                                      voice_field="voice" if isinstance(voice, str) else "voice.id")
 
 
 def timestamps(words: Sequence[WordTiming]) -> dict[str, Any]:
