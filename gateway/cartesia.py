@@ -13,7 +13,8 @@ the listener would run dry first (gateway/vendor_context.py); `flush` and `conti
 false` speak everything buffered at once. Server → client, each with `type` and `context_id`:
 `chunk` (`data`: base64 audio, `done: false`), `timestamps` (`word_timestamps`:
 `words`, `start`, `end` in seconds from the context's start), `flush_done`
-(`flush_id`), `done` (its own message), `error` (`title`, `message`, `error_code`,
+(`flush_id`: after the audio of the text before the flush, before any audio of text sent
+after it), `done` (its own message), `error` (`title`, `message`, `error_code`,
 `field`; `done: true`). An `error` ends its context, as Cartesia's does and as the clients
 read it (the SDK's `receive()` returns at any `error`, pipecat drops the context, LiveKit
 takes `done: true` as its end): whether its synthesis failed or a message for it was bad
@@ -76,8 +77,9 @@ async def choose(state: AppState, message: dict[str, Any]) -> Choice:
     speed = None
     if isinstance(config, dict) and config.get("speed") is not None:
         speed = check_speed(config["speed"], "generation_config.speed")
-    return await resolve_vendor_voice(state, model=message.get("model_id"), voice=voice_id(message.get("voice")),
-                                      speed=speed)
+    voice = message.get("voice")
+    return await resolve_vendor_voice(state, model=message.get("model_id"), voice=voice_id(voice), speed=speed,
+                                      voice_field="voice" if isinstance(voice, str) else "voice.id")
 
 
 def timestamps(words: Sequence[WordTiming]) -> dict[str, Any]:

@@ -121,20 +121,23 @@ async def check_preset_voice(state: AppState, model_id: str, voice: object, voic
     raise UnknownVoice(f"model {model_id!r} has no voice {voice!r}; voices: {', '.join(voices)}", field="voice")
 
 
-async def resolve_vendor_voice(state: AppState, *, model: object, voice: object, speed: object | None) -> Choice:
+async def resolve_vendor_voice(state: AppState, *, model: object, voice: object, speed: object | None,
+                               voice_field: str) -> Choice:
     """`gateway.voices.resolve_vendor` with the server's defaults, where a Base model's vendor
-    voice id may name a reference voice (an ElevenLabs `voice_id`, a Cartesia `voice.id`).
-    Raises what `resolve_vendor` raises, and UnknownVoice for a reference whose file is gone."""
+    voice id may name a reference voice (an ElevenLabs `voice_id`, a Cartesia `voice.id`: what
+    `voice_field` names in errors). Raises what `resolve_vendor` raises, and UnknownVoice for a
+    reference whose file is gone."""
     settings = state.settings
     choice = await resolve_vendor(state.library, model=model, voice=voice, speed=speed,
-                                  default_model=settings.default_model, default_voice=settings.default_voice)
+                                  default_model=settings.default_model, default_voice=settings.default_voice,
+                                  voice_field=voice_field)
     if isinstance(voice, str) and voice and choice.voice != voice and choice.family == "qwen3_tts" \
             and await is_base(state, choice.model_id):  # an unknown vendor id fell back to the default
         if await store(state).get(voice) is None:
             raise UnknownVoice(f"no reference voice {voice!r} for Base model {choice.model_id!r} "
-                               "(/v1/voices/references)", field="voice")
+                               "(/v1/voices/references)", field=voice_field)
         choice = dataclasses.replace(choice, voice=voice)
-    return await with_reference(state, choice)
+    return await with_reference(state, choice, field=voice_field)
 
 
 async def model_voices(state: AppState, record: dict[str, Any]) -> tuple[list[str], str]:

@@ -240,7 +240,7 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
         eager = auto_mode(query.get("auto_mode"))
         check_inactivity_timeout(query.get("inactivity_timeout"))
         choice = await resolve_vendor_voice(state, model=query.get("model_id"), voice=ws.path_params["voice_id"],
-                                            speed=None)
+                                            speed=None, voice_field="voice_id")
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
     except EngineError as error:
         await placeholder.send_error(error, None)  # the whole message, then a close frame's reason: <= 123 bytes

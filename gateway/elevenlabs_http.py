@@ -60,7 +60,7 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, str]
     speed = settings.get("speed") if isinstance(settings, dict) else None
     try:
         choice = await resolve_vendor_voice(state, model=data.get("model_id"), voice=request.path_params["voice_id"],
-                                            speed=speed)
+                                            speed=speed, voice_field="voice_id")
     except EngineError as error:
         if error.field == "speed":
             error.field = "voice_settings.speed"

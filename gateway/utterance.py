@@ -19,6 +19,10 @@ common (DESIGN.md §2):
   wait for the first clause to complete. Playback is assumed at 1x from the first piece
   unless the client reports positions, which are passed to the engine shifted by the
   audio before the current request;
+- `mark(reached)` puts a mark after the items queued so far: `reached()` is called once
+  their audio is all delivered and before any request for items queued after it starts
+  (so the mark also ends the request it would have shared with them): a vendor flush's
+  acknowledgement (Cartesia's `flush_done`);
 - `cancel()` frees the engine request at once; a listener whose client left or stopped
   reading (`connection.CLIENT_GONE`) stops the utterance quietly;
 - `release_by_s(chars)` is the moment text not yet queued must be, for its first audio to
@@ -39,7 +43,8 @@ import logging
 import math
 import time
 import uuid
-from typing import Callable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -59,6 +64,13 @@ from gateway.voices import Choice
 log = logging.getLogger(__name__)
 
 DRY_MS = 1.0  # a report this close to all the audio sent says the buffer is dry (float sums of ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A point in an utterance's queue (`UtteranceStream.mark`): `reached()` runs when it is met."""
+
+    reached: Callable[[], Awaitable[None]]
 
 
 class Listener(Protocol):
@@ -95,7 +107,7 @@ class UtteranceStream:
         self.utterance_id = f"utt-{uuid.uuid4().hex[:12]}"
         self.ttfa_target_ms = state.settings.ttfa_target_ms
         self.clock = PlaybackClock(time.monotonic(), self.ttfa_target_ms)
-        self.items: list[Item] = []  # complete, not yet submitted
+        self.items: list[Item | Mark] = []  # complete, not yet submitted
         self.spoken: list[str] = []  # segments submitted (not all heard after a cancel), for `utterance.done`'s `text`
         self.started = False  # some audio was delivered
         self.ending = False  # no more text: the utterance ends when everything is spoken
@@ -146,6 +158,14 @@ class UtteranceStream:
         self.items.extend(items)
         await self.advance()
 
+    async def mark(self, reached: Callable[[], Awaitable[None]]) -> None:
+        """`reached()` once everything queued so far is spoken, before anything queued after
+        this starts. Raises what `advance` raises."""
+        if self.cancelled:
+            return
+        self.items.append(Mark(reached))
+        await self.advance()
+
     async def end(self) -> None:
         """No more text: `on_idle` follows once everything queued is spoken."""
         self.ending = True
@@ -174,14 +194,20 @@ class UtteranceStream:
         return tuple(group)
 
     async def advance(self) -> None:
-        """Send a pause at the head, submit queued segments if no request is in flight;
-        else report idleness."""
+        """If no request is in flight: send the pauses and meet the marks at the head, then
+        submit queued segments, or report idleness."""
         if self.request_id is not None or self.cancelled:
             return
-        pause_ms = self._take_pause_ms()
-        if pause_ms and self.started:
-            await self._silence(pause_ms)
-            if self.request_id is not None or self.cancelled:
+        while self.items and not isinstance(self.items[0], str):
+            head = self.items[0]
+            if isinstance(head, Mark):
+                self.items.pop(0)
+                await head.reached()
+            else:
+                pause_ms = self._take_pause_ms()
+                if pause_ms and self.started:
+                    await self._silence(pause_ms)
+            if self.request_id is not None or self.cancelled:  # (advanced meanwhile)
                 return
         if not self.items:
             await self.listener.on_idle(self)

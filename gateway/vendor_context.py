@@ -10,7 +10,10 @@ is spoken before its end when the listener would run dry first, by the stream's 
 clock, which without playback reports (the vendors' clients send none) plays the context's
 audio at 1x from its first. Its audio is encoded in the context's output format, and its
 words are handed over with the audio that speaks them. A flush speaks what is buffered and
-keeps the context open; `close()` ends it once its audio is out (`send_final`); `cancel()`
+keeps the context open; a flush with an id is acknowledged (`send_flush_done`) once the text
+before it is spoken and before any audio of text sent after it: it is a mark in the
+utterance stream's queue, which text sent later (at once, or released by the pacing) follows
+as the next engine request. `close()` ends it once its audio is out (`send_final`); `cancel()`
 stops it at once, engine request included. Subclasses write the wire messages.
 
 A failure of its synthesis (its model cannot load, no room for it, the engine refuses or
@@ -75,7 +78,6 @@ class TextContext:
         self._out = asyncio.Lock()
         self.words = WordQueue()
         self.sent_ms = 0.0  # utterance audio already sent, ms
-        self.flush_ids: list[int] = []  # flushes waiting for their text to be spoken
         self.closing = False  # no more text
         self.finished = False  # final message sent, or cancelled
         self.failed = False  # its synthesis failed: its text is dropped until it is closed
@@ -130,16 +132,19 @@ class TextContext:
             await self.feed.release()
 
     async def flush(self, flush_id: int | None = None) -> None:
-        """Speak what is buffered now; `flush_id`: `send_flush_done` once it is spoken."""
+        """Speak what is buffered now; `flush_id`: `send_flush_done` once it is spoken, before
+        the audio of any text appended after this."""
         if self.failed:
             self.feed.flush()  # (dropped)
             return
-        if flush_id is not None:
-            self.flush_ids.append(flush_id)
         items, since = self.feed.flush()
         await self._queue(items, since)
-        if flush_id is not None and not self.stream.busy:
-            await self.on_idle(self.stream)
+        if flush_id is None or self.failed:
+            return
+        try:
+            await self.stream.mark(lambda: self._flushed(flush_id))
+        except (ApiError, EngineError) as error:  # (what it let start next could not)
+            await self.on_error(self.stream, error)
 
     async def close(self) -> None:
         """No more text: speak what is buffered, then `send_final`."""
@@ -183,25 +188,35 @@ class TextContext:
         start_ms, self.sent_ms = self.sent_ms, end_ms
         await self.send_audio(data, words, start_ms, end_ms)
 
+    async def _drain(self, last: bool) -> bool:
+        """(Holding `_out`.) Send what the encoder and the word queue still hold of the audio so
+        far; `last`: the utterance's end. False if the context is over."""
+        if self.finished or self.failed:
+            return False
+        tail = b""
+        if (self.format.codec == "mp3" and self.encoder.num_samples) or last:
+            # The encoder holds its last samples until closed; MP3 streams may follow each
+            # other (a decoder reads frames), so a pause closes one and the next starts anew.
+            tail = await self.encoder.close_async()
+            if not last:
+                self.encoder = self._encoder()
+            if self.finished:  # cancelled meanwhile
+                return False
+        rest = self.words.take()
+        if tail or rest:
+            await self._send(tail, rest, self.stream.clock.delivered_ms)
+        return True
+
+    async def _flushed(self, flush_id: int) -> None:
+        """The utterance stream met flush `flush_id`'s mark: its text's audio is all out."""
+        async with self._out:  # (the next text's audio waits for this)
+            if await self._drain(last=False):
+                await self.send_flush_done(flush_id)
+
     async def on_idle(self, utterance: UtteranceStream) -> None:
         async with self._out:
-            if self.finished or self.failed:
+            if not await self._drain(last=utterance.ending):
                 return
-            tail = b""
-            if (self.format.codec == "mp3" and self.encoder.num_samples) or utterance.ending:
-                # The encoder holds its last samples until closed; MP3 streams may follow each
-                # other (a decoder reads frames), so a pause closes one and the next starts anew.
-                tail = await self.encoder.close_async()
-                if not utterance.ending:
-                    self.encoder = self._encoder()
-                if self.finished:  # cancelled meanwhile
-                    return
-            rest = self.words.take()
-            if tail or rest:
-                await self._send(tail, rest, utterance.clock.delivered_ms)
-        flush_ids, self.flush_ids = self.flush_ids, []
-        for flush_id in flush_ids:
-            await self.send_flush_done(flush_id)
         if utterance.ending:
             self.finished = True
             self.ended.set()

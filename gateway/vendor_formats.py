@@ -76,6 +76,8 @@ def cartesia_format(value: object, field: str = "output_format") -> OutputFormat
                            field=field)
     data: dict[str, Any] = value
     container = data.get("container", "raw")
+    if container not in ("raw", "wav", "mp3"):  # first: what the other fields mean depends on it
+        raise InvalidInput("container must be raw, wav or mp3", field=f"{field}.container")
     rate = data.get("sample_rate")
     if isinstance(rate, bool) or rate not in CARTESIA_RATES:
         raise InvalidInput(f"sample_rate must be one of {', '.join(map(str, CARTESIA_RATES))}",
@@ -86,8 +88,6 @@ def cartesia_format(value: object, field: str = "output_format") -> OutputFormat
             raise InvalidInput("bit_rate must be a number of bits per second, 8000-320000",
                                field=f"{field}.bit_rate")
         return OutputFormat("mp3", int(rate), bit_rate / 1000.0)
-    if container not in ("raw", "wav"):
-        raise InvalidInput("container must be raw, wav or mp3", field=f"{field}.container")
     encoding = data.get("encoding", "pcm_s16le")
     codec = CARTESIA_ENCODINGS.get(encoding) if isinstance(encoding, str) else None
     if codec is None or (container == "wav" and codec != "pcm"):

@@ -68,29 +68,32 @@ def _shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def unknown_default_model(default_model: str, installed: str, asked: object = None) -> UnknownModel:
+def unknown_default_model(default_model: str, installed: str, asked: object = None,
+                          field: str = "model") -> UnknownModel:
     """The 404 for a request that falls to `default_model` (it names no model, or `asked`, an
     OpenAI model name) when that model is not installed (removed while the server runs): it
-    names the setting and its value, and how to change it."""
-    means = f"model {_shown(asked)} means" if asked else "a request without model uses"
+    names the setting and its value, and how to change it; `field`: the request's model field."""
+    means = f"{field} {_shown(asked)} means" if asked else f"a request without {field} uses"
     return UnknownModel(f"{means} the default_model setting, {_shown(default_model)}, which is not installed "
                         f"(installed: {installed or 'none'}); name a model, or set default_model "
                         "(VOXGATE_DEFAULT_MODEL, or default_model in the config file) to an installed one "
-                        "and restart", field="model")
+                        "and restart", field=field)
 
 
 async def resolve(library: Library, *, model: object, voice: object, speed: object | None,
-                  default_model: str, default_voice: str, preset_may_switch_model: bool = False) -> Choice:
-    """Raises InvalidInput, UnknownModel or UnknownVoice naming the field.
+                  default_model: str, default_voice: str, preset_may_switch_model: bool = False,
+                  model_field: str = "model", voice_field: str = "voice") -> Choice:
+    """Raises InvalidInput, UnknownModel or UnknownVoice naming the field: `model_field` and
+    `voice_field` are what the request calls them (a vendor's `model_id`, `voice_id`).
 
     A model's own voice wins over a preset of the same name. A preset applies when the
     request names no model, an OpenAI model name, or the preset's own model (or always,
     with `preset_may_switch_model`: a realtime session changing only its voice).
     """
     if model is not None and not isinstance(model, str):
-        raise InvalidInput("model must be a string", field="model")
+        raise InvalidInput(f"{model_field} must be a string", field=model_field)
     if voice is not None and not isinstance(voice, str):
-        raise InvalidInput("voice must be a string", field="voice")
+        raise InvalidInput(f"{voice_field} must be a string", field=voice_field)
     speed_value = None if speed is None else check_speed(speed)
     explicit_model = bool(model) and not is_openai_model(model)
     model_id = str(model) if explicit_model else default_model
@@ -104,11 +107,11 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     if preset is not None:
         if explicit_model and preset["model_id"] != model_id and not preset_may_switch_model:
             raise InvalidInput(f"{voice!r} is a preset of model {preset['model_id']!r}, not of {model_id!r}; "
-                               "leave model out or name that model", field="voice")
+                               f"leave {model_field} out or name that model", field=voice_field)
         preset_model = await library.get_model(preset["model_id"])
         if preset_model is None:
             raise UnknownModel(f"preset {voice!r} uses model {preset['model_id']!r}, which is not installed; "
-                               "edit or delete the preset", field="voice")
+                               "edit or delete the preset", field=voice_field)
         return Choice(preset["model_id"], preset["voice"],
                       speed_value if speed_value is not None else float(preset["speed"]),
                       dict(preset["settings"]), preset=voice, family=preset_model["family"])
@@ -116,24 +119,26 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     if record is None:
         known = ", ".join(m["id"] for m in await library.list_models())
         if not explicit_model:  # no model of its own to name: the setting it fell to is the problem
-            raise unknown_default_model(default_model, known, model)
-        raise UnknownModel(f"unknown model {_shown(model)}; installed: {known}", field="model")
+            raise unknown_default_model(default_model, known, model, model_field)
+        raise UnknownModel(f"unknown model {_shown(model)}; installed: {known}", field=model_field)
     model_default = default_voice if default_voice in voices else (voices[0] if voices else default_voice)
     if not voice or voice in OPENAI_VOICES:
         voice = model_default
     elif voice not in voices:
         raise UnknownVoice(f"model {_shown(model_id)} has no voice or preset {_shown(voice)}; "
                            f"voices: {', '.join(voices)}",
-                           field="voice")
+                           field=voice_field)
     return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
 
 
 async def resolve_vendor(library: Library, *, model: object, voice: object, speed: object | None,
-                         default_model: str, default_voice: str) -> Choice:
+                         default_model: str, default_voice: str, voice_field: str) -> Choice:
     """A Choice for an ElevenLabs or Cartesia request (see the module docstring).
 
     `model`: a vendor id or none (the default model) or an installed model's id;
-    `voice`: any string. Raises InvalidInput (bad speed) or UnknownModel naming the field.
+    `voice`: any string. Raises InvalidInput (bad speed; a preset of another model than
+    `model`) or UnknownModel naming the vendor's field: `model_id` (both vendors call it so)
+    or `voice_field` (ElevenLabs `voice_id`, Cartesia `voice.id`).
     """
     if model is None or model == "" or (isinstance(model, str) and model.startswith(VENDOR_MODEL_PREFIXES)):
         model = None
@@ -141,10 +146,9 @@ async def resolve_vendor(library: Library, *, model: object, voice: object, spee
         voice = None
     try:
         choice = await resolve(library, model=model, voice=voice, speed=speed, default_model=default_model,
-                               default_voice=default_voice, preset_may_switch_model=model is None)
-    except UnknownModel as error:  # both vendors call the field `model_id`
-        raise UnknownModel(error.message, field="model_id" if error.field == "model" else error.field) from None
+                               default_voice=default_voice, preset_may_switch_model=model is None,
+                               model_field="model_id", voice_field=voice_field)
     except UnknownVoice:
         choice = await resolve(library, model=model, voice=None, speed=speed, default_model=default_model,
-                               default_voice=default_voice)
+                               default_voice=default_voice, model_field="model_id", voice_field=voice_field)
     return choice

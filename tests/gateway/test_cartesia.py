@@ -78,6 +78,31 @@ def test_flush_answers_flush_done_and_cancel_stops_the_engine(server: LiveServer
     assert [m for m in later if m["context_id"] == "f" and m["type"] == "done"] == []
 
 
+def test_flush_done_comes_between_the_text_before_it_and_the_text_after_it(server: LiveServer) -> None:
+    """`flush_done` says the text sent before the flush is spoken: it comes after that text's audio
+    and before any audio of text sent after it, even when that text comes at once (a client that
+    splits turns on `flush_done` must not credit the next turn's audio to the flushed one)."""
+    with socket(server) as ws:
+        ws.send(json.dumps({**BASE, "context_id": "c", "transcript": "First part before the flush",
+                            "continue": True}))
+        ws.send(json.dumps({**BASE, "context_id": "c", "transcript": "", "flush": True, "continue": True}))
+        ws.send(json.dumps({**BASE, "context_id": "c", "transcript": " then the second part after it.",
+                            "continue": False}))
+        messages = until_done(ws, "c")
+    kinds = [m["type"] for m in messages]
+    assert kinds.count("flush_done") == 1 and kinds[-1] == "done", kinds
+    at = kinds.index("flush_done")
+    assert messages[at]["flush_id"] == 1 and messages[at]["flush_done"] is True
+    assert "chunk" in kinds[:at] and "chunk" in kinds[at:], kinds
+
+    def words(part: list[dict[str, Any]]) -> list[str]:
+        return [w for m in part if m["type"] == "timestamps" for w in m["word_timestamps"]["words"]]
+
+    assert words(messages[:at]) == "First part before the flush".split(), messages
+    assert words(messages[at:]) == "then the second part after it.".split(), messages
+    assert server.wait_idle() == 0
+
+
 def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
     with socket(server) as ws:
         ws.send(json.dumps({**BASE, "context_id": "x", "transcript": LONG, "continue": False}))
@@ -90,6 +115,8 @@ def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
     ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "raw", "sample_rate": 12345}}',
      "invalid_input", "output_format.sample_rate"),
     ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "ogg", "sample_rate": 8000}}',
+     "invalid_input", "output_format.container"),
+    ('{"context_id": "c", "transcript": "hi", "output_format": {"container": "ogg"}}',
      "invalid_input", "output_format.container"),
     ('{"context_id": "c", "transcript": 3}', "invalid_input", "transcript"),
     ('{"context_id": "c", "transcript": "hi", "generation_config": {"speed": 99}, "output_format": '
@@ -145,6 +172,7 @@ def test_tts_sse_events(client: httpx.Client) -> None:
     ({"transcript": "  ", "output_format": BASE["output_format"]}, 400, "transcript"),
     ({"transcript": "hi", "model_id": "missing", "output_format": BASE["output_format"]}, 404, "model_id"),
     ({"transcript": "hi", "generation_config": "x", "output_format": BASE["output_format"]}, 400, "generation_config"),
+    ({"transcript": "hi", "output_format": {"container": "ogg"}}, 400, "output_format.container"),
 ])
 def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], status: int, field: str) -> None:
     for path in ("/tts/bytes", "/tts/sse"):

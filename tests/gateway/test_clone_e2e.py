@@ -232,6 +232,7 @@ def test_the_vendor_routes_speak_with_a_reference_voice(client: httpx.Client, se
     assert _frames(np.frombuffer(cartesia.content, "<i2")) >= 2
     unknown = client.post("/v1/text-to-speech/nobody", json={"text": "Hi.", "model_id": "tiny-clone"})
     assert unknown.status_code == 404 and "'nobody'" in unknown.json()["error"]["message"]  # the name typed
+    assert unknown.json()["error"]["field"] == "voice_id"
     assert server.wait_idle() == 0
 
 
@@ -305,7 +306,8 @@ def test_a_base_model_has_no_default_voice_and_a_request_without_one_is_told_whi
     """The trial: /v1/audio/voices marked its first reference voice the default, as README says a
     request without a voice gets, but such a request was refused. Now none is marked, and the
     refusal (no voice, `default`, an OpenAI voice name; speech and the vendor routes) names
-    `voice`, says there is no default voice and lists the reference voices."""
+    `voice` (Cartesia's `voice.id` on its route), says there is no default voice and lists the
+    reference voices."""
     voices = client.get("/v1/audio/voices", params={"model": "tiny-clone"}).json()["data"]
     assert [v["default"] for v in voices if v["kind"] == "reference"] == [False, False]
     builtin = client.get("/v1/audio/voices", params={"model": "piper-joe"}).json()["data"]
@@ -316,12 +318,12 @@ def test_a_base_model_has_no_default_voice_and_a_request_without_one_is_told_whi
                                                 "voice": {"mode": "id", "id": ""},
                                                 "output_format": {"container": "wav", "encoding": "pcm_s16le",
                                                                   "sample_rate": 24000}}))
-    for refused in asks:
+    for refused, field in zip(asks, ["voice"] * 4 + ["voice.id"]):
         assert refused.status_code == 400, refused.text
         error = refused.json()["error"]
-        assert error["field"] == "voice", error
+        assert error["field"] == field, error
         assert error["message"] == ("model 'tiny-clone' is a Base model: it speaks only in a cloned voice and has "
-                                    "no default voice; voice must name a reference voice (reference voices: alice, "
+                                    f"no default voice; {field} must name a reference voice (reference voices: alice, "
                                     "bob), or clone from a recording with POST /v1/audio/clone"), error
     named = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "alice", "input": "Hi.",
                                                   "response_format": "wav"})

@@ -43,6 +43,15 @@ def test_cartesia_formats() -> None:
     assert caught.value.field == "output_format.encoding"
 
 
+@pytest.mark.parametrize("value", [{"container": "ogg"}, {"container": "ogg", "sample_rate": 8000},
+                                   {"container": "ogg", "sample_rate": 12345, "encoding": "opus"}])
+def test_cartesia_unsupported_container_is_the_error(value: dict[str, object]) -> None:
+    """An unsupported container is what is wrong, whatever else the format lacks."""
+    with pytest.raises(InvalidInput) as caught:
+        cartesia_format(value)
+    assert caught.value.field == "output_format.container" and "raw, wav or mp3" in caught.value.message
+
+
 @pytest.mark.parametrize(("codec", "rate", "kbps"), [
     ("mp3", 44100, 128), ("mp3", 44100, 64), ("mp3", 22050, 32), ("mp3", 24000, 48), ("opus", 48000, 64),
     ("opus", 48000, 32),
