@@ -1,0 +1,129 @@
+"""Text frontend notations: what numbers, money, units, dates and symbols are read as (docs/text.md)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.text import TextOptions, TextStream, normalize_text, prepare
+
+EN = TextOptions()
+
+
+def spoken(text: str, lang: str = "en_US") -> str:
+    """What `text` is read as (the segments joined)."""
+    return " ".join(str(item) for item in normalize_text(text, TextOptions(language=lang)))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Call 555-123-4567 today.", "Call five five five, one two three, four five six seven today."),
+    ("(555) 123-4567", "five five five, one two three, four five six seven"),
+    ("+1 555 123 4567", "plus one, five five five, one two three, four five six seven"),
+    ("Dial 1-800-555-1234.", "Dial one, eight zero zero, five five five, one two three four."),
+    ("+44 20 7946 0958", "plus four four, two zero, seven nine four six, zero nine five eight"),
+    ("Call me at 555-1234.", "Call me at five five five, one two three four."),
+    ("from 500-1000 people", "from five hundred to one thousand people"),  # no phone word: a range
+    ("+3 points", "+ three points"),  # too few digits for a phone number
+])
+def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the 1990s", "the nineteen nineties"),
+    ("the 1900s and the 2000s", "the nineteen hundreds and the two thousands"),
+    ("the '80s", "the eighties"),
+    ("80s music", "eighties music"),
+    ("in her 30s, mid-70s or the ’60s", "in her thirties, mid seventies or the sixties"),
+    ("the 1980's", "the nineteen eighties"),
+    ("retry every 30s", "retry every thirty s"),  # seconds, not a decade: left as written
+    ("the 10s", "the ten s"),  # "tens" only as '10s
+])
+def test_decades_are_read_as_decades(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1/2", "one half"),
+    ("3/4", "three quarters"),
+    ("2/3 of them", "two thirds of them"),
+    ("1/8, 7/10, 3/100", "one eighth, seven tenths, three hundredths"),
+    ("2 1/2 cups", "two and a half cups"),
+    ("3/4 mi and 1 1/2 km", "three quarters of a mile and one and a half kilometers"),
+    ("10/10", "ten out of ten"),
+    ("open 24/7, 50/50", "open twenty-four seven, fifty fifty"),
+    ("12/25/2024", "December twenty-fifth, twenty twenty-four"),  # a date, not a fraction
+    ("and/or", "and or"),
+    ("he/she w/o TCP/IP", "he or she without TCP IP"),
+    ("src/main/app.py", "src/main/app.py"),  # a path is left as written
+    ("speed in km/h, 50 km/h", "speed in kilometers per hour, fifty kilometers per hour"),
+])
+def test_fractions_and_slashes_read_as_said(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2h 30m", "two hours thirty minutes"),
+    ("1m 45s", "one minute forty-five seconds"),
+    ("took 1h30m15s", "took one hour thirty minutes fifteen seconds"),
+    ("3d 4h", "three days four hours"),
+    ("2h", "two hours"),  # one part keeps its own reading
+    ("30m", "thirty meters"),
+    ("45s", "forty-five s"),
+    ("5s", "five s"),
+])
+def test_durations_of_two_parts_or_more_are_read_as_durations(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("$0.99", "en_US", "ninety-nine cents"),
+    ("$0.01", "en_US", "one cent"),
+    ("$1.05", "en_US", "one dollar, five cents"),
+    ("$1", "en_US", "one dollar"),
+    ("$1,000,000", "en_US", "one million dollars"),
+    ("€5", "en_US", "five euro"),
+    ("0,99 €", "de_DE", "neunundneunzig Cent"),
+])
+def test_money_under_one_is_its_cents(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("a 3:1 ratio", "a three to one ratio"),
+    ("16:9 and 1:50,000", "sixteen to nine and one to fifty thousand"),
+    ("3:15", "three fifteen"),
+    ("10:30 pm", "ten thirty PM"),
+])
+def test_ratios_are_read_where_the_right_side_cannot_be_minutes(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("100k", "en_US", "one hundred thousand"),
+    ("2.5M users", "en_US", "two point five million users"),
+    ("$3B", "en_US", "three billion dollars"),
+    ("1.5bn", "en_US", "one point five billion"),
+    ("a 4K screen, 5 MB", "en_US", "a four K screen, five megabytes"),
+    ("2,5M", "de_DE", "zwei Millionen fünfhunderttausend"),
+])
+def test_scaled_numbers_are_read_with_their_scale(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+def test_the_new_notations_read_the_same_in_pieces() -> None:
+    text = ("Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
+            "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.")
+    whole = prepare(text, EN)
+    for seed in range(10):
+        rng = random.Random(seed)
+        stream = TextStream(EN)
+        out: list[object] = []
+        at = 0
+        while at < len(text):
+            size = rng.randint(1, 9)
+            out += stream.append(text[at:at + size])
+            at += size
+        out += stream.flush()
+        assert out == whole
