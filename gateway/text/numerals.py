@@ -33,7 +33,7 @@ from typing import Callable
 
 from babel.dates import get_date_format, get_month_names, parse_pattern
 
-from gateway.text import language, quantities
+from gateway.text import language, quantities, symbols
 from gateway.text.links import words as link_words
 from gateway.text.number_words import (
     YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, year,
@@ -42,8 +42,6 @@ from gateway.text.number_words import (
 ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|ª|\.º|\.ª", "it": r"º|ª",
                     "pt": r"º|ª|\.º|\.ª"}
 ORDINAL_DAY_LANGUAGES = frozenset({"en", "de"})  # "March fifteenth", "15. März" = "fünfzehnter"
-# "+" of a phone number, where it is not "plus".
-PLUS_WORDS = {"es": "más", "it": "più", "pt": "mais", "ru": "плюс", "uk": "плюс"}
 # Words after which `555-1234` is a phone number, not a range (English).
 PHONE_CUES = r"call|phone|telephone|tel|dial|fax|text|mobile|cell|number"
 # Words after which a bare `30s` is seconds, not a decade: it is left as written (English).
@@ -98,7 +96,7 @@ def _time_words(hour: int, minute: int, meridiem: str, lang: str) -> str:
 def phone_words(text: str, lang: str) -> str:
     """`+1 (555) 123-4567` -> "plus one, five five five, one two three, four five six seven"."""
     groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
-    plus = PLUS_WORDS.get(language.base(lang), "plus")
+    plus = symbols.PLUS_WORDS.get(language.base(lang), "plus")
     return (f"{plus} " if text.lstrip().startswith("+") else "") + ", ".join(groups)
 
 

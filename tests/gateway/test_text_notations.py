@@ -112,6 +112,17 @@ def test_scaled_numbers_are_read_with_their_scale(text: str, lang: str, expected
     assert spoken(text, lang) == expected
 
 
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("C++ and C#.", "en_US", "C plus plus and C sharp."),
+    ("F#, C++20 and C#7", "en_US", "F sharp, C plus plus twenty and C sharp seven"),
+    ("a sonata in C# minor, then G#", "en_US", "a sonata in C sharp minor, then G sharp"),
+    ("C++ y C#", "es_ES", "C más más y C sharp"),  # "+" as a phone number's
+    ("C# und F#", "de_DE", "C sharp und F sharp"),
+])
+def test_sharp_and_plus_plus_names_are_read(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
 def test_the_new_notations_read_the_same_in_pieces() -> None:
     text = ("Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
             "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.")
