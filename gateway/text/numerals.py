@@ -7,8 +7,8 @@ with patterns, in this order (each pass turns its matches into words, so later p
 see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates (ISO
 `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
 (ratios, currency, percentages, durations, fractions, units, `100k`), decades (`1990s`,
-`'80s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers (`1.2.3`),
-then every other number.
+`'80s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers
+(`1.2.3`, `v2.0.1`: "one dot two dot three"), then every other number.
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -197,7 +197,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         passes.append((r"#(?P<n>\d+)\b", hashed))
     if base in YEAR_LANGUAGES:
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
-    passes.append((r"(?<![\w.])\d+(?:\.\d+){2,}(?!\w|\.\d)", version))
+    passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))\d+(?:\.\d+){2,}(?!\w|\.\d)", version))  # "v2.0.1" too
     passes.append((rf"(?P<sign>(?<![^\s(\[])[-−])?(?<![\d.,])(?P<n>{num})(?!\d)", plain))
     return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]
 

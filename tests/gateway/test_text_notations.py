@@ -113,6 +113,16 @@ def test_scaled_numbers_are_read_with_their_scale(text: str, lang: str, expected
 
 
 @pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("v2.0.1", "en_US", "v two dot zero dot one"),
+    ("Upgrade to V10.2.33.", "en_US", "Upgrade to V ten dot two dot thirty-three."),
+    ("version 2.0.1", "en_US", "version two dot zero dot one"),
+    ("v2.0.1", "de_DE", "v zwei Punkt null Punkt eins"),
+])
+def test_a_version_after_v_is_read_as_a_version(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
     ("C++ and C#.", "en_US", "C plus plus and C sharp."),
     ("F#, C++20 and C#7", "en_US", "F sharp, C plus plus twenty and C sharp seven"),
     ("a sonata in C# minor, then G#", "en_US", "a sonata in C sharp minor, then G sharp"),
