@@ -7,8 +7,8 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 (after dates and times, so `3:15` is a time before it could be a ratio):
 
 - ratios (English): `3:1`, `16:9`, `1:50,000`, `3:2:1` -> "three to one"; only where no part
-  after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, is
-  left alone);
+  after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, reads
+  its numbers, "twenty-five ninety-nine");
 - money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars");
 - `5 thousand`, percentages `45%`;
 - durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
@@ -148,7 +148,7 @@ def passes(lang: str) -> list[Pass]:
     def ratio(m: re.Match[str]) -> str:
         parts = m.group(0).split(":")
         if any(len(re.sub(r"\D", "", part)) == 2 for part in parts[1:]):
-            return m.group(0)  # "3:15" is a time (read before this), "25:99" neither
+            return f" {' '.join(parts)} "  # "3:15" is a time (read before this); "25:99" its numbers
         return " " + " to ".join(cardinal(number(part), lang) for part in parts) + " "
 
     def money(m: re.Match[str]) -> str:

@@ -95,6 +95,8 @@ def test_money_under_one_is_its_cents(text: str, lang: str, expected: str) -> No
     ("16:9 and 1:50,000", "sixteen to nine and one to fifty thousand"),
     ("3:15", "three fifteen"),
     ("10:30 pm", "ten thirty PM"),
+    ("25:99", "twenty-five ninety-nine"),  # neither a ratio nor a time: its numbers, as "24/7"
+    ("25:05", "twenty-five zero five"),
 ])
 def test_ratios_are_read_where_the_right_side_cannot_be_minutes(text: str, expected: str) -> None:
     assert spoken(text) == expected
