@@ -12,16 +12,42 @@ from decimal import Decimal
 from functools import lru_cache
 
 from babel.numbers import get_decimal_symbol, get_group_symbol
-from num2words import num2words
+from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
 
 YEAR_LANGUAGES = frozenset({"en", "de", "nl"})  # num2words reads a year differently from a count
+# A minus sign before a number (`-5`, `−5`, `-$20`, `-5°C`): at the start or after a space or an
+# opening bracket, so the `-` of `5-10` or `COVID-19` is not one.
+SIGN = r"(?P<sign>(?<![^\s(\[])[-−])?"
 
 
 def cardinal(value: Decimal | int, lang: str) -> str:
     """`Decimal("2.5")` -> "two point five" (num2words, in `lang`)."""
     return str(num2words(value, lang=language.number_language(lang)))
+
+
+@lru_cache(maxsize=64)
+def minus_word(lang: str) -> str | None:
+    """The word num2words puts before a negative number in `lang` ("minus", "moins"), or None
+    where it has none."""
+    try:
+        negative, one = cardinal(-1, lang), cardinal(1, lang)
+    except Exception:  # noqa: BLE001 - num2words raises several kinds for what a language lacks
+        negative = one = ""  # (Polish, Czech: no negative cardinals, but a word for the sign)
+    word = negative.removesuffix(one).strip() if negative.endswith(one) else ""
+    if not word:
+        word = str(getattr(CONVERTER_CLASSES.get(language.number_language(lang)), "negword", "")).strip()
+    return word if word.isalpha() else None
+
+
+def signed(words: str, sign: str | None, lang: str) -> str:
+    """`words` of an amount with the minus `sign` written before it ("minus five degrees Celsius");
+    the sign as written where num2words has no word for it."""
+    if not sign:
+        return words
+    minus = minus_word(lang)
+    return f"{minus} {words}" if minus else f"{sign}{words}"
 
 
 def ordinal(value: int, lang: str) -> str:

@@ -8,7 +8,7 @@ see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), 
 `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
 (ratios, currency, percentages, durations, fractions, units, `100k`), decades (`1990s`,
 `'80s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers
-(`1.2.3`, `v2.0.1`: "one dot two dot three"), then every other number.
+(`1.2.3`, `v2.0.1`: "one dot two dot three"), then every other number (`-5`: "minus five").
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -36,7 +36,7 @@ from babel.dates import get_date_format, get_month_names, parse_pattern
 from gateway.text import language, quantities, symbols
 from gateway.text.links import words as link_words
 from gateway.text.number_words import (
-    YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, year,
+    SIGN, YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, signed, year,
 )
 
 ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|ª|\.º|\.ª", "it": r"º|ª",
@@ -168,7 +168,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
             value = number(text)
         except InvalidOperation:
             return text
-        return f' {cardinal(-value if m["sign"] else value, lang)} '
+        return f' {signed(cardinal(value, lang), m["sign"], lang)} '
 
     end = r"(?![\w-]|[.,]\d)"
     passes: list[tuple[str, Callable[[re.Match[str]], str]]] = [
@@ -198,7 +198,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     if base in YEAR_LANGUAGES:
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
     passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))\d+(?:\.\d+){2,}(?!\w|\.\d)", version))  # "v2.0.1" too
-    passes.append((rf"(?P<sign>(?<![^\s(\[])[-−])?(?<![\d.,])(?P<n>{num})(?!\d)", plain))
+    passes.append((rf"{SIGN}(?<![\d.,])(?P<n>{num})(?!\d)", plain))
     return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]
 
 

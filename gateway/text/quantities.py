@@ -22,6 +22,9 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 - scaled numbers: `100k`, `2.5M`, `3B`, `4bn` -> "one hundred thousand", "two point five million"
   (`m` is meters, and `t`/`T` tonnes or teslas, so neither is a scale here; `4K`, one digit and
   a capital K, is a display or a run: "four K").
+
+A minus sign (`number_words.SIGN`) before any of these but ratios and fractions is read where the
+number is: `-5°C` "minus five degrees Celsius", `-$20` "minus twenty dollars".
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from babel.units import format_unit
 from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
-from gateway.text.number_words import cardinal, english_plural, number_pattern, ordinal, parse_number, scaled
+from gateway.text.number_words import (
+    SIGN, cardinal, english_plural, number_pattern, ordinal, parse_number, scaled, signed,
+)
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
                     "¥": "JPY", "₹": "INR", "₩": "KRW", "₽": "RUB", "₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB",
@@ -78,14 +83,16 @@ def alternation(names: Iterable[str]) -> str:
     return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
 
 
-def unit_words(value: Decimal, unit: str, lang: str) -> str:
-    """`2.5`, `length-kilometer` -> "two point five kilometers" (CLDR plural rules pick the form)."""
+def unit_words(value: Decimal, unit: str, lang: str, sign: str | None = None) -> str:
+    """`2.5`, `length-kilometer` -> "two point five kilometers" (CLDR plural rules pick the form);
+    with a minus `sign`, its word goes where the number is ("minus five degrees Celsius")."""
     loc = language.locale(lang)
+    words = signed(cardinal(value, lang), sign, lang)
     try:
         formatted = format_unit(value, unit, locale=loc, length="long")
     except Exception:  # noqa: BLE001 - babel raises several kinds for a unit a locale lacks
-        return f"{cardinal(value, lang)} {unit.split('-', 1)[-1].replace('-', ' ')}"
-    return formatted.replace(format_decimal(value, locale=loc), cardinal(value, lang), 1)
+        return f"{words} {unit.split('-', 1)[-1].replace('-', ' ')}"
+    return formatted.replace(format_decimal(value, locale=loc), words, 1)
 
 
 def unit_name(unit: str, count: int, lang: str) -> str:
@@ -160,7 +167,7 @@ def passes(lang: str) -> list[Pass]:
         return f" {cardinal(number(m['amount']), lang)} {m['scale']}"
 
     def percent(m: re.Match[str]) -> str:
-        return f' {unit_words(number(m["n"]), "concentr-percent", lang)} '
+        return f' {unit_words(number(m["n"]), "concentr-percent", lang, m["sign"])} '
 
     def duration(m: re.Match[str]) -> str:
         parts = [(m[group], unit) for group, _, unit in DURATION_PARTS if m[group]]
@@ -189,12 +196,19 @@ def passes(lang: str) -> list[Pass]:
         return f" {before}{said} "
 
     def unit(m: re.Match[str]) -> str:
-        return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang)} '
+        return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang, m["sign"])} '
 
     def bare_scale(m: re.Match[str]) -> str:
         if m["scale"] == "K" and len(m["amount"]) == 1:
             return m.group(0)  # "4K" (a display), "5K" (a run) are said "four K"
         return f" {scaled(number(m['amount']), SCALES[m['scale']], lang)} "
+
+    def with_sign(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+        def read(m: re.Match[str]) -> str:  # "-5°C" -> "minus five degrees Celsius"
+            words = replace(m)
+            return words if words == m.group(0) or not m["sign"] else f" {signed(words.strip(), m['sign'], lang)} "
+
+        return read
 
     symbols = alternation(CURRENCY_SYMBOLS)
     codes = "|".join(CURRENCY_CODES)
@@ -206,19 +220,20 @@ def passes(lang: str) -> list[Pass]:
     if base == "en":
         found.append((rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio))
     found += [
-        (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
-         rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
-        (rf"(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
-         rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", money),
-        (rf"(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b", worded_scale),
-        (rf"(?<![\w.])(?P<n>{num})\s?%", percent),
-        (rf"(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", duration),
+        (rf"{SIGN}(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
+         rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", with_sign(money)),
+        (rf"{SIGN}(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
+         rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", with_sign(money)),
+        (rf"{SIGN}(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b",
+         with_sign(worded_scale)),
+        (rf"{SIGN}(?<![\w.])(?P<n>{num})\s?%", percent),
+        (rf"{SIGN}(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", with_sign(duration)),
     ]
     if base == "en":
         found.append((r"(?<![\w/.,:])(?:(?P<w>\d{1,3}) )?(?P<a>\d{1,3})/(?P<b>\d{1,3})(?![\w/]|[.,]\d)"
                       rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
     found += [
-        (rf"(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
-        (rf"(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", bare_scale),
+        (rf"{SIGN}(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
+        (rf"{SIGN}(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", with_sign(bare_scale)),
     ]
     return found

@@ -115,6 +115,22 @@ def test_scaled_numbers_are_read_with_their_scale(text: str, lang: str, expected
 
 
 @pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("It was -5°C.", "en_US", "It was minus five degrees Celsius."),
+    ("Change: -3.5%", "en_US", "Change: minus three point five percent"),
+    ("The balance is -$20.", "en_US", "The balance is minus twenty dollars."),
+    ("−1°C, -20 €, -5 EUR, -100k", "en_US", "minus one degree Celsius, minus twenty euro, minus five euro, "
+                                            "minus one hundred thousand"),
+    ("-10 degrees, -5", "en_US", "minus ten degrees, minus five"),
+    ("Es hat -5 °C, -20 €.", "de_DE", "Es hat minus fünf Grad Celsius, minus zwanzig Euro."),
+    ("-3,5 %", "fr_FR", "moins trois virgule cinq pour cent"),
+    ("-5 °C, -5", "pl", "minus pięć stopni Celsjusza, minus pięć"),  # num2words: a word, no negative numbers
+    ("-5°C", "ja", "摂氏 マイナス 五 度"),  # the minus goes where the number is
+])
+def test_a_minus_sign_is_read_before_a_unit_currency_or_percent(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
     ("v2.0.1", "en_US", "v two dot zero dot one"),
     ("Upgrade to V10.2.33.", "en_US", "Upgrade to V ten dot two dot thirty-three."),
     ("version 2.0.1", "en_US", "version two dot zero dot one"),
