@@ -101,6 +101,31 @@ def number_pattern(lang: str) -> tuple[str, str, str]:
     return rf"\d{{1,3}}(?:{g}\d{{3}})+(?:{d}\d+)?|\d+(?:{d}\d+)?", group, decimal
 
 
+@lru_cache(maxsize=64)
+def _other_notation(lang: str) -> tuple[str, str, str]:
+    """(regex, group mark, decimal mark) of an amount with cents in the other common notation
+    than the locale's: `3.50`, `1,000.50` where the decimal mark is a comma; `3,50`, `1.000,50`
+    where it is a point. One or two decimals: three would be the locale's own group."""
+    _, _, decimal = number_pattern(lang)
+    other, group = (",", ".") if decimal == "." else (".", ",")
+    o, g = re.escape(other), re.escape(group)
+    return rf"(?:\d{{1,3}}(?:{g}\d{{3}})+|\d+){o}\d{{1,2}}(?!\d)", group, other
+
+
+def money_pattern(lang: str) -> str:
+    """Regex of an amount of money: the locale's notation, or the other one with cents
+    (`$3.50` in a German text, `3,50 €` in an English one); `parse_money` reads either."""
+    return f"{_other_notation(lang)[0]}|{number_pattern(lang)[0]}"
+
+
+def parse_money(text: str, lang: str) -> Decimal:
+    """An amount that `money_pattern` matched -> its Decimal."""
+    pattern, group, decimal = _other_notation(lang)
+    if re.fullmatch(pattern, text):
+        return Decimal(text.replace(group, "").replace(decimal, "."))
+    return parse_number(text, lang)
+
+
 def parse_number(text: str, lang: str) -> Decimal:
     """`"1,234.5"` (in the locale's marks) -> `Decimal("1234.5")`; InvalidOperation if not a number."""
     _, group, decimal = number_pattern(lang)

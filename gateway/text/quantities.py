@@ -9,7 +9,8 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 - ratios (English): `3:1`, `16:9`, `1:50,000`, `3:2:1` -> "three to one"; only where no part
   after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, reads
   its numbers, "twenty-five ninety-nine");
-- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars");
+- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars"), also
+  in the other notation than the language's (`$3.50` in German, `3,50 €` in English);
 - `5 thousand`, percentages `45%`;
 - durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
   -> "two hours thirty minutes"; a part alone keeps its own reading (`2h` "two hours", `30m`
@@ -39,7 +40,8 @@ from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
 from gateway.text.number_words import (
-    SIGN, cardinal, english_plural, number_pattern, ordinal, parse_number, scaled, signed,
+    SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
+    signed,
 )
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
@@ -161,7 +163,7 @@ def passes(lang: str) -> list[Pass]:
     def money(m: re.Match[str]) -> str:
         code = CURRENCY_SYMBOLS.get(m["sym"] or "") or (m["code"] or "").upper()
         scale = SCALES.get(m["scale"] or "", 0)
-        return f" {currency_words(number(m['amount']), code, lang, scale)} "
+        return f" {currency_words(parse_money(m['amount'], lang), code, lang, scale)} "
 
     def worded_scale(m: re.Match[str]) -> str:
         return f" {cardinal(number(m['amount']), lang)} {m['scale']}"
@@ -214,15 +216,16 @@ def passes(lang: str) -> list[Pass]:
     codes = "|".join(CURRENCY_CODES)
     scales = alternation(SCALES)
     units = alternation(UNITS)
+    money_num = money_pattern(lang)
     duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
                              for group, notation, _ in DURATION_PARTS)
     found: list[Pass] = []
     if base == "en":
         found.append((rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio))
     found += [
-        (rf"{SIGN}(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
+        (rf"{SIGN}(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{money_num})"
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", with_sign(money)),
-        (rf"{SIGN}(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
+        (rf"{SIGN}(?<![\w.])(?P<amount>{money_num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
          rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", with_sign(money)),
         (rf"{SIGN}(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b",
          with_sign(worded_scale)),

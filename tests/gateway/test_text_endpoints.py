@@ -54,6 +54,8 @@ SPOKEN = [
     ("Der 01.04.2025 ist bis 03.04.2025 frei.", {"language": "de_DE"},  # nominative, then after "bis"
      "Der erste April zweitausendfünfundzwanzig ist bis dritten April zweitausendfünfundzwanzig frei."),
     ("Il fait 20 °C, soit 5 % de plus.", {"language": "fr"}, "Il fait vingt degrés Celsius, soit cinq pour cent de plus."),
+    ("Es waren -5 °C, der Kaffee kostet $3.50.", {"language": "de_DE"},
+     "Es waren minus fünf Grad Celsius, der Kaffee kostet drei Dollar und fünfzig Cent."),
     ("**Not** touched: $5", {"normalize": False}, "**Not** touched: $5"),
 ]
 

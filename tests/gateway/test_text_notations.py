@@ -131,6 +131,20 @@ def test_a_minus_sign_is_read_before_a_unit_currency_or_percent(text: str, lang:
 
 
 @pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("$3.50", "de_DE", "drei Dollar und fünfzig Cent"),
+    ("€3.50", "de_DE", "drei Euro und fünfzig Cent"),  # as "3,50 €" is
+    ("$1,000.50", "de_DE", "eintausend Dollar und fünfzig Cent"),
+    ("1.500 €", "de_DE", "eintausendfünfhundert Euro"),  # three digits: the German group mark
+    ("$3.50", "fr_FR", "trois dollars et cinquante cents"),
+    ("€3.50", "fr_FR", "trois euros et cinquante centimes"),
+    ("3,50 €", "en_US", "three euro, fifty cents"),
+    ("$3.500", "es_ES", "tres mil quinientos dólares"),
+])
+def test_money_in_the_other_notation_is_read_in_the_voice_language(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
     ("v2.0.1", "en_US", "v two dot zero dot one"),
     ("Upgrade to V10.2.33.", "en_US", "Upgrade to V ten dot two dot thirty-three."),
     ("version 2.0.1", "en_US", "version two dot zero dot one"),
