@@ -9,6 +9,8 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 - ratios (English): `3:1`, `16:9`, `1:50,000`, `3:2:1` -> "three to one"; only where no part
   after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, reads
   its numbers, "twenty-five ninety-nine");
+- ranges (English) with a quantity on the right: `5-10%`, `1-2 km`, `10-20 €`, `$5-10`, `$5-$10`
+  -> "five to ten percent": the first number is read ("five to ") and the quantity by its pass;
 - money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars"), also
   in the other notation than the language's (`$3.50` in German, `3,50 €` in English);
 - `5 thousand`, percentages `45%`;
@@ -165,6 +167,12 @@ def passes(lang: str) -> list[Pass]:
         scale = SCALES.get(m["scale"] or "", 0)
         return f" {currency_words(parse_money(m['amount'], lang), code, lang, scale)} "
 
+    def range_start(m: re.Match[str]) -> str:
+        low = parse_money(m["a"], lang) if m["sym"] else number(m["a"])
+        code = CURRENCY_SYMBOLS.get(m["sym"] or m["rsym"] or "") or (m["rcode"] or "").upper()
+        words = currency_words(low, code, lang) if code and low != low.to_integral_value() else cardinal(low, lang)
+        return f" {words} to {m['sym'] or ''}"  # "$5-10" -> "five to $10", read by `money` next
+
     def worded_scale(m: re.Match[str]) -> str:
         return f" {cardinal(number(m['amount']), lang)} {m['scale']}"
 
@@ -217,11 +225,21 @@ def passes(lang: str) -> list[Pass]:
     scales = alternation(SCALES)
     units = alternation(UNITS)
     money_num = money_pattern(lang)
+    # What makes the number on a range's right a quantity: "5-10%", "5-10 km", "10-20 €", "10-20k".
+    quantity_after = (rf"(?:{num})(?:\s?%|\s?(?:{units})(?![\w/])|(?:\s?(?:{scales})(?![A-Za-z]))?\s?"
+                      rf"(?:(?P<rsym>{symbols})|(?P<rcode>{codes})\b)|\s?(?:thousand|million|billion|trillion)\b"
+                      rf"|(?:{alternation(BARE_SCALES)})(?!\w))")
     duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
                              for group, notation, _ in DURATION_PARTS)
     found: list[Pass] = []
     if base == "en":
-        found.append((rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio))
+        found += [
+            (rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio),
+            # a range's first number, before the quantity that the passes below read ("five to ")
+            (rf"(?P<sym>{symbols})(?P<a>{money_num})(?:[-–]|\s?[-–]\s?(?=(?P=sym)))(?:(?P=sym))?(?=\d)"
+             r"(?P<rsym>)(?P<rcode>)", range_start),
+            (rf"(?<![\w.,-])(?P<sym>)(?P<a>{num})\s?[-–]\s?(?={quantity_after})", range_start),
+        ]
     found += [
         (rf"{SIGN}(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{money_num})"
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", with_sign(money)),

@@ -130,6 +130,18 @@ def test_a_minus_sign_is_read_before_a_unit_currency_or_percent(text: str, lang:
     assert spoken(text, lang) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("5-10%", "five to ten percent"),
+    ("5-10 km, 10-20k users", "five to ten kilometers, ten to twenty thousand users"),
+    ("$5-10, €10–€20", "five to ten dollars, ten to twenty euro"),
+    ("$1.50-$2, 2.50-3 €", "one dollar, fifty cents to two dollars, two euro, fifty cents to three euro"),
+    ("$5-10M", "five to ten million dollars"),
+    ("10-20", "ten to twenty"),
+])
+def test_a_range_takes_the_quantity_on_its_right(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
 @pytest.mark.parametrize(("text", "lang", "expected"), [
     ("$3.50", "de_DE", "drei Dollar und fünfzig Cent"),
     ("€3.50", "de_DE", "drei Euro und fünfzig Cent"),  # as "3,50 €" is
