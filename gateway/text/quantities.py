@@ -16,7 +16,7 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 - `5 thousand`, percentages `45%`;
 - durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
   -> "two hours thirty minutes"; a part alone keeps its own reading (`2h` "two hours", `30m`
-  "thirty meters"; `45s` and `5s` are not read as seconds: `5s` may be "fives");
+  "thirty meters", `45s` "forty-five seconds": `seconds`, which `numerals` runs after decades);
 - fractions (English): `1/2` "one half", `3/4` "three quarters", `2/3` "two thirds", `2 1/2`
   "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
   a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
@@ -258,3 +258,25 @@ def passes(lang: str) -> list[Pass]:
         (rf"{SIGN}(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", with_sign(bare_scale)),
     ]
     return found
+
+
+def seconds(lang: str) -> Pass:
+    """`45s`, `1.5s`, `-5s` -> "forty-five seconds", ...: a number directly before `s`; in English
+    `5-10s` "five to ten seconds". `numerals` runs it after the decades (`80s`, `1990s`), which take
+    theirs first; what only a decade can be (`'90s`, `1990s` in any language) and a range whose right
+    side is the smaller (`1980-90s`) are left as written."""
+    num, _, _ = number_pattern(lang)
+    low = rf"(?:(?P<low>{num})\s?[-–]\s?)?" if language.base(lang) == "en" else "(?P<low>)"
+
+    def read(m: re.Match[str]) -> str:
+        value = parse_number(m["n"], lang)
+        if re.fullmatch(r"1[1-9]\d0|20\d0", m["n"]):
+            return m.group(0)
+        if not m["low"]:
+            return f' {unit_words(value, "duration-second", lang, m["sign"])} '
+        start = parse_number(m["low"], lang)
+        if start >= value:
+            return m.group(0)
+        return f' {signed(cardinal(start, lang), m["sign"], lang)} to {unit_words(value, "duration-second", lang)} '
+
+    return rf"{SIGN}(?<![\w.,'’‘]){low}(?P<n>{num})s(?![\w'’])", read

@@ -37,8 +37,11 @@ def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: st
     ("80s music", "eighties music"),
     ("in her 30s, mid-70s or the ’60s", "in her thirties, mid seventies or the sixties"),
     ("the 1980's", "the nineteen eighties"),
-    ("retry every 30s", "retry every thirty s"),  # seconds, not a decade: left as written
-    ("the 10s", "the ten s"),  # "tens" only as '10s
+    ("retry every 30s", "retry every thirty seconds"),  # seconds, not a decade
+    ("wait 30s", "wait thirty seconds"),
+    ("the 10s", "the ten seconds"),  # "tens" only as '10s
+    ("100s of people, 1,000s of files", "hundreds of people, thousands of files"),
+    ("it took 100s", "it took one hundred seconds"),
 ])
 def test_decades_are_read_as_decades(text: str, expected: str) -> None:
     assert spoken(text) == expected
@@ -70,11 +73,18 @@ def test_fractions_and_slashes_read_as_said(text: str, expected: str) -> None:
     ("3d 4h", "three days four hours"),
     ("2h", "two hours"),  # one part keeps its own reading
     ("30m", "thirty meters"),
-    ("45s", "forty-five s"),
-    ("5s", "five s"),
+    ("45s", "forty-five seconds"),  # a number right before "s" is seconds
+    ("5s", "five seconds"),
+    ("It took 45s and 5s.", "It took forty-five seconds and five seconds."),
+    ("1s, 1.5s, 5-10s", "one second, one point five seconds, five to ten seconds"),
 ])
 def test_durations_of_two_parts_or_more_are_read_as_durations(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+def test_seconds_are_read_in_every_language() -> None:
+    assert spoken("Warte 45s, nicht -5s oder 1,5s.", "de_DE") == (
+        "Warte fünfundvierzig Sekunden, nicht minus fünf Sekunden oder eins Komma fünf Sekunden.")
 
 
 @pytest.mark.parametrize(("text", "lang", "expected"), [
@@ -177,9 +187,12 @@ def test_sharp_and_plus_plus_names_are_read(text: str, lang: str, expected: str)
     assert spoken(text, lang) == expected
 
 
-def test_the_new_notations_read_the_same_in_pieces() -> None:
-    text = ("Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
-            "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.")
+@pytest.mark.parametrize("text", [
+    "Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
+    "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.",
+    "It was -5°C, prices rose 5-10% to $5-$10 or -$20 for C# and C++ v2.0.1 in 45s. Then 25:99 and 3,50 €.",
+])
+def test_the_new_notations_read_the_same_in_pieces(text: str) -> None:
     whole = prepare(text, EN)
     for seed in range(10):
         rng = random.Random(seed)
