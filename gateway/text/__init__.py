@@ -20,7 +20,7 @@ The public API, for every route that speaks text (REST `/v1/audio/speech`,
 Modules: `markup` (markdown, SSML), `links` (URLs, e-mail), `numerals` (numbers, dates,
 times, phone numbers, decades, and the order of the number passes), `quantities` (money,
 percentages, units, durations, fractions, ratios, `100k`), `number_words` (a number's
-words), `symbols` (emoji, `&` and `/` between words, markup characters), `normalize`
+words), `symbols` (emoji, `C#` and `C++`, `&` and `/` between words, markup characters), `normalize`
 (the passes in order), `segments` (sentences per language), `stream` (incremental
 cutting), `language`, `options`.
 """

@@ -1,8 +1,8 @@
 """One piece of text as a reader would speak it: the passes, in order.
 
 markdown and SSML (`markup`) -> emoji (`symbols`) -> URLs and e-mail addresses (`links`)
--> numbers, currency, dates, times, units (`numerals`, `quantities`) -> `&` and `/` between
-words -> leftover markup characters -> spacing. Each pass works on what the one before left,
+-> `C#`, `C++` (`symbols`) -> numbers, currency, dates, times, units (`numerals`, `quantities`)
+-> `&` and `/` between words -> leftover markup characters -> spacing. Each pass works on what the one before left,
 so a URL's digits are read as part of the URL, and a table cell's number as a number.
 """
 
@@ -49,6 +49,7 @@ def spoken_text(raw: str, options: TextOptions, pauses: list[float]) -> str:
     text = unicodedata.normalize("NFC", text)
     text = symbols.emoji(text, options.emoji, lang)
     text = links.expand(text, lang)
+    text = symbols.names(text, lang)
     text = numerals.expand(text, lang)
     text = symbols.connectors(text, lang)
     text = symbols.strip_markup(text)

@@ -12,16 +12,42 @@ from decimal import Decimal
 from functools import lru_cache
 
 from babel.numbers import get_decimal_symbol, get_group_symbol
-from num2words import num2words
+from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
 
 YEAR_LANGUAGES = frozenset({"en", "de", "nl"})  # num2words reads a year differently from a count
+# A minus sign before a number (`-5`, `−5`, `-$20`, `-5°C`): at the start or after a space or an
+# opening bracket, so the `-` of `5-10` or `COVID-19` is not one.
+SIGN = r"(?P<sign>(?<![^\s(\[])[-−])?"
 
 
 def cardinal(value: Decimal | int, lang: str) -> str:
     """`Decimal("2.5")` -> "two point five" (num2words, in `lang`)."""
     return str(num2words(value, lang=language.number_language(lang)))
+
+
+@lru_cache(maxsize=64)
+def minus_word(lang: str) -> str | None:
+    """The word num2words puts before a negative number in `lang` ("minus", "moins"), or None
+    where it has none."""
+    try:
+        negative, one = cardinal(-1, lang), cardinal(1, lang)
+    except Exception:  # noqa: BLE001 - num2words raises several kinds for what a language lacks
+        negative = one = ""  # (Polish, Czech: no negative cardinals, but a word for the sign)
+    word = negative.removesuffix(one).strip() if negative.endswith(one) else ""
+    if not word:
+        word = str(getattr(CONVERTER_CLASSES.get(language.number_language(lang)), "negword", "")).strip()
+    return word if word.isalpha() else None
+
+
+def signed(words: str, sign: str | None, lang: str) -> str:
+    """`words` of an amount with the minus `sign` written before it ("minus five degrees Celsius");
+    the sign as written where num2words has no word for it."""
+    if not sign:
+        return words
+    minus = minus_word(lang)
+    return f"{minus} {words}" if minus else f"{sign}{words}"
 
 
 def ordinal(value: int, lang: str) -> str:
@@ -73,6 +99,31 @@ def number_pattern(lang: str) -> tuple[str, str, str]:
     group = " " if group.isspace() else group  # clean() made every space an ASCII one
     g, d = re.escape(group), re.escape(decimal)
     return rf"\d{{1,3}}(?:{g}\d{{3}})+(?:{d}\d+)?|\d+(?:{d}\d+)?", group, decimal
+
+
+@lru_cache(maxsize=64)
+def _other_notation(lang: str) -> tuple[str, str, str]:
+    """(regex, group mark, decimal mark) of an amount with cents in the other common notation
+    than the locale's: `3.50`, `1,000.50` where the decimal mark is a comma; `3,50`, `1.000,50`
+    where it is a point. One or two decimals: three would be the locale's own group."""
+    _, _, decimal = number_pattern(lang)
+    other, group = (",", ".") if decimal == "." else (".", ",")
+    o, g = re.escape(other), re.escape(group)
+    return rf"(?:\d{{1,3}}(?:{g}\d{{3}})+|\d+){o}\d{{1,2}}(?!\d)", group, other
+
+
+def money_pattern(lang: str) -> str:
+    """Regex of an amount of money: the locale's notation, or the other one with cents
+    (`$3.50` in a German text, `3,50 €` in an English one); `parse_money` reads either."""
+    return f"{_other_notation(lang)[0]}|{number_pattern(lang)[0]}"
+
+
+def parse_money(text: str, lang: str) -> Decimal:
+    """An amount that `money_pattern` matched -> its Decimal."""
+    pattern, group, decimal = _other_notation(lang)
+    if re.fullmatch(pattern, text):
+        return Decimal(text.replace(group, "").replace(decimal, "."))
+    return parse_number(text, lang)
 
 
 def parse_number(text: str, lang: str) -> Decimal:

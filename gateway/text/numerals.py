@@ -7,8 +7,8 @@ with patterns, in this order (each pass turns its matches into words, so later p
 see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates (ISO
 `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
 (ratios, currency, percentages, durations, fractions, units, `100k`), decades (`1990s`,
-`'80s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers (`1.2.3`),
-then every other number.
+`'80s`), seconds (`45s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers
+(`1.2.3`, `v2.0.1`: "one dot two dot three"), then every other number (`-5`: "minus five").
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -19,8 +19,10 @@ word that asks for a phone number ("call", "phone", "tel", "dial", "fax", "text"
 `555-1234` is a range ("from 500-1000 people").
 
 Decades (English): `1990s` (or `1990's`) "nineteen nineties", `1900s` "nineteen hundreds",
-`'80s` "eighties"; `80s` (20s to 90s) too, except after a word that makes it seconds ("every
-30s", "after 30s"): there it is left as written. `10s` needs its apostrophe (`'10s`).
+`'80s` "eighties"; `80s` (20s to 90s) too, and `100s`, `1000s` "hundreds", "thousands", except
+after a word that makes them seconds ("every 30s", "after 30s"). `10s` needs its apostrophe
+(`'10s`). A number right before `s` that is not a decade is seconds (`quantities.seconds`):
+"every 30s" "every thirty seconds", `45s` "forty-five seconds".
 """
 
 from __future__ import annotations
@@ -33,20 +35,19 @@ from typing import Callable
 
 from babel.dates import get_date_format, get_month_names, parse_pattern
 
-from gateway.text import language, quantities
+from gateway.text import language, quantities, symbols
 from gateway.text.links import words as link_words
 from gateway.text.number_words import (
-    YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, year,
+    SIGN, YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, scale_word, signed,
+    year,
 )
 
 ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|ª|\.º|\.ª", "it": r"º|ª",
                     "pt": r"º|ª|\.º|\.ª"}
 ORDINAL_DAY_LANGUAGES = frozenset({"en", "de"})  # "March fifteenth", "15. März" = "fünfzehnter"
-# "+" of a phone number, where it is not "plus".
-PLUS_WORDS = {"es": "más", "it": "più", "pt": "mais", "ru": "плюс", "uk": "плюс"}
 # Words after which `555-1234` is a phone number, not a range (English).
 PHONE_CUES = r"call|phone|telephone|tel|dial|fax|text|mobile|cell|number"
-# Words after which a bare `30s` is seconds, not a decade: it is left as written (English).
+# Words after which a bare `30s` is seconds, not a decade (English; `quantities.seconds` reads it).
 SECONDS_CUES = frozenset({"every", "after", "within", "wait", "for", "in", "timeout", "interval", "takes", "took"})
 
 
@@ -98,7 +99,7 @@ def _time_words(hour: int, minute: int, meridiem: str, lang: str) -> str:
 def phone_words(text: str, lang: str) -> str:
     """`+1 (555) 123-4567` -> "plus one, five five five, one two three, four five six seven"."""
     groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
-    plus = PLUS_WORDS.get(language.base(lang), "plus")
+    plus = symbols.PLUS_WORDS.get(language.base(lang), "plus")
     return (f"{plus} " if text.lstrip().startswith("+") else "") + ", ".join(groups)
 
 
@@ -137,11 +138,13 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         return f' {_time_words(int(m["h"]), int(m["mi"] or 0), meridiem, lang)} '
 
     def decade(m: re.Match[str]) -> str:
-        value = int(m["y"])
-        if value < 100 and not m["q"]:
+        value = int(m["y"].replace(",", ""))
+        if value <= 1000 and not m["q"]:
             before = m.string[max(0, m.start() - 16):m.start()].split()
             if value < 20 or (before and before[-1].lower() in SECONDS_CUES):
-                return m.group(0)  # "10s", "every 30s": not surely a decade
+                return m.group(0)  # "10s", "every 30s", "took 100s": seconds (the next pass)
+        if value in (100, 1000):
+            return f" {english_plural(scale_word(len(str(value)) - 1))} "  # "100s of" "hundreds of"
         return f" {english_plural(year(value, lang) if value >= 100 else cardinal(value, lang))} "
 
     def ordinal_number(m: re.Match[str]) -> str:
@@ -170,7 +173,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
             value = number(text)
         except InvalidOperation:
             return text
-        return f' {cardinal(-value if m["sign"] else value, lang)} '
+        return f' {signed(cardinal(value, lang), m["sign"], lang)} '
 
     end = r"(?![\w-]|[.,]\d)"
     passes: list[tuple[str, Callable[[re.Match[str]], str]]] = [
@@ -191,7 +194,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     passes += quantities.passes(lang)
     if base == "en":
         passes.append((r"(?:(?<![\w.,$€£¥/:'’‘-])|(?<=[^\W\d_]-))(?P<q>['’‘])?"
-                       r"(?P<y>1[1-9]\d0|20\d0|[1-9]0)(?:s['’]?|['’]s)(?!\w)", decade))
+                       r"(?P<y>1[1-9]\d0|20\d0|[1-9]0|1,?000|100)(?:s['’]?|['’]s)(?!\w)", decade))
+    passes.append(quantities.seconds(lang))
     if base in ORDINAL_SUFFIXES:
         passes.append((rf"(?<![\w.])(?P<n>\d+)(?:{ORDINAL_SUFFIXES[base]})(?!\w)", ordinal_number))
     if base == "en":
@@ -199,8 +203,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         passes.append((r"#(?P<n>\d+)\b", hashed))
     if base in YEAR_LANGUAGES:
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
-    passes.append((r"(?<![\w.])\d+(?:\.\d+){2,}(?!\w|\.\d)", version))
-    passes.append((rf"(?P<sign>(?<![^\s(\[])[-−])?(?<![\d.,])(?P<n>{num})(?!\d)", plain))
+    passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))\d+(?:\.\d+){2,}(?!\w|\.\d)", version))  # "v2.0.1" too
+    passes.append((rf"{SIGN}(?<![\d.,])(?P<n>{num})(?!\d)", plain))
     return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]
 
 

@@ -7,13 +7,16 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 (after dates and times, so `3:15` is a time before it could be a ratio):
 
 - ratios (English): `3:1`, `16:9`, `1:50,000`, `3:2:1` -> "three to one"; only where no part
-  after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, is
-  left alone);
-- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars");
+  after the first has two digits (`3:15`, `10:30 pm` are times; `25:99`, which is neither, reads
+  its numbers, "twenty-five ninety-nine");
+- ranges (English) with a quantity on the right: `5-10%`, `1-2 km`, `10-20 €`, `$5-10`, `$5-$10`
+  -> "five to ten percent": the first number is read ("five to ") and the quantity by its pass;
+- money: `$3.50`, `€5`, `5 EUR`, `$2.5M`, `$0.99` ("ninety-nine cents": no "zero dollars"), also
+  in the other notation than the language's (`$3.50` in German, `3,50 €` in English);
 - `5 thousand`, percentages `45%`;
 - durations of two or more parts, largest first: `2h 30m`, `1m 45s`, `3d 4h`, `1h30m15s`
   -> "two hours thirty minutes"; a part alone keeps its own reading (`2h` "two hours", `30m`
-  "thirty meters"; `45s` and `5s` are not read as seconds: `5s` may be "fives");
+  "thirty meters", `45s` "forty-five seconds": `seconds`, which `numerals` runs after decades);
 - fractions (English): `1/2` "one half", `3/4` "three quarters", `2/3` "two thirds", `2 1/2`
   "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
   a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
@@ -22,6 +25,9 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 - scaled numbers: `100k`, `2.5M`, `3B`, `4bn` -> "one hundred thousand", "two point five million"
   (`m` is meters, and `t`/`T` tonnes or teslas, so neither is a scale here; `4K`, one digit and
   a capital K, is a display or a run: "four K").
+
+A minus sign (`number_words.SIGN`) before any of these but ratios and fractions is read where the
+number is: `-5°C` "minus five degrees Celsius", `-$20` "minus twenty dollars".
 """
 
 from __future__ import annotations
@@ -35,7 +41,10 @@ from babel.units import format_unit
 from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
-from gateway.text.number_words import cardinal, english_plural, number_pattern, ordinal, parse_number, scaled
+from gateway.text.number_words import (
+    SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
+    signed,
+)
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
                     "¥": "JPY", "₹": "INR", "₩": "KRW", "₽": "RUB", "₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB",
@@ -78,14 +87,16 @@ def alternation(names: Iterable[str]) -> str:
     return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
 
 
-def unit_words(value: Decimal, unit: str, lang: str) -> str:
-    """`2.5`, `length-kilometer` -> "two point five kilometers" (CLDR plural rules pick the form)."""
+def unit_words(value: Decimal, unit: str, lang: str, sign: str | None = None) -> str:
+    """`2.5`, `length-kilometer` -> "two point five kilometers" (CLDR plural rules pick the form);
+    with a minus `sign`, its word goes where the number is ("minus five degrees Celsius")."""
     loc = language.locale(lang)
+    words = signed(cardinal(value, lang), sign, lang)
     try:
         formatted = format_unit(value, unit, locale=loc, length="long")
     except Exception:  # noqa: BLE001 - babel raises several kinds for a unit a locale lacks
-        return f"{cardinal(value, lang)} {unit.split('-', 1)[-1].replace('-', ' ')}"
-    return formatted.replace(format_decimal(value, locale=loc), cardinal(value, lang), 1)
+        return f"{words} {unit.split('-', 1)[-1].replace('-', ' ')}"
+    return formatted.replace(format_decimal(value, locale=loc), words, 1)
 
 
 def unit_name(unit: str, count: int, lang: str) -> str:
@@ -148,19 +159,25 @@ def passes(lang: str) -> list[Pass]:
     def ratio(m: re.Match[str]) -> str:
         parts = m.group(0).split(":")
         if any(len(re.sub(r"\D", "", part)) == 2 for part in parts[1:]):
-            return m.group(0)  # "3:15" is a time (read before this), "25:99" neither
+            return f" {' '.join(parts)} "  # "3:15" is a time (read before this); "25:99" its numbers
         return " " + " to ".join(cardinal(number(part), lang) for part in parts) + " "
 
     def money(m: re.Match[str]) -> str:
         code = CURRENCY_SYMBOLS.get(m["sym"] or "") or (m["code"] or "").upper()
         scale = SCALES.get(m["scale"] or "", 0)
-        return f" {currency_words(number(m['amount']), code, lang, scale)} "
+        return f" {currency_words(parse_money(m['amount'], lang), code, lang, scale)} "
+
+    def range_start(m: re.Match[str]) -> str:
+        low = parse_money(m["a"], lang) if m["sym"] else number(m["a"])
+        code = CURRENCY_SYMBOLS.get(m["sym"] or m["rsym"] or "") or (m["rcode"] or "").upper()
+        words = currency_words(low, code, lang) if code and low != low.to_integral_value() else cardinal(low, lang)
+        return f" {words} to {m['sym'] or ''}"  # "$5-10" -> "five to $10", read by `money` next
 
     def worded_scale(m: re.Match[str]) -> str:
         return f" {cardinal(number(m['amount']), lang)} {m['scale']}"
 
     def percent(m: re.Match[str]) -> str:
-        return f' {unit_words(number(m["n"]), "concentr-percent", lang)} '
+        return f' {unit_words(number(m["n"]), "concentr-percent", lang, m["sign"])} '
 
     def duration(m: re.Match[str]) -> str:
         parts = [(m[group], unit) for group, _, unit in DURATION_PARTS if m[group]]
@@ -189,36 +206,77 @@ def passes(lang: str) -> list[Pass]:
         return f" {before}{said} "
 
     def unit(m: re.Match[str]) -> str:
-        return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang)} '
+        return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang, m["sign"])} '
 
     def bare_scale(m: re.Match[str]) -> str:
         if m["scale"] == "K" and len(m["amount"]) == 1:
             return m.group(0)  # "4K" (a display), "5K" (a run) are said "four K"
         return f" {scaled(number(m['amount']), SCALES[m['scale']], lang)} "
 
+    def with_sign(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+        def read(m: re.Match[str]) -> str:  # "-5°C" -> "minus five degrees Celsius"
+            words = replace(m)
+            return words if words == m.group(0) or not m["sign"] else f" {signed(words.strip(), m['sign'], lang)} "
+
+        return read
+
     symbols = alternation(CURRENCY_SYMBOLS)
     codes = "|".join(CURRENCY_CODES)
     scales = alternation(SCALES)
     units = alternation(UNITS)
+    money_num = money_pattern(lang)
+    # What makes the number on a range's right a quantity: "5-10%", "5-10 km", "10-20 €", "10-20k".
+    quantity_after = (rf"(?:{num})(?:\s?%|\s?(?:{units})(?![\w/])|(?:\s?(?:{scales})(?![A-Za-z]))?\s?"
+                      rf"(?:(?P<rsym>{symbols})|(?P<rcode>{codes})\b)|\s?(?:thousand|million|billion|trillion)\b"
+                      rf"|(?:{alternation(BARE_SCALES)})(?!\w))")
     duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
                              for group, notation, _ in DURATION_PARTS)
     found: list[Pass] = []
     if base == "en":
-        found.append((rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio))
+        found += [
+            (rf"(?<![\w.:,])(?:{num})(?::(?:{num}))+(?![\d:]|[.,]\d)", ratio),
+            # a range's first number, before the quantity that the passes below read ("five to ")
+            (rf"(?P<sym>{symbols})(?P<a>{money_num})(?:[-–]|\s?[-–]\s?(?=(?P=sym)))(?:(?P=sym))?(?=\d)"
+             r"(?P<rsym>)(?P<rcode>)", range_start),
+            (rf"(?<![\w.,-])(?P<sym>)(?P<a>{num})\s?[-–]\s?(?={quantity_after})", range_start),
+        ]
     found += [
-        (rf"(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{num})"
-         rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", money),
-        (rf"(?<![\w.])(?P<amount>{num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
-         rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", money),
-        (rf"(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b", worded_scale),
-        (rf"(?<![\w.])(?P<n>{num})\s?%", percent),
-        (rf"(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", duration),
+        (rf"{SIGN}(?:(?P<sym>{symbols})|\b(?P<code>{codes})\s?)(?P<amount>{money_num})"
+         rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", with_sign(money)),
+        (rf"{SIGN}(?<![\w.])(?P<amount>{money_num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
+         rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", with_sign(money)),
+        (rf"{SIGN}(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b",
+         with_sign(worded_scale)),
+        (rf"{SIGN}(?<![\w.])(?P<n>{num})\s?%", percent),
+        (rf"{SIGN}(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", with_sign(duration)),
     ]
     if base == "en":
         found.append((r"(?<![\w/.,:])(?:(?P<w>\d{1,3}) )?(?P<a>\d{1,3})/(?P<b>\d{1,3})(?![\w/]|[.,]\d)"
                       rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
     found += [
-        (rf"(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
-        (rf"(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", bare_scale),
+        (rf"{SIGN}(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
+        (rf"{SIGN}(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", with_sign(bare_scale)),
     ]
     return found
+
+
+def seconds(lang: str) -> Pass:
+    """`45s`, `1.5s`, `-5s` -> "forty-five seconds", ...: a number directly before `s`; in English
+    `5-10s` "five to ten seconds". `numerals` runs it after the decades (`80s`, `1990s`), which take
+    theirs first; what only a decade can be (`'90s`, `1990s` in any language) and a range whose right
+    side is the smaller (`1980-90s`) are left as written."""
+    num, _, _ = number_pattern(lang)
+    low = rf"(?:(?P<low>{num})\s?[-–]\s?)?" if language.base(lang) == "en" else "(?P<low>)"
+
+    def read(m: re.Match[str]) -> str:
+        value = parse_number(m["n"], lang)
+        if re.fullmatch(r"1[1-9]\d0|20\d0", m["n"]):
+            return m.group(0)
+        if not m["low"]:
+            return f' {unit_words(value, "duration-second", lang, m["sign"])} '
+        start = parse_number(m["low"], lang)
+        if start >= value:
+            return m.group(0)
+        return f' {signed(cardinal(start, lang), m["sign"], lang)} to {unit_words(value, "duration-second", lang)} '
+
+    return rf"{SIGN}(?<![\w.,'’‘]){low}(?P<n>{num})s(?![\w'’])", read

@@ -6,6 +6,8 @@ them (`😀` -> "grinning face"). `&` becomes the locale's "and" (CLDR list patt
 between two words is not read: `and/or` is "and or", `TCP/IP` "TCP IP" (English: `he/she` "he or
 she", `w/o` "without", `n/a` "not applicable"); a path of more parts (`src/main/app`) is left as
 written.
+`C#`, `F#` are "C sharp", "F sharp" (in English every note from `A#` to `G#`), `C++` "C plus plus"
+(the language's "+" word, as a phone number's).
 Characters that only ever mark up text (`*`, `_`, `` ` ``, `#`, `|`, `~`, `\\`, `<`, `>`)
 and other pictographic symbols (Unicode categories So and Sk, e.g. `→`, `©`) are not
 read: a reader does not say "asterisk".
@@ -27,6 +29,12 @@ _WORD_SLASH = re.compile(r"(?<![\w/.@-])([^\W\d_]+)/([^\W\d_]+)(?![\w/@-]|\.\w)"
 _PRONOUNS = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them"})
 # Slashed English abbreviations, read as their words.
 _EN_SLASHED = {"w/o": "without", "n/a": "not applicable", "s/he": "she or he"}
+# "+" where it is not "plus": a phone number's `+`, `C++`.
+PLUS_WORDS = {"es": "más", "it": "più", "pt": "mais", "ru": "плюс", "uk": "плюс"}
+# A note or a language named by a letter and a sharp (`C#`, `F#`; in English `A#` to `G#`), and `C++`;
+# a version may follow (`C++20`, `C#7`).
+_SHARP_LETTERS = {"en": "A-G"}
+_NAMES = re.compile(r"(?<![\w#+])(?:(?P<letter>[A-G])[#♯]|C(?P<plus>\+\+))(?![^\W\d]|[#+♯])")
 
 
 def has_emoji(text: str) -> bool:
@@ -53,6 +61,23 @@ def and_word(lang: str) -> str:
         return "and"
     word = end.replace("{0}", "").replace("{1}", "").strip(" ,")
     return word or "and"
+
+
+def names(text: str, lang: str) -> str:
+    """`C#` -> "C sharp", `C++` -> "C plus plus" (see above); `#` is otherwise markup, `+` left to the voice."""
+    if "#" not in text and "+" not in text and "♯" not in text:
+        return text
+    letters = _SHARP_LETTERS.get(language.base(lang), "CF")
+
+    def name(m: re.Match[str]) -> str:
+        if m["plus"]:
+            plus = PLUS_WORDS.get(language.base(lang), "plus")
+            return f"C {plus} {plus} "
+        if not re.fullmatch(f"[{letters}]", m["letter"]):
+            return m.group(0)
+        return f"{m['letter']} sharp "
+
+    return _NAMES.sub(name, text)
 
 
 def connectors(text: str, lang: str) -> str:

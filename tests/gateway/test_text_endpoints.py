@@ -54,6 +54,11 @@ SPOKEN = [
     ("Der 01.04.2025 ist bis 03.04.2025 frei.", {"language": "de_DE"},  # nominative, then after "bis"
      "Der erste April zweitausendfünfundzwanzig ist bis dritten April zweitausendfünfundzwanzig frei."),
     ("Il fait 20 °C, soit 5 % de plus.", {"language": "fr"}, "Il fait vingt degrés Celsius, soit cinq pour cent de plus."),
+    ("Es waren -5 °C, der Kaffee kostet $3.50.", {"language": "de_DE"},
+     "Es waren minus fünf Grad Celsius, der Kaffee kostet drei Dollar und fünfzig Cent."),
+    ("It was -5°C; 5-10% of C# users run v2.0.1 within 45s.", {},
+     "It was minus five degrees Celsius; five to ten percent of C sharp users run v two dot zero dot one within "
+     "forty-five seconds."),
     ("**Not** touched: $5", {"normalize": False}, "**Not** touched: $5"),
 ]
 

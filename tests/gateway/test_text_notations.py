@@ -1,0 +1,207 @@
+"""Text frontend notations: what numbers, money, units, dates and symbols are read as (docs/text.md)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.text import TextOptions, TextStream, normalize_text, prepare
+
+EN = TextOptions()
+
+
+def spoken(text: str, lang: str = "en_US") -> str:
+    """What `text` is read as (the segments joined)."""
+    return " ".join(str(item) for item in normalize_text(text, TextOptions(language=lang)))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Call 555-123-4567 today.", "Call five five five, one two three, four five six seven today."),
+    ("(555) 123-4567", "five five five, one two three, four five six seven"),
+    ("+1 555 123 4567", "plus one, five five five, one two three, four five six seven"),
+    ("Dial 1-800-555-1234.", "Dial one, eight zero zero, five five five, one two three four."),
+    ("+44 20 7946 0958", "plus four four, two zero, seven nine four six, zero nine five eight"),
+    ("Call me at 555-1234.", "Call me at five five five, one two three four."),
+    ("from 500-1000 people", "from five hundred to one thousand people"),  # no phone word: a range
+    ("+3 points", "+ three points"),  # too few digits for a phone number
+])
+def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the 1990s", "the nineteen nineties"),
+    ("the 1900s and the 2000s", "the nineteen hundreds and the two thousands"),
+    ("the '80s", "the eighties"),
+    ("80s music", "eighties music"),
+    ("in her 30s, mid-70s or the ’60s", "in her thirties, mid seventies or the sixties"),
+    ("the 1980's", "the nineteen eighties"),
+    ("retry every 30s", "retry every thirty seconds"),  # seconds, not a decade
+    ("wait 30s", "wait thirty seconds"),
+    ("the 10s", "the ten seconds"),  # "tens" only as '10s
+    ("100s of people, 1,000s of files", "hundreds of people, thousands of files"),
+    ("it took 100s", "it took one hundred seconds"),
+])
+def test_decades_are_read_as_decades(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1/2", "one half"),
+    ("3/4", "three quarters"),
+    ("2/3 of them", "two thirds of them"),
+    ("1/8, 7/10, 3/100", "one eighth, seven tenths, three hundredths"),
+    ("2 1/2 cups", "two and a half cups"),
+    ("3/4 mi and 1 1/2 km", "three quarters of a mile and one and a half kilometers"),
+    ("10/10", "ten out of ten"),
+    ("open 24/7, 50/50", "open twenty-four seven, fifty fifty"),
+    ("12/25/2024", "December twenty-fifth, twenty twenty-four"),  # a date, not a fraction
+    ("and/or", "and or"),
+    ("he/she w/o TCP/IP", "he or she without TCP IP"),
+    ("src/main/app.py", "src/main/app.py"),  # a path is left as written
+    ("speed in km/h, 50 km/h", "speed in kilometers per hour, fifty kilometers per hour"),
+])
+def test_fractions_and_slashes_read_as_said(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2h 30m", "two hours thirty minutes"),
+    ("1m 45s", "one minute forty-five seconds"),
+    ("took 1h30m15s", "took one hour thirty minutes fifteen seconds"),
+    ("3d 4h", "three days four hours"),
+    ("2h", "two hours"),  # one part keeps its own reading
+    ("30m", "thirty meters"),
+    ("45s", "forty-five seconds"),  # a number right before "s" is seconds
+    ("5s", "five seconds"),
+    ("It took 45s and 5s.", "It took forty-five seconds and five seconds."),
+    ("1s, 1.5s, 5-10s", "one second, one point five seconds, five to ten seconds"),
+])
+def test_durations_of_two_parts_or_more_are_read_as_durations(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+def test_seconds_are_read_in_every_language() -> None:
+    assert spoken("Warte 45s, nicht -5s oder 1,5s.", "de_DE") == (
+        "Warte fünfundvierzig Sekunden, nicht minus fünf Sekunden oder eins Komma fünf Sekunden.")
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("$0.99", "en_US", "ninety-nine cents"),
+    ("$0.01", "en_US", "one cent"),
+    ("$1.05", "en_US", "one dollar, five cents"),
+    ("$1", "en_US", "one dollar"),
+    ("$1,000,000", "en_US", "one million dollars"),
+    ("€5", "en_US", "five euro"),
+    ("0,99 €", "de_DE", "neunundneunzig Cent"),
+])
+def test_money_under_one_is_its_cents(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("a 3:1 ratio", "a three to one ratio"),
+    ("16:9 and 1:50,000", "sixteen to nine and one to fifty thousand"),
+    ("3:15", "three fifteen"),
+    ("10:30 pm", "ten thirty PM"),
+    ("25:99", "twenty-five ninety-nine"),  # neither a ratio nor a time: its numbers, as "24/7"
+    ("25:05", "twenty-five zero five"),
+])
+def test_ratios_are_read_where_the_right_side_cannot_be_minutes(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("100k", "en_US", "one hundred thousand"),
+    ("2.5M users", "en_US", "two point five million users"),
+    ("$3B", "en_US", "three billion dollars"),
+    ("1.5bn", "en_US", "one point five billion"),
+    ("a 4K screen, 5 MB", "en_US", "a four K screen, five megabytes"),
+    ("2,5M", "de_DE", "zwei Millionen fünfhunderttausend"),
+])
+def test_scaled_numbers_are_read_with_their_scale(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("It was -5°C.", "en_US", "It was minus five degrees Celsius."),
+    ("Change: -3.5%", "en_US", "Change: minus three point five percent"),
+    ("The balance is -$20.", "en_US", "The balance is minus twenty dollars."),
+    ("−1°C, -20 €, -5 EUR, -100k", "en_US", "minus one degree Celsius, minus twenty euro, minus five euro, "
+                                            "minus one hundred thousand"),
+    ("-10 degrees, -5", "en_US", "minus ten degrees, minus five"),
+    ("Es hat -5 °C, -20 €.", "de_DE", "Es hat minus fünf Grad Celsius, minus zwanzig Euro."),
+    ("-3,5 %", "fr_FR", "moins trois virgule cinq pour cent"),
+    ("-5 °C, -5", "pl", "minus pięć stopni Celsjusza, minus pięć"),  # num2words: a word, no negative numbers
+    ("-5°C", "ja", "摂氏 マイナス 五 度"),  # the minus goes where the number is
+])
+def test_a_minus_sign_is_read_before_a_unit_currency_or_percent(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("5-10%", "five to ten percent"),
+    ("5-10 km, 10-20k users", "five to ten kilometers, ten to twenty thousand users"),
+    ("$5-10, €10–€20", "five to ten dollars, ten to twenty euro"),
+    ("$1.50-$2, 2.50-3 €", "one dollar, fifty cents to two dollars, two euro, fifty cents to three euro"),
+    ("$5-10M", "five to ten million dollars"),
+    ("10-20", "ten to twenty"),
+])
+def test_a_range_takes_the_quantity_on_its_right(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("$3.50", "de_DE", "drei Dollar und fünfzig Cent"),
+    ("€3.50", "de_DE", "drei Euro und fünfzig Cent"),  # as "3,50 €" is
+    ("$1,000.50", "de_DE", "eintausend Dollar und fünfzig Cent"),
+    ("1.500 €", "de_DE", "eintausendfünfhundert Euro"),  # three digits: the German group mark
+    ("$3.50", "fr_FR", "trois dollars et cinquante cents"),
+    ("€3.50", "fr_FR", "trois euros et cinquante centimes"),
+    ("3,50 €", "en_US", "three euro, fifty cents"),
+    ("$3.500", "es_ES", "tres mil quinientos dólares"),
+])
+def test_money_in_the_other_notation_is_read_in_the_voice_language(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("v2.0.1", "en_US", "v two dot zero dot one"),
+    ("Upgrade to V10.2.33.", "en_US", "Upgrade to V ten dot two dot thirty-three."),
+    ("version 2.0.1", "en_US", "version two dot zero dot one"),
+    ("v2.0.1", "de_DE", "v zwei Punkt null Punkt eins"),
+])
+def test_a_version_after_v_is_read_as_a_version(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("C++ and C#.", "en_US", "C plus plus and C sharp."),
+    ("F#, C++20 and C#7", "en_US", "F sharp, C plus plus twenty and C sharp seven"),
+    ("a sonata in C# minor, then G#", "en_US", "a sonata in C sharp minor, then G sharp"),
+    ("C++ y C#", "es_ES", "C más más y C sharp"),  # "+" as a phone number's
+    ("C# und F#", "de_DE", "C sharp und F sharp"),
+])
+def test_sharp_and_plus_plus_names_are_read(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
+    "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.",
+    "It was -5°C, prices rose 5-10% to $5-$10 or -$20 for C# and C++ v2.0.1 in 45s. Then 25:99 and 3,50 €.",
+])
+def test_the_new_notations_read_the_same_in_pieces(text: str) -> None:
+    whole = prepare(text, EN)
+    for seed in range(10):
+        rng = random.Random(seed)
+        stream = TextStream(EN)
+        out: list[object] = []
+        at = 0
+        while at < len(text):
+            size = rng.randint(1, 9)
+            out += stream.append(text[at:at + size])
+            at += size
+        out += stream.flush()
+        assert out == whole
