@@ -39,16 +39,20 @@ from bench.orpheus_decode import (  # noqa: E402
     copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
 from bench.timing import median_ms  # noqa: E402
 from engine.model_runner import ModelRunner  # noqa: E402
-from models import gemv, orpheus  # noqa: E402
+from models import gemv, llama, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
-# mode -> (gemv, fp8, fused_attention, split_k); "_unfused": rotary, KV write and split merge as separate
-# kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear instead of gemv.split_k_linear
-MODES = {"cublas": (False, False, True, False), "cublaslt": (False, False, True, False),
-         "cublas_unfused": (False, False, False, False),
-         "gemv": (True, False, True, True),
-         "gemv_unfused": (True, False, False, False), "fp8_nosplit": (True, True, True, False),
-         "fp8": (True, True, True, True)}
+# mode -> (gemv, fp8, fused_attention, split_k, fused_rows, fused_sampler); "_unfused": rotary, KV write and split
+# merge as separate kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear instead of gemv.split_k_linear;
+# "_sampler": models/sample_step.py; "rows": the one-row layers of models/llama.py forward_rows; "fused": both (the
+# runner's defaults since session 18; "gemv" was the default before)
+MODES = {"cublas": (False, False, True, False, False, False), "cublaslt": (False, False, True, False, False, False),
+         "cublas_unfused": (False, False, False, False, False, False),
+         "gemv": (True, False, True, True, False, False), "gemv_sampler": (True, False, True, True, False, True),
+         "rows": (True, False, True, True, True, False), "fused": (True, False, True, True, True, True),
+         "gemv_unfused": (True, False, False, False, False, False),
+         "fp8_nosplit": (True, True, True, False, False, False),
+         "fp8": (True, True, True, True, False, False), "fp8_fused": (True, True, True, True, True, True)}
 BLAS = {"cublaslt": "cublaslt"}  # modes whose matmuls torch sends to cuBLASLt (set while the mode runs)
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
@@ -89,17 +93,25 @@ def matmul_rows(hidden: int, inter: int, qkv: int, head: int, batches: list[int]
                 "cublas": [lambda w=w: F.linear(x, w) for w in ws],
                 "triton": [lambda w=w: gemv.linear(x, w) for w in ws],
                 "triton_fp8": [lambda q=q: gemv.linear(x, q) for q in qs]}
+            if batch <= llama.GEMV_MAX_ROWS:  # the one-row path's fused variants (models/llama.py forward_rows)
+                if name in ("qkv", "gate_up"):
+                    kinds["rows_norm"] = [lambda w=w: gemv.rows_linear(x, w, norm_eps=1e-5) for w in ws]
+                if name == "gate_up":
+                    kinds["rows_norm_glu"] = [lambda w=w: gemv.rows_linear(x, w, norm_eps=1e-5, glu=True) for w in ws]
+                if name in ("o", "down"):
+                    residual = torch.randn(batch, n, device="cuda", dtype=torch.bfloat16)
+                    kinds["rows_residual"] = [lambda w=w: gemv.rows_linear(x, w, residual=residual) for w in ws]
             scaled = _scaled_mm_fns(x, qs)
             if scaled:
                 kinds["scaled_mm_fp8"] = scaled
             for kind, fns in kinds.items():
                 ms = graph_ms(fns)
-                nbytes = n * k * (2 if kind in ("cublas", "triton") else 1) + batch * (n + k) * 2
-                err = ((fns[0]().float() - ref).norm() / ref.norm()).item()
+                nbytes = n * k * (1 if "fp8" in kind else 2) + batch * (n + k) * 2
+                err = ((fns[0]().float() - ref).norm() / ref.norm()).item() if not kind.startswith("rows") else 0.0
                 add({"shape": name, "n": n, "k": k, "batch": batch, "kernel": kind, "ms": round(ms, 4),
                              "gb_s": round(nbytes / ms / 1e6, 1), "x_copy_bw": round(nbytes * 1e3 / ms / bandwidth, 3),
                              "rel_err": round(err, 5),
-                             "tiles": list(gemv.config(batch, k)) if kind.startswith("triton") else None})
+                             "tiles": list(gemv.config(batch, k)) if kind.startswith(("triton", "rows")) else None})
             if not sweep or batch not in (1, 8, 64) or (batch > 1 and name not in ("qkv", "down")):
                 continue
             for fp8 in (False, True) if batch <= gemv.ROWS_MAX else (False,):
@@ -173,8 +185,9 @@ def main() -> None:
     parser.add_argument("--sweep", type=int, default=1)
     parser.add_argument("--profile-batches", default="1,64")
     parser.add_argument("--steps", type=int, default=1, help="0: the matmul table only (no decode steps)")
-    parser.add_argument("--modes", default="cublas,gemv,fp8", help=f"decode-step variants, of {', '.join(MODES)} "
-                        "(the first is the logits reference; fp8 only last)")
+    parser.add_argument("--modes", default="cublas,gemv,fused,fp8,fp8_fused",
+                        help=f"decode-step variants, of {', '.join(MODES)} (the first is the logits reference, "
+                        "before any `fused` mode folds the norms; fp8 only last)")
     parser.add_argument("--out", default="bench/results/orpheus_decode_fp8.json")
     opts = parser.parse_args()
     batches = [int(b) for b in opts.batches.split(",")]
@@ -199,12 +212,13 @@ def main() -> None:
     fp8_at = [i for i, m in enumerate(modes) if m.startswith("fp8")]
     assert all(m in MODES for m in modes) and fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
-        use_gemv, fp8, fused, split_k = MODES[mode]
+        use_gemv, fp8, fused, split_k, rows, sampler = MODES[mode]
         torch.backends.cuda.preferred_blas_library(BLAS.get(mode, "cublas"))  # graphs keep the kernels captured
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
-                                 gemv=use_gemv, fp8=fp8, fused_attention=fused, split_k=split_k)
+                                 gemv=use_gemv, fp8=fp8, fused_attention=fused, split_k=split_k, fused_rows=rows,
+                                 fused_sampler=sampler)
         except Exception as error:  # e.g. an experiment's launch that graph capture refuses
             record["checks"][f"{mode}_error"] = repr(error)[:400]
             print(mode, "failed:", repr(error)[:400], flush=True)
@@ -219,6 +233,12 @@ def main() -> None:
             record["checks"][f"{mode}_vs_{modes[0]}"] = {
                 "logits_cos_min": round(cos.min().item(), 5), "logits_cos_mean": round(cos.mean().item(), 5),
                 "greedy_agreement": (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()}
+        if rows:  # the one-row path: 16 of the tokens, each a step of its own
+            ones = torch.cat([step_logits(runner, tokens[i:i + 1], context) for i in range(16)])
+            cos = F.cosine_similarity(ones, reference[:16], dim=-1)
+            record["checks"][f"{mode}_rows_vs_{modes[0]}"] = {
+                "logits_cos_min": round(cos.min().item(), 5), "logits_cos_mean": round(cos.mean().item(), 5),
+                "greedy_agreement": (ones.argmax(-1) == reference[:16].argmax(-1)).float().mean().item()}
         length = runner.max_seq_len + 1
         for batch in batches:
             record["checks"][f"{mode}_graph_eq_eager_b{batch}"] = graph_matches_eager(runner, batch, context)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from models.codec_graphs import CodecGraphs
 from models.codec_windows import decode_windows
 from models import cuda_graphs
+from models.cuda_graphs import buckets, codec_buckets, length_buckets
 from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, Tokens
 from engine.prefill import PrefillGraphs
@@ -55,25 +57,12 @@ class RunnerConfig:
     gemv: bool = True  # GPU: one-row decode matmuls on models/gemv.py (models/llama.py GEMV_MAX_ROWS), not cuBLAS
     fp8: bool = False  # GPU: projection weights in float8_e4m3fn, a scale per row (models/llama.py set_matmuls)
     split_k: bool = True  # GPU, fp8: 2-64-row matmuls on models/gemv.py split_k_linear (models/llama.py)
+    fused_rows: bool = True  # GPU, fused attention: one-row steps as 5 kernels a layer (models/llama.py forward_rows)
+    fused_sampler: bool = True  # GPU: a decode step's sampling and slot update in one kernel (models/sample_step.py)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:
         assert self.max_seq_len >= 2 and self.attn_block >= 1 and self.max_codec_batch >= 1
-
-
-def buckets(limit: int, small: tuple[int, ...] = (1, 2, 4, 8), every: int = 16) -> list[int]:
-    """1, 2, 4, 8, then every 16 up to `limit` (nano-vllm's graph batch sizes)."""
-    return sorted({b for b in small if b < limit} | set(range(every, limit, every)) | {limit})
-
-
-def codec_buckets(limit: int) -> list[int]:
-    """A codec's graph batch sizes: powers of two up to 128, then `limit`."""
-    return buckets(limit, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
-
-
-def length_buckets(top: int, block: int) -> list[int]:
-    """The attention lengths a decode step reads: multiples of `block` below `top`, and `top`."""
-    return sorted({min(top, block * k) for k in range(1, -(-top // block) + 1)})
 
 
 def device_name(device: torch.device | str) -> str:
@@ -94,15 +83,19 @@ class ModelRunner(Runner):
         self.max_prefill_batch = config.max_prefill_batch
         self.torch_device, self.device = torch.device(device), device_name(device)
         self.model, self.codec, self.sample_rate = parts.backbone, parts.codec, int(parts.codec.sample_rate)
-        self.use_graphs = self.torch_device.type == "cuda" and not config.enforce_eager
+        on_gpu = self.torch_device.type == "cuda"
+        self.use_graphs = on_gpu and not config.enforce_eager
         self._pending: tuple[torch.Tensor, Any, dict[int, Request], tuple[Any, int, int]] | None = None
         self.num_decode_steps = 0
         self.graph_counts = {"hit": 0, "miss": 0}  # GPU decode steps replayed from a graph, or run eagerly
         self.model.set_rope(config.max_seq_len + 1, self.torch_device)
         self.model.fuse_projections()
-        is_compiled = config.compile_layers and self.torch_device.type == "cuda"
+        is_compiled = config.compile_layers and on_gpu
         self.model.compile_layers(is_compiled)
-        self.model.set_matmuls(config.gemv and self.torch_device.type == "cuda", config.fp8, config.split_k)
+        self.model.set_matmuls(config.gemv and on_gpu, config.fp8, config.split_k,
+                               config.fused_rows and on_gpu and config.triton_attention and config.fused_attention)
+        self._sample_step: Any = importlib.import_module("models.sample_step").sample_step \
+            if on_gpu and config.fused_sampler else None  # (Triton: imported on GPU only)
         self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
             pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a
@@ -118,9 +111,7 @@ class ModelRunner(Runner):
         self._allocate_state()
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._batch_buckets = sorted(config.graph_batches or buckets(max_running))
-        block, top = config.attn_block, config.max_seq_len + 1
-        self._length_buckets = length_buckets(top, block)
-        on_gpu = self.torch_device.type == "cuda"
+        self._length_buckets = length_buckets(config.max_seq_len + 1, config.attn_block)
         self.gpu_lanes = GpuLanes(self.torch_device, config.lm_sms, config.codec_sms) if on_gpu and config.lanes else None
         self.lanes = {"codec": 1} if not on_gpu else {"urgent": 1, "background": 1} if self.gpu_lanes else {}
         attention = fused = None
@@ -134,6 +125,7 @@ class ModelRunner(Runner):
                 counters = torch.zeros((max_running + 1) * self.model.args.num_key_value_heads, dtype=torch.int32,
                                        device=self.torch_device)
                 fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs)
+        self._triton_attention = attention is not None
         for layer in self.model.model.layers:
             layer.self_attn.decode_attention_fn = attention
             layer.self_attn.decode_qkv_fn = fused
@@ -211,14 +203,23 @@ class ModelRunner(Runner):
         rows = self.row_index[:batch]
         active = self.host_active[:batch] & ~self.stopped[:batch]
         write_positions = torch.where(active, self.positions[:batch], self.max_seq_len)
-        mask = torch.arange(length, device=self.torch_device)[None, :] <= write_positions[:, None]
-        set_context(Context(False, rows, write_positions, additive(mask[:, None, None, :], self.dtype), length))
+        mask = None if self._triton_attention else additive(
+            (torch.arange(length, device=self.torch_device)[None, :] <= write_positions[:, None])[:, None, None, :],
+            self.dtype)  # (the GPU's Triton attention reads the positions, not a mask)
+        set_context(Context(False, rows, write_positions, mask, length))
         hidden = self.model(self.tokens[:batch], write_positions)
-        token = self._sample_and_update(slice(0, batch), hidden, active)
-        self.positions[:batch] += active
-        self.readback[0, :batch] = token
-        self.readback[1, :batch] = active
-        self.readback[2, :batch] = self.stopped[:batch]
+        if self._sample_step is not None:
+            self._sample_step(self.model.linear(hidden, self._w_audio), F.linear(hidden, self._w_stop), self.head_ids,
+                        tokens=self.tokens, positions=self.positions, steps=self.steps, max_tokens=self.max_tokens,
+                        forced=self.forced, stopped=self.stopped, host_active=self.host_active,
+                        temperature=self.temperature, top_p=self.top_p, penalty=self.penalty, seeds=self.seeds,
+                        seen=self.seen, readback=self.readback, codebook_size=self.spec.codebook_size,
+                        tokens_per_frame=self.spec.tokens_per_frame)
+        else:
+            self.readback[0, :batch] = self._sample_and_update(slice(0, batch), hidden, active)
+            self.positions[:batch] += active
+            self.readback[1, :batch] = active
+            self.readback[2, :batch] = self.stopped[:batch]
         reset_context()
 
     def _launch_decode(self, batch: int, length: int) -> None:

@@ -57,3 +57,19 @@ def capture(bodies: Sequence[tuple[K, Callable[[], Any]]], device: torch.device 
     done.bytes = max(0, free_before - torch.cuda.mem_get_info(device)[0])
     log.info("%s: %d captured in %.1f s, %.0f MiB", what, len(done.graphs), done.seconds, done.bytes / 2**20)
     return done
+
+
+# The shapes runners capture graphs for: batch sizes and attention lengths
+def buckets(limit: int, small: tuple[int, ...] = (1, 2, 4, 8), every: int = 16) -> list[int]:
+    """1, 2, 4, 8, then every 16 up to `limit` (nano-vllm's graph batch sizes)."""
+    return sorted({b for b in small if b < limit} | set(range(every, limit, every)) | {limit})
+
+
+def codec_buckets(limit: int) -> list[int]:
+    """A codec's graph batch sizes: powers of two up to 128, then `limit`."""
+    return buckets(limit, (1, 2, 4, 8, 16, 32, 64, 128), 1 << 30)
+
+
+def length_buckets(top: int, block: int) -> list[int]:
+    """The attention lengths a decode step reads: multiples of `block` below `top`, and `top`."""
+    return sorted({min(top, block * k) for k in range(1, -(-top // block) + 1)})

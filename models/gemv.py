@@ -52,8 +52,14 @@ def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
 
 
 @triton.jit
-def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.constexpr, EVEN_N: tl.constexpr,
+def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 EVEN_N: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr, RESIDUAL: tl.constexpr,
                  BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """`[BLOCK_B, BLOCK_N]` of y on the CUDA cores, the products summed elementwise in registers over
+    the whole (unrolled) K and across threads once at the end; with what sits around a decode matmul
+    (`rows_linear`): NORM: x's RMS from the same loads (`y *= rsqrt(mean(x^2) + eps)`); GLU: W's rows
+    `2j`, `2j + 1` (gate, up; N rows, N / 2 outputs) give `y[j] = silu(gate) * up`; RESIDUAL: `y += R`
+    (rounded to Y's dtype first)."""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -61,20 +67,39 @@ def _rows_kernel(X, W, S, Y, B, N, sx, sw, sy, K: tl.constexpr, HAS_SCALE: tl.co
     mask_n = offs_n < N
     mask_b = offs_b < B
     acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    squares = tl.zeros((BLOCK_B, 1), dtype=tl.float32)  # x's sum of squares, a reduction per K block
     for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: K is a constant
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        w_ptrs = W + offs_n[:, None] * sw + offs_k[None, :]
         if EVEN_N and K % BLOCK_K == 0:
-            w = tl.load(w_ptrs, eviction_policy="evict_first")
+            w = tl.load(W + offs_n[:, None] * sw + offs_k[None, :], eviction_policy="evict_first")
         else:
-            w = tl.load(w_ptrs, mask=mask_n[:, None] & (offs_k < K)[None, :], other=0.0, eviction_policy="evict_first")
-        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :], other=0.0)
-        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
-    out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]: the one cross-thread reduction
+            w = tl.load(W + offs_n[:, None] * sw + offs_k[None, :], mask=mask_n[:, None] & (offs_k < K)[None, :],
+                        other=0.0, eviction_policy="evict_first")
+        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :],
+                    other=0.0).to(tl.float32)[:, None, :]
+        acc += x * w.to(tl.float32)[None, :, :]
+        if NORM:  # (not an elementwise accumulator as acc: 32 more registers a thread)
+            if k0 == 0:
+                squares = tl.sum(x * x, axis=2)  # in out's layout: no conversion
+            else:
+                squares += tl.sum(x * x, axis=2)
+    out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]
     if HAS_SCALE:
         out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
-    tl.store(Y + offs_b[:, None] * sy + offs_n[None, :], out.to(Y.dtype.element_ty),
-             mask=mask_b[:, None] & mask_n[None, :])
+    if NORM:
+        out = out * tl.rsqrt(squares / K + eps)
+    offs_y, mask_y = offs_n, mask_n
+    if GLU:  # rows (2j, 2j + 1) are (gate, up) of output j; each rounded to Y's dtype, as a matmul's output
+        gate, up = tl.split(tl.reshape(out, (BLOCK_B, BLOCK_N // 2, 2)))
+        gate = gate.to(Y.dtype.element_ty).to(tl.float32)
+        out = gate * tl.sigmoid(gate) * up.to(Y.dtype.element_ty).to(tl.float32)
+        offs_y = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        mask_y = offs_y < N // 2
+    mask = mask_b[:, None] & mask_y[None, :]
+    if RESIDUAL:
+        out = out.to(Y.dtype.element_ty).to(tl.float32) + \
+            tl.load(R + offs_b[:, None] * sr + offs_y[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + offs_b[:, None] * sy + offs_y[None, :], out.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -183,8 +208,48 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
         _dot_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n,
                           BLOCK_K=block_k, num_warps=warps, num_stages=4)
     else:
-        _rows_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, BLOCK_B=block_b,
-                           BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+        _rows_kernel[grid](x, w, scale if scale is not None else w, y, y, batch, n, x.stride(0), w.stride(0),
+                           y.stride(0), 0, 0.0, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, NORM=False,
+                           GLU=False, RESIDUAL=False, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k,
+                           num_warps=warps)
+    return y
+
+
+def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: float | None = None,
+                glu: bool = False, residual: torch.Tensor | None = None,
+                tiles: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """A decode matmul of few rows (`_rows_kernel`, CUDA cores) with its neighbours fused:
+    `x` `[B, K]` (bf16/fp16) times a `[N, K]` weight (same dtype, or `Fp8Weight`) -> `[B, N']`;
+    - `norm_eps`: x is the residual stream and the RMSNorm before the matmul is done in it:
+      `y = (x @ W.T) * rsqrt(mean(x^2, -1) + eps)` (float32; the norm's weight must already be
+      folded into W's columns, models/llama.py `LlamaLM.fold_norms`);
+    - `glu`: W's rows are pairs (gate_j, up_j) (`[2 I, K]`, models/llama.py `MLP.pair_rows`), `y[:, j] =
+      silu(gate_j) * up_j`, N' = I (else N' = N);
+    - `residual` `[B, N']`: `y = residual + x @ W.T` (the product rounded to x's dtype first, as a
+      separate add would be).
+    Products accumulate in float32. `tiles`: (BLOCK_B, BLOCK_N, BLOCK_K, num_warps) instead of the
+    one-row default (2 adjacent weight rows a program; BLOCK_N even with `glu`)."""
+    scale = weight.scale if isinstance(weight, Fp8Weight) else None
+    w = weight.data if isinstance(weight, Fp8Weight) else weight
+    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
+    assert w.stride(1) == 1, "weight rows must be contiguous"
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    batch, k = x.shape
+    n = w.shape[0]
+    assert not glu or n % 2 == 0
+    y = torch.empty(batch, n // 2 if glu else n, device=x.device, dtype=x.dtype)
+    if residual is not None:
+        assert residual.shape == y.shape and residual.stride(1) == 1, (residual.shape, y.shape)
+    block_b, block_n, block_k, warps = tiles or (triton.next_power_of_2(batch), 2, 1024, 1)
+    assert not glu or block_n % 2 == 0
+    grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
+    _rows_kernel[grid](
+        x, w, scale if scale is not None else w, y, residual if residual is not None else y, batch, n,
+        x.stride(0), w.stride(0), y.stride(0), residual.stride(0) if residual is not None else 0,
+        float(norm_eps or 0.0), K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, NORM=norm_eps is not None,
+        GLU=glu,
+        RESIDUAL=residual is not None, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
     return y
 
 

@@ -9,9 +9,7 @@ q/k/v and gate/up projections, optional torch.compile of the elementwise pieces.
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -20,6 +18,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.context import get_context
+from models.llama_args import Args, rope_tables  # noqa: F401 (Args: part of this module's interface)
 
 # bf16 matmuls with up to this many rows run on models/gemv.py when enabled, cuBLAS above: the
 # Triton kernel beats cuBLAS at one row only (bench/results/decode_matmuls_table.json)
@@ -27,64 +26,6 @@ GEMV_MAX_ROWS = 1
 # FP8 matmuls with 2 to this many rows run on models/gemv.py split_k_linear, others on gemv.linear: at 256
 # rows the split-K kernel made the step slower (bench/results/orpheus_decode_split_k.json)
 FP8_SPLIT_K_MAX_ROWS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Args:
-    vocab_size: int = 128256
-    hidden_size: int = 3072
-    num_hidden_layers: int = 28
-    num_attention_heads: int = 24
-    num_key_value_heads: int = 8
-    intermediate_size: int = 8192
-    rope_theta: float = 500000.0
-    rope_scaling: dict[str, Any] | None = field(default_factory=lambda: {
-        "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192})
-    rms_norm_eps: float = 1e-5
-    tie_word_embeddings: bool = True
-    max_position_embeddings: int = 131072
-
-    def __post_init__(self) -> None:
-        assert self.hidden_size % self.num_attention_heads == 0
-        assert self.num_attention_heads % self.num_key_value_heads == 0
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @classmethod
-    def from_hf(cls, config: dict[str, Any]) -> Args:
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in config.items() if k in names})
-
-    def to_hf(self, **extra: Any) -> dict[str, Any]:
-        """A Hugging Face `config.json` for these shapes; `extra` adds keys (token ids)."""
-        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-                "head_dim": self.head_dim, **extra, **asdict(self)}
-
-
-def rope_tables(args: Args, num_positions: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin: float32 `[num_positions, head_dim]`, with Llama-3 frequency scaling.
-
-    Computed in float32 like Hugging Face's LlamaRotaryEmbedding (the checkpoint was trained
-    with it): at position 20000 float64 angles would differ from it by ~1e-3 rad.
-    """
-    dim = args.head_dim
-    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim))
-    scaling = args.rope_scaling or {}
-    if scaling.get("rope_type", scaling.get("type")) == "llama3":
-        factor, old_len = float(scaling["factor"]), float(scaling["original_max_position_embeddings"])
-        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-        wavelen = 2 * math.pi / inv_freq
-        smooth = (old_len / wavelen - low) / (high - low)
-        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        is_medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
-        inv_freq = torch.where(is_medium, scaled, inv_freq)
-    freqs = torch.outer(torch.arange(num_positions, device=device).float(), inv_freq)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -114,6 +55,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """`[T, 2 * I]` (gate then up) -> `[T, I]`."""
     gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def silu_mul_pairs(gate_up: torch.Tensor) -> torch.Tensor:
+    """`[T, 2 * I]` (gate_0, up_0, gate_1, ...: `MLP.pair_rows`) -> `[T, I]`."""
+    gate, up = gate_up.unflatten(-1, (-1, 2)).unbind(-1)
     return F.silu(gate) * up
 
 
@@ -225,6 +172,7 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     act_fn = staticmethod(silu_mul)
+    pairs_act_fn = staticmethod(silu_mul_pairs)  # after pair_rows
     linear_fn: Any = staticmethod(F.linear)
 
     def __init__(self, args: Args) -> None:
@@ -234,16 +182,35 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
         self.gate_up_weight: Any = None  # set by fuse()
         self.down_fp8: Any = None
+        self.paired = False  # pair_rows done
 
     def fuse(self) -> None:
         self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
+
+    def pair_rows(self) -> None:
+        """Reorder the fused gate/up weight's rows in place as (gate_0, up_0, gate_1, up_1, ...), so that a
+        one-row matmul's program reads a gate row and its up row side by side and multiplies them
+        itself (models/gemv.py `rows_linear(glu=True)`: rows far apart streamed at 0.90 of copy bandwidth,
+        adjacent ones 0.98, H100). gate_proj/up_proj stay (strided) views of their rows. Before FP8; idempotent."""
+        if self.paired:
+            return
+        weight = self.gate_up_weight
+        assert isinstance(weight, torch.Tensor), "pair_rows: fuse first, before fp8"
+        rows = weight.shape[0] // 2
+        with torch.no_grad():
+            weight.copy_(weight.view(2, rows, -1).transpose(0, 1).reshape(2 * rows, -1))
+        pairs = weight.view(rows, 2, -1)
+        self.gate_proj.weight = nn.Parameter(pairs[:, 0], requires_grad=False)
+        self.up_proj.weight = nn.Parameter(pairs[:, 1], requires_grad=False)
+        self.paired = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
             gate_up = self.linear_fn(x, self.gate_up_weight)
         else:
             gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.linear_fn(self.act_fn(gate_up), self.down_proj.weight if self.down_fp8 is None else self.down_fp8)
+        act = self.pairs_act_fn(gate_up) if self.paired else self.act_fn(gate_up)
+        return self.linear_fn(act, self.down_proj.weight if self.down_fp8 is None else self.down_fp8)
 
 
 class DecoderLayer(nn.Module):
@@ -265,6 +232,21 @@ class DecoderLayer(nn.Module):
             x, h = self.input_layernorm.add_forward(x, delta)
         x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(h, cos, sin))
         return x, self.mlp(h)
+
+    def forward_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """A decode step of few rows as five kernels (`LlamaLM.forward`, after `fold_norms`): the
+        residual stream `x` `[B, hidden]` in, out. Each norm runs inside the matmul after it, the
+        SiLU-gate inside gate/up's, each residual add inside o's and down's (models/gemv.py
+        `rows_linear`); rotary, KV write and attention are the runner's `decode_qkv_fn`."""
+        from models.gemv import rows_linear
+
+        attn, mlp, ctx = self.self_attn, self.mlp, get_context()
+        qkv = rows_linear(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps)
+        out = attn.decode_qkv_fn(qkv, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1), attn.kv_cache,
+                                 ctx.write_positions, ctx.attn_len)
+        x = rows_linear(out, attn.o_proj.weight if attn.o_fp8 is None else attn.o_fp8, residual=x)
+        h = rows_linear(x, mlp.gate_up_weight, norm_eps=self.post_attention_layernorm.eps, glu=True)
+        return rows_linear(h, mlp.down_proj.weight if mlp.down_fp8 is None else mlp.down_fp8, residual=x)
 
 
 class LlamaModel(nn.Module):
@@ -291,6 +273,8 @@ class LlamaLM(nn.Module):
         self.cos: torch.Tensor | None = None
         self.sin: torch.Tensor | None = None
         self.linear: Any = F.linear  # (x, weight) -> x @ weight.T, as the layers multiply (set_matmuls)
+        self.fused_rows = False  # decode steps of up to GEMV_MAX_ROWS rows on DecoderLayer.forward_rows
+        self.norms_folded = False  # fold_norms done
 
     def set_rope(self, num_positions: int, device: torch.device | str) -> None:
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
@@ -300,25 +284,44 @@ class LlamaLM(nn.Module):
         q/k rotary, SiLU-gate): one kernel each instead of several. Compiled once for any
         token count (dynamic shapes). Call before capturing CUDA graphs (GPU only).
         `enabled=False` puts the plain functions back."""
-        plain = (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul)
-        norm, add_norm, rot, rot_qkv, act = (torch.compile(f, dynamic=True, fullgraph=True) if enabled else f
-                                             for f in plain)
+        plain = (rms_norm, add_rms_norm, rotate, rotate_qkv, silu_mul, silu_mul_pairs)
+        norm, add_norm, rot, rot_qkv, act, pairs_act = (torch.compile(f, dynamic=True, fullgraph=True) if enabled
+                                                        else f for f in plain)
         for module in self.modules():
             if isinstance(module, RMSNorm):
                 module.norm_fn, module.add_norm_fn = norm, add_norm
             elif isinstance(module, Attention):
                 module.rotate_fn, module.rotate_qkv_fn = rot, rot_qkv
             elif isinstance(module, MLP):
-                module.act_fn = act
+                module.act_fn, module.pairs_act_fn = act, pairs_act
 
-    def set_matmuls(self, gemv: bool, fp8: bool, split_k: bool = False) -> None:
+    def fold_norms(self) -> None:
+        """Fold each layer's two RMSNorm weights into the columns of the matmul after it (q/k/v,
+        gate/up: `W[:, k] *= g[k]`, rounded once to the weight's dtype) and set the norms' weights
+        to 1: the same function (rounded at another point), and the norm before a matmul is then
+        only its row scale, which `rows_linear` computes inside the matmul. The final norm stays
+        (the head is tied to the embeddings). Call after `fuse_projections`, before FP8; idempotent."""
+        if self.norms_folded:
+            return
+        with torch.no_grad():
+            for layer in self.model.layers:
+                for norm, weight in ((layer.input_layernorm, layer.self_attn.qkv_weight),
+                                     (layer.post_attention_layernorm, layer.mlp.gate_up_weight)):
+                    assert isinstance(weight, torch.Tensor), "fold_norms: fuse_projections first, before fp8"
+                    weight.copy_(weight.float() * norm.weight.float()[None, :])
+                    norm.weight.fill_(1.0)
+        self.norms_folded = True
+
+    def set_matmuls(self, gemv: bool, fp8: bool, split_k: bool = False, fused_rows: bool = False) -> None:
         """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up
         to `GEMV_MAX_ROWS` rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the
         layers' projection weights to float8_e4m3fn with a scale per output row (issue 10) and frees
         the bf16 ones (embeddings, norms and the tied head stay); `split_k`: FP8 weights at 2 to
         `FP8_SPLIT_K_MAX_ROWS` rows on the split-K kernel (`split_k_linear`, K a multiple of 128), not
         `linear`'s (bf16 ones there stay on cuBLAS, as fast or faster); all False: cuBLAS (not after fp8). Call after `fuse_projections`, before capturing CUDA graphs.
-        `self.linear` is then the matmul for other weights too. Raises ValueError for fp8 off CUDA."""
+        `self.linear` is then the matmul for other weights too. `fused_rows` (with `gemv` or `fp8`):
+        `fold_norms` and `MLP.pair_rows`, and decode steps of up to `GEMV_MAX_ROWS` rows run `DecoderLayer.forward_rows`
+        when the layers have a `decode_qkv_fn`. Raises ValueError for fp8 off CUDA."""
         quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
         if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
             raise ValueError("fp8 weights need a CUDA device (Triton kernels)")
@@ -341,6 +344,12 @@ class LlamaLM(nn.Module):
                 return F.linear(x, weight)
 
         self.linear = linear
+        # the norms must be folded before the weights are quantized: FP8 weights quantized unfolded stay unfused
+        self.fused_rows = fused_rows and (gemv or fp8 or quantized) and (self.norms_folded or not quantized)
+        if self.fused_rows:
+            self.fold_norms()
+            for layer in self.model.layers:
+                layer.mlp.pair_rows()
         for layer in self.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             attn.linear_fn = mlp.linear_fn = linear  # an instance attribute: not bound
@@ -376,6 +385,11 @@ class LlamaLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos = self.cos[positions].to(x.dtype)[:, None, :]
         sin = self.sin[positions].to(x.dtype)[:, None, :]
+        if self.fused_rows and x.shape[0] <= GEMV_MAX_ROWS and not get_context().is_prefill and \
+                self.model.layers[0].self_attn.decode_qkv_fn is not None:
+            for layer in self.model.layers:
+                x = layer.forward_rows(x, cos, sin)
+            return self.model.norm(x)
         delta = None
         for layer in self.model.layers:
             x, delta = layer(x, delta, cos, sin)

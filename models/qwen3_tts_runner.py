@@ -55,7 +55,8 @@ import numpy as np
 import torch
 
 from engine.lm_spec import LMSpec
-from engine.model_runner import buckets, codec_buckets, device_name, length_buckets
+from engine.model_runner import device_name
+from models.cuda_graphs import buckets, codec_buckets, length_buckets
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Request
 from engine.runner import Emit, LMParts, Runner

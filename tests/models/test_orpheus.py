@@ -71,6 +71,56 @@ def test_backbone_round_trips_through_safetensors(orpheus_tiny: Path) -> None:
         model.model.layers[0].self_attn.qkv_weight.data_ptr()
 
 
+def test_fold_norms_and_pair_rows_keep_the_function() -> None:
+    """The one-row GPU path's premises (models/gemv.py rows_linear): LlamaLM.fold_norms scales q/k/v and
+    gate/up columns by the norm before them and sets those norms' weights to 1, the final norm untouched;
+    MLP.pair_rows puts gate/up rows in (gate_j, up_j) pairs, gate_proj/up_proj still their rows. A prefill
+    and a decode step give the same hidden states (float32) before and after; second calls change nothing."""
+    from models.context import Context, additive, reset_context, set_context
+
+    args = orpheus.FLAVORS["tiny"]
+    model = orpheus.random_backbone(args, "cpu", torch.float32, 0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(len(name)))
+    model.set_rope(32, "cpu")
+    model.fuse_projections()
+    final = model.model.norm.weight.clone()
+
+    def hidden() -> torch.Tensor:
+        for layer in model.model.layers:
+            layer.self_attn.kv_cache = torch.zeros(2, 1, args.num_key_value_heads, 33, args.head_dim)
+        outs = []
+        for positions in (torch.arange(5), torch.tensor([5])):  # a 5-token prefill, then one decode step
+            keys = positions if len(positions) > 1 else torch.arange(33)  # a prefill attends to its own tokens
+            mask = keys[None, :] <= positions[:, None]
+            set_context(Context(len(positions) > 1, torch.zeros(len(positions), dtype=torch.int64), positions,
+                                additive(mask[None, None], torch.float32), 33))
+            try:
+                outs.append(model(torch.tensor([7, 9, 11, 13, 15])[:len(positions)], positions))
+            finally:
+                reset_context()
+        return torch.cat(outs)
+
+    before = hidden()
+    gate = model.model.layers[0].post_attention_layernorm.weight.clone()
+    gate_up = model.model.layers[0].mlp.gate_up_weight.clone()
+    for _ in range(2):
+        model.fold_norms()
+        for layer in model.model.layers:
+            layer.mlp.pair_rows()
+    layer = model.model.layers[0]
+    assert torch.equal(layer.input_layernorm.weight, torch.ones(args.hidden_size))
+    folded = gate_up * gate[None, :]
+    assert torch.allclose(layer.mlp.gate_up_weight[0::2], folded[:args.intermediate_size])
+    assert torch.allclose(layer.mlp.gate_up_weight[1::2], folded[args.intermediate_size:])
+    assert torch.equal(layer.mlp.gate_proj.weight, layer.mlp.gate_up_weight[0::2])
+    assert torch.equal(layer.mlp.up_proj.weight, layer.mlp.gate_up_weight[1::2])
+    assert torch.equal(model.model.norm.weight, final)
+    torch.testing.assert_close(hidden(), before, rtol=1e-5, atol=1e-5)
+
+
 def test_sharded_checkpoint_loads_the_same(orpheus_tiny: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checkpoint, "SHARD_BYTES", 8 << 20)
