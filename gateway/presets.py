@@ -20,7 +20,7 @@ from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.clone_voices import check_preset_voice, is_base, store
 from gateway.voices import check_speed, unknown_default_model
-from models import family
+from models import FamilyUnavailable, family
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
 _FIELDS = {"name", "model", "voice", "speed", "settings"}
@@ -32,7 +32,7 @@ FAMILY_SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
     "orpheus": (("temperature", "0–5 (default 0.6)"), ("top_p", "0–1 (default 0.8)"),
                 ("repetition_penalty", "0–5 (default 1.1; ≥ 1.1 keeps speech stable)"),
                 ("max_tokens", "≥ 1 (default 2048, about 25 s)"), ("seed", "an integer: the same take every time"),
-                ("force_tokens", "benchmarks on random weights: exactly this many audio tokens")),
+                ("force_tokens", "benchmarks on random weights: this many audio tokens, 7 a frame (≥ 7)")),
 }
 
 
@@ -66,7 +66,7 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInput("settings must be an object", field="settings")
     record = await state.library.get_model(model_id)
     assert record is not None
-    settings = family(record["family"]).validate_settings(settings)
+    settings = family(record["family"]).validate_settings(settings, record["options"])
     if "instructions" in settings and await is_base(state, model_id):  # the family refuses them at use
         raise InvalidInput("a Base model takes no instructions: it speaks as its reference voice",
                            field="settings.instructions")
@@ -76,16 +76,30 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
 async def list_presets(request: Request) -> JSONResponse:
     """Presets whose model was deleted are listed with `usable: false` and the reason."""
     state: AppState = request.app.state.voxgate
-    installed = {m["id"] for m in await state.library.list_models()}
+    models = await _models(state)
     presets = await state.library.list_presets()
-    return JSONResponse({"object": "list", "data": [await _described(state, preset, installed) for preset in presets]})
+    return JSONResponse({"object": "list", "data": [await _described(state, preset, models) for preset in presets]})
 
 
-async def _described(state: AppState, preset: dict[str, Any], installed: set[str]) -> dict[str, Any]:
-    """The preset with `usable` and, if not, the `problem`: its model is gone, or its reference voice."""
-    problem = None if preset["model_id"] in installed else f"model {preset['model_id']!r} is not installed"
+async def _models(state: AppState) -> dict[str, dict[str, Any]]:
+    return {m["id"]: m for m in await state.library.list_models()}
+
+
+async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The preset with `usable` and, if not, the `problem`: its model is gone, or its reference
+    voice, or its settings no longer pass the family's checks (saved before a check was added,
+    or the model's options changed: force_tokens past its max_seq_len)."""
+    record = models.get(preset["model_id"])
+    problem = None if record is not None else f"model {preset['model_id']!r} is not installed"
     if problem is None and await is_base(state, preset["model_id"]) and await store(state).get(preset["voice"]) is None:
         problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
+    if problem is None and record is not None:
+        try:
+            family(record["family"]).validate_settings(preset["settings"], record["options"])
+        except InvalidInput as error:
+            problem = error.message
+        except (FamilyUnavailable, KeyError):  # its packages are missing, or the family: using it says so
+            pass
     return {**_public(preset), "usable": problem is None, "problem": problem}
 
 
@@ -105,7 +119,7 @@ async def get_preset(request: Request) -> JSONResponse:
     preset = await state.library.get_preset(request.path_params["name"])
     if preset is None:
         raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
-    return JSONResponse(await _described(state, preset, {m["id"] for m in await state.library.list_models()}))
+    return JSONResponse(await _described(state, preset, await _models(state)))
 
 
 async def update_preset(request: Request) -> JSONResponse:
