@@ -162,5 +162,7 @@ def create_app(settings: Settings) -> Starlette:
     # configured), keys, then write time bounds.
     middleware = [Middleware(RequestIdMiddleware), *browser_middleware(settings), Middleware(KeyCheck),
                   Middleware(WriteTimeout)]
-    return Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
-                     lifespan=lifespan)
+    app = Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
+                    lifespan=lifespan)
+    app.router.redirect_slashes = False  # a trailing slash is a JSON 404 naming the path meant (gateway/errors.py)
+    return app

@@ -20,6 +20,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from engine.types import EngineError, Overloaded
 from models import InvalidModel
@@ -68,16 +69,32 @@ async def _api_error(request: Request, exc: Exception) -> Response:
                         headers=error.headers)
 
 
+def _slashless(request: Request) -> str | None:
+    """The path without its trailing slash, if a route is there. No route ends with '/' and
+    none answers one with a redirect (the app's router has `redirect_slashes` off: a 307 with an
+    empty body would be the one non-JSON error), so such a path is an unknown route's 404 that
+    names the path meant."""
+    path = request.url.path
+    if len(path) < 2 or not path.endswith("/"):
+        return None
+    scope = {**request.scope, "path": path.rstrip("/") or "/"}
+    routes = getattr(request.scope.get("router"), "routes", ())
+    return scope["path"] if any(route.matches(scope)[0] != Match.NONE for route in routes) else None
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    if exc.status_code == 404 and request.method in ("GET", "HEAD"):
-        from gateway.pages import error_page  # (pages import this module)
+    message, headers = str(exc.detail), exc.headers
+    if exc.status_code == 404:
+        meant = _slashless(request)
+        message = f"there is nothing at {request.url.path}" + (f"; did you mean {meant}?" if meant else "")
+        if request.method in ("GET", "HEAD"):
+            from gateway.pages import error_page  # (pages import this module)
 
-        # A browser gets the site's error page; other clients the JSON (error_page decides).
-        return error_page(request, ApiError(404, code, f"there is nothing at {request.url.path}"))
-    return JSONResponse(error_body(code, str(exc.detail), status=exc.status_code), exc.status_code,
-                        headers=exc.headers)
+            # A browser gets the site's error page; other clients the JSON (error_page decides).
+            return error_page(request, ApiError(404, code, message))
+    return JSONResponse(error_body(code, message, status=exc.status_code), exc.status_code, headers=headers)
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 from starlette.routing import Route
 
@@ -42,3 +44,19 @@ def test_405_lists_every_method_of_the_path(server: LiveServer, client: httpx.Cl
         assert response.status_code == 405, path
         assert set(response.headers["allow"].split(", ")) == allowed, path
         assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_trailing_slash_is_the_json_404_of_an_unknown_route(server: LiveServer, client: httpx.Client) -> None:
+    """/v1/presets/ was a 307 with an empty body, to /v1/presets (a new user's trial)."""
+    routes = [r for r in create_app(server.settings).routes if isinstance(r, Route) and r.path.startswith("/v1/")]
+    assert len(routes) > 40
+    for route in routes:
+        path = re.sub(r"\{[^}]+\}", "x", route.path)
+        for method in sorted(route.methods or ()):
+            response = client.request(method, f"{path}/", headers={"Content-Type": "application/json"}, content=b"{}")
+            assert response.status_code == 404, (method, path, response.status_code)
+            if method != "HEAD":  # (no body)
+                error = response.json()["error"]
+                assert error["code"] == "not_found" and error["message"].endswith(f"did you mean {path}?"), error
+    nothing = client.get("/v1/nothing/").json()["error"]
+    assert nothing["message"] == "there is nothing at /v1/nothing/"  # nothing there either way: no hint
