@@ -69,6 +69,9 @@ async def _api_error(request: Request, exc: Exception) -> Response:
                         headers=error.headers)
 
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")  # the order `Allow` lists them in
+
+
 def _slashless(request: Request) -> str | None:
     """The path without its trailing slash, if a route is there. No route ends with '/' and
     none answers one with a redirect (the app's router has `redirect_slashes` off: a 307 with an
@@ -94,6 +97,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
             # A browser gets the site's error page; other clients the JSON (error_page decides).
             return error_page(request, ApiError(404, code, message))
+    elif exc.status_code == 405 and headers and "Allow" in headers:  # Starlette's: a route's methods, any order
+        allowed = sorted(headers["Allow"].split(", "), key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
+        headers = {**headers, "Allow": ", ".join(allowed)}
+        message = f"{request.method} is not allowed on {request.url.path}; it takes {headers['Allow']}"
     return JSONResponse(error_body(code, message, status=exc.status_code), exc.status_code, headers=headers)
 
 
