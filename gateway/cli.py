@@ -192,7 +192,11 @@ async def _keys(args: argparse.Namespace) -> int:
             print(f"created {key.key_id} ({key.name}; scopes: {', '.join(sorted(key.scopes))}). The key is shown "
                   "only now: send it as `Authorization: Bearer <key>`.", file=sys.stderr)
         elif args.action == "list":
-            for key in await store.list_keys():
+            listed = await store.list_keys()
+            if not listed:  # (stderr: a script reading the lines finds none)
+                print("no API keys yet: create one with `voxgate keys create NAME [--scope admin]` (a server needs "
+                      "one to listen beyond loopback, or with auth = \"required\")", file=sys.stderr)
+            for key in listed:
                 state = "revoked" if key.revoked_at else "active"
                 used = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.last_used_at)) if key.last_used_at \
                     else "never"

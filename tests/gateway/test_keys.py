@@ -51,6 +51,9 @@ def bearer(key: str) -> dict[str, str]:
 
 
 def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0  # none yet: said on stderr, stdout stays rows
+    empty = capsys.readouterr()
+    assert empty.out == "" and empty.err.startswith("no API keys yet: create one with `voxgate keys create NAME")
     key = create_key(tmp_path, "laptop", "--scope", "speech", "--scope", "admin")
     assert key.startswith("vxg_") and len(key) > 40
     assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0
