@@ -22,7 +22,7 @@ from gateway.clone_voices import check_preset_voice, is_base, store
 from gateway.voices import check_speed, unknown_default_model
 from models import FamilyUnavailable, family
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}")  # fullmatch: no newline after it
 _FIELDS = {"name", "model", "voice", "speed", "settings"}
 # What the Voices page offers per family, with a hint; each family's `validate_settings`
 # has the rules (tests/gateway/test_voices.py checks that the names agree).
@@ -48,8 +48,9 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
         field = sorted(unknown)[0]
         raise InvalidInput(f"unknown field {field!r}; presets have {', '.join(sorted(_FIELDS))}", field=field)
     name = data.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidInput("name must be 1-64 characters: letters, digits, space, '_', '.', '-'", field="name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
+                           "'-', starting with a letter or digit", field="name")
     model_id = data.get("model", state.settings.default_model)
     if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
         if "model" not in data:
@@ -111,7 +112,8 @@ async def create_preset(request: Request) -> JSONResponse:
                        field="name")
     if not await state.library.put_preset(**preset, create=True):
         raise ApiError(409, "preset_exists", f"a preset named {preset['name']!r} exists", field="name")
-    return JSONResponse(_public(await state.library.get_preset(preset["name"]) or {}), status_code=201)
+    saved = await state.library.get_preset(preset["name"]) or {}
+    return JSONResponse(await _described(state, saved, await _models(state)), status_code=201)
 
 
 async def get_preset(request: Request) -> JSONResponse:
@@ -137,7 +139,7 @@ async def update_preset(request: Request) -> JSONResponse:
                 "settings": current["settings"], **data}
     preset = await _validated(state, {**data, "name": name})
     await state.library.put_preset(**preset, create=False)
-    return JSONResponse(_public(await state.library.get_preset(name) or {}))
+    return JSONResponse(await _described(state, await state.library.get_preset(name) or {}, await _models(state)))
 
 
 async def delete_preset(request: Request) -> Response:
