@@ -119,7 +119,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         if "instructions" in data:
             raise InvalidInput("/v1/audio/design takes the voice's description as instruct, not instructions",
                                field="instructions")
-        stream = data.get("stream", False)
+        stream = False if data.get("stream") is None else data["stream"]
         if not isinstance(stream, bool):
             raise InvalidInput("stream must be true or false", field="stream")
         stream_format = "sse" if stream else stream_format
