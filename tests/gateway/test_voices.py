@@ -147,7 +147,8 @@ def test_orpheus_force_tokens_is_a_whole_number_the_model_can_hold(orpheus_tiny:
                 error["message"]
         assert client.get("/v1/presets/o3").status_code == 404
         short = create("o3", 1100, "orph-short").json()["error"]
-        assert short["field"] == "settings.force_tokens" and "to 1018 (the model's max_seq_len, 1024" in short["message"]
+        assert short["field"] == "settings.force_tokens"
+        assert "to 1018 (the model's max_seq_len, 1024" in short["message"]
         for value, kept in ((7, 7), (700, 700), (700.0, 700), (2554, 2554)):
             created = create(f"ok{value}", value)
             assert created.status_code == 201 and created.json()["settings"] == {"force_tokens": kept}, created.text
