@@ -95,6 +95,7 @@ class Session(SessionText):
         self.backlog_since_s: float | None = None
         self.end_timer: asyncio.TimerHandle | None = None
         self.rate = MessageRate(self.settings.realtime_messages_per_s, self.settings.realtime_message_burst)
+        self.finishing: UtteranceStream | None | bool = False  # a shutdown's: the utterance it lets finish
 
     # -- sending ----------------------------------------------------------------------
 
@@ -265,6 +266,16 @@ class Session(SessionText):
             "text": utterance.text,
         })
 
+    def idle(self) -> bool:
+        """For a shutdown (gateway/connection.py `end_if_idle`, first called when it begins): the
+        utterance being spoken then is over, or has all its text spoken and was not flushed (its
+        `utterance.done` would wait for its playback). A later utterance, and text not yet
+        released to one, do not count: they are not spoken."""
+        utterance = self.utterance
+        if self.finishing is False:
+            self.finishing = utterance
+        return utterance is None or utterance is not self.finishing or not (utterance.busy or utterance.ending)
+
     async def close(self) -> None:
         self.feed.cancel_timer()
         self._cancel_end_timer()
@@ -290,4 +301,4 @@ async def realtime(ws: WebSocket) -> None:
         await ws.close(code=1013, reason="server is shutting down")
         return
     session = Session(state, ws)
-    await session.connection.serve(session.run, session.close)
+    await session.connection.serve(session.run, session.close, session.idle)
