@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.types import EngineError, Overloaded
 from models import InvalidModel
@@ -72,17 +73,31 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")  # the order `Allow` lists them in
 
 
-def _slashless(request: Request) -> str | None:
-    """The path without its trailing slash, if a route is there. No route ends with '/' and
-    none answers one with a redirect (the app's router has `redirect_slashes` off: a 307 with an
-    empty body would be the one non-JSON error), so such a path is an unknown route's 404 that
-    names the path meant."""
-    path = request.url.path
-    if len(path) < 2 or not path.endswith("/"):
-        return None
-    scope = {**request.scope, "path": path.rstrip("/") or "/"}
-    routes = getattr(request.scope.get("router"), "routes", ())
-    return scope["path"] if any(route.matches(scope)[0] != Match.NONE for route in routes) else None
+def _not_found(scope: Scope) -> str:
+    """An unknown route's message, naming the path meant where the path has a trailing slash
+    that a route lacks. No route ends with '/' and none answers one with a redirect (the app's
+    router has `redirect_slashes` off: a 307 with an empty body would be the one non-JSON error)."""
+    path, meant = scope["path"], None
+    if len(path) > 1 and path.endswith("/"):
+        stripped = {**scope, "path": path.rstrip("/") or "/"}
+        routes = getattr(scope.get("router"), "routes", ())
+        meant = stripped["path"] if any(route.matches(stripped)[0] != Match.NONE for route in routes) else None
+    return f"there is nothing at {path}" + (f"; did you mean {meant}?" if meant else "")
+
+
+def not_found(http_not_found: ASGIApp) -> ASGIApp:
+    """The router's default: `http_not_found` (Starlette's: an HTTPException 404, answered by
+    `_http_error`) for HTTP, and the JSON 404 for a WebSocket handshake, where Starlette closes
+    it before accepting (uvicorn's bare 403), as the API's other refusals are (gateway/security.py)."""
+    async def default(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await http_not_found(scope, receive, send)
+            return
+        from gateway.security import deny  # (it imports this module)
+
+        await deny(scope, receive, send, 404, "not_found", _not_found(scope))
+
+    return default
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -90,8 +105,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     message, headers = str(exc.detail), exc.headers
     if exc.status_code == 404:
-        meant = _slashless(request)
-        message = f"there is nothing at {request.url.path}" + (f"; did you mean {meant}?" if meant else "")
+        message = _not_found(request.scope)
         if request.method in ("GET", "HEAD"):
             from gateway.pages import error_page  # (pages import this module)
 

@@ -12,6 +12,7 @@ from gateway.app import create_app
 from gateway.errors import METHODS
 from gateway.settings import load_settings
 from tests.conftest import LiveServer
+from tests.gateway.test_security import refused_quietly
 
 
 def test_every_api_route_is_in_the_schema() -> None:
@@ -63,3 +64,8 @@ def test_a_trailing_slash_is_the_json_404_of_an_unknown_route(server: LiveServer
                 assert error["code"] == "not_found" and error["message"].endswith(f"did you mean {path}?"), error
     nothing = client.get("/v1/nothing/").json()["error"]
     assert nothing["message"] == "there is nothing at /v1/nothing/"  # nothing there either way: no hint
+    # A WebSocket handshake to no route was uvicorn's 403 with an empty body: the JSON 404 as well
+    error, _ = refused_quietly(f"{server.ws_url}/v1/realtime/", 404)
+    assert error["code"] == "not_found" and error["message"].endswith("did you mean /v1/realtime?")
+    error, _ = refused_quietly(f"{server.ws_url}/v1/nothing", 404)
+    assert error["message"] == "there is nothing at /v1/nothing"
