@@ -100,6 +100,7 @@ class Server(uvicorn.Server):
     async def _drain(self) -> None:
         state = getattr(self.app.state, "voxgate", None)
         if state is None:
+            self._close_sessions()
             return
         margin_s = shutdown_margin_s(self.grace_s)
         state.draining = True
@@ -109,9 +110,7 @@ class Server(uvicorn.Server):
             for session in list(state.sessions):  # closed (1012) once it speaks nothing
                 session.end_if_idle()
             await asyncio.sleep(0.05)
-        for connection in list(self.server_state.connections):  # sessions still speaking
-            if isinstance(connection, WebSocketProtocol) and connection.deferred and not connection.close_sent:
-                connection.close_now()
+        self._close_sessions()  # those still speaking
         await asyncio.sleep(0)
         if not self.server_state.connections:
             return
@@ -123,3 +122,9 @@ class Server(uvicorn.Server):
             transport = getattr(connection, "transport", None)
             if transport is not None:
                 transport.abort()  # its client stopped reading: the unsent data would never go
+
+    def _close_sessions(self) -> None:
+        """Close the sessions `WebSocketProtocol.shutdown` left open, as uvicorn would have at once."""
+        for connection in list(self.server_state.connections):
+            if isinstance(connection, WebSocketProtocol) and connection.deferred and not connection.close_sent:
+                connection.close_now()
