@@ -24,7 +24,7 @@ from gateway.auth import KeyCheck
 from gateway.catalog import Catalog, config_entry_problem, load_catalog
 from gateway.download import DownloadError
 from gateway.downloads import DownloadManager
-from gateway.errors import exception_handlers
+from gateway.errors import exception_handlers, not_found
 from gateway.keys import KeyStore, no_key_message
 from gateway.library import Library
 from gateway.limits import KeyLimits
@@ -162,5 +162,8 @@ def create_app(settings: Settings) -> Starlette:
     # configured), keys, then write time bounds.
     middleware = [Middleware(RequestIdMiddleware), *browser_middleware(settings), Middleware(KeyCheck),
                   Middleware(WriteTimeout)]
-    return Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
-                     lifespan=lifespan)
+    app = Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
+                    lifespan=lifespan)
+    app.router.redirect_slashes = False  # a trailing slash is a JSON 404 naming the path meant (gateway/errors.py)
+    app.router.default = not_found(app.router.default)  # and a WebSocket to no route too
+    return app

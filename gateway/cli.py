@@ -192,7 +192,11 @@ async def _keys(args: argparse.Namespace) -> int:
             print(f"created {key.key_id} ({key.name}; scopes: {', '.join(sorted(key.scopes))}). The key is shown "
                   "only now: send it as `Authorization: Bearer <key>`.", file=sys.stderr)
         elif args.action == "list":
-            for key in await store.list_keys():
+            listed = await store.list_keys()
+            if not listed:  # (stderr: a script reading the lines finds none)
+                print("no API keys yet: create one with `voxgate keys create NAME [--scope admin]` (a server needs "
+                      "one to listen beyond loopback, or with auth = \"required\")", file=sys.stderr)
+            for key in listed:
                 state = "revoked" if key.revoked_at else "active"
                 used = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.last_used_at)) if key.last_used_at \
                     else "never"
@@ -201,12 +205,15 @@ async def _keys(args: argparse.Namespace) -> int:
                 print(f"{key.key_id}\t{key.prefix}\t{key.name}\t{','.join(sorted(key.scopes))}\t{state}\t"
                       f"used {used}\t{limits}")
         else:
-            revoked = await store.revoke(args.key)
-            if not revoked:
+            found = await store.revoke(args.key)
+            if not found:
                 print(f"error: no active key {args.key!r} (see `voxgate keys list`)", file=sys.stderr)
                 return 1
-            for key in revoked:
-                print(f"revoked {key.key_id} ({key.name})")
+            if len(found) > 1:
+                print(f"error: {len(found)} active keys match {args.key!r}: {', '.join(k.key_id for k in found)}; "
+                      "none was revoked: revoke one by its id", file=sys.stderr)
+                return 2
+            print(f"revoked {found[0].key_id} ({found[0].name})")
     finally:
         await library.close()
     return 0

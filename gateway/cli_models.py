@@ -132,17 +132,41 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _embedded_voices() -> list[str] | None:
+    """The embedded voice's voices, as a server registers them at its first start (gateway/app.py
+    `register_models`); None where its package is not installed (a server then serves without it)."""
+    try:
+        from models import piper
+
+        return list(piper.validate(piper.embedded_model_path())["voices"])
+    except ImportError:
+        return None
+
+
 async def list_models(args: argparse.Namespace, settings: Settings) -> int:
+    """A line a model, tab-separated: id, family, folder (or `(embedded)`), voices. Before a
+    server's first start on the data dir, the embedded voice it would register is listed too
+    (first, where that start puts it), so a fresh data dir lists what a server there serves."""
+    from gateway.app import EMBEDDED_MODEL
     from gateway.clone_voices import library_voices
     from gateway.library import Library
 
     library = await Library.open(settings.db_path)
     try:
-        for record in await library.list_models():
-            voices = _voices(*await library_voices(library, settings.data_dir, record))
-            print(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{voices}")
+        records = await library.list_models()
+        lines = []
+        if all(record["id"] != EMBEDDED_MODEL["id"] for record in records) and (voices := _embedded_voices()):
+            lines.append(f"{EMBEDDED_MODEL['id']}\t{EMBEDDED_MODEL['family']}\t(embedded)\t{', '.join(voices)}")
+        for record in records:
+            voices_text = _voices(*await library_voices(library, settings.data_dir, record))
+            lines.append(f"{record['id']}\t{record['family']}\t{record['path'] or '(embedded)'}\t{voices_text}")
     finally:
         await library.close()
+    for line in lines:
+        print(line)
+    if not lines:  # (stderr: a script reading the lines finds none)
+        print("no models installed: add a folder with `voxgate models add --family FAMILY --path DIR`, or download "
+              "one with `voxgate models install ID` (`voxgate models catalog` lists them)", file=sys.stderr)
     return 0
 
 

@@ -8,8 +8,10 @@
   aborted: the session's task is cancelled, so its engine requests are freed and its
   model unpinned at once, and a close frame (1008, with the reason) follows the audio
   already queued, so a client that reads again learns why.
-- `serve(run, close)` runs a session on the connection: a disconnect, a slow client or
+- `serve(run, close, idle)` runs a session on the connection: a disconnect, a slow client or
   our own abort end it quietly; `close` always runs (it cancels the session's utterances).
+  On shutdown the server's drain (gateway/server.py) calls `end_if_idle` a few times a
+  second: once `idle()` says the session speaks nothing, it ends and is closed with 1012.
 
 Writes raise `CLIENT_GONE` errors when the client left or was too slow; an utterance
 stream (gateway/utterance.py) that meets one stops quietly.
@@ -43,7 +45,9 @@ class Connection:
         self.name = name  # for the log: "realtime", "elevenlabs", ...
         self.aborted = ""  # the reason, once a writer gave up on the client
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[Any] | None = None  # serve(), cancelled by abort()
+        self._task: asyncio.Task[Any] | None = None  # serve(), cancelled by abort() and end_if_idle()
+        self._idle: Callable[[], bool] | None = None  # serve()'s: the session speaks nothing now
+        self.ended = False  # end_if_idle() ended it: the server shuts down
 
     @property
     def connected(self) -> bool:
@@ -120,22 +124,38 @@ class Connection:
 
     # -- a session on it ---------------------------------------------------------------
 
-    async def serve(self, run: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
-        """Run a session (`run` returns when the client leaves); `close` always follows."""
+    def end_if_idle(self) -> None:
+        """The server's drain: end the session now if `idle()` (nothing being spoken); its
+        `serve` then closes it with 1012. A session still speaking is left to finish, until
+        the drain's deadline closes it (gateway/server.py)."""
+        if self._task is None or self._idle is None or self.ended or self.aborted or not self._idle():
+            return
+        self.ended = True
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    async def serve(self, run: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]],
+                    idle: Callable[[], bool] | None = None) -> None:
+        """Run a session (`run` returns when the client leaves); `close` always follows.
+        `idle`: whether it speaks nothing now, when a shutdown may end it (`end_if_idle`)."""
         metrics = self.state.metrics
         metrics.sessions.inc()
-        self._task = asyncio.current_task()
+        self._task, self._idle = asyncio.current_task(), idle
+        self.state.sessions.add(self)
         try:
             await run()
         except CLIENT_GONE:
             pass
         except asyncio.CancelledError:
-            if not self.aborted:
+            if not (self.aborted or self.ended):
                 raise
             if self._task is not None:
-                self._task.uncancel()  # our own abort(): end normally
+                self._task.uncancel()  # our own abort() or end_if_idle(): end normally
         finally:
+            self.state.sessions.discard(self)
             metrics.sessions.dec()
             await close()
         if self.aborted:
             await self._close_frame()
+        elif self.ended:
+            await self.close(1012, "server is shutting down")

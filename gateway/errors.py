@@ -20,6 +20,8 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.types import EngineError, Overloaded
 from models import InvalidModel
@@ -68,16 +70,52 @@ async def _api_error(request: Request, exc: Exception) -> Response:
                         headers=error.headers)
 
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")  # the order `Allow` lists them in
+
+
+def _not_found(scope: Scope) -> str:
+    """An unknown route's message, naming the path meant where the path has a trailing slash
+    that a route lacks. No route ends with '/' and none answers one with a redirect (the app's
+    router has `redirect_slashes` off: a 307 with an empty body would be the one non-JSON error)."""
+    path, meant = scope["path"], None
+    if len(path) > 1 and path.endswith("/"):
+        stripped = {**scope, "path": path.rstrip("/") or "/"}
+        routes = getattr(scope.get("router"), "routes", ())
+        meant = stripped["path"] if any(route.matches(stripped)[0] != Match.NONE for route in routes) else None
+    return f"there is nothing at {path}" + (f"; did you mean {meant}?" if meant else "")
+
+
+def not_found(http_not_found: ASGIApp) -> ASGIApp:
+    """The router's default: `http_not_found` (Starlette's: an HTTPException 404, answered by
+    `_http_error`) for HTTP, and the JSON 404 for a WebSocket handshake, where Starlette closes
+    it before accepting (uvicorn's bare 403), as the API's other refusals are (gateway/security.py)."""
+    async def default(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await http_not_found(scope, receive, send)
+            return
+        from gateway.security import deny  # (it imports this module)
+
+        await deny(scope, receive, send, 404, "not_found", _not_found(scope))
+
+    return default
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    if exc.status_code == 404 and request.method in ("GET", "HEAD"):
-        from gateway.pages import error_page  # (pages import this module)
+    message, headers = str(exc.detail), exc.headers
+    if exc.status_code == 404:
+        message = _not_found(request.scope)
+        if request.method in ("GET", "HEAD"):
+            from gateway.pages import error_page  # (pages import this module)
 
-        # A browser gets the site's error page; other clients the JSON (error_page decides).
-        return error_page(request, ApiError(404, code, f"there is nothing at {request.url.path}"))
-    return JSONResponse(error_body(code, str(exc.detail), status=exc.status_code), exc.status_code,
-                        headers=exc.headers)
+            # A browser gets the site's error page; other clients the JSON (error_page decides).
+            return error_page(request, ApiError(404, code, message))
+    elif exc.status_code == 405 and headers and "Allow" in headers:  # Starlette's: a route's methods, any order
+        allowed = sorted(headers["Allow"].split(", "), key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
+        headers = {**headers, "Allow": ", ".join(allowed)}
+        message = f"{request.method} is not allowed on {request.url.path}; it takes {headers['Allow']}"
+    return JSONResponse(error_body(code, message, status=exc.status_code), exc.status_code, headers=headers)
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:

@@ -69,7 +69,8 @@ class KeyStore:
 
     async def create(self, name: str, scopes: tuple[str, ...] = ("speech",), rate_limit: str | None = None,
                      max_concurrent: int | None = None) -> tuple[ApiKey, str]:
-        """A new key and its secret text (shown once). ValueError for an unknown scope or empty name."""
+        """A new key and its secret text (shown once). ValueError for an unknown scope, an empty
+        name, or the name of an active key (a name must pick one key out, as `revoke` takes it)."""
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
             raise ValueError(f"scopes must be some of {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
@@ -81,7 +82,12 @@ class KeyStore:
         secret = f"{KEY_PREFIX}{hex_id}_{secrets.token_urlsafe(32)}"
         key = ApiKey(f"key-{hex_id}", name.strip(), secret[:len(KEY_PREFIX) + 8], frozenset(scopes), rate_limit,
                      max_concurrent, time.time(), None, None)
-        async with self.library.transaction() as db:
+        async with self.library.transaction(immediate=True) as db:  # the name check and the insert as one
+            async with db.execute("SELECT id FROM api_keys WHERE revoked_at IS NULL AND name = ?", (key.name,)) as cur:
+                taken = await cur.fetchone()
+            if taken is not None:
+                raise ValueError(f"an active key is named {key.name!r} ({taken['id']}); pick another name, or revoke "
+                                 f"that one first: voxgate keys revoke {taken['id']}")
             await db.execute(
                 "INSERT INTO api_keys (id, name, prefix, secret_sha256, scopes, rate_limit, max_concurrent,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -100,13 +106,15 @@ class KeyStore:
         return int(row[0]) if row else 0
 
     async def revoke(self, id_or_name: str) -> list[ApiKey]:
-        """Revoke the key with this id, prefix or name (every key of that name); returns them."""
-        async with self.library.transaction() as db:
+        """Revoke the active key with this id, prefix or name; returns the keys that matched.
+        Several (a name two keys share, from before names were unique among active keys) are
+        all returned and none is revoked: the caller names one by id."""
+        async with self.library.transaction(immediate=True) as db:
             async with db.execute("SELECT * FROM api_keys WHERE revoked_at IS NULL AND (id = ? OR prefix = ?"
-                                  " OR name = ?)", (id_or_name, id_or_name, id_or_name)) as cur:
+                                  " OR name = ?) ORDER BY created_at, id", (id_or_name, id_or_name, id_or_name)) as cur:
                 found = [_row(row) for row in await cur.fetchall()]
-            await db.executemany("UPDATE api_keys SET revoked_at = ? WHERE id = ?",
-                                 [(time.time(), key.key_id) for key in found])
+            if len(found) == 1:
+                await db.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (time.time(), found[0].key_id))
         return found
 
     async def lookup(self, secret: str) -> ApiKey | None:

@@ -20,9 +20,9 @@ from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.clone_voices import check_preset_voice, is_base, store
 from gateway.voices import check_speed, unknown_default_model
-from models import family
+from models import FamilyUnavailable, family
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}")  # fullmatch: no newline after it
 _FIELDS = {"name", "model", "voice", "speed", "settings"}
 # What the Voices page offers per family, with a hint; each family's `validate_settings`
 # has the rules (tests/gateway/test_voices.py checks that the names agree).
@@ -32,7 +32,7 @@ FAMILY_SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
     "orpheus": (("temperature", "0–5 (default 0.6)"), ("top_p", "0–1 (default 0.8)"),
                 ("repetition_penalty", "0–5 (default 1.1; ≥ 1.1 keeps speech stable)"),
                 ("max_tokens", "≥ 1 (default 2048, about 25 s)"), ("seed", "an integer: the same take every time"),
-                ("force_tokens", "benchmarks on random weights: exactly this many audio tokens")),
+                ("force_tokens", "benchmarks on random weights: this many audio tokens, 7 a frame (≥ 7)")),
 }
 
 
@@ -48,8 +48,9 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
         field = sorted(unknown)[0]
         raise InvalidInput(f"unknown field {field!r}; presets have {', '.join(sorted(_FIELDS))}", field=field)
     name = data.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidInput("name must be 1-64 characters: letters, digits, space, '_', '.', '-'", field="name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
+                           "'-', starting with a letter or digit", field="name")
     model_id = data.get("model", state.settings.default_model)
     if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
         if "model" not in data:
@@ -66,7 +67,7 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInput("settings must be an object", field="settings")
     record = await state.library.get_model(model_id)
     assert record is not None
-    settings = family(record["family"]).validate_settings(settings)
+    settings = family(record["family"]).validate_settings(settings, record["options"])
     if "instructions" in settings and await is_base(state, model_id):  # the family refuses them at use
         raise InvalidInput("a Base model takes no instructions: it speaks as its reference voice",
                            field="settings.instructions")
@@ -76,16 +77,30 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
 async def list_presets(request: Request) -> JSONResponse:
     """Presets whose model was deleted are listed with `usable: false` and the reason."""
     state: AppState = request.app.state.voxgate
-    installed = {m["id"] for m in await state.library.list_models()}
+    models = await _models(state)
     presets = await state.library.list_presets()
-    return JSONResponse({"object": "list", "data": [await _described(state, preset, installed) for preset in presets]})
+    return JSONResponse({"object": "list", "data": [await _described(state, preset, models) for preset in presets]})
 
 
-async def _described(state: AppState, preset: dict[str, Any], installed: set[str]) -> dict[str, Any]:
-    """The preset with `usable` and, if not, the `problem`: its model is gone, or its reference voice."""
-    problem = None if preset["model_id"] in installed else f"model {preset['model_id']!r} is not installed"
+async def _models(state: AppState) -> dict[str, dict[str, Any]]:
+    return {m["id"]: m for m in await state.library.list_models()}
+
+
+async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The preset with `usable` and, if not, the `problem`: its model is gone, or its reference
+    voice, or its settings no longer pass the family's checks (saved before a check was added,
+    or the model's options changed: force_tokens past its max_seq_len)."""
+    record = models.get(preset["model_id"])
+    problem = None if record is not None else f"model {preset['model_id']!r} is not installed"
     if problem is None and await is_base(state, preset["model_id"]) and await store(state).get(preset["voice"]) is None:
         problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
+    if problem is None and record is not None:
+        try:
+            family(record["family"]).validate_settings(preset["settings"], record["options"])
+        except InvalidInput as error:
+            problem = error.message
+        except (FamilyUnavailable, KeyError):  # its packages are missing, or the family: using it says so
+            pass
     return {**_public(preset), "usable": problem is None, "problem": problem}
 
 
@@ -97,7 +112,8 @@ async def create_preset(request: Request) -> JSONResponse:
                        field="name")
     if not await state.library.put_preset(**preset, create=True):
         raise ApiError(409, "preset_exists", f"a preset named {preset['name']!r} exists", field="name")
-    return JSONResponse(_public(await state.library.get_preset(preset["name"]) or {}), status_code=201)
+    saved = await state.library.get_preset(preset["name"]) or {}
+    return JSONResponse(await _described(state, saved, await _models(state)), status_code=201)
 
 
 async def get_preset(request: Request) -> JSONResponse:
@@ -105,7 +121,7 @@ async def get_preset(request: Request) -> JSONResponse:
     preset = await state.library.get_preset(request.path_params["name"])
     if preset is None:
         raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
-    return JSONResponse(await _described(state, preset, {m["id"] for m in await state.library.list_models()}))
+    return JSONResponse(await _described(state, preset, await _models(state)))
 
 
 async def update_preset(request: Request) -> JSONResponse:
@@ -123,7 +139,7 @@ async def update_preset(request: Request) -> JSONResponse:
                 "settings": current["settings"], **data}
     preset = await _validated(state, {**data, "name": name})
     await state.library.put_preset(**preset, create=False)
-    return JSONResponse(_public(await state.library.get_preset(name) or {}))
+    return JSONResponse(await _described(state, await state.library.get_preset(name) or {}, await _models(state)))
 
 
 async def delete_preset(request: Request) -> Response:

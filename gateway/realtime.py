@@ -57,6 +57,7 @@ from gateway.voices import Choice, check_speed
 log = logging.getLogger(__name__)
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+DEFAULT_SAMPLE_RATE = 24000
 SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", "timings", *TEXT_FIELDS)
 # Each client event's fields besides "type"; any other refuses the whole event, as an
 # unknown `session` field refuses a session.update.
@@ -66,6 +67,13 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _field(session: dict[str, Any], name: str, current: Any, default: Any) -> Any:
+    """A `session.update` field: left out, the session's `current` value; null, its `default`."""
+    if name not in session:
+        return current
+    return default if session[name] is None else session[name]
+
+
 class Session(SessionText):
     def __init__(self, state: AppState, ws: WebSocket) -> None:
         self.state = state
@@ -73,7 +81,7 @@ class Session(SessionText):
         self.connection = Connection(state, ws, "realtime")  # bounded writes (gateway/writes.py)
         self.settings = state.settings
         self.choice = Choice(self.settings.default_model, self.settings.default_voice, 1.0)
-        self.sample_rate = 24000
+        self.sample_rate = DEFAULT_SAMPLE_RATE
         self.timings = False  # session field: send `audio.words` with the audio
         self.feed = TextFeed(self.settings, self.queue, self.send_error, field="text", deadline=self.release_by_s)
         self.utterance: UtteranceStream | None = None
@@ -87,6 +95,7 @@ class Session(SessionText):
         self.backlog_since_s: float | None = None
         self.end_timer: asyncio.TimerHandle | None = None
         self.rate = MessageRate(self.settings.realtime_messages_per_s, self.settings.realtime_message_burst)
+        self.finishing: UtteranceStream | None | bool = False  # a shutdown's: the utterance it lets finish
 
     # -- sending ----------------------------------------------------------------------
 
@@ -158,16 +167,18 @@ class Session(SessionText):
         if unknown:
             raise InvalidInput(f"unknown session field {unknown[0]!r}; fields: {', '.join(SESSION_FIELDS)}",
                                field=f"session.{unknown[0]}")
-        fmt = session.get("format", "pcm16")
+        # One rule for every field: left out, it keeps its value; null is its default (what
+        # session.created has), as a REST field's null is (model, voice, speed: as resolved there).
+        fmt = _field(session, "format", "pcm16", "pcm16")
         if fmt != "pcm16":
             raise InvalidInput(f"format must be 'pcm16', got {fmt!r}", field="session.format")
-        rate = session.get("sample_rate", self.sample_rate)
+        rate = _field(session, "sample_rate", self.sample_rate, DEFAULT_SAMPLE_RATE)
         if rate not in SAMPLE_RATES:
             raise InvalidInput(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}",
                                field="session.sample_rate")
-        if "speed" in session:
+        if session.get("speed") is not None:
             check_speed(session["speed"], "session.speed")
-        timings = session.get("timings", self.timings)
+        timings = _field(session, "timings", self.timings, False)
         if not isinstance(timings, bool):
             raise InvalidInput("timings must be true or false", field="session.timings")
         model = session.get("model", self.choice.model_id)
@@ -255,6 +266,16 @@ class Session(SessionText):
             "text": utterance.text,
         })
 
+    def idle(self) -> bool:
+        """For a shutdown (gateway/connection.py `end_if_idle`, first called when it begins): the
+        utterance being spoken then is over, or has all its text spoken and was not flushed (its
+        `utterance.done` would wait for its playback). A later utterance, and text not yet
+        released to one, do not count: they are not spoken."""
+        utterance = self.utterance
+        if self.finishing is False:
+            self.finishing = utterance
+        return utterance is None or utterance is not self.finishing or not (utterance.busy or utterance.ending)
+
     async def close(self) -> None:
         self.feed.cancel_timer()
         self._cancel_end_timer()
@@ -280,4 +301,4 @@ async def realtime(ws: WebSocket) -> None:
         await ws.close(code=1013, reason="server is shutting down")
         return
     session = Session(state, ws)
-    await session.connection.serve(session.run, session.close)
+    await session.connection.serve(session.run, session.close, session.idle)

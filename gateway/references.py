@@ -51,7 +51,7 @@ MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0  # cloning needs a few seconds; the reference's frames lengthen every prompt
 MAX_TRANSCRIPT_CHARS = 1000
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}")  # fullmatch: no newline after it
 _FIELDS = {"name", "transcript", "audio"}
 
 
@@ -155,9 +155,9 @@ def _public(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidInput("name must be 1-64 letters, digits, spaces, '_', '.' or '-', starting with a letter "
-                           "or digit", field="name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
+                           "'-', starting with a letter or digit", field="name")
     return name
 
 

@@ -3,15 +3,19 @@
 uvicorn's own shutdown waits for every connection to close, up to
 `timeout_graceful_shutdown`, then cancels what is left, which logs a traceback per
 cancelled request; and a client that stops reading keeps its connection open past any
-wait (a transport with unsent data is only closed once the data is sent). So on
-SIGINT/SIGTERM, beside uvicorn's shutdown (which stops accepting, closes idle
-connections and WebSocket sessions with 1012), `Server` drains like this:
+wait (a transport with unsent data is only closed once the data is sent). It also closes
+every open WebSocket session at once (1012), mid-utterance, where a REST stream gets the
+grace. So on SIGINT/SIGTERM, beside uvicorn's shutdown (which stops accepting and closes
+idle connections; `WebSocketProtocol` leaves open sessions to the drain), `Server` drains:
 
 1. stop admitting: `AppState.draining` (speech answers 503, new sessions close with 1013);
-2. running responses get until `graceful_shutdown_s` - `margin` to finish;
-3. then every write still waiting, or started later, fails (`WriteGuard.abort_all`), so
-   the streams end and cancel their engine requests, and the connections still open
-   (slow clients) are aborted, so nothing is left for uvicorn to cancel.
+2. running responses get until `graceful_shutdown_s` - `margin` to finish, and so do
+   WebSocket sessions: each is closed with 1012 as soon as it speaks nothing
+   (gateway/connection.py `end_if_idle`: its utterance in progress goes on to its end);
+3. then the sessions still open are closed with 1012 as uvicorn would have at once, every
+   write still waiting, or started later, fails (`WriteGuard.abort_all`), so the streams
+   end and cancel their engine requests, and the connections still open (slow clients)
+   are aborted, so nothing is left for uvicorn to cancel.
 
 The lifespan then stops the engine (gateway/app.py). All of it fits in `graceful_shutdown_s`.
 """
@@ -56,6 +60,21 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
             self.handshake_complete = True
 
+    deferred = False  # shutdown() left this open session to the server's drain
+
+    def shutdown(self) -> None:
+        """uvicorn's shutdown of a connection: an open session is left to `Server._drain`,
+        which closes it once it is idle, or with `close_now` at the end of the grace; a
+        handshake in progress or a closing session goes as uvicorn has it."""
+        if self.handshake_complete and self.initial_response is None and not self.close_sent:
+            self.deferred = True
+            return
+        super().shutdown()
+
+    def close_now(self) -> None:
+        """What uvicorn's shutdown does at once: 1012 to the client, a disconnect to the app."""
+        super().shutdown()
+
 
 class Server(uvicorn.Server):
     def __init__(self, app: Starlette, settings: Settings, **options: object) -> None:
@@ -81,13 +100,18 @@ class Server(uvicorn.Server):
     async def _drain(self) -> None:
         state = getattr(self.app.state, "voxgate", None)
         if state is None:
+            self._close_sessions()
             return
         margin_s = shutdown_margin_s(self.grace_s)
         state.draining = True
         state.residency.stopping.set()  # requests waiting for a model's load end now (503), not at cancel
         state.drain_deadline_s = time.monotonic() + self.grace_s - margin_s
         while self.server_state.connections and time.monotonic() < state.drain_deadline_s:
+            for session in list(state.sessions):  # closed (1012) once it speaks nothing
+                session.end_if_idle()
             await asyncio.sleep(0.05)
+        self._close_sessions()  # those still speaking
+        await asyncio.sleep(0)
         if not self.server_state.connections:
             return
         log.info("shutdown: ending %d connection(s) still open after %.1f s", len(self.server_state.connections),
@@ -98,3 +122,9 @@ class Server(uvicorn.Server):
             transport = getattr(connection, "transport", None)
             if transport is not None:
                 transport.abort()  # its client stopped reading: the unsent data would never go
+
+    def _close_sessions(self) -> None:
+        """Close the sessions `WebSocketProtocol.shutdown` left open, as uvicorn would have at once."""
+        for connection in list(self.server_state.connections):
+            if isinstance(connection, WebSocketProtocol) and connection.deferred and not connection.close_sent:
+                connection.close_now()

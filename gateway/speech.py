@@ -49,8 +49,8 @@ from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import Stitched, plan, request_chars, speech_options, spoken_items
 from gateway.json_input import check_fields
-from gateway.text import TEXT_FIELDS, check_input
-from gateway.voices import Choice, is_openai_model
+from gateway.text import TEXT_FIELDS, TextOptions, check_input, parse_options as parse_text_options
+from gateway.voices import Choice, check_speed, is_openai_model
 from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,14 @@ async def design(request: Request) -> ClosingStreamingResponse:
     return await speak(request, design=True)
 
 
+NO_INSTRUCT = ("instruct is required: a description of the voice to make (or a preset whose settings keep one as "
+               "instructions)")
+
+
+def _description(options: dict[str, Any]) -> bool:
+    return bool(str(options.get("instructions") or "").strip())
+
+
 async def speak(request: Request, design: bool = False) -> ClosingStreamingResponse:
     state: AppState = request.app.state.voxgate
     if state.draining:
@@ -111,7 +119,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         if "instructions" in data:
             raise InvalidInput("/v1/audio/design takes the voice's description as instruct, not instructions",
                                field="instructions")
-        stream = data.get("stream", False)
+        stream = False if data.get("stream") is None else data["stream"]
         if not isinstance(stream, bool):
             raise InvalidInput("stream must be true or false", field="stream")
         stream_format = "sse" if stream else stream_format
@@ -123,19 +131,27 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
             field = f"voice.{min(extra)}"
             raise InvalidInput(f"unknown field {field[:80]!r}; voice as an object takes only id", field=field)
         voice = voice["id"]
-    model = data.get("model")
-    if design and (model is None or model == "" or is_openai_model(model)) and not (
-            isinstance(voice, str) and voice and await state.library.get_preset(voice) is not None):
-        model = await design_model(state)  # (a preset names its own model)
-    choice = await resolve_voice(state, model=model, voice=voice, speed=data.get("speed"))
+    if voice is not None and not isinstance(voice, str):
+        raise InvalidInput("voice must be a string", field="voice")
+    if data.get("speed") is not None:
+        check_speed(data["speed"])
     busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's
     if busy_timeout_ms is not None and (not isinstance(busy_timeout_ms, (int, float))
                                         or isinstance(busy_timeout_ms, bool) or busy_timeout_ms < 0):
         raise InvalidInput("busy_timeout_ms must be a number >= 0", field="busy_timeout_ms")
+    parse_text_options(data, TextOptions())  # (their defaults are the model's: applied once it is known)
+    # The request's own fields are checked above, before the server's models (as /v1/audio/clone does);
+    # a missing instruct too, unless the voice is a preset keeping a description (if the preset applies).
+    preset = await state.library.get_preset(voice) if design and voice else None
+    if design and instructions is None and not _description(preset["settings"] if preset else {}):
+        raise InvalidInput(NO_INSTRUCT, field="instruct")
+    model = data.get("model")
+    if design and (model is None or model == "" or is_openai_model(model)) and preset is None:
+        model = await design_model(state)  # (a preset names its own model)
+    choice = await resolve_voice(state, model=model, voice=voice, speed=data.get("speed"))
     if design:
-        if instructions is None and not str(choice.options.get("instructions") or "").strip():
-            raise InvalidInput("instruct is required: a description of the voice to make (or a preset "
-                               "whose settings keep one as instructions)", field="instruct")
+        if instructions is None and not _description(choice.options):  # the model's own voice of that name won
+            raise InvalidInput(NO_INSTRUCT, field="instruct")
         await check_voice_design(state, choice.model_id)
     if instructions and choice.family in FAMILIES_WITH_INSTRUCTIONS:
         choice = dataclasses.replace(choice, options={**choice.options, "instructions": instructions})

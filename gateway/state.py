@@ -20,7 +20,8 @@ from gateway.settings import Settings
 from gateway.timings import SpeechRate
 from gateway.writes import WriteGuard
 
-if TYPE_CHECKING:  # projects_jobs imports this module
+if TYPE_CHECKING:  # projects_jobs and connection import this module
+    from gateway.connection import Connection
     from gateway.projects_jobs import Generator
 
 
@@ -39,6 +40,7 @@ class AppState:
     limits: KeyLimits | None = None
     writes: WriteGuard = field(default_factory=lambda: WriteGuard(10.0))
     drain_deadline_s: float | None = None  # time.monotonic() when running requests are cancelled
+    sessions: set[Connection] = field(default_factory=set)  # open WebSocket sessions, for the drain (server.py)
     memory: IdleTrim | None = None  # returns freed heap memory when idle (gateway/memory.py)
     load_errors: LoadErrors = field(default_factory=LoadErrors)  # each model's last failed load
     first_audio: FirstAudio = field(default_factory=FirstAudio)  # streamed requests' submit -> first audio

@@ -273,6 +273,7 @@ class VendorSocket:
         self.ws = ws
         self.connection = Connection(state, ws, name)
         self.contexts: dict[str, TextContext] = {}
+        self.finishing: set[TextContext] | None = None  # a shutdown's: the contexts it lets finish
         settings = state.settings
         self.rate = MessageRate(settings.realtime_messages_per_s, settings.realtime_message_burst)
 
@@ -336,10 +337,18 @@ class VendorSocket:
             context.cancel()
         self.contexts.clear()
 
+    def idle(self) -> bool:
+        """For a shutdown (gateway/connection.py `end_if_idle`, first called when it begins): the
+        contexts open then are over, or open with their text all spoken. A context opened
+        later, and text not yet released, do not count: they are not spoken."""
+        if self.finishing is None:
+            self.finishing = set(self.contexts.values())
+        return all(c.finished or not (c.stream.busy or c.closing) for c in self.finishing)
+
     async def serve(self) -> None:
         """Run on an accepted connection; a disconnect or a slow client cancels its contexts."""
 
         async def close() -> None:
             self.close()
 
-        await self.connection.serve(self.run, close)
+        await self.connection.serve(self.run, close, self.idle)

@@ -41,7 +41,7 @@ import torch
 from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from models.model_options import FLAG, PATH, Option, at_least, check_options, one_of
-from models.options import check_request, parse_options
+from models.options import check_request, force_tokens_limit, parse_options
 from engine.request import Prepared
 from engine.runner import LMParts
 from engine.types import InvalidInput, SpeechRequest
@@ -170,19 +170,24 @@ def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[s
             "num_layers": args.num_hidden_layers, "hidden_size": args.hidden_size}
 
 
-def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+def validate_settings(settings: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A preset's `settings` for this family, checked by `models.options.parse_options` as a
     request's options are: temperature, top_p, repetition_penalty, max_tokens, seed,
-    force_tokens. Raises InvalidInput with field `settings.<key>` for an unknown key or a
-    bad value; returns the given keys with their parsed values.
+    force_tokens (at most what the KV slot of a model with these `options` holds: its
+    `max_seq_len` less the prompt's fixed tokens). Raises InvalidInput with field
+    `settings.<key>` for an unknown key or a bad value; returns the given keys with their
+    parsed values.
     """
+    from engine.model_runner import RunnerConfig
+
     spec = make_spec(None)
     known = ("temperature", "top_p", "repetition_penalty", "max_tokens", "seed", "force_tokens")
     for key in settings:
         if key not in known:
             raise InvalidInput(f"orpheus has no setting {key!r}; settings: {', '.join(known)}", field=f"settings.{key}")
+    max_seq_len = int((options or {}).get("max_seq_len") or RunnerConfig().max_seq_len)
     try:
-        parsed = parse_options(spec, settings)
+        parsed = parse_options(spec, settings, force_tokens_limit(max_seq_len, len(prompt_ids([]))))
     except InvalidInput as error:
         field = (error.field or "").removeprefix("options.")
         raise InvalidInput(error.message.replace("options.", "settings.", 1), field=f"settings.{field}") from None

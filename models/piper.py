@@ -113,8 +113,9 @@ def _check_noise(options: Any) -> None:
             raise InvalidInput(f"{key} must be a number in [0, 2]", field=key)
 
 
-def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """A preset's `settings` for this family, checked as a request's options would be.
+def validate_settings(settings: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A preset's `settings` for this family, checked as a request's options would be (the
+    model's `options` change nothing here).
 
     Keys: `noise_scale`, `noise_w_scale` (numbers in [0, 2]). Raises InvalidInput with
     field `settings.<key>` for an unknown key or a bad value; returns the settings.

@@ -315,10 +315,12 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
                    runner=Qwen3TTSRunner)
 
 
-def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+def validate_settings(settings: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A preset's `settings` for this family (models/qwen3_tts_spec.py `SETTINGS`: sampling,
-    `instructions`, `language`), checked as a request's options are; InvalidInput naming
-    `settings.<key>`. Returns the given keys with their parsed values."""
+    `instructions`, `language`), checked as a request's options are, for a model with these
+    `options` (its `max_seq_len` bounds force_tokens); InvalidInput naming `settings.<key>`.
+    Returns the given keys with their parsed values."""
+    from models.qwen3_tts_runner import MAX_SEQ_LEN as SLOT_POSITIONS
     from models.qwen3_tts_spec import validate_settings as check
 
-    return check(settings, GENERATION_DEFAULTS)
+    return check(settings, GENERATION_DEFAULTS, int((options or {}).get("max_seq_len") or SLOT_POSITIONS))

@@ -40,7 +40,7 @@ from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from engine.request import Prepared
 from engine.types import InvalidInput, SpeechRequest
-from models.options import check_request, parse_options
+from models.options import check_request, force_tokens_limit, parse_options
 from models.qwen3_tts_args import LANGUAGES
 from models.qwen3_tts_references import ReferenceAudio
 from models.qwen3_tts_stream import CHUNK_FRAMES
@@ -51,6 +51,9 @@ NUM_CODES = 16
 STOP = -1
 CHUNK_SHAPE = ChunkShape(ramp=CHUNK_FRAMES, context_frames=0)
 MAX_TEXT_CHARS = 2000
+# The fewest talker rows a prompt has (models/qwen3_tts_prompt.py `build_prompt`): the role's 3
+# tokens, 4 of the codec's tags and bos beside the text's pad and bos, and a row of the text.
+MIN_PROMPT_ROWS = 8
 MAX_FRAMES = 2048  # ~164 s; `max_new_tokens` of generation_config.json and the KV slot may lower it
 SETTINGS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed", "force_tokens",
             "subtalker_temperature", "subtalker_top_p", "subtalker_top_k", "instructions", "language")
@@ -228,9 +231,10 @@ def make_spec(model: Any, prepare_stream: bool = True) -> LMSpec:
     return spec
 
 
-def validate_settings(settings: dict[str, Any], generation: Mapping[str, Any]) -> dict[str, Any]:
-    """A preset's `settings` (keys `SETTINGS`), checked as a request's options are; InvalidInput
-    naming `settings.<key>`. Returns the given keys with their parsed values."""
+def validate_settings(settings: dict[str, Any], generation: Mapping[str, Any], max_seq_len: int) -> dict[str, Any]:
+    """A preset's `settings` (keys `SETTINGS`), checked as a request's options are (force_tokens:
+    at most what a KV slot of `max_seq_len` positions holds past the prompt's fixed rows);
+    InvalidInput naming `settings.<key>`. Returns the given keys with their parsed values."""
     for key in settings:
         if key not in SETTINGS:
             raise InvalidInput(f"qwen3_tts has no setting {key!r}; settings: {', '.join(SETTINGS)}",
@@ -239,7 +243,7 @@ def validate_settings(settings: dict[str, Any], generation: Mapping[str, Any]) -
                   float(generation["temperature"]), float(generation["top_p"]),
                   float(generation["repetition_penalty"]), MAX_FRAMES)
     try:
-        sampling = parse_options(spec, settings)
+        sampling = parse_options(spec, settings, force_tokens_limit(max_seq_len, MIN_PROMPT_ROWS))
         extra = parse_extra(settings, generation, 2048)
         texts = {name: _text_option(settings, name) for name in ("instructions", "language")}
         language = texts["language"]

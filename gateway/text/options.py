@@ -34,17 +34,18 @@ class TextOptions:
 
 
 def parse_options(data: Mapping[str, Any], defaults: TextOptions, prefix: str = "") -> TextOptions:
-    """`defaults` with the request's `normalize`, `code` and `emoji` fields applied.
+    """`defaults` with the request's `normalize`, `code` and `emoji` fields applied (null, or
+    left out: the default, as every optional field's null is).
 
     Raises InvalidInput naming the field (`prefix` + name, e.g. `session.code`).
     """
-    normalize = data.get("normalize", defaults.normalize)
+    normalize = defaults.normalize if data.get("normalize") is None else data["normalize"]
     if not isinstance(normalize, bool):
         raise InvalidInput("normalize must be true or false", field=f"{prefix}normalize")
-    code = data.get("code", defaults.code)
+    code = defaults.code if data.get("code") is None else data["code"]
     if code not in CODE_MODES:
         raise InvalidInput(f"code must be one of {', '.join(CODE_MODES)}", field=f"{prefix}code")
-    emoji = data.get("emoji", defaults.emoji)
+    emoji = defaults.emoji if data.get("emoji") is None else data["emoji"]
     if emoji not in EMOJI_MODES:
         raise InvalidInput(f"emoji must be one of {', '.join(EMOJI_MODES)}", field=f"{prefix}emoji")
     return TextOptions(normalize=normalize, code=code, emoji=emoji, language=defaults.language)

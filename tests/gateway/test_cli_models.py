@@ -58,14 +58,42 @@ def test_add_takes_only_ids_the_api_can_name(tmp_path: Path, capsys: pytest.Capt
         assert _add(data, folder, "--id", bad) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("error: --id: id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"), err
-    assert _listed(data, capsys) == {}
+    assert set(_listed(data, capsys)) == {"piper-joe"}  # nothing added: the embedded voice a server registers
     spaced = _voice(tmp_path, "my voice")  # a folder's name is made an id as the HTTP install makes it
     assert _add(data, spaced) == 0 and capsys.readouterr().out.startswith("added my-voice (piper")
     hidden = _voice(tmp_path, ".hidden")
     assert _add(data, hidden) == 2
     assert "the folder's name '.hidden' is no model id" in capsys.readouterr().err
     assert _add(data, folder, "--id", "a-b.c_1") == 0
-    assert set(_listed(data, capsys)) == {"my-voice", "a-b.c_1"}
+    assert set(_listed(data, capsys)) == {"piper-joe", "my-voice", "a-b.c_1"}
+
+
+def test_a_fresh_data_dir_lists_the_embedded_voice_as_a_server_registers_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`models list` printed nothing before a server's first start, though that server serves
+    piper-joe (a new user's trial)."""
+    data = tmp_path / "data"
+    capsys.readouterr()
+    assert main(["models", "list", "--data-dir", str(data)]) == 0
+    before = capsys.readouterr()
+    assert before.out == "piper-joe\tpiper\t(embedded)\tdefault\n" and before.err == ""
+    with local_client(create_app(load_settings(env={}, data_dir=data))):  # a server's first start registers it
+        pass
+    assert main(["models", "list", "--data-dir", str(data)]) == 0
+    assert capsys.readouterr().out == before.out  # the same line, once
+    folder = _voice(tmp_path, "bob")
+    assert _add(data, folder) == 0
+    assert list(_listed(data, capsys)) == ["piper-joe", "bob"]
+
+
+def test_an_empty_library_says_how_to_add_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import cli_models
+
+    monkeypatch.setattr(cli_models, "_embedded_voices", lambda: None)  # a machine without the voice package
+    assert main(["models", "list", "--data-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr()
+    assert listed.out == "" and listed.err.startswith("no models installed: add a folder with `voxgate models add")
 
 
 def test_config_model_ids_follow_the_same_rule(tmp_path: Path) -> None:
@@ -113,7 +141,7 @@ def test_duplicate_and_catalog_ids_say_what_to_do(tmp_path: Path, capsys: pytest
     assert _add(data, folder, "--id", "de_DE-thorsten-medium") == 2  # a catalog model's id (a Piper voice)
     assert capsys.readouterr().err == ("error: 'de_DE-thorsten-medium' is the id of a catalog model "
                                        "(`voxgate models catalog`); pick another --id\n")
-    assert set(_listed(data, capsys)) == {"orph"}
+    assert set(_listed(data, capsys)) == {"piper-joe", "orph"}
 
 
 def test_a_missing_folder_is_named_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

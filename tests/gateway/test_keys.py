@@ -51,6 +51,9 @@ def bearer(key: str) -> dict[str, str]:
 
 
 def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0  # none yet: said on stderr, stdout stays rows
+    empty = capsys.readouterr()
+    assert empty.out == "" and empty.err.startswith("no API keys yet: create one with `voxgate keys create NAME")
     key = create_key(tmp_path, "laptop", "--scope", "speech", "--scope", "admin")
     assert key.startswith("vxg_") and len(key) > 40
     assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0
@@ -64,6 +67,36 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
     assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0
     assert "revoked" in capsys.readouterr().out
     assert main(["keys", "create", "x", "--rate-limit", "lots", "--data-dir", str(tmp_path)]) == 2
+
+
+def test_a_name_picks_out_one_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert main(["keys", "create", "agent", *data]) == 0
+    capsys.readouterr()
+    assert main(["keys", "create", "agent", *data]) == 2  # a second active key of that name is refused
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "an active key is named 'agent'" in error and "voxgate keys revoke key-" in error
+
+    async def duplicate() -> list[str]:  # a data dir from before names were unique among active keys
+        library = await Library.open(tmp_path / "voxgate.db")
+        try:
+            async with library.transaction() as db:
+                await db.execute("INSERT INTO api_keys (id, name, prefix, secret_sha256, scopes, created_at)"
+                                 " VALUES ('key-00000000', 'agent', 'vxg_00000000', 'x', 'speech', 0)")
+            return [key.key_id for key in await KeyStore(library).list_keys()]
+        finally:
+            await library.close()
+
+    ids = asyncio.run(duplicate())
+    assert main(["keys", "revoke", "agent", *data]) == 2  # ambiguous: nothing revoked, the ids named
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and all(key_id in error for key_id in ids) and "none was revoked" in error
+    assert main(["keys", "list", *data]) == 0
+    assert capsys.readouterr().out.count("\tactive\t") == 2
+    assert main(["keys", "revoke", ids[1], *data]) == 0
+    assert capsys.readouterr().out == f"revoked {ids[1]} (agent)\n"
+    assert main(["keys", "revoke", "agent", *data]) == 0  # one left: the name picks it
+    assert main(["keys", "create", "agent", *data]) == 0  # a revoked key's name can be used again
 
 
 def test_a_server_beyond_loopback_refuses_to_start_without_a_key(tmp_path: Path) -> None:

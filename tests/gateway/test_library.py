@@ -200,9 +200,20 @@ def test_presets_crud_and_survive_a_restart(tmp_path: Path) -> None:
             created = client.post("/v1/presets", json=preset)
             assert created.status_code == 201, created.text
             assert created.json()["speed"] == 0.9
+            # every answer is the preset as GET shows it (POST and PATCH left out usable and problem)
+            assert created.json() == client.get("/v1/presets/Calm Joe").json()
+            assert created.json()["usable"] is True and created.json()["problem"] is None
             assert client.post("/v1/presets", json=preset).status_code == 409
             patched = client.patch("/v1/presets/Calm Joe", json={"speed": 1.1})
             assert patched.status_code == 200 and patched.json()["settings"] == {"noise_scale": 0.5}
+            assert patched.json() == client.get("/v1/presets/Calm Joe").json()
+            put = client.put("/v1/presets/Calm Joe", json={**preset, "speed": 1.1})
+            assert put.status_code == 200 and put.json() == client.get("/v1/presets/Calm Joe").json()
+            for name in ("Zoë", "abc\n", " lead"):  # the message says what a name may hold
+                refused = client.post("/v1/presets", json={**preset, "name": name})
+                assert refused.status_code == 400 and refused.json()["error"]["message"] == (
+                    "name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and '-', "
+                    "starting with a letter or digit"), name
             temp = client.post("/v1/presets", json={**preset, "name": "temp"})
             assert temp.status_code == 201
             assert client.delete("/v1/presets/temp").status_code == 204

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 from starlette.routing import Route
 
 from gateway import openapi
 from gateway.app import create_app
+from gateway.errors import METHODS
 from gateway.settings import load_settings
 from tests.conftest import LiveServer
+from tests.gateway.test_security import refused_quietly
 
 
 def test_every_api_route_is_in_the_schema() -> None:
@@ -40,5 +44,28 @@ def test_405_lists_every_method_of_the_path(server: LiveServer, client: httpx.Cl
                           ("/v1/takes", {"GET", "HEAD", "POST"}), ("/v1/audio/speech", {"POST"})):
         response = client.request("TRACE", path)
         assert response.status_code == 405, path
-        assert set(response.headers["allow"].split(", ")) == allowed, path
-        assert response.json()["error"]["code"] == "method_not_allowed"
+        assert response.headers["allow"] == ", ".join(m for m in METHODS if m in allowed), path  # one order
+        error = response.json()["error"]
+        assert error["code"] == "method_not_allowed"
+        assert error["message"] == f"TRACE is not allowed on {path}; it takes {response.headers['allow']}"
+
+
+def test_a_trailing_slash_is_the_json_404_of_an_unknown_route(server: LiveServer, client: httpx.Client) -> None:
+    """/v1/presets/ was a 307 with an empty body, to /v1/presets (a new user's trial)."""
+    routes = [r for r in create_app(server.settings).routes if isinstance(r, Route) and r.path.startswith("/v1/")]
+    assert len(routes) > 40
+    for route in routes:
+        path = re.sub(r"\{[^}]+\}", "x", route.path)
+        for method in sorted(route.methods or ()):
+            response = client.request(method, f"{path}/", headers={"Content-Type": "application/json"}, content=b"{}")
+            assert response.status_code == 404, (method, path, response.status_code)
+            if method != "HEAD":  # (no body)
+                error = response.json()["error"]
+                assert error["code"] == "not_found" and error["message"].endswith(f"did you mean {path}?"), error
+    nothing = client.get("/v1/nothing/").json()["error"]
+    assert nothing["message"] == "there is nothing at /v1/nothing/"  # nothing there either way: no hint
+    # A WebSocket handshake to no route was uvicorn's 403 with an empty body: the JSON 404 as well
+    error, _ = refused_quietly(f"{server.ws_url}/v1/realtime/", 404)
+    assert error["code"] == "not_found" and error["message"].endswith("did you mean /v1/realtime?")
+    error, _ = refused_quietly(f"{server.ws_url}/v1/nothing", 404)
+    assert error["message"] == "there is nothing at /v1/nothing"

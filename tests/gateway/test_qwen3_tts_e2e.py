@@ -226,6 +226,13 @@ def test_design_without_a_model_and_no_single_voice_design_model_is_a_400_naming
                                             "qwen3_tts model of type voice_design), none is installed, and the "
                                             "default model 'piper-joe' cannot design voices (docs/qwen3_tts.md "
                                             "says where to get one)")
+            # The request's own fields first, as /v1/audio/clone: a missing instruct was the model's 400 here,
+            # an empty one the instruct's (a new user's trial); so are the other fields' errors.
+            for change, field in (({}, "instruct"), ({"instruct": ""}, "instruct"), ({"speed": 9}, "speed"),
+                                  ({"busy_timeout_ms": -1}, "busy_timeout_ms"), ({"code": "x"}, "code"),
+                                  ({"voice": 3}, "voice")):
+                own = client.post("/v1/audio/design", json={"input": "Hello there.", **change})
+                assert own.status_code == 400 and own.json()["error"]["field"] == field, (change, own.text)
             named = client.post("/v1/audio/design", json={"input": "Hi.", "instruct": DESCRIPTION,
                                                           "model": names[0] if names else "piper-joe",
                                                           "response_format": "pcm"})

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
@@ -178,6 +179,39 @@ def test_bad_messages_get_error_events_and_the_session_lives_on(
         assert error["error"]["code"] == code and error["error"]["field"] == field
         ws.send(json.dumps({"type": "session.update", "session": {"speed": 1.5}}))
         assert recv_event(ws)["type"] == "session.updated"
+    assert server.wait_idle() == 0
+
+
+def test_null_is_a_session_fields_default_as_in_rest(server: LiveServer) -> None:
+    """`{"speed": null}` was an error in a session.update, though REST takes it as the default,
+    and `voice: null` and `model: null` were already taken so (a new user's trial)."""
+    fields = ("model", "voice", "speed", "sample_rate", "format", "timings", "normalize", "code", "emoji")
+    with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
+        created = recv_event(ws)["session"]
+        changed = {"speed": 1.5, "sample_rate": 16000, "timings": True, "normalize": False, "code": "speak",
+                   "emoji": "name"}
+        ws.send(json.dumps({"type": "session.update", "session": changed}))
+        updated = recv_event(ws)
+        assert updated["type"] == "session.updated" and updated["session"] == {**created, **changed}, updated
+        for field in fields:  # each alone: null is that field's default, the others keep their values
+            ws.send(json.dumps({"type": "session.update", "session": {field: None}}))
+            updated = recv_event(ws)
+            assert updated["type"] == "session.updated", (field, updated)
+            assert updated["session"][field] == created[field], field
+        assert updated["session"] == created
+        with httpx.Client(base_url=server.url, timeout=60) as client:  # a preset's speed, as REST resolves it
+            assert client.post("/v1/presets", json={"name": "nulls", "speed": 2.0}).status_code == 201
+            try:
+                ws.send(json.dumps({"type": "session.update", "session": {"voice": "nulls", "speed": 1.0}}))
+                assert recv_event(ws)["session"]["speed"] == 1.0
+                ws.send(json.dumps({"type": "session.update", "session": {"speed": None}}))
+                assert recv_event(ws)["session"]["speed"] == 2.0
+                rest = client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "nulls", "speed": None,
+                                                             "normalize": None, "code": None, "emoji": None,
+                                                             "response_format": "pcm"})
+                assert rest.status_code == 200, rest.text  # (normalize, code, emoji: null was a 400 there too)
+            finally:
+                client.delete("/v1/presets/nulls")
     assert server.wait_idle() == 0
 
 

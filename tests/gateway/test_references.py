@@ -69,6 +69,8 @@ def test_upload_list_fetch_and_delete(client: httpx.Client, server: LiveServer) 
     ({"transcript": "   "}, 400, "transcript", "empty"),
     ({"transcript": "x" * 1001}, 422, "transcript", "limit is 1000"),
     ({"name": "-bad"}, 400, "name", "name must be"),
+    ({"name": "Zoë"}, 400, "name", "ASCII letters (A-Z, a-z)"),  # "letters" said, but only ASCII ones are
+    ({"name": "ok\n"}, 400, "name", "name must be"),
     ({"mood": "happy"}, 400, "mood", "unknown field"),
 ])
 def test_bad_uploads_are_refused_and_store_nothing(client: httpx.Client, server: LiveServer, kwargs: dict[str, Any],

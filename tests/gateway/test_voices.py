@@ -121,6 +121,54 @@ def test_preset_settings_are_checked_when_saved(server: LiveServer, settings: di
         assert client.delete("/v1/presets/checked").status_code == 204
 
 
+def test_orpheus_force_tokens_is_a_whole_number_the_model_can_hold(orpheus_tiny: Path, tmp_path: Path) -> None:
+    """Fewer tokens than a frame's 7 made a 44-byte WAV, 700.5 was kept as 700 and 100000 was
+    cut at the KV slot, all with a 201 (a new user's trial)."""
+    from gateway.app import create_app
+    from gateway.cli import main
+    from gateway.settings import load_settings
+    from tests.conftest import local_client
+
+    for model_id, options in (("orph-tiny", []), ("orph-short", ["--option", "max_seq_len=1024"])):
+        assert main(["models", "add", "--family", "orpheus", "--path", str(orpheus_tiny), "--id", model_id,
+                     *options, "--data-dir", str(tmp_path)]) == 0
+    with local_client(create_app(load_settings(env={}, data_dir=tmp_path))) as client:
+        def create(name: str, force_tokens: object, model: str = "orph-tiny") -> httpx.Response:
+            return client.post("/v1/presets", json={"name": name, "model": model,
+                                                    "settings": {"force_tokens": force_tokens}})
+
+        for value in (1, 5, 6, 700.5, "700", 2555, 100000):
+            refused = create("o3", value)
+            assert refused.status_code == 400, (value, refused.text)
+            error = refused.json()["error"]
+            assert error["field"] == "settings.force_tokens" and error["message"].startswith(
+                "settings.force_tokens must be an integer from 7 (one audio frame of 7 tokens"), error
+            assert "to 2554 (the model's max_seq_len, 2560 positions, less the prompt's 6 fixed tokens)" in \
+                error["message"]
+        assert client.get("/v1/presets/o3").status_code == 404
+        short = create("o3", 1100, "orph-short").json()["error"]
+        assert short["field"] == "settings.force_tokens"
+        assert "to 1018 (the model's max_seq_len, 1024" in short["message"]
+        for value, kept in ((7, 7), (700, 700), (700.0, 700), (2554, 2554)):
+            created = create(f"ok{value}", value)
+            assert created.status_code == 201 and created.json()["settings"] == {"force_tokens": kept}, created.text
+        patched = client.patch("/v1/presets/ok7", json={"settings": {"force_tokens": 5}})
+        assert patched.status_code == 400 and patched.json()["error"]["field"] == "settings.force_tokens"
+
+    async def saved_before_the_check() -> None:
+        library = await Library.open(tmp_path / "voxgate.db")
+        try:
+            await library.put_preset("old", "orph-tiny", "tara", 1.0, {"force_tokens": 5}, create=True)
+        finally:
+            await library.close()
+
+    asyncio.run(saved_before_the_check())
+    with local_client(create_app(load_settings(env={}, data_dir=tmp_path))) as client:
+        old = client.get("/v1/presets/old").json()
+        assert old["usable"] is False and old["problem"].startswith("settings.force_tokens must be an integer from 7")
+        assert client.get("/v1/presets/ok7").json()["usable"] is True
+
+
 def test_the_voices_page_offers_what_each_family_accepts() -> None:
     from gateway.presets import FAMILY_SETTINGS
     from models import piper
@@ -132,7 +180,8 @@ def test_the_voices_page_offers_what_each_family_accepts() -> None:
     from models import orpheus
 
     names = [name for name, _ in FAMILY_SETTINGS["orpheus"]]
-    assert orpheus.validate_settings({name: 1 for name in names}) == {name: 1 for name in names}
+    valid = {**{name: 1 for name in names}, "force_tokens": 7}
+    assert orpheus.validate_settings(valid) == valid
     with pytest.raises(InvalidInput) as error:
         orpheus.validate_settings({"temperature": "hot"})
     assert error.value.field == "settings.temperature"

@@ -271,6 +271,13 @@ def test_frames_pack_into_one_token_and_back() -> None:
         qwen3_tts.validate_settings({"language": "klingon"})
     assert language.value.field == "settings.language" and "english" in language.value.message
     assert qwen3_tts.validate_settings({"language": "English"}) == {"language": "English"}
+    # force_tokens: whole frames, at most a KV slot (max_seq_len, default 2048) less the prompt's fixed rows
+    assert qwen3_tts.validate_settings({"force_tokens": 2040}) == {"force_tokens": 2040}
+    for value, options in ((0, {}), (1.5, {}), (2041, {}), (249, {"max_seq_len": 256})):
+        with pytest.raises(InvalidInput) as force:
+            qwen3_tts.validate_settings({"force_tokens": value}, options)
+        assert force.value.field == "settings.force_tokens", value
+        assert f"to {options.get('max_seq_len', 2048) - 8} (the model's max_seq_len" in force.value.message
 
 
 def test_bfloat16_weights_run_through_the_same_path(qwen3_tts_tiny: Path) -> None:
