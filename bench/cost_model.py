@@ -20,7 +20,7 @@ import torch
 
 from bench.timing import median_ms
 from engine.cost import CostModel
-from engine.model_runner import ModelRunner
+from models.lm_runner import ModelRunner
 from engine.request import Prepared, Request, Sampling
 from engine.types import SpeechRequest
 

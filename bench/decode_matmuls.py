@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.orpheus_decode import (  # noqa: E402
     copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
 from bench.timing import median_ms  # noqa: E402
-from engine.model_runner import ModelRunner  # noqa: E402
+from models.lm_runner import ModelRunner  # noqa: E402
 from models import gemv, llama, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 

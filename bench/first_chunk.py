@@ -9,7 +9,7 @@ steps) exist. For each k it streams the ramp's chunks through the real chunk pla
 of a whole-sequence decode (k = 3, SNAC's measured receptive field, is exact): max and
 mean absolute deviation, relative to the whole decode's RMS over those frames, and the
 signal-to-error ratio in dB, for the first chunk and for all three; chunks after the ramp
-keep 3 frames and stay exact (tests/engine/test_model_runner.py). SNAC 24 kHz with random
+keep 3 frames and stay exact (tests/models/test_lm_runner.py). SNAC 24 kHz with random
 weights (full size, models/checkpoint.py SNAC_CONFIGS), CPU, float32; --trials random
 code sequences of --frames frames.
 """

@@ -7,7 +7,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 220 python3 -m pytest -q -p no:warnings -p no:cacheprovider tests/models/test_decode_attention_gpu.py \
-      tests/models/test_gemv_gpu.py tests/engine/test_model_runner_gpu.py > $OUT/gpu_tests.log 2>&1
+      tests/models/test_gemv_gpu.py tests/models/test_lm_runner_gpu.py > $OUT/gpu_tests.log 2>&1
   tail -25 $OUT/gpu_tests.log
 fi
 timeout ${STEPS_S:-360} python3 bench/decode_matmuls.py --batches ${BATCHES:-1,64,256} --table-batches 1 --sweep 0 \

@@ -9,7 +9,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
 if [ "${PART:-all}" = all ]; then
   timeout ${TESTS_S:-200} python3 -m pytest -q -p no:warnings -p no:cacheprovider tests/models/test_fused_rows_gpu.py \
-      tests/engine/test_model_runner_gpu.py tests/models/test_gemv_gpu.py ${MORE_TESTS:-} > $OUT/gpu_tests.log 2>&1
+      tests/models/test_lm_runner_gpu.py tests/models/test_gemv_gpu.py ${MORE_TESTS:-} > $OUT/gpu_tests.log 2>&1
   tail -15 $OUT/gpu_tests.log
 fi
 timeout ${STEPS_S:-380} python3 bench/decode_matmuls.py --batches ${BATCHES:-1,8,64,256} --table-batches 1 --sweep 0 \

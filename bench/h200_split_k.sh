@@ -8,7 +8,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 if [ "${PART:-kernels}" = kernels ]; then
   timeout 240 python3 -m pytest -q -p no:warnings -p no:cacheprovider tests/models/test_decode_attention_gpu.py \
-      tests/models/test_gemv_gpu.py tests/engine/test_model_runner_gpu.py > $OUT/gpu_tests.log 2>&1
+      tests/models/test_gemv_gpu.py tests/models/test_lm_runner_gpu.py > $OUT/gpu_tests.log 2>&1
   tail -6 $OUT/gpu_tests.log
   timeout 120 python3 bench/decode_attention_tiles.py --batches 1,8,64,256 --baseline .whl/old_decode_attention.py \
       --tiles "32,4,3;32,4,2;64,4,2;64,4,3;128,4,2" --out $OUT/decode_attention_ab.json > $OUT/decode_attention_ab.log 2>&1

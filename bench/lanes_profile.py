@@ -21,7 +21,7 @@ import torch
 
 from bench.timing import times_ms
 from engine.lanes import GpuLanes
-from engine.model_runner import ModelRunner
+from models.lm_runner import ModelRunner
 
 SPLITS = ((0, 0), (116, 16), (100, 32), (84, 48))
 

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.model_runner import ModelRunner  # noqa: E402
+from models.lm_runner import ModelRunner  # noqa: E402
 from engine.runner import LMParts  # noqa: E402
 from bench.timing import median_ms  # noqa: E402
 from models import orpheus  # noqa: E402
@@ -227,7 +227,7 @@ def main() -> None:
     args = model.args
     args_ = model.args
     # Bytes a step must read: the weights, but of the (tied) head only the audio head's rows
-    # (7 x 4096 codes + the stop token) -- the rest is never computed (engine/model_runner.py).
+    # (7 x 4096 codes + the stop token) -- the rest is never computed (models/lm_runner.py).
     unread_head = (args_.vocab_size - orpheus.TOKENS_PER_FRAME * orpheus.CODEBOOK_SIZE - 1) * args_.hidden_size * 2
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) - unread_head
     kv_per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * 2

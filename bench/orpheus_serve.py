@@ -45,7 +45,7 @@ from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.model_runner import ModelRunner  # noqa: E402
+from models.lm_runner import ModelRunner  # noqa: E402
 from engine.runner import LMParts, build_runner  # noqa: E402
 from engine.types import SpeechRequest  # noqa: E402
 from models import orpheus  # noqa: E402

@@ -91,7 +91,7 @@ class SimRunner(Runner):
         self.sample_rate = SAMPLE_RATE
         self.max_seq_len = max_seq_len if self.has_backbone else 0
         self.max_codec_batch = max_codec_batch if self.has_backbone else 1
-        self.max_prefill_batch = 8  # as engine/model_runner.py's captured prefills
+        self.max_prefill_batch = 8  # as models/lm_runner.py's captured prefills
         self.lanes: dict[str, int] = {}  # the simulator runs codec work in the step unless it models lanes
         self._generated: dict[str, int] = {}  # "device" step count per request
         self._pending = Tokens([], [], [])  # last step's tokens, read back one step late

@@ -74,7 +74,7 @@ class LMParts:
     spec: LMSpec
     backbone: Any
     codec: Any
-    options: dict[str, Any] = field(default_factory=dict)  # runner settings: engine/model_runner.py RunnerConfig
+    options: dict[str, Any] = field(default_factory=dict)  # runner settings: models/lm_runner.py RunnerConfig
     runner: Callable[[str, LMParts, str, int], Runner] | None = None  # a family's own (None: ModelRunner)
 
 
@@ -170,7 +170,7 @@ def build_runner(model_id: str, parts: LMParts | SynthParts, device: str, max_ru
     max_running = int(parts.options.get("max_running", max_running))
     if isinstance(parts, SynthParts):
         return SynthRunner(model_id, parts, max_running)
-    from engine.model_runner import ModelRunner
+    from models.lm_runner import ModelRunner
 
     make = parts.runner or ModelRunner  # a family's own, e.g. models/qwen3_tts_runner.py (a whole frame a step)
     return make(model_id, parts, device, max_running)

@@ -1,6 +1,6 @@
 """A speech LM runner's codec items turned into audio chunks: the windows of equal length
 decoded as one batch, each cropped to the frames it emits (engine/chunk_plan.py `Window`).
-Shared by engine/model_runner.py (Orpheus, SNAC) and models/qwen3_tts_runner.py.
+Shared by models/lm_runner.py (Orpheus, SNAC) and models/qwen3_tts_runner.py.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def prompt_ids(text_ids: Sequence[int]) -> list[int]:
 
 
 # A model's options (checked when it is added, models/model_options.py): load's and the
-# runner's (engine/model_runner.py RunnerConfig; tests/models/test_orpheus.py keeps them in step).
+# runner's (models/lm_runner.py RunnerConfig; tests/models/test_orpheus.py keeps them in step).
 OPTIONS: dict[str, Option] = {
     "backbone_path": PATH, "codec_path": PATH, "random_weights": FLAG, "dtype": one_of(*DTYPES),
     "ramp_context": Option("int", lambda v: 0 <= v <= CONTEXT_FRAMES, f"an integer 0..{CONTEXT_FRAMES}"),
@@ -178,7 +178,7 @@ def validate_settings(settings: dict[str, Any], options: dict[str, Any] | None =
     `settings.<key>` for an unknown key or a bad value; returns the given keys with their
     parsed values.
     """
-    from engine.model_runner import RunnerConfig
+    from models.lm_runner import RunnerConfig
 
     spec = make_spec(None)
     known = ("temperature", "top_p", "repetition_penalty", "max_tokens", "seed", "force_tokens")
@@ -263,7 +263,7 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     models/llama.py forward_rows: norms folded, five kernels a layer; default on), `fused_sampler` (sampling and
     slot update in one kernel, models/sample_step.py; default on), `ramp_context` (right context of the first chunk, 0..3,
     default RAMP_CONTEXT), `codec_dtype` (the SNAC decoder's weights and activations: "float32", the default,
-    "bfloat16" or "float16"; PCM is float32 either way; bench/results/codec_dtype.md), and runner settings (engine/model_runner.py `RunnerConfig`:
+    "bfloat16" or "float16"; PCM is float32 either way; bench/results/codec_dtype.md), and runner settings (models/lm_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
     faster decode; see bench/results/orpheus_decode.md), `triton_attention`), `max_running`.
     Raises InvalidModel for a folder that is not an Orpheus checkpoint.

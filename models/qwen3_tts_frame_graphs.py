@@ -12,7 +12,7 @@ A frame is two graphs replayed back to back, with no host work between them:
   slot's `seen` and `summed` advanced where the row is active. Frame 0 is a decode step too:
   its input is the prompt's last row, which the prefill leaves in `summed` (no text row).
 
-Rows are slots (row b = slot b, as engine/model_runner.py), so the per-slot state the runner
+Rows are slots (row b = slot b, as models/lm_runner.py), so the per-slot state the runner
 keeps (settings, seeds, `seen`, `summed`, the KV cache) is read as `[:batch]` views, never
 gathered. The host gives a step three int64 rows, `[write position, frame index, active]`
 per slot, in one pinned buffer and one copy; rows of the bucket outside the step write the

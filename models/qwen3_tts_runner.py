@@ -5,7 +5,7 @@ talker's decode step (codebook 0's logits) then the code predictor's 15 steps (c
 1..15), all rows together; codes are sampled on the device (models/qwen3_tts_sampling.py)
 and read back at the end of the step, so `decode` returns this step's frames
 (models/qwen3_tts_spec.py packs each into one token). Not here: Orpheus' one-step-late
-readback (engine/model_runner.py).
+readback (models/lm_runner.py).
 
 Two paths run a frame, with the same functions (`_talker_step`, `_sample_frame`) and the
 same bucketed shapes, so they give the same codes:
@@ -16,7 +16,7 @@ same bucketed shapes, so they give the same codes:
 - eager (`frame_graphs` off, or a batch wanting more top-k candidates than a graph holds):
   text rows and positions built on the host each step.
 
-Device state per KV slot (row b = slot b, as engine/model_runner.py): the talker's KV cache
+Device state per KV slot (row b = slot b, as models/lm_runner.py): the talker's KV cache
 `[2, layers, max_running, kv_heads, max_seq_len + 1, head_dim]` (position `max_seq_len`: a
 spare that rows outside the step write), `summed [max_running, H]` (the slot's last frame's 16
 codebook embeddings summed: its next talker input, before the text row), `seen [max_running,
@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from engine.lm_spec import LMSpec
-from engine.model_runner import device_name
+from models.lm_runner import device_name
 from models.cuda_graphs import buckets, codec_buckets, length_buckets
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Request

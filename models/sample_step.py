@@ -1,6 +1,6 @@
 """A decode step's sampling and slot update in one Triton kernel (GPU only; issue 10).
 
-The runner's plain path (engine/model_runner.py `_sample_and_update`, models/sampling.py
+The runner's plain path (models/lm_runner.py `_sample_and_update`, models/sampling.py
 `pick_audio_tokens`) is ~45 small kernels a step: the cat of the head's two matmuls, the
 penalty, the mask, top-k, softmax, gather, cumsum, the race, then the updates of the slot
 state. Here one program per row does all of it over the only logits the row may pick: the
@@ -87,7 +87,7 @@ def _sample_step_kernel(LA, LS, sla, sls, HeadIds, Tokens, Positions, Steps, Max
         floor = p_winner
         searching = ~inside
     pick = tl.where(temperature > 0, sampled, greedy)
-    # The slot's update (engine/model_runner.py `_sample_and_update`, `_decode_step`)
+    # The slot's update (models/lm_runner.py `_sample_and_update`, `_decode_step`)
     token = tl.load(HeadIds + pick)
     tl.store(Tokens + b, tl.where(active, token, tl.load(Tokens + b)))
     tl.store(Seen + b * s_seen + pick, 1, mask=active)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The engine's torch-free half: everything but the torch runner (model_runner.py, codec_graphs.py).
+# The engine's torch-free half: everything in engine/ but lanes.py (the torch runners live in models/).
 CHECKED = ["gateway", "engine/engine.py", "engine/core.py", "engine/scheduler.py", "engine/clock.py",
            "engine/types.py", "engine/request.py", "engine/config.py", "engine/runner.py", "engine/plan.py",
            "engine/chunk_plan.py", "engine/cost.py", "engine/lm_spec.py", "engine/kv_cache.py", "engine/replicas.py"]

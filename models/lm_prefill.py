@@ -1,4 +1,4 @@
-"""Prefill: a speech LM's new prompts packed into one forward (engine/model_runner.py), each
+"""Prefill: a speech LM's new prompts packed into one forward (models/lm_runner.py), each
 slot's state reset for its new owner, first tokens sampled. A GPU replays the graph of the
 smallest `PREFILL_BUCKETS` size that fits, padded to `max_prefill_batch` (padding writes
 spares); larger prefills and the CPU run eagerly.
@@ -17,7 +17,7 @@ from engine.request import Request
 from models.context import Context, additive, reset_context, set_context
 
 if TYPE_CHECKING:
-    from engine.model_runner import ModelRunner
+    from models.lm_runner import ModelRunner
 
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)  # prompt tokens of the captured prefills
 

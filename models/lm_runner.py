@@ -29,7 +29,7 @@ from models import cuda_graphs
 from models.cuda_graphs import buckets, codec_buckets, length_buckets
 from engine.lanes import GpuLanes
 from engine.plan import CodecItem, Timing, Tokens
-from engine.prefill import PrefillGraphs
+from models.lm_prefill import PrefillGraphs
 from engine.request import Request
 from engine.lm_spec import LMSpec
 from engine.runner import Emit, LMParts, Runner
@@ -286,7 +286,7 @@ class ModelRunner(Runner):
         return Tokens([owners[r] for r in rows], [token[r] for r in rows], [i for i, r in enumerate(rows) if stop[r]])
 
     def prefill(self, requests: Sequence[Request]) -> Tokens:
-        """Pack the prompts of `requests` into one forward (LM lane, engine/prefill.py); sample
+        """Pack the prompts of `requests` into one forward (LM lane, models/lm_prefill.py); sample
         each first token."""
         with self._on("lm"), torch.inference_mode():
             t0 = time.perf_counter()

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from engine import prefill  # noqa: E402
+from models import lm_prefill as prefill  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
