@@ -10,7 +10,8 @@ layer and the KV bytes read per second as a fraction of the copy bandwidth measu
 `--baseline FILE`: another version of models/decode_attention.py (e.g. `git show
 HEAD~1:models/decode_attention.py > /tmp/old.py`), timed at its own default tiles in the same run
 (rows with `kernel: baseline`), so that the two are compared without the run-to-run spread.
-`--tiles "32,4,3;64,4,2"`: only these tiles instead of the grid.
+`--tiles "32,4,3;64,4,2"`: only these tiles instead of the grid; `--programs "8,16,264"`: these
+targets of programs (8 KV heads a row: 8 per row is one split, no merge), each with every tile.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/decode_attention_tiles.json")
     parser.add_argument("--baseline", default="", help="a file with another decode_attention_qkv, timed beside")
     parser.add_argument("--tiles", default="", help="'block,warps,stages;...' instead of the grid")
+    parser.add_argument("--programs", default="", help="'8,16,...': these program targets, each with every tile")
     opts = parser.parse_args()
     baseline = None
     if opts.baseline:
@@ -86,9 +88,10 @@ def main() -> None:
                    "x_copy_bw": round(kv_bytes / (us * 1e-6) / bandwidth, 3)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-        for programs in sorted({TARGET_PROGRAMS} if chosen else {TARGET_PROGRAMS, sms, 4 * sms}):
+        targets = [int(p) for p in opts.programs.split(",") if p]
+        for programs in targets or sorted({TARGET_PROGRAMS} if chosen else {TARGET_PROGRAMS, sms, 4 * sms}):
             for tiles in grid:
-                if programs != TARGET_PROGRAMS and tiles != FUSED_TILES:
+                if not targets and programs != TARGET_PROGRAMS and tiles != FUSED_TILES:
                     continue  # other program targets with the default tiles only
                 try:
                     us = time_config(batch, opts.context, programs, tiles)

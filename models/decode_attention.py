@@ -28,6 +28,9 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from models.gemv import launch_options
 
 BLOCK_N = 64  # keys per inner iteration
 TARGET_PROGRAMS = 264  # about two per H200 multiprocessor
@@ -141,8 +144,11 @@ def _rotated(row, offs_d, cos, sin, D: tl.constexpr):
 def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_len,
                   s_row, s_cos, sk_b, sk_h, sk_t, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b, so_h, so_g,
                   H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr):
+                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr = False):
     b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if PDL:  # programmatic dependent launch: wait for the kernel before (q/k/v), let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
     pos = tl.load(Pos + b)
     length = tl.minimum(pos + 1, attn_len)
     start = s * split_len
@@ -216,7 +222,7 @@ def decode_attention(q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor,
 def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
                          positions: torch.Tensor, attn_len: int, counters: torch.Tensor,
                          target_programs: int = TARGET_PROGRAMS,
-                         tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
+                         tiles: tuple[int, int, int] | None = None, pdl: bool = False) -> torch.Tensor:
     """Rotary, KV write and decode attention in one kernel (the module docstring).
 
     qkv: `[B, (heads + 2 * kv_heads) * head_dim]` (q heads, then k, then v; bf16 / fp16, rows
@@ -228,6 +234,8 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     Returns `[B, heads * head_dim]`, what `rotate_qkv`, the cache write and `decode_attention` give
     (k, q rotated in float32 and rounded once, as the compiled `rotate_qkv`). `tiles`: (keys per
     inner block, warps, pipeline stages) instead of the default (bench/decode_attention_tiles.py).
+    `pdl`: launched with programmatic dependent launch (sm90+, models/gemv.py `launch_options`), so
+    that the kernel after it (o's matmul) streams its weights while this one runs.
     """
     batch, width = qkv.shape
     _, _, kv_heads, _, dim = kv.shape
@@ -251,5 +259,5 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
         acc.stride(0), acc.stride(1), acc.stride(2), acc.stride(3), m.stride(0), m.stride(1), m.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         H=heads, KVH=kv_heads, G=group, GP=padded, D=dim, BLOCK=block, split_len=split_len, SPLITS=splits,
-        num_warps=warps, num_stages=stages)
+        num_warps=warps, num_stages=stages, **launch_options(pdl))
     return out.view(batch, heads * dim)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn (OCP FP8 formats spec, E4M3)
 
@@ -52,29 +53,45 @@ def quantize_fp8(weight: torch.Tensor) -> Fp8Weight:
 
 
 @triton.jit
+def _w_block(W, offs_n, mask_n, offs_k, sw, K: tl.constexpr, EVEN: tl.constexpr):
+    """W's `[BLOCK_N, BLOCK_K]` block at rows offs_n, columns offs_k (read once: evict first)."""
+    if EVEN:
+        return tl.load(W + offs_n[:, None] * sw + offs_k[None, :], eviction_policy="evict_first")
+    return tl.load(W + offs_n[:, None] * sw + offs_k[None, :], mask=mask_n[:, None] & (offs_k < K)[None, :],
+                   other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
 def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_SCALE: tl.constexpr,
                  EVEN_N: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """`[BLOCK_B, BLOCK_N]` of y on the CUDA cores, the products summed elementwise in registers over
     the whole (unrolled) K and across threads once at the end; with what sits around a decode matmul
     (`rows_linear`): NORM: x's RMS from the same loads (`y *= rsqrt(mean(x^2) + eps)`); GLU: W's rows
     `2j`, `2j + 1` (gate, up; N rows, N / 2 outputs) give `y[j] = silu(gate) * up`; RESIDUAL: `y += R`
-    (rounded to Y's dtype first)."""
+    (rounded to Y's dtype first). PDL (launched with programmatic dependent launch, sm90+): the first
+    K block of W, which no kernel writes, is loaded before waiting for the kernel before (`gdc_wait`),
+    so it streams while that one finishes; the next kernel may start once every program is past its
+    wait. (Loading all of a 3072-wide W's three blocks there was no faster; asking for the rest of W
+    in L2, `prefetch.global.L2` a line, made the step 14 % slower: bench/results/orpheus_decode.md v11.)"""
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     mask_n = offs_n < N
     mask_b = offs_b < B
+    if PDL:
+        w_first = _w_block(W, offs_n, mask_n, tl.arange(0, BLOCK_K), sw, K, EVEN_N and K % BLOCK_K == 0)
+        gdc_wait()  # x, R, Y: the kernel before has finished writing and reading them
+        gdc_launch_dependents()
     acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.float32)
     squares = tl.zeros((BLOCK_B, 1), dtype=tl.float32)  # x's sum of squares, a reduction per K block
     for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: K is a constant
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_N and K % BLOCK_K == 0:
-            w = tl.load(W + offs_n[:, None] * sw + offs_k[None, :], eviction_policy="evict_first")
+        if PDL and k0 == 0:
+            w = w_first
         else:
-            w = tl.load(W + offs_n[:, None] * sw + offs_k[None, :], mask=mask_n[:, None] & (offs_k < K)[None, :],
-                        other=0.0, eviction_policy="evict_first")
+            w = _w_block(W, offs_n, mask_n, offs_k, sw, K, EVEN_N and K % BLOCK_K == 0)
         x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :],
                     other=0.0).to(tl.float32)[:, None, :]
         acc += x * w.to(tl.float32)[None, :, :]
@@ -215,9 +232,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
     return y
 
 
+def launch_options(pdl: bool) -> dict[str, bool]:
+    """Launch keywords for a kernel with a `PDL` constexpr: `{}` without (the interpreter takes no
+    `launch_pdl`), else the flag and the launch attribute."""
+    return {"PDL": True, "launch_pdl": True} if pdl else {}
+
+
+
 def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: float | None = None,
                 glu: bool = False, residual: torch.Tensor | None = None,
-                tiles: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+                tiles: tuple[int, int, int, int] | None = None, pdl: bool = False) -> torch.Tensor:
     """A decode matmul of few rows (`_rows_kernel`, CUDA cores) with its neighbours fused:
     `x` `[B, K]` (bf16/fp16) times a `[N, K]` weight (same dtype, or `Fp8Weight`) -> `[B, N']`;
     - `norm_eps`: x is the residual stream and the RMSNorm before the matmul is done in it:
@@ -228,7 +252,9 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
     - `residual` `[B, N']`: `y = residual + x @ W.T` (the product rounded to x's dtype first, as a
       separate add would be).
     Products accumulate in float32. `tiles`: (BLOCK_B, BLOCK_N, BLOCK_K, num_warps) instead of the
-    one-row default (2 adjacent weight rows a program; BLOCK_N even with `glu`)."""
+    one-row default (2 adjacent weight rows a program; BLOCK_N even with `glu`). `pdl`: launch with
+    programmatic dependent launch (sm90+; CUDA Programming Guide, "Programmatic Dependent Launch and
+    Synchronization"): W's first block streams while the kernel before finishes."""
     scale = weight.scale if isinstance(weight, Fp8Weight) else None
     w = weight.data if isinstance(weight, Fp8Weight) else weight
     assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
@@ -248,8 +274,8 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
         x, w, scale if scale is not None else w, y, residual if residual is not None else y, batch, n,
         x.stride(0), w.stride(0), y.stride(0), residual.stride(0) if residual is not None else 0,
         float(norm_eps or 0.0), K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, NORM=norm_eps is not None,
-        GLU=glu,
-        RESIDUAL=residual is not None, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+        GLU=glu, RESIDUAL=residual is not None, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        **launch_options(pdl))
     return y
 
 

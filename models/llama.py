@@ -220,6 +220,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(args)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.pdl = False  # forward_rows' matmuls with programmatic dependent launch (set_matmuls)
 
     def forward(self, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
                 sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,13 +241,13 @@ class DecoderLayer(nn.Module):
         `rows_linear`); rotary, KV write and attention are the runner's `decode_qkv_fn`."""
         from models.gemv import rows_linear
 
-        attn, mlp, ctx = self.self_attn, self.mlp, get_context()
-        qkv = rows_linear(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps)
+        attn, mlp, ctx, pdl = self.self_attn, self.mlp, get_context(), self.pdl
+        qkv = rows_linear(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps, pdl=pdl)
         out = attn.decode_qkv_fn(qkv, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1), attn.kv_cache,
                                  ctx.write_positions, ctx.attn_len)
-        x = rows_linear(out, attn.o_proj.weight if attn.o_fp8 is None else attn.o_fp8, residual=x)
-        h = rows_linear(x, mlp.gate_up_weight, norm_eps=self.post_attention_layernorm.eps, glu=True)
-        return rows_linear(h, mlp.down_proj.weight if mlp.down_fp8 is None else mlp.down_fp8, residual=x)
+        x = rows_linear(out, attn.o_proj.weight if attn.o_fp8 is None else attn.o_fp8, residual=x, pdl=pdl)
+        h = rows_linear(x, mlp.gate_up_weight, norm_eps=self.post_attention_layernorm.eps, glu=True, pdl=pdl)
+        return rows_linear(h, mlp.down_proj.weight if mlp.down_fp8 is None else mlp.down_fp8, residual=x, pdl=pdl)
 
 
 class LlamaModel(nn.Module):
@@ -312,16 +313,17 @@ class LlamaLM(nn.Module):
                     norm.weight.fill_(1.0)
         self.norms_folded = True
 
-    def set_matmuls(self, gemv: bool, fp8: bool, split_k: bool = False, fused_rows: bool = False) -> None:
-        """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up
-        to `GEMV_MAX_ROWS` rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the
-        layers' projection weights to float8_e4m3fn with a scale per output row (issue 10) and frees
-        the bf16 ones (embeddings, norms and the tied head stay); `split_k`: FP8 weights at 2 to
-        `FP8_SPLIT_K_MAX_ROWS` rows on the split-K kernel (`split_k_linear`, K a multiple of 128), not
-        `linear`'s (bf16 ones there stay on cuBLAS, as fast or faster); all False: cuBLAS (not after fp8). Call after `fuse_projections`, before capturing CUDA graphs.
-        `self.linear` is then the matmul for other weights too. `fused_rows` (with `gemv` or `fp8`):
-        `fold_norms` and `MLP.pair_rows`, and decode steps of up to `GEMV_MAX_ROWS` rows run `DecoderLayer.forward_rows`
-        when the layers have a `decode_qkv_fn`. Raises ValueError for fp8 off CUDA."""
+    def set_matmuls(self, gemv: bool, fp8: bool, split_k: bool = False, fused_rows: bool = False,
+                    pdl: bool = False) -> None:
+        """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up to `GEMV_MAX_ROWS`
+        rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the layers' projection weights to
+        float8_e4m3fn with a scale per output row (issue 10) and frees the bf16 ones (embeddings, norms and the tied
+        head stay); `split_k`: FP8 weights at 2 to `FP8_SPLIT_K_MAX_ROWS` rows on `split_k_linear` (K a multiple of
+        128; bf16 ones there stay on cuBLAS, as fast or faster); all False: cuBLAS (not after fp8). `fused_rows` (with
+        `gemv` or `fp8`): `fold_norms` and `MLP.pair_rows`, and decode steps of up to `GEMV_MAX_ROWS` rows run
+        `DecoderLayer.forward_rows` when the layers have a `decode_qkv_fn`; `pdl` (with `fused_rows`, sm90+): their
+        matmuls with programmatic dependent launch (`rows_linear`). `self.linear` is then the matmul for other weights
+        too. Call after `fuse_projections`, before capturing CUDA graphs. Raises ValueError for fp8 off CUDA."""
         quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
         if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
             raise ValueError("fp8 weights need a CUDA device (Triton kernels)")
@@ -329,8 +331,7 @@ class LlamaLM(nn.Module):
         if gemv or fp8 or quantized:
             from models import gemv as kernels
 
-            # a counter per column block and row block of the widest weight; the model's matmuls run one at a
-            # time (one stream)
+            # a counter per column block and row block of the widest weight (the matmuls share one stream)
             counters = torch.zeros(4096, dtype=torch.int32, device=self.model.embed_tokens.weight.device) \
                 if split_k else None
 
@@ -350,6 +351,8 @@ class LlamaLM(nn.Module):
             self.fold_norms()
             for layer in self.model.layers:
                 layer.mlp.pair_rows()
+        for layer in self.model.layers:
+            layer.pdl = self.fused_rows and pdl
         for layer in self.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             attn.linear_fn = mlp.linear_fn = linear  # an instance attribute: not bound

@@ -59,6 +59,7 @@ class RunnerConfig:
     split_k: bool = True  # GPU, fp8: 2-64-row matmuls on models/gemv.py split_k_linear (models/llama.py)
     fused_rows: bool = True  # GPU, fused attention: one-row steps as 5 kernels a layer (models/llama.py forward_rows)
     fused_sampler: bool = True  # GPU: a decode step's sampling and slot update in one kernel (models/sample_step.py)
+    pdl: bool = True  # sm90+, fused rows: their kernels with programmatic dependent launch (models/gemv.py rows_linear)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:
@@ -92,8 +93,10 @@ class ModelRunner(Runner):
         self.model.fuse_projections()
         is_compiled = config.compile_layers and on_gpu
         self.model.compile_layers(is_compiled)
+        pdl = config.pdl and on_gpu and torch.cuda.get_device_capability(self.torch_device)[0] >= 9
         self.model.set_matmuls(config.gemv and on_gpu, config.fp8, config.split_k,
-                               config.fused_rows and on_gpu and config.triton_attention and config.fused_attention)
+                               config.fused_rows and on_gpu and config.triton_attention and config.fused_attention,
+                               pdl)
         self._sample_step: Any = importlib.import_module("models.sample_step").sample_step \
             if on_gpu and config.fused_sampler else None  # (Triton: imported on GPU only)
         self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
@@ -124,7 +127,8 @@ class ModelRunner(Runner):
             if config.fused_attention:  # one counter buffer: the LM's steps run one at a time on its stream
                 counters = torch.zeros((max_running + 1) * self.model.args.num_key_value_heads, dtype=torch.int32,
                                        device=self.torch_device)
-                fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs)
+                fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs,
+                                          pdl=self.model.model.layers[0].pdl)
         self._triton_attention = attention is not None
         for layer in self.model.model.layers:
             layer.self_attn.decode_attention_fn = attention

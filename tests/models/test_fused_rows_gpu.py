@@ -127,3 +127,64 @@ def test_runner_one_row_steps_follow_the_unfused_model_and_graphs_equal_eager() 
         assert F.cosine_similarity(out, ref).item() > 0.999
     for batch in (1, 4):
         assert torch.equal(greedy_tokens(fused, batch, 64, True), greedy_tokens(fused, batch, 64, False))
+
+
+needs_sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                                reason="programmatic dependent launch needs sm90+")
+
+
+@needs_sm90
+def test_rows_linear_with_programmatic_dependent_launch_gives_the_same_bits_in_a_graph() -> None:
+    """A chain of full-size one-row layers, each reading what the one before wrote (and the residual
+    from two before), with PDL: the same bits as without, eagerly and replayed from a CUDA graph
+    (a wait in the wrong place would read a half-written x)."""
+    from models.gemv import rows_linear
+
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    hidden, inter = 3072, 8192
+    x = torch.randn(1, hidden, device="cuda", generator=generator).bfloat16()
+    w_qkv, w_o, w_gu, w_down = (torch.randn(n, k, device="cuda", generator=generator).div(k ** 0.5).bfloat16()
+                                for n, k in ((hidden, hidden), (hidden, hidden), (2 * inter, hidden), (hidden, inter)))
+
+    def layers(x: torch.Tensor, pdl: bool) -> torch.Tensor:
+        for _ in range(4):
+            q = rows_linear(x, w_qkv, norm_eps=1e-5, pdl=pdl)
+            x = rows_linear(q, w_o, residual=x, pdl=pdl)
+            h = rows_linear(x, w_gu, norm_eps=1e-5, glu=True, pdl=pdl)
+            x = rows_linear(h, w_down, residual=x, pdl=pdl)
+        return x
+
+    ref = layers(x, False)
+    assert torch.equal(layers(x, True), ref)
+    layers(x, True)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layers(x, True)
+    for _ in range(3):
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ref)
+
+
+@needs_sm90
+def test_runner_with_programmatic_dependent_launch_steps_as_without() -> None:
+    """The runner's `pdl` (one-row layers and the fused attention launched with PDL): the same logits
+    as without, and graph tokens equal eager tokens."""
+    import copy
+
+    from bench.decode_matmuls import step_logits
+    from bench.orpheus_decode import greedy_tokens, make_runner
+    from models import orpheus
+
+    model = orpheus.random_backbone(orpheus.FLAVORS["tiny"], "cuda", torch.bfloat16, 0)
+    options = dict(triton_attention=True, gemv=True, fused_rows=True, fused_sampler=True)
+    plain = make_runner(copy.deepcopy(model), 4, 64, [1, 4], False, "cuda", **options)  # type: ignore[arg-type]
+    pdl = make_runner(model, 4, 64, [1, 4], False, "cuda", pdl=True, **options)  # type: ignore[arg-type]
+    assert model.model.layers[0].pdl
+    tokens = orpheus.AUDIO_TOKEN_BASE + torch.arange(0, 28672, 4000, device="cuda")
+    for token in tokens:
+        assert torch.equal(step_logits(pdl, token[None], 64), step_logits(plain, token[None], 64))
+    assert torch.equal(greedy_tokens(pdl, 1, 64, True), greedy_tokens(pdl, 1, 64, False))
+    assert torch.equal(greedy_tokens(pdl, 1, 64, True), greedy_tokens(plain, 1, 64, True))
