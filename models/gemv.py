@@ -203,18 +203,23 @@ def config(batch: int, k: int) -> tuple[bool, int, int, int, int]:
     return True, min(256, triton.next_power_of_2(batch)), 64, 64, 8
 
 
+def _operands(x: torch.Tensor, weight: torch.Tensor | Fp8Weight) -> tuple[torch.Tensor, torch.Tensor,
+                                                                           torch.Tensor | None]:
+    """(x with contiguous rows, W's data `[N, K]`, W's row scales or None), after checking the shapes."""
+    scale = weight.scale if isinstance(weight, Fp8Weight) else None
+    w = weight.data if isinstance(weight, Fp8Weight) else weight
+    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
+    assert w.stride(1) == 1, "weight rows must be contiguous"
+    return (x if x.stride(1) == 1 else x.contiguous()), w, scale
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
            tiles: tuple[bool, int, int, int, int] | None = None) -> torch.Tensor:
     """`x` `[B, K]` (bf16/fp16, CUDA) times a `[N, K]` weight (same dtype, or `Fp8Weight`) ->
     `[B, N]` in x's dtype; equals `F.linear(x, W)` up to float32-accumulation rounding.
     More than 256 rows run as several row blocks (correct, made for decode). `tiles`: a
     `config()` tuple to use instead (bench/decode_matmuls.py sweeps them)."""
-    scale = weight.scale if isinstance(weight, Fp8Weight) else None
-    w = weight.data if isinstance(weight, Fp8Weight) else weight
-    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
-    assert w.stride(1) == 1, "weight rows must be contiguous"
-    if x.stride(1) != 1:
-        x = x.contiguous()
+    x, w, scale = _operands(x, weight)
     batch, k = x.shape
     n = w.shape[0]
     y = torch.empty(batch, n, device=x.device, dtype=x.dtype)
@@ -255,12 +260,7 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
     one-row default (2 adjacent weight rows a program; BLOCK_N even with `glu`). `pdl`: launch with
     programmatic dependent launch (sm90+; CUDA Programming Guide, "Programmatic Dependent Launch and
     Synchronization"): W's first block streams while the kernel before finishes."""
-    scale = weight.scale if isinstance(weight, Fp8Weight) else None
-    w = weight.data if isinstance(weight, Fp8Weight) else weight
-    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
-    assert w.stride(1) == 1, "weight rows must be contiguous"
-    if x.stride(1) != 1:
-        x = x.contiguous()
+    x, w, scale = _operands(x, weight)
     batch, k = x.shape
     n = w.shape[0]
     assert not glu or n % 2 == 0
@@ -306,12 +306,8 @@ def split_k_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, counters: 
     not overlap: one stream). `tiles`: a `split_k_config()` tuple to use instead. K must be a
     multiple of BLOCK_K x SPLIT_K. Made for FP8 weights: on bf16 ones cuBLAS was as fast or faster
     in the sweep, so models/llama.py uses it for FP8 only."""
-    scale = weight.scale if isinstance(weight, Fp8Weight) else None
-    w = weight.data if isinstance(weight, Fp8Weight) else weight
-    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1], (x.shape, w.shape)
-    assert w.stride(1) == 1 and x.shape[0] <= SPLIT_K_MAX_ROWS
-    if x.stride(1) != 1:
-        x = x.contiguous()
+    x, w, scale = _operands(x, weight)
+    assert x.shape[0] <= SPLIT_K_MAX_ROWS, x.shape
     batch, k = x.shape
     n = w.shape[0]
     block_n, block_k, split, warps, stages = tiles or split_k_config(batch, n, k)

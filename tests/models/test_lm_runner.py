@@ -15,11 +15,11 @@ from models import lm_prefill as prefill  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.request import Request  # noqa: E402
 from engine.runner import build_runner  # noqa: E402
 from engine.types import AudioChunk, GenerationFailed, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
 from models import orpheus  # noqa: E402
 from models.snac import SAMPLES_PER_FRAME  # noqa: E402
+from tests.models.core_steps import add as _add, run_until_done  # noqa: E402
 
 TEXTS = {"a": "Hello there.", "b": "A somewhat longer sentence to speak.", "c": "Mid."}
 
@@ -34,8 +34,6 @@ def _spec(rid: str, **options: Any) -> SpeechRequest:
     return SpeechRequest(rid, "tiny", (TEXTS.get(rid, "Some text."),), "tara", options={"temperature": 0.0, **options})
 
 
-def _add(core: EngineCore, spec: SpeechRequest) -> Request:
-    return core.add(spec, core.runner.spec.prepare(spec))
 
 
 class _Logits:
@@ -52,17 +50,7 @@ def _run(core: EngineCore, specs: list[SpeechRequest], join_at: dict[str, int] |
          ) -> tuple[dict[str, list[int]], dict[str, list[Any]]]:
     """Step until every request ended; `join_at[id]` adds that request at that step.
     Returns each request's tokens and what was sent for it."""
-    join_at = join_at or {}
-    requests = {s.request_id: _add(core, s) for s in specs if s.request_id not in join_at}
-    sent: dict[str, list[Any]] = {s.request_id: [] for s in specs}
-    for step in range(2000):
-        for s in specs:
-            if join_at.get(s.request_id) == step:
-                requests[s.request_id] = _add(core, s)
-        for rid, item in core.step():
-            sent.setdefault(rid, []).append(item)
-        if not core.has_work and step > max(join_at.values(), default=0):
-            break
+    requests, sent = run_until_done(core, specs, join_at)
     return {rid: list(r.tokens) for rid, r in requests.items()}, sent
 
 

@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 from engine.config import EngineConfig  # noqa: E402
 from engine.core import EngineCore  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from engine.request import Request  # noqa: E402
 from engine.runner import build_runner  # noqa: E402
 from engine.types import AudioChunk, InputTooLong, InvalidInput, SpeechRequest, UnknownVoice  # noqa: E402
 from models import qwen3_tts  # noqa: E402
@@ -25,6 +24,7 @@ from models.qwen3_tts_generate import MIN_FRAMES, generate_frames  # noqa: E402
 from models.qwen3_tts_runner import Qwen3TTSRunner  # noqa: E402
 from models.qwen3_tts_spec import STOP, frame_codes, pack_frame  # noqa: E402
 from models.qwen3_tts_stream import SAMPLES_PER_FRAME  # noqa: E402
+from tests.models.core_steps import add as _add, run_until_done  # noqa: E402
 
 GREEDY = {"temperature": 0.0, "repetition_penalty": 1.0, "subtalker_temperature": 0.0}  # the reference loop's
 TEXTS = {"a": "Hello there.", "b": "A somewhat longer sentence to speak.", "c": "Mid."}
@@ -54,25 +54,13 @@ def _spec(rid: str, voice: str = "ryan", **options: Any) -> SpeechRequest:
     return SpeechRequest(rid, "tiny", (TEXTS.get(rid, "Some text."),), voice, options={**GREEDY, **options})
 
 
-def _add(core: EngineCore, spec: SpeechRequest) -> Request:
-    return core.add(spec, core.runner.spec.prepare(spec))
 
 
 def _run(core: EngineCore, specs: list[SpeechRequest], join_at: dict[str, int] | None = None,
          ) -> tuple[dict[str, list[list[int]]], dict[str, np.ndarray]]:
     """Step until every request ended (`join_at[id]`: added at that step); each one's frames
     and its streamed audio, checked to be whole chunks in order ending with `is_last`."""
-    join_at = join_at or {}
-    requests = {s.request_id: _add(core, s) for s in specs if s.request_id not in join_at}
-    sent: dict[str, list[Any]] = {s.request_id: [] for s in specs}
-    for step in range(3000):
-        for s in specs:
-            if join_at.get(s.request_id) == step:
-                requests[s.request_id] = _add(core, s)
-        for rid, item in core.step():
-            sent.setdefault(rid, []).append(item)
-        if not core.has_work and step > max(join_at.values(), default=0):
-            break
+    requests, sent = run_until_done(core, specs, join_at, max_steps=3000)
     for chunks in sent.values():
         assert all(isinstance(c, AudioChunk) for c in chunks) and chunks[-1].is_last, chunks
         assert [c.index for c in chunks] == list(range(len(chunks)))
