@@ -98,4 +98,5 @@ def check_fields(data: dict[str, Any], allowed: frozenset[str], route: str) -> N
     unknown = set(data) - allowed
     if unknown:
         field = min(unknown)
-        raise InvalidInput(f"unknown field {field[:80]!r}; {route} takes {', '.join(sorted(allowed))}", field=field)
+        takes = ", ".join(sorted(allowed)) or "no fields"
+        raise InvalidInput(f"unknown field {field[:80]!r}; {route} takes {takes}", field=field)

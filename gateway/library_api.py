@@ -332,7 +332,8 @@ async def load_model(request: Request) -> JSONResponse:
 async def unload_model(request: Request) -> JSONResponse:
     state = _state(request)
     model_id = model_alias(request.path_params["model_id"], state.settings.default_model)
-    await read_json(request, state.settings.max_body_bytes, allow_empty=True)  # JSON, bounded: see gateway/auth.py
+    data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)  # bounded: gateway/auth.py
+    check_fields(data, frozenset(), "/v1/models/{id}/unload")
     if await state.library.get_model(model_id) is None and not state.residency.is_loaded(model_id):
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
     unloaded = await state.residency.unload(model_id)

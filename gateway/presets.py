@@ -52,7 +52,9 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
                            "'-', starting with a letter or digit", field="name")
     model_id = data.get("model", state.settings.default_model)
-    if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
+    if not isinstance(model_id, str):
+        raise InvalidInput("model must be a string (a model id)", field="model")
+    if await state.library.get_model(model_id) is None:
         if "model" not in data:
             raise unknown_default_model(model_id, ", ".join(m["id"] for m in await state.library.list_models()))
         raise UnknownModel(f"unknown model {model_id!r}", field="model")

@@ -181,7 +181,9 @@ async def create_project(request: Request) -> JSONResponse:
     _unknown(data, {"name", "model", "speaker", "pause_ms"}, "projects")
     name = _name(data.get("name"))
     model_id = data.get("model", state.settings.default_model)
-    if not isinstance(model_id, str) or await state.library.get_model(model_id) is None:
+    if not isinstance(model_id, str):
+        raise InvalidInput("model must be a string (a model id)", field="model")
+    if await state.library.get_model(model_id) is None:
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     voices = await state.library.voices(model_id)
     draft = {"model_id": model_id, "speaker": ""}
@@ -206,7 +208,9 @@ async def update_project(request: Request) -> JSONResponse:
     if "name" in data:
         changes["name"] = _name(data["name"])
     if "model" in data:
-        if not isinstance(data["model"], str) or await state.library.get_model(data["model"]) is None:
+        if not isinstance(data["model"], str):
+            raise InvalidInput("model must be a string (a model id)", field="model")
+        if await state.library.get_model(data["model"]) is None:
             raise UnknownModel(f"unknown model {data['model']!r}", field="model")
         changes["model_id"] = data["model"]
     if "speaker" in data or "model_id" in changes:

@@ -2,7 +2,7 @@
 
 Body: `input` (required, at most `max_input_chars`), `model` and `voice` (whose language
 and server defaults apply, as in `/v1/audio/speech`), `language` (a language code that
-overrides the voice's, e.g. `de_DE`), `normalize`, `code`, `emoji`. Answer:
+overrides the voice's, e.g. `de_DE`; one CLDR does not know, e.g. `zz`, is a 400), `normalize`, `code`, `emoji`. Answer:
 `{"language", "items": [{"text": ...} | {"pause_ms": ...}], "text"}` where `items` are
 the segments and pauses `/v1/audio/speech` would speak, in order, and `text` is the
 segments joined with spaces. An input that would have nothing to speak (once the options
@@ -23,7 +23,7 @@ from gateway.errors import read_json
 from gateway.json_input import check_fields
 from gateway.state import AppState
 from gateway.stitch import speech_options
-from gateway.text import TEXT_FIELDS, Pause, check_input, check_spoken, prepare
+from gateway.text import TEXT_FIELDS, Pause, check_input, check_spoken, language, prepare
 from gateway.voices import resolve
 
 NORMALIZE_FIELDS: frozenset[str] = frozenset({"input", "model", "voice", "language", *TEXT_FIELDS})
@@ -44,6 +44,9 @@ async def normalize(request: Request) -> JSONResponse:
     if lang is not None:
         if not isinstance(lang, str) or not _LANGUAGE.match(lang):
             raise InvalidInput("language must be a language code such as 'en', 'de_DE' or 'pt-BR'", field="language")
+        if not language.is_known(lang):
+            raise InvalidInput(f"language {lang[:16]!r} is not a language CLDR knows (e.g. 'en', 'de_DE', 'pt-BR')",
+                               field="language")
         options = dataclasses.replace(options, language=lang)
     items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)
     check_spoken(items, data["input"], options)  # refused as /v1/audio/speech refuses it

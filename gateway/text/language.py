@@ -60,6 +60,16 @@ def emoji_language(code: str) -> str:
 
 
 @lru_cache(maxsize=64)
+def is_known(code: str) -> bool:
+    """Whether CLDR (babel) knows `code`'s language, e.g. `de_DE`, `pt-BR`, `en`; `zz` is not one."""
+    try:
+        Locale.parse(base(code))
+    except (UnknownLocaleError, ValueError):
+        return False
+    return True
+
+
+@lru_cache(maxsize=64)
 def locale(code: str) -> Locale:
     """The babel (CLDR) locale for unit, currency, month and list words."""
     for candidate in (region_code(code), base(code)):

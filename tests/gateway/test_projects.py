@@ -199,6 +199,9 @@ def test_split_and_merge_keep_takes(client: httpx.Client) -> None:
 @pytest.mark.parametrize(("method", "path", "body", "status", "field"), [
     ("POST", "", {"name": ""}, 400, "name"),
     ("POST", "", {"name": "x", "model": "nope"}, 404, "model"),
+    ("POST", "", {"name": "x", "model": None}, 400, "model"),
+    ("POST", "", {"name": "x", "model": 5}, 400, "model"),
+    ("PATCH", "/{pid}", {"model": 5}, 400, "model"),
     ("POST", "", {"name": "x", "speaker": "no such voice"}, 404, "speaker"),
     ("POST", "", {"name": "x", "pause_ms": -1}, 400, "pause_ms"),
     ("POST", "", {"name": "x", "colour": "red"}, 400, "colour"),

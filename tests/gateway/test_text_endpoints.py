@@ -90,6 +90,8 @@ def test_ssml_breaks_are_pauses_between_segments(client: httpx.Client) -> None:
     ({"input": "hi", "code": "read"}, "code"),
     ({"input": "hi", "emoji": 3}, "emoji"),
     ({"input": "hi", "language": "not a language"}, "language"),
+    ({"input": "hi", "language": "zz"}, "language"),  # well formed, but no language CLDR knows
+    ({"input": "hi", "language": "xx_YY"}, "language"),
     ({"input": "hi", "lang": "en"}, "lang"),  # an unknown field is refused, not ignored
 ])
 def test_bad_text_options_are_400_naming_the_field(client: httpx.Client, body: dict[str, Any], field: str) -> None:

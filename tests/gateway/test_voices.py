@@ -82,6 +82,24 @@ def test_load_and_unload_follow_the_openai_alias(client: httpx.Client) -> None:
     assert client.get("/v1/models/tts-1").json()["loaded"] is False
     for path in ("/v1/models/tts-2/load", "/v1/models/tts-2/unload"):  # not an OpenAI name
         assert client.post(path, json={}).json()["error"]["field"] == "model"
+    client.post("/v1/models/piper-joe/load", json={})
+    refused = client.post("/v1/models/piper-joe/unload", json={"x": 1})  # unload takes no fields
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "x", refused.text
+    assert "takes no fields" in refused.json()["error"]["message"]
+    assert client.get("/v1/models/piper-joe").json()["loaded"] is True  # nothing done
+
+
+@pytest.mark.parametrize("model", [None, 5, ["piper-joe"]])
+def test_a_preset_model_that_is_not_a_string_is_a_400(client: httpx.Client, model: object) -> None:
+    created = client.post("/v1/presets", json={"name": "typed model", "model": model})
+    assert created.status_code == 400 and created.json()["error"]["field"] == "model", created.text
+    assert all(p["name"] != "typed model" for p in client.get("/v1/presets").json()["data"])  # nothing written
+    client.post("/v1/presets", json={"name": "typed model"})
+    try:
+        changed = client.patch("/v1/presets/typed%20model", json={"model": model})
+        assert changed.status_code == 400 and changed.json()["error"]["field"] == "model", changed.text
+    finally:
+        client.delete("/v1/presets/typed%20model")
 
 
 def test_a_preset_cannot_take_a_builtin_voice_name(client: httpx.Client) -> None:
