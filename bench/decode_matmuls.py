@@ -42,22 +42,19 @@ from models.lm_runner import ModelRunner  # noqa: E402
 from models import gemv, llama, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
-# mode -> (gemv, fp8, fused_attention, split_k, fused_rows, fused_sampler, pdl); "_unfused": rotary, KV write and
-# split merge as separate kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear instead of
-# gemv.split_k_linear; "_sampler": models/sample_step.py; "rows": the one-row layers of models/llama.py forward_rows;
-# "fused": both (the runner's defaults since session 18; "gemv" was the default before); "_pdl": the one-row
-# layers' kernels with programmatic dependent launch (the runner's default since session 19)
-MODES = {"cublas": (False, False, True, False, False, False, False),
-         "cublaslt": (False, False, True, False, False, False, False),
-         "cublas_unfused": (False, False, False, False, False, False, False),
-         "gemv": (True, False, True, True, False, False, False),
-         "gemv_sampler": (True, False, True, True, False, True, False),
-         "rows": (True, False, True, True, True, False, False), "fused": (True, False, True, True, True, True, False),
-         "fused_pdl": (True, False, True, True, True, True, True),
-         "gemv_unfused": (True, False, False, False, False, False, False),
-         "fp8_nosplit": (True, True, True, False, False, False, False),
-         "fp8": (True, True, True, True, False, False, False), "fp8_fused": (True, True, True, True, True, True, False),
-         "fp8_fused_pdl": (True, True, True, True, True, True, True)}
+# mode -> make_runner's options (bench/orpheus_decode.py; those left out are off, fused_attention on). "_unfused":
+# rotary, KV write and split merge as separate kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear
+# instead of gemv.split_k_linear; "_sampler": models/sample_step.py; "rows": the one-row layers of models/llama.py
+# forward_rows; "fused": both (the runner's defaults since session 18; "gemv" was the default before); "_pdl": the
+# one-row layers' kernels with programmatic dependent launch (the runner's default since session 19)
+GEMV = {"gemv": True, "split_k": True}
+FUSED = {**GEMV, "fused_rows": True, "fused_sampler": True}
+MODES: dict[str, dict[str, bool]] = {
+    "cublas": {}, "cublaslt": {}, "cublas_unfused": {"fused_attention": False},
+    "gemv": GEMV, "gemv_sampler": {**GEMV, "fused_sampler": True}, "rows": {**GEMV, "fused_rows": True},
+    "fused": FUSED, "fused_pdl": {**FUSED, "pdl": True}, "gemv_unfused": {"gemv": True, "fused_attention": False},
+    "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
+    "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True}}
 BLAS = {"cublaslt": "cublaslt"}  # modes whose matmuls torch sends to cuBLASLt (set while the mode runs)
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
@@ -217,13 +214,14 @@ def main() -> None:
     fp8_at = [i for i, m in enumerate(modes) if m.startswith("fp8")]
     assert all(m in MODES for m in modes) and fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
-        use_gemv, fp8, fused, split_k, rows, sampler, pdl = MODES[mode]
+        options = MODES[mode]
+        fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
+        fused = options.get("fused_attention", True)
         torch.backends.cuda.preferred_blas_library(BLAS.get(mode, "cublas"))  # graphs keep the kernels captured
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
-                                 gemv=use_gemv, fp8=fp8, fused_attention=fused, split_k=split_k, fused_rows=rows,
-                                 fused_sampler=sampler, pdl=pdl)
+                                 **options)
         except Exception as error:  # e.g. an experiment's launch that graph capture refuses
             record["checks"][f"{mode}_error"] = repr(error)[:400]
             print(mode, "failed:", repr(error)[:400], flush=True)

@@ -7,8 +7,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader | tee $OUT/gpu.txt
 if [ "${TESTS_S:-150}" != 0 ]; then
-  timeout ${TESTS_S:-150} python3 -m pytest -q -p no:warnings -p no:cacheprovider tests/models/test_fused_rows_gpu.py \
-      ${MORE_TESTS:-tests/models/test_decode_attention_gpu.py tests/models/test_gemv_gpu.py} > $OUT/gpu_tests.log 2>&1
+  TESTS="tests/models/test_fused_rows_gpu.py ${MORE_TESTS:-tests/models/test_decode_attention_gpu.py tests/models/test_gemv_gpu.py}"
+  { echo "# command: python3 -m pytest -q $TESTS"
+    echo "# machine: $(nvidia-smi --query-gpu=name --format=csv,noheader), torch $(python3 -c 'import torch; print(torch.__version__)')"
+  } > $OUT/gpu_tests.log
+  timeout ${TESTS_S:-150} python3 -m pytest -q -p no:warnings -p no:cacheprovider $TESTS >> $OUT/gpu_tests.log 2>&1
   tail -15 $OUT/gpu_tests.log
 fi
 timeout ${STEPS_S:-380} python3 bench/decode_matmuls.py --batches ${BATCHES:-1,64,256} --table-batches 1 --sweep 0 \

@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -30,7 +30,7 @@ from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
-from gateway.model_spec import LoadErrors, load_runner
+from gateway.model_spec import load_runner
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
 from gateway.request_id import RequestIdMiddleware
@@ -49,6 +49,13 @@ log = logging.getLogger(__name__)
 EMBEDDED_MODEL = {"id": "piper-joe", "family": "piper", "name": "Joe (en_US, Piper medium, embedded)"}
 
 
+def embedded_model_info() -> dict[str, Any]:
+    """The embedded voice's `validate()` info (voices, size_bytes); ImportError where its package is
+    not installed (a server then serves without it)."""
+    piper = family("piper")
+    return dict(piper.validate(piper.embedded_model_path()))
+
+
 async def register_models(library: Library, settings: Settings, catalog: Catalog) -> None:
     """The embedded voice on first start; `[[models]]` from the config file every start
     (ValueError naming the entry that cannot be: a catalog model's id, an unknown family)."""
@@ -58,7 +65,7 @@ async def register_models(library: Library, settings: Settings, catalog: Catalog
             raise ValueError(problem)
     if await library.get_model(EMBEDDED_MODEL["id"]) is None:
         try:
-            info = await run_in_threadpool(lambda: family("piper").validate(family("piper").embedded_model_path()))
+            info = await run_in_threadpool(embedded_model_info)
         except ImportError as error:  # e.g. a GPU box installed without the voice package: serve the rest
             log.warning("the embedded voice is not installed (%s); serving the other models", error)
         else:
@@ -97,11 +104,9 @@ def create_app(settings: Settings) -> Starlette:
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
-        load_errors = LoadErrors()  # each model's last failed load, for GET /v1/models
         residency = Residency(
             engine, library, devices=settings.devices,
             loader=functools.partial(load_runner, max_running=settings.max_running, cpu_workers=settings.cpu_workers),
-            load_errors=load_errors,
             max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)
@@ -117,7 +122,7 @@ def create_app(settings: Settings) -> Starlette:
         metrics.watch(residency, engine)
         state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
                          keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
-                         writes=WriteGuard(settings.send_timeout_s), load_errors=load_errors)
+                         writes=WriteGuard(settings.send_timeout_s))
         generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
         state.projects = generator
         app.state.voxgate = state

@@ -135,10 +135,10 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
 def _embedded_voices() -> list[str] | None:
     """The embedded voice's voices, as a server registers them at its first start (gateway/app.py
     `register_models`); None where its package is not installed (a server then serves without it)."""
-    try:
-        from models import piper
+    from gateway.app import embedded_model_info
 
-        return list(piper.validate(piper.embedded_model_path())["voices"])
+    try:
+        return list(embedded_model_info()["voices"])
     except ImportError:
         return None
 

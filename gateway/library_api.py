@@ -299,7 +299,7 @@ async def delete_model(request: Request) -> JSONResponse:
     await state.library.remove_model(model_id)
     await state.residency.unload(model_id)  # in case a request loaded it meanwhile
     removed = await delete_downloaded_folder(state.settings.data_dir, record)
-    state.load_errors.forget(model_id)  # a model added later under this id starts afresh
+    state.residency.load_errors.forget(model_id)  # a model added later under this id starts afresh
     if state.downloads is not None:  # its finished download would otherwise still say "done" to the pages
         for download in state.downloads.downloads():
             if download["model_id"] == model_id:

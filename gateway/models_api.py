@@ -56,7 +56,7 @@ async def _describe(state: AppState, record: dict[str, Any]) -> dict[str, Any]:
         "default": record["id"] == state.settings.default_model,
         **state.residency.status(record["id"]),
         # Its last failed load, until one succeeds: {message, retryable, device, at} (gateway/model_spec.py)
-        "load_error": state.load_errors.get(record["id"]),
+        "load_error": state.residency.load_errors.get(record["id"]),
     }
 
 

@@ -9,7 +9,6 @@ the field `settings.<key>`, instead of failing every later request that uses the
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from starlette.requests import Request
@@ -19,10 +18,10 @@ from engine.types import InvalidInput, UnknownModel
 from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.clone_voices import check_preset_voice, is_base, store
+from gateway.references import check_name
 from gateway.voices import check_speed, unknown_default_model
 from models import FamilyUnavailable, family
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}")  # fullmatch: no newline after it
 _FIELDS = {"name", "model", "voice", "speed", "settings"}
 # What the Voices page offers per family, with a hint; each family's `validate_settings`
 # has the rules (tests/gateway/test_voices.py checks that the names agree).
@@ -47,14 +46,12 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         field = sorted(unknown)[0]
         raise InvalidInput(f"unknown field {field!r}; presets have {', '.join(sorted(_FIELDS))}", field=field)
-    name = data.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
-                           "'-', starting with a letter or digit", field="name")
+    name = check_name(data.get("name"))
     model_id = data.get("model", state.settings.default_model)
     if not isinstance(model_id, str):
         raise InvalidInput("model must be a string (a model id)", field="model")
-    if await state.library.get_model(model_id) is None:
+    record = await state.library.get_model(model_id)
+    if record is None:
         if "model" not in data:
             raise unknown_default_model(model_id, ", ".join(m["id"] for m in await state.library.list_models()))
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
@@ -67,8 +64,6 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     settings = data.get("settings", {})
     if not isinstance(settings, dict):
         raise InvalidInput("settings must be an object", field="settings")
-    record = await state.library.get_model(model_id)
-    assert record is not None
     settings = family(record["family"]).validate_settings(settings, record["options"])
     if "instructions" in settings and await is_base(state, model_id):  # the family refuses them at use
         raise InvalidInput("a Base model takes no instructions: it speaks as its reference voice",

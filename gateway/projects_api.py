@@ -175,16 +175,21 @@ async def list_projects(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": [summary_json(p) for p in await store.list_projects()]})
 
 
+async def _installed_model(state: AppState, model_id: object) -> str:
+    """`model_id` if it names an installed model; InvalidInput or UnknownModel naming `model`."""
+    if not isinstance(model_id, str):
+        raise InvalidInput("model must be a string (a model id)", field="model")
+    if await state.library.get_model(model_id) is None:
+        raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    return model_id
+
+
 async def create_project(request: Request) -> JSONResponse:
     state, store, _ = context(request)
     data = await read_json(request, state.settings.max_body_bytes)
     _unknown(data, {"name", "model", "speaker", "pause_ms"}, "projects")
     name = _name(data.get("name"))
-    model_id = data.get("model", state.settings.default_model)
-    if not isinstance(model_id, str):
-        raise InvalidInput("model must be a string (a model id)", field="model")
-    if await state.library.get_model(model_id) is None:
-        raise UnknownModel(f"unknown model {model_id!r}", field="model")
+    model_id = await _installed_model(state, data.get("model", state.settings.default_model))
     voices = await state.library.voices(model_id)
     draft = {"model_id": model_id, "speaker": ""}
     speaker = await _speaker(state, draft, data.get("speaker", voices[0] if voices else None))
@@ -208,11 +213,7 @@ async def update_project(request: Request) -> JSONResponse:
     if "name" in data:
         changes["name"] = _name(data["name"])
     if "model" in data:
-        if not isinstance(data["model"], str):
-            raise InvalidInput("model must be a string (a model id)", field="model")
-        if await state.library.get_model(data["model"]) is None:
-            raise UnknownModel(f"unknown model {data['model']!r}", field="model")
-        changes["model_id"] = data["model"]
+        changes["model_id"] = await _installed_model(state, data["model"])
     if "speaker" in data or "model_id" in changes:
         draft = {**project, **changes}
         changes["speaker"] = await _speaker(state, draft, data.get("speaker", project["speaker"]))

@@ -154,7 +154,8 @@ def _public(row: dict[str, Any]) -> dict[str, Any]:
             "audio_url": f"/v1/voices/references/{quote(str(row['name']))}/audio"}
 
 
-def _check_name(name: object) -> str:
+def check_name(name: object) -> str:
+    """`name` if it is a valid reference-voice or preset name, else InvalidInput naming `name`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
                            "'-', starting with a letter or digit", field="name")
@@ -192,7 +193,7 @@ async def read_upload_form(request: Request, fields: AbstractSet[str], file_fiel
 async def create_reference(request: Request) -> JSONResponse:
     form = await read_upload_form(request, _FIELDS, "audio", "name, transcript and audio")
     try:
-        name = _check_name(form.get("name"))
+        name = check_name(form.get("name"))
         if form.get("transcript") is None:
             raise InvalidInput("transcript is required: what the recording says", field="transcript")
         transcript = check_input(form.get("transcript"), MAX_TRANSCRIPT_CHARS, field="transcript")

@@ -64,7 +64,6 @@ class Residency:
         max_running: int = 64,
         cpu_workers: int = 0,
         loader: Loader | None = None,
-        load_errors: LoadErrors | None = None,
         free_memory: FreeMemory | None = None,
         poll_s: float = 0.05,
     ) -> None:
@@ -83,7 +82,7 @@ class Residency:
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
         self.cpu_workers = cpu_workers  # sizes a Piper pool, and so its estimate
-        self.load_errors = load_errors or LoadErrors()  # each model's last failed load (it records them)
+        self.load_errors = LoadErrors()  # each model's last failed load (it records them), for GET /v1/models
         self._loader = self.load_errors.wrap(
             loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers))
         self._free_memory = free_memory or free_memory_bytes
@@ -202,7 +201,8 @@ class Residency:
                 footprint, how = await asyncio.to_thread(estimate_memory, spec, self.memory_factor, self.cpu_workers)
                 timeout_s = self._timeout_s(spec, timeout_ms)
                 if self.load_errors.failed_for_good(model_id):  # not even loaded while that stands
-                    checked = await self._check_files(spec)
+                    await self._check_files(spec)
+                    checked = True
             async with self._lock:
                 if model_id in self._residents:
                     continue
@@ -214,7 +214,8 @@ class Residency:
                     self._begin_load(spec, {device: footprint for device in devices})
                     continue
             if blocked is None:  # room, by evicting: first the check, then the plan again
-                checked = await self._check_files(spec)
+                await self._check_files(spec)
+                checked = True
                 continue
             remaining = timeout_s - (time.monotonic() - started)
             if blocked == "never":
@@ -282,7 +283,7 @@ class Residency:
                 f"({how}) and {format_mb(self.min_free_bytes)} must stay free; "
                 f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
 
-    async def _check_files(self, spec: ModelSpec) -> bool:
+    async def _check_files(self, spec: ModelSpec) -> None:
         """Raise LoadFailed (a 500: its cause is InvalidModel) where a load of `spec` would fail for
         good (`LoadErrors.refusal`: its files broken, or unchanged since such a load), before
         anything is evicted for it; a client retrying a broken model must not unload healthy ones."""
@@ -290,11 +291,10 @@ class Residency:
             error = await asyncio.to_thread(self.load_errors.refusal, spec, self.device)
         except Exception:  # a check that breaks refuses nothing: the load says what is wrong
             log.exception("could not check the files of model %s before loading it", spec.model_id)
-            return True
+            return
         if error is not None:
             log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, _describe(error))
             raise LoadFailed(f"model {spec.model_id!r} failed to load: {_describe(error)}", field="model") from error
-        return True
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:
         resident = Resident(spec, footprints, last_used_s=time.monotonic())

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from gateway.errors import ApiError
+from gateway.errors import METHODS, ApiError
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -32,9 +32,6 @@ def resource(path: str, **handlers: Handler) -> Route:
     return Route(path, endpoint, methods=list(by_method))
 
 
-HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
 async def _upgrade_required(request: Request) -> Response:
     raise ApiError(426, "upgrade_required", f"{request.url.path} is a WebSocket endpoint: open it with a WebSocket "
                    "client (ws:// or wss://), not a plain HTTP request", headers={"Upgrade": "websocket",
@@ -44,5 +41,5 @@ async def _upgrade_required(request: Request) -> Response:
 def websocket(path: str, endpoint: Callable[..., Awaitable[None]]) -> list[BaseRoute]:
     """The WebSocket route, and for plain HTTP at the same path a 426 Upgrade Required
     (RFC 9110 §15.5.22) saying so, where Starlette would answer 404 as if nothing were there."""
-    return [WebSocketRoute(path, endpoint), Route(path, _upgrade_required, methods=HTTP_METHODS,
+    return [WebSocketRoute(path, endpoint), Route(path, _upgrade_required, methods=list(METHODS),
                                                    include_in_schema=False)]

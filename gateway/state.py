@@ -13,7 +13,6 @@ from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
-from gateway.model_spec import LoadErrors
 from gateway.pacing import FirstAudio
 from gateway.residency import Residency
 from gateway.settings import Settings
@@ -42,6 +41,5 @@ class AppState:
     drain_deadline_s: float | None = None  # time.monotonic() when running requests are cancelled
     sessions: set[Connection] = field(default_factory=set)  # open WebSocket sessions, for the drain (server.py)
     memory: IdleTrim | None = None  # returns freed heap memory when idle (gateway/memory.py)
-    load_errors: LoadErrors = field(default_factory=LoadErrors)  # each model's last failed load
     first_audio: FirstAudio = field(default_factory=FirstAudio)  # streamed requests' submit -> first audio
     speech_rate: SpeechRate = field(default_factory=SpeechRate)  # audio ms per character, for estimated timings

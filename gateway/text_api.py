@@ -45,7 +45,7 @@ async def normalize(request: Request) -> JSONResponse:
         if not isinstance(lang, str) or not _LANGUAGE.match(lang):
             raise InvalidInput("language must be a language code such as 'en', 'de_DE' or 'pt-BR'", field="language")
         if not language.is_known(lang):
-            raise InvalidInput(f"language {lang[:16]!r} is not a language CLDR knows (e.g. 'en', 'de_DE', 'pt-BR')",
+            raise InvalidInput(f"language {lang!r} is not a language CLDR knows (e.g. 'en', 'de_DE', 'pt-BR')",
                                field="language")
         options = dataclasses.replace(options, language=lang)
     items = await asyncio.to_thread(prepare, data["input"], options, state.settings.first_segment_chars)

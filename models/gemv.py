@@ -221,19 +221,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight,
     `config()` tuple to use instead (bench/decode_matmuls.py sweeps them)."""
     x, w, scale = _operands(x, weight)
     batch, k = x.shape
+    use_dot, block_b, block_n, block_k, warps = tiles or config(batch, k)
+    if not use_dot:  # the CUDA-core kernel, nothing fused
+        return rows_linear(x, weight, tiles=(block_b, block_n, block_k, warps))
     n = w.shape[0]
     y = torch.empty(batch, n, device=x.device, dtype=x.dtype)
-    use_dot, block_b, block_n, block_k, warps = tiles or config(batch, k)
-    grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
-    common = (x, w, scale if scale is not None else w, y, batch, n, x.stride(0), w.stride(0), y.stride(0))
-    if use_dot:
-        _dot_kernel[grid](*common, K=k, HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n,
-                          BLOCK_K=block_k, num_warps=warps, num_stages=4)
-    else:
-        _rows_kernel[grid](x, w, scale if scale is not None else w, y, y, batch, n, x.stride(0), w.stride(0),
-                           y.stride(0), 0, 0.0, K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, NORM=False,
-                           GLU=False, RESIDUAL=False, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k,
-                           num_warps=warps)
+    _dot_kernel[(triton.cdiv(n, block_n), triton.cdiv(batch, block_b))](
+        x, w, scale if scale is not None else w, y, batch, n, x.stride(0), w.stride(0), y.stride(0), K=k,
+        HAS_SCALE=scale is not None, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=4)
     return y
 
 
@@ -241,7 +236,6 @@ def launch_options(pdl: bool) -> dict[str, bool]:
     """Launch keywords for a kernel with a `PDL` constexpr: `{}` without (the interpreter takes no
     `launch_pdl`), else the flag and the launch attribute."""
     return {"PDL": True, "launch_pdl": True} if pdl else {}
-
 
 
 def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: float | None = None,

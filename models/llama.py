@@ -18,7 +18,8 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.context import get_context
-from models.llama_args import Args, rope_tables  # noqa: F401 (Args: part of this module's interface)
+from models.llama_args import Args, rope_tables
+from models.llama_ops import add_rms_norm, rms_norm, rotate, rotate_qkv, silu_mul, silu_mul_pairs
 
 # bf16 matmuls with up to this many rows run on models/gemv.py when enabled, cuBLAS above: the
 # Triton kernel beats cuBLAS at one row only (bench/results/decode_matmuls_table.json)
@@ -26,13 +27,6 @@ GEMV_MAX_ROWS = 1
 # FP8 matmuls with 2 to this many rows run on models/gemv.py split_k_linear, others on gemv.linear: at 256
 # rows the split-K kernel made the step slower (bench/results/orpheus_decode_split_k.json)
 FP8_SPLIT_K_MAX_ROWS = 64
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: `[T, heads, head_dim]`; cos/sin: `[T, 1, head_dim]` (half-split rotation, as HF)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
 
 
 def _fuse(*linears: nn.Linear) -> torch.Tensor:
@@ -45,41 +39,6 @@ def _fuse(*linears: nn.Linear) -> torch.Tensor:
         linear.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
         start += rows
     return fused
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalise in float32, scale in the model dtype (as HF's LlamaRMSNorm)."""
-    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """`[T, 2 * I]` (gate then up) -> `[T, I]`."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
-
-
-def silu_mul_pairs(gate_up: torch.Tensor) -> torch.Tensor:
-    """`[T, 2 * I]` (gate_0, up_0, gate_1, ...: `MLP.pair_rows`) -> `[T, I]`."""
-    gate, up = gate_up.unflatten(-1, (-1, 2)).unbind(-1)
-    return F.silu(gate) * up
-
-
-def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residual add then norm: returns (x + delta, rms_norm(x + delta)); one kernel compiled."""
-    x = x + delta
-    return x, rms_norm(x, weight, eps)
-
-
-def rotate_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
-               num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """qkv `[T, (heads + 2 * kv_heads) * head_dim]` -> rotated q `[T, heads, D]` and
-    kv `[T, 2, kv_heads, D]` (rotated k, v: one tensor, stored in the cache by one write);
-    cos/sin `[T, 1, D]`."""
-    num_tokens, dim = qkv.shape[0], cos.shape[-1]
-    q, k, v = qkv.view(num_tokens, num_heads + 2 * num_kv_heads, dim).split(
-        [num_heads, num_kv_heads, num_kv_heads], dim=1)
-    return rotate(q, cos, sin), torch.stack([rotate(k, cos, sin), v], dim=1)
 
 
 class RMSNorm(nn.Module):
@@ -220,7 +179,6 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(args)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.pdl = False  # forward_rows' matmuls with programmatic dependent launch (set_matmuls)
 
     def forward(self, x: torch.Tensor, delta: torch.Tensor | None, cos: torch.Tensor,
                 sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,14 +192,15 @@ class DecoderLayer(nn.Module):
         x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(h, cos, sin))
         return x, self.mlp(h)
 
-    def forward_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pdl: bool) -> torch.Tensor:
         """A decode step of few rows as five kernels (`LlamaLM.forward`, after `fold_norms`): the
         residual stream `x` `[B, hidden]` in, out. Each norm runs inside the matmul after it, the
         SiLU-gate inside gate/up's, each residual add inside o's and down's (models/gemv.py
-        `rows_linear`); rotary, KV write and attention are the runner's `decode_qkv_fn`."""
+        `rows_linear`, launched with programmatic dependent launch with `pdl`); rotary, KV write and
+        attention are the runner's `decode_qkv_fn`."""
         from models.gemv import rows_linear
 
-        attn, mlp, ctx, pdl = self.self_attn, self.mlp, get_context(), self.pdl
+        attn, mlp, ctx = self.self_attn, self.mlp, get_context()
         qkv = rows_linear(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps, pdl=pdl)
         out = attn.decode_qkv_fn(qkv, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1), attn.kv_cache,
                                  ctx.write_positions, ctx.attn_len)
@@ -276,6 +235,7 @@ class LlamaLM(nn.Module):
         self.linear: Any = F.linear  # (x, weight) -> x @ weight.T, as the layers multiply (set_matmuls)
         self.fused_rows = False  # decode steps of up to GEMV_MAX_ROWS rows on DecoderLayer.forward_rows
         self.norms_folded = False  # fold_norms done
+        self.pdl = False  # forward_rows' kernels with programmatic dependent launch (set_matmuls)
 
     def set_rope(self, num_positions: int, device: torch.device | str) -> None:
         self.cos, self.sin = rope_tables(self.args, num_positions, device)
@@ -347,14 +307,13 @@ class LlamaLM(nn.Module):
         self.linear = linear
         # the norms must be folded before the weights are quantized: FP8 weights quantized unfolded stay unfused
         self.fused_rows = fused_rows and (gemv or fp8 or quantized) and (self.norms_folded or not quantized)
+        self.pdl = self.fused_rows and pdl
         if self.fused_rows:
             self.fold_norms()
-            for layer in self.model.layers:
-                layer.mlp.pair_rows()
-        for layer in self.model.layers:
-            layer.pdl = self.fused_rows and pdl
         for layer in self.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
+            if self.fused_rows:
+                mlp.pair_rows()  # (before FP8, below)
             attn.linear_fn = mlp.linear_fn = linear  # an instance attribute: not bound
             if fp8 and not quantized:
                 attn.qkv_weight = kernels.quantize_fp8(attn.qkv_weight)
@@ -391,7 +350,7 @@ class LlamaLM(nn.Module):
         if self.fused_rows and x.shape[0] <= GEMV_MAX_ROWS and not get_context().is_prefill and \
                 self.model.layers[0].self_attn.decode_qkv_fn is not None:
             for layer in self.model.layers:
-                x = layer.forward_rows(x, cos, sin)
+                x = layer.forward_rows(x, cos, sin, self.pdl)
             return self.model.norm(x)
         delta = None
         for layer in self.model.layers:

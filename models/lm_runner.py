@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -23,18 +22,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.codec_graphs import CodecGraphs
-from models.codec_windows import decode_windows
-from models import cuda_graphs
-from models.cuda_graphs import buckets, codec_buckets, length_buckets
 from engine.lanes import GpuLanes
-from engine.plan import CodecItem, Timing, Tokens
-from models.lm_prefill import PrefillGraphs
-from engine.request import Request
 from engine.lm_spec import LMSpec
+from engine.plan import CodecItem, Timing, Tokens
+from engine.request import Request
 from engine.runner import Emit, LMParts, Runner
 from engine.types import ChunkOut
+from models import cuda_graphs
+from models.codec_graphs import CodecGraphs
+from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
+from models.cuda_graphs import buckets, codec_buckets, length_buckets
+from models.lm_prefill import PrefillGraphs
 from models.sampling import pick_audio_tokens
 
 log = logging.getLogger(__name__)
@@ -97,8 +96,11 @@ class ModelRunner(Runner):
         self.model.set_matmuls(config.gemv and on_gpu, config.fp8, config.split_k,
                                config.fused_rows and on_gpu and config.triton_attention and config.fused_attention,
                                pdl)
-        self._sample_step: Any = importlib.import_module("models.sample_step").sample_step \
-            if on_gpu and config.fused_sampler else None  # (Triton: imported on GPU only)
+        self._sample_step: Any = None
+        if on_gpu and config.fused_sampler:
+            from models.sample_step import sample_step  # (Triton: imported on GPU only)
+
+            self._sample_step = sample_step
         self._pick = torch.compile(pick_audio_tokens, dynamic=True, fullgraph=True) if is_compiled else \
             pick_audio_tokens
         # The audio head: only the rows that can be sampled (each frame position's codes, a
@@ -128,7 +130,7 @@ class ModelRunner(Runner):
                 counters = torch.zeros((max_running + 1) * self.model.args.num_key_value_heads, dtype=torch.int32,
                                        device=self.torch_device)
                 fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs,
-                                          pdl=self.model.model.layers[0].pdl)
+                                          pdl=self.model.pdl)
         self._triton_attention = attention is not None
         for layer in self.model.model.layers:
             layer.self_attn.decode_attention_fn = attention
@@ -214,11 +216,11 @@ class ModelRunner(Runner):
         hidden = self.model(self.tokens[:batch], write_positions)
         if self._sample_step is not None:
             self._sample_step(self.model.linear(hidden, self._w_audio), F.linear(hidden, self._w_stop), self.head_ids,
-                        tokens=self.tokens, positions=self.positions, steps=self.steps, max_tokens=self.max_tokens,
-                        forced=self.forced, stopped=self.stopped, host_active=self.host_active,
-                        temperature=self.temperature, top_p=self.top_p, penalty=self.penalty, seeds=self.seeds,
-                        seen=self.seen, readback=self.readback, codebook_size=self.spec.codebook_size,
-                        tokens_per_frame=self.spec.tokens_per_frame)
+                              tokens=self.tokens, positions=self.positions, steps=self.steps,
+                              max_tokens=self.max_tokens, forced=self.forced, stopped=self.stopped,
+                              host_active=self.host_active, temperature=self.temperature, top_p=self.top_p,
+                              penalty=self.penalty, seeds=self.seeds, seen=self.seen, readback=self.readback,
+                              codebook_size=self.spec.codebook_size, tokens_per_frame=self.spec.tokens_per_frame)
         else:
             self.readback[0, :batch] = self._sample_and_update(slice(0, batch), hidden, active)
             self.positions[:batch] += active

@@ -47,7 +47,8 @@ from engine.runner import LMParts
 from engine.types import InvalidInput, SpeechRequest
 from models import InvalidModel
 from models.file_checks import check_weights
-from models.llama import Args, LlamaLM
+from models.llama import LlamaLM
+from models.llama_args import Args
 from models.orpheus_frames import (  # noqa: F401  (re-exported: orpheus.frame_codes etc.)
     AUDIO_TOKEN_BASE, CODEBOOK_SIZE, SNAC_ORDER, TOKENS_PER_FRAME, audio_token, frame_codes)
 from models.snac import CONTEXT_FRAMES

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.llama import MLP, RMSNorm, rotate
+from models.llama import MLP, RMSNorm
+from models.llama_ops import rotate
 from models.qwen3_tts_args import CodecArgs
 
 Cache = dict[str, torch.Tensor]

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from models.llama import rotate
+from models.llama_ops import rotate
 
 
 def rope_tables(head_dim: int, theta: float, num_positions: int,

@@ -17,6 +17,7 @@ from num2words import CONVERTER_CLASSES, num2words
 from gateway.text import language
 
 YEAR_LANGUAGES = frozenset({"en", "de", "nl"})  # num2words reads a year differently from a count
+DECADE_YEARS = r"1[1-9]\d0|20\d0"  # a year that names a decade with an `s` after it: `1990s`
 # A minus sign before a number (`-5`, `−5`, `-$20`, `-5°C`): at the start or after a space or an
 # opening bracket, so the `-` of `5-10` or `COVID-19` is not one.
 SIGN = r"(?P<sign>(?<![^\s(\[])[-−])?"

@@ -38,7 +38,7 @@ from babel.dates import get_date_format, get_month_names, parse_pattern
 from gateway.text import language, quantities, symbols
 from gateway.text.links import words as link_words
 from gateway.text.number_words import (
-    SIGN, YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, scale_word, signed,
+    DECADE_YEARS, SIGN, YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, scale_word, signed,
     year,
 )
 
@@ -99,7 +99,7 @@ def _time_words(hour: int, minute: int, meridiem: str, lang: str) -> str:
 def phone_words(text: str, lang: str) -> str:
     """`+1 (555) 123-4567` -> "plus one, five five five, one two three, four five six seven"."""
     groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
-    plus = symbols.PLUS_WORDS.get(language.base(lang), "plus")
+    plus = symbols.plus_word(lang)
     return (f"{plus} " if text.lstrip().startswith("+") else "") + ", ".join(groups)
 
 
@@ -194,7 +194,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     passes += quantities.passes(lang)
     if base == "en":
         passes.append((r"(?:(?<![\w.,$€£¥/:'’‘-])|(?<=[^\W\d_]-))(?P<q>['’‘])?"
-                       r"(?P<y>1[1-9]\d0|20\d0|[1-9]0|1,?000|100)(?:s['’]?|['’]s)(?!\w)", decade))
+                       rf"(?P<y>{DECADE_YEARS}|[1-9]0|1,?000|100)(?:s['’]?|['’]s)(?!\w)", decade))
     passes.append(quantities.seconds(lang))
     if base in ORDINAL_SUFFIXES:
         passes.append((rf"(?<![\w.])(?P<n>\d+)(?:{ORDINAL_SUFFIXES[base]})(?!\w)", ordinal_number))

@@ -42,7 +42,7 @@ from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
 from gateway.text.number_words import (
-    SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
+    DECADE_YEARS, SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
     signed,
 )
 
@@ -224,11 +224,11 @@ def passes(lang: str) -> list[Pass]:
     codes = "|".join(CURRENCY_CODES)
     scales = alternation(SCALES)
     units = alternation(UNITS)
+    worded, bare = "thousand|million|billion|trillion", alternation(BARE_SCALES)
     money_num = money_pattern(lang)
     # What makes the number on a range's right a quantity: "5-10%", "5-10 km", "10-20 €", "10-20k".
     quantity_after = (rf"(?:{num})(?:\s?%|\s?(?:{units})(?![\w/])|(?:\s?(?:{scales})(?![A-Za-z]))?\s?"
-                      rf"(?:(?P<rsym>{symbols})|(?P<rcode>{codes})\b)|\s?(?:thousand|million|billion|trillion)\b"
-                      rf"|(?:{alternation(BARE_SCALES)})(?!\w))")
+                      rf"(?:(?P<rsym>{symbols})|(?P<rcode>{codes})\b)|\s?(?:{worded})\b|(?:{bare})(?!\w))")
     duration_parts = "".join(rf"(?:(?P<{group}>{simple})\s?(?:{notation})(?![A-Za-z])\s?)?"
                              for group, notation, _ in DURATION_PARTS)
     found: list[Pass] = []
@@ -245,7 +245,7 @@ def passes(lang: str) -> list[Pass]:
          rf"(?:\s?(?P<scale>{scales})(?![A-Za-z]))?", with_sign(money)),
         (rf"{SIGN}(?<![\w.])(?P<amount>{money_num})(?:\s?(?P<scale>{scales})(?![A-Za-z]))?\s?"
          rf"(?:(?P<sym>{symbols})|(?P<code>{codes})\b)", with_sign(money)),
-        (rf"{SIGN}(?<![\w.])(?P<amount>{num})\s?(?P<scale>thousand|million|billion|trillion)\b",
+        (rf"{SIGN}(?<![\w.])(?P<amount>{num})\s?(?P<scale>{worded})\b",
          with_sign(worded_scale)),
         (rf"{SIGN}(?<![\w.])(?P<n>{num})\s?%", percent),
         (rf"{SIGN}(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", with_sign(duration)),
@@ -255,7 +255,7 @@ def passes(lang: str) -> list[Pass]:
                       rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
     found += [
         (rf"{SIGN}(?<![\w.])(?P<n>{num})\s?(?P<u>{units})(?![\w/])", unit),
-        (rf"{SIGN}(?<![\w.,])(?P<amount>{num})(?P<scale>{alternation(BARE_SCALES)})(?!\w)", with_sign(bare_scale)),
+        (rf"{SIGN}(?<![\w.,])(?P<amount>{num})(?P<scale>{bare})(?!\w)", with_sign(bare_scale)),
     ]
     return found
 
@@ -269,9 +269,9 @@ def seconds(lang: str) -> Pass:
     low = rf"(?:(?P<low>{num})\s?[-–]\s?)?" if language.base(lang) == "en" else "(?P<low>)"
 
     def read(m: re.Match[str]) -> str:
-        value = parse_number(m["n"], lang)
-        if re.fullmatch(r"1[1-9]\d0|20\d0", m["n"]):
+        if re.fullmatch(DECADE_YEARS, m["n"]):
             return m.group(0)
+        value = parse_number(m["n"], lang)
         if not m["low"]:
             return f' {unit_words(value, "duration-second", lang, m["sign"])} '
         start = parse_number(m["low"], lang)

@@ -33,7 +33,7 @@ _EN_SLASHED = {"w/o": "without", "n/a": "not applicable", "s/he": "she or he"}
 PLUS_WORDS = {"es": "más", "it": "più", "pt": "mais", "ru": "плюс", "uk": "плюс"}
 # A note or a language named by a letter and a sharp (`C#`, `F#`; in English `A#` to `G#`), and `C++`;
 # a version may follow (`C++20`, `C#7`).
-_SHARP_LETTERS = {"en": "A-G"}
+_SHARP_LETTERS = {"en": "ABCDEFG"}
 _NAMES = re.compile(r"(?<![\w#+])(?:(?P<letter>[A-G])[#♯]|C(?P<plus>\+\+))(?![^\W\d]|[#+♯])")
 
 
@@ -63,17 +63,22 @@ def and_word(lang: str) -> str:
     return word or "and"
 
 
+def plus_word(lang: str) -> str:
+    """The word for "+" in `lang` ("más", "più"; "plus" where no other is known)."""
+    return PLUS_WORDS.get(language.base(lang), "plus")
+
+
 def names(text: str, lang: str) -> str:
     """`C#` -> "C sharp", `C++` -> "C plus plus" (see above); `#` is otherwise markup, `+` left to the voice."""
     if "#" not in text and "+" not in text and "♯" not in text:
         return text
     letters = _SHARP_LETTERS.get(language.base(lang), "CF")
+    plus = plus_word(lang)
 
     def name(m: re.Match[str]) -> str:
         if m["plus"]:
-            plus = PLUS_WORDS.get(language.base(lang), "plus")
             return f"C {plus} {plus} "
-        if not re.fullmatch(f"[{letters}]", m["letter"]):
+        if m["letter"] not in letters:
             return m.group(0)
         return f"{m['letter']} sharp "
 

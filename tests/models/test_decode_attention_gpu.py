@@ -38,7 +38,7 @@ def test_fused_rotary_cache_write_and_attention_match_the_separate_kernels(batch
     with several splits merged by the last one to finish (1, 3, 64 rows) and with one split (5
     rows, 8 programs); calls in a row give the same output and leave the counters zero."""
     from models.decode_attention import decode_attention, decode_attention_qkv
-    from models.llama import rotate_qkv
+    from models.llama_ops import rotate_qkv
 
     generator = torch.Generator(device="cuda").manual_seed(batch)
     heads, kv_heads, dim = 24, 8, 128

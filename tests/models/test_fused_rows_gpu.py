@@ -182,7 +182,7 @@ def test_runner_with_programmatic_dependent_launch_steps_as_without() -> None:
     options = dict(triton_attention=True, gemv=True, fused_rows=True, fused_sampler=True)
     plain = make_runner(copy.deepcopy(model), 4, 64, [1, 4], False, "cuda", **options)  # type: ignore[arg-type]
     pdl = make_runner(model, 4, 64, [1, 4], False, "cuda", pdl=True, **options)  # type: ignore[arg-type]
-    assert model.model.layers[0].pdl
+    assert model.pdl
     tokens = orpheus.AUDIO_TOKEN_BASE + torch.arange(0, 28672, 4000, device="cuda")
     for token in tokens:
         assert torch.equal(step_logits(pdl, token[None], 64), step_logits(plain, token[None], 64))

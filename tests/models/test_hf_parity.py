@@ -19,7 +19,7 @@ from engine.core import EngineCore  # noqa: E402
 from engine.runner import build_runner  # noqa: E402
 from engine.types import SpeechRequest  # noqa: E402
 from models import orpheus  # noqa: E402
-from models.llama import rope_tables  # noqa: E402
+from models.llama_args import rope_tables  # noqa: E402
 
 
 def test_runner_logits_match_hugging_face_llama(orpheus_tiny: Path) -> None:

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 
 from models import InvalidModel, checkpoint, orpheus  # noqa: E402
 from engine.chunk_plan import ChunkPlan  # noqa: E402
-from models.llama import LlamaLM, rope_tables  # noqa: E402
+from models.llama import LlamaLM  # noqa: E402
+from models.llama_args import rope_tables  # noqa: E402
 from models.snac import CONTEXT_FRAMES, SAMPLES_PER_FRAME, SnacCodec  # noqa: E402
 
 
