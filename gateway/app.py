@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from pathlib import Path
@@ -30,7 +29,6 @@ from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
 from gateway.metrics import Metrics
-from gateway.model_spec import load_runner
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
 from gateway.request_id import RequestIdMiddleware
@@ -105,8 +103,8 @@ def create_app(settings: Settings) -> Starlette:
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
         residency = Residency(
-            engine, library, devices=settings.devices,
-            loader=functools.partial(load_runner, max_running=settings.max_running, cpu_workers=settings.cpu_workers),
+            engine, library, devices=settings.devices, max_running=settings.max_running,
+            cpu_workers=settings.cpu_workers,  # its loader's and its memory estimate's (a Piper pool's size)
             max_loaded_models=settings.max_loaded_models,
             idle_unload_s=settings.idle_unload_s, busy_timeout_ms=settings.busy_timeout_ms,
             min_free_memory_mb=settings.min_free_memory_mb, memory_factor=settings.memory_factor)

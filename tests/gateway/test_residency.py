@@ -304,3 +304,20 @@ def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_pa
             await library.close()
 
     asyncio.run(main())
+
+
+def test_the_memory_guard_sizes_a_piper_pool_by_the_servers_cpu_workers(tmp_path: Path) -> None:
+    """The server's `cpu_workers` sizes the Piper pool both in the load and in the memory guard's
+    estimate before it (a refusal names the sessions it counted)."""
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+    from models.piper_pool import WORKERS_OPTION, estimate_memory
+    from tests.conftest import local_client
+
+    counted = estimate_memory(1, {WORKERS_OPTION: 5})[1]  # "N onnxruntime voice sessions: ..." for 5 workers
+    assert counted != estimate_memory(1, {})[1]  # (one per core here: not 5)
+    settings = load_settings(env={}, data_dir=tmp_path / "data", cpu_workers=5, min_free_memory_mb=10 ** 9)
+    with local_client(create_app(settings)) as client:
+        refused = client.post("/v1/models/piper-joe/load", json={})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "insufficient_memory", refused.text
+        assert f"({counted})" in refused.json()["error"]["message"], refused.text
