@@ -124,6 +124,11 @@ def test_metrics_count_the_trims_and_what_they_released(tmp_path: Path) -> None:
                    for s in f.samples}
         return samples["voxgate_memory_trims_total"], samples["voxgate_memory_trim_released_bytes_total"]
 
+    # Heap memory that earlier tests in this process freed would be reused by the load below, and RSS
+    # (which the trimmer waits to see grow) not grow: hand it back first, as a fresh server starts.
+    trim = malloc_trim()
+    if trim is not None:
+        trim()
     app = create_app(load_settings(env={}, data_dir=tmp_path))
     with local_client(app) as client:
         trimmer = app.state.voxgate.memory
