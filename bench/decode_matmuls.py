@@ -39,7 +39,7 @@ from bench.orpheus_decode import (  # noqa: E402
     copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
 from bench.timing import median_ms  # noqa: E402
 from models.lm_runner import ModelRunner  # noqa: E402
-from models import gemv, llama, orpheus  # noqa: E402
+from models import decode_attention, gemv, llama, orpheus  # noqa: E402
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
 # mode -> make_runner's options (bench/orpheus_decode.py; those left out are off, fused_attention on). "_unfused":
@@ -54,8 +54,13 @@ MODES: dict[str, dict[str, bool]] = {
     "gemv": GEMV, "gemv_sampler": {**GEMV, "fused_sampler": True}, "rows": {**GEMV, "fused_rows": True},
     "fused": FUSED, "fused_pdl": {**FUSED, "pdl": True}, "gemv_unfused": {"gemv": True, "fused_attention": False},
     "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
-    "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True}}
-BLAS = {"cublaslt": "cublaslt"}  # modes whose matmuls torch sends to cuBLASLt (set while the mode runs)
+    "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True}, "fused_pdl_nopre": {**FUSED, "pdl": True},
+    "fused_pdl_lt": {**FUSED, "pdl": True}}
+# modes whose matmuls torch sends to cuBLASLt (set while the mode runs; graphs keep the kernels captured)
+BLAS = {"cublaslt": "cublaslt", "fused_pdl_lt": "cublaslt"}
+# "_nopre": the fused attention under PDL without reading its first cache block before the wait
+# (models/decode_attention.py PDL_PRELOAD, set while the mode runs)
+NO_PRELOAD = {"fused_pdl_nopre"}
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -218,6 +223,7 @@ def main() -> None:
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
         torch.backends.cuda.preferred_blas_library(BLAS.get(mode, "cublas"))  # graphs keep the kernels captured
+        decode_attention.PDL_PRELOAD = mode not in NO_PRELOAD
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,
@@ -263,6 +269,7 @@ def main() -> None:
         runner.close()
         del runner
         torch.backends.cuda.preferred_blas_library("cublas")
+        decode_attention.PDL_PRELOAD = True
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")

@@ -10,7 +10,8 @@ fraction of the copy bandwidth measured in the run, for cuBLAS (`F.linear`, bf16
 cuBLASLt (`torch.backends.cuda.preferred_blas_library("cublaslt")` while it is captured), the Triton
 kernels the runner used before (`gemv.linear`: CUDA cores up to 8 rows, `_dot_kernel` above), and
 `gemv.split_k_linear` at its default tiles; at the `--sweep` batches also a grid of tiles
-(BLOCK_N, BLOCK_K, target programs -> SPLIT_K, stages), bf16, and FP8 at the best bf16 tiles.
+(`grid()`), bf16, and FP8 at the best bf16 tiles. `--tiles-out FILE`: the best bf16 tiles per shape at the
+largest swept batch where they beat cuBLAS by 3 % or more (`{"N,K": tiles}`).
 Each row checks the result against float32 `F.linear` (relative error) and that two calls agree bit for bit.
 """
 
@@ -36,15 +37,21 @@ SHAPES = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "dow
 
 
 def grid(batch: int, n: int, k: int) -> list[tuple[int, int, int, int, int]]:
-    """Tile configs (each distinct one a Triton compile) around split_k_config's default."""
+    """Tile configs (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages), each a Triton compile: W slabs of
+    32-256 columns (wider: x, re-read from L2 once per slab, costs less against W's bytes; narrower: more
+    programs), K split 1-8 ways (more programs, but float32 partials to write and add), 3-6 stages in
+    flight; only those that fit an H100/H200's shared memory (stages x (64 + BLOCK_N) x BLOCK_K x 2 bytes
+    <= 220 KB) and give 66-1100 programs."""
     configs = []
-    for block_n in (32, 64, 128):
-        for block_k in (128, 256):
-            for programs in (132, 264):
-                for stages in (3, 4):
-                    tiles = gemv.split_k_config(batch, n, k, programs, block_n, block_k, 4, stages)
-                    if tiles not in configs:
-                        configs.append(tiles)
+    for block_n in (32, 64, 128, 256):
+        for block_k in (64, 128):
+            for split in (1, 2, 4, 8):
+                for stages in (3, 4, 6):
+                    programs = -(-n // block_n) * split * -(-batch // 64)
+                    smem = stages * (min(64, max(16, batch)) + block_n) * block_k * 2
+                    if k % (block_k * split) or smem > 220 << 10 or not 66 <= programs <= 1100:
+                        continue
+                    configs.append((block_n, block_k, split, 8 if block_n == 256 else 4, stages))
     return configs
 
 
@@ -54,6 +61,7 @@ def main() -> None:
     parser.add_argument("--sweep", default="4,16,64", help="batches at which tiles are swept")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--out", default="bench/results/skinny_matmuls.json")
+    parser.add_argument("--tiles-out", default="")
     parser.add_argument("--compile-only", action="store_true",
                         help="call each config once (fills Triton's cache; run shapes in parallel), no timing")
     opts = parser.parse_args()
@@ -130,6 +138,13 @@ def main() -> None:
     print("\nbest split-K tiles (bf16):")
     for (shape, batch), r in best_rows.items():
         print(f"{shape:<11} {batch:>3} {r['tiles']} {r['ms']:.4f} ms {r['x_copy_bw']:.3f}")
+    if opts.tiles_out and sweep:
+        top = max(sweep)
+        cublas = {r["shape"]: r["ms"] for r in rows if r.get("kernel") == "cublas" and r["batch"] == top}
+        table = {f"{r['n']},{r['k']}": r["tiles"] for (shape, batch), r in best_rows.items()
+                 if batch == top and r["ms"] <= 0.97 * cublas[shape]}
+        print("tiles beating cuBLAS at", top, "rows:", json.dumps(table))
+        Path(opts.tiles_out).write_text(json.dumps(table) + "\n")
     record = {"command": " ".join(["python", *sys.argv]), "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": rows}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)

@@ -36,35 +36,59 @@ BLOCK_N = 64  # keys per inner iteration
 TARGET_PROGRAMS = 264  # about two per H200 multiprocessor
 # decode_attention_qkv: keys per block, warps, pipeline stages (bench/results/decode_attention_tiles.json)
 FUSED_TILES = (64, 4, 2)
+# under pdl, where a split is one block of keys (1-4 rows at context 512), each program reads that block before waiting
+# for the q/k/v matmul: the B 1 step 3.4-3.6 % shorter on an H100; with 9 blocks a split (64 rows), reading the first one
+# outside the pipelined loop made the step 6 % longer (bench/results/orpheus_decode.md v12; bench/decode_matmuls.py
+# mode fused_pdl_nopre sets it False to measure without)
+PDL_PRELOAD = True
 
 
 @triton.jit
-def _attend(q, K, V, kv_base, start, end, pos, k_new, v_new, scale, sk_t, offs_d, GP: tl.constexpr,
-            D: tl.constexpr, BLOCK: tl.constexpr, NEW: tl.constexpr):
+def _kv_block(K, V, kv_base, k0, end, pos, sk_t, offs_d, BLOCK: tl.constexpr, NEW: tl.constexpr):
+    """(k, v `[BLOCK, D]`, valid `[BLOCK]`): the cache's keys `k0..k0 + BLOCK` of one (row, KV head),
+    zero past `end` (and at `pos` with `NEW`: the fused kernel's new key, not read from the cache)."""
+    offs_n = k0 + tl.arange(0, BLOCK)
+    valid = offs_n < end
+    if NEW:
+        valid = valid & (offs_n != pos)
+    ptrs = kv_base + offs_n[:, None] * sk_t + offs_d[None, :]
+    return tl.load(K + ptrs, mask=valid[:, None], other=0.0), tl.load(V + ptrs, mask=valid[:, None], other=0.0), valid
+
+
+@triton.jit
+def _softmax_step(q, k, v, valid, scale, m, l_sum, acc):
+    """One block of keys folded into a split's online softmax (m, l_sum `[GP]`, acc `[GP, D]`, float32)."""
+    scores = tl.dot(q, tl.trans(k)) * scale
+    scores = tl.where(valid[None, :], scores, float("-inf"))
+    m_new = tl.maximum(m, tl.max(scores, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: exp(-inf) = 0, not nan
+    alpha = tl.exp(m - m_safe)
+    p = tl.exp(scores - m_safe[:, None])
+    l_sum = l_sum * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_sum, acc
+
+
+@triton.jit
+def _attend(q, K, V, kv_base, start, end, pos, k_new, v_new, scale, sk_t, offs_d, first, GP: tl.constexpr,
+            D: tl.constexpr, BLOCK: tl.constexpr, NEW: tl.constexpr, FIRST: tl.constexpr):
     """One split's online softmax over keys `start..end` (only the blocks up to `end` are visited):
     its (acc `[GP, D]`, running max `[GP]`, sum `[GP]`) in float32. `NEW`: the key at `pos` is
     `k_new`, `v_new` (`[D]`, the fused kernel's new position, not yet in the cache): the loop skips
-    it and it is folded in after the loop, so the cache's tiles go straight into the dots."""
+    it and it is folded in after the loop, so the cache's tiles go straight into the dots. `FIRST`:
+    `first` is the split's first block as `_kv_block` gives it, already loaded (the fused kernel
+    loads it before waiting for the q/k/v matmul under PDL); the loop starts at the second."""
     m = tl.full([GP], float("-inf"), tl.float32)
     l_sum = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, D], tl.float32)
-    for k0 in range(start, end, BLOCK):
-        offs_n = k0 + tl.arange(0, BLOCK)
-        valid = offs_n < end
-        if NEW:
-            valid = valid & (offs_n != pos)
-        ptrs = kv_base + offs_n[:, None] * sk_t + offs_d[None, :]
-        k = tl.load(K + ptrs, mask=valid[:, None], other=0.0)
-        v = tl.load(V + ptrs, mask=valid[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k)) * scale
-        scores = tl.where(valid[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet: exp(-inf) = 0, not nan
-        alpha = tl.exp(m - m_safe)
-        p = tl.exp(scores - m_safe[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+    loop_start = start
+    if FIRST:
+        k, v, valid = first
+        m, l_sum, acc = _softmax_step(q, k, v, valid, scale, m, l_sum, acc)
+        loop_start = start + BLOCK
+    for k0 in range(loop_start, end, BLOCK):
+        k, v, valid = _kv_block(K, V, kv_base, k0, end, pos, sk_t, offs_d, BLOCK, NEW)
+        m, l_sum, acc = _softmax_step(q, k, v, valid, scale, m, l_sum, acc)
     if NEW:
         if (pos >= start) & (pos < end):  # the new key: one more online-softmax step, the same roundings
             s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], 1) * scale
@@ -111,7 +135,7 @@ def _split_kernel(Q, K, V, Pos, Acc, M, L, scale, attn_len,
     q = tl.load(Q + b * sq_b + h * sq_h + offs_g[:, None] * sq_g + offs_d[None, :], mask=offs_g[:, None] < G,
                 other=0.0)
     acc, m, l_sum = _attend(q, K, V, b * sk_b + h * sk_h, start, end, 0, offs_d, offs_d, scale, sk_t, offs_d,
-                            GP, D, BLOCK, False)
+                            None, GP, D, BLOCK, False, False)
     tl.store(Acc + b * sa_b + h * sa_h + s * sa_s + offs_g[:, None] * sa_g + offs_d[None, :], acc)
     tl.store(M + b * sm_b + h * sm_h + s * sm_s + offs_g, m)
     tl.store(L + b * sm_b + h * sm_h + s * sm_s + offs_g, l_sum)
@@ -144,17 +168,23 @@ def _rotated(row, offs_d, cos, sin, D: tl.constexpr):
 def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_len,
                   s_row, s_cos, sk_b, sk_h, sk_t, sa_b, sa_h, sa_s, sa_g, sm_b, sm_h, sm_s, so_b, so_h, so_g,
                   H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr = False):
+                  BLOCK: tl.constexpr, split_len: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr = False,
+                  PRELOAD: tl.constexpr = False):
     b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    if PDL:  # programmatic dependent launch: wait for the kernel before (q/k/v), let the next one start
-        gdc_wait()
-        gdc_launch_dependents()
     pos = tl.load(Pos + b)
     length = tl.minimum(pos + 1, attn_len)
     start = s * split_len
     end = tl.minimum(start + split_len, length)
     offs_g = tl.arange(0, GP)
     offs_d = tl.arange(0, D)
+    kv_base = b * sk_b + h * sk_h
+    first = None
+    if PRELOAD:  # (with PDL) the split's first block of the cache (written by earlier steps, and pos by the step's
+        # start: neither by the q/k/v matmul before) streams in while that matmul finishes
+        first = _kv_block(K, V, kv_base, start, end, pos, sk_t, offs_d, BLOCK, True)
+    if PDL:  # programmatic dependent launch: wait for the q/k/v matmul's output, let the next kernel start
+        gdc_wait()
+        gdc_launch_dependents()
     cos = tl.load(Cos + b * s_cos + offs_d).to(tl.float32)
     sin = tl.load(Sin + b * s_cos + offs_d).to(tl.float32)
     row = QKV + b * s_row
@@ -165,8 +195,8 @@ def _fused_kernel(QKV, Cos, Sin, K, V, Pos, Acc, M, L, Out, Count, scale, attn_l
     if s == 0:  # one program writes the new position; every split reads it from registers, not the cache
         tl.store(K + b * sk_b + h * sk_h + pos * sk_t + offs_d, k_new)
         tl.store(V + b * sk_b + h * sk_h + pos * sk_t + offs_d, v_new)
-    acc, m, l_sum = _attend(q, K, V, b * sk_b + h * sk_h, start, end, pos, k_new, v_new, scale, sk_t, offs_d,
-                            GP, D, BLOCK, True)
+    acc, m, l_sum = _attend(q, K, V, kv_base, start, end, pos, k_new, v_new, scale, sk_t, offs_d, first,
+                            GP, D, BLOCK, True, PRELOAD)
     real = offs_g < G  # the query rows past G pad the dot to 16: not stored, not merged
     out_ptr = Out + b * so_b + h * so_h + offs_g[:, None] * so_g + offs_d[None, :]
     if SPLITS == 1:
@@ -234,8 +264,10 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     Returns `[B, heads * head_dim]`, what `rotate_qkv`, the cache write and `decode_attention` give
     (k, q rotated in float32 and rounded once, as the compiled `rotate_qkv`). `tiles`: (keys per
     inner block, warps, pipeline stages) instead of the default (bench/decode_attention_tiles.py).
-    `pdl`: launched with programmatic dependent launch (sm90+, models/gemv.py `launch_options`), so
-    that the kernel after it (o's matmul) streams its weights while this one runs.
+    `pdl`: launched with programmatic dependent launch (sm90+, models/gemv.py `launch_options`): where a
+    split is one block, each program reads it from the cache before waiting for the kernel before
+    (`PDL_PRELOAD`; the q/k/v matmul writes neither the cache nor `positions`), and the kernel after it
+    (o's matmul) streams its weights while this one runs. The same bits as without.
     """
     batch, width = qkv.shape
     _, _, kv_heads, _, dim = kv.shape
@@ -259,5 +291,6 @@ def decode_attention_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
         acc.stride(0), acc.stride(1), acc.stride(2), acc.stride(3), m.stride(0), m.stride(1), m.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         H=heads, KVH=kv_heads, G=group, GP=padded, D=dim, BLOCK=block, split_len=split_len, SPLITS=splits,
-        num_warps=warps, num_stages=stages, **launch_options(pdl))
+        num_warps=warps, num_stages=stages, **launch_options(pdl),
+        **({"PRELOAD": True} if pdl and PDL_PRELOAD and split_len == block else {}))
     return out.view(batch, heads * dim)

@@ -66,3 +66,29 @@ def test_fused_rotary_cache_write_and_attention_match_the_separate_kernels(batch
     err = ((outs[0][real].float() - expected[real].float()).norm() / expected[real].float().norm()).item()
     assert err < 1e-2, err
     assert all(torch.equal(outs[0], out) for out in outs[1:]) and not counters.any()
+
+
+@pytest.mark.parametrize("batch,attn_len,programs", [(1, 576, 264), (3, 100, 264), (64, 1088, 264), (5, 256, 8)])
+def test_fused_attention_under_pdl_gives_the_same_bits(batch: int, attn_len: int, programs: int) -> None:
+    """With `pdl` each program loads its split's first cache block before waiting for the kernel
+    before: output and cache are the same bits as without, at one block a split (1 row), several
+    (64 rows) and one split (5 rows on 8 programs), the new key inside a first block included."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm90+")
+    from models.decode_attention import decode_attention_qkv
+
+    generator = torch.Generator(device="cuda").manual_seed(100 + batch)
+    heads, kv_heads, dim = 24, 8, 128
+    cache = torch.randn(2, batch + 2, kv_heads, attn_len + 40, dim, device="cuda", dtype=torch.bfloat16,
+                        generator=generator)
+    qkv = torch.randn(batch, (heads + 2 * kv_heads) * dim, device="cuda", dtype=torch.bfloat16, generator=generator)
+    pos = torch.randint(0, attn_len, (batch,), device="cuda", generator=generator)
+    pos[0] = 5  # the new key in the first block of the first split
+    pos[-1] = attn_len + 39 if batch > 1 else pos[-1]
+    angle = torch.rand(batch, dim, device="cuda", generator=generator) * 6
+    cos, sin = angle.cos().bfloat16(), angle.sin().bfloat16()
+    counters = torch.zeros(batch * kv_heads, dtype=torch.int32, device="cuda")
+    caches = [cache.clone(), cache.clone()]
+    outs = [decode_attention_qkv(qkv, cos, sin, c, pos, attn_len, counters, programs, pdl=pdl)
+            for c, pdl in zip(caches, (False, True))]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(caches[0], caches[1]) and not counters.any()
