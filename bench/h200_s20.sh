@@ -32,7 +32,7 @@ else
     timeout ${TESTS_S:-200} python3 -m pytest -q -p no:warnings -p no:cacheprovider $TESTS >> $OUT/gpu_tests.log 2>&1
     tail -4 $OUT/gpu_tests.log
   fi
-  CMD="python3 bench/decode_matmuls.py --batches 1,64,256 --table-batches 1 --sweep 0 --profile-batches ${PROFILE:-1,64} --modes ${MODES:-cublas,fused,fused_pdl_nopre,fused_pdl,fp8_fused_pdl} --out $OUT/orpheus_decode_${NAME:-s20}.json"
+  CMD="python3 bench/decode_matmuls.py --batches ${BATCHES:-1,64,256} --table-batches 1 --sweep 0 --profile-batches ${PROFILE:-1,64} --modes ${MODES:-cublas,fused,fused_pdl_nopre,fused_pdl,fp8_fused_pdl} --out $OUT/orpheus_decode_${NAME:-s20}.json"
   { header "$CMD"; timeout ${STEPS_S:-330} $CMD; } > $OUT/orpheus_decode_${NAME:-s20}.log 2>&1
   grep -v "^{" $OUT/orpheus_decode_${NAME:-s20}.log | tail -22
 fi

@@ -196,14 +196,14 @@ class DecoderLayer(nn.Module):
         """A decode step of few rows as five kernels (`LlamaLM.forward`, after `fold_norms`): the
         residual stream `x` `[B, hidden]` in, out. Each norm runs inside the matmul after it, the
         SiLU-gate inside gate/up's, each residual add inside o's and down's (models/gemv.py
-        `rows_linear`, launched with programmatic dependent launch with `pdl`); rotary, KV write and
-        attention are the runner's `decode_qkv_fn`."""
+        `rows_linear`); rotary, KV write and attention are the runner's `decode_qkv_fn` (models/decode_attention.py
+        `decode_attention_qkv`). `pdl`: all five launched with programmatic dependent launch."""
         from models.gemv import rows_linear
 
         attn, mlp, ctx = self.self_attn, self.mlp, get_context()
         qkv = rows_linear(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps, pdl=pdl)
         out = attn.decode_qkv_fn(qkv, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1), attn.kv_cache,
-                                 ctx.write_positions, ctx.attn_len)
+                                 ctx.write_positions, ctx.attn_len, pdl=pdl)
         x = rows_linear(out, attn.o_proj.weight if attn.o_fp8 is None else attn.o_fp8, residual=x, pdl=pdl)
         h = rows_linear(x, mlp.gate_up_weight, norm_eps=self.post_attention_layernorm.eps, glu=True, pdl=pdl)
         return rows_linear(h, mlp.down_proj.weight if mlp.down_fp8 is None else mlp.down_fp8, residual=x, pdl=pdl)

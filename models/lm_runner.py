@@ -129,8 +129,9 @@ class ModelRunner(Runner):
             if config.fused_attention:  # one counter buffer: the LM's steps run one at a time on its stream
                 counters = torch.zeros((max_running + 1) * self.model.args.num_key_value_heads, dtype=torch.int32,
                                        device=self.torch_device)
-                fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs,
-                                          pdl=self.model.pdl)
+                # (launched with PDL in the one-row path only, LlamaLM.pdl: beside cuBLAS's matmuls at 64 and 256 rows
+                # it made the step 0.6-3 % longer, bench/results/orpheus_decode.md v12)
+                fused = functools.partial(decode_attention_qkv, counters=counters, target_programs=programs)
         self._triton_attention = attention is not None
         for layer in self.model.model.layers:
             layer.self_attn.decode_attention_fn = attention
