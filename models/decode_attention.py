@@ -36,10 +36,10 @@ BLOCK_N = 64  # keys per inner iteration
 TARGET_PROGRAMS = 264  # about two per H200 multiprocessor
 # decode_attention_qkv: keys per block, warps, pipeline stages (bench/results/decode_attention_tiles.json)
 FUSED_TILES = (64, 4, 2)
-# under pdl, where a split is one block of keys (1-4 rows at context 512), each program reads that block before waiting
-# for the q/k/v matmul: the B 1 step 3.4-3.6 % shorter on an H100; with 9 blocks a split (64 rows), reading the first one
-# outside the pipelined loop made the step 6 % longer (bench/results/orpheus_decode.md v12; bench/decode_matmuls.py
-# mode fused_pdl_nopre sets it False to measure without)
+# under pdl, where a split is one block of keys (1-4 rows at context 512), each program reads that block before
+# waiting for the q/k/v matmul: the B 1 step 2.7-3.6 % shorter in six H100 runs; with 9 blocks a split (64 rows),
+# reading the first one outside the pipelined loop made the step 6 % longer (bench/results/orpheus_decode.md v12;
+# bench/decode_matmuls.py mode fused_pdl_nopre sets it False to measure without)
 PDL_PRELOAD = True
 
 

@@ -70,9 +70,10 @@ def test_fused_rotary_cache_write_and_attention_match_the_separate_kernels(batch
 
 @pytest.mark.parametrize("batch,attn_len,programs", [(1, 576, 264), (3, 100, 264), (64, 1088, 264), (5, 256, 8)])
 def test_fused_attention_under_pdl_gives_the_same_bits(batch: int, attn_len: int, programs: int) -> None:
-    """With `pdl` each program loads its split's first cache block before waiting for the kernel
-    before: output and cache are the same bits as without, at one block a split (1 row), several
-    (64 rows) and one split (5 rows on 8 programs), the new key inside a first block included."""
+    """With `pdl`, where a split is one block of keys (1 and 3 rows here), each program reads it
+    before waiting for the kernel before: output and cache are the same bits as without, the new key
+    inside that block included; and where it does not read early (64 rows: 9 blocks a split; 5 rows
+    on 8 programs: one split)."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("programmatic dependent launch needs sm90+")
     from models.decode_attention import decode_attention_qkv
