@@ -46,21 +46,20 @@ from models.context import Context, additive, reset_context, set_context  # noqa
 # rotary, KV write and split merge as separate kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear
 # instead of gemv.split_k_linear; "_sampler": models/sample_step.py; "rows": the one-row layers of models/llama.py
 # forward_rows; "fused": both (the runner's defaults since session 18; "gemv" was the default before); "_pdl": the
-# one-row layers' kernels with programmatic dependent launch (the runner's default since session 19)
+# one-row layers' kernels with programmatic dependent launch (the runner's default since session 19). Two settings
+# are the process's, set while the mode runs (graphs keep what was captured), not the runner's: `blas`, the library
+# torch sends its matmuls to ("_lt", "cublaslt": cuBLASLt), and `pdl_preload` (models/decode_attention.py
+# PDL_PRELOAD; "_nopre": the attention under PDL without its first cache block read before the wait).
 GEMV = {"gemv": True, "split_k": True}
 FUSED = {**GEMV, "fused_rows": True, "fused_sampler": True}
-MODES: dict[str, dict[str, bool]] = {
-    "cublas": {}, "cublaslt": {}, "cublas_unfused": {"fused_attention": False},
+MODES: dict[str, dict[str, Any]] = {
+    "cublas": {}, "cublaslt": {"blas": "cublaslt"}, "cublas_unfused": {"fused_attention": False},
     "gemv": GEMV, "gemv_sampler": {**GEMV, "fused_sampler": True}, "rows": {**GEMV, "fused_rows": True},
     "fused": FUSED, "fused_pdl": {**FUSED, "pdl": True}, "gemv_unfused": {"gemv": True, "fused_attention": False},
     "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
-    "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True}, "fused_pdl_nopre": {**FUSED, "pdl": True},
-    "fused_pdl_lt": {**FUSED, "pdl": True}}
-# modes whose matmuls torch sends to cuBLASLt (set while the mode runs; graphs keep the kernels captured)
-BLAS = {"cublaslt": "cublaslt", "fused_pdl_lt": "cublaslt"}
-# "_nopre": the fused attention under PDL without reading its first cache block before the wait
-# (models/decode_attention.py PDL_PRELOAD, set while the mode runs)
-NO_PRELOAD = {"fused_pdl_nopre"}
+    "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True},
+    "fused_pdl_nopre": {**FUSED, "pdl": True, "pdl_preload": False},
+    "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"}}
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -219,11 +218,11 @@ def main() -> None:
     fp8_at = [i for i, m in enumerate(modes) if m.startswith("fp8")]
     assert all(m in MODES for m in modes) and fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
-        options = MODES[mode]
+        options = dict(MODES[mode])
+        torch.backends.cuda.preferred_blas_library(options.pop("blas", "cublas"))  # graphs keep the kernels captured
+        decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
-        torch.backends.cuda.preferred_blas_library(BLAS.get(mode, "cublas"))  # graphs keep the kernels captured
-        decode_attention.PDL_PRELOAD = mode not in NO_PRELOAD
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
         try:
             runner = make_runner(model, max(*batches, len(tokens)), context, batches, False, "cuda", True, True,

@@ -48,7 +48,7 @@ def grid(batch: int, n: int, k: int) -> list[tuple[int, int, int, int, int]]:
             for split in (1, 2, 4, 8):
                 for stages in (3, 4, 6):
                     programs = -(-n // block_n) * split * -(-batch // 64)
-                    smem = stages * (min(64, max(16, batch)) + block_n) * block_k * 2
+                    smem = stages * (gemv.split_k_block_b(batch) + block_n) * block_k * 2
                     if k % (block_k * split) or smem > 220 << 10 or not 66 <= programs <= 1100:
                         continue
                     configs.append((block_n, block_k, split, 8 if block_n == 256 else 4, stages))

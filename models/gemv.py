@@ -277,6 +277,11 @@ SPLIT_K_MAX_ROWS = 256  # split_k_linear's largest batch: up to 4 row blocks of 
 SPLIT_K_PROGRAMS = 264  # about two programs per H200 multiprocessor
 
 
+def split_k_block_b(batch: int) -> int:
+    """x's rows a `split_k_linear` program takes (the dot's M side: 16 to 64, a power of two)."""
+    return min(64, max(16, triton.next_power_of_2(batch)))
+
+
 def split_k_config(batch: int, n: int, k: int, programs: int = SPLIT_K_PROGRAMS,
                    block_n: int = 64, block_k: int = 128, warps: int = 4,
                    stages: int = 4) -> tuple[int, int, int, int, int]:
@@ -305,7 +310,7 @@ def split_k_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, counters: 
     batch, k = x.shape
     n = w.shape[0]
     block_n, block_k, split, warps, stages = tiles or split_k_config(batch, n, k)
-    block_b = min(64, max(16, triton.next_power_of_2(batch)))
+    block_b = split_k_block_b(batch)
     grid = (triton.cdiv(n, block_n), split, triton.cdiv(batch, block_b))
     assert k % (block_k * split) == 0, (k, block_k, split)
     assert counters.dtype == torch.int32 and counters.numel() >= grid[0] * grid[2]
