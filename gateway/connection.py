@@ -119,6 +119,8 @@ class Connection:
         try:
             await self.state.writes.call(self.ws.close(code=1008, reason=self.aborted[:120]),
                                          timeout_s=max(CLOSE_FRAME_S, self.state.settings.send_timeout_s))
+        except WebSocketDisconnect:  # it left meanwhile (e.g. a client process that exited)
+            log.info("no close frame for a slow %s client: it left", self.name)
         except (SlowClient, RuntimeError, OSError) as error:
             log.info("no close frame for a slow %s client: %s", self.name, error)
 

@@ -3,8 +3,10 @@ request cancelled and their model unpinned; a streamed take costs no memory per 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import struct
 import time
 from collections.abc import Iterator
 
@@ -13,7 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.conftest import LiveServer, run_server
+from tests.conftest import LiveServer, run_server, server_log
 
 # About 4 minutes of speech: far more than the socket buffers between server and client hold.
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long story that nobody listens to." for i in range(55))
@@ -67,6 +69,34 @@ def test_a_websocket_client_that_stops_reading_is_closed_with_a_reason(strict: L
                 ws.recv(timeout=30)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     assert "read nothing" in closed.value.rcvd.reason
+    wait_unpinned(strict)
+    assert strict.app_state.metrics.open_sessions() == 0
+
+
+@pytest.mark.parametrize("path, messages", SOCKETS, ids=["realtime", "elevenlabs", "cartesia"])
+def test_a_slow_client_that_leaves_while_its_close_frame_waits_is_no_server_error(
+        strict: LiveServer, caplog: pytest.LogCaptureFixture, path: str, messages: list[dict[str, object]]) -> None:
+    """The server gave up on a client that read nothing, and its close frame waits behind the unread audio;
+    the client leaves then: the session ends quietly (the log's "no close frame" line), no ASGI error."""
+    sock = small_socket(strict)
+    url = f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}{path}"
+    with server_log() as records, caplog.at_level("INFO", logger="gateway.connection"), \
+            contextlib.suppress(OSError, ConnectionClosed), connect(url, sock=sock, max_queue=1) as ws:
+        for message in messages:
+            ws.send(json.dumps(message))
+        deadline = time.monotonic() + 60
+        while strict.app_state.engine.num_requests() == 0:  # speaking
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert strict.wait_idle(60) == 0  # the server gave up on us: its close frame now waits (CLOSE_FRAME_S)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # ... and we leave without
+        sock.shutdown(socket.SHUT_RDWR)  # reading it, as a process that exits: a reset, the unread data dropped
+        sock.close()
+        deadline = time.monotonic() + 15
+        while "no close frame" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "no close frame" in caplog.text
+    assert not [r for r in records if r.levelname == "ERROR"], [r.getMessage() for r in records]
     wait_unpinned(strict)
     assert strict.app_state.metrics.open_sessions() == 0
 
