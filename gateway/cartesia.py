@@ -52,7 +52,7 @@ from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
 from gateway.stitch import speech_options
 from gateway.text import TextOptions
-from gateway.vendor_context import TextContext, VendorSocket
+from gateway.vendor_context import TextContext, VendorSocket, check_context_id, flag
 from gateway.vendor_formats import OutputFormat, cartesia_format
 from gateway.vendor_http import Speech, start_speech
 from gateway.voices import Choice, check_speed
@@ -78,6 +78,8 @@ async def choose(state: AppState, message: dict[str, Any]) -> Choice:
     if isinstance(config, dict) and config.get("speed") is not None:
         speed = check_speed(config["speed"], "generation_config.speed")
     voice = message.get("voice")
+    if voice is not None and not isinstance(voice, (str, dict)):
+        raise InvalidInput('voice must be a voice id or an object {"mode": "id", "id": ...}', field="voice")
     return await resolve_vendor_voice(state, model=message.get("model_id"), voice=voice_id(voice), speed=speed,
                                       voice_field="voice" if isinstance(voice, str) else "voice.id")
 
@@ -150,11 +152,9 @@ class CartesiaSocket(VendorSocket):
         await self.send(error_message(error, context_id))
 
     async def handle(self, message: dict[str, Any]) -> None:
-        context_id = message.get("context_id")
-        if not isinstance(context_id, str) or not context_id:
-            raise InvalidInput("context_id must be a non-empty string", field="context_id")
+        context_id = check_context_id(message.get("context_id"))
         context = self.contexts.get(context_id)
-        if message.get("cancel") is True:
+        if flag(message, "cancel"):
             if context is not None:
                 context.cancel()
                 del self.contexts[context_id]
@@ -162,24 +162,26 @@ class CartesiaSocket(VendorSocket):
         transcript = message.get("transcript", "")
         if not isinstance(transcript, str):
             raise InvalidInput("transcript must be a string", field="transcript")
+        ending, flush, add = (not flag(message, "continue"), flag(message, "flush"), flag(message, "add_timestamps"))
+        delay = message.get("max_buffer_delay_ms")  # 0: speak what arrives at once
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))):
+            raise InvalidInput("max_buffer_delay_ms must be a number", field="max_buffer_delay_ms")
         if context is not None and context.failed:  # its `error` said `done: true`
-            await self._after_failure(context, transcript, ending=message.get("continue", False) is not True)
+            await self._after_failure(context, transcript, ending=ending)
             return
         if context is None:
             fmt = cartesia_format(message.get("output_format"))
-            add = message.get("add_timestamps", False)
-            delay = message.get("max_buffer_delay_ms")  # 0: speak what arrives at once
             choice = await choose(self.state, message)
             options = await speech_options(self.state, choice, {})
-            context = CartesiaContext(self, context_id, choice, fmt, options, add_timestamps=add is True,
+            context = CartesiaContext(self, context_id, choice, fmt, options, add_timestamps=add,
                                       eager=delay == 0)
             self.contexts[context_id] = context
         if transcript:
             await context.append(transcript)
-        if message.get("flush") is True:
+        if flush:
             context.num_flushes += 1
             await context.flush(context.num_flushes)
-        if message.get("continue", False) is not True:
+        if ending:
             await context.close()
 
 

@@ -51,7 +51,7 @@ from gateway.state import AppState
 from gateway.stitch import speech_options
 from gateway.text import TextOptions
 from gateway.timings import char_times
-from gateway.vendor_context import TextContext, VendorSocket
+from gateway.vendor_context import TextContext, VendorSocket, check_context_id, flag
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
 from gateway.voices import Choice, check_speed
 
@@ -177,14 +177,12 @@ class ElevenLabsSocket(VendorSocket):
         return context
 
     async def handle(self, message: dict[str, Any]) -> None:
-        if message.get("close_socket") is True:
+        if flag(message, "close_socket"):
             await self.finish(CLOSE_SOCKET_S)
             self.close()
             await self.close_ws(1000)
             return
-        context_id = message.get("context_id", SINGLE) if self.multi else SINGLE
-        if not isinstance(context_id, str) or not context_id:
-            raise InvalidInput("context_id must be a non-empty string", field="context_id")
+        context_id = check_context_id(message.get("context_id", SINGLE)) if self.multi else SINGLE
         text = message.get("text")
         if text is not None and not isinstance(text, str):
             raise InvalidInput("text must be a string", field="text")
@@ -192,7 +190,7 @@ class ElevenLabsSocket(VendorSocket):
         if context is not None and context.finished:  # ended by an error: the id may start anew
             del self.contexts[context_id]
             context = None
-        if message.get("close_context") is True:
+        if flag(message, "close_context"):
             if context is None:
                 return
             if context.closing:  # closed before and still speaking: the client moved on
@@ -202,7 +200,7 @@ class ElevenLabsSocket(VendorSocket):
             else:
                 await context.close()
             return
-        flush = message.get("flush") is True
+        flush = flag(message, "flush")
         if text == "" and not flush:
             if self.multi:
                 return  # multi-stream-input: a keep-alive, which ends nothing
@@ -221,6 +219,9 @@ class ElevenLabsSocket(VendorSocket):
                 raise InvalidInput('a message needs "text", "flush", "close_context" or "close_socket"',
                                    field="text")
             context = await self.open(context_id, message)
+        if text and context.closing and not self.multi:  # (TextContext.append's message names contexts)
+            raise InvalidInput("the input ended (an empty text ends it); /stream-input takes one input a connection: "
+                               "open a new connection", field="text")
         if text:
             await context.append(text)
         if flush:

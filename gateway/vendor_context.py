@@ -52,6 +52,24 @@ log = logging.getLogger(__name__)
 
 # Text ending a sentence: the end of a message, when the client sends whole sentences.
 SENTENCE_END = re.compile(r"[.!?…。！？][\"'”’)\]]*\s*$")
+MAX_CONTEXT_ID = 256  # characters of a context id (the clients send UUIDs), echoed in every message for it
+
+
+def flag(message: dict[str, Any], name: str) -> bool:
+    """A vendor message's yes/no field: true or false; absent or null is false; anything else is an
+    InvalidInput naming it (`"flush": "yes"` was read as false before)."""
+    value = message.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false", field=name)
+    return value is True
+
+
+def check_context_id(value: object) -> str:
+    """A message's `context_id`: a non-empty string of at most MAX_CONTEXT_ID characters, else InvalidInput."""
+    if not isinstance(value, str) or not value or len(value) > MAX_CONTEXT_ID:
+        raise InvalidInput(f"context_id must be a non-empty string of at most {MAX_CONTEXT_ID} characters",
+                           field="context_id")
+    return value
 
 
 class TextContext:

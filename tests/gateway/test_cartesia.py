@@ -122,6 +122,14 @@ def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
     ('{"context_id": "c", "transcript": "hi", "generation_config": {"speed": 99}, "output_format": '
      '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input",
      "generation_config.speed"),
+    ('{"context_id": "c", "transcript": "hi", "voice": 5, "output_format": '
+     '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input", "voice"),
+    ('{"context_id": "c", "transcript": "hi", "continue": "maybe"}', "invalid_input", "continue"),
+    ('{"context_id": "c", "transcript": "hi", "add_timestamps": "yes"}', "invalid_input", "add_timestamps"),
+    ('{"context_id": "c", "transcript": "hi", "flush": 1}', "invalid_input", "flush"),
+    ('{"context_id": "c", "cancel": "yes"}', "invalid_input", "cancel"),
+    ('{"context_id": "c", "transcript": "hi", "max_buffer_delay_ms": "0"}', "invalid_input", "max_buffer_delay_ms"),
+    ('{"context_id": "' + "x" * 257 + '", "transcript": "hi"}', "invalid_input", "context_id"),
     ("[]", "invalid_json", None),
 ])
 def test_bad_messages_get_error_messages(server: LiveServer, message: str, code: str, field: str | None) -> None:

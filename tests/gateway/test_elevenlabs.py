@@ -136,6 +136,20 @@ def test_single_context_stream_input_ends_on_empty_text(server: LiveServer) -> N
     assert len(audio_of(messages)) > 24000
 
 
+def test_text_after_stream_inputs_end_says_to_open_a_new_connection(server: LiveServer) -> None:
+    """/stream-input has one input a connection: text after its end (an empty text) is refused naming `text`
+    and saying so (not "context 'default' is closed", a context this protocol does not have)."""
+    url = f"{server.ws_url}/v1/text-to-speech/rachel/stream-input?model_id=eleven_turbo_v2&output_format=pcm_24000"
+    with connect(url, open_timeout=10) as ws:
+        ws.send(json.dumps({"text": LONG}))
+        ws.send(json.dumps({"text": ""}))
+        ws.send(json.dumps({"text": "More."}))
+        error = until_final(ws)[-1]
+        assert error["code"] == "invalid_input" and error["field"] == "text", error
+        assert "new connection" in error["message"] and "default" not in error["message"]
+    assert server.wait_idle() == 0
+
+
 @pytest.mark.parametrize(("output_format", "check"), [
     ("pcm_32000", "pcm"), ("ulaw_8000", "ULAW"), ("alaw_8000", "ALAW"), ("mp3_22050_32", "MP3"),
     ("opus_48000_64", "OGG"),
@@ -163,6 +177,10 @@ def test_output_formats_decode(server: LiveServer, output_format: str, check: st
     ('{"text": "hi", "context_id": 7}', "invalid_input", "context_id"),
     ('{"context_id": "c", "voice_settings": {"speed": 9}, "text": "x"}', "invalid_input", "voice_settings.speed"),
     ('{"text": "' + "x" * 5000 + '", "context_id": "c"}', "input_too_long", "text"),
+    ('{"text": "hi", "context_id": "c", "flush": "yes"}', "invalid_input", "flush"),
+    ('{"context_id": "c", "close_context": 1}', "invalid_input", "close_context"),
+    ('{"close_socket": "yes"}', "invalid_input", "close_socket"),
+    ('{"text": "hi", "context_id": "' + "c" * 257 + '"}', "invalid_input", "context_id"),
 ])
 def test_bad_messages_get_errors_and_the_socket_lives_on(
         server: LiveServer, message: str, code: str, field: str | None) -> None:
