@@ -87,15 +87,16 @@ def match(path: str, method: str | None) -> Rule:
     raise AssertionError("RULES ends with a catch-all")
 
 
-def presented_key(scope: Scope, entry: Rule) -> str | None:
-    """The key the request carries, by the rule's credentials; a query key is redacted in `scope`."""
+def presented_key(scope: Scope, entry: Rule) -> tuple[str, str] | None:
+    """(the key the request carries, by the rule's credentials; where it came: `Authorization`, the
+    header's or the query parameter's name, for an error's `field`); a query key is redacted in `scope`."""
     headers = Headers(scope=scope)
     authorization = headers.get("authorization", "")
     if authorization[:7].lower() == "bearer ":
-        return authorization[7:].strip()
+        return authorization[7:].strip(), "Authorization"
     for credential in entry.credentials:
         if credential.kind == "header" and headers.get(credential.name):
-            return str(headers[credential.name]).strip()
+            return str(headers[credential.name]).strip(), credential.name
         if credential.kind == "query":
             raw: bytes = scope.get("query_string", b"")
             query = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
@@ -103,7 +104,7 @@ def presented_key(scope: Scope, entry: Rule) -> str | None:
             if values:
                 scope["query_string"] = urlencode(
                     [(k, "redacted" if k == credential.name else v) for k, v in query]).encode("latin-1")
-                return values[0].strip()
+                return values[0].strip(), credential.name
     return None
 
 
@@ -130,19 +131,21 @@ class KeyCheck:
         method = scope.get("method")
         entry = match(scope["path"], method)
         key: ApiKey | None = None
+        field = "Authorization"  # where the key came (or would come): an error's field
         if entry.scope != PUBLIC:
-            secret = presented_key(scope, entry)
-            if secret is not None:
+            presented = presented_key(scope, entry)
+            if presented is not None:
+                secret, field = presented
                 key = await state.keys.lookup(secret) if state.keys is not None else None
                 if key is None:
                     if await self._keys_in_use(state):
                         await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",
-                                   "Authorization", {"WWW-Authenticate": "Bearer"})
+                                   field, {"WWW-Authenticate": "Bearer"})
                         return
                 elif not key.allows(entry.scope):
                     await deny(scope, receive, send, 403, "insufficient_scope",
                                f"key {key.prefix} lacks the {entry.scope!r} scope this route needs "
-                               f"(it has: {', '.join(sorted(key.scopes))})", "Authorization")
+                               f"(it has: {', '.join(sorted(key.scopes))})", field)
                     return
             elif state.settings.keys_required:
                 await deny(scope, receive, send, 401, "api_key_required",
@@ -166,7 +169,7 @@ class KeyCheck:
         try:
             state.limits.enter(key)
         except Refused as refused:
-            await deny(scope, receive, send, 429, refused.code, refused.message, "Authorization",
+            await deny(scope, receive, send, 429, refused.code, refused.message, field,
                        {"Retry-After": str(refused.retry_after_s)})
             return
         try:

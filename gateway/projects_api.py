@@ -134,7 +134,7 @@ def _unknown(data: dict[str, Any], allowed: set[str], what: str) -> None:
 
 def _name(value: object) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
-        raise InvalidInput(f"name must be 1-{MAX_NAME_CHARS} characters", field="name")
+        raise InvalidInput(f"name must be a string of 1-{MAX_NAME_CHARS} characters", field="name")
     return value.strip()
 
 
@@ -360,7 +360,7 @@ async def generate(request: Request) -> JSONResponse:
             raise InvalidInput(f"project {project['id']!r} has no passage {missing[0]!r}", field="passages")
         chosen = list(dict.fromkeys(wanted))
     else:
-        raise InvalidInput('passages must be a list of passage ids or "out_of_date"', field="passages")
+        raise InvalidInput('passages must be a non-empty list of passage ids or "out_of_date"', field="passages")
     if not chosen:
         raise ApiError(409, "nothing_to_generate", "every passage has a take of its current text and speaker",
                        field="passages")

@@ -106,3 +106,19 @@ def test_a_server_without_keys_ignores_the_one_a_client_sends(tmp_path: Path) ->
             assert client.post("/v1/text-to-speech/v?output_format=pcm_16000", json=body,
                                headers={"xi-api-key": key}).status_code == 200
             assert client.post("/v1/text-to-speech/v?output_format=pcm_16000", json=body).status_code == 200
+
+
+@pytest.mark.parametrize(("path", "how", "field"), [
+    ("/tts/bytes", {"headers": {"X-API-Key": "vxg_wrong"}}, "x-api-key"),
+    ("/tts/bytes", {"params": {"api_key": "vxg_wrong"}}, "api_key"),
+    ("/tts/bytes", {"headers": {"Authorization": "Bearer vxg_wrong"}}, "Authorization"),
+    ("/v1/text-to-speech/v", {"headers": {"xi-api-key": "vxg_wrong"}}, "xi-api-key"),
+])
+def test_a_wrong_key_is_named_where_it_was_sent(keyed: tuple[LiveServer, str], path: str, how: dict[str, dict[str, str]],
+                                                field: str) -> None:
+    """A refused key's error names the header or parameter it came in, not always `Authorization`."""
+    live, _ = keyed
+    response = httpx.post(f"{live.url}{path}", json={"text": TEXT}, timeout=30, **how)  # type: ignore[arg-type]
+    assert response.status_code == 401, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_api_key" and error["field"] == field, error
