@@ -3,7 +3,10 @@
 Seconds of `time.monotonic()`, milliseconds of audio. The first chunk is due at `arrival +
 max(ttfa_target_ms, ahead_ms)`; then playback runs at 1x from the first delivery (VoxServe's
 assumption) or, with reports, from the last `(played_ms, playing)`: the buffer runs dry at
-`t + (delivered_ms - played_ms)`, never while paused. A stall is a chunk delivered after that.
+`t + (delivered_ms - played_ms)`, never while paused. A stall is a chunk delivered after that,
+unless the caller says the chunk could not be due before some moment (`not_before_s`: its text
+came late, so its first audio is due a TTFA target after the text, as a stream's first chunk is);
+the wait before that moment is the client's, not a stall, though its buffer sat dry.
 """
 
 from __future__ import annotations
@@ -49,20 +52,22 @@ class PlaybackClock:
     def buffered_ms(self, now: float) -> float:
         return self.delivered_ms - self.played_ms(now)
 
-    def on_delivery(self, now: float, duration_ms: float) -> float:
-        """Record a delivered chunk of `duration_ms`; returns how late it was (ms, >= 0)."""
+    def on_delivery(self, now: float, duration_ms: float, not_before_s: float = -math.inf) -> float:
+        """Record a delivered chunk of `duration_ms`; returns how late it was (ms, >= 0): past
+        the deadline, or past `not_before_s` (time.monotonic() s) where that is later."""
         late_ms = 0.0
         if self.first_delivery_s is None:
             self.first_delivery_s = now
             self.play_start_s = max(now, self.arrival_s + self.ahead_ms / 1000.0)
         elif now > self.due_s:
-            late_ms = 1000.0 * (now - self.due_s)
-            self.stalls, self.stall_ms = self.stalls + 1, self.stall_ms + late_ms
-            # The client sat silent for late_ms; playback resumes from here.
+            late_ms = max(0.0, 1000.0 * (now - max(self.due_s, not_before_s)))
+            if late_ms > 0:
+                self.stalls, self.stall_ms = self.stalls + 1, self.stall_ms + late_ms
+            # The client sat silent since the deadline (late or not); playback resumes from here.
             if self._report is not None:
                 self._report = (now, self.delivered_ms, self._report[2])
             else:
-                self.play_start_s += late_ms / 1000.0
+                self.play_start_s += now - self.due_s
         self.delivered_ms += duration_ms
         self.num_chunks += 1
         self.due_s = self._due_s()

@@ -5,8 +5,9 @@ Observed in the gateway as audio goes out:
 
 - `voxgate_ttfa_seconds{model}` histogram: arrival to first audio chunk, per utterance;
 - `voxgate_chunk_lateness_seconds{model}` histogram: how far past its playback deadline
-  (the moment the listener's buffer ran dry, engine/clock.py) each chunk was delivered, 0
-  for a chunk on time. Every chunk whose lateness is measured is observed, on time or not,
+  (the moment the listener's buffer ran dry, engine/clock.py; for the first audio of text
+  that came when the buffer was all but dry, `ttfa_target_ms` after that text came: the wait
+  for a client's late text is not a stall) each chunk was delivered, 0 for a chunk on time. Every chunk whose lateness is measured is observed, on time or not,
   so `_count` is the chunks and the `le="0.0"` bucket the on-time ones; an utterance's first
   chunk is left out (its deadline is TTFA's), and so is the first chunk of each later
   engine request of a REST stream (the engine's clock starts again there and cannot say);
@@ -41,6 +42,8 @@ the live page (`GET /v1/stats`); Prometheus histograms cannot give single uttera
 """
 
 from __future__ import annotations
+
+import math
 
 import time
 from collections import deque
@@ -92,11 +95,12 @@ class Metrics:
         if late_ms > 0:
             stalls.inc()
 
-    def observe_delivery(self, model_id: str, clock: PlaybackClock, now: float, duration_ms: float) -> float:
-        """`clock.on_delivery(now, duration_ms)`, observing the chunk's lateness unless it is
-        the clock's first (whose deadline is TTFA's); returns the lateness (ms, >= 0)."""
+    def observe_delivery(self, model_id: str, clock: PlaybackClock, now: float, duration_ms: float,
+                         not_before_s: float = -math.inf) -> float:
+        """`clock.on_delivery(now, duration_ms, not_before_s)`, observing the chunk's lateness
+        unless it is the clock's first (whose deadline is TTFA's); returns the lateness (ms, >= 0)."""
         is_first = clock.first_delivery_s is None
-        late_ms = clock.on_delivery(now, duration_ms)
+        late_ms = clock.on_delivery(now, duration_ms, not_before_s)
         if not is_first:
             self.observe_chunk(model_id, late_ms)
         return late_ms

@@ -98,7 +98,7 @@ class SessionText:
 
     async def flush(self) -> None:
         self._cancel_end_timer()
-        items, since = self.feed.flush()
+        items, since, ready_s = self.feed.flush()
         if self.failure is not None:
             await self._end_failed()  # its text is dropped
             return
@@ -112,7 +112,7 @@ class SessionText:
             self.backlog.extend(items)  # the next utterance, once this one is done
             self.backlog_flushed = bool(self.backlog)
             return
-        await self.queue(items, since)
+        await self.queue(items, since, ready_s)
         if self.failure is not None:
             await self._end_failed()
         elif self.utterance is not None:
@@ -140,9 +140,10 @@ class SessionText:
             turn.cancel()
             await self.done(turn, cancelled=True)
 
-    async def queue(self, items: list[Item], since_s: float | None) -> None:
+    async def queue(self, items: list[Item], since_s: float | None, ready_s: float) -> None:
         """The feed's sink: items on the current utterance (or the backlog, after a flush);
-        starts an utterance if none. A synthesis failure does not raise: see `_fail`."""
+        starts an utterance if none; `ready_s`: when their text began to come (TextFeed). A
+        synthesis failure does not raise: see `_fail`."""
         utterance = self.utterance
         if self.failure is not None:
             return  # the failed utterance's text: dropped
@@ -151,7 +152,7 @@ class SessionText:
                 if self.backlog:
                     self.backlog.extend(items)  # pauses within the next utterance
             elif utterance is not None:
-                await self._speak(utterance, utterance.queue(items))  # pauses mid-utterance still count
+                await self._speak(utterance, utterance.queue(items, ready_s=ready_s))  # pauses mid-utterance count
                 if self.failure is None and not utterance.busy:
                     await self._speak(utterance, utterance.advance())  # idle: maybe time to arm the end timer
             feed = self.feed
@@ -169,7 +170,7 @@ class SessionText:
             self._cancel_end_timer()  # (an unspoken timer: this text speaks)
             utterance = self.utterance = self.new_utterance()
         try:
-            await self._speak(utterance, utterance.queue(items, since_s))
+            await self._speak(utterance, utterance.queue(items, since_s, ready_s))
         except BaseException:
             if self.utterance is utterance:
                 self.utterance = None
@@ -293,7 +294,8 @@ class SessionText:
         items, self.backlog = self.backlog, []
         flushed, self.backlog_flushed = self.backlog_flushed, False
         since, self.backlog_since_s = self.backlog_since_s, None
-        await self.queue(items, since)
+        # (its text came from `since` on: dated by then, no wait of ours is excused)
+        await self.queue(items, since, time.monotonic() if since is None else since)
         if self.failure is not None:
             if flushed:
                 await self._end_failed()

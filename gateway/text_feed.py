@@ -7,7 +7,7 @@ sentences in the voice's language), so every route reads text the same way:
 
 - `append(text)` checks the piece (a string; the text waiting to be spoken stays under
   `max_input_chars`; an unreadable SSML break refuses the whole piece, naming `field`),
-  then hands the items it completes to `sink(items, since_s)`. An utterance's first
+  then hands the items it completes to `sink(items, since_s, ready_s)`. An utterance's first
   clause is complete early (`realtime_first_chars`, at least `REALTIME_MIN_FIRST_CHARS`),
   then each sentence. A long piece is read `APPEND_SLICE_CHARS` at a time, yielding to the
   event loop between slices, so one client cannot hold the loop;
@@ -23,7 +23,12 @@ sentences in the voice's language), so every route reads text the same way:
   while the text may still reach a natural boundary.
 
 `since_s` is the time of the first non-blank append since the last `flush`/`restart`:
-the utterance's TTFA counts from it. `unspoken()` is the error for that text when nothing
+the utterance's TTFA counts from it. `ready_s` is when the released items' text began to
+come: the append that brought the first of the text buffered since the last release (the
+text left after a release is dated by the append that released it, a little late where the
+text frontend needed the next piece to see a boundary). The utterance's playback clock does
+not count the wait for text that had not come as a stall; the wait for text buffered here
+until its sentence ended does count. `unspoken()` is the error for that text when nothing
 of it could be spoken (emoji alone, markup, a `<break>`), as REST words its 400.
 """
 
@@ -45,7 +50,8 @@ APPEND_SLICE_CHARS = 256
 # take to arrive at LLM pace, so a streamed utterance's first segment can be that short.
 REALTIME_MIN_FIRST_CHARS = 12
 
-Sink = Callable[[list[Item], "float | None"], Awaitable[None]]
+# sink(items, since_s, ready_s): see the module docstring (time.monotonic() s).
+Sink = Callable[[list[Item], "float | None", float], Awaitable[None]]
 ErrorSink = Callable[[ApiError | EngineError], Awaitable[None]]
 # Given the characters buffered, the time.monotonic() (s) by which they must be released, or
 # None: no hurry.
@@ -55,7 +61,7 @@ Deadline = Callable[[int], "float | None"]
 class TextFeed:
     """One stream of text pieces; see the module docstring.
 
-    `sink(items, since_s)` receives completed items (segments and pauses) in order;
+    `sink(items, since_s, ready_s)` receives completed items (segments and pauses) in order;
     `on_error(error)` an error raised by `sink` when a timer released text; `deadline`
     paces a sentence's release (module docstring).
     """
@@ -71,6 +77,8 @@ class TextFeed:
         self.text = TextStream(options or TextOptions(), settings.realtime_first_chars, REALTIME_MIN_FIRST_CHARS,
                                field=field)
         self.since_s: float | None = None
+        self.pending_s: float | None = None  # when the buffered text began to come (module docstring)
+        self.appended_s = 0.0  # the latest append
         self.letters = False  # the text since `since_s` had a letter or digit
         self.emoji = False  # it had an emoji (and no letter or digit)
         self.tail_timer: asyncio.TimerHandle | None = None
@@ -102,8 +110,9 @@ class TextFeed:
         if self.text.pending_chars + queued_chars + len(text) > limit:
             raise InputTooLong(f"more than {limit} characters of text are waiting to be spoken", field=self.field)
         self.text.check(text)  # an unreadable <break> refuses the whole append
+        now = self.appended_s = time.monotonic()
         if self.since_s is None and text.strip():
-            self.since_s = time.monotonic()
+            self.since_s = now
             self.letters = self.emoji = False
         if not self.letters:
             self.letters = is_speakable(text)
@@ -112,7 +121,10 @@ class TextFeed:
         for at in range(0, len(text), APPEND_SLICE_CHARS):
             if at:
                 await asyncio.sleep(0)  # a long append lets the server's other sessions run
-            await self.sink(self.text.append(text[at:at + APPEND_SLICE_CHARS]), self.since_s)
+            ready_s = now if self.pending_s is None else self.pending_s
+            items = self.text.append(text[at:at + APPEND_SLICE_CHARS])
+            self._left(now if items else ready_s)
+            await self.sink(items, self.since_s, ready_s)
         if self.text.pending:
             loop = asyncio.get_running_loop()
             self.tail_timer = loop.call_later(self.settings.text_buffer_ms / 1000.0,
@@ -122,7 +134,10 @@ class TextFeed:
     async def release(self) -> None:
         """Speak the buffered tail now (an open code fence still waits for its end)."""
         self.cancel_timer()
-        await self.sink(self.text.release(), self.since_s)
+        ready_s = self._ready_s()
+        items = self.text.release()
+        self._left(ready_s)
+        await self.sink(items, self.since_s, ready_s)
 
     async def pace(self) -> None:
         """Release buffered text early if `deadline` says its listener needs it now, else arm
@@ -136,9 +151,11 @@ class TextFeed:
             loop = asyncio.get_running_loop()
             self.pace_timer = loop.call_later(wait_s, lambda: asyncio.ensure_future(self._on_timer(self._paced)))
             return
+        ready_s = self._ready_s()
         items = self.text.release_early()
         if items:
-            await self.sink(items, self.since_s)
+            self._left(self.appended_s)
+            await self.sink(items, self.since_s, ready_s)
 
     async def _speak_tail(self) -> None:
         self.tail_timer = None
@@ -162,18 +179,26 @@ class TextFeed:
         `emoji_field`: what sets the emoji option (`gateway.text.unspoken`)."""
         return unspoken(self.field, self.options, letters=self.letters, emoji=self.emoji, emoji_field=emoji_field)
 
-    def flush(self) -> tuple[list[Item], float | None]:
-        """Everything buffered as items, and the `since_s` they count from; what follows
-        starts anew (a new first clause, a new `since_s`)."""
+    def flush(self) -> tuple[list[Item], float | None, float]:
+        """Everything buffered as items, the `since_s` they count from and their `ready_s`;
+        what follows starts anew (a new first clause, a new `since_s`)."""
         self.cancel_timer()
         since, self.since_s = self.since_s, None
-        return self.text.flush(), since
+        ready_s, self.pending_s = self._ready_s(), None
+        return self.text.flush(), since, ready_s
+
+    def _ready_s(self) -> float:
+        return time.monotonic() if self.pending_s is None else self.pending_s
+
+    def _left(self, came_s: float) -> None:
+        """After a release: the text still buffered, if any, came at `came_s`."""
+        self.pending_s = came_s if self.text.pending else None
 
     def restart(self) -> None:
         """Drop what is buffered; what follows starts anew."""
         self.cancel_timer()
         self.text.restart()
-        self.since_s = None
+        self.since_s = self.pending_s = None
 
     def cancel_timer(self) -> None:
         """Cancel the tail timer and the pace timer."""

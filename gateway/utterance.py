@@ -18,7 +18,12 @@ common (DESIGN.md §2):
   first append of the utterance's text (`queue(items, since_s)`), so TTFA includes the
   wait for the first clause to complete. Playback is assumed at 1x from the first piece
   unless the client reports positions, which are passed to the engine shifted by the
-  audio before the current request;
+  audio before the current request. Each item keeps when its text came (`queue`'s
+  `ready_s`: the client's latest append, `TextFeed.appended_s`); the first audio of a
+  request (or a pause's silence) is due no sooner than `ttfa_target_ms` after that, as an
+  utterance's first audio is: a listener whose buffer ran dry waiting for the client's own
+  late text has no stall counted for that wait (the engine's clock for that request
+  starts the same way, `ahead_ms` then being 0);
 - `mark(reached)` puts a mark after the items queued so far: `reached()` is called once
   their audio is all delivered and before any request for items queued after it starts
   (so the mark also ends the request it would have shared with them): a vendor flush's
@@ -108,6 +113,7 @@ class UtteranceStream:
         self.ttfa_target_ms = state.settings.ttfa_target_ms
         self.clock = PlaybackClock(time.monotonic(), self.ttfa_target_ms)
         self.items: list[Item | Mark] = []  # complete, not yet submitted
+        self.items_ready_s: list[float] = []  # when each item's text came (time.monotonic(), s)
         self.spoken: list[str] = []  # segments submitted (not all heard after a cancel), for `utterance.done`'s `text`
         self.started = False  # some audio was delivered
         self.ending = False  # no more text: the utterance ends when everything is spoken
@@ -145,7 +151,8 @@ class UtteranceStream:
             return None
         return due_s - (self.state.first_audio.estimate_ms(self.model_id, chars) + margin_ms) / 1000.0
 
-    async def queue(self, items: Sequence[Item], since_s: float | None = None) -> None:
+    async def queue(self, items: Sequence[Item], since_s: float | None = None,
+                    ready_s: float | None = None) -> None:
         """Add complete items; `since_s`: when the first of the utterance's text was
         appended (TTFA counts from it). Raises ApiError/EngineError if a request cannot start."""
         if self.cancelled or not items:
@@ -156,6 +163,7 @@ class UtteranceStream:
             self.ready_s = time.monotonic()
             self.clock = PlaybackClock(self.ready_s if since_s is None else since_s, self.ttfa_target_ms)
         self.items.extend(items)
+        self.items_ready_s.extend([time.monotonic() if ready_s is None else ready_s] * len(items))
         await self.advance()
 
     async def mark(self, reached: Callable[[], Awaitable[None]]) -> None:
@@ -164,6 +172,7 @@ class UtteranceStream:
         if self.cancelled:
             return
         self.items.append(Mark(reached))
+        self.items_ready_s.append(time.monotonic())
         await self.advance()
 
     async def end(self) -> None:
@@ -171,27 +180,33 @@ class UtteranceStream:
         self.ending = True
         await self.advance()
 
-    def _take_pause_ms(self) -> float:
-        total = 0.0
-        while self.items and isinstance(self.items[0], Pause):
-            pause = self.items.pop(0)
-            assert isinstance(pause, Pause)
-            total += pause.ms
-        return total
+    def _pop(self) -> tuple[Item | Mark, float]:
+        """The head item and when its text came."""
+        return self.items.pop(0), self.items_ready_s.pop(0)
 
-    def _take_group(self, max_chars: int) -> tuple[str, ...]:
-        """Segments from the head of the queue, up to a pause or `max_chars` (at least one)."""
+    def _take_pause_ms(self) -> tuple[float, float]:
+        """The pauses at the head of the queue: their total (ms), and when the first one came."""
+        total, ready_s = 0.0, math.inf
+        while self.items and isinstance(self.items[0], Pause):
+            pause, came_s = self._pop()
+            assert isinstance(pause, Pause)
+            total, ready_s = total + pause.ms, min(ready_s, came_s)
+        return total, ready_s
+
+    def _take_group(self, max_chars: int) -> tuple[tuple[str, ...], float]:
+        """Segments from the head of the queue, up to a pause or `max_chars` (at least one),
+        and when the first one came."""
         group: list[str] = []
-        size = 0
+        size, ready_s = 0, self.items_ready_s[0]
         while self.items and isinstance(self.items[0], str):
             segment = self.items[0]
             if group and size + 1 + len(segment) > max_chars:
                 break
             group.append(segment)
             size += len(segment) + 1
-            self.items.pop(0)
+            self._pop()
         self.spoken.extend(group)
-        return tuple(group)
+        return tuple(group), ready_s
 
     async def advance(self) -> None:
         """If no request is in flight: send the pauses and meet the marks at the head, then
@@ -201,12 +216,12 @@ class UtteranceStream:
         while self.items and not isinstance(self.items[0], str):
             head = self.items[0]
             if isinstance(head, Mark):
-                self.items.pop(0)
+                self._pop()
                 await head.reached()
             else:
-                pause_ms = self._take_pause_ms()
+                pause_ms, ready_s = self._take_pause_ms()
                 if pause_ms and self.started:
-                    await self._silence(pause_ms)
+                    await self._silence(pause_ms, ready_s)
             if self.request_id is not None or self.cancelled:  # (advanced meanwhile)
                 return
         if not self.items:
@@ -223,7 +238,7 @@ class UtteranceStream:
                 lease.release()
                 self.request_id = None
                 return
-            segments = self._take_group(request_chars(lease.runner))
+            segments, ready_s = self._take_group(request_chars(lease.runner))
             # The listener may still be playing earlier sentences: tell the engine how much.
             ahead_ms = self.clock.buffered_ms(time.monotonic()) if self.started else 0.0
             spec = SpeechRequest(
@@ -239,16 +254,22 @@ class UtteranceStream:
         self.request_offset_ms = self.clock.delivered_ms
         words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings,
                              rate=self.state.speech_rate, model_id=choice.model_id)
-        self.pump = asyncio.create_task(self._pump(stream, lease, words, len(segments[0])))
+        self.pump = asyncio.create_task(self._pump(stream, lease, words, len(segments[0]), ready_s))
 
-    async def _silence(self, ms: float) -> None:
+    def _not_before_s(self, ready_s: float) -> float:
+        """The earliest deadline of the first audio of text that came at `ready_s` (module docstring)."""
+        return ready_s + self.ttfa_target_ms / 1000.0
+
+    async def _silence(self, ms: float, ready_s: float) -> None:
         pcm = np.zeros(int(round(self.sample_rate * ms / 1000.0)), np.float32)
         self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
-                                            1000.0 * len(pcm) / self.sample_rate)
+                                            1000.0 * len(pcm) / self.sample_rate, self._not_before_s(ready_s))
         await self.listener.on_audio(self, pcm, (), False)
 
-    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords, first_chars: int) -> None:
-        """Deliver one request's audio; `first_chars`: its first segment's length."""
+    async def _pump(self, stream: AudioStream, lease: Lease, timings: RequestWords, first_chars: int,
+                    ready_s: float) -> None:
+        """Deliver one request's audio; `first_chars`: its first segment's length; `ready_s`:
+        when that segment's text came."""
         resample: Resampler | None = None
         failure: EngineError | None = None
         sounded = False
@@ -263,9 +284,12 @@ class UtteranceStream:
                         sounded = True
                         self.state.first_audio.observe(self.model_id, first_chars,
                                                        1000.0 * (time.monotonic() - self.submitted_s))
+                        not_before_s = self._not_before_s(ready_s)
+                    else:
+                        not_before_s = -math.inf
                     self.started = True
                     self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
-                                                        1000.0 * len(pcm) / self.sample_rate)
+                                                        1000.0 * len(pcm) / self.sample_rate, not_before_s)
                 if len(pcm) or words:
                     await self.listener.on_audio(self, pcm, words, estimated)
         except EngineError as error:
@@ -314,7 +338,7 @@ class UtteranceStream:
     def cancel(self) -> None:
         """Stop now: the engine request is freed at its next step; nothing more is sent."""
         self.cancelled = True
-        self.items = []
+        self.items, self.items_ready_s = [], []
         if self.request_id is not None:
             self.state.engine.cancel(self.request_id)
         if self.pump is not None and self.pump is not asyncio.current_task():

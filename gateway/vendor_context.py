@@ -129,11 +129,11 @@ class TextContext:
 
     # -- text in ------------------------------------------------------------------------
 
-    async def _queue(self, items: list[Item], since_s: float | None) -> None:
+    async def _queue(self, items: list[Item], since_s: float | None, ready_s: float) -> None:
         if self.failed:
             return  # a failed context's text: dropped
         try:
-            await self.stream.queue(items, since_s)
+            await self.stream.queue(items, since_s, ready_s)
         except (ApiError, EngineError) as error:  # a request could not start
             await self.on_error(self.stream, error)
 
@@ -155,8 +155,8 @@ class TextContext:
         if self.failed:
             self.feed.flush()  # (dropped)
             return
-        items, since = self.feed.flush()
-        await self._queue(items, since)
+        items, since, ready_s = self.feed.flush()
+        await self._queue(items, since, ready_s)
         if flush_id is None or self.failed:
             return
         try:

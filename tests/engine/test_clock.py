@@ -32,6 +32,25 @@ def test_a_late_chunk_is_a_stall_and_playback_resumes_from_it() -> None:
     assert clock.due_s == pytest.approx(2.4)  # silent 300 ms, then 1 s more audio
 
 
+def test_a_chunk_whose_text_came_late_is_due_a_ttfa_target_after_it() -> None:
+    """`not_before_s`: the buffer ran dry at 1.1 s waiting for the client's text; the wait
+    until then is not a stall, though playback resumes from the chunk (gateway/utterance.py)."""
+    clock = PlaybackClock(0.0, 200)
+    clock.on_delivery(0.1, 1000)
+    assert clock.on_delivery(1.6, 1000, not_before_s=1.7) == 0  # text at 1.5 s, audio 100 ms later
+    assert clock.stalls == 0 and clock.stall_ms == 0
+    assert clock.due_s == pytest.approx(2.6)  # silent from 1.1 s to 1.6 s, then 1 s of audio
+    assert clock.on_delivery(3.0, 500, not_before_s=2.9) == pytest.approx(100)  # late past both
+    assert clock.stalls == 1 and clock.due_s == pytest.approx(3.5)
+
+
+def test_an_earlier_floor_leaves_the_deadline_as_it_was() -> None:
+    clock = PlaybackClock(0.0, 200)
+    clock.on_delivery(0.1, 1000)
+    assert clock.on_delivery(1.4, 1000, not_before_s=0.5) == pytest.approx(300)  # text in time
+    assert clock.stalls == 1
+
+
 def test_reports_move_the_deadline_and_pause_removes_it() -> None:
     clock = PlaybackClock(0.0, 200)
     clock.on_delivery(0.1, 2000)

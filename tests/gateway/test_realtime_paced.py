@@ -97,7 +97,7 @@ def test_early_releases_anywhere_speak_the_same_words(seed: int) -> None:
 def paced_feed(deadline_in_s: float | None) -> tuple[TextFeed, list[list[Item]]]:
     released: list[list[Item]] = []
 
-    async def sink(items: list[Item], since_s: float | None) -> None:
+    async def sink(items: list[Item], since_s: float | None, ready_s: float) -> None:
         if items:
             released.append(items)
 
@@ -163,6 +163,39 @@ def test_without_a_deadline_nothing_is_released_early() -> None:
         return released
 
     assert asyncio.run(scenario()) == [["Then Margaret,"]]
+
+
+def test_released_text_is_dated_by_the_append_that_began_it() -> None:
+    """`ready_s` (TextFeed module docstring): a release is dated by when its text began to
+    come, so the playback clock excuses the wait for text that had not come, and not the
+    wait for a sentence's end."""
+    async def scenario() -> list[tuple[list[Item], float, float, float]]:
+        got: list[tuple[list[Item], float]] = []
+
+        async def sink(items: list[Item], since_s: float | None, ready_s: float) -> None:
+            if items:
+                got.append((items, ready_s))
+
+        async def on_error(error: Exception) -> None:
+            raise AssertionError(error)
+
+        feed = TextFeed(load_settings(env={}, text_buffer_ms=10_000.0), sink, on_error)
+        times = []
+        for piece in ("Then Margaret, who ", "was tired. And ", "then "):
+            before = time.monotonic()
+            await feed.append(piece)
+            times.append((before, time.monotonic()))
+            await asyncio.sleep(0.02)
+        items, _, ready_s = feed.flush()
+        got.append((items, ready_s))
+        feed.cancel_timer()
+        spans = [times[0], times[0], times[1]]  # the appends each release's text began in
+        return [(items, ready_s, *span) for (items, ready_s), span in zip(got, spans, strict=True)]
+
+    releases = asyncio.run(scenario())
+    assert [items for items, *_ in releases] == [["Then Margaret,"], ["who was tired."], ["And then"]]
+    for _, ready_s, before, after in releases:
+        assert before <= ready_s <= after
 
 
 # -- a live server, a word every 50 ms, played back in real time -------------------------------
