@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import shutil
 import socket
 import sys
 import time
@@ -228,14 +229,24 @@ def checkpoint(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     target = Path(args.dir)
+    if target.exists() and not target.is_dir():
+        print(f"error: {target} is a file, not a folder; give a folder to write the checkpoint in", file=sys.stderr)
+        return 2
     if target.is_dir() and any(target.iterdir()) and not args.force:
         print(f"error: {target} exists and is not empty (a model may live there); pass --force to write over it",
               file=sys.stderr)
         return 2
+    created = not target.exists()
     try:
         out = write_random(args.family, args.size, target, seed=args.seed, model_type=args.type)
     except ValueError as error:  # a size the family does not have
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a folder that cannot be made or written, a full disk
+        if created:  # nothing half-written is left behind
+            shutil.rmtree(target, ignore_errors=True)
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: cannot write the checkpoint to {target}: {error.strerror or error}{where}", file=sys.stderr)
         return 2
     kind = f" {args.type}" if args.type else ""
     print(f"wrote a random {args.size}{kind} {args.family} checkpoint to {out}")

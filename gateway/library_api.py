@@ -55,6 +55,7 @@ SSE_HEARTBEAT_S = 15.0
 SSE_MAX_S = 900.0  # EventSource reconnects by itself; a bounded stream never blocks a shutdown for long
 _CATALOG_FIELDS: frozenset[str] = frozenset({"id", "wait"})  # POST /v1/library/install, the two forms
 _FOLDER_FIELDS: frozenset[str] = frozenset({"path", "family", "id", "name", "options"})
+MAX_MODEL_NAME_CHARS = 200  # a folder install's display name
 
 
 def catalog_registrar(library: Library) -> Register:
@@ -104,7 +105,15 @@ async def install(request: Request) -> JSONResponse:
     if "path" in data:
         check_fields(data, _FOLDER_FIELDS, "/v1/library/install with a path")
         return await _install_folder(state, data)
-    check_fields(data, _CATALOG_FIELDS, "/v1/library/install")
+    unknown = sorted(set(data) - _CATALOG_FIELDS)
+    if unknown:
+        field = unknown[0]
+        if field in _FOLDER_FIELDS:
+            raise InvalidInput(f"{field} is a field of a folder install, which needs a path (and a family)",
+                               field=field)
+        raise InvalidInput(f"unknown field {field[:80]!r}; /v1/library/install takes id and wait (a catalog "
+                           "model), or path, family, id, name and options (a model folder on the server)",
+                           field=field)
     model_id = data.get("id")
     if "id" in data and not isinstance(model_id, str):
         raise InvalidInput("id must be a string: a catalog model's id", field="id")
@@ -158,9 +167,14 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
         raise ApiError(403, "local_install_disabled", "installing from a server folder is off: list the folders "
                        "it may use in the local_model_roots setting (or use `voxgate models add` on the server)",
                        field="path")
-    options = data.get("options") or {}
+    options = data.get("options")
+    options = {} if options is None else options
     if not isinstance(options, dict):
-        raise InvalidInput("options must be an object", field="options")
+        raise InvalidInput("options must be an object of the family's options (or null: none)", field="options")
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS):
+        raise InvalidInput(f"name must be a string of 1-{MAX_MODEL_NAME_CHARS} characters (or null: the id)",
+                           field="name")
     try:  # the family's option names, types and ranges (before the folder: it tells nothing about it)
         check_options(options, getattr(module, "OPTIONS", {}), family_name)
     except InvalidModel as error:
@@ -192,7 +206,7 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
                      field="id")
     if await state.library.get_model(model_id) is not None:
         raise taken
-    name = data["name"] if isinstance(data.get("name"), str) else model_id
+    name = model_id if name is None else name.strip()
     try:  # a request (or `voxgate models add`) for the same id may have got there since the check
         await state.library.add_model(model_id, family_name, name, str(path), list(info["voices"]), options,
                                       int(info.get("size_bytes") or 0), source="local")

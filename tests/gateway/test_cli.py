@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 
 from gateway.cli import main
@@ -14,3 +18,32 @@ def test_checkpoint_help_says_the_default_size_and_each_familys_sizes(capsys: py
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "tiny (the default)" in text
     assert "orpheus takes tiny and full; qwen3_tts also 0.6b and 1.7b (= full)" in text
+
+
+def test_a_checkpoint_into_a_file_is_refused_in_a_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    target = tmp_path / "afile"
+    target.write_text("not a folder")
+    assert main(["checkpoint", "random", "--family", "orpheus", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is a file, not a folder" in err and "Traceback" not in err
+    assert target.read_text() == "not a folder"
+
+
+def test_a_checkpoint_that_cannot_be_written_is_refused_and_leaves_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that fills halfway (the tokenizer's write fails after the config's): one line,
+    and the folder it made is gone."""
+    pytest.importorskip("torch")
+    from models import checkpoint
+
+    def full_disk() -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "tokenizer.json")
+
+    monkeypatch.setattr(checkpoint, "build_tokenizer", full_disk)
+    target = tmp_path / "new" / "model"
+    assert main(["checkpoint", "random", "--family", "orpheus", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write the checkpoint to {target}: No space left on device") and \
+        "Traceback" not in err, err
+    assert not target.exists()

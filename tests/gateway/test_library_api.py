@@ -137,7 +137,7 @@ def test_install_waits_and_reports_catalog_errors(tmp_path: Path) -> None:
         assert client.post("/v1/library/install", json={}).status_code == 400
         typo = client.post("/v1/library/install", json={"id": "amy", "wiat": True})  # refused, not ignored
         assert typo.status_code == 400 and typo.json()["error"]["field"] == "wiat"
-        assert "id, wait" in typo.json()["error"]["message"]
+        assert "takes id and wait (a catalog model)" in typo.json()["error"]["message"]
         assert client.delete("/v1/library/downloads/dl_nope").status_code == 404
         failed = missing.json()["error"]
         assert "kept" not in failed["message"] and "resume" not in failed["message"]  # no bytes were kept

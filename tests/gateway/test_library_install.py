@@ -104,3 +104,33 @@ def test_a_truncated_folder_is_refused_like_any_invalid_one(tmp_path: Path) -> N
         refused = _install(client, path=str(cut))
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_model_folder"
         assert "cut" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
+
+
+def test_a_folders_name_and_options_must_have_their_types(tmp_path: Path) -> None:
+    """A name or options of another type once installed anyway (the name became the id,
+    options `[]`, `0`, `""` or `false` meant none): now a 400 naming the field, and nothing
+    is registered."""
+    folder = _voice(tmp_path, "bob")
+    with _client(tmp_path) as client:
+        for field, bad in (("name", 5), ("name", {"a": 1}), ("name", ""), ("name", " "), ("name", "x" * 201),
+                           ("options", []), ("options", 0), ("options", ""), ("options", False)):
+            refused = _install(client, path=str(folder), **{field: bad})
+            assert refused.status_code == 400, (field, bad, refused.text)
+            assert refused.json()["error"]["field"] == field, refused.text
+        assert "bob" not in {m["id"] for m in client.get("/v1/models").json()["data"]}  # none registered
+        installed = _install(client, path=str(folder), name=" Bob's voice ", options=None)
+        assert installed.status_code == 201, installed.text
+        assert installed.json()["name"] == "Bob's voice"
+
+
+def test_a_folder_field_without_a_path_says_what_it_needs(tmp_path: Path) -> None:
+    with _client(tmp_path) as client:
+        refused = client.post("/v1/library/install", json={"family": "piper", "name": "Bob"})
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert (error["code"], error["field"]) == ("invalid_input", "family"), error
+        assert error["message"] == "family is a field of a folder install, which needs a path (and a family)"
+        refused = client.post("/v1/library/install", json={"url": "http://example.com/voice.tar"})
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and error["field"] == "url", error
+        assert "or path, family, id, name and options (a model folder on the server)" in error["message"]
