@@ -95,8 +95,11 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("POST", "/v1/models/{model_id}/unload"): {"summary": "Unload a model (409 while busy)",
                                                    "requestBody": _body(_object(), False)},
         ("GET", "/v1/library/catalog"): {"summary": "Installable models"},
-        ("POST", "/v1/library/install"): {"summary": "Install from the catalog, or register a server folder "
-                                          "under local_model_roots", "requestBody": _body(install)},
+        ("POST", "/v1/library/install"): {
+            "summary": "Install from the catalog, or register a server folder under local_model_roots",
+            "requestBody": _body(install),
+            "responses": {"201": {"description": "installed: a folder, or a catalog model with wait", **JSON_OK},
+                          "202": {"description": "a catalog model's download started (without wait)", **JSON_OK}}},
         ("GET", "/v1/library/downloads"): {"summary": "Running and recent downloads"},
         ("GET", "/v1/library/downloads/events"): {
             "summary": "Download progress as Server-Sent Events (a long-lived stream)",
@@ -105,7 +108,8 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("DELETE", "/v1/library/downloads/{download_id}"): {"summary": "Cancel a download, or remove an ended one"},
         ("DELETE", "/v1/library/models/{model_id}"): {"summary": "Delete a model (409 while busy)"},
         ("GET", "/v1/presets"): {"summary": "Speaker presets"},
-        ("POST", "/v1/presets"): {"summary": "Create a preset (409 if the name exists)", "requestBody": _body(preset)},
+        ("POST", "/v1/presets"): {"summary": "Create a preset (409 if the name exists)", "requestBody": _body(preset),
+                                  "responses": CREATED},
         ("GET", "/v1/presets/{name}"): {"summary": "One preset"},
         ("PUT", "/v1/presets/{name}"): {"summary": "Replace a preset", "requestBody": _body(preset)},
         ("PATCH", "/v1/presets/{name}"): {"summary": "Change some fields of a preset",
@@ -115,7 +119,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                "parameters": [_query("limit", _number(1, 1000, "integer"))]},
         ("POST", "/v1/takes"): {
             "summary": "Keep a take: raw PCM16 streamed to disk (fields in the query), or JSON with base64 audio",
-            "parameters": take_query,
+            "parameters": take_query, "responses": CREATED,
             "requestBody": {"required": True, "content": {
                 "audio/pcm": {"schema": _string(contentMediaType="application/octet-stream")},
                 "application/json": {"schema": _object(("text", "model", "voice", "sample_rate", "audio"),
@@ -154,6 +158,7 @@ def _reference_operations() -> dict[tuple[str, str], Schema]:
         ("GET", "/v1/voices/references"): {"summary": "Reference recordings (voices to clone)"},
         ("POST", "/v1/voices/references"): {
             "summary": "Keep a reference recording: a WAV/FLAC/Ogg/MP3 file of 1-30 s and its transcript",
+            "responses": CREATED,
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}}},
         ("GET", "/v1/voices/references/{name}"): {"summary": "One reference recording"},
         ("DELETE", "/v1/voices/references/{name}"): {"summary": "Delete a reference recording",
@@ -174,17 +179,20 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                  "speaker": _string(), "pause_ms": pause}
     return {
         ("GET", "/v1/projects"): {"summary": "Studio projects"},
-        ("POST", "/v1/projects"): {"summary": "Create a project", "requestBody": _body(_object(("name",), **fields))},
+        ("POST", "/v1/projects"): {"summary": "Create a project", "requestBody": _body(_object(("name",), **fields)),
+                                   "responses": CREATED},
         ("GET", project): {"summary": "A project with its passages and takes"},
         ("PATCH", project): {"summary": "Rename it, or change its model, speaker or pause",
                              "requestBody": _body(_object((), **fields))},
         ("DELETE", project): {"summary": "Delete a project and its audio", "responses": {"204": {}}},
         ("POST", f"{project}/import"): {
             "summary": "Preview the passages a text splits into; with apply, add them",
+            "responses": {"200": {"description": "the preview", **JSON_OK},
+                          "201": {"description": "applied: the project with its new passages", **JSON_OK}},
             "requestBody": _body(_object(("text",), text=_string(), format={"enum": ["markdown", "text"]},
                                          apply={"type": "boolean"}, replace={"type": "boolean"}))},
         ("POST", f"{project}/passages"): {
-            "summary": "Add a passage", "requestBody": _body(_object(("text",), text=text, speaker=_string(),
+            "summary": "Add a passage", "responses": CREATED, "requestBody": _body(_object(("text",), text=text, speaker=_string(),
                                                                      position=_number(0, kind="integer")))},
         ("PATCH", passage): {"summary": "Edit a passage: text, speaker, pause after it, chosen take",
                              "requestBody": _body(_object(text=text, speaker={"type": ["string", "null"]},
@@ -200,6 +208,7 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
             "parameters": [_query("context_ms", _number(100, 10_000), "audio each side")]},
         ("POST", f"{project}/generate"): {
             "summary": "Generate passages in the background (202, the job)",
+            "responses": {"202": {"description": "the job", **JSON_OK}},
             "requestBody": _body(_object(passages={"oneOf": [{"const": "out_of_date"},
                                                              {"type": "array", "items": _string()}]}), False)},
         ("GET", f"{project}/job"): {"summary": "The project's generation job"},
@@ -263,6 +272,10 @@ ERROR: Schema = {"type": "object", "required": ["error"], "properties": {"error"
                    "type": _string(), "param": {"type": ["string", "null"]}}}}}
 
 
+JSON_OK: Schema = {"content": {"application/json": {}}}
+CREATED: Schema = {"201": {"description": "created", "content": {"application/json": {}}}}
+
+
 def build(routes: list[Any], settings: Settings) -> Schema:
     """The OpenAPI document of `routes`; KeyError names a route missing from OPERATIONS."""
     table = _operations(settings)
@@ -272,12 +285,13 @@ def build(routes: list[Any], settings: Settings) -> Schema:
             continue
         for method in sorted((route.methods or set()) - {"HEAD"}):
             spec = dict(table[(method, route.path)])
-            responses = {"200": {"content": {"application/json": {}}}, **spec.pop("responses", {}),
+            declared = spec.pop("responses", {})
+            ok = {} if any(code.startswith("2") for code in declared) else {"200": JSON_OK}  # (the usual)
+            responses = {**ok, **declared,
                          "4XX": {"description": "bad input", "content": {"application/json": {"schema": ERROR}}},
                          "503": {"description": "overloaded or shutting down (Retry-After)",
                                  "content": {"application/json": {"schema": ERROR}}}}
-            for response in responses.values():
-                response.setdefault("description", "")
+            responses = {code: {"description": "", **response} for code, response in responses.items()}  # (copies)
             parameters = [{"name": p, "in": "path", "required": True, "schema": _string()}
                           for p in route.param_convertors] + spec.pop("parameters", [])
             rule = auth.match(route.path.replace("{", "").replace("}", ""), method)

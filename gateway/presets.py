@@ -121,8 +121,19 @@ async def get_preset(request: Request) -> JSONResponse:
     return JSONResponse(await _described(state, preset, await _models(state)))
 
 
+def _merged(current: dict[str, Any], patch: Any) -> Any:
+    """A PATCH's `settings` merged into the preset's as JSON Merge Patch (RFC 7396) merges an
+    object: its keys replace those, a null removes one. Anything but an object is returned
+    as it is, for `_validated` to refuse."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = {**current, **patch}
+    return {key: value for key, value in merged.items() if value is not None}
+
+
 async def update_preset(request: Request) -> JSONResponse:
-    """PUT replaces, PATCH changes only the fields given; the name in the path wins."""
+    """PUT replaces, PATCH changes only the fields given (`settings` key by key: `_merged`);
+    the name in the path wins."""
     state: AppState = request.app.state.voxgate
     name = request.path_params["name"]
     current = await state.library.get_preset(name)
@@ -133,7 +144,7 @@ async def update_preset(request: Request) -> JSONResponse:
         raise InvalidInput("a preset cannot be renamed; create a new one", field="name")
     if request.method == "PATCH":
         data = {"model": current["model_id"], "voice": current["voice"], "speed": current["speed"],
-                "settings": current["settings"], **data}
+                **data, "settings": _merged(current["settings"], data.get("settings", {}))}
     preset = await _validated(state, {**data, "name": name})
     await state.library.put_preset(**preset, create=False)
     return JSONResponse(await _described(state, await state.library.get_preset(name) or {}, await _models(state)))

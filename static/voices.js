@@ -81,7 +81,7 @@ async function save(e) {
   try {
     if (editing) {
       const { name, ...rest } = data;
-      await api("PATCH", `/v1/presets/${encodeURIComponent(editing)}`, rest);
+      await api("PUT", `/v1/presets/${encodeURIComponent(editing)}`, rest);  // the whole form: a cleared setting goes
       say(formStatus, `Saved “${editing}”.`, "ok");
     } else {
       await api("POST", "/v1/presets", data);

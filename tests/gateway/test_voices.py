@@ -139,6 +139,25 @@ def test_preset_settings_are_checked_when_saved(server: LiveServer, settings: di
         assert client.delete("/v1/presets/checked").status_code == 204
 
 
+def test_patch_merges_settings_key_by_key(server: LiveServer) -> None:
+    """PATCH of one setting once replaced them all (a seed went with it: a new user's trial);
+    a null removes a key (JSON Merge Patch), PUT still replaces."""
+    with httpx.Client(base_url=server.url) as client:
+        assert client.post("/v1/presets", json={"name": "merged", "settings": {"noise_scale": 0.4}}).status_code == 201
+        patched = client.patch("/v1/presets/merged", json={"settings": {"noise_w_scale": 0.5}})
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["settings"] == {"noise_scale": 0.4, "noise_w_scale": 0.5}
+        assert client.patch("/v1/presets/merged", json={"speed": 1.1}).json()["settings"] == {
+            "noise_scale": 0.4, "noise_w_scale": 0.5}
+        patched = client.patch("/v1/presets/merged", json={"settings": {"noise_scale": None, "noise_w_scale": 0.6}})
+        assert patched.json()["settings"] == {"noise_w_scale": 0.6}
+        refused = client.patch("/v1/presets/merged", json={"settings": [1]})
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "settings"
+        replaced = client.put("/v1/presets/merged", json={"settings": {"noise_scale": 0.3}})
+        assert replaced.json()["settings"] == {"noise_scale": 0.3}
+        assert client.delete("/v1/presets/merged").status_code == 204
+
+
 def test_orpheus_force_tokens_is_a_whole_number_the_model_can_hold(orpheus_tiny: Path, tmp_path: Path) -> None:
     """Fewer tokens than a frame's 7 made a 44-byte WAV, 700.5 was kept as 700 and 100000 was
     cut at the KV slot, all with a 201 (a new user's trial)."""
