@@ -22,8 +22,10 @@ from tests.conftest import LiveServer
 from tests.gateway.test_cartesia import BASE, socket, until_done
 from tests.gateway.test_elevenlabs import multi, until_final
 from tests.gateway.test_realtime_paced import WORD_S, unpaced
+from tests.gateway.test_realtime_playback import GAP_S, late_text
 
-__all__ = ["unpaced"]  # the module's fixture: a server with realtime_pace_ms = 0
+__all__ = ["late_text", "unpaced"]  # the module's fixtures: a server with realtime_pace_ms = 0, and one with a
+# TTFA target of 1 s
 
 # 44 words, no sentence end for over two seconds at a word every 50 ms: its first clause
 # ("Then Margaret,") plays out long before the sentence's last word comes.
@@ -185,3 +187,32 @@ def test_a_flush_mid_sentence_speaks_its_text_at_once(server: LiveServer, vendor
     if vendor == "cartesia":
         assert heard.words_at_flush_done == words[:flush_at + 1], (heard.words_at_flush_done, heard.requests)
     assert server.wait_idle() == 0
+
+
+def test_elevenlabs_text_that_comes_after_the_audio_ran_out_is_no_stall(late_text: LiveServer) -> None:
+    """A context's next sentence comes GAP_S after its first one's audio has played out (1x
+    from its first audio, no reports on this protocol): the wait for the client's text is no
+    stall on the server's clock (docs/realtime.md, Late text: the vendor sockets share it)."""
+    with multi(late_text, "model_id=eleven_flash_v2_5&output_format=pcm_24000") as ws:
+        ws.send(json.dumps({"text": " ", "context_id": "c1"}))
+        ws.send(json.dumps({"text": "Hello there, my friend.", "context_id": "c1", "flush": True}))
+        first_s, audio_ms = None, 0.0
+        while True:
+            try:
+                message = json.loads(ws.recv(timeout=1.0 if first_s is not None else 30))
+            except TimeoutError:
+                break
+            if message.get("audio"):
+                first_s = first_s if first_s is not None else time.monotonic()
+                audio_ms += 1000.0 * len(base64.b64decode(message["audio"])) / 2 / RATE
+        assert first_s is not None and audio_ms > 500.0
+        time.sleep(max(0.0, first_s + audio_ms / 1000.0 + GAP_S - time.monotonic()))
+        ws.send(json.dumps({"text": "And this one came late.", "context_id": "c1", "flush": True}))
+        ws.send(json.dumps({"context_id": "c1", "close_context": True}))
+        assert until_final(ws, "c1")[-1] == {"isFinal": True, "contextId": "c1"}
+    deadline = time.monotonic() + 10
+    while not any(r["source"] == "elevenlabs" for r in late_text.app_state.metrics.recent):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    done = [r for r in late_text.app_state.metrics.recent if r["source"] == "elevenlabs"][-1]
+    assert done["stalls"] == 0 and done["late_ms"] == 0, done
