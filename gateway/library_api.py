@@ -157,16 +157,15 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
         raise InvalidInput("path must name a model folder on the server", field="path")
     if not isinstance(family_name, str):
         raise InvalidInput("family is required with a path (e.g. \"piper\")", field="family")
-    try:
-        module = family(family_name)
-    except KeyError:
+    if family_name not in FAMILIES:
         raise ApiError(422, "unknown_family", f"unknown family {family_name!r}; known families: "
-                       f"{', '.join(FAMILIES)}", field="family") from None
+                       f"{', '.join(FAMILIES)}", field="family")
     roots = state.settings.local_model_roots
-    if not roots:
+    if not roots:  # (before the family's import: a server that installs nothing says so first)
         raise ApiError(403, "local_install_disabled", "installing from a server folder is off: list the folders "
                        "it may use in the local_model_roots setting (or use `voxgate models add` on the server)",
                        field="path")
+    module = family(family_name)  # FamilyUnavailable (501) where its packages are missing
     options = data.get("options")
     options = {} if options is None else options
     if not isinstance(options, dict):

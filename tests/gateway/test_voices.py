@@ -114,7 +114,15 @@ def test_a_family_without_its_packages_is_a_clear_error(server: LiveServer, clie
     monkeypatch.setitem(sys.modules["models"].FAMILIES, "broken", "needs_missing")
     folder = tmp_path / "model"
     folder.mkdir()
-    response = client.post("/v1/library/install", json={"path": str(folder), "family": "broken"})
+    off = client.post("/v1/library/install", json={"path": str(folder), "family": "broken"})
+    assert off.status_code == 403 and off.json()["error"]["code"] == "local_install_disabled"  # said first
+    from gateway.app import create_app
+    from gateway.settings import load_settings
+    from tests.conftest import local_client
+
+    settings = load_settings(env={}, data_dir=tmp_path / "data", local_model_roots=[str(tmp_path)])
+    with local_client(create_app(settings)) as roots:
+        response = roots.post("/v1/library/install", json={"path": str(folder), "family": "broken"})
     assert response.status_code == 501, response.text
     error = response.json()["error"]
     assert error["code"] == "family_unavailable" and "voxgate_no_such_package" in error["message"]
