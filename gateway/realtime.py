@@ -44,10 +44,10 @@ from gateway.connection import Connection
 from gateway.errors import ApiError, as_api_error
 from gateway.json_input import finite_number
 from gateway.rate import MessageRate
-from gateway.realtime_text import SessionText
+from gateway.realtime_text import SessionText, Turn
 from gateway.state import AppState
 from gateway.stitch import speech_options
-from gateway.text import TEXT_FIELDS, Item
+from gateway.text import TEXT_FIELDS
 from gateway.text_feed import TextFeed
 from gateway.timings import WordQueue, words_json
 from gateway.utterance import UtteranceStream
@@ -89,10 +89,8 @@ class Session(SessionText):
         self.words_estimated = False
         self.audio_started = False  # audio.start sent for the current utterance
         self.failure: str | None = None  # the current utterance's error code, once its synthesis failed
-        # Text that arrived after text.flush while that utterance still plays: the next one.
-        self.backlog: list[Item] = []
-        self.backlog_flushed = False
-        self.backlog_since_s: float | None = None
+        # Turns that came after text.flush while that utterance still plays: the next ones.
+        self.backlog: list[Turn] = []
         self.end_timer: asyncio.TimerHandle | None = None
         self.rate = MessageRate(self.settings.realtime_messages_per_s, self.settings.realtime_message_burst)
         self.finishing: UtteranceStream | None | bool = False  # a shutdown's: the utterance it lets finish

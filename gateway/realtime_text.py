@@ -2,8 +2,10 @@
 
 `SessionText` is mixed into `gateway.realtime.Session`. `text.append` goes through the
 session's `TextFeed` (gateway/text_feed.py, shared with the vendor protocols), whose
-items are queued on the current utterance stream (gateway/utterance.py), or on the
-backlog (the next utterance) once the current one was flushed. The feed is paced by the
+items are queued on the current utterance stream (gateway/utterance.py), or, once the
+current one was flushed, on the backlog: a queue of `Turn`s, each flushed turn the next
+utterance in order (its own `audio.start` ... `utterance.done`), the last one open until
+its own flush. The feed is paced by the
 utterance's playback clock (`release_by_s`): a sentence's text so far is spoken before its
 end when the listener would otherwise run dry. `text.flush` ends the
 utterance once its audio is out. The *end* timer ends an utterance that is never
@@ -22,19 +24,24 @@ Text that starts no utterance because none of it can be spoken (emoji alone unde
 or `utterance_end_ms` without more text), the message REST's 400 gives; a client waiting
 for its turn's end hears so rather than nothing.
 
+A turn whose appends were all blank (whitespace) ends at its flush with the error REST's
+400 gives for empty input, rather than nothing.
+
 `response.cancel` ends every turn the client started: the current utterance gets its
 `utterance.done` (`cancelled`), and text that no utterance speaks yet (buffered before its
-first clause was complete, or the next turn's, appended after a flush) is dropped with an
-`utterance.done` of its own, `cancelled` with nothing spoken.
+first clause was complete, or later turns', appended after a flush) is dropped with an
+`utterance.done` of its own for each turn, `cancelled` with nothing spoken.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import asyncio
 import time
 from typing import Any, Awaitable
 
-from engine.types import EngineError
+from engine.types import EngineError, InvalidInput
 from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError, as_api_error
 from gateway.settings import Settings
@@ -54,15 +61,26 @@ def session_error(error: ApiError | EngineError) -> ApiError:
     return ApiError(api.status, api.code, api.message, field, api.headers)
 
 
+@dataclass
+class Turn:
+    """Text of a turn that waits for the current utterance to end (the backlog)."""
+
+    since_s: float | None  # its first append (its TTFA counts from it)
+    items: list[Item] = field(default_factory=list)
+    flushed: bool = False  # its text.flush came: a later append is the next turn
+
+    @property
+    def has_text(self) -> bool:
+        return any(isinstance(item, str) for item in self.items)
+
+
 class SessionText:
     state: AppState
     settings: Settings
     feed: TextFeed
     utterance: UtteranceStream | None
     failure: str | None  # the error code of the current utterance, when its synthesis failed
-    backlog: list[Item]
-    backlog_flushed: bool
-    backlog_since_s: float | None
+    backlog: list[Turn]  # the turns after the current utterance, in order (module docstring)
     end_timer: asyncio.TimerHandle | None
 
     def new_utterance(self) -> UtteranceStream:
@@ -86,7 +104,16 @@ class SessionText:
     def queued_chars(self) -> int:
         """Text released but not yet spoken: the utterance's queue and the backlog."""
         return (self.utterance.queued_chars if self.utterance else 0) + sum(
-            len(item) for item in self.backlog if isinstance(item, str))
+            len(item) for turn in self.backlog for item in turn.items if isinstance(item, str))
+
+    @property
+    def open_turn(self) -> Turn | None:
+        """The backlog's turn that is not flushed yet, if any (always its last)."""
+        return self.backlog[-1] if self.backlog and not self.backlog[-1].flushed else None
+
+    def _drop_open_turn(self) -> None:
+        if self.open_turn is not None:
+            self.backlog.pop()
 
     async def append(self, text: Any) -> None:
         self._cancel_end_timer()
@@ -98,19 +125,28 @@ class SessionText:
 
     async def flush(self) -> None:
         self._cancel_end_timer()
+        blank = self.feed.blank  # (read before the flush resets it)
         items, since, ready_s = self.feed.flush()
         if self.failure is not None:
             await self._end_failed()  # its text is dropped
             return
         if since is not None and self._says_nothing(items):
-            self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None  # (pauses at most)
+            self._drop_open_turn()  # (pauses at most)
             await self.send_error(self.feed.unspoken("session.emoji"))
             return
+        if since is None and blank and self._says_nothing(items):  # only whitespace since the last flush
+            self._drop_open_turn()
+            await self.send_error(InvalidInput("text is empty: this turn's appends were all whitespace",
+                                               field="text"))
+            return
         if self.utterance is not None and self.utterance.ending:
-            if items and self.backlog_since_s is None:
-                self.backlog_since_s = since
-            self.backlog.extend(items)  # the next utterance, once this one is done
-            self.backlog_flushed = bool(self.backlog)
+            turn = self.open_turn
+            if turn is None and items:
+                turn = Turn(since)
+                self.backlog.append(turn)
+            if turn is not None:
+                turn.items.extend(items)
+                turn.flushed = True  # the next utterance but one, once this one is done
             return
         await self.queue(items, since, ready_s)
         if self.failure is not None:
@@ -126,16 +162,18 @@ class SessionText:
         self._cancel_end_timer()
         utterance, failure = self.utterance, self.failure
         # (the text of an unflushed current utterance is its own; after a flush, the next turn's)
-        unstarted = (utterance is None or utterance.ending) and (
-            self.feed.since_s is not None or self.backlog_since_s is not None
-            or any(isinstance(item, str) for item in self.backlog))
+        waiting = (utterance is None or utterance.ending)
+        # Each turn in the backlog, and text in the feed that no turn holds yet (one more turn).
+        unstarted = len(self.backlog) if waiting else 0
+        if waiting and self.feed.since_s is not None and self.open_turn is None:
+            unstarted += 1
         self.feed.restart()
-        self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None
+        self.backlog = []
         self.utterance, self.failure = None, None
         if utterance is not None:
             utterance.cancel()
             await self.done(utterance, cancelled=True, error=failure)
-        if unstarted:
+        for _ in range(unstarted):
             turn = self.new_utterance()  # (never queued: it speaks nothing and holds no request)
             turn.cancel()
             await self.done(turn, cancelled=True)
@@ -149,8 +187,8 @@ class SessionText:
             return  # the failed utterance's text: dropped
         if not any(isinstance(item, str) for item in items):
             if utterance is not None and utterance.ending:
-                if self.backlog:
-                    self.backlog.extend(items)  # pauses within the next utterance
+                if self.open_turn is not None and self.open_turn.has_text:
+                    self.open_turn.items.extend(items)  # pauses within a later utterance
             elif utterance is not None:
                 await self._speak(utterance, utterance.queue(items, ready_s=ready_s))  # pauses mid-utterance count
                 if self.failure is None and not utterance.busy:
@@ -161,10 +199,12 @@ class SessionText:
                 self._arm_unspoken_timer()  # this turn's text so far says nothing
             return
         if utterance is not None and utterance.ending:
-            if self.backlog_since_s is None:
-                self.backlog_since_s = since_s
-            self.backlog.extend(items)
-            self.feed.since_s = None  # (the backlog keeps it)
+            turn = self.open_turn
+            if turn is None:
+                turn = Turn(since_s)
+                self.backlog.append(turn)
+            turn.items.extend(items)
+            self.feed.since_s = None  # (the turn keeps it)
             return
         if utterance is None:
             self._cancel_end_timer()  # (an unspoken timer: this text speaks)
@@ -231,9 +271,9 @@ class SessionText:
     def _says_nothing(self, items: list[Item]) -> bool:
         """No utterance speaks the text since the last flush, and neither `items` nor the
         backlog have any to speak."""
-        utterance = self.utterance
+        utterance, turn = self.utterance, self.open_turn
         return (utterance is None or utterance.ending) and not any(
-            isinstance(item, str) for item in (*items, *self.backlog))
+            isinstance(item, str) for item in (*items, *(turn.items if turn else ())))
 
     def _arm_unspoken_timer(self) -> None:
         """The `error` for text that says nothing, once `utterance_end_ms` pass without more."""
@@ -248,7 +288,7 @@ class SessionText:
             return
         error = self.feed.unspoken("session.emoji")
         self.feed.restart()
-        self.backlog, self.backlog_flushed, self.backlog_since_s = [], False, None  # (pauses at most)
+        self._drop_open_turn()  # (pauses at most)
         try:
             await self.send_error(error)
         except CLIENT_GONE:
@@ -291,13 +331,13 @@ class SessionText:
             await self.done(utterance, cancelled=False)
 
     async def _start_backlog(self) -> None:
-        items, self.backlog = self.backlog, []
-        flushed, self.backlog_flushed = self.backlog_flushed, False
-        since, self.backlog_since_s = self.backlog_since_s, None
+        """The backlog's first turn becomes the current utterance (and, flushed, ends once spoken)."""
+        turn = self.backlog.pop(0) if self.backlog else Turn(None)  # (none: maybe arms the unspoken timer)
+        since = turn.since_s
         # (its text came from `since` on: dated by then, no wait of ours is excused)
-        await self.queue(items, since, time.monotonic() if since is None else since)
+        await self.queue(turn.items, since, time.monotonic() if since is None else since)
         if self.failure is not None:
-            if flushed:
+            if turn.flushed:
                 await self._end_failed()
-        elif flushed and self.utterance is not None:
+        elif turn.flushed and self.utterance is not None:
             await self._speak(self.utterance, self.utterance.end())

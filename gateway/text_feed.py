@@ -79,6 +79,7 @@ class TextFeed:
         self.since_s: float | None = None
         self.pending_s: float | None = None  # when the buffered text began to come (module docstring)
         self.appended_s = 0.0  # the latest append
+        self.blank = False  # whitespace was appended since the last flush or restart, and nothing else
         self.letters = False  # the text since `since_s` had a letter or digit
         self.emoji = False  # it had an emoji (and no letter or digit)
         self.tail_timer: asyncio.TimerHandle | None = None
@@ -113,6 +114,8 @@ class TextFeed:
         now = self.appended_s = time.monotonic()
         if self.since_s is None and text.strip():
             self.since_s = now
+        elif text and not text.strip():
+            self.blank = True
             self.letters = self.emoji = False
         if not self.letters:
             self.letters = is_speakable(text)
@@ -183,7 +186,7 @@ class TextFeed:
         """Everything buffered as items, the `since_s` they count from and their `ready_s`;
         what follows starts anew (a new first clause, a new `since_s`)."""
         self.cancel_timer()
-        since, self.since_s = self.since_s, None
+        since, self.since_s, self.blank = self.since_s, None, False
         ready_s, self.pending_s = self._ready_s(), None
         return self.text.flush(), since, ready_s
 
@@ -199,6 +202,7 @@ class TextFeed:
         self.cancel_timer()
         self.text.restart()
         self.since_s = self.pending_s = None
+        self.blank = False
 
     def cancel_timer(self) -> None:
         """Cancel the tail timer and the pace timer."""

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from tests.conftest import LiveServer
-from tests.gateway.test_realtime import collect_utterance, events_until_quiet, open_session, recv_event
+from tests.gateway.test_realtime import (
+    collect_utterance, events_until_done, events_until_quiet, open_session, recv_event, speak)
 
 LONG = " ".join(f"This is sentence number {i} of a long text." for i in range(30))
 
@@ -104,3 +105,61 @@ def test_a_cancel_with_nothing_started_sends_nothing(server: LiveServer) -> None
         assert events[0]["type"] == "audio.start" and events[-1]["cancelled"] is False
         ws.send(json.dumps({"type": "response.cancel"}))  # after its utterance.done: nothing left
         assert events_until_quiet(ws, 1.0) == []
+
+
+TURNS = ["Hi there.", "I can help with that.", "Ok.", "Here is the first step you should take.", "Then the second."]
+
+
+def test_each_flushed_turn_is_an_utterance_of_its_own(server: LiveServer) -> None:
+    """Turns flushed while the first still speaks were once one utterance after it (a new
+    user's trial: five flushes, two `utterance.done`): each is its own, in order."""
+    with open_session(server) as ws:
+        for turn in TURNS:
+            ws.send(json.dumps({"type": "text.append", "text": turn}))
+            ws.send(json.dumps({"type": "text.flush"}))
+        dones = []
+        for _ in TURNS:
+            events, audio = collect_utterance(ws)
+            assert events[0]["type"] == "audio.start" and events[-1]["type"] == "utterance.done", events
+            assert events[0]["utterance_id"] == events[-1]["utterance_id"] and audio
+            dones.append(events[-1])
+        assert events_until_quiet(ws, 1.0) == []
+    assert [done["text"] for done in dones] == TURNS
+    assert all(done["cancelled"] is False and done["error"] is None for done in dones)
+    assert len({done["utterance_id"] for done in dones}) == len(TURNS)
+    assert server.wait_idle() == 0
+
+
+def test_a_cancel_ends_every_turn_waiting(server: LiveServer) -> None:
+    """One speaking, one flushed after it, one open: three `utterance.done`, all cancelled."""
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": LONG}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        start = recv_event(ws)
+        assert start["type"] == "audio.start"
+        for message in ({"type": "text.append", "text": "The second turn."}, {"type": "text.flush"},
+                        {"type": "text.append", "text": "The third turn"}, {"type": "response.cancel"}):
+            ws.send(json.dumps(message))
+        dones = [e for e in events_until_done(ws, 3) if e["type"] == "utterance.done"]
+        assert len(dones) == 3 and all(done["cancelled"] is True for done in dones), dones
+        assert dones[0]["utterance_id"] == start["utterance_id"] and dones[0]["audio_ms"] > 0
+        assert [done["audio_ms"] for done in dones[1:]] == [0, 0]
+    assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize("blank", ["   ", "\n\n", "\t"])
+def test_a_turn_of_whitespace_gets_an_error_at_its_flush(server: LiveServer, blank: str) -> None:
+    """It once got nothing at all, and a client waiting for its turn's end waited for ever."""
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": blank}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        event = recv_event(ws, timeout=10)
+        assert event["type"] == "error", event
+        assert (event["error"]["code"], event["error"]["field"]) == ("invalid_input", "text")
+        assert event["error"]["message"] == "text is empty: this turn's appends were all whitespace"
+        ws.send(json.dumps({"type": "text.flush"}))  # a flush with nothing appended: nothing
+        ws.send(json.dumps({"type": "text.append", "text": ""}))  # an empty append: nothing either
+        ws.send(json.dumps({"type": "text.flush"}))
+        assert events_until_quiet(ws, 1.0) == []
+        events, _ = speak(ws, "Then words.")
+        assert events[-1]["type"] == "utterance.done" and events[-1]["text"] == "Then words."
