@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 DEFAULT_SAMPLE_RATE = 24000
 SESSION_FIELDS = ("model", "voice", "speed", "sample_rate", "format", "timings", *TEXT_FIELDS)
+# What `session.created` / `session.updated` also show, which follows from the fields above:
+# a session.update may send it back (the session it was given) as long as it still holds.
+READ_ONLY_FIELDS = ("language",)
 # Each client event's fields besides "type"; any other refuses the whole event, as an
 # unknown `session` field refuses a session.update.
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -161,7 +164,7 @@ class Session(SessionText):
     async def update(self, session: Any) -> None:
         if not isinstance(session, dict):
             raise InvalidInput("session must be an object", field="session")
-        unknown = sorted(set(session) - set(SESSION_FIELDS))
+        unknown = sorted(set(session) - set(SESSION_FIELDS) - set(READ_ONLY_FIELDS))
         if unknown:
             raise InvalidInput(f"unknown session field {unknown[0]!r}; fields: {', '.join(SESSION_FIELDS)}",
                                field=f"session.{unknown[0]}")
@@ -171,7 +174,7 @@ class Session(SessionText):
         if fmt != "pcm16":
             raise InvalidInput(f"format must be 'pcm16', got {fmt!r}", field="session.format")
         rate = _field(session, "sample_rate", self.sample_rate, DEFAULT_SAMPLE_RATE)
-        if rate not in SAMPLE_RATES:
+        if rate not in SAMPLE_RATES or isinstance(rate, bool):
             raise InvalidInput(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}",
                                field="session.sample_rate")
         if session.get("speed") is not None:
@@ -193,9 +196,14 @@ class Session(SessionText):
         except EngineError as error:
             error.field = f"session.{error.field}" if error.field else "session"
             raise
-        options = await speech_options(self.state, choice, {**self._text_fields(), **session}, prefix="session.")
+        settable = {key: value for key, value in session.items() if key not in READ_ONLY_FIELDS}
+        options = await speech_options(self.state, choice, {**self._text_fields(), **settable}, prefix="session.")
+        language = session.get("language")
+        if language is not None and language != options.language:
+            raise InvalidInput(f"language follows the model and voice ({options.language!r} with these); it cannot "
+                               "be set: leave it out", field="session.language")
         # Applies from the next utterance (text options: to text not yet cut into segments).
-        self.choice, self.sample_rate, self.timings = choice, rate, timings
+        self.choice, self.sample_rate, self.timings = choice, int(rate), timings  # (24000.0 is 24000)
         self.feed.options = options
         await self.send({"type": "session.updated", "session": self.describe()})
 

@@ -280,3 +280,25 @@ def test_a_default_voice_the_model_lacks_falls_back_as_rest_does(tmp_path: Any) 
             events, audio = collect_utterance(ws)
         assert events[-1]["type"] == "utterance.done" and not events[-1].get("error"), events[-1]
         assert len(audio) > 0
+
+
+def test_the_session_it_was_given_can_be_sent_back(server: LiveServer) -> None:
+    """`session.created` shows `language`, which session.update refused as unknown (a new
+    user's trial): it may come back while it holds, and another one says it cannot be set."""
+    with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
+        session = recv_event(ws)["session"]
+        assert "language" in session
+        ws.send(json.dumps({"type": "session.update", "session": {**session, "speed": 1.25}}))
+        updated = recv_event(ws)
+        assert updated["type"] == "session.updated" and updated["session"] == {**session, "speed": 1.25}, updated
+        ws.send(json.dumps({"type": "session.update", "session": {"language": "xx", "speed": 1.5}}))
+        error = recv_event(ws)
+        assert error["type"] == "error" and error["error"]["field"] == "session.language", error
+        assert error["error"]["message"].startswith(f"language follows the model and voice ({session['language']!r}")
+        ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 16000.0}}))
+        rate = recv_event(ws)["session"]["sample_rate"]
+        assert rate == 16000 and isinstance(rate, int)  # as it is used: not echoed back as 16000.0
+        ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": True}}))
+        assert recv_event(ws)["error"]["field"] == "session.sample_rate"
+        ws.send(json.dumps({"type": "session.update", "session": {}}))
+        assert recv_event(ws)["session"]["speed"] == 1.25  # the refused update changed nothing
