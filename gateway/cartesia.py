@@ -164,8 +164,9 @@ class CartesiaSocket(VendorSocket):
             raise InvalidInput("transcript must be a string", field="transcript")
         ending, flush, add = (not flag(message, "continue"), flag(message, "flush"), flag(message, "add_timestamps"))
         delay = message.get("max_buffer_delay_ms")  # 0: speak what arrives at once
-        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))):
-            raise InvalidInput("max_buffer_delay_ms must be a number", field="max_buffer_delay_ms")
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0):
+            raise InvalidInput("max_buffer_delay_ms must be a number >= 0 (0: speak text as it comes)",
+                               field="max_buffer_delay_ms")
         if context is not None and context.failed:  # its `error` said `done: true`
             await self._after_failure(context, transcript, ending=ending)
             return
@@ -212,6 +213,8 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]
     data = await read_json(request, state.settings.max_body_bytes)
     if "transcript" not in data:
         raise InvalidInput("transcript is required", field="transcript")
+    for name in ("add_timestamps", "flush"):  # yes/no fields, checked as the WebSocket checks them
+        flag(data, name)
     fmt = cartesia_format(data.get("output_format"))
     choice = await choose(state, data)
     pieces = await start_speech(state, choice, data["transcript"], fmt, source="cartesia", field="transcript")

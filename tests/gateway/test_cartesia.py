@@ -129,6 +129,7 @@ def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
     ('{"context_id": "c", "transcript": "hi", "flush": 1}', "invalid_input", "flush"),
     ('{"context_id": "c", "cancel": "yes"}', "invalid_input", "cancel"),
     ('{"context_id": "c", "transcript": "hi", "max_buffer_delay_ms": "0"}', "invalid_input", "max_buffer_delay_ms"),
+    ('{"context_id": "c", "transcript": "hi", "max_buffer_delay_ms": -100}', "invalid_input", "max_buffer_delay_ms"),
     ('{"context_id": "' + "x" * 257 + '", "transcript": "hi"}', "invalid_input", "context_id"),
     ("[]", "invalid_json", None),
 ])
@@ -181,6 +182,8 @@ def test_tts_sse_events(client: httpx.Client) -> None:
     ({"transcript": "hi", "model_id": "missing", "output_format": BASE["output_format"]}, 404, "model_id"),
     ({"transcript": "hi", "generation_config": "x", "output_format": BASE["output_format"]}, 400, "generation_config"),
     ({"transcript": "hi", "output_format": {"container": "ogg"}}, 400, "output_format.container"),
+    ({"transcript": "hi", "add_timestamps": "yes", "output_format": BASE["output_format"]}, 400, "add_timestamps"),
+    ({"transcript": "hi", "flush": "maybe", "output_format": BASE["output_format"]}, 400, "flush"),
 ])
 def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], status: int, field: str) -> None:
     for path in ("/tts/bytes", "/tts/sse"):
