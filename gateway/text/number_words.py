@@ -23,9 +23,16 @@ DECADE_YEARS = r"1[1-9]\d0|20\d0"  # a year that names a decade with an `s` afte
 SIGN = r"(?P<sign>(?<![^\s(\[])[-−])?"
 
 
+def ungrouped(words: str) -> str:
+    """num2words' English words without the commas it puts between a number's groups ("one
+    million, two hundred thousand"): a number is read without a pause in it, and a streamed
+    utterance's first clause must not end inside one (gateway/text/stream.py cuts at commas)."""
+    return words.replace(",", "")
+
+
 def cardinal(value: Decimal | int, lang: str) -> str:
-    """`Decimal("2.5")` -> "two point five" (num2words, in `lang`)."""
-    return str(num2words(value, lang=language.number_language(lang)))
+    """`Decimal("2.5")` -> "two point five" (num2words, in `lang`; `ungrouped`)."""
+    return ungrouped(str(num2words(value, lang=language.number_language(lang))))
 
 
 @lru_cache(maxsize=64)
@@ -54,7 +61,7 @@ def signed(words: str, sign: str | None, lang: str) -> str:
 def ordinal(value: int, lang: str) -> str:
     """`3` -> "third"; the cardinal where num2words has no ordinals for `lang`."""
     try:
-        return str(num2words(value, lang=language.number_language(lang), to="ordinal"))
+        return ungrouped(str(num2words(value, lang=language.number_language(lang), to="ordinal")))
     except NotImplementedError:
         return cardinal(value, lang)
 
@@ -62,7 +69,7 @@ def ordinal(value: int, lang: str) -> str:
 def year(value: int, lang: str) -> str:
     """`1999` -> "nineteen ninety-nine" where `lang` reads years so, else the cardinal."""
     if language.base(lang) in YEAR_LANGUAGES:
-        return str(num2words(value, lang=language.number_language(lang), to="year"))
+        return ungrouped(str(num2words(value, lang=language.number_language(lang), to="year")))
     return cardinal(value, lang)
 
 

@@ -148,7 +148,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         return f" {english_plural(year(value, lang) if value >= 100 else cardinal(value, lang))} "
 
     def ordinal_number(m: re.Match[str]) -> str:
-        return f' {ordinal(int(m["n"]), lang)} '
+        return f' {ordinal(int(m["n"].replace(",", "")), lang)} '
 
     def number_range(m: re.Match[str]) -> str:
         return f" {cardinal(number(m['a']), lang)} to {cardinal(number(m['b']), lang)} "
@@ -197,7 +197,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
                        rf"(?P<y>{DECADE_YEARS}|[1-9]0|1,?000|100)(?:s['’]?|['’]s)(?!\w)", decade))
     passes.append(quantities.seconds(lang))
     if base in ORDINAL_SUFFIXES:
-        passes.append((rf"(?<![\w.])(?P<n>\d+)(?:{ORDINAL_SUFFIXES[base]})(?!\w)", ordinal_number))
+        grouped = r"\d{1,3}(?:,\d{3})+|" if base == "en" else ""  # "1,234,567th" (English groups by commas)
+        passes.append((rf"(?<![\w.])(?<!\d,)(?P<n>{grouped}\d+)(?:{ORDINAL_SUFFIXES[base]})(?!\w)", ordinal_number))
     if base == "en":
         passes.append((r"(?<![\w.,-])(?P<a>\d+)\s?[-–]\s?(?P<b>\d+)(?![\d-]|[.,]\d)", number_range))
         passes.append((r"#(?P<n>\d+)\b", hashed))

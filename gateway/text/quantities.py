@@ -43,7 +43,7 @@ from num2words import CONVERTER_CLASSES, num2words
 from gateway.text import language
 from gateway.text.number_words import (
     DECADE_YEARS, SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
-    signed,
+    signed, ungrouped,
 )
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
@@ -118,7 +118,9 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
         if amount < 1 and cents == cents.to_integral_value() and len(forms) > 1 and forms[1]:
             return f"{cardinal(int(cents), lang)} {converter.pluralize(int(cents), forms[1])}"  # not "zero dollars"
         try:
-            return str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
+            words = str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
+            amount_words, comma, cents = words.rpartition(",")  # "..., fifty-six cents": the one pause kept
+            return f"{ungrouped(amount_words)},{cents}" if comma else words
         except (NotImplementedError, KeyError):
             pass
     whole = int(amount) if amount == amount.to_integral_value() else None

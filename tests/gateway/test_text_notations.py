@@ -205,3 +205,22 @@ def test_the_new_notations_read_the_same_in_pieces(text: str) -> None:
             at += size
         out += stream.flush()
         assert out == whole
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("We have 1,250,000 users now.", "We have one million two hundred and fifty thousand users now."),
+    ("It costs $1,234.56.", "It costs one thousand two hundred and thirty-four dollars, fifty-six cents."),
+    ("The 1,234,567th visitor.", "The one million two hundred and thirty-four thousand five hundred and "
+                                 "sixty-seventh visitor."),
+    ("He came 1st,2nd,3rd.", "He came first, second, third."),
+])
+def test_a_number_is_read_without_commas_inside_it(text: str, expected: str) -> None:
+    """num2words' "one million, two hundred ..." made a streamed first clause end inside the
+    number (a pause after "million,"), and "1,234,567th" was read as "one thousand ..., ... seventh"."""
+    assert spoken(text) == expected
+
+
+def test_a_streamed_first_clause_does_not_end_inside_a_number() -> None:
+    stream = TextStream(EN, 24, 12, field="text")  # /v1/realtime's first clause
+    segments = [*stream.append("We have 1,250,000 users now, and more."), *stream.flush()]
+    assert segments[0].startswith("We have one million two hundred and fifty thousand")
