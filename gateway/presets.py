@@ -19,7 +19,7 @@ from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.clone_voices import check_preset_voice, is_base, store
 from gateway.references import check_name
-from gateway.voices import check_speed, unknown_default_model
+from gateway.voices import check_speed, model_alias, unknown_default_model
 from models import FamilyUnavailable, family
 
 _FIELDS = {"name", "model", "voice", "speed", "settings"}
@@ -50,10 +50,12 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
     model_id = data.get("model", state.settings.default_model)
     if not isinstance(model_id, str):
         raise InvalidInput("model must be a string (a model id)", field="model")
+    asked, model_id = model_id, model_alias(model_id, state.settings.default_model)  # tts-1: the default model
     record = await state.library.get_model(model_id)
     if record is None:
-        if "model" not in data:
-            raise unknown_default_model(model_id, ", ".join(m["id"] for m in await state.library.list_models()))
+        if "model" not in data or asked != model_id:
+            raise unknown_default_model(model_id, ", ".join(m["id"] for m in await state.library.list_models()),
+                                        asked if asked != model_id else None)
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     voices = await state.library.voices(model_id)
     if name in voices:

@@ -39,6 +39,7 @@ from gateway.projects_text import MAX_PASSAGE_CHARS, split_passages
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
 from gateway.text import check_input, says_something
+from gateway.voices import model_alias
 
 MAX_IMPORT_BYTES = 4 * 1024 * 1024  # a book chapter as JSON
 MAX_PAUSE_MS = 10_000.0
@@ -179,6 +180,7 @@ async def _installed_model(state: AppState, model_id: object) -> str:
     """`model_id` if it names an installed model; InvalidInput or UnknownModel naming `model`."""
     if not isinstance(model_id, str):
         raise InvalidInput("model must be a string (a model id)", field="model")
+    model_id = model_alias(model_id, state.settings.default_model)  # tts-1: the default model, as in speech
     if await state.library.get_model(model_id) is None:
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     return model_id

@@ -53,7 +53,7 @@ from gateway.realtime import SAMPLE_RATES
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
 from gateway.text import check_input
-from gateway.voices import check_speed
+from gateway.voices import check_speed, model_alias
 
 MAX_TAKE_AUDIO_BYTES = 64 * 1024 * 1024  # PCM16: about 23 minutes at 24 kHz
 MAX_TAKE_JSON_BYTES = 8 * 1024 * 1024  # base64 audio of ~2 minutes at 24 kHz; larger: send audio/pcm
@@ -231,6 +231,7 @@ async def _validated(state: AppState, data: dict[str, Any], fields: frozenset[st
     model_id = data.get("model")
     if not isinstance(model_id, str) or not model_id:
         raise InvalidInput("model is required: the id of the model that spoke the take", field="model")
+    model_id = model_alias(model_id, state.settings.default_model)  # tts-1: the default model, as in speech
     if await state.library.get_model(model_id) is None:
         raise UnknownModel(f"unknown model {model_id[:80]!r}", field="model")
     assert isinstance(text, str)

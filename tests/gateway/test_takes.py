@@ -145,3 +145,19 @@ def test_stats_has_engine_state_and_recent_utterances(client: httpx.Client) -> N
     assert client.get("/v1/stats", params={"since": stats["time"]}).json()["recent"] == []
     response = client.get("/v1/stats", params={"since": "soon"})
     assert response.status_code == 400 and response.json()["error"]["field"] == "since"
+
+
+def test_openai_model_names_mean_the_default_model_here_too(client: httpx.Client) -> None:
+    """A take, a preset and a project with `model: tts-1` were a 404 though speech, load and
+    unload read it as default_model (a new user's trial)."""
+    take = client.post("/v1/takes", json=take_body(model="tts-1"))
+    assert take.status_code == 201 and take.json()["model"] == "piper-joe", take.text
+    assert client.delete(f"/v1/takes/{take.json()['id']}").status_code == 204
+    preset = client.post("/v1/presets", json={"name": "Openai named", "model": "gpt-4o-mini-tts-2025-12-15"})
+    assert preset.status_code == 201 and preset.json()["model"] == "piper-joe", preset.text
+    assert client.delete("/v1/presets/Openai named").status_code == 204
+    project = client.post("/v1/projects", json={"name": "Openai named", "model": "tts-1-hd"})
+    assert project.status_code == 201 and project.json()["model"] == "piper-joe", project.text
+    assert client.delete(f"/v1/projects/{project.json()['id']}").status_code == 204
+    missing = client.post("/v1/presets", json={"name": "Nope", "model": "tts-2"})
+    assert missing.status_code == 404 and missing.json()["error"]["message"] == "unknown model 'tts-2'"
