@@ -109,6 +109,11 @@ async def create_preset(request: Request) -> JSONResponse:
     if await store(state).get(preset["name"]) is not None:  # the preset would hide that reference voice
         raise ApiError(409, "name_taken", f"a reference voice is named {preset['name']!r}; choose another name",
                        field="name")
+    twin = next((p["name"] for p in await state.library.list_presets()
+                 if p["name"] != preset["name"] and p["name"].casefold() == preset["name"].casefold()), None)
+    if twin is not None:  # one name would stand for two in lists and pickers
+        raise ApiError(409, "preset_exists", f"a preset named {twin!r} exists (names differ only in case); "
+                       "choose another name, or change that one", field="name")
     if not await state.library.put_preset(**preset, create=True):
         raise ApiError(409, "preset_exists", f"a preset named {preset['name']!r} exists", field="name")
     saved = await state.library.get_preset(preset["name"]) or {}

@@ -51,7 +51,7 @@ MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0  # cloning needs a few seconds; the reference's frames lengthen every prompt
 MAX_TRANSCRIPT_CHARS = 1000
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}")  # fullmatch: no newline after it
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9 _.\-]{0,62}[A-Za-z0-9_.\-])?")  # fullmatch: no newline after it
 _FIELDS = {"name", "transcript", "audio"}
 
 
@@ -158,7 +158,7 @@ def check_name(name: object) -> str:
     """`name` if it is a valid reference-voice or preset name, else InvalidInput naming `name`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidInput("name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and "
-                           "'-', starting with a letter or digit", field="name")
+                           "'-', starting with a letter or digit and not ending with a space", field="name")
     return name
 
 

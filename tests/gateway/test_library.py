@@ -209,11 +209,11 @@ def test_presets_crud_and_survive_a_restart(tmp_path: Path) -> None:
             assert patched.json() == client.get("/v1/presets/Calm Joe").json()
             put = client.put("/v1/presets/Calm Joe", json={**preset, "speed": 1.1})
             assert put.status_code == 200 and put.json() == client.get("/v1/presets/Calm Joe").json()
-            for name in ("Zoë", "abc\n", " lead"):  # the message says what a name may hold
+            for name in ("Zoë", "abc\n", " lead", "trail "):  # the message says what a name may hold
                 refused = client.post("/v1/presets", json={**preset, "name": name})
                 assert refused.status_code == 400 and refused.json()["error"]["message"] == (
                     "name must be 1-64 characters of ASCII letters (A-Z, a-z), digits, space, '_', '.' and '-', "
-                    "starting with a letter or digit"), name
+                    "starting with a letter or digit and not ending with a space"), name
             temp = client.post("/v1/presets", json={**preset, "name": "temp"})
             assert temp.status_code == 201
             assert client.delete("/v1/presets/temp").status_code == 204

@@ -258,3 +258,18 @@ def test_a_qwen3_tts_model_type_is_read_once_per_change_of_its_config(tmp_path: 
     assert _model_type_at(tmp_path) is None
     config.unlink()
     assert _model_type_at(tmp_path) is None
+
+
+def test_preset_names_that_differ_only_in_case_are_refused(client: httpx.Client) -> None:
+    """"Bob", "bob" and "Bob " could all be created and listed side by side (a new user's trial)."""
+    assert client.post("/v1/presets", json={"name": "Bob"}).status_code == 201
+    try:
+        twin = client.post("/v1/presets", json={"name": "bob"})
+        assert twin.status_code == 409 and twin.json()["error"]["field"] == "name", twin.text
+        assert twin.json()["error"]["message"].startswith("a preset named 'Bob' exists (names differ only in case)")
+        trailing = client.post("/v1/presets", json={"name": "Bob "})
+        assert trailing.status_code == 400 and "not ending with a space" in trailing.json()["error"]["message"]
+        assert [p["name"] for p in client.get("/v1/presets").json()["data"] if p["name"].casefold() == "bob"] == ["Bob"]
+        assert client.put("/v1/presets/Bob", json={"speed": 1.1}).status_code == 200  # its own name: no twin
+    finally:
+        client.delete("/v1/presets/Bob")
