@@ -19,7 +19,7 @@ common (DESIGN.md §2):
   wait for the first clause to complete. Playback is assumed at 1x from the first piece
   unless the client reports positions, which are passed to the engine shifted by the
   audio before the current request. Each item keeps when its text came (`queue`'s
-  `ready_s`: the client's latest append, `TextFeed.appended_s`); the first audio of a
+  `ready_s`: the append that began it, `TextFeed`'s `ready_s`); the first audio of a
   request (or a pause's silence) is due no sooner than `ttfa_target_ms` after that, as an
   utterance's first audio is: a listener whose buffer ran dry waiting for the client's own
   late text has no stall counted for that wait (the engine's clock for that request
