@@ -199,7 +199,7 @@ def test_elevenlabs_text_that_comes_after_the_audio_ran_out_is_no_stall(late_tex
         first_s, audio_ms = None, 0.0
         while True:
             try:
-                message = json.loads(ws.recv(timeout=1.0 if first_s is not None else 30))
+                message = json.loads(ws.recv(timeout=2.0 if first_s is not None else 30))
             except TimeoutError:
                 break
             if message.get("audio"):
