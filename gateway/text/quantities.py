@@ -119,8 +119,8 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
             return f"{cardinal(int(cents), lang)} {converter.pluralize(int(cents), forms[1])}"  # not "zero dollars"
         try:
             words = str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
-            amount_words, comma, cents = words.rpartition(",")  # "..., fifty-six cents": the one pause kept
-            return f"{ungrouped(amount_words)},{cents}" if comma else words
+            amount_words, comma, cents_words = words.rpartition(",")  # "..., fifty-six cents": the one pause kept
+            return f"{ungrouped(amount_words)},{cents_words}" if comma else words
         except (NotImplementedError, KeyError):
             pass
     whole = int(amount) if amount == amount.to_integral_value() else None
