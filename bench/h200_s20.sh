@@ -3,6 +3,8 @@
 #   PART=sweep bash bench/h200_s20.sh -> $OUT/gpu_tests.log (the new tests), $OUT/skinny_bf16.json/.log (bf16 split-K tiles
 #     at 64 rows, bench/skinny_matmuls.py grid), $OUT/orpheus_decode_s20a.json/.log (B 1, 64: the fused attention with
 #     and without its first cache block read before the PDL wait; the 64-row step with the swept tiles)
+#     (as it ran for run s20a: its last command's fused_pdl_skinny mode and --skinny-tiles were removed after it, so
+#     that command no longer runs; the decode_matmuls.py modes since are in PART=final)
 #   PART=final bash bench/h200_s20.sh -> $OUT/gpu_tests.log (the decode path's GPU tests; TESTS_S=0: none),
 #     $OUT/orpheus_decode_$NAME.json/.log (NAME=s20; MODES, PROFILE: decode_matmuls.py's --modes, --profile-batches)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

@@ -30,9 +30,14 @@ def ungrouped(words: str) -> str:
     return words.replace(",", "")
 
 
+def _words(value: Decimal | int, lang: str, to: str = "cardinal") -> str:
+    """num2words' words for `value` in `lang` (`to`: cardinal, ordinal, year), `ungrouped`."""
+    return ungrouped(str(num2words(value, lang=language.number_language(lang), to=to)))
+
+
 def cardinal(value: Decimal | int, lang: str) -> str:
     """`Decimal("2.5")` -> "two point five" (num2words, in `lang`; `ungrouped`)."""
-    return ungrouped(str(num2words(value, lang=language.number_language(lang))))
+    return _words(value, lang)
 
 
 @lru_cache(maxsize=64)
@@ -61,7 +66,7 @@ def signed(words: str, sign: str | None, lang: str) -> str:
 def ordinal(value: int, lang: str) -> str:
     """`3` -> "third"; the cardinal where num2words has no ordinals for `lang`."""
     try:
-        return ungrouped(str(num2words(value, lang=language.number_language(lang), to="ordinal")))
+        return _words(value, lang, "ordinal")
     except NotImplementedError:
         return cardinal(value, lang)
 
@@ -69,7 +74,7 @@ def ordinal(value: int, lang: str) -> str:
 def year(value: int, lang: str) -> str:
     """`1999` -> "nineteen ninety-nine" where `lang` reads years so, else the cardinal."""
     if language.base(lang) in YEAR_LANGUAGES:
-        return ungrouped(str(num2words(value, lang=language.number_language(lang), to="year")))
+        return _words(value, lang, "year")
     return cardinal(value, lang)
 
 

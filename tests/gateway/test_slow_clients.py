@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import LiveServer, run_server, server_log
 
@@ -51,19 +51,25 @@ SOCKETS = [  # (path, the messages that start a long answer): ours and the vendo
 ]
 
 
+def speak_until_given_up(server: LiveServer, ws: ClientConnection, messages: list[dict[str, object]]) -> None:
+    """Send `messages` (a long answer), wait until it is being spoken, then until the server gives
+    up on the client that reads none of it (its request cancelled)."""
+    for message in messages:
+        ws.send(json.dumps(message))
+    deadline = time.monotonic() + 60
+    while server.app_state.engine.num_requests() == 0:  # speaking
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert server.wait_idle(60) == 0
+
+
 @pytest.mark.parametrize("path, messages", SOCKETS, ids=["realtime", "elevenlabs", "cartesia"])
 def test_a_websocket_client_that_stops_reading_is_closed_with_a_reason(strict: LiveServer, path: str,
                                                                         messages: list[dict[str, object]]) -> None:
     sock = small_socket(strict)
     # max_queue=1: the client library stops reading the socket once one message waits unread.
     with connect(f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}{path}", sock=sock, max_queue=1) as ws:
-        for message in messages:
-            ws.send(json.dumps(message))
-        deadline = time.monotonic() + 60
-        while strict.app_state.engine.num_requests() == 0:  # speaking
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert strict.wait_idle(60) == 0  # ... then the server gives up on us, and cancels the request
+        speak_until_given_up(strict, ws, messages)  # ... then the server gives up on us, and cancels the request
         with pytest.raises(ConnectionClosed) as closed:  # reading again at once: the audio, then why
             while True:
                 ws.recv(timeout=30)
@@ -82,13 +88,7 @@ def test_a_slow_client_that_leaves_while_its_close_frame_waits_is_no_server_erro
     url = f"ws://127.0.0.1:{strict.url.rsplit(':', 1)[1]}{path}"
     with server_log() as records, caplog.at_level("INFO", logger="gateway.connection"), \
             contextlib.suppress(OSError, ConnectionClosed), connect(url, sock=sock, max_queue=1) as ws:
-        for message in messages:
-            ws.send(json.dumps(message))
-        deadline = time.monotonic() + 60
-        while strict.app_state.engine.num_requests() == 0:  # speaking
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert strict.wait_idle(60) == 0  # the server gave up on us: its close frame now waits (CLOSE_FRAME_S)
+        speak_until_given_up(strict, ws, messages)  # the server gave up on us: its close frame now waits
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # ... and we leave without
         sock.shutdown(socket.SHUT_RDWR)  # reading it, as a process that exits: a reset, the unread data dropped
         sock.close()
