@@ -157,9 +157,10 @@ class KeyCheck:
             upload = content_type == "multipart/form-data" and MULTIPART_UPLOADS.match(scope["path"]) is not None
             if content_type in SIMPLE_CONTENT_TYPES and not upload:
                 await deny(scope, receive, send, 415, "unsupported_media_type",
-                           f"POST needs Content-Type: application/json, or multipart/form-data on upload routes (got "
-                           f"{content_type or 'none'!r}): without an API key, the types any web page may send "
-                           "cross-site are refused on every route",
+                           f"Content-Type {content_type or 'none'!r} is refused on a POST without an API key: any web "
+                           "page may send it cross-site (text/plain, application/x-www-form-urlencoded, and "
+                           "multipart/form-data but on upload routes); send the route's own type, e.g. "
+                           "application/json",
                            "Content-Type")
                 return
         if key is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import shutil
 import socket
@@ -66,13 +67,11 @@ def config_models_problem(settings: Settings) -> str | None:
     return None
 
 
-def default_model_problem(settings: Settings, installed: list[str], source: str | None) -> str | None:
-    """Why `default_model` cannot serve the requests that name no model (or an OpenAI model name):
-    it is neither installed nor registered at start (a `[[models]]` entry, the embedded voice), in
-    one line naming the setting, where it was set (`source`; None: its default) and the models
-    there are; None when it can."""
+def available_models(settings: Settings, installed: list[str]) -> set[str]:
+    """The models a server on `settings` will have: `installed` (the library's), the `[[models]]`
+    entries and the embedded voice (registered at start when its package is installed, gateway/app.py)."""
     available = set(installed) | {str(entry["id"]) for entry in settings.models}
-    try:  # the embedded voice is registered at start when its package is installed (gateway/app.py)
+    try:
         from gateway.app import EMBEDDED_MODEL
         from models.piper import embedded_model_path
 
@@ -80,6 +79,26 @@ def default_model_problem(settings: Settings, installed: list[str], source: str 
         available.add(EMBEDDED_MODEL["id"])
     except ImportError:
         pass
+    return available
+
+
+def preload_problem(settings: Settings, installed: list[str], source: str | None) -> str | None:
+    """Why `preload_models` cannot be loaded at start (a model that is not there), in one line naming
+    the setting and where it was set; None when every one is there."""
+    available = available_models(settings, installed)
+    missing = [model_id for model_id in settings.preload_models if model_id not in available]
+    if not missing:
+        return None
+    return (f"preload_models names {', '.join(map(repr, missing))} (from {source or 'preload_models'}), not installed; "
+            f"installed models: {', '.join(sorted(available)) or 'none'}")
+
+
+def default_model_problem(settings: Settings, installed: list[str], source: str | None) -> str | None:
+    """Why `default_model` cannot serve the requests that name no model (or an OpenAI model name):
+    it is neither installed nor registered at start (a `[[models]]` entry, the embedded voice), in
+    one line naming the setting, where it was set (`source`; None: its default) and the models
+    there are; None when it can."""
+    available = available_models(settings, installed)
     if settings.default_model in available:
         return None
     where = f"from {source}" if source else "its default"
@@ -131,21 +150,28 @@ def serve(args: argparse.Namespace) -> int:
         with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((settings.host, settings.port))
-    except OSError as error:
-        print(f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}; "
-              "pass --port or set VOXGATE_PORT", file=sys.stderr)
+    except OSError as error:  # (socket.gaierror for a host name that does not resolve)
+        fix = "pass --port or set VOXGATE_PORT" if error.errno in (errno.EADDRINUSE, errno.EACCES) else \
+            "pass --host or set VOXGATE_HOST"
+        print(f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}; {fix}", file=sys.stderr)
         return 2
     # A library that cannot be opened (LibraryUnavailable) stops the start here in one line, not in the lifespan's
     # traceback; and so does a default_model set to a model that is not there (every request without a model would
     # be a 404); left at its default (the embedded voice, not installed on this machine) it is a warning.
-    problem = default_model_problem(settings, asyncio.run(_model_ids(settings)), sources.get("default_model"))
+    installed = asyncio.run(_model_ids(settings))
+    problem = preload_problem(settings, installed, sources.get("preload_models"))
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    problem = default_model_problem(settings, installed, sources.get("default_model"))
     if problem and "default_model" in sources:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     if problem:
         print(f"warning: {problem}; requests without a model will be refused until then", file=sys.stderr)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    print(f"Voxgate on http://{settings.host}:{settings.port}  (data: {settings.data_dir})", flush=True)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host  # an IPv6 address (RFC 3986 host)
+    print(f"Voxgate on http://{host}:{settings.port}  (data: {settings.data_dir})", flush=True)
     server = Server(create_app(settings), settings)
     try:
         server.run()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from gateway.library import Library
 
 SCOPES = ("speech", "admin")
 KEY_PREFIX = "vxg_"
+MAX_NAME_CHARS = 100
 TOUCH_INTERVAL_S = 60.0  # last_used_at is written at most this often per key
 
 
@@ -70,12 +72,18 @@ class KeyStore:
     async def create(self, name: str, scopes: tuple[str, ...] = ("speech",), rate_limit: str | None = None,
                      max_concurrent: int | None = None) -> tuple[ApiKey, str]:
         """A new key and its secret text (shown once). ValueError for an unknown scope, an empty
-        name, or the name of an active key (a name must pick one key out, as `revoke` takes it)."""
+        name, one longer than `MAX_NAME_CHARS` or with control characters (`keys list` prints a
+        line a key, its fields between tabs), or the name of an active key (a name must pick one
+        key out, as `revoke` takes it)."""
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
             raise ValueError(f"scopes must be some of {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
         if not name.strip():
             raise ValueError("a key needs a name (who or what uses it)")
+        if len(name.strip()) > MAX_NAME_CHARS:
+            raise ValueError(f"a key's name has at most {MAX_NAME_CHARS} characters, got {len(name.strip())}")
+        if any(unicodedata.category(c) == "Cc" for c in name):
+            raise ValueError(f"a key's name may not contain control characters (tabs, line breaks), got {name!r}")
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError("max_concurrent must be >= 1")
         hex_id = uuid.uuid4().hex[:8]
@@ -142,7 +150,6 @@ def no_key_message(settings: Any) -> str:
     else:
         why = (f"Voxgate would listen on {settings.host}, beyond this machine, and no API key exists, so anyone "
                f"who reaches port {settings.port} could use and change this server")
-    return (f"{why}. Create a key first:\n"
-            f"  voxgate keys create NAME --scope speech --scope admin --data-dir {settings.data_dir}\n"
-            "and send it as `Authorization: Bearer <key>`; or, to serve without keys on purpose, set "
-            "auth = \"off\" (VOXGATE_AUTH=off).")
+    return (f"{why}. Create a key first (`voxgate keys create NAME --scope speech --scope admin --data-dir "
+            f"{settings.data_dir}`) and send it as `Authorization: Bearer <key>`; or, to serve without keys on "
+            "purpose, set auth = \"off\" (VOXGATE_AUTH=off).")

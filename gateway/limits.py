@@ -22,9 +22,12 @@ from gateway.keys import ApiKey
 def parse_rate(text: str) -> limits.RateLimitItem:
     """`"600/minute"` as a limits item; ValueError with the accepted form otherwise."""
     try:
-        return limits.parse(text)
+        item = limits.parse(text)
     except ValueError:
         raise ValueError(f"a rate limit looks like '600/minute' or '10/second', got {text!r}") from None
+    if item.amount < 1:  # (a key that could never make a request: revoke it instead)
+        raise ValueError(f"a rate limit allows at least one request a period, got {text!r}")
+    return item
 
 
 class Refused(Exception):

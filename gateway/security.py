@@ -10,7 +10,7 @@ ways stay open after CORS (which is off unless `cors_origins` is set):
 - **Cross-site WebSockets and writes**: browsers apply no CORS to WebSockets, and a form
   can POST anywhere. A WebSocket handshake and a write (POST, PUT, PATCH, DELETE) that
   carry an `Origin` must come from the server's own origin (the `Host` it was reached
-  at), `allowed_origins` or `cors_origins`; `Origin: null` (sandboxed pages, files)
+  at), `allowed_origins` or `cors_origins` (but for its `*`); `Origin: null` (sandboxed pages, files)
   never passes. Clients that are not browsers send no `Origin` and are not affected.
 
 Refusals are the API's JSON errors: 400 `invalid_host`, 403 `origin_not_allowed`; on a
@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import error_body
@@ -38,7 +38,11 @@ from gateway.settings import Settings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-EXPOSED_HEADERS = ("Retry-After", "X-Request-Id", "X-Voxgate-Model", "X-Voxgate-Voice", "X-Voxgate-Instructions")
+# The response headers a cross-origin page may read (CORS): every X-Voxgate-* header the API sends.
+EXPOSED_HEADERS = ("Retry-After", "X-Request-Id", "X-Voxgate-Model", "X-Voxgate-Voice", "X-Voxgate-Instructions",
+                   "X-Voxgate-Preset", "X-Voxgate-Speed", "X-Voxgate-Duration-Ms", "X-Voxgate-Gain-Db",
+                   "X-Voxgate-Loudness-Limited", "X-Voxgate-Measured-Lufs", "X-Voxgate-Pause-At-Ms",
+                   "X-Voxgate-Pause-Ms")
 
 
 def split_host(value: str) -> tuple[str, int | None] | None:
@@ -131,15 +135,34 @@ async def deny(scope: Scope, receive: Receive, send: Send, status: int, code: st
     await response(scope, receive, send)
 
 
+class JsonCORSMiddleware(CORSMiddleware):
+    """Starlette's CORSMiddleware whose refused preflight (400, "Disallowed CORS origin" and the
+    like, in plain text) is the API's JSON error, `cors_not_allowed` naming the header."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        text = bytes(response.body).decode()  # e.g. "Disallowed CORS origin, method"
+        failures = text.removeprefix("Disallowed CORS ").split(", ")
+        field = {"origin": "Origin", "method": "Access-Control-Request-Method", "headers": "Access-Control-Request-Headers",
+                 "private-network": "Access-Control-Request-Private-Network"}.get(failures[0], "Origin")
+        return JSONResponse(error_body("cors_not_allowed", f"{text} (the cors_origins setting)", field, 400), 400,
+                            headers={k: v for k, v in response.headers.items() if k.lower() != "content-length"
+                                     and k.lower() != "content-type"})
+
+
 def browser_middleware(settings: Settings) -> list[Middleware]:
-    """BrowserGuard, then CORS when `cors_origins` is set (outermost first)."""
+    """BrowserGuard, then CORS when `cors_origins` is set (outermost first). An origin listed in
+    `cors_origins` may also open WebSockets and write (a page allowed to call the API), but `*` there
+    only opens reads to every page: writes from any origin take `allowed_origins = ["*"]`."""
     hosts = list(settings.allowed_hosts)
     if settings.host not in ("0.0.0.0", "::", ""):
         hosts.append(settings.host)
-    origins = [*settings.allowed_origins, *settings.cors_origins]
+    origins = [*settings.allowed_origins, *(o for o in settings.cors_origins if o.strip() != "*")]
     middleware = [Middleware(BrowserGuard, allowed_hosts=hosts, allowed_origins=origins)]
     if settings.cors_origins:
         middleware.append(Middleware(
-            CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["*"],
+            JsonCORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["*"],
             allow_headers=["*"], expose_headers=list(EXPOSED_HEADERS), max_age=600))
     return middleware

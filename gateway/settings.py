@@ -37,7 +37,8 @@ _AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_
                "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
                "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
 _ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
-_AT_LEAST_1 = ("max_input_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent")
+_AT_LEAST_1 = ("max_input_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent", "max_waiting")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +107,15 @@ class Settings:
     memory_trim_idle_s: float = 1.0  # freed heap memory goes back to the OS after the engine idles this long (0: never)
 
     def __post_init__(self) -> None:
+        if not str(self.data_dir).strip():  # (Path("") is the current directory)
+            raise ValueError("data_dir must be a folder's path, got an empty one")
         # Absolute (from the current directory at start): the library stores paths under it, which
         # a command or server started from another directory must find.
         object.__setattr__(self, "data_dir", Path(os.path.abspath(Path(self.data_dir).expanduser())))
         object.__setattr__(self, "models", tuple(_absolute_paths(entry, Path.cwd()) for entry in self.models))
+        existing = next(p for p in (self.data_dir, *self.data_dir.parents) if p.exists())
+        if not existing.is_dir():  # (creating the folder would fail with FileExistsError / NotADirectoryError)
+            raise ValueError(f"data_dir must be a folder, and {str(existing)!r} is a file: {str(self.data_dir)!r}")
         for spec in dataclasses.fields(self):  # first: the checks below compare numbers, which NaN defeats
             value = getattr(self, spec.name)
             if spec.type == "float" and isinstance(value, (int, float)) and not _finite(value):
@@ -152,10 +158,8 @@ class Settings:
             raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
         if self.max_running < 1:
             raise ValueError(f"max_running must be >= 1, got {self.max_running}")
-        for name in ("max_waiting", "first_segment_chars"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0{' (0: off)' if name == 'first_segment_chars' else ''}, "
-                                 f"got {getattr(self, name)}")
+        if self.first_segment_chars < 0:
+            raise ValueError(f"first_segment_chars must be >= 0 (0: off), got {self.first_segment_chars}")
         if self.realtime_message_burst < 1:
             raise ValueError(f"realtime_message_burst must be >= 1, got {self.realtime_message_burst}")
         if self.cpu_workers < 0:
@@ -164,7 +168,12 @@ class Settings:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)
 
-        parse_rate(self.key_rate_limit)
+        try:
+            parse_rate(self.key_rate_limit)
+        except ValueError as error:
+            raise ValueError(f"key_rate_limit: {error}") from None
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
@@ -277,7 +286,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if name in _TUPLE_FIELDS:  # comma-separated in the environment
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
-        if not isinstance(value, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{source} must be a list of strings (or one comma-separated string), got {value!r}")
         return tuple(value)
     expected = {"int": (int,), "float": (int, float), "str": (str,), "Path": (str, Path)}.get(str(kind))
@@ -288,7 +297,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise ValueError(f"{source} must be {'an integer' if kind == 'int' else 'a number'}, "
                              f"got {value!r}") from None
     if expected is not None and (isinstance(value, bool) or not isinstance(value, expected)):
-        raise ValueError(f"{source} must be {'a string' if str in expected else 'a number'}, got {value!r}")
+        wanted = "a string" if str in expected else "an integer" if kind == "int" else "a number"
+        raise ValueError(f"{source} must be {wanted}, got {value!r}")
     return value
 
 
@@ -338,6 +348,6 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
         return Settings(**coerced)
     except (TypeError, ValueError) as error:
         # Checks in Settings name their setting first ("policy must be ..."): say where it was set.
-        name = str(error).split(" ", 1)[0]
+        name = str(error).split(" ", 1)[0].rstrip(":")
         where = f" (from {sources[name]})" if name in sources else ""
         raise ValueError(f"invalid settings: {error}{where}") from error

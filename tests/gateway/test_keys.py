@@ -69,6 +69,23 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
     assert main(["keys", "create", "x", "--rate-limit", "lots", "--data-dir", str(tmp_path)]) == 2
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rate-limit", "0/minute"], "error: a rate limit allows at least one request a period, got '0/minute'"),
+    (["--name", "tab\tname"], "error: a key's name may not contain control characters (tabs, line breaks), "
+                               "got 'tab\\tname'"),
+    (["--name", "x" * 101], "error: a key's name has at most 100 characters, got 101")])
+def test_a_key_that_could_never_be_used_or_listed_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              args: list[str], message: str) -> None:
+    """Found by a new-user trial: a rate of 0 made a key that every request was refused with
+    (429, forever), and a tab in a name broke `keys list`'s tab-separated lines."""
+    name = args[1] if args[0] == "--name" else "k"
+    options = [] if args[0] == "--name" else args
+    assert main(["keys", "create", name, *options, "--data-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert main(["keys", "list", "--data-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""
+
+
 def test_a_name_picks_out_one_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = ["--data-dir", str(tmp_path)]
     assert main(["keys", "create", "agent", *data]) == 0
@@ -104,6 +121,7 @@ def test_a_server_beyond_loopback_refuses_to_start_without_a_key(tmp_path: Path)
                              "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "voxgate keys create" in result.stderr and 'auth = "off"' in result.stderr
+    assert result.stderr.count("\n") == 1  # one line, as every refusal to start
     settings = load_settings(env={}, data_dir=tmp_path, auth="required")
     with pytest.raises(RuntimeError, match="voxgate keys create"):
         with local_client(create_app(settings)):

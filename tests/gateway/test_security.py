@@ -134,6 +134,30 @@ def test_cors_when_configured(tmp_path: Path) -> None:
             other = client.options("/v1/audio/speech", headers={
                 "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
             assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+            assert _error(other) == {"code": "cors_not_allowed", "field": "Origin", "param": "Origin",
+                                     "type": "invalid_request_error",
+                                     "message": "Disallowed CORS origin (the cors_origins setting)"}
+            spoken = client.post("/v1/audio/speech", json={"input": "Hi.", "response_format": "pcm", "speed": 1.5},
+                                 headers={"Origin": "https://app.example.org"})  # a listed origin may write
+            assert spoken.status_code == 200
+            exposed = {h.strip().lower() for h in spoken.headers["access-control-expose-headers"].split(",")}
+            sent = {h for h in spoken.headers if h.startswith("x-voxgate-")}
+            assert sent and sent <= exposed and {"x-voxgate-preset", "x-voxgate-speed"} <= exposed
+
+
+def test_cors_for_every_origin_opens_reads_not_writes(tmp_path: Path) -> None:
+    """`cors_origins = ["*"]` lets every page read; writes and WebSockets from any page take
+    `allowed_origins = ["*"]` (found by a new-user trial: `*` there had turned the Origin check off)."""
+    for live in run_server(tmp_path, cors_origins=["*"]):
+        with httpx.Client(base_url=live.url) as client:
+            read = client.get("/v1/models", headers={"Origin": "https://any.example"})
+            assert read.status_code == 200 and read.headers["access-control-allow-origin"] == "*"
+            write = client.post("/v1/presets", json={"name": "x"}, headers={"Origin": "https://any.example"})
+            assert write.status_code == 403 and _error(write)["code"] == "origin_not_allowed"
+            assert client.get("/v1/presets").json()["data"] == []
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"{live.ws_url}/v1/realtime", origin="https://any.example")  # type: ignore[arg-type]
+        assert refused.value.response.status_code == 403
 
 
 @pytest.mark.parametrize("path", JSON_POSTS)
@@ -244,3 +268,13 @@ def test_local_installs_only_under_the_roots_with_one_error(guarded: LiveServer,
 def test_local_installs_are_off_without_roots(client: httpx.Client, tmp_path: Path) -> None:
     response = client.post("/v1/library/install", json={"path": str(_voice(tmp_path / "v")), "family": "piper"})
     assert response.status_code == 403 and _error(response)["code"] == "local_install_disabled"
+
+
+def test_cors_exposes_every_response_header_the_api_sends() -> None:
+    """A page allowed by `cors_origins` reads the X-Voxgate-* headers the docs describe (a new-user
+    trial found X-Voxgate-Preset and X-Voxgate-Speed unreadable)."""
+    from gateway.security import EXPOSED_HEADERS
+
+    root = Path(__file__).resolve().parents[2] / "gateway"
+    sent = {m.lower() for path in root.rglob("*.py") for m in re.findall(r"X-Voxgate-[A-Za-z-]+", path.read_text())}
+    assert len(sent) >= 10 and sent <= {h.lower() for h in EXPOSED_HEADERS}

@@ -137,7 +137,7 @@ def test_devices_from_each_layer_and_bad_values_name_the_setting(tmp_path: Path,
     with pytest.raises(ValueError, match=r"devices in .*voxgate.toml must be a list of strings"):
         load_settings(config, env={})
     config.write_text("devices = [0, 1]\n")
-    with pytest.raises(ValueError, match=r"devices must name .* got 0 \(from devices in "):
+    with pytest.raises(ValueError, match=r"devices in .*voxgate.toml must be a list of strings .* got \[0, 1\]"):
         load_settings(config, env={})
     assert main(["serve", "--devices", "cuda:0,cuda:0", "--data-dir", str(tmp_path / "data"), "--port", "18766"]) == 2
     assert capsys.readouterr().err.strip() == ("error: invalid settings: devices names a device twice: "
@@ -252,7 +252,7 @@ def test_a_non_finite_model_option_is_refused_naming_it(raw: str, tmp_path: Path
 
 @pytest.mark.parametrize(("name", "bad", "message"), [
     ("max_running", "0", "max_running must be >= 1, got 0"),
-    ("max_waiting", "-1", "max_waiting must be >= 0, got -1"),
+    ("max_waiting", "-1", "max_waiting must be >= 1, got -1"),
     ("first_segment_chars", "-1", r"first_segment_chars must be >= 0 \(0: off\), got -1"),
     ("realtime_first_chars", "-1", "realtime_first_chars must be >= 0, got -1"),
     # (each was checked with another setting, and the message named both and neither's source)
@@ -337,3 +337,33 @@ def test_a_malformed_models_setting_is_named(tmp_path: Path, toml: str, message:
     config.write_text(toml)
     with pytest.raises(ValueError, match=message):
         load_settings(config, env={})
+
+
+def test_settings_a_new_user_got_wrong_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each was found by a new-user trial: a traceback at start (max_waiting 0, allowed_hosts of
+    numbers, a data_dir that is a file), a silent surprise (an empty data_dir is the current
+    directory, a rate of 0 that refuses every request) or a message naming no setting."""
+    cases = [({"VOXGATE_MAX_WAITING": "0"}, r"max_waiting must be >= 1, got 0 \(from VOXGATE_MAX_WAITING\)"),
+             ({"VOXGATE_KEY_RATE_LIMIT": "lots"}, r"key_rate_limit: a rate limit looks like '600/minute' or "
+                                                  r"'10/second', got 'lots' \(from VOXGATE_KEY_RATE_LIMIT\)"),
+             ({"VOXGATE_KEY_RATE_LIMIT": "0/minute"}, r"key_rate_limit: a rate limit allows at least one request"),
+             ({"VOXGATE_LOG_LEVEL": "LOUD"}, r"log_level must be one of debug, info, warning, error, critical, "
+                                             r"got 'LOUD' \(from VOXGATE_LOG_LEVEL\)"),
+             ({"VOXGATE_DATA_DIR": ""}, r"data_dir must be a folder's path, got an empty one"),
+             ({"VOXGATE_DATA_DIR": "/etc/passwd"}, r"data_dir must be a folder, and '/etc/passwd' is a file"),
+             ({"VOXGATE_DATA_DIR": "/etc/passwd/sub"}, r"data_dir must be a folder, and '/etc/passwd' is a file: "
+                                                   r"'/etc/passwd/sub'")]
+    for env, message in cases:
+        with pytest.raises(ValueError, match=rf"^invalid settings: {message}"):
+            load_settings(env=env)
+    assert load_settings(env={"VOXGATE_LOG_LEVEL": "WARNING"}).log_level == "WARNING"
+    config = tmp_path / "voxgate.toml"
+    for text, message in (("allowed_hosts = [1, 2]\n", r"allowed_hosts in .* must be a list of strings"),
+                          ("port = 18700.5\n", r"port in .* must be an integer, got 18700.5")):
+        config.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_settings(config, env={})
+    assert main(["models", "list", "--data-dir", "/etc/passwd"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: invalid settings: data_dir must be a folder, and '/etc/passwd' is a file: '/etc/passwd' "
+        "(from --data-dir)"]

@@ -169,3 +169,54 @@ def test_a_default_model_removed_while_serving_is_named_in_the_404(tmp_path: Pat
             assert named.status_code == 404 and named.json()["error"]["message"].startswith("unknown model 'joe2'")
     finally:
         next(live, None)
+
+
+def test_serve_refuses_to_preload_a_model_that_is_not_installed(tmp_path: Path, no_server: list[str],
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """As a default_model that is not there (a new-user trial got a server that started with only a
+    warning in its log); one that is there starts."""
+    data = ["--data-dir", str(tmp_path / "data"), "--port", "18773"]
+    monkeypatch.setenv("VOXGATE_PRELOAD_MODELS", "piper-joe,nope")
+    assert main(["serve", *data]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: preload_models names 'nope' (from VOXGATE_PRELOAD_MODELS), not installed; installed models: "
+        "piper-joe"]
+    monkeypatch.setenv("VOXGATE_PRELOAD_MODELS", "piper-joe")
+    assert main(["serve", *data]) == 0
+    assert no_server == ["run"]
+
+
+def test_serve_names_the_setting_to_change_when_it_cannot_listen(tmp_path: Path, no_server: list[str],
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A host that does not resolve is the host's fault, not the port's (a new-user trial was told
+    to pass --port); a port in use is the port's."""
+    import socket
+
+    data = ["--data-dir", str(tmp_path / "data")]
+    monkeypatch.setenv("VOXGATE_AUTH", "off")  # (else: no key, for a host beyond loopback)
+    assert main(["serve", "--host", "no-such-host.invalid", "--port", "18774", *data]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: cannot listen on no-such-host.invalid:18774: ") and \
+        error.endswith("; pass --host or set VOXGATE_HOST")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port), *data]) == 2
+    assert capsys.readouterr().err.strip().endswith("; pass --port or set VOXGATE_PORT")
+    assert no_server == []
+
+
+def test_serve_prints_an_ipv6_address_in_brackets(tmp_path: Path, no_server: list[str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    assert main(["serve", "--host", "::1", "--port", "18775", "--data-dir", str(tmp_path / "data")]) == 0
+    assert "Voxgate on http://[::1]:18775  (data: " in capsys.readouterr().out
