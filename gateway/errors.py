@@ -127,8 +127,15 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     return Response(status_code=400)
 
 
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """Any other exception: the API's JSON 500 (Starlette's own answer is plain text), from its
+    ServerErrorMiddleware, which then raises the exception on for the server's log."""
+    return JSONResponse(error_body("internal_error", f"the server failed on {request.method} {request.url.path}; "
+                                   "its log has the details", None, 500), 500)
+
+
 exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error,
-                      ClientDisconnect: _client_gone}
+                      ClientDisconnect: _client_gone, Exception: _server_error}
 
 
 async def read_json(request: Request, max_body_bytes: int, *, allow_empty: bool = False) -> dict[str, Any]:

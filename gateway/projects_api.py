@@ -24,6 +24,7 @@ Takes, edits, joins and the export are in gateway/projects_takes.py. Shapes: doc
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from typing import Any
@@ -70,6 +71,11 @@ async def existing_project(request: Request, store: ProjectStore) -> dict[str, A
     if project is None:
         raise ApiError(404, "project_not_found", f"no project {project_id!r}", field="project")
     return project
+
+
+async def _fresh(store: ProjectStore, project: dict[str, Any]) -> dict[str, Any]:
+    """`project` as stored now (after a change: its `updated_at`), or as it was if it is gone."""
+    return await store.get_project(project["id"]) or project
 
 
 async def existing_passage(request: Request, store: ProjectStore, project: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +265,7 @@ async def import_text(request: Request) -> JSONResponse:
         return JSONResponse({"object": "project.import_preview", "project_id": project["id"],
                              "num_passages": len(passages), "passages": passages})
     await store.insert_passages(project["id"], [p["text"] for p in passages], replace=bool(data.get("replace")))
-    return JSONResponse(await project_json(state, store, project), status_code=201)
+    return JSONResponse(await project_json(state, store, await _fresh(store, project)), status_code=201)
 
 
 # -- passages ------------------------------------------------------------------------------
@@ -279,7 +285,7 @@ async def add_passage(request: Request) -> JSONResponse:
         passage = await store.get_passage(project["id"], passage_id)
         assert passage is not None
         await store.update_passage(passage, {"speaker": speaker})
-    return JSONResponse(await project_json(state, store, project), status_code=201)
+    return JSONResponse(await project_json(state, store, await _fresh(store, project)), status_code=201)
 
 
 async def update_passage(request: Request) -> JSONResponse:
@@ -297,12 +303,15 @@ async def update_passage(request: Request) -> JSONResponse:
         changes["pause_ms"] = pause(data["pause_ms"], nullable=True)
     if "chosen_take" in data:
         take_id = data["chosen_take"]
-        take = await store.get_take(project["id"], take_id) if isinstance(take_id, str) else None
+        if not isinstance(take_id, str):
+            raise InvalidInput(f"chosen_take must be the id of one of the passage's takes, got {json.dumps(take_id)}",
+                               field="chosen_take")
+        take = await store.get_take(project["id"], take_id)
         if take is None or take["passage_id"] != passage["id"]:
             raise InvalidInput(f"passage {passage['id']!r} has no take {take_id!r}", field="chosen_take")
         changes["chosen_take"] = take_id
     await store.update_passage(passage, changes)
-    return JSONResponse(await project_json(state, store, project))
+    return JSONResponse(await project_json(state, store, await _fresh(store, project)))
 
 
 async def delete_passage(request: Request) -> Response:
@@ -327,7 +336,7 @@ async def split_passage(request: Request) -> JSONResponse:
         raise InvalidInput("both parts of a split need some text", field="at")
     await _text(state, project, head), await _text(state, project, tail)
     await store.split_passage(passage, head, tail)
-    return JSONResponse(await project_json(state, store, project))
+    return JSONResponse(await project_json(state, store, await _fresh(store, project)))
 
 
 async def merge_passage(request: Request) -> JSONResponse:
@@ -341,7 +350,7 @@ async def merge_passage(request: Request) -> JSONResponse:
                        field="passage")
     await _text(state, project, f"{passage['text']} {after[0]['text']}")
     await store.merge_passages(passage, after[0])
-    return JSONResponse(await project_json(state, store, project))
+    return JSONResponse(await project_json(state, store, await _fresh(store, project)))
 
 
 # -- generation ----------------------------------------------------------------------------

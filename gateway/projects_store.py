@@ -14,10 +14,14 @@ except deleting its passage or project, which the user asks for by name.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import shutil
 import time
 import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,23 @@ class ProjectStore:
     def __init__(self, library: Library, folder: Path) -> None:
         self.library = library
         self.folder = folder  # <data_dir>/projects
+        self._take_locks: dict[str, asyncio.Lock] = {}  # take id -> its lock, while anyone holds or awaits it
+        self._take_users: Counter[str] = Counter()
+
+    @contextlib.asynccontextmanager
+    async def editing(self, take_id: str) -> AsyncIterator[None]:
+        """Hold take `take_id` alone: its edits, undos and deletion run one after another (two at
+        once had read the same audio, written the same temporary file and lost one of the edits).
+        Read the take again inside: the one before may have changed it."""
+        lock = self._take_locks.setdefault(take_id, asyncio.Lock())
+        self._take_users[take_id] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._take_users[take_id] -= 1
+            if not self._take_users[take_id]:
+                del self._take_users[take_id], self._take_locks[take_id]
 
     @property
     def db(self) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from typing import Any
+from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -83,6 +84,17 @@ async def edit_take(request: Request) -> JSONResponse:
     unknown = set(data) - allowed[op]
     if unknown:
         raise InvalidInput(f"unknown field {min(unknown)!r} for {op}", field=min(unknown))
+    async with store.editing(take["id"]):  # edits of one take one after another, each on the one before
+        take = await _existing_take(request, store, project)
+        await _edit(store, take, op, data)
+    updated = await store.get_take(project["id"], take["id"])
+    passage = await store.get_passage(project["id"], take["passage_id"])
+    assert updated is not None
+    return JSONResponse(take_json(project, passage, updated))
+
+
+async def _edit(store: ProjectStore, take: dict[str, Any], op: str, data: dict[str, Any]) -> None:
+    """`op` (trim_silence, delete_range, undo) on `take`'s audio; ApiError 409 where it changes nothing."""
     if op == "undo":
         if not take["history"]:
             raise ApiError(409, "nothing_to_undo", f"take {take['id']!r} has no edit to undo", field="op")
@@ -104,17 +116,16 @@ async def edit_take(request: Request) -> JSONResponse:
         if len(edited) == len(pcm16):
             raise ApiError(409, "no_change", "that edit would not change the take", field="op")
         await store.replace_audio(take, rate, edited.astype("<i2").tobytes())
-    updated = await store.get_take(project["id"], take["id"])
-    passage = await store.get_passage(project["id"], take["passage_id"])
-    assert updated is not None
-    return JSONResponse(take_json(project, passage, updated))
 
 
 async def delete_take(request: Request) -> Response:
     _, store, _ = context(request)
     project = await existing_project(request, store)
     take = await _existing_take(request, store, project)
-    if not await store.delete_take(take):
+    async with store.editing(take["id"]):  # not under an edit
+        take = await _existing_take(request, store, project)
+        deleted = await store.delete_take(take)
+    if not deleted:
         raise ApiError(409, "take_chosen", f"take {take['id']!r} is its passage's chosen take; choose another "
                        "one first", field="take")
     return Response(status_code=204)
@@ -172,7 +183,10 @@ async def export(request: Request) -> Response:
             pieces.append(Piece(pause_ms=_pause_after(project, passage)))
     body, headers = await run_in_threadpool(_export, pieces, fmt, target)
     filename = re.sub(r"[^A-Za-z0-9_.-]+", "-", project["name"]).strip("-") or project["id"]
-    headers["Content-Disposition"] = f'attachment; filename="{filename}.{fmt}"'
+    disposition = f'attachment; filename="{filename}.{fmt}"'  # (ASCII: every client reads it)
+    if filename != project["name"]:  # the name itself too, for clients that read RFC 6266's filename*
+        disposition += f"; filename*=utf-8''{quote(project['name'] + '.' + fmt, safe='')}"
+    headers["Content-Disposition"] = disposition
     return Response(body, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 

@@ -294,3 +294,80 @@ def test_an_unknown_page_is_the_sites_404_for_browsers_and_json_for_clients(clie
     answer = client.get("/no/such/page")
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
     assert client.post("/no/such/page", json={}, headers=BROWSER).json()["error"]["code"] == "not_found"
+
+
+def test_edits_of_one_take_at_once_each_apply_in_turn(client: httpx.Client, server: LiveServer) -> None:
+    """Eight cuts sent together (a double-click in the editor does it): each is applied to the audio
+    the one before left, none is lost and none fails; then eight undos together undo all eight (a
+    new-user trial got 500s and 200s for cuts that were never applied)."""
+    import asyncio
+
+    pid = imported(client, new_project(client)["id"], "A passage long enough to cut a few times.")["id"]
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert wait_job(client, pid)["done"] == 1
+    take = client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"][0]
+    take_url = f"/v1/projects/{pid}/takes/{take['id']}"
+
+    async def together(body: dict[str, Any]) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as aclient:
+            return await asyncio.gather(*(aclient.post(f"{take_url}/edit", json=body) for _ in range(8)))
+
+    cuts = asyncio.run(together({"op": "delete_range", "start_ms": 100, "end_ms": 150}))
+    assert [r.status_code for r in cuts] == [200] * 8, [r.text for r in cuts if r.status_code != 200]
+    assert sorted(r.json()["num_edits"] for r in cuts) == list(range(1, 9))
+    cut = client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"][0]
+    assert cut["num_edits"] == 8 and cut["audio_ms"] == pytest.approx(take["audio_ms"] - 400, abs=1)
+    undos = asyncio.run(together({"op": "undo"}))
+    assert [r.status_code for r in undos] == [200] * 8
+    back = client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"][0]
+    assert back["num_edits"] == 0 and back["audio_ms"] == take["audio_ms"]
+    folder = server.settings.data_dir / "projects" / pid
+    assert [p.name for p in folder.iterdir()] == [f"{take['id']}-0.wav"]  # the edits' files are gone
+
+
+def test_a_failure_inside_a_route_is_a_json_500(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not Starlette's plain-text "Internal Server Error" (README: errors are always JSON)."""
+    from gateway.projects_store import ProjectStore
+
+    async def broken(self: ProjectStore) -> list[dict[str, Any]]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ProjectStore, "list_projects", broken)
+    response = client.get("/v1/projects")
+    assert response.status_code == 500 and response.headers["content-type"] == "application/json"
+    assert response.json()["error"] == {"code": "internal_error", "type": "server_error", "field": None,
+                                        "param": None, "message": "the server failed on GET /v1/projects; its log "
+                                                                  "has the details"}
+
+
+def test_a_change_answers_with_the_project_as_changed_and_a_unicode_name_exports_as_itself(
+        client: httpx.Client) -> None:
+    """Found by a new-user trial: adding or editing a passage answered the project's old
+    `updated_at`; an export of a project named in another script was named by its id only; and
+    `chosen_take: null` said "has no take None"."""
+    from urllib.parse import quote
+
+    project = new_project(client, name="☃ Schnee")
+    pid = project["id"]
+    time.sleep(0.01)
+    added = client.post(f"/v1/projects/{pid}/passages", json={"text": "A snowman."})
+    assert added.status_code == 201 and added.json()["updated_at"] > project["updated_at"]
+    assert added.json()["updated_at"] == client.get(f"/v1/projects/{pid}").json()["updated_at"]
+    passage = added.json()["passages"][0]
+    time.sleep(0.01)
+    edited = client.patch(f"/v1/projects/{pid}/passages/{passage['id']}", json={"text": "Two snowmen."}).json()
+    assert edited["updated_at"] > added.json()["updated_at"]
+    null = client.patch(f"/v1/projects/{pid}/passages/{passage['id']}", json={"chosen_take": None})
+    assert null.status_code == 400 and null.json()["error"]["message"] == \
+        "chosen_take must be the id of one of the passage's takes, got null"
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert wait_job(client, pid)["done"] == 1
+    exported = client.get(f"/v1/projects/{pid}/export")
+    assert exported.headers["content-disposition"] == \
+        f"attachment; filename=\"Schnee.wav\"; filename*=utf-8''{quote('☃ Schnee.wav', safe='')}"
+    plain = new_project(client, name="Plain_name")
+    client.post(f"/v1/projects/{plain['id']}/passages", json={"text": "Hello."})
+    client.post(f"/v1/projects/{plain['id']}/generate", json={})
+    wait_job(client, plain["id"])
+    assert client.get(f"/v1/projects/{plain['id']}/export").headers["content-disposition"] == \
+        'attachment; filename="Plain_name.wav"'
