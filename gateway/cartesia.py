@@ -141,6 +141,7 @@ class CartesiaContext(TextContext):
 
 class CartesiaSocket(VendorSocket):
     contexts: dict[str, CartesiaContext]  # type: ignore[assignment]
+    refusal_names_context = False  # (an error naming a context ends it)
 
     async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
         """An error in answer to a message: one about a live context fails that context (its
@@ -150,6 +151,9 @@ class CartesiaSocket(VendorSocket):
             await context.on_error(context.stream, error)  # (sends the error: CartesiaContext.send_error)
             return
         await self.send(error_message(error, context_id))
+
+    def ends_something(self, message: dict[str, Any]) -> bool:
+        return message.get("cancel") is True or (message.get("continue") is False and not message.get("transcript"))
 
     async def handle(self, message: dict[str, Any]) -> None:
         context_id = check_context_id(message.get("context_id"))

@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 CLOSE_SOCKET_S = 1.5  # pipecat waits 2 s for the server to close after close_socket
 SINGLE = "default"  # the context id of /stream-input
 MAX_INACTIVITY_S = 180  # ElevenLabs' documented maximum of inactivity_timeout (its default: 20)
+ENDED_IDS = 1000  # ended context ids a socket remembers (a second close_context for one answers nothing)
 
 
 def alignment(words: Sequence[WordTiming], start_ms: float, end_ms: float) -> dict[str, Any] | None:
@@ -153,6 +154,7 @@ class ElevenLabsSocket(VendorSocket):
         # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
         self.auto_mode = eager
         self.multi = multi
+        self.ended_ids: dict[str, None] = {}  # (ordered: the oldest first)
         self.choice = choice
         self.format = fmt
 
@@ -164,6 +166,7 @@ class ElevenLabsSocket(VendorSocket):
         await self.send(message)
 
     async def ended(self, context: ElevenLabsContext) -> None:
+        self._remember_ended(context.context_id)
         if self.contexts.get(context.context_id) is context:
             del self.contexts[context.context_id]
         if not self.multi:
@@ -175,6 +178,17 @@ class ElevenLabsSocket(VendorSocket):
         context = ElevenLabsContext(self, context_id, choice, self.format)
         self.contexts[context_id] = context
         return context
+
+    def _remember_ended(self, context_id: str) -> None:
+        """The ids of the last `ENDED_IDS` contexts that ended: a close_context for one answers nothing."""
+        self.ended_ids.pop(context_id, None)
+        self.ended_ids[context_id] = None
+        if len(self.ended_ids) > ENDED_IDS:
+            self.ended_ids.pop(next(iter(self.ended_ids)))
+
+    def ends_something(self, message: dict[str, Any]) -> bool:
+        return message.get("text") in (None, "") and (message.get("close_context") is True or
+                                                       message.get("close_socket") is True)
 
     async def handle(self, message: dict[str, Any]) -> None:
         if flag(message, "close_socket"):
@@ -191,11 +205,14 @@ class ElevenLabsSocket(VendorSocket):
             del self.contexts[context_id]
             context = None
         if flag(message, "close_context"):
-            if context is None:
+            if context is None:  # ended already (pipecat closes twice: nothing more), or never opened (its first
+                if context_id not in self.ended_ids:  # message refused, or an id never used): ended all the same
+                    await self.send({"isFinal": True, "contextId": context_id})
                 return
             if context.closing:  # closed before and still speaking: the client moved on
                 context.cancel()
                 del self.contexts[context_id]
+                self._remember_ended(context_id)
                 await self.send({"isFinal": True, "contextId": context_id})
             else:
                 await context.close()

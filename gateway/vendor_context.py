@@ -315,6 +315,16 @@ class VendorSocket:
     async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
         raise NotImplementedError
 
+    # Whether the error for a message dropped over the rate names the message's context (ElevenLabs),
+    # or not (Cartesia, where an error for a context ends it: `done: true`).
+    refusal_names_context = True
+
+    def ends_something(self, message: dict[str, Any]) -> bool:
+        """Whether `message` only ends or cancels (a context, the socket) and carries no text: such a
+        message passes even over the message rate, since the client waits for what it ends (a
+        dropped `close_context` left a client waiting for `isFinal` for ever)."""
+        return False
+
     async def run(self) -> None:
         """Receive until the client leaves or `handle` closes the socket."""
         while self.connected:
@@ -322,19 +332,22 @@ class VendorSocket:
             if message["type"] == "websocket.disconnect":
                 return
             await asyncio.sleep(0)  # queued messages run one at a time, not back to back
-            if not self.rate.allow():  # the same per-session bound as /v1/realtime
-                refusal = self.rate.refusal()
-                if refusal is not None:
-                    await self.send_error(refusal, None)
-                continue
+            allowed = self.rate.allow()  # the same per-session bound as /v1/realtime
             context_id: str | None = None
             try:
                 data = self.connection.parse(message)
                 raw_id = data.get("context_id")
-                context_id = raw_id if isinstance(raw_id, str) else None
-                await self.handle(data)
+                context_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= MAX_CONTEXT_ID else None
+                if allowed or self.ends_something(data):  # what only ends something always passes
+                    await self.handle(data)
+                    continue
             except (ApiError, EngineError) as error:
-                await self.send_error(error, context_id)
+                if allowed:
+                    await self.send_error(error, context_id)
+                    continue
+            refusal = self.rate.refusal()  # (at most one a second; the other messages are dropped silently)
+            if refusal is not None:
+                await self.send_error(refusal, context_id if self.refusal_names_context else None)
 
     async def finish(self, timeout_s: float) -> None:
         """Close every context and wait (at most `timeout_s`) for their audio to end."""

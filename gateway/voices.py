@@ -28,7 +28,7 @@ OPENAI_VOICES = frozenset({
 # ElevenLabs (eleven_flash_v2_5, ...) and Cartesia (sonic-3, ...) model ids.
 VENDOR_MODEL_PREFIXES = ("eleven_", "sonic")
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
-_DATED = re.compile(r"^.+-\d{4}-\d{2}-\d{2}$")
+_DATED = re.compile(r"^(.+)-(\d{4}-\d{2}-\d{2}|\d{4})$")  # OpenAI's snapshots: -2025-03-20, and -1106 (tts-1-1106)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +42,12 @@ class Choice:
 
 
 def is_openai_model(model: object) -> bool:
-    """`tts-1`, `gpt-4o-mini-tts`, ... with or without a `-YYYY-MM-DD` date."""
-    return isinstance(model, str) and (model in OPENAI_MODELS or (
-        _DATED.match(model) is not None and model[:-11] in OPENAI_MODELS))
+    """`tts-1`, `gpt-4o-mini-tts`, ... with or without a snapshot date (`-YYYY-MM-DD`, or `-MMDD` as in
+    `tts-1-1106`)."""
+    if not isinstance(model, str):
+        return False
+    dated = _DATED.match(model)
+    return model in OPENAI_MODELS or (dated is not None and dated.group(1) in OPENAI_MODELS)
 
 
 def model_alias(model_id: str, default_model: str) -> str:

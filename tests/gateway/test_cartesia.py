@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 import soundfile as sf
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, run_server
 
 LONG = " ".join(f"This is sentence number {i} of a long answer." for i in range(30))
 BASE = {"model_id": "sonic-3", "voice": {"mode": "id", "id": "a0e99841-438c-4a64-b679-ae501e7d6091"},
@@ -266,3 +267,18 @@ def test_too_much_text_waiting_ends_the_context_with_one_error(server: LiveServe
         ws.send(json.dumps({**BASE, "context_id": "other", "transcript": "", "continue": False}))
         assert until_done(ws, "other", timeout=120)[-1]["type"] == "done"
     assert server.wait_idle() == 0
+
+
+def test_an_end_of_input_over_the_message_rate_still_ends_the_context(tmp_path: Path) -> None:
+    """Messages over the rate are dropped, but not one that only ends a context (continue: false
+    with no transcript, or cancel), which the client waits on. The rate's error names no context
+    (an error naming one would end it: done: true)."""
+    for server in run_server(tmp_path, realtime_messages_per_s=5.0, realtime_message_burst=10):
+        with socket(server) as ws:
+            for _ in range(40):
+                ws.send(json.dumps({**BASE, "context_id": "a", "transcript": "hi ", "continue": True}))
+            ws.send(json.dumps({**BASE, "context_id": "a", "transcript": "", "continue": False}))
+            messages = until_done(ws, "a")
+            errors = [(m["error_code"], m["context_id"]) for m in messages if m["type"] == "error"]
+            assert errors == [("rate_limited", None)]
+            assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages)

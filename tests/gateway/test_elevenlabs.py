@@ -307,3 +307,35 @@ def test_auto_mode_and_cartesia_no_delay_speak_a_whole_sentence_at_once(tmp_path
                                                                             "sample_rate": 16000}}))
             assert json.loads(ws.recv(timeout=30))["type"] == "chunk"
         assert server.wait_idle(5) == 0
+
+
+def test_closing_a_context_that_never_opened_answers_is_final(server: LiveServer) -> None:
+    """ElevenLabs clients wait for a closed context's isFinal: a context whose first message was
+    refused (a bad flag, a bad speed) or that was never named got no answer at all (a new-user
+    trial); an over-long id is not echoed back."""
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": "Hello there.", "context_id": "a", "flush": "yes"}))
+        error = json.loads(ws.recv(timeout=10))
+        assert error["code"] == "invalid_input" and error["field"] == "flush" and error["contextId"] == "a"
+        for context_id in ("a", "never-used"):
+            ws.send(json.dumps({"context_id": context_id, "close_context": True}))
+            assert json.loads(ws.recv(timeout=10)) == {"isFinal": True, "contextId": context_id}
+        ws.send(json.dumps({"text": "Hi.", "context_id": "x" * 300}))
+        error = json.loads(ws.recv(timeout=10))
+        assert error["field"] == "context_id" and "contextId" not in error
+
+
+def test_a_close_context_over_the_message_rate_still_ends_the_context(tmp_path: Path) -> None:
+    """Messages over the rate are dropped, but not one that only ends a context (its client waits
+    for isFinal for ever: a new-user trial); the rate's error names the context."""
+    for server in run_server(tmp_path, realtime_messages_per_s=5.0, realtime_message_burst=10):
+        with multi(server) as ws:
+            for _ in range(40):
+                ws.send(json.dumps({"text": "hi ", "context_id": "a"}))
+            ws.send(json.dumps({"context_id": "a", "close_context": True}))
+            messages = until_final(ws, "a")
+            errors = [m for m in messages if "error" in m]
+            assert len(errors) == 1 and errors[0]["code"] == "rate_limited" and errors[0]["contextId"] == "a"
+            while not messages[-1].get("isFinal"):  # (until_final stops at the error)
+                messages += until_final(ws, "a")
+            assert audio_of(messages) and messages[-1] == {"isFinal": True, "contextId": "a"}

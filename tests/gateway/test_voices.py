@@ -68,6 +68,10 @@ def test_model_lookup_and_openai_aliases(client: httpx.Client) -> None:
     model = client.get("/v1/models/piper-joe").json()
     assert model["id"] == "piper-joe" and model["object"] == "model"
     assert client.get("/v1/models/tts-1").json()["id"] == "piper-joe"
+    for dated in ("tts-1-1106", "tts-1-hd-1106", "gpt-4o-mini-tts-2025-03-20"):  # OpenAI's snapshot ids
+        assert client.get(f"/v1/models/{dated}").json()["id"] == "piper-joe", dated
+    for other in ("tts-1-11", "tts-2-1106", "piper-joe-1106"):
+        assert client.get(f"/v1/models/{other}").json()["error"]["field"] == "model", other
     assert client.get("/v1/models/nope").json()["error"]["field"] == "model"
     assert client.get("/v1/audio/voices", params={"model": "tts-1"}).json()["data"][0]["model"] == "piper-joe"
 
