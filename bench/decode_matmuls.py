@@ -40,16 +40,19 @@ from bench.orpheus_decode import (  # noqa: E402
 from bench.timing import median_ms  # noqa: E402
 from models.lm_runner import ModelRunner  # noqa: E402
 from models import decode_attention, gemv, llama, orpheus  # noqa: E402
+from models import skinny  # noqa: E402  (Triton: this benchmark runs on CUDA only)
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
 # mode -> make_runner's options (bench/orpheus_decode.py; those left out are off, fused_attention on). "_unfused":
 # rotary, KV write and split merge as separate kernels; "fp8_nosplit": FP8 weights at 2-256 rows on gemv.linear
 # instead of gemv.split_k_linear; "_sampler": models/sample_step.py; "rows": the one-row layers of models/llama.py
 # forward_rows; "fused": both (the runner's defaults since session 18; "gemv" was the default before); "_pdl": the
-# one-row layers' kernels with programmatic dependent launch (the runner's default since session 19). Two settings
+# one-row layers' kernels with programmatic dependent launch (the runner's default since session 19); "_skinny": steps
+# of 2-64 rows through the same five kernels a layer on the tensor cores (models/skinny.py). Three settings
 # are the process's, set while the mode runs (graphs keep what was captured), not the runner's: `blas`, the library
-# torch sends its matmuls to ("_lt", "cublaslt": cuBLASLt), and `pdl_preload` (models/decode_attention.py
-# PDL_PRELOAD; "_nopre": the attention under PDL without its first cache block read before the wait).
+# torch sends its matmuls to ("_lt", "cublaslt": cuBLASLt), `pdl_preload` (models/decode_attention.py
+# PDL_PRELOAD; "_nopre": the attention under PDL without its first cache block read before the wait), and
+# `norm_dot` (models/skinny.py NORM_BY_DOT; "_dot": the norm's squares on the tensor cores).
 GEMV = {"gemv": True, "split_k": True}
 FUSED = {**GEMV, "fused_rows": True, "fused_sampler": True}
 MODES: dict[str, dict[str, Any]] = {
@@ -59,7 +62,9 @@ MODES: dict[str, dict[str, Any]] = {
     "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
     "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True},
     "fused_pdl_nopre": {**FUSED, "pdl": True, "pdl_preload": False},
-    "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"}}
+    "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"},
+    "fused_pdl_skinny": {**FUSED, "pdl": True, "skinny_rows": True},
+    "fused_pdl_skinny_dot": {**FUSED, "pdl": True, "skinny_rows": True, "norm_dot": True}}
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -107,13 +112,18 @@ def matmul_rows(hidden: int, inter: int, qkv: int, head: int, batches: list[int]
                 if name in ("o", "down"):
                     residual = torch.randn(batch, n, device="cuda", dtype=torch.bfloat16)
                     kinds["rows_residual"] = [lambda w=w: gemv.rows_linear(x, w, residual=residual) for w in ws]
+            if 1 < batch <= skinny.SKINNY_MAX_ROWS:  # the 2-64-row path (models/skinny.py), plain and with its norm
+                kinds["skinny"] = [lambda w=w: skinny.skinny_linear(x, w) for w in ws]
+                if name in ("qkv", "gate_up"):
+                    kinds["skinny_norm"] = [lambda w=w: skinny.skinny_linear(x, w, norm_eps=1e-5) for w in ws]
             scaled = _scaled_mm_fns(x, qs)
             if scaled:
                 kinds["scaled_mm_fp8"] = scaled
             for kind, fns in kinds.items():
                 ms = graph_ms(fns)
                 nbytes = n * k * (1 if "fp8" in kind else 2) + batch * (n + k) * 2
-                err = ((fns[0]().float() - ref).norm() / ref.norm()).item() if not kind.startswith("rows") else 0.0
+                err = ((fns[0]().float() - ref).norm() / ref.norm()).item() if not kind.endswith("norm") and \
+                    not kind.startswith("rows") else 0.0
                 add({"shape": name, "n": n, "k": k, "batch": batch, "kernel": kind, "ms": round(ms, 4),
                              "gb_s": round(nbytes / ms / 1e6, 1), "x_copy_bw": round(nbytes * 1e3 / ms / bandwidth, 3),
                              "rel_err": round(err, 5),
@@ -221,6 +231,7 @@ def main() -> None:
         options = dict(MODES[mode])
         torch.backends.cuda.preferred_blas_library(options.pop("blas", "cublas"))  # graphs keep the kernels captured
         decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
+        skinny.NORM_BY_DOT = options.pop("norm_dot", False)
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
@@ -269,6 +280,7 @@ def main() -> None:
         del runner
         torch.backends.cuda.preferred_blas_library("cublas")
         decode_attention.PDL_PRELOAD = True
+        skinny.NORM_BY_DOT = False
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")

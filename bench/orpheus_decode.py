@@ -63,15 +63,16 @@ class _NoCodec:
 def make_runner(model: LlamaLM, slots: int, context: int, batches: list[int], eager: bool,
                 device: str, compile_layers: bool = False, triton_attention: bool = False, gemv: bool = False,
                 fp8: bool = False, fused_attention: bool = True, split_k: bool = False, fused_rows: bool = False,
-                fused_sampler: bool = False, pdl: bool = False) -> ModelRunner:
+                fused_sampler: bool = False, pdl: bool = False, skinny_rows: bool = False) -> ModelRunner:
     """A runner over `model` (`gemv`, `fp8`, `fused_rows`: models/llama.py set_matmuls, which changes `model`
     itself). `fused_rows`, `fused_sampler` default off here (the runner's default is on), so that the
-    benchmarks written before them measure what they measured; `pdl`: programmatic dependent launch."""
+    benchmarks written before them measure what they measured; `pdl`: programmatic dependent launch;
+    `skinny_rows`: steps of 2-64 rows fused too (models/skinny.py)."""
     max_seq_len = context + 63  # attention length bucket = max_seq_len + 1 = context + 64
     options = {"max_seq_len": max_seq_len, "enforce_eager": eager, "compile_layers": compile_layers,
                "triton_attention": triton_attention, "attn_block": max_seq_len + 1, "graph_batches": tuple(batches),
                "gemv": gemv, "fp8": fp8, "fused_attention": fused_attention, "split_k": split_k,
-               "fused_rows": fused_rows, "fused_sampler": fused_sampler, "pdl": pdl}
+               "fused_rows": fused_rows, "fused_sampler": fused_sampler, "pdl": pdl, "skinny_rows": skinny_rows}
     return ModelRunner("bench", LMParts(orpheus.make_spec(None), model, _NoCodec(), options), device, slots)
 
 

@@ -196,17 +196,21 @@ class DecoderLayer(nn.Module):
         """A decode step of few rows as five kernels (`LlamaLM.forward`, after `fold_norms`): the
         residual stream `x` `[B, hidden]` in, out. Each norm runs inside the matmul after it, the
         SiLU-gate inside gate/up's, each residual add inside o's and down's (models/gemv.py
-        `rows_linear`); rotary, KV write and attention are the runner's `decode_qkv_fn` (models/decode_attention.py
+        `rows_linear`; above `GEMV_MAX_ROWS` rows models/skinny.py `skinny_linear`, the same on the tensor cores);
+        rotary, KV write and attention are the runner's `decode_qkv_fn` (models/decode_attention.py
         `decode_attention_qkv`). `pdl`: all five launched with programmatic dependent launch."""
         from models.gemv import rows_linear
 
         attn, mlp, ctx = self.self_attn, self.mlp, get_context()
-        qkv = rows_linear(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps, pdl=pdl)
+        matmul: Any = rows_linear
+        if x.shape[0] > GEMV_MAX_ROWS:  # (up to LlamaLM.fused_max_rows: bf16 weights, the tensor cores)
+            from models.skinny import skinny_linear as matmul
+        qkv = matmul(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps, pdl=pdl)
         out = attn.decode_qkv_fn(qkv, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1), attn.kv_cache,
                                  ctx.write_positions, ctx.attn_len, pdl=pdl)
-        x = rows_linear(out, attn.o_proj.weight if attn.o_fp8 is None else attn.o_fp8, residual=x, pdl=pdl)
-        h = rows_linear(x, mlp.gate_up_weight, norm_eps=self.post_attention_layernorm.eps, glu=True, pdl=pdl)
-        return rows_linear(h, mlp.down_proj.weight if mlp.down_fp8 is None else mlp.down_fp8, residual=x, pdl=pdl)
+        x = matmul(out, attn.o_proj.weight if attn.o_fp8 is None else attn.o_fp8, residual=x, pdl=pdl)
+        h = matmul(x, mlp.gate_up_weight, norm_eps=self.post_attention_layernorm.eps, glu=True, pdl=pdl)
+        return matmul(h, mlp.down_proj.weight if mlp.down_fp8 is None else mlp.down_fp8, residual=x, pdl=pdl)
 
 
 class LlamaModel(nn.Module):
@@ -233,7 +237,8 @@ class LlamaLM(nn.Module):
         self.cos: torch.Tensor | None = None
         self.sin: torch.Tensor | None = None
         self.linear: Any = F.linear  # (x, weight) -> x @ weight.T, as the layers multiply (set_matmuls)
-        self.fused_rows = False  # decode steps of up to GEMV_MAX_ROWS rows on DecoderLayer.forward_rows
+        self.fused_rows = False  # decode steps of up to fused_max_rows rows on DecoderLayer.forward_rows
+        self.fused_max_rows = GEMV_MAX_ROWS  # (set_matmuls: models/skinny.py SKINNY_MAX_ROWS with `skinny_rows`)
         self.norms_folded = False  # fold_norms done
         self.pdl = False  # forward_rows' kernels with programmatic dependent launch (set_matmuls)
 
@@ -274,7 +279,7 @@ class LlamaLM(nn.Module):
         self.norms_folded = True
 
     def set_matmuls(self, gemv: bool, fp8: bool, split_k: bool = False, fused_rows: bool = False,
-                    pdl: bool = False) -> None:
+                    pdl: bool = False, skinny_rows: bool = False) -> None:
         """Decode matmuls on models/gemv.py's Triton kernels (GPU): `gemv` for bf16 weights with up to `GEMV_MAX_ROWS`
         rows (larger ones, e.g. prefills, stay on cuBLAS); `fp8` quantizes the layers' projection weights to
         float8_e4m3fn with a scale per output row (issue 10) and frees the bf16 ones (embeddings, norms and the tied
@@ -282,8 +287,10 @@ class LlamaLM(nn.Module):
         128; bf16 ones there stay on cuBLAS, as fast or faster); all False: cuBLAS (not after fp8). `fused_rows` (with
         `gemv` or `fp8`): `fold_norms` and `MLP.pair_rows`, and decode steps of up to `GEMV_MAX_ROWS` rows run
         `DecoderLayer.forward_rows` when the layers have a `decode_qkv_fn`; `pdl` (with `fused_rows`, sm90+): their
-        matmuls with programmatic dependent launch (`rows_linear`). `self.linear` is then the matmul for other weights
-        too. Call after `fuse_projections`, before capturing CUDA graphs. Raises ValueError for fp8 off CUDA."""
+        matmuls with programmatic dependent launch (`rows_linear`); `skinny_rows` (with `fused_rows`, bf16 weights):
+        decode steps of up to models/skinny.py `SKINNY_MAX_ROWS` rows run `forward_rows` too, their matmuls on
+        `skinny_linear`. `self.linear` is then the matmul for other weights too. Call after `fuse_projections`,
+        before capturing CUDA graphs. Raises ValueError for fp8 off CUDA."""
         quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
         if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
             raise ValueError("fp8 weights need a CUDA device (Triton kernels)")
@@ -308,6 +315,11 @@ class LlamaLM(nn.Module):
         # the norms must be folded before the weights are quantized: FP8 weights quantized unfolded stay unfused
         self.fused_rows = fused_rows and (gemv or fp8 or quantized) and (self.norms_folded or not quantized)
         self.pdl = self.fused_rows and pdl
+        self.fused_max_rows = GEMV_MAX_ROWS
+        if self.fused_rows and skinny_rows and not (fp8 or quantized):
+            from models.skinny import SKINNY_MAX_ROWS
+
+            self.fused_max_rows = SKINNY_MAX_ROWS
         if self.fused_rows:
             self.fold_norms()
         for layer in self.model.layers:
@@ -347,7 +359,7 @@ class LlamaLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos = self.cos[positions].to(x.dtype)[:, None, :]
         sin = self.sin[positions].to(x.dtype)[:, None, :]
-        if self.fused_rows and x.shape[0] <= GEMV_MAX_ROWS and not get_context().is_prefill and \
+        if self.fused_rows and x.shape[0] <= self.fused_max_rows and not get_context().is_prefill and \
                 self.model.layers[0].self_attn.decode_qkv_fn is not None:
             for layer in self.model.layers:
                 x = layer.forward_rows(x, cos, sin, self.pdl)

@@ -59,6 +59,7 @@ class RunnerConfig:
     fused_rows: bool = True  # GPU, fused attention: one-row steps as 5 kernels a layer (models/llama.py forward_rows)
     fused_sampler: bool = True  # GPU: a decode step's sampling and slot update in one kernel (models/sample_step.py)
     pdl: bool = True  # sm90+, fused rows: their kernels with programmatic dependent launch (models/gemv.py rows_linear)
+    skinny_rows: bool = False  # fused rows, bf16: steps of 2-64 rows as 5 kernels a layer too (models/skinny.py)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:
@@ -95,7 +96,7 @@ class ModelRunner(Runner):
         pdl = config.pdl and on_gpu and torch.cuda.get_device_capability(self.torch_device)[0] >= 9
         self.model.set_matmuls(config.gemv and on_gpu, config.fp8, config.split_k,
                                config.fused_rows and on_gpu and config.triton_attention and config.fused_attention,
-                               pdl)
+                               pdl, config.skinny_rows)
         self._sample_step: Any = None
         if on_gpu and config.fused_sampler:
             from models.sample_step import sample_step  # (Triton: imported on GPU only)

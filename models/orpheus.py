@@ -101,7 +101,7 @@ OPTIONS: dict[str, Option] = {
     "codec_graph_batches": Option("ints"), "triton_attention": FLAG, "fused_attention": FLAG, "attn_block": at_least(1),
     "graph_batches": Option("ints"), "lanes": FLAG, "lm_sms": at_least(0), "codec_sms": at_least(0),
     "urgent_codec_batch": at_least(1), "max_prefill_batch": at_least(1), "gemv": FLAG,
-    "split_k": FLAG, "fused_rows": FLAG, "fused_sampler": FLAG, "pdl": FLAG, "codec_dtype": one_of(*CODEC_DTYPES)}
+    "split_k": FLAG, "fused_rows": FLAG, "fused_sampler": FLAG, "pdl": FLAG, "skinny_rows": FLAG, "codec_dtype": one_of(*CODEC_DTYPES)}
 
 FLAVORS: dict[str, Args] = {
     "full": Args(vocab_size=VOCAB_SIZE),  # Llama-3.2-3B shape with the Orpheus vocabulary
@@ -263,7 +263,8 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     matmuls of 2-64 rows on models/gemv.py split_k_linear; default on), `fused_rows` (one-row decode steps on
     models/llama.py forward_rows: norms folded, five kernels a layer; default on), `fused_sampler` (sampling and
     slot update in one kernel, models/sample_step.py; default on), `pdl` (the one-row steps' kernels
-    with programmatic dependent launch, sm90+; default on), `ramp_context` (right context of the first chunk, 0..3,
+    with programmatic dependent launch, sm90+; default on), `skinny_rows` (decode steps of 2-64 rows the same
+    way on the tensor cores, models/skinny.py, bf16 only; default off), `ramp_context` (right context of the first chunk, 0..3,
     default RAMP_CONTEXT), `codec_dtype` (the SNAC decoder's weights and activations: "float32", the default,
     "bfloat16" or "float16"; PCM is float32 either way; bench/results/codec_dtype.md), and runner settings (models/lm_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,
