@@ -105,8 +105,19 @@ def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_
         out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
     if NORM:
         out = out * tl.rsqrt(squares / K + eps)
-    offs_y, mask_y = offs_n, mask_n
-    if GLU:  # rows (2j, 2j + 1) are (gate, up) of output j; each rounded to Y's dtype, as a matmul's output
+    store_rows(out, Y, R, sy, sr, offs_b, mask_b, pid_n, N, GLU, RESIDUAL, BLOCK_B, BLOCK_N)
+
+
+@triton.jit
+def store_rows(out, Y, R, sy, sr, offs_b, mask_b, pid_n, N, GLU: tl.constexpr, RESIDUAL: tl.constexpr,
+               BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A decode matmul's epilogue: float32 `out` `[BLOCK_B, BLOCK_N]` (W's rows pid_n * BLOCK_N ...) to Y,
+    with GLU: columns (2j, 2j + 1) are (gate, up) of output j, `silu(gate) * up` (N / 2 outputs); with
+    RESIDUAL: `+ R` (the product rounded to Y's dtype first, as a separate add would take it). Shared by
+    `_rows_kernel` and models/skinny.py's `_skinny_kernel`."""
+    offs_y = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_y = offs_y < N
+    if GLU:  # each rounded to Y's dtype, as a matmul's output
         gate, up = tl.split(tl.reshape(out, (BLOCK_B, BLOCK_N // 2, 2)))
         gate = gate.to(Y.dtype.element_ty).to(tl.float32)
         out = gate * tl.sigmoid(gate) * up.to(Y.dtype.element_ty).to(tl.float32)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from models.gemv import launch_options
+from models.gemv import launch_options, store_rows
 
 SKINNY_MAX_ROWS = 64  # more rows: a second row block would read W again
 # The norm's per-row sum of squares: False (the default), elementwise from x's registers with the K loop
@@ -73,18 +73,7 @@ def _skinny_kernel(X, W, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, NORM:
     out = acc
     if NORM:
         out = out * tl.rsqrt(squares / K + eps)[:, None]
-    offs_y, mask_y = offs_n, mask_n
-    if GLU:  # columns (2j, 2j + 1) are (gate, up) of output j; each rounded to Y's dtype, as a matmul's output
-        gate, up = tl.split(tl.reshape(out, (BLOCK_B, BLOCK_N // 2, 2)))
-        gate = gate.to(Y.dtype.element_ty).to(tl.float32)
-        out = gate * tl.sigmoid(gate) * up.to(Y.dtype.element_ty).to(tl.float32)
-        offs_y = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        mask_y = offs_y < N // 2
-    mask = mask_b[:, None] & mask_y[None, :]
-    if RESIDUAL:
-        out = out.to(Y.dtype.element_ty).to(tl.float32) + \
-            tl.load(R + offs_b[:, None] * sr + offs_y[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + offs_b[:, None] * sy + offs_y[None, :], out.to(Y.dtype.element_ty), mask=mask)
+    store_rows(out, Y, R, sy, sr, offs_b, mask_b, pid_n, N, GLU, RESIDUAL, BLOCK_B, BLOCK_N)
 
 
 def skinny_tiles(n: int, k: int) -> tuple[int, int, int, int]:
