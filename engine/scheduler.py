@@ -59,7 +59,8 @@ class Scheduler:
 
     def add(self, request: Request, now: float) -> None:
         """Queue a prepared request; raises InputTooLong (prompt does not fit a KV slot) or
-        Overloaded (queue full, or first audio predicted later than `max_predicted_ttfa_ms`)."""
+        Overloaded (queue full, or, unless it `continues` an utterance, first audio predicted
+        later than `max_predicted_ttfa_ms`)."""
         if self.lm is not None and self.kv is not None:
             room = self.kv.max_seq_len - len(request.prepared.prompt_ids)
             first_chunk = self.lm.tokens_per_frame * request.plan.ready_at
@@ -72,7 +73,8 @@ class Scheduler:
                                    field="input")
             request.max_tokens = min(wanted, room)
         full = self.num_requests >= self.max_running + self.max_waiting
-        skip = full or not self.num_requests  # an idle model admits any estimate (only requests that run teach it)
+        # An idle model admits any estimate (only requests that run teach it); so does an utterance's later part.
+        skip = full or not self.num_requests or request.spec.continues
         predicted = 0.0 if skip or not self.max_predicted_ttfa_ms else self.predict_first_chunk_ms(request, now)
         if full or predicted > self.max_predicted_ttfa_ms:
             self.num_refused += 1

@@ -26,6 +26,10 @@ class SpeechRequest:
     arrival_s: float = field(default_factory=time.monotonic)  # time.monotonic() seconds at the server
     ttfa_target_ms: float = 200.0
     ahead_ms: float = 0.0  # audio the listener still has queued before this one (the previous sentence)
+    # A later part of an utterance the listener already hears (gateway/utterance.py, gateway/stitch.py):
+    # admitted even when its first audio is predicted late, since refusing it would cut the utterance
+    # off mid-sentence; still refused when the queue is full.
+    continues: bool = False
 
     @property
     def text(self) -> str:

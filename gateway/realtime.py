@@ -40,7 +40,7 @@ from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
 from gateway.audio import to_pcm16
-from gateway.connection import Connection
+from gateway.connection import CLIENT_GONE, Connection
 from gateway.errors import ApiError, as_api_error
 from gateway.json_input import finite_number
 from gateway.rate import MessageRate
@@ -288,6 +288,11 @@ class Session(SessionText):
         utterance, self.utterance = self.utterance, None
         if utterance is not None:
             utterance.cancel()
+            if self.connection.ended and self.audio_started:  # a shutdown ends it unflushed, its text all spoken:
+                try:  # the client hears why it has no more, before the 1012
+                    await self.done(utterance, cancelled=False, error="shutting_down")
+                except (RuntimeError, *CLIENT_GONE):
+                    pass
 
 
 def check_fields(kind: str, event: dict[str, Any]) -> None:

@@ -143,7 +143,7 @@ class Stitched:
         choice = self._choice
         spec = SpeechRequest(request_id=request_id, model_id=choice.model_id, segments=segments,
                              voice=choice.voice, speed=choice.speed, options=choice.options,
-                             ttfa_target_ms=self._ttfa_target_ms, ahead_ms=ahead_ms,
+                             ttfa_target_ms=self._ttfa_target_ms, ahead_ms=ahead_ms, continues=number > 0,
                              arrival_s=self.arrival_s if number == 0 else time.monotonic())
         self._stream = self._engine.submit(spec)
         self.request_ids.append(request_id)

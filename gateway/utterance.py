@@ -243,7 +243,8 @@ class UtteranceStream:
             ahead_ms = self.clock.buffered_ms(time.monotonic()) if self.started else 0.0
             spec = SpeechRequest(
                 request_id=request_id, model_id=choice.model_id, segments=segments, voice=choice.voice,
-                speed=choice.speed, options=choice.options, ttfa_target_ms=self.ttfa_target_ms, ahead_ms=ahead_ms)
+                speed=choice.speed, options=choice.options, ttfa_target_ms=self.ttfa_target_ms, ahead_ms=ahead_ms,
+                continues=len(self.spoken) > len(segments))  # (not its first request)
             self.submitted_s = time.monotonic()
             stream = self.state.engine.submit(spec)
         except BaseException:

@@ -114,6 +114,27 @@ def test_a_request_predicted_to_miss_its_first_audio_is_refused_at_once() -> Non
     assert c.scheduler.num_requests == 3
 
 
+def test_a_later_part_of_an_utterance_is_admitted_though_its_first_audio_is_predicted_late() -> None:
+    """Refusing an utterance's second request would cut it off mid-sentence (found by a new-user trial:
+    sessions under load heard half a sentence, then `overloaded`); only a full queue refuses it."""
+    import dataclasses
+
+    clock = SimClock()
+    c = core(synth(clock, cost=costs(codec_ms=300)), clock, max_predicted_ttfa_ms=1000, max_waiting=2)
+    for i in range(3):
+        add(c, spec(f"r{i}"))
+    with pytest.raises(Overloaded, match="predicted"):
+        add(c, spec("new"))
+    add(c, dataclasses.replace(spec("next part"), continues=True))
+    assert c.scheduler.num_requests == 4
+    limit = c.scheduler.max_running + c.scheduler.max_waiting
+    for i in range(limit - 4):
+        add(c, dataclasses.replace(spec(f"part{i}"), continues=True))
+    with pytest.raises(Overloaded, match="max_running"):  # a full queue refuses it still
+        add(c, dataclasses.replace(spec("one more part"), continues=True))
+    assert c.scheduler.num_requests == limit
+
+
 def test_an_idle_model_admits_a_request_its_estimate_would_refuse() -> None:
     """Estimates learnt on a loaded machine must not refuse on an idle one: nothing is ahead, and
     only requests that run can bring the estimates back down."""

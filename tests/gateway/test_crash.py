@@ -274,6 +274,35 @@ def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
     assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
 
 
+def test_shutdown_ends_an_unflushed_utterance_with_its_utterance_done(tmp_path: Path) -> None:
+    """An utterance never flushed, its released text spoken: the shutdown closed it (1012) at once
+    without `utterance.done` (found by a new-user trial); now its `utterance.done` says why first."""
+    from websockets.exceptions import ConnectionClosed
+
+    with serve(tmp_path, graceful_shutdown_s="8") as (proc, url):
+        with connect(url.replace("http", "ws") + "/v1/realtime") as ws:
+            assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+            ws.send(json.dumps({"type": "text.append", "text": "The quick brown fox jumps over the lazy dog. And"}))
+            audio_ms = 0.0
+            while audio_ms < 1000:  # well into the first sentence (released at its full stop)
+                message = ws.recv(timeout=30)
+                if isinstance(message, bytes):
+                    audio_ms += len(message) / 2 / 24
+            proc.send_signal(signal.SIGTERM)
+            events = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    message = ws.recv(timeout=30)
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+        _, stderr = proc.communicate(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    done = [e for e in events if e["type"] == "utterance.done"]
+    assert len(done) == 1 and done[0]["error"] == "shutting_down" and not done[0]["cancelled"], events
+    assert done[0]["text"] == "The quick brown fox jumps over the lazy dog." and done[0]["audio_ms"] > 1000
+    assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
+
+
 def test_shutdown_closes_a_session_still_speaking_at_the_end_of_the_grace(tmp_path: Path) -> None:
     from websockets.exceptions import ConnectionClosed
 
