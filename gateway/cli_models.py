@@ -98,8 +98,9 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     server it refuses (gateway/server_lock.py): only the server knows whether the model is
     serving, and it would keep a loaded model in memory. Any id the library holds goes,
     including one from before the id rule (`a/b`), which no API path can name."""
+    from gateway.app import EMBEDDED_MODEL
     from gateway.library import Library
-    from gateway.library_api import delete_downloaded_folder, presets_using, protected_message
+    from gateway.library_api import delete_downloaded_folder, folder_users, presets_using, protected_message
     from gateway.server_lock import SERVER, alone
 
     with alone(settings.data_dir) as holder:
@@ -112,21 +113,23 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
         library = await Library.open(settings.db_path)
         try:
             record = await library.get_model(args.id)
+            if record is None and args.id == EMBEDDED_MODEL["id"]:  # (listed before a server's first start)
+                return _error(protected_message(args.id) or "", 1)
             if record is None:
                 return _error(f"no model {args.id!r} is installed (`voxgate models list`)", 1)
-            if record["source"] == "embedded":
-                return _error(protected_message(args.id), 1)
+            protected = protected_message(args.id, record["source"])
+            if protected is not None:
+                return _error(protected, 1)
             presets = await presets_using(library, args.id)
+            users = await folder_users(library, record)
             await library.remove_model(args.id)
         finally:
             await library.close()
-        files_removed = await delete_downloaded_folder(settings.data_dir, record)
+        files_removed = await delete_downloaded_folder(settings.data_dir, record, users)
     where = f"; deleted its folder {record['path']}" if files_removed else \
-        f"; its folder {record['path']} stays (Voxgate did not download it)" if record["path"] else ""
+        f"; its folder {record['path']} stays: {', '.join(users)} use{'s' if len(users) == 1 else ''} it" if users \
+        else f"; its folder {record['path']} stays (Voxgate did not download it)" if record["path"] else ""
     print(f"removed {args.id}{where}")
-    if record["source"] == "config":
-        print(f"warning: {args.id!r} is a [[models]] entry of the config file: it comes back at the next start "
-              "unless the entry goes", file=sys.stderr)
     if presets:
         print(f"presets now unusable (edit or delete them): {', '.join(presets)}")
     return 0
@@ -171,12 +174,23 @@ async def list_models(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def catalog(args: argparse.Namespace, settings: Settings) -> int:
+    """A line a catalog entry, tab-separated: id, family, size, languages, name, then what to know:
+    installed, gated, or a codec (installed with the models that use it)."""
     from gateway.catalog import load_catalog
+    from gateway.library import Library
 
+    library = await Library.open(settings.db_path)
+    try:
+        installed = {record["id"] for record in await library.list_models()}
+    finally:
+        await library.close()
     for model in load_catalog(settings.catalog_path or None).models:
         size = f"{'~' if model.size_is_approximate else ''}{model.size_bytes / 1e6:.0f} MB"
-        gated = "  (gated: needs download_token)" if model.gated else ""
-        print(f"{model.id}\t{model.family}\t{size}\t{', '.join(model.languages)}\t{model.name}{gated}")
+        notes = [note for note, applies in (
+            ("installed", model.id in installed), ("gated: needs download_token", model.gated),
+            (f"a {model.kind}: installed with the models that use it", model.kind != "model")) if applies]
+        notes_text = f"  ({'; '.join(notes)})" if notes else ""
+        print(f"{model.id}\t{model.family}\t{size}\t{', '.join(model.languages)}\t{model.name}{notes_text}")
     return 0
 
 
@@ -192,6 +206,8 @@ async def install(args: argparse.Namespace, settings: Settings) -> int:
     if model is None:
         print(f"error: {args.id!r} is not in the catalog (see `voxgate models catalog`)", file=sys.stderr)
         return 2
+    if model.kind != "model":  # (as POST /v1/library/install refuses it)
+        return _error(f"{args.id!r} is a {model.kind}, installed with the models that use it")
     with alone(settings.data_dir) as holder:
         if holder is not None and holder.role == SERVER:
             return _error(f"a Voxgate server is running on {settings.data_dir}: install {args.id} through it, "

@@ -63,6 +63,7 @@ class Download:
     _window_s: float = field(default_factory=time.monotonic)
     _window_bytes: int = 0
     _cancel_keeps_partials: bool = False
+    _disk_reserved: bool = False  # passed its disk check: the bytes it still fetches count against the next one's
 
     @property
     def model_id(self) -> str:

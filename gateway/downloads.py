@@ -80,6 +80,7 @@ class DownloadManager:
         self._timeout = httpx.Timeout(http_timeout_s, connect=min(10.0, http_timeout_s))
         self._client: httpx.AsyncClient | None = None
         self._active: dict[str, Download] = {}  # model_id -> running download
+        self._disk_lock = asyncio.Lock()  # disk checks in turn (`_check_disk`)
         self._all: dict[str, Download] = {}  # download_id -> download, newest last
         self.events = Broker()
         self._fetcher = FileFetcher(base_url, token, self._http, count=self._count, set_state=self._set_state,
@@ -223,7 +224,9 @@ class DownloadManager:
                 for f in model.files:
                     download._done[f.dest] = download._total[f.dest]
             else:
-                await asyncio.to_thread(self._check_disk, download, work)
+                async with self._disk_lock:  # one check at a time, each counting the downloads before it
+                    await asyncio.to_thread(self._check_disk, download, work)
+                    download._disk_reserved = True
                 for f in model.files:
                     await self._fetcher.fetch(download, f, work)
                 self._set_state(download, DownloadState.INSTALLING)
@@ -257,7 +260,7 @@ class DownloadManager:
             await asyncio.to_thread(self._forget_failed, work)
             self._set_state(download, DownloadState.FAILED)
         finally:
-            download.finished_s = time.time()
+            download.finished_s = download.finished_s or time.time()
             self._active.pop(model.id, None)
 
     @staticmethod
@@ -273,12 +276,15 @@ class DownloadManager:
         download._found.update(on_disk)  # resumed once the source agrees (`continues_from`)
         download._done.update(on_disk)
         needed = sum(max(0, download._total[d] - n) for d, n in on_disk.items())
+        others = sum(max(0, d.bytes_total - d.bytes_done) for d in list(self._active.values())
+                     if d is not download and d._disk_reserved)  # still to come for the downloads running
         free = shutil.disk_usage(work).free
-        if free - needed < self.min_free_disk_bytes:
+        if free - needed - others < self.min_free_disk_bytes:
+            running = f", of which the downloads running still need {others / MB:.1f} MB" if others else ""
             raise DownloadError(
                 "insufficient_disk",
                 f"installing {download.model_id!r} needs {needed / MB:.1f} MB more and must leave "
-                f"{format_mb(self.min_free_disk_bytes)} free; {free / MB:.1f} MB are free in {work}", 507)
+                f"{format_mb(self.min_free_disk_bytes)} free; {free / MB:.1f} MB are free in {work}{running}", 507)
 
     async def _install(self, download: Download, work: Path) -> Path:
         """Move the verified files into `models/<id>/` in one rename.
@@ -348,6 +354,8 @@ class DownloadManager:
     def _set_state(self, download: Download, state: DownloadState) -> None:
         if download.state is not state:
             download.state = state
+            if state in FINAL_STATES:  # (its event is the last: it carries the end)
+                download.finished_s, download.rate_bps = time.time(), 0.0
             self._emit(download, force=True)
 
     def _emit(self, download: Download, force: bool = False) -> None:

@@ -271,8 +271,15 @@ async def cancel_download(request: Request) -> JSONResponse:
     return JSONResponse({**download.as_json(), "removed": True, "files_removed": files_removed})
 
 
-def protected_message(model_id: str) -> str:
-    return f"{model_id!r} is built in and would come back at the next start"
+def protected_message(model_id: str, source: str = "embedded") -> str | None:
+    """Why a model of `source` cannot be removed (None: it can): the embedded voice, and a config
+    file's [[models]] entry, come back at the next start."""
+    if source == "embedded":
+        return f"{model_id!r} is built in and would come back at the next start"
+    if source == "config":
+        return (f"{model_id!r} comes from a [[models]] entry of the config file and would come back at the next "
+                "start; remove the entry there")
+    return None
 
 
 async def presets_using(library: Library, model_id: str) -> list[str]:
@@ -280,12 +287,23 @@ async def presets_using(library: Library, model_id: str) -> list[str]:
     return [p["name"] for p in await library.list_presets() if p["model_id"] == model_id]
 
 
-async def delete_downloaded_folder(data_dir: Path, record: dict[str, Any]) -> bool:
+async def folder_users(library: Library, record: dict[str, Any]) -> list[str]:
+    """For a downloaded model (`record`), the other models whose files are in its folder (e.g. one
+    registered with `voxgate models add` there): that folder is not deleted with it."""
+    if not record["path"] or record["source"] != "catalog":
+        return []
+    folder = Path(record["path"]).resolve()
+    return [other["id"] for other in await library.list_models() if other["id"] != record["id"] and other["path"]
+            and Path(other["path"]).resolve().is_relative_to(folder)]
+
+
+async def delete_downloaded_folder(data_dir: Path, record: dict[str, Any], users: list[str] | None = None) -> bool:
     """Delete a removed model's folder if Voxgate downloaded it (a catalog model's, in
-    `<data_dir>/models/`); a folder registered from elsewhere is left alone. Whether it deleted."""
+    `<data_dir>/models/`) and no other model uses it (`users`, from `folder_users`); a folder
+    registered from elsewhere is left alone. Whether it deleted."""
     owned = (data_dir / "models").resolve()  # (the data dir as the server or the CLI spelled it)
     path = Path(record["path"]).resolve() if record["path"] else None
-    if path is None or record["source"] != "catalog" or path.parent != owned:
+    if path is None or record["source"] != "catalog" or path.parent != owned or users:
         return False
     # Rename first: a half-deleted folder must never look like an installed model.
     trash = owned / f".trash-{record['id']}-{uuid.uuid4().hex[:8]}"
@@ -305,13 +323,15 @@ async def delete_model(request: Request) -> JSONResponse:
     record = await state.library.get_model(model_id)
     if record is None:
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
-    if record["source"] == "embedded":
-        raise ApiError(409, "model_protected", protected_message(model_id), field="model")
+    protected = protected_message(model_id, record["source"])
+    if protected is not None:
+        raise ApiError(409, "model_protected", protected, field="model")
     await state.residency.unload(model_id)  # ModelBusy (409) while it serves requests
     presets = await presets_using(state.library, model_id)
+    users = await folder_users(state.library, record)
     await state.library.remove_model(model_id)
     await state.residency.unload(model_id)  # in case a request loaded it meanwhile
-    removed = await delete_downloaded_folder(state.settings.data_dir, record)
+    removed = await delete_downloaded_folder(state.settings.data_dir, record, users)
     state.residency.load_errors.forget(model_id)  # a model added later under this id starts afresh
     if state.downloads is not None:  # its finished download would otherwise still say "done" to the pages
         for download in state.downloads.downloads():
@@ -320,7 +340,7 @@ async def delete_model(request: Request) -> JSONResponse:
     if presets:
         log.info("model %s deleted; presets now unusable: %s", model_id, ", ".join(presets))
     return JSONResponse({"id": model_id, "deleted": True, "files_removed": removed,
-                         "presets_unusable": presets})
+                         "presets_unusable": presets, "folder_used_by": users})
 
 
 def _timeout_ms(data: dict[str, Any]) -> float | None:

@@ -174,6 +174,7 @@ class Settings:
             raise ValueError(f"key_rate_limit: {error}") from None
         if self.log_level.lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        self._check_download_base_url()
         from gateway.library import model_id_problem  # (it imports nothing of ours)
 
         for entry in self.models:
@@ -189,6 +190,18 @@ class Settings:
                 if _is_path_key(key) and not (isinstance(value, str) and value):
                     raise ValueError(f"[[models]] entry {entry['id']!r}: {key} must be a non-empty string "
                                      f"(a folder), got {value!r}")
+
+    def _check_download_base_url(self) -> None:
+        from gateway.catalog import CatalogError, local_base
+
+        shown = self.download_base_url
+        try:
+            folder = local_base(shown)
+        except CatalogError as error:
+            raise ValueError(f"download_base_url: {error}") from None
+        if folder is not None and not folder.is_absolute():  # e.g. "127.0.0.1:8765/", a mirror without http://
+            raise ValueError(f"download_base_url must be an http(s) URL, a file:// URL or an absolute folder, "
+                             f"got {shown!r}")
 
     @property
     def db_path(self) -> Path:

@@ -120,6 +120,28 @@ def test_a_config_model_never_takes_a_catalog_models_id(tmp_path: Path, capsys: 
     assert asyncio.run(_models(data)) == []  # refused before anything is registered
 
 
+def test_a_config_model_and_the_embedded_voice_are_not_removed(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Deleting a [[models]] entry's model answered 200, and it came back at the next start; `models
+    remove piper-joe` on a fresh data dir said no such model is installed, though `models list` shows
+    it (found by a new-user trial). Both are refused, saying why."""
+    folder = _voice(tmp_path, "cfg")
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "cfgmodel"\nfamily = "piper"\npath = "{folder}"\n')
+    data = tmp_path / "data"
+    assert main(["models", "remove", "piper-joe", "--data-dir", str(data)]) == 1
+    assert capsys.readouterr().err == "error: 'piper-joe' is built in and would come back at the next start\n"
+    settings = load_settings(config, env={}, data_dir=data, min_free_memory_mb=0)
+    with local_client(create_app(settings)) as client:
+        refused = client.delete("/v1/library/models/cfgmodel")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "model_protected"
+        assert "[[models]] entry of the config file" in refused.json()["error"]["message"]
+        assert client.get("/v1/models/cfgmodel").status_code == 200
+    assert main(["models", "remove", "cfgmodel", "--data-dir", str(data)]) == 1
+    assert "remove the entry there" in capsys.readouterr().err
+    assert folder.is_dir()
+
+
 async def _models(data: Path) -> list[str]:
     library = await Library.open(data / "voxgate.db")
     try:
@@ -196,6 +218,44 @@ def test_remove_deletes_a_downloaded_folder(tmp_path: Path, capsys: pytest.Captu
     assert main(["models", "remove", "amy", *args]) == 0
     assert capsys.readouterr().out == f"removed amy; deleted its folder {installed}\n"
     assert not installed.exists() and not list((tmp_path / "data" / "models").iterdir())
+
+
+def test_catalog_marks_installed_models_and_codecs_and_install_refuses_a_codec(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`models install` of a codec downloaded it, then failed on a KeyError ('snac'), where the REST
+    install refuses it at once; `models catalog` marked neither codecs nor installed models (found by a
+    new-user trial)."""
+    args = _amy(tmp_path)
+    catalog = tmp_path / "catalog.json"
+    entries = json.loads(catalog.read_text())
+    entries["models"].append({"id": "snac_24khz", "family": "snac", "kind": "codec", "name": "SNAC", "files": [
+        {"url": "voices/voices.onnx", "dest": "x.bin", "size_bytes": ONNX.stat().st_size}]})
+    catalog.write_text(json.dumps(entries))
+    assert main(["models", "install", "amy", *args]) == 0
+    capsys.readouterr()
+    assert main(["models", "catalog", *args]) == 0
+    lines = dict(line.split("\t", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["amy"].endswith("(installed)") and "installed with the models that use it" in lines["snac_24khz"]
+    assert main(["models", "install", "snac_24khz", *args]) == 2
+    assert capsys.readouterr().err == "error: 'snac_24khz' is a codec, installed with the models that use it\n"
+    assert not (tmp_path / "data" / "downloads" / "snac_24khz").exists()
+
+
+def test_a_downloaded_folder_another_model_uses_stays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`models add` on a downloaded model's folder, then removing the downloaded one, deleted the
+    folder under the other (its speech then failed, found by a new-user trial): it stays now."""
+    args = _amy(tmp_path)
+    assert main(["models", "install", "amy", *args]) == 0
+    installed = tmp_path / "data" / "models" / "amy"
+    assert _add(tmp_path / "data", installed, "--id", "myalias") == 0
+    capsys.readouterr()
+    assert main(["models", "remove", "amy", *args]) == 0
+    assert capsys.readouterr().out == f"removed amy; its folder {installed} stays: myalias uses it\n"
+    assert (installed / "amy.onnx").is_file()
+    settings = load_settings(tmp_path / "voxgate.toml", env={}, data_dir=tmp_path / "data")
+    with local_client(create_app(settings)) as client:
+        speech = client.post("/v1/audio/speech", json={"input": "Hi.", "model": "myalias", "voice": "default"})
+        assert speech.status_code == 200, speech.text
 
 
 def test_remove_refuses_beside_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

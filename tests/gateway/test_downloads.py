@@ -193,6 +193,57 @@ def test_insufficient_disk_is_refused_before_downloading(tmp_path: Path) -> None
         assert server.requests == []
 
 
+def test_downloads_running_at_once_leave_min_free_disk_free(tmp_path: Path) -> None:
+    """Each check looked only at the free space: two installs started together both passed and left
+    30 MB less than `min_free_disk_mb` (found by a new-user trial). A check now counts what the
+    downloads that passed theirs still fetch."""
+    from tests.gateway.file_server import blob
+
+    size = 20 << 20
+    first, second = ({f"{name}.onnx": blob(size, seed)} for seed, name in ((1, "first"), (2, "second")))
+    models = [tiny_model(first, "first"), tiny_model(second, "second")]
+    registry = Registry()
+
+    async def main(server: FileServer) -> None:
+        free = shutil.disk_usage(tmp_path).free
+        manager = new_manager(tmp_path, registry, server.url, min_free_disk_bytes=free - size - size // 2)
+        running = await manager.install(models[0])  # fits: 20 MB of the 30 MB above the floor
+        while running.bytes_done == 0:
+            await asyncio.sleep(0.01)
+        with pytest.raises(DownloadError) as failed:  # 20 MB more, while the first still needs ~20: no
+            await (await manager.install(models[1])).wait()
+        assert failed.value.code == "insufficient_disk" and "downloads running still need" in failed.value.message
+        await running.wait()
+        await manager.aclose()
+
+    with FileServer({m.files[0].url: next(iter(files.values())) for m, files in zip(models, (first, second))}) \
+            as server:
+        server.delay_s = 0.002  # 20 MB in 16 KiB writes: ~3 s
+        asyncio.run(main(server))
+    assert list(registry.models) == ["first"]
+
+
+def test_the_last_event_of_a_download_carries_its_end(tmp_path: Path) -> None:
+    """`finished_at` was null in the `done`/`cancelled` event (set after it was published)."""
+    model = tiny_model(FILES)
+
+    async def main(server: FileServer) -> dict[str, Any]:
+        manager = new_manager(tmp_path, Registry(), server.url)
+        with manager.subscribe() as subscription:
+            download = await manager.install(model)
+            async for event in subscription:
+                if event["state"] == "done":
+                    break
+            await download.wait()
+        await manager.aclose()
+        return event
+
+    with serve(model, FILES) as server:
+        event = asyncio.run(main(server))
+    assert event["finished_at"] is not None and event["finished_at"] >= event["started_at"], event
+    assert event["rate_bps"] == 0.0
+
+
 def test_gated_model_sends_the_token(tmp_path: Path) -> None:
     model = tiny_model(FILES, gated=True)
     registry = Registry()

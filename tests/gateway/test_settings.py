@@ -30,6 +30,16 @@ def test_bad_settings_name_the_problem(tmp_path: Path) -> None:
         load_settings(env={"VOXGATE_PORT": "70000"})
 
 
+@pytest.mark.parametrize("url", ["ftp://mirror.example/", "file://relative/path", "127.0.0.1:8765/", "mirror"])
+def test_a_download_base_url_that_cannot_work_is_refused_at_start(url: str) -> None:
+    """It was accepted, then every install answered 500 with a traceback in the log (found by a new-user
+    trial); a host without http:// was read as a folder relative to the working directory."""
+    with pytest.raises(ValueError, match="download_base_url.*VOXGATE_DOWNLOAD_BASE_URL"):
+        load_settings(env={"VOXGATE_DOWNLOAD_BASE_URL": url})
+    for good in ("https://mirror.example/hf/", "file:///srv/mirror", "/srv/mirror", "~/mirror"):
+        load_settings(env={"VOXGATE_DOWNLOAD_BASE_URL": good})
+
+
 def test_models_add_validates_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
