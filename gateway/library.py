@@ -229,6 +229,17 @@ class Library:
             row = await cur.fetchone()
         return _preset(row) if row else None
 
+    async def find_preset(self, name: str) -> dict[str, Any] | None:
+        """The preset `name` names, in any case (names are unique regardless of case: gateway/presets.py),
+        the exact spelling first."""
+        exact = await self.get_preset(name)
+        if exact is not None:
+            return exact
+        async with self.db.execute("SELECT * FROM presets WHERE name = ? COLLATE NOCASE ORDER BY name LIMIT 1",
+                                   (name,)) as cur:
+            row = await cur.fetchone()
+        return _preset(row) if row else None
+
     async def put_preset(self, name: str, model_id: str, voice: str, speed: float,
                          settings: dict[str, Any], create: bool) -> bool:
         """Create (create=True; False if the name is taken) or update (False if missing)."""

@@ -172,16 +172,16 @@ class Session(SessionText):
         # session.created has), as a REST field's null is (model, voice, speed: as resolved there).
         fmt = _field(session, "format", "pcm16", "pcm16")
         if fmt != "pcm16":
-            raise InvalidInput(f"format must be 'pcm16', got {fmt!r}", field="session.format")
+            raise InvalidInput(f"session.format must be 'pcm16', got {fmt!r}", field="session.format")
         rate = _field(session, "sample_rate", self.sample_rate, DEFAULT_SAMPLE_RATE)
         if rate not in SAMPLE_RATES or isinstance(rate, bool):
-            raise InvalidInput(f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}",
+            raise InvalidInput(f"session.sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}",
                                field="session.sample_rate")
         if session.get("speed") is not None:
             check_speed(session["speed"], "session.speed")
         timings = _field(session, "timings", self.timings, False)
         if not isinstance(timings, bool):
-            raise InvalidInput("timings must be true or false", field="session.timings")
+            raise InvalidInput("session.timings must be true or false", field="session.timings")
         model = session.get("model", self.choice.model_id)
         if "voice" in session:
             voice = session["voice"]
@@ -200,7 +200,7 @@ class Session(SessionText):
         options = await speech_options(self.state, choice, {**self._text_fields(), **settable}, prefix="session.")
         language = session.get("language")
         if language is not None and language != options.language:
-            raise InvalidInput(f"language follows the model and voice ({options.language!r} with these); it cannot "
+            raise InvalidInput(f"session.language follows the model and voice ({options.language!r} with these); it cannot "
                                "be set: leave it out", field="session.language")
         # Applies from the next utterance (text options: to text not yet cut into segments).
         self.choice, self.sample_rate, self.timings = choice, int(rate), timings  # (24000.0 is 24000)

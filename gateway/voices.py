@@ -106,7 +106,7 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
         assert record is not None
         return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
 
-    preset = await library.get_preset(voice) if voice else None
+    preset = await library.find_preset(voice) if voice else None
     if preset is not None:
         if explicit_model and preset["model_id"] != model_id and not preset_may_switch_model:
             raise InvalidInput(f"{voice!r} is a preset of model {preset['model_id']!r}, not of {model_id!r}; "
@@ -117,7 +117,7 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
                                "edit or delete the preset", field=voice_field)
         return Choice(preset["model_id"], preset["voice"],
                       speed_value if speed_value is not None else float(preset["speed"]),
-                      dict(preset["settings"]), preset=voice, family=preset_model["family"])
+                      dict(preset["settings"]), preset=preset["name"], family=preset_model["family"])
 
     if record is None:
         known = ", ".join(m["id"] for m in await library.list_models())
@@ -128,8 +128,9 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     if not voice or voice in OPENAI_VOICES:
         voice = model_default
     elif voice not in voices:
+        presets = [p["name"] for p in await library.list_presets() if p["model_id"] == model_id]
         raise UnknownVoice(f"model {_shown(model_id)} has no voice or preset {_shown(voice)}; "
-                           f"voices: {', '.join(voices)}",
+                           f"voices: {', '.join(voices)}" + (f"; presets: {', '.join(presets)}" if presets else ""),
                            field=voice_field)
     return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
 

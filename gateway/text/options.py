@@ -41,11 +41,11 @@ def parse_options(data: Mapping[str, Any], defaults: TextOptions, prefix: str = 
     """
     normalize = defaults.normalize if data.get("normalize") is None else data["normalize"]
     if not isinstance(normalize, bool):
-        raise InvalidInput("normalize must be true or false", field=f"{prefix}normalize")
+        raise InvalidInput(f"{prefix}normalize must be true or false", field=f"{prefix}normalize")
     code = defaults.code if data.get("code") is None else data["code"]
     if code not in CODE_MODES:
-        raise InvalidInput(f"code must be one of {', '.join(CODE_MODES)}", field=f"{prefix}code")
+        raise InvalidInput(f"{prefix}code must be one of {', '.join(CODE_MODES)}", field=f"{prefix}code")
     emoji = defaults.emoji if data.get("emoji") is None else data["emoji"]
     if emoji not in EMOJI_MODES:
-        raise InvalidInput(f"emoji must be one of {', '.join(EMOJI_MODES)}", field=f"{prefix}emoji")
+        raise InvalidInput(f"{prefix}emoji must be one of {', '.join(EMOJI_MODES)}", field=f"{prefix}emoji")
     return TextOptions(normalize=normalize, code=code, emoji=emoji, language=defaults.language)

@@ -234,7 +234,7 @@ def test_a_bad_sample_rate_lists_the_rates_as_text(server: LiveServer) -> None:
         ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 12345}}))
         error = recv_event(ws)
     assert error["type"] == "error" and error["error"]["field"] == "session.sample_rate"
-    assert error["error"]["message"] == "sample_rate must be one of 8000, 16000, 22050, 24000, 44100, 48000"
+    assert error["error"]["message"] == "session.sample_rate must be one of 8000, 16000, 22050, 24000, 44100, 48000"
 
 
 def test_text_after_a_flush_is_the_next_utterance(server: LiveServer) -> None:
@@ -294,7 +294,7 @@ def test_the_session_it_was_given_can_be_sent_back(server: LiveServer) -> None:
         ws.send(json.dumps({"type": "session.update", "session": {"language": "xx", "speed": 1.5}}))
         error = recv_event(ws)
         assert error["type"] == "error" and error["error"]["field"] == "session.language", error
-        assert error["error"]["message"].startswith(f"language follows the model and voice ({session['language']!r}")
+        assert error["error"]["message"].startswith(f"session.language follows the model and voice ({session['language']!r}")
         ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 16000.0}}))
         rate = recv_event(ws)["session"]["sample_rate"]
         assert rate == 16000 and isinstance(rate, int)  # as it is used: not echoed back as 16000.0

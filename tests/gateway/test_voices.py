@@ -64,6 +64,21 @@ def test_a_models_voice_wins_over_a_preset_of_the_same_name(tmp_path: Path) -> N
     run(tmp_path, check)
 
 
+def test_a_preset_is_found_in_any_case_and_an_unknown_voice_lists_the_presets(tmp_path: Path) -> None:
+    """Preset names are unique regardless of case, but `FastJoe` did not find `fastjoe`, and the
+    error listed only the model's voices (found by a new-user trial)."""
+    async def check(library: Library) -> None:
+        await library.put_preset("fastjoe", "joe", "default", 1.5, {}, create=True)
+        await library.put_preset("slow", "orph", "tara", 0.8, {}, create=True)
+        found = await choose(library, voice="FastJoe")
+        assert (found.model_id, found.speed, found.preset) == ("joe", 1.5, "fastjoe")
+        with pytest.raises(UnknownVoice) as info:
+            await choose(library, voice="nobody")
+        assert str(info.value).endswith("voices: default; presets: fastjoe"), str(info.value)
+
+    run(tmp_path, check)
+
+
 def test_model_lookup_and_openai_aliases(client: httpx.Client) -> None:
     model = client.get("/v1/models/piper-joe").json()
     assert model["id"] == "piper-joe" and model["object"] == "model"
