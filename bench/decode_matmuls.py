@@ -48,11 +48,12 @@ from models.context import Context, additive, reset_context, set_context  # noqa
 # instead of gemv.split_k_linear; "_sampler": models/sample_step.py; "rows": the one-row layers of models/llama.py
 # forward_rows; "fused": both (the runner's defaults since session 18; "gemv" was the default before); "_pdl": the
 # one-row layers' kernels with programmatic dependent launch (the runner's default since session 19); "_skinny": steps
-# of 2-64 rows through the same five kernels a layer on the tensor cores (models/skinny.py). Three settings
+# of 2-64 rows through the same five kernels a layer on the tensor cores (models/skinny.py, PDL from
+# SKINNY_PDL_MIN_ROWS rows; "_skinny_all": from 2 rows whatever SKINNY_MIN_ROWS says; "_skinny_all_pdl": and PDL
+# from 2 rows; both the settings' values when the runner is made). Two other settings
 # are the process's, set while the mode runs (graphs keep what was captured), not the runner's: `blas`, the library
 # torch sends its matmuls to ("_lt", "cublaslt": cuBLASLt), `pdl_preload` (models/decode_attention.py
-# PDL_PRELOAD; "_nopre": the attention under PDL without its first cache block read before the wait), and
-# `norm_dot` (models/skinny.py NORM_BY_DOT; "_dot": the norm's squares on the tensor cores).
+# PDL_PRELOAD; "_nopre": the attention under PDL without its first cache block read before the wait).
 GEMV = {"gemv": True, "split_k": True}
 FUSED = {**GEMV, "fused_rows": True, "fused_sampler": True}
 MODES: dict[str, dict[str, Any]] = {
@@ -64,7 +65,10 @@ MODES: dict[str, dict[str, Any]] = {
     "fused_pdl_nopre": {**FUSED, "pdl": True, "pdl_preload": False},
     "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"},
     "fused_pdl_skinny": {**FUSED, "pdl": True, "skinny_rows": True},
-    "fused_pdl_skinny_dot": {**FUSED, "pdl": True, "skinny_rows": True, "norm_dot": True}}
+    "fused_pdl_skinny_all": {**FUSED, "pdl": True, "skinny_rows": True, "skinny_min": 2},
+    "fused_skinny_all": {**FUSED, "skinny_rows": True, "skinny_min": 2},
+    "fused_pdl_skinny_all_pdl": {**FUSED, "pdl": True, "skinny_rows": True, "skinny_min": 2, "skinny_pdl_min": 2}}
+SKINNY_MIN_ROWS, SKINNY_PDL_MIN_ROWS = skinny.SKINNY_MIN_ROWS, skinny.SKINNY_PDL_MIN_ROWS
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -231,7 +235,8 @@ def main() -> None:
         options = dict(MODES[mode])
         torch.backends.cuda.preferred_blas_library(options.pop("blas", "cublas"))  # graphs keep the kernels captured
         decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
-        skinny.NORM_BY_DOT = options.pop("norm_dot", False)
+        skinny.SKINNY_MIN_ROWS = options.pop("skinny_min", SKINNY_MIN_ROWS)
+        skinny.SKINNY_PDL_MIN_ROWS = options.pop("skinny_pdl_min", SKINNY_PDL_MIN_ROWS)
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
@@ -280,7 +285,8 @@ def main() -> None:
         del runner
         torch.backends.cuda.preferred_blas_library("cublas")
         decode_attention.PDL_PRELOAD = True
-        skinny.NORM_BY_DOT = False
+        skinny.SKINNY_MIN_ROWS = SKINNY_MIN_ROWS
+        skinny.SKINNY_PDL_MIN_ROWS = SKINNY_PDL_MIN_ROWS
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")

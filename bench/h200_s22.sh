@@ -4,7 +4,7 @@
 #   $OUT/orpheus_decode_$NAME.json/.log (bench/decode_matmuls.py: the matmul table at TABLE rows, then decode steps
 #   at BATCHES for MODES, profiled at PROFILE). Run s22 (bench/results/orpheus_decode.md v13) named its TESTS and
 #   MODES, two of which (the FP8 bits experiment's) were removed after it.
-# Next: TESTS_S=150 BATCHES=1,16,32,64,256 TABLE=64 PROFILE=none MODES=cublas,fused_pdl,fused_pdl_skinny,fused_pdl_skinny_dot
+# Next (an H200): TESTS_S=150 TESTS="tests/models/test_skinny_gpu.py tests/models/test_fused_rows_gpu.py" BATCHES=1,16,48,64,256 TABLE=1 PROFILE=none MODES=cublas,fused_pdl,fused_pdl_skinny,fp8_fused_pdl (v14 on an H200)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader), torch $(python3 -c 'import torch; print(torch.__version__)')"

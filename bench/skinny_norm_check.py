@@ -5,8 +5,8 @@
 Relative error of skinny_linear against float32 math, plain and with the norm (norm_eps), at 17-64
 rows for the q/k/v, o and down shapes of Orpheus-3B, with 2-6 pipeline stages; and the rows whose own
 error is over 1e-2 (plain). Its output of session 22 (bench/results/skinny_norm_check_s22_h100.log)
-is of the code before skinny_linear ran the elementwise norm in 2 stages: since then the `norm`
-column is 2 stages whatever `stages` says (skinny.NORM_BY_DOT False), so it checks the fix.
+is of the code that took the norm's squares elementwise; since session 23 they are the diagonal of
+x x^T on the tensor cores, in the stages the column says.
 """
 import itertools, sys
 import torch, torch.nn.functional as F

@@ -239,6 +239,8 @@ class LlamaLM(nn.Module):
         self.linear: Any = F.linear  # (x, weight) -> x @ weight.T, as the layers multiply (set_matmuls)
         self.fused_rows = False  # decode steps of up to fused_max_rows rows on DecoderLayer.forward_rows
         self.fused_max_rows = GEMV_MAX_ROWS  # (set_matmuls: models/skinny.py SKINNY_MAX_ROWS with `skinny_rows`)
+        self.skinny_min_rows = GEMV_MAX_ROWS + 1  # steps above GEMV_MAX_ROWS rows and below this: unfused (set_matmuls)
+        self.skinny_pdl_min_rows = GEMV_MAX_ROWS + 1  # fused steps above GEMV_MAX_ROWS rows and below this: no PDL
         self.norms_folded = False  # fold_norms done
         self.pdl = False  # forward_rows' kernels with programmatic dependent launch (set_matmuls)
 
@@ -288,8 +290,9 @@ class LlamaLM(nn.Module):
         `gemv` or `fp8`): `fold_norms` and `MLP.pair_rows`, and decode steps of up to `GEMV_MAX_ROWS` rows run
         `DecoderLayer.forward_rows` when the layers have a `decode_qkv_fn`; `pdl` (with `fused_rows`, sm90+): their
         matmuls with programmatic dependent launch (`rows_linear`); `skinny_rows` (with `fused_rows`, bf16 weights):
-        decode steps of up to models/skinny.py `SKINNY_MAX_ROWS` rows run `forward_rows` too, their matmuls on
-        `skinny_linear`. `self.linear` is then the matmul for other weights too. Call after `fuse_projections`,
+        decode steps of models/skinny.py `SKINNY_MIN_ROWS` to `SKINNY_MAX_ROWS` rows run `forward_rows` too, their
+        matmuls on `skinny_linear`, with PDL (`pdl`) from `SKINNY_PDL_MIN_ROWS` rows. `self.linear` is then the
+        matmul for other weights too. Call after `fuse_projections`,
         before capturing CUDA graphs. Raises ValueError for fp8 off CUDA."""
         quantized = not isinstance(self.model.layers[0].self_attn.qkv_weight, (torch.Tensor, type(None)))
         if (fp8 or quantized) and not self.model.embed_tokens.weight.is_cuda:
@@ -317,9 +320,10 @@ class LlamaLM(nn.Module):
         self.pdl = self.fused_rows and pdl
         self.fused_max_rows = GEMV_MAX_ROWS
         if self.fused_rows and skinny_rows and not (fp8 or quantized):
-            from models.skinny import SKINNY_MAX_ROWS
+            from models import skinny
 
-            self.fused_max_rows = SKINNY_MAX_ROWS
+            self.fused_max_rows, self.skinny_min_rows = skinny.SKINNY_MAX_ROWS, skinny.SKINNY_MIN_ROWS
+            self.skinny_pdl_min_rows = skinny.SKINNY_PDL_MIN_ROWS
         if self.fused_rows:
             self.fold_norms()
         for layer in self.model.layers:
@@ -359,10 +363,12 @@ class LlamaLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos = self.cos[positions].to(x.dtype)[:, None, :]
         sin = self.sin[positions].to(x.dtype)[:, None, :]
-        if self.fused_rows and x.shape[0] <= self.fused_max_rows and not get_context().is_prefill and \
-                self.model.layers[0].self_attn.decode_qkv_fn is not None:
+        rows = x.shape[0]
+        if self.fused_rows and (rows <= GEMV_MAX_ROWS or self.skinny_min_rows <= rows <= self.fused_max_rows) and \
+                not get_context().is_prefill and self.model.layers[0].self_attn.decode_qkv_fn is not None:
+            pdl = self.pdl and (rows <= GEMV_MAX_ROWS or rows >= self.skinny_pdl_min_rows)
             for layer in self.model.layers:
-                x = layer.forward_rows(x, cos, sin, self.pdl)
+                x = layer.forward_rows(x, cos, sin, pdl)
             return self.model.norm(x)
         delta = None
         for layer in self.model.layers:

@@ -59,7 +59,7 @@ class RunnerConfig:
     fused_rows: bool = True  # GPU, fused attention: one-row steps as 5 kernels a layer (models/llama.py forward_rows)
     fused_sampler: bool = True  # GPU: a decode step's sampling and slot update in one kernel (models/sample_step.py)
     pdl: bool = True  # sm90+, fused rows: their kernels with programmatic dependent launch (models/gemv.py rows_linear)
-    skinny_rows: bool = False  # fused rows, bf16: steps of 2-64 rows as 5 kernels a layer too (models/skinny.py)
+    skinny_rows: bool = True  # fused rows, bf16: steps of 2-64 rows as 5 kernels a layer too (models/skinny.py)
     max_prefill_batch: int = 8  # prompts one prefill takes (its CUDA graphs are padded to this many)
 
     def __post_init__(self) -> None:

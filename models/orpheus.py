@@ -264,7 +264,7 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     models/llama.py forward_rows: norms folded, five kernels a layer; default on), `fused_sampler` (sampling and
     slot update in one kernel, models/sample_step.py; default on), `pdl` (the one-row steps' kernels
     with programmatic dependent launch, sm90+; default on), `skinny_rows` (decode steps of 2-64 rows the same
-    way on the tensor cores, models/skinny.py, bf16 only; default off), `ramp_context` (right context of the first chunk, 0..3,
+    way on the tensor cores, models/skinny.py, bf16 only; default on), `ramp_context` (right context of the first chunk, 0..3,
     default RAMP_CONTEXT), `codec_dtype` (the SNAC decoder's weights and activations: "float32", the default,
     "bfloat16" or "float16"; PCM is float32 either way; bench/results/codec_dtype.md), and runner settings (models/lm_runner.py `RunnerConfig`:
     `max_seq_len`, `enforce_eager`, `max_codec_batch`, `compile_layers` (GPU: slower load,

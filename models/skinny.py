@@ -22,22 +22,25 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from models.gemv import launch_options, store_rows
 
 SKINNY_MAX_ROWS = 64  # more rows: a second row block would read W again
-# The norm's per-row sum of squares: False (the default), elementwise from x's registers with the K loop
-# in 2 pipeline stages; True, as the diagonal of x x^T on the tensor cores, from the same shared-memory
-# tiles as the matmul (not yet run on a GPU: tests/models/test_skinny_gpu.py checks both ways). With 3-6
-# stages the elementwise squares came out wrong at 33 and 63 rows (not 17, 48 or 64) on an H100 with
-# Triton 3.6, 2 stages right at all five (bench/results/orpheus_decode.md v13).
-NORM_BY_DOT = False
+# The fewest rows a runner sends here (models/llama.py LlamaLM.skinny_min_rows), and the fewest it launches
+# with programmatic dependent launch: on an H100 the 16- and 32-row steps were 23 % and 13 % slower with
+# PDL than without, the 64-row step 2 % faster (bench/results/orpheus_decode.md v14). The next kernel's
+# programs, launched at once and waiting, take room on the SMs.
+SKINNY_MIN_ROWS = 2
+SKINNY_PDL_MIN_ROWS = 33
 
 
 @triton.jit
 def _skinny_kernel(X, W, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr,
                    RESIDUAL: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   PDL: tl.constexpr = False, NORM_DOT: tl.constexpr = True):
+                   PDL: tl.constexpr = False):
     """`[B, BLOCK_N]` of y (B <= BLOCK_B) from x `[B, K]` and W's rows pid * BLOCK_N...; NORM, GLU,
     RESIDUAL as models/gemv.py `_rows_kernel`'s (the same float32 arithmetic after the products).
-    PDL: waits for the kernel before, then lets the next one launch. NORM_DOT: the squares as the
-    diagonal of x x^T (`NORM_BY_DOT`)."""
+    PDL: waits for the kernel before, then lets the next one launch. NORM: each row's sum of squares is
+    the diagonal of x x^T, from the same shared-memory tiles on the tensor cores. (Taken elementwise
+    from x's registers instead, it came out wrong at 33 and 63 rows with the K loop in 3-6 pipeline
+    stages, and differed between graph replays with 2, on an H100 with Triton 3.6:
+    bench/results/orpheus_decode.md v13-v14.)"""
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_b = tl.arange(0, BLOCK_B)
@@ -47,8 +50,7 @@ def _skinny_kernel(X, W, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, NORM:
         gdc_wait()  # x, R, Y: the kernel before has finished writing and reading them
         gdc_launch_dependents()
     acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_B,), dtype=tl.float32)
-    gram = tl.zeros((BLOCK_B, BLOCK_B), dtype=tl.float32)  # x x^T (NORM_DOT)
+    gram = tl.zeros((BLOCK_B, BLOCK_B), dtype=tl.float32)  # x x^T (NORM)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         if K % BLOCK_K == 0:
@@ -62,16 +64,11 @@ def _skinny_kernel(X, W, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, NORM:
                         other=0.0, eviction_policy="evict_first")
         acc = tl.dot(x, tl.trans(w), acc)  # [BLOCK_B, BLOCK_K] x [BLOCK_K, BLOCK_N]
         if NORM:
-            if NORM_DOT:
-                gram = tl.dot(x, tl.trans(x), gram)
-            else:
-                xf = x.to(tl.float32)
-                squares += tl.sum(xf * xf, axis=1)
-    if NORM and NORM_DOT:
-        eye = tl.arange(0, BLOCK_B)[:, None] == tl.arange(0, BLOCK_B)[None, :]
-        squares = tl.sum(tl.where(eye, gram, 0.0), axis=1)
+            gram = tl.dot(x, tl.trans(x), gram)
     out = acc
     if NORM:
+        eye = tl.arange(0, BLOCK_B)[:, None] == tl.arange(0, BLOCK_B)[None, :]
+        squares = tl.sum(tl.where(eye, gram, 0.0), axis=1)
         out = out * tl.rsqrt(squares / K + eps)[:, None]
     store_rows(out, Y, R, sy, sr, offs_b, mask_b, pid_n, N, GLU, RESIDUAL, BLOCK_B, BLOCK_N)
 
@@ -106,6 +103,5 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, norm_eps: float | No
         x, weight, y, residual if residual is not None else y, batch, n, x.stride(0), weight.stride(0), y.stride(0),
         residual.stride(0) if residual is not None else 0, float(norm_eps or 0.0), K=k, NORM=norm_eps is not None,
         GLU=glu, RESIDUAL=residual is not None, BLOCK_B=max(16, triton.next_power_of_2(batch)), BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps, num_stages=stages if NORM_BY_DOT or norm_eps is None else 2,
-        NORM_DOT=NORM_BY_DOT, **launch_options(pdl))
+        BLOCK_K=block_k, num_warps=warps, num_stages=stages, **launch_options(pdl))
     return y
