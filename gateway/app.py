@@ -134,7 +134,11 @@ def create_app(settings: Settings) -> Starlette:
             await residency.start(settings.preload_models)
             for model_id in downloads.pending_model_ids():  # interrupted by the last stop or kill
                 model = catalog.get(model_id)
-                if model is None or await is_registered(model_id):
+                if model is None:  # its files stay: a catalog that has it again resumes it
+                    log.warning("not resuming the download of %s: the catalog (catalog_path) has no such model; "
+                                "its partial files stay in %s", model_id, downloads.downloads_dir / model_id)
+                    continue
+                if await is_registered(model_id):
                     continue
                 if downloads.needs_token(model):
                     log.warning("not resuming the download of %s: it is gated and no download_token is set",

@@ -242,7 +242,7 @@ class Residency:
             if resident is None:
                 return False
             if resident.state is ResidentState.LOADING:
-                raise ModelBusy(f"model {model_id!r} is loading; unload it once it has loaded", field="model")
+                raise ModelBusy(f"model {model_id!r} is loading; try again once it has loaded", field="model")
             if resident.state is ResidentState.UNLOADING:
                 return True
             if self._busy(resident):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import threading
 import time
@@ -319,7 +320,7 @@ def test_busy_model_answers_503_over_http(tmp_path: Path) -> None:
         assert models["b"]["loaded"] and not models["a"]["loaded"]  # a was evicted for b
 
 
-def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
+def test_restart_resumes_an_interrupted_download(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from tests.gateway.file_server import FileServer
 
     files = {"voices/amy.onnx": ONNX.read_bytes(), "voices/amy.onnx.json": CONFIG.read_bytes()}
@@ -343,6 +344,16 @@ def test_restart_resumes_an_interrupted_download(tmp_path: Path) -> None:
         kept = part.stat().st_size
         assert 1_000_000 <= kept < len(files["voices/amy.onnx"])
         server.delay_s = 0.0
+        # A start whose catalog lacks it: not resumed, said in the log, its bytes kept (a new-user trial
+        # found nothing said).
+        empty = tmp_path / "empty.json"
+        empty.write_text(json.dumps({"version": 1, "models": []}))
+        with caplog.at_level(logging.WARNING, "gateway.app"), local_client(create_app(load_settings(
+                env={}, data_dir=tmp_path / "data", catalog_path=str(empty), download_base_url=server.url,
+                min_free_disk_mb=0))) as client:
+            assert client.get("/v1/library/downloads").json()["data"] == []
+        assert "not resuming the download of amy: the catalog (catalog_path) has no such model" in caplog.text
+        assert part.stat().st_size == kept
         with local_client(create_app(settings)) as client:
             deadline = time.monotonic() + 60
             while "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}:
