@@ -156,8 +156,9 @@ class KeyCheck:
             content_type = Headers(scope=scope).get("content-type", "").split(";")[0].strip().lower()
             upload = content_type == "multipart/form-data" and MULTIPART_UPLOADS.match(scope["path"]) is not None
             if content_type in SIMPLE_CONTENT_TYPES and not upload:
+                what = f"Content-Type {content_type!r} on a POST" if content_type else "A POST with no Content-Type"
                 await deny(scope, receive, send, 415, "unsupported_media_type",
-                           f"Content-Type {content_type or 'none'!r} is refused on a POST without an API key: any web "
+                           f"{what} is refused without an API key: any web "
                            "page may send it cross-site (text/plain, application/x-www-form-urlencoded, and "
                            "multipart/form-data but on upload routes); send the route's own type, e.g. "
                            "application/json",

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -171,9 +172,10 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     if not isinstance(options, dict):
         raise InvalidInput("options must be an object of the family's options (or null: none)", field="options")
     name = data.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS):
-        raise InvalidInput(f"name must be a string of 1-{MAX_MODEL_NAME_CHARS} characters (or null: the id)",
-                           field="name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS
+                             or any(unicodedata.category(c) == "Cc" for c in name)):
+        raise InvalidInput(f"name must be a string of 1-{MAX_MODEL_NAME_CHARS} characters, none a control character "
+                           "(or null: the id)", field="name")
     try:  # the family's option names, types and ranges (before the folder: it tells nothing about it)
         check_options(options, getattr(module, "OPTIONS", {}), family_name)
     except InvalidModel as error:

@@ -200,8 +200,8 @@ class Session(SessionText):
         options = await speech_options(self.state, choice, {**self._text_fields(), **settable}, prefix="session.")
         language = session.get("language")
         if language is not None and language != options.language:
-            raise InvalidInput(f"session.language follows the model and voice ({options.language!r} with these); it cannot "
-                               "be set: leave it out", field="session.language")
+            raise InvalidInput(f"session.language follows the model and voice ({options.language!r} with these); "
+                               "it cannot be set: leave it out", field="session.language")
         # Applies from the next utterance (text options: to text not yet cut into segments).
         self.choice, self.sample_rate, self.timings = choice, int(rate), timings  # (24000.0 is 24000)
         self.feed.options = options

@@ -280,7 +280,7 @@ class Residency:
         frees = [(device, self._free_memory(device)) for device in self.devices]
         free = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in frees)
         return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
-                f"({how}) and {format_mb(self.min_free_bytes)} must stay free; "
+                f"({how}) and {format_mb(self.min_free_bytes)} must stay free (min_free_memory_mb); "
                 f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
 
     async def _check_files(self, spec: ModelSpec) -> None:

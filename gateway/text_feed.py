@@ -11,8 +11,10 @@ sentences in the voice's language), so every route reads text the same way:
   clause is complete early (`realtime_first_chars`, at least `REALTIME_MIN_FIRST_CHARS`),
   then each sentence. A long piece is read `APPEND_SLICE_CHARS` at a time, yielding to the
   event loop between slices, so one client cannot hold the loop;
-- an unfinished tail is released after `text_buffer_ms` without new text (`release()`,
-  also called by protocols whose clients send whole sentences);
+- an unfinished tail is released after `text_buffer_ms` without new text, but for a last
+  word or number the pause may have cut mid-way (`TextStream.release_tail`), which waits
+  `PART_WAIT_S` more for its rest, then is spoken as it is; `release()` speaks it all at once
+  (protocols whose clients send whole sentences call it);
 - `flush()` returns every item still buffered (the protocol decides what a flush means
   for its utterance); `restart()` drops the buffer (a cancel);
 - with a `deadline`, text is not held for its sentence's end past the moment its listener
@@ -49,6 +51,10 @@ APPEND_SLICE_CHARS = 256
 # A clause of this many characters already plays for ~1 s, far longer than the next words
 # take to arrive at LLM pace, so a streamed utterance's first segment can be that short.
 REALTIME_MIN_FIRST_CHARS = 12
+# After the tail timer: how much longer a last word or number that may be cut mid-way ("$4" of
+# "$4.99") waits for its rest. An LLM's tokens come tens of ms apart; a pause past text_buffer_ms is
+# mostly a turn's end (which a flush says) or a stall upstream.
+PART_WAIT_S = 1.5
 
 # sink(items, since_s, ready_s): see the module docstring (time.monotonic() s).
 Sink = Callable[[list[Item], "float | None", float], Awaitable[None]]
@@ -161,8 +167,19 @@ class TextFeed:
             await self.sink(items, self.since_s, ready_s)
 
     async def _speak_tail(self) -> None:
+        """The tail timer: what is whole is spoken, a cut part waits `PART_WAIT_S` more (module docstring)."""
         self.tail_timer = None
-        await self.release()
+        self._cancel_pace()
+        ready_s = self._ready_s()
+        items = self.text.release_tail()
+        if items:
+            self._left(self.appended_s)
+            await self.sink(items, self.since_s, ready_s)
+        if self.text.pending:
+            loop = asyncio.get_running_loop()
+            self.tail_timer = loop.call_later(PART_WAIT_S,
+                                              lambda: asyncio.ensure_future(self._on_timer(self.release)))
+            await self.pace()
 
     async def _paced(self) -> None:
         self.pace_timer = None

@@ -145,6 +145,21 @@ class TextStream:
             out.extend(self._cut(cut))
         return out
 
+    def release_tail(self) -> list[Item]:
+        """What a pause in the text releases (TextFeed's tail timer): everything, where the text ends
+        whole (in a space, or in punctuation that does not follow a digit); else up to its last space
+        between two words or after a clause mark, so that what the pause may have cut mid-way ("$4" of
+        "$4.99", "exa" of "example.com", "bo" of "**bold**") waits for its rest. An open code fence
+        waits."""
+        text = self._text.rstrip(" \t")
+        if len(text) < len(self._text) or not text or (unicodedata.category(text[-1])[0] == "P"
+                                                        and not (len(text) > 1 and text[-2].isdigit())):
+            return self.release()
+        at = max(self._word_cut, self._clause_cut)
+        if self._in_fence or at <= 0:
+            return []
+        return self._cut(at) + self._scan()
+
     def release(self) -> list[Item]:
         """Speak everything buffered (the caller saw a pause); an open code fence waits."""
         if self._in_fence:

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -227,6 +228,19 @@ def test_shutdown_with_a_stream_still_running_logs_no_error(tmp_path: Path) -> N
     assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
 
 
+def _events_until_closed(ws: Any) -> tuple[list[dict[str, Any]], Any]:
+    """The JSON events a socket receives until the server closes it, and the close frame it got."""
+    from websockets.exceptions import ConnectionClosed
+
+    events = []
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            message = ws.recv(timeout=30)
+            if isinstance(message, str):
+                events.append(json.loads(message))
+    return events, closed.value.rcvd
+
+
 def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
     """SIGTERM closed every /v1/realtime session at once (uvicorn's 1012), mid-utterance, while a
     REST stream got `graceful_shutdown_s`: now a session speaking is closed (1012) once its
@@ -255,14 +269,8 @@ def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
             with pytest.raises(ConnectionClosed) as closed:  # the vendor sockets too (gateway/connection.py)
                 vendor.recv(timeout=30)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
-            events = []
-            with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    message = busy.recv(timeout=30)
-                    if isinstance(message, str):
-                        events.append(json.loads(message))
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
-            assert closed.value.rcvd.reason == "server is shutting down"
+            events, close = _events_until_closed(busy)
+            assert close is not None and close.code == 1012 and close.reason == "server is shutting down"
         _, stderr = proc.communicate(timeout=30)
         elapsed = time.monotonic() - t0
     done = [e for e in events if e["type"] == "utterance.done"]  # the one being spoken, not the next
@@ -277,8 +285,6 @@ def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
 def test_shutdown_ends_an_unflushed_utterance_with_its_utterance_done(tmp_path: Path) -> None:
     """An utterance never flushed, its released text spoken: the shutdown closed it (1012) at once
     without `utterance.done` (found by a new-user trial); now its `utterance.done` says why first."""
-    from websockets.exceptions import ConnectionClosed
-
     with serve(tmp_path, graceful_shutdown_s="8") as (proc, url):
         with connect(url.replace("http", "ws") + "/v1/realtime") as ws:
             assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
@@ -289,14 +295,9 @@ def test_shutdown_ends_an_unflushed_utterance_with_its_utterance_done(tmp_path: 
                 if isinstance(message, bytes):
                     audio_ms += len(message) / 2 / 24
             proc.send_signal(signal.SIGTERM)
-            events = []
-            with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    message = ws.recv(timeout=30)
-                    if isinstance(message, str):
-                        events.append(json.loads(message))
+            events, close = _events_until_closed(ws)
         _, stderr = proc.communicate(timeout=30)
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    assert close is not None and close.code == 1012
     done = [e for e in events if e["type"] == "utterance.done"]
     assert len(done) == 1 and done[0]["error"] == "shutting_down" and not done[0]["cancelled"], events
     assert done[0]["text"] == "The quick brown fox jumps over the lazy dog." and done[0]["audio_ms"] > 1000

@@ -113,7 +113,7 @@ def test_a_folders_name_and_options_must_have_their_types(tmp_path: Path) -> Non
     folder = _voice(tmp_path, "bob")
     with _client(tmp_path) as client:
         for field, bad in (("name", 5), ("name", {"a": 1}), ("name", ""), ("name", " "), ("name", "x" * 201),
-                           ("options", []), ("options", 0), ("options", ""), ("options", False)):
+                           ("name", "a\x00b"), ("options", []), ("options", 0), ("options", ""), ("options", False)):
             refused = _install(client, path=str(folder), **{field: bad})
             assert refused.status_code == 400, (field, bad, refused.text)
             assert refused.json()["error"]["field"] == field, refused.text

@@ -47,8 +47,8 @@ def _refusal(spec: ModelSpec, **kwargs: object) -> str:
 def test_the_memory_message_gives_min_free_memory_mb_as_set() -> None:
     spec = ModelSpec("big", "sim", None, size_bytes=100 * MB)  # a family with no estimate of its own
     message = _refusal(spec, min_free_memory_mb=256.5)
-    assert ("it needs about 150 MB (size on disk x 1.5) and 256.5 MB must stay free; 100 MB free on cpu"
-            in message), message
+    assert ("it needs about 150 MB (size on disk x 1.5) and 256.5 MB must stay free (min_free_memory_mb); "
+            "100 MB free on cpu" in message), message
     assert "and 100000000 MB must stay free" in _refusal(spec, min_free_memory_mb=100_000_000)
 
 

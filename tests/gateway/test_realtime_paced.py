@@ -287,3 +287,70 @@ def test_pacing_is_a_setting(tmp_path: Path) -> None:
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="realtime_pace_ms"):
             load_settings(env={}, data_dir=tmp_path, realtime_pace_ms=bad)
+
+
+@pytest.mark.parametrize("pieces, first", [
+    (["It costs $4", ".99 today."], ["It"]),
+    (["The weather is nice. Temperature is 2", "5 degrees today."], ["The weather is nice.", "Temperature"]),
+    (["This is **bo", "ld** text."], ["This"]),
+    (["Go to https://www.exa", "mple.com/docs now."], ["Go to"]),
+])
+def test_a_pause_in_the_text_does_not_cut_a_word_or_number(pieces: list[str], first: list[str]) -> None:
+    """A pause past text_buffer_ms between "$4" and ".99" spoke "four dollars 99" (found by a new-user
+    trial): the tail timer speaks what is whole and holds a last word or number the pause may have
+    cut, which its next piece completes, so the words are those of the text sent whole."""
+    async def scenario(parts: list[str], pause_s: float) -> list[list[Item]]:
+        got: list[list[Item]] = []
+
+        async def sink(items: list[Item], since_s: float | None, ready_s: float) -> None:
+            if items:
+                got.append(list(items))
+
+        async def on_error(error: Exception) -> None:
+            raise AssertionError(error)
+
+        feed = TextFeed(load_settings(env={}, text_buffer_ms=50.0), sink, on_error)
+        for i, part in enumerate(parts):
+            await feed.append(part)
+            await asyncio.sleep(pause_s)  # past text_buffer_ms, well short of PART_WAIT_S
+            if i == 0 and pause_s:
+                assert [item for items in got for item in items] == first
+        got.append(feed.flush()[0])
+        feed.cancel_timer()
+        return got
+
+    def words(releases: list[list[Item]]) -> list[str]:
+        return " ".join(str(item) for items in releases for item in items).split()
+
+    assert words(asyncio.run(scenario(pieces, 0.2))) == words(asyncio.run(scenario(["".join(pieces)], 0.0)))
+
+
+def test_a_tail_that_ends_whole_is_spoken_at_once_and_a_cut_one_after_part_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import text_feed
+
+    monkeypatch.setattr(text_feed, "PART_WAIT_S", 0.2)
+
+    async def scenario() -> list[tuple[float, list[Item]]]:
+        got: list[tuple[float, list[Item]]] = []
+        start = time.monotonic()
+
+        async def sink(items: list[Item], since_s: float | None, ready_s: float) -> None:
+            if items:
+                got.append((time.monotonic() - start, list(items)))
+
+        async def on_error(error: Exception) -> None:
+            raise AssertionError(error)
+
+        feed = TextFeed(load_settings(env={}, text_buffer_ms=50.0), sink, on_error)
+        for piece in ("Thank you ", "Hello there", "See you!"):
+            await feed.append(piece)
+            await asyncio.sleep(0.5)
+            feed.flush()
+        feed.cancel_timer()
+        return got
+
+    got = asyncio.run(scenario())
+    assert [items for _, items in got] == [["Thank you"], ["Hello"], ["there"], ["See you!"]]
+    times = [at for at, _ in got]
+    assert times[0] < 0.2 and times[1] - 0.5 < 0.2 and times[2] - 0.5 >= 0.2 and times[3] - 1.0 < 0.2, times
