@@ -172,7 +172,7 @@ class TextFeed:
         self._cancel_pace()
         ready_s = self._ready_s()
         items = self.text.release_tail()
-        if items:
+        if items or not self.text.pending:  # (released it all, maybe nothing speakable: the sink hears so)
             self._left(self.appended_s)
             await self.sink(items, self.since_s, ready_s)
         if self.text.pending:

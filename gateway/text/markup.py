@@ -26,6 +26,9 @@ from gateway.text.options import TextOptions
 
 PAUSE_BASE = 0xE000  # pause i is chr(PAUSE_BASE + i)
 MAX_PAUSES = 0x1000
+# At the end of a piece of text cut inside a line (gateway/text/stream.py): its heading or list item
+# goes on in the next piece, so no full stop ends it here (a private-use character; `to_text` drops it).
+CONTINUES = "\uf8ff"
 MAX_PAUSE_MS = 10_000.0  # the longest break one tag may ask for (as common TTS services cap it)
 # SSML leaves strength durations to the processor; these follow common TTS services.
 STRENGTH_MS = {"none": 0.0, "x-weak": 100.0, "weak": 250.0, "medium": 400.0, "strong": 750.0,
@@ -95,7 +98,9 @@ def _parser() -> MarkdownIt:
 def end_sentence(parts: list[str]) -> None:
     """Make what `parts` holds so far end as a sentence (a period unless punctuated)."""
     text = "".join(parts).rstrip()
-    if text and text[-1] not in SENTENCE_END and not 0xE000 <= ord(text[-1]) < 0xF000:
+    if text.endswith(CONTINUES):
+        parts[-1] = parts[-1].rstrip().removesuffix(CONTINUES)
+    elif text and text[-1] not in SENTENCE_END and not 0xE000 <= ord(text[-1]) < 0xF000:
         parts.append(".")
     parts.append(" ")
 
@@ -152,4 +157,4 @@ def to_text(markdown: str, options: TextOptions) -> str:
         elif kind == "html_block":
             parts.append(_HTML_TAG.sub(" ", token.content))
             parts.append(" ")
-    return "".join(parts)
+    return "".join(parts).replace(CONTINUES, "")

@@ -1,7 +1,7 @@
 """One piece of text as a reader would speak it: the passes, in order.
 
 markdown and SSML (`markup`) -> emoji (`symbols`) -> URLs and e-mail addresses (`links`)
--> `C#`, `C++` (`symbols`) -> numbers, currency, dates, times, units (`numerals`, `quantities`)
+-> `C#`, `C++` (`symbols`) -> English abbreviations (`abbreviations`) -> numbers, currency, dates, times, units (`numerals`, `quantities`)
 -> `&` and `/` between words -> leftover markup characters -> spacing. Each pass works on what the one before left,
 so a URL's digits are read as part of the URL, and a table cell's number as a number.
 """
@@ -12,7 +12,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from gateway.text import links, markup, numerals, symbols
+from gateway.text import abbreviations, links, markup, numerals, symbols
 from gateway.text.options import TextOptions
 from gateway.text.segments import clean, is_speakable
 
@@ -50,6 +50,7 @@ def spoken_text(raw: str, options: TextOptions, pauses: list[float]) -> str:
     text = symbols.emoji(text, options.emoji, lang)
     text = links.expand(text, lang)
     text = symbols.names(text, lang)
+    text = abbreviations.expand(text, lang)
     text = numerals.expand(text, lang)
     text = symbols.connectors(text, lang)
     text = symbols.strip_markup(text)

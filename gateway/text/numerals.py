@@ -15,8 +15,11 @@ three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with 
 space, the first maybe in parentheses, maybe after `1-`), an international number (`+`,
 then groups of 1-4 digits, 8 to 15 digits in all), or (English) `555-1234` right after a
 word that asks for a phone number ("call", "phone", "tel", "dial", "fax", "text", "mobile",
-"cell", "number"; `call 555-1234`, `Tel.: 555-1234`, `call me at 555-1234`): elsewhere
-`555-1234` is a range ("from 500-1000 people").
+"cell", "number"; `call 555-1234`, `Tel.: 555-1234`, `call me at 555-1234`), or (English) any
+other `555-1234` (first digit 2-9) but a round range (the right side a multiple of 50 and the
+larger: "from 500-1000 people"). In English a service number after such a word (`call 911`, `text
+988`: the N11 numbers, 988, 999, 112) and a number after `zip (code)`, `postcode`, `PIN`,
+`passcode`, `code` or `ext.` are read digit by digit too ("zip code nine zero two one zero").
 
 Decades (English): `1990s` (or `1990's`) "nineteen nineties", `1900s` "nineteen hundreds",
 `'80s` "eighties"; `80s` (20s to 90s) too, and `100s`, `1000s` "hundreds", "thousands", except
@@ -47,6 +50,10 @@ ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|
 ORDINAL_DAY_LANGUAGES = frozenset({"en", "de"})  # "March fifteenth", "15. März" = "fünfzehnter"
 # Words after which `555-1234` is a phone number, not a range (English).
 PHONE_CUES = r"call|phone|telephone|tel|dial|fax|text|mobile|cell|number"
+# Short numbers read digit by digit after a phone cue ("call nine one one"), and words after which a
+# number is a code read digit by digit (English).
+SERVICE_NUMBERS = r"[2-9]11|988|999|112"
+DIGIT_CUES = r"zip(?: code)?|postcode|postal code|pin|passcode|code|ext\.?|extension"
 # Words after which a bare `30s` is seconds, not a decade (English; `quantities.seconds` reads it).
 SECONDS_CUES = frozenset({"every", "after", "within", "wait", "for", "in", "timeout", "interval", "takes", "took"})
 
@@ -153,6 +160,13 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     def number_range(m: re.Match[str]) -> str:
         return f" {cardinal(number(m['a']), lang)} to {cardinal(number(m['b']), lang)} "
 
+    def local_phone(m: re.Match[str]) -> str:  # "555-1234", unless a round range ("500-1000")
+        a, b = int(m["a"]), int(m["b"])
+        return number_range(m) if b % 50 == 0 and b > a else f" {phone_words(m.group(0), lang)} "
+
+    def cued_digits(m: re.Match[str]) -> str:
+        return f"{m['cue']}{digits(m['n'], lang)}"
+
     def a_year(m: re.Match[str]) -> str:
         return f' {year(int(m["y"]), lang)} '
 
@@ -183,6 +197,11 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     if base == "en":
         passes.append((rf"(?P<cue>(?i:\b(?:{PHONE_CUES})\b(?:[^\w\n]{{1,3}}|\s(?:me|us)\s(?:at|on)\s)))"
                        rf"(?P<n>\d{{3}}[-.]\d{{4}})" + end, phone))
+        passes.append((r"(?<![\w.,+-])(?P<a>[2-9]\d{2})-(?P<b>\d{4})" + end, local_phone))
+        after = r"(?![\w:/-]|[.,]\d)"
+        passes.append((rf"(?P<cue>(?i:\b(?:{PHONE_CUES})\b[^\w\n]{{1,3}}))(?P<n>{SERVICE_NUMBERS})" + after, cued_digits))
+        passes.append((rf"(?P<cue>(?i:\b(?:{DIGIT_CUES})(?:\s?(?:is|:|#|no\.?))?\s?))(?P<n>\d{{3,10}})" + after,
+                       cued_digits))
     passes += [
         (r"(?<![\d-])(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?![\d-])", iso_date),
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),

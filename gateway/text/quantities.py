@@ -24,7 +24,9 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
 - units: `5 km`, `20°C`, `50 km/h`, and `km/h`, `m/s` alone ("kilometers per hour");
 - scaled numbers: `100k`, `2.5M`, `3B`, `4bn` -> "one hundred thousand", "two point five million"
   (`m` is meters, and `t`/`T` tonnes or teslas, so neither is a scale here; `4K`, one digit and
-  a capital K, is a display or a run: "four K").
+  a capital K, is a display or a run: "four K"; a whole number with `M` or `B` is a scale only
+  before a lowercase word and not after "seat", "room", "gate" and the like: "3B users", but
+  "221B Baker", "seat 12B and", "room 3M").
 
 A minus sign (`number_words.SIGN`) before any of these but ratios and fractions is read where the
 number is: `-5°C` "minus five degrees Celsius", `-$20` "minus twenty dollars".
@@ -57,6 +59,9 @@ SCALES = {"k": 3, "K": 3, "thousand": 3, "m": 6, "M": 6, "mn": 6, "million": 6, 
 # The scale suffixes a number without a currency takes ("100k", "2.5M"): not "m" (meters), "b",
 # "t" or "T" (tonnes, teslas), which a bare number more often means.
 BARE_SCALES = ("k", "K", "M", "B", "mn", "bn", "tn")
+# Before a number with `M` or `B`, words that make it a name ("seat 12B"), not a scale (English).
+PLACE_WORDS = re.compile(r"(?i)\b(?:apt|apartment|room|suite|unit|seat|gate|row|flight|platform|terminal|floor|"
+                         r"level|block|building|bus|route|pier|berth|bay|dock|box|no|number)\.?\s*#?\s*$")
 # Notation -> CLDR unit id; babel gives the unit's name in the voice's language.
 UNITS = {
     "km": "length-kilometer", "m": "length-meter", "cm": "length-centimeter", "mm": "length-millimeter",
@@ -213,6 +218,9 @@ def passes(lang: str) -> list[Pass]:
     def bare_scale(m: re.Match[str]) -> str:
         if m["scale"] == "K" and len(m["amount"]) == 1:
             return m.group(0)  # "4K" (a display), "5K" (a run) are said "four K"
+        if m["scale"] in ("M", "B") and m["amount"].isdigit() and (
+                not re.match(r"\s+[a-z]", m.string[m.end():]) or PLACE_WORDS.search(m.string[:m.start()])):
+            return m.group(0)  # "221B Baker St.", "seat 12B and", "room 3M": a name, not "3B users" or "2.5M"
         return f" {scaled(number(m['amount']), SCALES[m['scale']], lang)} "
 
     def with_sign(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:

@@ -21,6 +21,7 @@ window of bounded size, whatever the buffered length.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
 
@@ -43,6 +44,7 @@ CJK_PUNCT = "。！？"
 CLAUSE_PUNCT = ",;:"
 CJK_CLAUSE = "，；：、"
 OPENERS = "\"'“‘([«¿¡"
+_BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}[ \t]+|[-*+][ \t]+|\d{1,9}[.)][ \t]+|>[ \t]*)")  # a heading, item, quote
 
 
 @lru_cache(maxsize=32)
@@ -332,7 +334,11 @@ class TextStream:
         if kind in ("clause", "cjk"):
             return k
         # pysbd decides a boundary from the next word's first character as well as from the
-        # whole word ("Dr. S", "U.S. A" stay whole; "that. T", "a.m. T" split).
+        # whole word ("Dr. S", "U.S. A" stay whole; "that. T", "a.m. T" split). A full stop before a
+        # lowercase word ends an abbreviation, not a sentence ("5 ft. 10 in. tall", "p. 45 and"), though
+        # pysbd may say otherwise.
+        if start.islower() and text[k - 1 if text[k - 1] not in CLOSERS else k - 2] == ".":
+            return None
         return k if self._is_sentence_end(k, j, i + 1) else None
 
     def _is_sentence_end(self, k: int, j: int, end: int) -> bool:
@@ -360,8 +366,16 @@ class TextStream:
 
     def _cut(self, at: int, hard: bool = False) -> list[Item]:
         unit, self._text = self._text[:at], self._text[at:]
+        block = None
+        if self._text.strip(" \t") and not self._text.lstrip(" \t").startswith("\n") and not unit.endswith("\n"):
+            # Cut inside a line: a heading or list item goes on in the next unit, which keeps its marker
+            # (so it ends as a sentence where the line does), and this one ends without a full stop.
+            block = _BLOCK_START.match(unit[unit.rfind("\n") + 1:])
+            unit += markup.CONTINUES
         self._reset()
-        self._at_line_start = unit.endswith("\n") or (not unit and self._at_line_start)
+        if block is not None:
+            self._text = block.group(0).lstrip() + self._text.lstrip(" \t")
+        self._at_line_start = unit.endswith("\n") or block is not None or (not unit and self._at_line_start)
         items = self._items(unit)
         if any(isinstance(item, str) for item in items):
             self.is_first = False

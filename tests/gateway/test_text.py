@@ -100,7 +100,7 @@ def test_the_stream_releases_sentences_as_they_complete() -> None:
     stream = TextStream(EN, first_chars=0)
     assert stream.append("Dr. Smith arrived") == []
     assert stream.append(" at noon.") == []  # what follows decides: "noon. He" or "noon.com"
-    assert stream.append(" He") == ["Dr. Smith arrived at noon."]
+    assert stream.append(" He") == ["Doctor Smith arrived at noon."]  # (its title spelled out)
     assert stream.append(" sat down") == []
     assert stream.pending == "He sat down"
     assert stream.flush() == ["He sat down"]
@@ -249,3 +249,16 @@ def test_sentences_are_split_right_from_many_threads_at_once() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert not wrong
+
+
+@pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial: "... a lot of money. | these days"
+    ("- The Widget Pro costs a lot of money these days my friend and more words.",
+     ["The Widget Pro costs a lot of money", "these days my friend and more words."]),
+    ("## A heading that is quite long and goes on for a while here\nText.",
+     ["A heading that is quite long and", "goes on for a while here.", "Text."]),
+    ("1. **Widget Pro** costs a lot of money these days my friend and more words\n2. Next",
+     ["Widget Pro costs a lot of money", "these days my friend and more words.", "Next."]),
+])
+def test_a_list_item_or_heading_cut_inside_its_line_ends_only_where_the_line_does(text: str,
+                                                                                   expected: list[str]) -> None:
+    assert prepare(text, EN) == expected

@@ -23,10 +23,47 @@ def spoken(text: str, lang: str = "en_US") -> str:
     ("Dial 1-800-555-1234.", "Dial one, eight zero zero, five five five, one two three four."),
     ("+44 20 7946 0958", "plus four four, two zero, seven nine four six, zero nine five eight"),
     ("Call me at 555-1234.", "Call me at five five five, one two three four."),
-    ("from 500-1000 people", "from five hundred to one thousand people"),  # no phone word: a range
+    ("from 500-1000 people", "from five hundred to one thousand people"),  # a round range
+    # Found by a new-user trial: read as ranges, and service numbers and codes as amounts.
+    ("Our office number is 555-1234.", "Our office number is five five five, one two three four."),
+    ("Reach the desk at 555-1234 anytime.", "Reach the desk at five five five, one two three four anytime."),
+    ("It took 200-300 ms.", "It took two hundred to three hundred milliseconds."),
+    ("Call 911 or text 988.", "Call nine one one or text nine eight eight."),
+    ("We sold 911 units.", "We sold nine hundred and eleven units."),  # no phone word
+    ("Zip code 90210.", "Zip code nine zero two one zero."),
+    ("My PIN is 4321, ext. 204.", "My PIN is four three two one, extension two zero four."),
     ("+3 points", "+ three points"),  # too few digits for a phone number
 ])
 def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial: pauses after "Dr.", "deck", "no"
+    ("I met Dr. Smith and Mr. and Mrs. Jones.", "I met Doctor Smith and Mister and Missus Jones."),
+    ("Gen Z loves Dr Pepper.", "Gen Z loves Doctor Pepper."),  # "Gen" without its full stop: no title
+    ("Martin Luther King Jr. was born in 1929.", "Martin Luther King Junior was born in nineteen twenty-nine."),
+    ("It happened on Dec. 5th. See you Sept. 1st!", "It happened on December fifth. See you September first!"),
+    ("Hello there. No. 5 is the best, no. 6 is not.", "Hello there. Number five is the best, number six is not."),
+    ("Go to 10 Main St. in town, then to St. Louis.", "Go to ten Main Street in town, then to St. Louis."),
+    ("He lives on 5th Ave. Then he moved.", "He lives on fifth Avenue. Then he moved."),
+    ("He is 5 ft. 10 in. tall and weighs 150 lbs. now.",
+     "He is five feet ten inches tall and weighs one hundred and fifty pounds now."),
+    ("See p. 45 or pp. 50-52.", "See page forty-five or pages fifty to fifty-two."),
+    ("Apples vs. oranges, e.g. fruit, i.e. food, etc. Then more.",
+     "Apples versus oranges, for example fruit, that is food, et cetera. Then more."),
+])
+def test_english_abbreviations_are_read_as_their_words(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+    assert len(prepare(text, EN, 0)) == len(prepare(expected, EN, 0))  # no sentence ends at them
+
+
+@pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial: "221 billion Baker St."
+    ("I live at 221B Baker St.", "I live at two hundred and twenty-one B Baker Street."),
+    ("Apt 4B, seat 12B and room 3M.", "Apt four B, seat twelve B and room three M."),
+    ("3B users, 2.5M downloads, 100k views", "three billion users, two point five million downloads, one hundred "
+                                             "thousand views"),
+])
+def test_a_letter_after_a_number_is_a_scale_only_where_it_reads_as_one(text: str, expected: str) -> None:
     assert spoken(text) == expected
 
 
