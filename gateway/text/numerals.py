@@ -93,9 +93,11 @@ def date_words(date: datetime.date, lang: str, before: str = "") -> str:
 def _time_words(hour: int, minute: int, meridiem: str, lang: str) -> str:
     if language.base(lang) != "en":
         return cardinal(hour, lang) + (f" {cardinal(minute, lang)}" if minute else "")
+    if hour == 0 and not meridiem:  # "00:30": "twelve thirty AM"
+        hour, meridiem = 12, "AM"
     hours = cardinal(hour, lang)
-    if minute == 0:
-        spoken = hours if meridiem else f"{hours} o'clock"
+    if minute == 0:  # "15:00" on the 24-hour clock: "fifteen hundred"
+        spoken = hours if meridiem else f"{hours} hundred" if hour > 12 else f"{hours} o'clock"
     elif minute < 10:
         spoken = f"{hours} oh {cardinal(minute, lang)}"
     else:
@@ -224,6 +226,11 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     if base in YEAR_LANGUAGES:
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
     passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))\d+(?:\.\d+){2,}(?!\w|\.\d)", version))  # "v2.0.1" too
+    if base == "en":  # "2^32": "two to the power of thirty-two"
+        passes.append((r"(?<![\w.])(?P<a>\d+)\^(?P<b>\d+)(?![\w.]|,\d)",
+                       lambda m: f" {cardinal(int(m['a']), lang)} to the power of {cardinal(int(m['b']), lang)} "))
+    if base == "en":  # ".5" (a decimal without its zero): "point five"
+        passes.append((r"(?<![\w.,$€£¥/\\])\.(?P<d>\d+)(?![\w.]|,\d)", lambda m: f" point {digits(m['d'], lang)} "))
     passes.append((rf"{SIGN}(?<![\d.,])(?P<n>{num})(?!\d)", plain))
     return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]
 

@@ -25,6 +25,11 @@ from gateway.text import language
 
 _MARKUP = re.compile(r"[*_`#|~\\<>^]+")
 _AMPERSAND = re.compile(r"\s*&\s*")
+_INITIALS_AND = re.compile(r"\b(?P<a>[A-Z]{1,3})&(?P<b>[A-Z]{1,3})\b")
+_EN_COMPARISONS = {"<=": "less than or equal to", ">=": "greater than or equal to", "!=": "not equal to",
+                   "==": "equals", "≤": "less than or equal to", "≥": "greater than or equal to", "≠": "not equal to",
+                   "<": "less than", ">": "greater than"}
+_COMPARISON = re.compile(r"\s*(?P<op><=|>=|!=|==|[≤≥≠])\s*|(?<=\s)(?P<op2>[<>])(?=\s)")
 _WORD_SLASH = re.compile(r"(?<![\w/.@-])([^\W\d_]+)/([^\W\d_]+)(?![\w/@-]|\.\w)")
 _PRONOUNS = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them"})
 # Slashed English abbreviations, read as their words.
@@ -86,9 +91,14 @@ def names(text: str, lang: str) -> str:
 
 
 def connectors(text: str, lang: str) -> str:
-    """`&` -> the locale's "and"; `and/or` -> "and or" (`/` between two words, see above)."""
+    """`&` -> the locale's "and" (`AT&T`, `R&D`: the letters spelled, "A T and T"); `and/or` -> "and or"
+    (`/` between two words, see above); in English the comparisons `<=` `>=` `!=` `==` `≤` `≥` `≠`, and
+    `<` `>` with a space on each side, as words ("x less than ten")."""
     if "&" in text:
+        text = _INITIALS_AND.sub(lambda m: f"{' '.join(m['a'])} {and_word(lang)} {' '.join(m['b'])}", text)
         text = _AMPERSAND.sub(f" {and_word(lang)} ", text)
+    if language.base(lang) == "en" and any(ch in text for ch in "<>=!≤≥≠"):
+        text = _COMPARISON.sub(lambda m: f" {_EN_COMPARISONS[m['op'] or m['op2']]} ", text)
     if "/" in text:
         english = language.base(lang) == "en"
 

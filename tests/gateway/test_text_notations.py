@@ -57,6 +57,18 @@ def test_english_abbreviations_are_read_as_their_words(text: str, expected: str)
     assert len(prepare(text, EN, 0)) == len(prepare(expected, EN, 0))  # no sentence ends at them
 
 
+@pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial
+    ("Meet at 15:00, 18:30 or 00:30.", "Meet at fifteen hundred, eighteen thirty or twelve thirty AM."),
+    ("Scores of 0.5, .5 and 0.05.", "Scores of zero point five, point five and zero point zero five."),
+    ("If 1 <= 2 and x < 10 and y > 5, then a != b.",
+     "If one less than or equal to two and x less than ten and y greater than five, then a not equal to b."),
+    ("AT&T, R&D and Tom & Jerry.", "A T and T, R and D and Tom and Jerry."),
+    ("There are 2^32 values.", "There are two to the power of thirty-two values."),
+])
+def test_clock_times_bare_decimals_comparisons_initials_and_powers(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
 @pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial: "221 billion Baker St."
     ("I live at 221B Baker St.", "I live at two hundred and twenty-one B Baker Street."),
     ("Apt 4B, seat 12B and room 3M.", "Apt four B, seat twelve B and room three M."),
