@@ -21,6 +21,8 @@ larger: "from 500-1000 people"). In English a service number after such a word (
 988`: the N11 numbers, 988, 999, 112) and a number after `zip (code)`, `postcode`, `PIN`,
 `passcode`, `code` or `ext.` are read digit by digit too ("zip code nine zero two one zero").
 
+Roman numerals (English): see `ROMAN`.
+
 Decades (English): `1990s` (or `1990's`) "nineteen nineties", `1900s` "nineteen hundreds",
 `'80s` "eighties"; `80s` (20s to 90s) too, and `100s`, `1000s` "hundreds", "thousands", except
 after a word that makes them seconds ("every 30s", "after 30s"). `10s` needs its apostrophe
@@ -53,6 +55,15 @@ PHONE_CUES = r"call|phone|telephone|tel|dial|fax|text|mobile|cell|number"
 # Short numbers read digit by digit after a phone cue ("call nine one one"), and words after which a
 # number is a code read digit by digit (English).
 SERVICE_NUMBERS = r"[2-9]11|988|999|112"
+# Roman numerals of 2-39 (I, V and X only: "DC", "CD", "MD" are mostly not numbers) after a capitalised
+# word; after a ruler's or pope's name an ordinal ("Louis the fourteenth"), else a cardinal ("World War
+# two", "Part four") (English).
+ROMAN = r"(?=[IVX]{2,})X{0,3}(?:IX|IV|V?I{0,3})"
+REGNAL_NAMES = frozenset(
+    "Louis Henry Elizabeth George Edward Charles William James Richard John Paul Pius Benedict Gregory Leo "
+    "Innocent Clement Philip Frederick Napoleon Peter Catherine Mary Victoria Alexander Nicholas Ivan "
+    "Constantine Ramesses Ptolemy Alfonso Ferdinand Francis Urban Boniface Sixtus Stephen Harold Malcolm "
+    "David Robert Otto Rudolf Wilhelm Karl Gustav Christian Frederik Olaf Haakon Carl Juan Felipe".split())
 DIGIT_CUES = r"zip(?: code)?|postcode|postal code|pin|passcode|code|ext\.?|extension"
 # Words after which a bare `30s` is seconds, not a decade (English; `quantities.seconds` reads it).
 SECONDS_CUES = frozenset({"every", "after", "within", "wait", "for", "in", "timeout", "interval", "takes", "took"})
@@ -110,6 +121,9 @@ def phone_words(text: str, lang: str) -> str:
     groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
     plus = symbols.plus_word(lang)
     return (f"{plus} " if text.lstrip().startswith("+") else "") + ", ".join(groups)
+
+
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10}
 
 
 @lru_cache(maxsize=64)
@@ -252,8 +266,22 @@ def _or_as_written(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Matc
     return safe
 
 
+_ROMAN = re.compile(rf"\b(?P<name>[A-Z][a-z]+) (?P<r>{ROMAN})(?![\w'’-])")
+
+
+def _roman(m: re.Match[str]) -> str:
+    numeral = m["r"]
+    value = sum(_ROMAN_VALUES[ch] * (-1 if _ROMAN_VALUES[ch] < _ROMAN_VALUES.get(after, 0) else 1)
+                for ch, after in zip(numeral, numeral[1:] + " "))
+    if m["name"] in REGNAL_NAMES:
+        return f"{m['name']} the {ordinal(value, 'en')}"
+    return f"{m['name']} {cardinal(value, 'en')}"
+
+
 def expand(text: str, lang: str) -> str:
     """Every number-like notation in `text` as words of `lang` (and `km/h`, `m/s` without a number)."""
+    if language.base(lang) == "en" and ("I" in text or "V" in text or "X" in text):
+        text = _ROMAN.sub(_roman, text)
     if any(ch.isdigit() for ch in text):
         for pattern, replace in _passes(lang):
             text = pattern.sub(replace, text)
