@@ -104,6 +104,7 @@ async def project_json(state: AppState, store: ProjectStore, project: dict[str, 
     for take in await store.takes(project["id"]):
         by_passage.setdefault(take["passage_id"], []).append(take)
     out, duration_ms, num_out_of_date = [], 0.0, 0
+    has_chosen = [passage["chosen_take"] is not None for passage in passages] + [False]
     for i, passage in enumerate(passages):
         takes = [take_json(project, passage, t) for t in by_passage[passage["id"]]]
         chosen = next((t for t in takes if t["chosen"]), None)
@@ -111,7 +112,9 @@ async def project_json(state: AppState, store: ProjectStore, project: dict[str, 
         pause = None if is_last else (passage["pause_ms"] if passage["pause_ms"] is not None else project["pause_ms"])
         out_of_date = not any(not t["out_of_date"] for t in takes)
         num_out_of_date += out_of_date
-        duration_ms += (chosen["audio_ms"] if chosen else 0.0) + (pause or 0.0)
+        # the chosen takes and the pauses between two of them (not those of passages not yet generated)
+        joined = chosen is not None and has_chosen[i + 1]
+        duration_ms += (chosen["audio_ms"] if chosen else 0.0) + ((pause or 0.0) if joined else 0.0)
         out.append({"id": passage["id"], "position": passage["position"], "text": passage["text"],
                     "speaker": passage["speaker"], "effective_speaker": passage["speaker"] or project["speaker"],
                     "pause_ms": passage["pause_ms"], "pause_after_ms": pause, "chosen_take": passage["chosen_take"],

@@ -70,6 +70,7 @@ function modelRow(m) {
 async function loadModels() {
   try {
     const { data } = await api("GET", "/v1/models");
+    if ($("installed-status").dataset.kind === "error") say($("installed-status"), "");  // (that try is over)
     const key = JSON.stringify(data.map(({ last_used, ...m }) => m));
     if (key === lastModels) return;  // re-rendering would take the keyboard focus away
     lastModels = key;

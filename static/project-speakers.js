@@ -2,9 +2,23 @@
 // brings its own model). `defaultLabel` adds a first option "" meaning the project's speaker.
 import { api, el } from "./common.js";
 
+// The lists, fetched once for all the pickers a render makes (a long project has hundreds), and
+// again after CACHE_MS (a preset made meanwhile on another page).
+const CACHE_MS = 5000;
+const lists = new Map();  // model -> {at, promise}
+
+function speakerLists(model) {
+  const hit = lists.get(model);
+  if (hit && performance.now() - hit.at < CACHE_MS) return hit.promise;
+  const promise = Promise.all([api("GET", `/v1/audio/voices?model=${encodeURIComponent(model)}`),
+                               api("GET", "/v1/presets")]);
+  promise.catch(() => lists.delete(model));  // (a failure is not kept)
+  lists.set(model, { at: performance.now(), promise });
+  return promise;
+}
+
 export async function fillSpeakers(select, model, { defaultLabel = null, selected = null } = {}) {
-  const [{ data: voices }, { data: presets }] = await Promise.all([
-    api("GET", `/v1/audio/voices?model=${encodeURIComponent(model)}`), api("GET", "/v1/presets")]);
+  const [{ data: voices }, { data: presets }] = await speakerLists(model);
   select.replaceChildren();
   if (defaultLabel) select.append(new Option(defaultLabel, ""));
   const builtin = el("optgroup", { label: "Voices" });

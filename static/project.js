@@ -107,6 +107,7 @@ function passageItem(passage, i, count) {
   };
   const text = el("textarea", { rows: "3", "aria-label": `Text of passage ${n}` });
   text.value = passage.text;
+  text.dataset.saved = passage.text;
   const saveText = act("Save text", `Save the text of passage ${n}`, () =>
     api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { text: text.value }));
   saveText.hidden = true;
@@ -142,6 +143,38 @@ function passageItem(passage, i, count) {
     text, el("div", { class: "row-actions" }, saveText), takes, itemStatus);
 }
 
+// Text typed into a passage and not yet saved, and where the keyboard was: a re-render (each
+// passage a generation finishes) must not take them away.
+function keepEdits() {
+  const drafts = [...$("passages").querySelectorAll("li.passage textarea")]
+    .filter((t) => t.value !== t.dataset.saved)
+    .map((t) => ({ id: t.closest("li.passage").dataset.passage, saved: t.dataset.saved, value: t.value,
+                   start: t.selectionStart, end: t.selectionEnd }));
+  const active = document.activeElement;
+  const item = active && active.closest ? active.closest("li.passage") : null;
+  const focus = item ? { id: item.dataset.passage, tag: active.tagName, label: active.getAttribute("aria-label"),
+                         start: active.selectionStart, end: active.selectionEnd } : null;
+  return { drafts, focus };
+}
+
+function restoreEdits({ drafts, focus }) {
+  const itemOf = (id) => [...$("passages").querySelectorAll("li.passage")].find((li) => li.dataset.passage === id);
+  for (const draft of drafts) {
+    const text = itemOf(draft.id)?.querySelector("textarea");
+    if (text && text.dataset.saved === draft.saved) {  // (unless the passage's text changed meanwhile)
+      text.value = draft.value;
+      text.dispatchEvent(new Event("input"));
+    }
+  }
+  const item = focus && itemOf(focus.id);
+  if (!item) return;
+  const target = [...item.querySelectorAll(focus.tag)].find((e) => e.getAttribute("aria-label") === focus.label)
+    || item.querySelector(focus.tag);
+  if (!target) return;
+  target.focus();
+  if (focus.start != null && target.setSelectionRange) target.setSelectionRange(focus.start, focus.end);
+}
+
 function render() {
   const key = JSON.stringify({ ...project, job: null, updated_at: 0 });
   if (key === lastRendered) return;  // re-rendering would stop a take that is playing
@@ -150,7 +183,9 @@ function render() {
   $("p-title").textContent = project.name;
   document.title = `${project.name} · Voxgate`;
   const count = project.passages.length;
+  const kept = keepEdits();
   $("passages").replaceChildren(...project.passages.map((p, i) => passageItem(p, i, count)));
+  restoreEdits(kept);
   $("passages-empty").hidden = count > 0;
   $("duration").textContent = count ? `${count} passages · ${project.num_out_of_date} out of date · ${fmtDuration(project.duration_ms)} chosen` : "";
   $("g-all").textContent = `Generate out-of-date passages (${project.num_out_of_date})`;

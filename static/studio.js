@@ -176,7 +176,21 @@ async function loadTakes() {
 // -- wiring -------------------------------------------------------------------------
 
 $("takes-h").tabIndex = -1;
-$("text").addEventListener("input", updateCount);
+$("text").addEventListener("input", () => {
+  updateCount();
+  if (status.dataset.kind === "error" && /^Type some text/.test(status.textContent)) say(status, "");  // (fixed)
+});
+// A paste past the limit is cut by the field's maxlength: say so, rather than drop the rest unseen.
+$("text").addEventListener("paste", (e) => {
+  const t = $("text"), max = Number(t.dataset.max);
+  const pasted = (e.clipboardData && e.clipboardData.getData("text")) || "";
+  const after = t.value.length - (t.selectionEnd - t.selectionStart) + pasted.length;
+  if (after > max) {
+    say(status, `The text was cut to ${max} characters, the most one request speaks (${after - max} left out); `
+                + "a project (Projects) speaks longer texts.", "error");
+  }
+});
+window.addEventListener("pageshow", updateCount);  // text the browser restored (Back) has its own count
 $("speed").addEventListener("input", () => setSpeed($("speed").value));
 $("model").addEventListener("change", () => loadVoices().catch((err) => sayError(status, err, "Could not load voices")));
 $("voice").addEventListener("change", () => {

@@ -28,9 +28,15 @@ function showSettings(values = {}) {
   $("p-settings").hidden = fields.length === 0;
 }
 
+// The settings filled in; a field the browser cannot read as a number (its value is then "",
+// as if empty) is an error beside it, not a setting silently dropped.
 function settingsData() {
   const out = {};
   for (const input of document.querySelectorAll("[data-setting]")) {
+    if (input.validity.badInput) {
+      throw Object.assign(new Error(`${input.dataset.setting} must be a number`),
+                          { field: `settings.${input.dataset.setting}` });
+    }
     if (input.value.trim() !== "") out[input.dataset.setting] = Number(input.value);
   }
   return out;
@@ -77,7 +83,13 @@ function clearInvalid() {
 async function save(e) {
   e.preventDefault();
   clearInvalid();
-  const data = formData();
+  let data;
+  try {
+    data = formData();
+  } catch (err) {
+    showFieldError(err, editing ? "Could not save" : "Could not create the preset");
+    return;
+  }
   try {
     if (editing) {
       const { name, ...rest } = data;
@@ -188,9 +200,15 @@ $("p-model").addEventListener("change", () => {
   showSettings();
   loadVoiceChoices().catch((err) => sayError(formStatus, err));
 });
-$("p-try").addEventListener("click", () => {
-  const { model, voice, speed } = formData();
-  tryVoice({ model, voice, speed }, formStatus, $("p-try"));
+$("p-try").addEventListener("click", async () => {
+  const model = $("p-model").value, voice = $("p-voice").value, speed = Number($("p-speed").value);
+  await tryVoice({ model, voice, speed }, formStatus, $("p-try"));
+  const filled = [...document.querySelectorAll("[data-setting]")].some((i) => i.value.trim() || i.validity.badInput);
+  if (filled) {  // a realtime session takes no family settings: only a saved preset carries them
+    const status = formStatus.textContent;
+    say(formStatus, `${status} The ${$("p-family").textContent} settings are not in this try: save the preset, `
+                    + "then try it from the list.", formStatus.dataset.kind || "ok");
+  }
 });
 document.addEventListener("voxgate:presets-changed", () => loadPresets());  // a designed voice was saved
 fillModels($("p-model"), $("p-model").dataset.default)

@@ -60,6 +60,7 @@ def test_markdown_import_is_previewed_then_applied(client: httpx.Client) -> None
     assert [p["text"] for p in applied["passages"]] == texts
     assert all(p["out_of_date"] and p["takes"] == [] for p in applied["passages"])
     assert applied["num_out_of_date"] == 4
+    assert applied["duration_ms"] == 0  # no take yet: not the pauses between passages (a new-user trial)
     again = client.post(f"/v1/projects/{project['id']}/import",
                         json={"text": "One.\n\nTwo.", "format": "text", "apply": True, "replace": True}).json()
     assert [p["text"] for p in again["passages"]] == ["One.", "Two."]

@@ -137,3 +137,31 @@ def test_bad_import_and_export_errors_show_in_the_page(server: LiveServer, page:
     assert "no project 'prj-000000000000'" in page.inner_text("main")
     page.get_by_role("link", name="All projects").click()
     page.wait_for_url(f"{server.url}/projects")
+
+
+def test_text_typed_during_generation_stays_and_the_speakers_are_fetched_once(server: LiveServer,
+                                                                              page: Any) -> None:
+    """Each passage a generation finished re-rendered the list and threw away text typed and not yet
+    saved, though the page says "you can go on editing"; and each passage's speaker menu fetched the
+    voices and presets for itself, on every render (found by a new-user trial)."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Drafts"}).json()
+    texts = [f"Passage number {i} says a few words." for i in range(1, 7)]
+    httpx.post(f"{server.url}/v1/projects/{project['id']}/import",
+               json={"text": "\n\n".join(texts), "format": "text", "apply": True}).raise_for_status()
+    lists: list[str] = []
+    page.on("request", lambda r: lists.append(r.url) if "/v1/presets" in r.url or "/v1/audio/voices" in r.url
+            else None)
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("document.querySelectorAll('li.passage').length === 6")
+    page.wait_for_timeout(500)
+    assert len(lists) <= 4, lists  # (the project's own speaker picker, and the passages' together)
+    page.get_by_role("button", name="Generate out-of-date passages (6)").click()
+    box = page.get_by_label("Text of passage 6", exact=True)
+    box.fill("My own words, not saved yet.")
+    renders = page.evaluate("window.voxgate.renders")
+    page.wait_for_function("window.voxgate.job && window.voxgate.job.state === 'done'", timeout=120_000)
+    assert page.evaluate("window.voxgate.renders") > renders  # the list was rebuilt meanwhile
+    assert box.input_value() == "My own words, not saved yet."
+    assert page.get_by_role("button", name="Save the text of passage 6").is_visible()
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Text of passage 6"
+    assert len(lists) <= 12, len(lists)  # not 2 per passage per render
