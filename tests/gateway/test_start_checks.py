@@ -144,8 +144,10 @@ def test_a_default_model_removed_while_serving_is_named_in_the_404(tmp_path: Pat
 
     from tests.conftest import run_server
 
-    entry = {"id": "joe2", "family": "piper", "path": str(_voice(tmp_path / "joe"))}
-    live = run_server(tmp_path / "data", default_model="joe2", models=(entry,))
+    # (added with `models add`: a config file's [[models]] entry cannot be deleted, it would come back)
+    assert main(["models", "add", "--family", "piper", "--path", str(_voice(tmp_path / "joe")), "--id", "joe2",
+                 "--data-dir", str(tmp_path / "data")]) == 0
+    live = run_server(tmp_path / "data", default_model="joe2")
     server = next(live)
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
