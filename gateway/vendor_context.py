@@ -380,6 +380,13 @@ class VendorSocket:
         """Run on an accepted connection; a disconnect or a slow client cancels its contexts."""
 
         async def close() -> None:
+            if self.connection.ended:  # a shutdown ended the socket: a context that spoke all it was given is
+                for context in list(self.contexts.values()):  # over, and says so before the 1012
+                    if not (context.finished or context.failed) and context.sent_ms > 0:
+                        try:
+                            await context.send_final()
+                        except (RuntimeError, *CLIENT_GONE):
+                            pass
             self.close()
 
         await self.connection.serve(self.run, close, self.idle)

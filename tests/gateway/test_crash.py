@@ -304,6 +304,28 @@ def test_shutdown_ends_an_unflushed_utterance_with_its_utterance_done(tmp_path: 
     assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
 
 
+def test_shutdown_ends_a_vendor_context_that_spoke_its_text_with_is_final(tmp_path: Path) -> None:
+    """The same for an ElevenLabs context its client never closed: `isFinal` before the 1012."""
+    from websockets.exceptions import ConnectionClosed
+
+    with serve(tmp_path, graceful_shutdown_s="8") as (proc, url):
+        vendor_url = url.replace("http", "ws") + "/v1/text-to-speech/joe/multi-stream-input?output_format=pcm_16000"
+        with connect(vendor_url) as ws:
+            ws.send(json.dumps({"text": "The quick brown fox jumps over the lazy dog.", "context_id": "c1",
+                                "flush": True}))
+            assert json.loads(ws.recv(timeout=30)).get("audio")  # speaking; never closed by the client
+            time.sleep(1.0)  # all of it spoken
+            proc.send_signal(signal.SIGTERM)
+            messages = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    messages.append(json.loads(ws.recv(timeout=30)))
+        _, stderr = proc.communicate(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    assert messages and messages[-1] == {"isFinal": True, "contextId": "c1"}, messages[-3:]
+    assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
+
+
 def test_shutdown_closes_a_session_still_speaking_at_the_end_of_the_grace(tmp_path: Path) -> None:
     from websockets.exceptions import ConnectionClosed
 
