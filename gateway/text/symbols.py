@@ -30,6 +30,11 @@ _EN_COMPARISONS = {"<=": "less than or equal to", ">=": "greater than or equal t
                    "==": "equals", "≤": "less than or equal to", "≥": "greater than or equal to", "≠": "not equal to",
                    "<": "less than", ">": "greater than"}
 _COMPARISON = re.compile(r"\s*(?P<op><=|>=|!=|==|[≤≥≠])\s*|(?<=\s)(?P<op2>[<>])(?=\s)")
+# "$5/mo", "10 req/s": a rate, per a unit of time or of something counted (English; after the number passes).
+_EN_PER = {"mo": "month", "month": "month", "yr": "year", "year": "year", "hr": "hour", "hour": "hour",
+           "wk": "week", "week": "week", "day": "day", "min": "minute", "s": "second", "sec": "second",
+           "user": "user", "seat": "seat", "person": "person", "GB": "gigabyte", "MB": "megabyte", "TB": "terabyte"}
+_PER = re.compile(rf"(?<=[\w)])\s?/\s?(?P<u>{'|'.join(_EN_PER)})\b(?!/)")
 _WORD_SLASH = re.compile(r"(?<![\w/.@-])([^\W\d_]+)/([^\W\d_]+)(?![\w/@-]|\.\w)")
 _PRONOUNS = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them"})
 # Slashed English abbreviations, read as their words.
@@ -93,10 +98,13 @@ def names(text: str, lang: str) -> str:
 def connectors(text: str, lang: str) -> str:
     """`&` -> the locale's "and" (`AT&T`, `R&D`: the letters spelled, "A T and T"); `and/or` -> "and or"
     (`/` between two words, see above); in English the comparisons `<=` `>=` `!=` `==` `≤` `≥` `≠`, and
-    `<` `>` with a space on each side, as words ("x less than ten")."""
+    `<` `>` with a space on each side, as words ("x less than ten"), and a rate's slash (`$5/mo`, `10 req/s`)
+    as "per"."""
     if "&" in text:
         text = _INITIALS_AND.sub(lambda m: f"{' '.join(m['a'])} {and_word(lang)} {' '.join(m['b'])}", text)
         text = _AMPERSAND.sub(f" {and_word(lang)} ", text)
+    if language.base(lang) == "en" and "/" in text:
+        text = _PER.sub(lambda m: f" per {_EN_PER[m['u']]}", text)
     if language.base(lang) == "en" and any(ch in text for ch in "<>=!≤≥≠"):
         text = _COMPARISON.sub(lambda m: f" {_EN_COMPARISONS[m['op'] or m['op2']]} ", text)
     if "/" in text:

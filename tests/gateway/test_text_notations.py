@@ -64,6 +64,8 @@ def test_english_abbreviations_are_read_as_their_words(text: str, expected: str)
      "If one less than or equal to two and x less than ten and y greater than five, then a not equal to b."),
     ("AT&T, R&D and Tom & Jerry.", "A T and T, R and D and Tom and Jerry."),
     ("There are 2^32 values.", "There are two to the power of thirty-two values."),
+    ("It costs $5/mo or $0.02/GB, at 10 req/s.",
+     "It costs five dollars per month or two cents per gigabyte, at ten req per second."),
     ("Louis XIV met Henry VIII after World War II.", "Louis the fourteenth met Henry the eighth after World War two."),
     ("Malcolm X in Washington DC, and I went.", "Malcolm X in Washington DC, and I went."),  # not numerals
 ])
