@@ -23,13 +23,33 @@ async function create(e) {
   }
 }
 
+// Delete a project with its passages and takes (DELETE /v1/projects/{id}), once confirmed.
+function deleteButton(project) {
+  const button = el("button", { type: "button", class: "small danger", text: "Delete",
+                                "aria-label": `Delete project ${project.name}` });
+  button.addEventListener("click", async () => {
+    if (!confirm(`Delete the project “${project.name}” with its passages and takes?`)) return;
+    button.disabled = true;
+    try {
+      await api("DELETE", `/v1/projects/${project.id}`);
+      say($("list-status"), `Deleted “${project.name}”.`, "ok");
+      await loadProjects();
+    } catch (err) {
+      button.disabled = false;
+      sayError($("list-status"), err, "Could not delete the project");
+    }
+  });
+  return button;
+}
+
 async function loadProjects() {
   try {
     const { data } = await api("GET", "/v1/projects");
     $("projects").replaceChildren(...data.map((p) => el("li", { "data-project": p.id },
       el("a", { href: `/projects/${p.id}`, text: p.name }),
       el("span", { class: "muted small",
-                   text: ` · ${p.num_passages} passage${p.num_passages === 1 ? "" : "s"} · ${p.model} · ${p.speaker} · changed ${new Date(p.updated_at * 1000).toLocaleString()}` }))));
+                   text: ` · ${p.num_passages} passage${p.num_passages === 1 ? "" : "s"} · ${p.model} · ${p.speaker} · changed ${new Date(p.updated_at * 1000).toLocaleString()} ` }),
+      deleteButton(p))));
     $("projects-empty").hidden = data.length > 0;
   } catch (err) {
     sayError($("list-status"), err, "Could not load projects");

@@ -35,9 +35,13 @@ function updateCount() {
   $("count").dataset.kind = n >= max ? "error" : "";
 }
 
+// The button pressed disables itself: the keyboard moves to the other one, not to <body>.
 function setBusy(busy) {
+  const from = document.activeElement;
   $("speak").disabled = busy;
   $("stop").disabled = !busy;
+  if (busy && from === $("speak")) $("stop").focus();
+  else if (!busy && (from === $("stop") || from === document.body)) $("speak").focus();
 }
 
 async function loadVoices() {

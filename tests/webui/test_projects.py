@@ -165,3 +165,16 @@ def test_text_typed_during_generation_stays_and_the_speakers_are_fetched_once(se
     assert page.get_by_role("button", name="Save the text of passage 6").is_visible()
     assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Text of passage 6"
     assert len(lists) <= 12, len(lists)  # not 2 per passage per render
+
+
+def test_a_project_is_deleted_from_the_list(server: LiveServer, page: Any) -> None:
+    """The API could delete a project, the pages could not (found by a new-user trial)."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Old draft"}).json()
+    page.goto(f"{server.url}/projects")
+    row = page.locator(f"li[data-project='{project['id']}']")
+    row.wait_for()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete project Old draft").click()
+    row.wait_for(state="detached")
+    assert "Deleted “Old draft”." in page.inner_text("#list-status")
+    assert httpx.get(f"{server.url}/v1/projects/{project['id']}").status_code == 404

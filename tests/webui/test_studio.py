@@ -238,6 +238,11 @@ def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.P
         page.keyboard.press("Tab")
         order.append(page.evaluate("document.activeElement.id"))
     assert order == ["model", "voice", "speed", "keep", "speak"]
+    # Speak disables itself: the keyboard goes to Stop, not to <body> (found by a new-user trial).
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.activeElement.id === 'stop'")
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.activeElement.id === 'speak'")
 
 
 def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.BrowserContext, screenshots: Path) -> None:
