@@ -18,13 +18,13 @@
   GET    /v1/projects/{id}/job                 the latest generation job (progress)
   DELETE /v1/projects/{id}/job                 cancel it
 
-Takes, edits, joins and the export are in gateway/projects_takes.py. Shapes: docs/projects.md.
+Passages' routes are in gateway/projects_passages.py; takes, edits, joins and the export in
+gateway/projects_takes.py. Shapes: docs/projects.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 from typing import Any
@@ -73,7 +73,7 @@ async def existing_project(request: Request, store: ProjectStore) -> dict[str, A
     return project
 
 
-async def _fresh(store: ProjectStore, project: dict[str, Any]) -> dict[str, Any]:
+async def fresh(store: ProjectStore, project: dict[str, Any]) -> dict[str, Any]:
     """`project` as stored now (after a change: its `updated_at`), or as it was if it is gone."""
     return await store.get_project(project["id"]) or project
 
@@ -135,7 +135,7 @@ def summary_json(project: dict[str, Any]) -> dict[str, Any]:
 
 # -- validation ----------------------------------------------------------------------------
 
-def _unknown(data: dict[str, Any], allowed: set[str], what: str) -> None:
+def unknown_fields(data: dict[str, Any], allowed: set[str], what: str) -> None:
     unknown = set(data) - allowed
     if unknown:
         field = min(unknown)
@@ -158,7 +158,7 @@ def pause(value: object, field: str = "pause_ms", nullable: bool = False) -> flo
     return float(value)
 
 
-async def _speaker(state: AppState, project: dict[str, Any], speaker: object) -> str:
+async def passage_speaker(state: AppState, project: dict[str, Any], speaker: object) -> str:
     """A speaker that resolves now (a voice of the project's model, or a preset); field `speaker`."""
     if not isinstance(speaker, str) or not speaker.strip():
         raise InvalidInput("speaker must be a voice of the project's model or a preset name", field="speaker")
@@ -170,7 +170,7 @@ async def _speaker(state: AppState, project: dict[str, Any], speaker: object) ->
     return speaker
 
 
-async def _text(state: AppState, project: dict[str, Any], value: object) -> str:
+async def passage_text(state: AppState, project: dict[str, Any], value: object) -> str:
     """A passage's text, refused as `/v1/audio/speech` refuses its `input` (read with the
     server's text options and the project model's language), so what is kept can be generated."""
     text = check_input(value, state.settings.max_input_chars, field="text", speakable=False)
@@ -198,12 +198,12 @@ async def _installed_model(state: AppState, model_id: object) -> str:
 async def create_project(request: Request) -> JSONResponse:
     state, store, _ = context(request)
     data = await read_json(request, state.settings.max_body_bytes)
-    _unknown(data, {"name", "model", "speaker", "pause_ms"}, "projects")
+    unknown_fields(data, {"name", "model", "speaker", "pause_ms"}, "projects")
     name = _name(data.get("name"))
     model_id = await _installed_model(state, data.get("model", state.settings.default_model))
     voices = await state.library.voices(model_id)
     draft = {"model_id": model_id, "speaker": ""}
-    speaker = await _speaker(state, draft, data.get("speaker", voices[0] if voices else None))
+    speaker = await passage_speaker(state, draft, data.get("speaker", voices[0] if voices else None))
     project_id = await store.create_project(name, model_id, speaker, pause(data.get("pause_ms", 500.0)) or 0.0)
     project = await store.get_project(project_id)
     assert project is not None
@@ -219,7 +219,7 @@ async def update_project(request: Request) -> JSONResponse:
     state, store, _ = context(request)
     project = await existing_project(request, store)
     data = await read_json(request, state.settings.max_body_bytes)
-    _unknown(data, {"name", "model", "speaker", "pause_ms"}, "projects")
+    unknown_fields(data, {"name", "model", "speaker", "pause_ms"}, "projects")
     changes: dict[str, Any] = {}
     if "name" in data:
         changes["name"] = _name(data["name"])
@@ -227,7 +227,7 @@ async def update_project(request: Request) -> JSONResponse:
         changes["model_id"] = await _installed_model(state, data["model"])
     if "speaker" in data or "model_id" in changes:
         draft = {**project, **changes}
-        changes["speaker"] = await _speaker(state, draft, data.get("speaker", project["speaker"]))
+        changes["speaker"] = await passage_speaker(state, draft, data.get("speaker", project["speaker"]))
     if "pause_ms" in data:
         changes["pause_ms"] = pause(data["pause_ms"])
     await store.update_project(project["id"], changes)
@@ -250,7 +250,7 @@ async def import_text(request: Request) -> JSONResponse:
     state, store, _ = context(request)
     project = await existing_project(request, store)
     data = await read_json(request, MAX_IMPORT_BYTES)
-    _unknown(data, {"text", "format", "apply", "replace"}, "imports")
+    unknown_fields(data, {"text", "format", "apply", "replace"}, "imports")
     text = data.get("text")
     if not isinstance(text, str):
         raise InvalidInput("text must be a string (the file's contents)", field="text")
@@ -268,93 +268,10 @@ async def import_text(request: Request) -> JSONResponse:
         return JSONResponse({"object": "project.import_preview", "project_id": project["id"],
                              "num_passages": len(passages), "passages": passages})
     await store.insert_passages(project["id"], [p["text"] for p in passages], replace=bool(data.get("replace")))
-    return JSONResponse(await project_json(state, store, await _fresh(store, project)), status_code=201)
+    return JSONResponse(await project_json(state, store, await fresh(store, project)), status_code=201)
 
 
 # -- passages ------------------------------------------------------------------------------
-
-async def add_passage(request: Request) -> JSONResponse:
-    state, store, _ = context(request)
-    project = await existing_project(request, store)
-    data = await read_json(request, state.settings.max_body_bytes)
-    _unknown(data, {"text", "speaker", "position"}, "passages")
-    text = await _text(state, project, data.get("text"))
-    position = data.get("position")
-    if position is not None and (isinstance(position, bool) or not isinstance(position, int) or position < 0):
-        raise InvalidInput("position must be an integer >= 0", field="position")
-    speaker = None if data.get("speaker") is None else await _speaker(state, project, data["speaker"])
-    [passage_id] = await store.insert_passages(project["id"], [text], position)
-    if speaker is not None:
-        passage = await store.get_passage(project["id"], passage_id)
-        assert passage is not None
-        await store.update_passage(passage, {"speaker": speaker})
-    return JSONResponse(await project_json(state, store, await _fresh(store, project)), status_code=201)
-
-
-async def update_passage(request: Request) -> JSONResponse:
-    state, store, _ = context(request)
-    project = await existing_project(request, store)
-    passage = await existing_passage(request, store, project)
-    data = await read_json(request, state.settings.max_body_bytes)
-    _unknown(data, {"text", "speaker", "pause_ms", "chosen_take"}, "passages")
-    changes: dict[str, Any] = {}
-    if "text" in data:
-        changes["text"] = await _text(state, project, data["text"])
-    if "speaker" in data:
-        changes["speaker"] = None if data["speaker"] is None else await _speaker(state, project, data["speaker"])
-    if "pause_ms" in data:
-        changes["pause_ms"] = pause(data["pause_ms"], nullable=True)
-    if "chosen_take" in data:
-        take_id = data["chosen_take"]
-        if not isinstance(take_id, str):
-            raise InvalidInput(f"chosen_take must be the id of one of the passage's takes, got {json.dumps(take_id)}",
-                               field="chosen_take")
-        take = await store.get_take(project["id"], take_id)
-        if take is None or take["passage_id"] != passage["id"]:
-            raise InvalidInput(f"passage {passage['id']!r} has no take {take_id!r}", field="chosen_take")
-        changes["chosen_take"] = take_id
-    await store.update_passage(passage, changes)
-    return JSONResponse(await project_json(state, store, await _fresh(store, project)))
-
-
-async def delete_passage(request: Request) -> Response:
-    _, store, _ = context(request)
-    project = await existing_project(request, store)
-    await store.delete_passage(await existing_passage(request, store, project))
-    return Response(status_code=204)
-
-
-async def split_passage(request: Request) -> JSONResponse:
-    state, store, _ = context(request)
-    project = await existing_project(request, store)
-    passage = await existing_passage(request, store, project)
-    data = await read_json(request, state.settings.max_body_bytes)
-    _unknown(data, {"at"}, "splits")
-    at = data.get("at")
-    if isinstance(at, bool) or not isinstance(at, int) or not 0 < at < len(passage["text"]):
-        raise InvalidInput(f"at must be a character offset inside the text (1-{len(passage['text']) - 1})",
-                           field="at")
-    head, tail = passage["text"][:at].strip(), passage["text"][at:].strip()
-    if not head or not tail:
-        raise InvalidInput("both parts of a split need some text", field="at")
-    await _text(state, project, head), await _text(state, project, tail)
-    await store.split_passage(passage, head, tail)
-    return JSONResponse(await project_json(state, store, await _fresh(store, project)))
-
-
-async def merge_passage(request: Request) -> JSONResponse:
-    state, store, _ = context(request)
-    project = await existing_project(request, store)
-    passage = await existing_passage(request, store, project)
-    passages = await store.passages(project["id"])
-    after = [p for p in passages if p["position"] == passage["position"] + 1]
-    if not after:
-        raise ApiError(409, "no_next_passage", "the last passage has nothing after it to merge with",
-                       field="passage")
-    await _text(state, project, f"{passage['text']} {after[0]['text']}")
-    await store.merge_passages(passage, after[0])
-    return JSONResponse(await project_json(state, store, await _fresh(store, project)))
-
 
 # -- generation ----------------------------------------------------------------------------
 
@@ -362,7 +279,7 @@ async def generate(request: Request) -> JSONResponse:
     state, store, generator = context(request)
     project = await existing_project(request, store)
     data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)
-    _unknown(data, {"passages"}, "generate requests")
+    unknown_fields(data, {"passages"}, "generate requests")
     wanted = data.get("passages", "out_of_date")
     described = await project_json(state, store, project)
     ids = [p["id"] for p in described["passages"]]

@@ -12,7 +12,7 @@ from starlette.staticfiles import StaticFiles
 
 from gateway import (
     cartesia, clone, elevenlabs, elevenlabs_http, library_api, models_api, openapi, pages, presets, projects_api,
-    projects_takes, realtime, references, speech, stats, takes, text_api,
+    projects_passages, projects_takes, realtime, references, speech, stats, takes, text_api,
 )
 from gateway.routing import resource, websocket
 
@@ -62,10 +62,10 @@ def app_routes() -> list[BaseRoute]:
         resource(PROJECT, GET=projects_api.get_project, PATCH=projects_api.update_project,
                  DELETE=projects_api.delete_project),
         resource(f"{PROJECT}/import", POST=projects_api.import_text),
-        resource(f"{PROJECT}/passages", POST=projects_api.add_passage),
-        resource(PASSAGE, PATCH=projects_api.update_passage, DELETE=projects_api.delete_passage),
-        resource(f"{PASSAGE}/split", POST=projects_api.split_passage),
-        resource(f"{PASSAGE}/merge", POST=projects_api.merge_passage),
+        resource(f"{PROJECT}/passages", POST=projects_passages.add_passage),
+        resource(PASSAGE, PATCH=projects_passages.update_passage, DELETE=projects_passages.delete_passage),
+        resource(f"{PASSAGE}/split", POST=projects_passages.split_passage),
+        resource(f"{PASSAGE}/merge", POST=projects_passages.merge_passage),
         resource(f"{PASSAGE}/join", GET=projects_takes.join_audio),
         resource(f"{PROJECT}/generate", POST=projects_api.generate),
         resource(f"{PROJECT}/job", GET=projects_api.get_job, DELETE=projects_api.cancel_job),
