@@ -4,6 +4,8 @@ what models/sampling.py does and updates the slots as the runner's plain path do
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -140,28 +142,34 @@ def test_rows_linear_with_programmatic_dependent_launch_gives_the_same_bits_in_a
     (a wait in the wrong place would read a half-written x)."""
     from models.gemv import rows_linear
 
-    generator = torch.Generator(device="cuda").manual_seed(7)
+    assert_pdl_chain_keeps_its_bits(rows_linear, rows=1, seed=7, replays=3)
+
+
+def assert_pdl_chain_keeps_its_bits(matmul: Any, rows: int, seed: int, replays: int) -> None:
+    """Four full-size layers of `matmul` (models/gemv.py `rows_linear`'s contract) on `rows` rows, each
+    reading what the one before wrote and the residual from two before: with PDL the same bits as
+    without, eagerly and in each of `replays` replays of a CUDA graph (also tests/models/test_skinny_gpu.py)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
     hidden, inter = 3072, 8192
-    x = torch.randn(1, hidden, device="cuda", generator=generator).bfloat16()
+    x = torch.randn(rows, hidden, device="cuda", generator=generator).bfloat16()
     w_qkv, w_o, w_gu, w_down = (torch.randn(n, k, device="cuda", generator=generator).div(k ** 0.5).bfloat16()
                                 for n, k in ((hidden, hidden), (hidden, hidden), (2 * inter, hidden), (hidden, inter)))
 
     def layers(x: torch.Tensor, pdl: bool) -> torch.Tensor:
         for _ in range(4):
-            q = rows_linear(x, w_qkv, norm_eps=1e-5, pdl=pdl)
-            x = rows_linear(q, w_o, residual=x, pdl=pdl)
-            h = rows_linear(x, w_gu, norm_eps=1e-5, glu=True, pdl=pdl)
-            x = rows_linear(h, w_down, residual=x, pdl=pdl)
+            q = matmul(x, w_qkv, norm_eps=1e-5, pdl=pdl)
+            x = matmul(q, w_o, residual=x, pdl=pdl)
+            h = matmul(x, w_gu, norm_eps=1e-5, glu=True, pdl=pdl)
+            x = matmul(h, w_down, residual=x, pdl=pdl)
         return x
 
     ref = layers(x, False)
     assert torch.equal(layers(x, True), ref)
-    layers(x, True)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = layers(x, True)
-    for _ in range(3):
+    for _ in range(replays):
         out.zero_()
         graph.replay()
         torch.cuda.synchronize()

@@ -65,31 +65,10 @@ def test_skinny_linear_with_programmatic_dependent_launch_gives_the_same_bits_in
 
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm90+")
-    generator = torch.Generator(device="cuda").manual_seed(9)
-    hidden, inter = 3072, 8192
-    x = torch.randn(64, hidden, device="cuda", generator=generator).bfloat16()
-    w_qkv, w_o, w_gu, w_down = (torch.randn(n, k, device="cuda", generator=generator).div(k ** 0.5).bfloat16()
-                                for n, k in ((hidden, hidden), (hidden, hidden), (2 * inter, hidden), (hidden, inter)))
+    from tests.models.test_fused_rows_gpu import assert_pdl_chain_keeps_its_bits
 
-    def layers(x: torch.Tensor, pdl: bool) -> torch.Tensor:
-        for _ in range(4):
-            q = skinny_linear(x, w_qkv, norm_eps=1e-5, pdl=pdl)
-            x = skinny_linear(q, w_o, residual=x, pdl=pdl)
-            h = skinny_linear(x, w_gu, norm_eps=1e-5, glu=True, pdl=pdl)
-            x = skinny_linear(h, w_down, residual=x, pdl=pdl)
-        return x
-
-    ref = layers(x, False)
-    assert torch.equal(layers(x, True), ref)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = layers(x, True)
-    for _ in range(20):  # (the squares taken elementwise in 2 stages: the first replay differed, session 23)
-        out.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, ref)
+    # 20 replays: with the norm's squares taken elementwise in 2 stages, the first replay differed (session 23)
+    assert_pdl_chain_keeps_its_bits(skinny_linear, rows=64, seed=9, replays=20)
 
 
 @pytest.mark.parametrize("pdl", [False, True])
