@@ -240,10 +240,9 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     if base in YEAR_LANGUAGES:
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
     passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))\d+(?:\.\d+){2,}(?!\w|\.\d)", version))  # "v2.0.1" too
-    if base == "en":  # "2^32": "two to the power of thirty-two"
+    if base == "en":  # "2^32": "two to the power of thirty-two"; ".5" (a decimal without its zero): "point five"
         passes.append((r"(?<![\w.])(?P<a>\d+)\^(?P<b>\d+)(?![\w.]|,\d)",
                        lambda m: f" {cardinal(int(m['a']), lang)} to the power of {cardinal(int(m['b']), lang)} "))
-    if base == "en":  # ".5" (a decimal without its zero): "point five"
         passes.append((r"(?<![\w.,$€£¥/\\])\.(?P<d>\d+)(?![\w.]|,\d)", lambda m: f" point {digits(m['d'], lang)} "))
     passes.append((rf"{SIGN}(?<![\d.,])(?P<n>{num})(?!\d)", plain))
     return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]

@@ -31,9 +31,9 @@ _EN_COMPARISONS = {"<=": "less than or equal to", ">=": "greater than or equal t
                    "<": "less than", ">": "greater than"}
 _COMPARISON = re.compile(r"\s*(?P<op><=|>=|!=|==|[≤≥≠])\s*|(?<=\s)(?P<op2>[<>])(?=\s)")
 # "$5/mo", "10 req/s": a rate, per a unit of time or of something counted (English; after the number passes).
-_EN_PER = {"mo": "month", "month": "month", "yr": "year", "year": "year", "hr": "hour", "hour": "hour",
-           "wk": "week", "week": "week", "day": "day", "min": "minute", "s": "second", "sec": "second",
-           "user": "user", "seat": "seat", "person": "person", "GB": "gigabyte", "MB": "megabyte", "TB": "terabyte"}
+# Abbreviations only: after a whole word the slash may be a choice ("max/min", "night/day", "group/user").
+_EN_PER = {"mo": "month", "yr": "year", "hr": "hour", "wk": "week", "s": "second", "sec": "second",
+           "GB": "gigabyte", "MB": "megabyte", "TB": "terabyte"}
 _PER = re.compile(rf"(?<=[\w)])\s?/\s?(?P<u>{'|'.join(_EN_PER)})\b(?!/)")
 _WORD_SLASH = re.compile(r"(?<![\w/.@-])([^\W\d_]+)/([^\W\d_]+)(?![\w/@-]|\.\w)")
 _PRONOUNS = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them"})
