@@ -232,11 +232,8 @@ class Library:
     async def find_preset(self, name: str) -> dict[str, Any] | None:
         """The preset `name` names, in any case (names are unique regardless of case: gateway/presets.py),
         the exact spelling first."""
-        exact = await self.get_preset(name)
-        if exact is not None:
-            return exact
-        async with self.db.execute("SELECT * FROM presets WHERE name = ? COLLATE NOCASE ORDER BY name LIMIT 1",
-                                   (name,)) as cur:
+        async with self.db.execute("SELECT * FROM presets WHERE name = ? COLLATE NOCASE ORDER BY name = ? DESC, name"
+                                   " LIMIT 1", (name, name)) as cur:
             row = await cur.fetchone()
         return _preset(row) if row else None
 
