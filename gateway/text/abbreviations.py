@@ -14,6 +14,7 @@ and some not as the word ("Dec." as "deck", "No. 5" as "no five"). These are spe
   is dropped, so the units pass reads it, and `5 ft. 10 in.` is "5 feet 10 inches";
 - in an address (a number within the three words before it): `St.` Street (`221B Baker St.`);
   elsewhere `St.` is left to the voice ("saint"); `Ave.` Avenue, `Blvd.` Boulevard, `Rd.` Road;
+- `5'10"` "5 feet 10 inches"; `w/` with, `w/o` without (before a space);
 - `vs.` versus, `etc.` et cetera, `e.g.` for example, `i.e.` that is.
 
 The full stop goes with the word, except where the abbreviation ends the text or is followed by a
@@ -44,6 +45,8 @@ _BEFORE_NUMBER = re.compile(r"\b(?P<a>pp|p|ext)\.\s?(?=\d)")
 BEFORE_NUMBER = {"p": "page ", "pp": "pages ", "ext": "extension "}
 _FEET_INCHES = re.compile(r"(?<![\w.])(?P<f>\d+)\s?ft\.?\s?(?P<i>\d+(?:\.\d+)?)\s?in\b(?:(?P<end>\.\s*$)|\.)?")
 # A unit's full stop inside a sentence ("5 ft. 10 in. tall"): dropped, so the units pass reads it.
+_FEET_INCHES_MARKS = re.compile(r"(?<![\w.'’])(?P<f>[1-9])\s?['’′]\s?(?P<i>1[01]|\d)(?:\s?(?:\"|”|″|''))")  # 5'10"
+_WITH = re.compile(r"(?<![\w/])(?P<w>[Ww])/(?P<o>o\b)?(?=\s)")  # "w/ milk", "w/o sugar"
 _UNIT_DOT = re.compile(r"(?<=\d)(?P<u>\s?(?:ft|in|lbs?|oz|yds?|mi|hrs?|mins?|secs?|gal|qt))\.(?=\s+[a-z\d])")
 _STREET = re.compile(rf"\b(?P<a>{'|'.join(STREETS)})\.(?P<end>\s*$|\s+(?=[A-Z]))?")
 _SAINT_STREET = re.compile(r"(?<=\d)(?P<between>[A-Za-z]?(?:\s+[A-Z][\w'-]*){1,3})\s+St\.(?P<end>\s*$|\s+(?=[A-Z]))?")
@@ -65,6 +68,8 @@ def expand(text: str, lang: str) -> str:
     text = _NUMBER.sub(lambda m: "Number " if m["a"] == "No" else "number ", text)
     text = _BEFORE_NUMBER.sub(lambda m: BEFORE_NUMBER[m["a"]], text)
     text = _FEET_INCHES.sub(lambda m: f"{m['f']} feet {m['i']} inches{m['end'] or ''}", text)
+    text = _FEET_INCHES_MARKS.sub(lambda m: f"{m['f']} feet {m['i']} inches", text)
+    text = _WITH.sub(lambda m: ("W" if m["w"] == "W" else "w") + ("ithout" if m["o"] else "ith"), text)
     text = _UNIT_DOT.sub(lambda m: m["u"], text)
     text = _SAINT_STREET.sub(lambda m: f"{m['between']} Street{_ending(m)}", text)
     text = _STREET.sub(lambda m: STREETS[m["a"]] + _ending(m), text)

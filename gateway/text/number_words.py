@@ -30,14 +30,38 @@ def ungrouped(words: str) -> str:
     return words.replace(",", "")
 
 
-def _words(value: Decimal | int, lang: str, to: str = "cardinal") -> str:
+def _words(value: Decimal | int | float, lang: str, to: str = "cardinal") -> str:
     """num2words' words for `value` in `lang` (`to`: cardinal, ordinal, year), `ungrouped`."""
     return ungrouped(str(num2words(value, lang=language.number_language(lang), to=to)))
 
 
 def cardinal(value: Decimal | int, lang: str) -> str:
-    """`Decimal("2.5")` -> "two point five" (num2words, in `lang`; `ungrouped`)."""
-    return _words(value, lang)
+    """`Decimal("2.5")` -> "two point five" (num2words, in `lang`; `ungrouped`). A decimal's zeros
+    are read as written: `Decimal("2.0")` "two point zero", `Decimal("3.50")` "three point five zero"
+    (num2words drops them, which loses "2.0" against "2" and "2.10" against "2.1")."""
+    words = _words(value, lang)
+    if not isinstance(value, Decimal) or not value.is_finite() or value.as_tuple().exponent >= 0:
+        return words
+    if value != value.to_integral_value() and words == _words(int(value), lang):
+        words = _words(float(value), lang)  # num2words' Italian and Welsh drop a Decimal's decimals
+    fraction = format(value, "f").partition(".")[2]
+    zeros = len(fraction) - len(fraction.rstrip("0"))
+    point = decimal_word(lang)
+    if not zeros or point is None or (not fraction.strip("0") and point in words.split()):
+        return words
+    said = [point] if not fraction.strip("0") else []
+    return " ".join([words, *said, *[_words(0, lang)] * zeros])
+
+
+@lru_cache(maxsize=64)
+def decimal_word(lang: str) -> str | None:
+    """The word num2words says for the decimal mark in `lang` ("point", "Komma", "virgule"), or None
+    where it does not read a decimal's digits one by one between spaces (Russian "twenty-five
+    hundredths", Japanese without spaces): there a written zero is not added."""
+    one, digits, both = _words(1, lang), f" {_words(2, lang)} {_words(5, lang)}", _words(1.25, lang)
+    if both.startswith(one + " ") and both.endswith(digits):
+        return both[len(one):len(both) - len(digits)].strip() or None
+    return None
 
 
 @lru_cache(maxsize=64)
@@ -101,7 +125,8 @@ def scaled(amount: Decimal, exponent: int, lang: str) -> str:
     other languages the whole number's words ("zwei Millionen fünfhunderttausend")."""
     if language.base(lang) == "en":
         return f"{cardinal(amount, lang)} {scale_word(exponent)}"
-    return cardinal(amount * (Decimal(10) ** exponent), lang)
+    value = amount * (Decimal(10) ** exponent)  # "2.5" x 10**6 is 2500000.0: said as the whole number it is
+    return cardinal(int(value) if value == value.to_integral_value() else value, lang)
 
 
 @lru_cache(maxsize=64)

@@ -7,8 +7,10 @@ with patterns, in this order (each pass turns its matches into words, so later p
 see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), dates (ISO
 `2024-03-15`, `3/15/2024`), times (`10:30`, `7 pm`), then the amounts of `quantities`
 (ratios, currency, percentages, durations, fractions, units, `100k`), decades (`1990s`,
-`'80s`), seconds (`45s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`), years, version numbers
-(`1.2.3`, `v2.0.1`: "one dot two dot three"), then every other number (`-5`: "minus five").
+`'80s`), seconds (`45s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`; `1939-1945`, `1990-95` as
+years), resolutions (`1080p`: "ten eighty p"), years, version numbers (`1.2.3`, `v2.0.1`: "one
+point two point three"; `2.10` after "version", "release", "update" or `v`: "two point ten"), then
+every other number (`-5`: "minus five"; a decimal's zeros as written: `2.0` "two point zero").
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -64,6 +66,9 @@ REGNAL_NAMES = frozenset(
     "Innocent Clement Philip Frederick Napoleon Peter Catherine Mary Victoria Alexander Nicholas Ivan "
     "Constantine Ramesses Ptolemy Alfonso Ferdinand Francis Urban Boniface Sixtus Stephen Harold Malcolm "
     "David Robert Otto Rudolf Wilhelm Karl Gustav Christian Frederik Olaf Haakon Carl Juan Felipe".split())
+# Words before which `2.10` is a version, "two point ten" (English; `v2.10` too).
+VERSION_CUES = r"version|ver\.|release|update"
+YEARS = r"1[1-9]\d\d|20\d\d"  # what a four-digit number in a range ("1939-1945") is read as a year
 DIGIT_CUES = r"zip(?: code)?|postcode|postal code|pin|passcode|code|ext\.?|extension"
 # Words after which a bare `30s` is seconds, not a decade (English; `quantities.seconds` reads it).
 SECONDS_CUES = frozenset({"every", "after", "within", "wait", "for", "in", "timeout", "interval", "takes", "took"})
@@ -174,7 +179,11 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         return f' {ordinal(int(m["n"].replace(",", "")), lang)} '
 
     def number_range(m: re.Match[str]) -> str:
-        return f" {cardinal(number(m['a']), lang)} to {cardinal(number(m['b']), lang)} "
+        a, b = m["a"], m["b"]
+        if re.fullmatch(YEARS, a) and (re.fullmatch(YEARS, b) and int(b) > int(a)
+                                        or len(b) == 2 and int(b) > int(a) % 100):
+            return f" {year(int(a), lang)} to {year(int(b), lang)} "  # "1939-1945", "1990-95"
+        return f" {cardinal(number(a), lang)} to {cardinal(number(b), lang)} "
 
     def local_phone(m: re.Match[str]) -> str:  # "555-1234", unless a round range ("500-1000")
         a, b = int(m["a"]), int(m["b"])
@@ -187,8 +196,12 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         return f' {year(int(m["y"]), lang)} '
 
     def version(m: re.Match[str]) -> str:
-        dot = link_words(lang)[0]
-        return " " + f" {dot} ".join(cardinal(int(part), lang) for part in m.group(0).split(".")) + " "
+        dot = "point" if base == "en" else link_words(lang)[0]
+        said = f" {dot} ".join(cardinal(int(part), lang) for part in m["n"].split("."))
+        return f"{m['cue'] or ''} {said} "
+
+    def resolution(m: re.Match[str]) -> str:
+        return f" {year(int(m['n']), lang)} {m['s']} "
 
     def hashed(m: re.Match[str]) -> str:
         return f" number {cardinal(int(m['n']), lang)} "
@@ -223,8 +236,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
         (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", iso_date),
         (r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<mi>[0-5]\d)(?::[0-5]\d)?(?![\d:]|[.,]\d)"
-         r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?)?", clock),
-        (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]))?", clock),
+         r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]|[,;:]))?)?", clock),
+        (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]|[,;:]))?", clock),
     ]
     passes += quantities.passes(lang)
     if base == "en":
@@ -237,9 +250,12 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     if base == "en":
         passes.append((r"(?<![\w.,-])(?P<a>\d+)\s?[-–]\s?(?P<b>\d+)(?![\d-]|[.,]\d)", number_range))
         passes.append((r"#(?P<n>\d+)\b", hashed))
+    if base == "en":
+        passes.append((r"(?<![\w.])(?P<n>480|576|720|1080|1440|2160|4320)(?P<s>[pi])(?!\w)", resolution))
     if base in YEAR_LANGUAGES:
         passes.append((r"(?<![\w.,:/-])(?P<y>1[1-9]\d\d|20\d\d)(?![\w:/%°-]|[.,]\d|\s?%)", a_year))
-    passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))\d+(?:\.\d+){2,}(?!\w|\.\d)", version))  # "v2.0.1" too
+    passes.append((r"(?:(?<![\w.])|(?<=(?<![\w.])[vV]))(?P<cue>)(?P<n>\d+(?:\.\d+){2,})(?!\w|\.\d)", version))
+    passes.append((rf"(?P<cue>\b(?i:{VERSION_CUES})\s?|(?<![\w.])[vV])(?P<n>\d+\.\d+)(?!\w|\.\d)", version))
     if base == "en":  # "2^32": "two to the power of thirty-two"; ".5" (a decimal without its zero): "point five"
         passes.append((r"(?<![\w.])(?P<a>\d+)\^(?P<b>\d+)(?![\w.]|,\d)",
                        lambda m: f" {cardinal(int(m['a']), lang)} to the power of {cardinal(int(m['b']), lang)} "))

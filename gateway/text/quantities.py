@@ -21,6 +21,8 @@ recognises the notations; `passes(lang)` gives them, in the order `numerals.expa
   "two and a half", `3/4 mi` "three quarters of a mile"; a fraction is a numerator smaller than
   a denominator of 2 to 10 or 100; `5/5`, `10/10` "five out of five"; any other `a/b` (`24/7`,
   `50/50`, `12/25`) reads its two numbers ("twenty-four seven");
+- multiples (English): `2x`, `10×`, `1.5x` -> "two times"; sizes `2x4`, `1920x1080` -> "two by
+  four", "nineteen twenty by ten eighty" (the sides as years are read);
 - units: `5 km`, `20°C`, `50 km/h`, and `km/h`, `m/s` alone ("kilometers per hour");
 - scaled numbers: `100k`, `2.5M`, `3B`, `4bn` -> "one hundred thousand", "two point five million"
   (`m` is meters, and `t`/`T` tonnes or teslas, so neither is a scale here; `4K`, one digit and
@@ -45,7 +47,7 @@ from num2words import CONVERTER_CLASSES, num2words
 from gateway.text import language
 from gateway.text.number_words import (
     DECADE_YEARS, SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
-    signed, ungrouped,
+    signed, ungrouped, year,
 )
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
@@ -212,6 +214,9 @@ def passes(lang: str) -> list[Pass]:
             f"{cardinal(a, lang)} {cardinal(b, lang)}"  # "10/10"; "24/7", "50/50", "12/25"
         return f" {before}{said} "
 
+    def dimensions(m: re.Match[str]) -> str:  # "2x4" "two by four"; "1920x1080" "nineteen twenty by ten eighty"
+        return " " + " by ".join(year(int(side), lang) for side in (m["a"], m["b"])) + " "
+
     def unit(m: re.Match[str]) -> str:
         return f' {unit_words(number(m["n"]), UNITS[m["u"]], lang, m["sign"])} '
 
@@ -261,6 +266,9 @@ def passes(lang: str) -> list[Pass]:
         (rf"{SIGN}(?<![\w.,])(?=\d){duration_parts}(?<!\s)(?![\w/])", with_sign(duration)),
     ]
     if base == "en":
+        found.append((r"(?<![\w.])(?P<a>\d{1,4})[x×](?P<b>\d{1,4})(?![\w×]|\.\d)", dimensions))
+        found.append((r"(?<![\w.])(?P<n>\d+(?:\.\d+)?)[x×](?![\w×])",
+                      lambda m: f" {cardinal(number(m['n']), lang)} times "))  # "2x faster", "10x"
         found.append((r"(?<![\w/.,:])(?:(?P<w>\d{1,3}) )?(?P<a>\d{1,3})/(?P<b>\d{1,3})(?![\w/]|[.,]\d)"
                       rf"(?:\s?(?P<u>{units})(?![\w/]))?", fraction))
     found += [

@@ -57,7 +57,7 @@ SPOKEN = [
     ("Es waren -5 °C, der Kaffee kostet $3.50.", {"language": "de_DE"},
      "Es waren minus fünf Grad Celsius, der Kaffee kostet drei Dollar und fünfzig Cent."),
     ("It was -5°C; 5-10% of C# users run v2.0.1 within 45s.", {},
-     "It was minus five degrees Celsius; five to ten percent of C sharp users run v two dot zero dot one within "
+     "It was minus five degrees Celsius; five to ten percent of C sharp users run v two point zero point one within "
      "forty-five seconds."),
     ("**Not** touched: $5", {"normalize": False}, "**Not** touched: $5"),
 ]

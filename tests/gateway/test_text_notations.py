@@ -220,10 +220,13 @@ def test_money_in_the_other_notation_is_read_in_the_voice_language(text: str, la
 
 
 @pytest.mark.parametrize(("text", "lang", "expected"), [
-    ("v2.0.1", "en_US", "v two dot zero dot one"),
-    ("Upgrade to V10.2.33.", "en_US", "Upgrade to V ten dot two dot thirty-three."),
-    ("version 2.0.1", "en_US", "version two dot zero dot one"),
+    ("v2.0.1", "en_US", "v two point zero point one"),
+    ("Upgrade to V10.2.33.", "en_US", "Upgrade to V ten point two point thirty-three."),
+    ("version 2.0.1", "en_US", "version two point zero point one"),
     ("v2.0.1", "de_DE", "v zwei Punkt null Punkt eins"),
+    ("Version 2.10 is out.", "en_US", "Version two point ten is out."),  # found by a new-user trial
+    ("Update v2.0 now.", "en_US", "Update v two point zero now."),
+    ("It was 2.10 m.", "en_US", "It was two point one zero meters."),  # a decimal, its zero as written
 ])
 def test_a_version_after_v_is_read_as_a_version(text: str, lang: str, expected: str) -> None:
     assert spoken(text, lang) == expected
@@ -277,3 +280,27 @@ def test_a_streamed_first_clause_does_not_end_inside_a_number() -> None:
     stream = TextStream(EN, 24, 12, field="text")  # /v1/realtime's first clause
     segments = [*stream.append("We have 1,250,000 users now, and more."), *stream.flush()]
     assert segments[0].startswith("We have one million two hundred and fifty thousand")
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [  # found by a new-user trial
+    ("From 1990-1995 and 1939–1945.", "en_US", "From nineteen ninety to nineteen ninety-five and nineteen thirty-nine to"
+     " nineteen forty-five."),
+    ("In 1990-95 it rose; pages 10-20 and 2020-2001.", "en_US",
+     "In nineteen ninety to ninety-five it rose; pages ten to twenty and two thousand and twenty to two thousand and one."),
+    ("Version 2.0 costs 2.0 and 3.50 kg.", "en_US", "Version two point zero costs two point zero and three point five zero"
+     " kilograms."),
+    ("Es kostet 2,50 und 2,0.", "de_DE", "Es kostet zwei Komma fünf null und zwei Komma null."),
+    ("Costa 2,5.", "it_IT", "Costa due virgola cinque."),  # num2words' Italian drops a Decimal's decimals
+    ("2,5M", "de_DE", "zwei Millionen fünfhunderttausend"),  # a scaled whole number gains no "Komma null"
+    ("It is 2x faster, 1.5x cheaper and 10× bigger.", "en_US",
+     "It is two times faster, one point five times cheaper and ten times bigger."),
+    ("A 2x4 board, 1920x1080 and 800x600 in 1080p or 4320p.", "en_US",
+     "A two by four board, nineteen twenty by ten eighty and eight hundred by six hundred in ten eighty p or forty-three"
+     " twenty p."),
+    ("Meet at 9 a.m., then at 5 p.m.; or 10:30 a.m.: fine.", "en_US",
+     "Meet at nine AM, then at five PM; or ten thirty AM: fine."),
+    ("He is 5'10\" tall, she 6’2”.", "en_US", "He is five feet ten inches tall, she six feet two inches."),
+    ("Coffee w/ milk, W/o sugar.", "en_US", "Coffee with milk, Without sugar."),
+])
+def test_year_ranges_decimal_zeros_multiples_sizes_and_marks(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
