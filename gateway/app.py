@@ -19,7 +19,7 @@ from starlette.middleware import Middleware
 from engine.config import EngineConfig
 from engine.engine import Engine
 from gateway import library_api
-from gateway.auth import KeyCheck
+from gateway.auth import KeyCheck, RedactQuerySecrets
 from gateway.catalog import Catalog, config_entry_problem, load_catalog
 from gateway.download import DownloadError
 from gateway.downloads import DownloadManager
@@ -165,9 +165,10 @@ def create_app(settings: Settings) -> Starlette:
             await run_in_threadpool(engine.stop)
             await library.close()
 
-    # Outermost first: the request id (so refusals carry one too), Host and Origin, CORS (if
-    # configured), keys, then write time bounds.
-    middleware = [Middleware(RequestIdMiddleware), *browser_middleware(settings), Middleware(KeyCheck),
+    # Outermost first: query secrets redacted (before anything may log the URL), the request id (so
+    # refusals carry one too), Host and Origin, CORS (if configured), keys, then write time bounds.
+    middleware = [Middleware(RedactQuerySecrets), Middleware(RequestIdMiddleware), *browser_middleware(settings),
+                  Middleware(KeyCheck),
                   Middleware(WriteTimeout)]
     app = Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
                     lifespan=lifespan)

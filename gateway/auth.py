@@ -9,8 +9,9 @@ Scopes: `public` (pages, assets, health, the API schema), `read` (any valid key)
 `speech`, `admin` (gateway/keys.py). With `auth` required (the default off loopback)
 every non-public request needs a key; on loopback a key is optional, but once the server
 has a key, a key that is sent must be valid (a server without any ignores what a client
-sends: agent clients always send something). A key in a query parameter is replaced by
-`redacted` in the scope, so the access log never shows it.
+sends: agent clients always send something). A secret in a query parameter (`api_key`, and
+`SECRET_PARAMS`) is replaced by `redacted` in the scope before anything else runs
+(RedactQuerySecrets), so no log line shows it, refused or not.
 
 A POST without a key must not have a body type a web page can send cross-site without
 a CORS preflight (a form, `text/plain`, or none): 415. That is what keeps `/unload`
@@ -87,9 +88,39 @@ def match(path: str, method: str | None) -> Rule:
     raise AssertionError("RULES ends with a catch-all")
 
 
+# Query parameters that carry a secret in some client (ours and the vendors'; ElevenLabs' browser
+# clients, OAuth-style `access_token`): replaced by `redacted` before anything sees the URL.
+SECRET_PARAMS = frozenset({"api_key", "xi_api_key", "access_token", "token"})
+SECRETS = "voxgate.query_secrets"  # the scope key under which their values are kept
+
+
+class RedactQuerySecrets:
+    """ASGI middleware, outermost: every SECRET_PARAMS value in the query string is kept in
+    `scope[SECRETS]` and replaced by `redacted`, so no log line, error or refusal (a foreign Origin,
+    a bad Host, a route that takes no query key) shows it; `presented_key` reads it from there."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw: bytes = scope.get("query_string", b"") if scope["type"] in ("http", "websocket") else b""
+        if raw and any(name.encode() in raw for name in SECRET_PARAMS):
+            query = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+            secrets: dict[str, str] = {}
+            for k, v in query:
+                if k in SECRET_PARAMS:
+                    secrets.setdefault(k, v)
+            if secrets:
+                scope[SECRETS] = secrets
+                scope["query_string"] = urlencode(
+                    [(k, "redacted" if k in SECRET_PARAMS else v) for k, v in query]).encode("latin-1")
+        await self.app(scope, receive, send)
+
+
 def presented_key(scope: Scope, entry: Rule) -> tuple[str, str] | None:
     """(the key the request carries, by the rule's credentials; where it came: `Authorization`, the
-    header's or the query parameter's name, for an error's `field`); a query key is redacted in `scope`."""
+    header's or the query parameter's name, for an error's `field`); a query key comes from what
+    RedactQuerySecrets kept."""
     headers = Headers(scope=scope)
     authorization = headers.get("authorization", "")
     if authorization[:7].lower() == "bearer ":
@@ -97,14 +128,8 @@ def presented_key(scope: Scope, entry: Rule) -> tuple[str, str] | None:
     for credential in entry.credentials:
         if credential.kind == "header" and headers.get(credential.name):
             return str(headers[credential.name]).strip(), credential.name
-        if credential.kind == "query":
-            raw: bytes = scope.get("query_string", b"")
-            query = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
-            values = [str(v) for k, v in query if k == credential.name]
-            if values:
-                scope["query_string"] = urlencode(
-                    [(k, "redacted" if k == credential.name else v) for k, v in query]).encode("latin-1")
-                return values[0].strip(), credential.name
+        if credential.kind == "query" and credential.name in scope.get(SECRETS, {}):
+            return str(scope[SECRETS][credential.name]).strip(), credential.name
     return None
 
 

@@ -80,22 +80,25 @@ def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
 
 
 @contextlib.contextmanager
-def server_log() -> Iterator[list[logging.LogRecord]]:
+def server_log(*names: str) -> Iterator[list[logging.LogRecord]]:
     """The records uvicorn's server logger (`uvicorn.error`: connections, handshakes, ASGI
-    errors) emits meanwhile, INFO and up. It does not propagate to the root logger (uvicorn's
-    logging config), so pytest's caplog never sees them: a handler goes on it directly."""
+    errors; or the loggers `names`, e.g. `uvicorn.access`, the HTTP access lines) emits meanwhile,
+    INFO and up. They do not propagate to the root logger (uvicorn's logging config), so pytest's
+    caplog never sees them: a handler goes on each directly."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("uvicorn.error")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    loggers = [logging.getLogger(name) for name in names or ("uvicorn.error",)]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     try:
         yield records
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def local_client(app: Starlette) -> TestClient:

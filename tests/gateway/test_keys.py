@@ -206,6 +206,29 @@ def test_websocket_keys_by_header_or_query(keyed: tuple[LiveServer, dict[str, st
     assert keys["speech"] not in logged
 
 
+def test_a_key_in_the_query_is_never_logged_even_when_refused(keyed: tuple[LiveServer, dict[str, str]]) -> None:
+    """Found by a new-user trial: a foreign Origin or a bad Host is refused before the key check, and a
+    route that takes no query key never read it; the access log showed the key whole in both."""
+    live, keys = keyed
+    secret = keys["admin"]
+    with server_log("uvicorn.error", "uvicorn.access") as records:
+        with pytest.raises(InvalidStatus):
+            connect(f"{live.ws_url}/v1/realtime?api_key={secret}", origin="http://evil.example")
+        with pytest.raises(InvalidStatus):
+            connect(f"{live.ws_url}/tts/websocket?api_key={secret}&cartesia_version=2024-06-10", origin="null")
+        with httpx.Client(base_url=live.url, timeout=30) as client:
+            assert client.post(f"/tts/bytes?api_key={secret}", json={},
+                               headers={"Origin": "http://evil.example"}).status_code == 403
+            assert client.get(f"/metrics?api_key={secret}&token={secret}").status_code == 401  # takes no query key
+            assert client.get(f"/health?xi_api_key={secret}", headers={"Host": "evil.example"}).status_code == 400
+            assert client.get(f"/v1/stats?api_key={secret}", headers=bearer(secret)).status_code == 200
+        time.sleep(0.3)  # (uvicorn logs an unfinished handshake just after the app returns)
+    logged = "\n".join(record.getMessage() for record in records)
+    assert secret not in logged and secret.split("_")[1] in "".join(keys.values())
+    assert "/v1/realtime?api_key=redacted" in logged and "/metrics?api_key=redacted&token=redacted" in logged, logged
+    assert "/tts/websocket?api_key=redacted&cartesia_version=2024-06-10" in logged, logged
+
+
 def test_a_session_without_a_key_is_a_json_401(keyed: tuple[LiveServer, dict[str, str]]) -> None:
     live, keys = keyed
     error, headers = refused_quietly(f"{live.ws_url}/v1/realtime", 401)
