@@ -60,6 +60,8 @@ def as_api_error(error: Exception) -> ApiError:
             # its options): no retry helps, so a 500, and the OpenAI and Cartesia SDKs' own "do not retry"
             return ApiError(500, error.code, error.message, error.field, {"x-should-retry": "false"})
         headers = {"Retry-After": "1"} if isinstance(error, Overloaded) else None
+        if error.code == "shutting_down":  # (a wait for a load that the stop ended: as the routes' own 503)
+            headers = {"Retry-After": "5"}
         return ApiError(error.status, error.code, error.message, error.field, headers)
     raise error
 

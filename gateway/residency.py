@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import asyncio
 import dataclasses
 import functools
@@ -69,7 +70,8 @@ class Residency:
     ) -> None:
         assert max_loaded_models >= 1, "max_loaded_models must be >= 1"
         assert busy_timeout_ms >= 0 and idle_unload_s >= 0 and memory_factor > 0
-        self.stopping = asyncio.Event()  # set by the server's drain: waits for a load give up
+        self.stopping = asyncio.Event()  # set by the server's drain: waits for a load give up (at stop_deadline_s)
+        self.stop_deadline_s: float | None = None  # time.monotonic() until which a wait for a load goes on
         self.engine = engine
         self.library = library if isinstance(library, Library) else None
         self._lookup = library_lookup(library) if isinstance(library, Library) else library
@@ -159,13 +161,19 @@ class Residency:
     # -- acquire / load / unload ------------------------------------------------------
 
     async def _until_ready(self, resident: Resident) -> None:
-        """Wait for `resident`'s load; raises ShuttingDown if the server starts stopping first."""
+        """Wait for `resident`'s load; raises ShuttingDown if the server stops first: a request already
+        waiting when the drain begins waits on until `stop_deadline_s` (the end of the grace that running
+        requests get), so a quick load still serves it; without a deadline it gives up at once."""
         waits = [asyncio.ensure_future(resident.ready.wait()), asyncio.ensure_future(self.stopping.wait())]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for wait in waits:
                 wait.cancel()
+        left_s = (self.stop_deadline_s or 0.0) - time.monotonic()
+        if not resident.ready.is_set() and left_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(resident.ready.wait(), left_s)
         if not resident.ready.is_set():
             raise ShuttingDown("server is shutting down")
 

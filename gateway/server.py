@@ -104,8 +104,10 @@ class Server(uvicorn.Server):
             return
         margin_s = shutdown_margin_s(self.grace_s)
         state.draining = True
-        state.residency.stopping.set()  # requests waiting for a model's load end now (503), not at cancel
         state.drain_deadline_s = time.monotonic() + self.grace_s - margin_s
+        # Requests waiting for a model's load wait on within the grace, then end (503), not at cancel.
+        state.residency.stop_deadline_s = state.drain_deadline_s
+        state.residency.stopping.set()
         while self.server_state.connections and time.monotonic() < state.drain_deadline_s:
             for session in list(state.sessions):  # closed (1012) once it speaks nothing
                 session.end_if_idle()

@@ -228,6 +228,31 @@ def test_shutdown_with_a_stream_still_running_logs_no_error(tmp_path: Path) -> N
     assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
 
 
+def test_shutdown_serves_a_request_that_was_waiting_for_its_models_load(tmp_path: Path) -> None:
+    """Found by a new-user trial: SIGTERM while the first request waited for the voice's load was a 503
+    (the load finished a second later, only to be unloaded). A request in flight now waits on for the
+    load within the grace and is served; one sent after SIGTERM is still refused at once."""
+    results: list[tuple[int, int]] = []
+
+    def speak(url: str) -> None:
+        response = httpx.post(f"{url}/v1/audio/speech", json={"input": "Hello there.", "response_format": "pcm"},
+                              timeout=60)
+        results.append((response.status_code, len(response.content)))
+
+    with serve(tmp_path, graceful_shutdown_s="20") as (proc, url):
+        client = threading.Thread(target=speak, args=(url,))
+        client.start()
+        deadline = time.monotonic() + 30
+        while not any(model.get("loading") for model in httpx.get(f"{url}/v1/models", timeout=5).json()["data"]):
+            assert time.monotonic() < deadline and client.is_alive(), "the load never started"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        client.join(30)
+    assert results and results[0][0] == 200 and results[0][1] > 24_000, (results, stderr)  # > 0.5 s of speech
+    assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
+
+
 def _events_until_closed(ws: Any) -> tuple[list[dict[str, Any]], Any]:
     """The JSON events a socket receives until the server closes it, and the close frame it got."""
     from websockets.exceptions import ConnectionClosed

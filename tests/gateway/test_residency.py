@@ -306,6 +306,54 @@ def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_pa
     asyncio.run(main())
 
 
+def test_a_wait_for_a_load_goes_on_until_the_stop_deadline(tmp_path: Path) -> None:
+    """A request waiting for a load when the drain begins is served if the load ends within the grace
+    (`stop_deadline_s`), and gets ShuttingDown (a 503 with Retry-After) once it has passed."""
+    from gateway.errors import as_api_error
+    from gateway.library import Library
+    from gateway.resident import ShuttingDown
+
+    gate = threading.Event()
+
+    def slow_loader(spec: ModelSpec, device: str) -> Runner:
+        gate.wait(10)
+        return load_runner(spec, device)
+
+    async def main() -> None:
+        library = await Library.open(tmp_path / "library.db")
+        for model_id in ("a", "b"):
+            await library.add_model(model_id, "piper", model_id, str(_voice(tmp_path, model_id)), ["default"],
+                                    size_bytes=1)
+        engine = Engine()
+        engine.start()
+        residency = Residency(engine, library, loader=slow_loader, max_loaded_models=2)
+        try:
+            await residency.start()
+            waiting = asyncio.ensure_future(residency.acquire("a"))
+            await asyncio.sleep(0.2)
+            residency.stop_deadline_s = time.monotonic() + 5
+            residency.stopping.set()
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # still waiting: the grace is not over
+            gate.set()
+            (await asyncio.wait_for(waiting, 10)).release()
+            gate.clear()
+            late = asyncio.ensure_future(residency.acquire("b"))
+            await asyncio.sleep(0.1)
+            residency.stop_deadline_s = time.monotonic() + 0.2
+            with pytest.raises(ShuttingDown) as ended:
+                await asyncio.wait_for(late, 5)
+            error = as_api_error(ended.value)
+            assert (error.status, error.headers) == (503, {"Retry-After": "5"})
+        finally:
+            gate.set()
+            await residency.close()
+            engine.stop()
+            await library.close()
+
+    asyncio.run(main())
+
+
 def test_the_memory_guard_sizes_a_piper_pool_by_the_servers_cpu_workers(tmp_path: Path) -> None:
     """The server's `cpu_workers` sizes the Piper pool both in the load and in the memory guard's
     estimate before it (a refusal names the sessions it counted)."""
