@@ -285,14 +285,23 @@ class Session(SessionText):
     async def close(self) -> None:
         self.feed.cancel_timer()
         self._cancel_end_timer()
+        unstarted = self.unstarted_turns() if self.connection.ended else 0
         utterance, self.utterance = self.utterance, None
         if utterance is not None:
             utterance.cancel()
-            if self.connection.ended and self.audio_started:  # a shutdown ends it unflushed, its text all spoken:
-                try:  # the client hears why it has no more, before the 1012
-                    await self.done(utterance, cancelled=False, error="shutting_down")
-                except (RuntimeError, *CLIENT_GONE):
-                    pass
+        if not self.connection.ended:
+            return
+        # A shutdown: every turn the client started hears why it has no more, before the 1012 (the one
+        # being spoken, unflushed with its text all spoken or cut at its start; each later one, as a
+        # cancel's: audio_ms 0, text "").
+        turns = [utterance] if utterance is not None else []
+        turns += [self.new_utterance() for _ in range(unstarted)]
+        try:
+            for turn in turns:
+                turn.cancel()
+                await self.done(turn, cancelled=False, error="shutting_down")
+        except (RuntimeError, *CLIENT_GONE):
+            pass
 
 
 def check_fields(kind: str, event: dict[str, Any]) -> None:

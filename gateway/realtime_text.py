@@ -154,6 +154,18 @@ class SessionText:
         elif self.utterance is not None:
             await self._speak(self.utterance, self.utterance.end())
 
+    def unstarted_turns(self) -> int:
+        """The turns the client started that no utterance speaks yet: each in the backlog, and text
+        in the feed that no turn holds yet (one more), once the current utterance (if any) is flushed
+        (the text of an unflushed current utterance is its own; after a flush, the next turn's)."""
+        utterance = self.utterance
+        if utterance is not None and not utterance.ending:
+            return 0
+        unstarted = len(self.backlog)
+        if self.feed.since_s is not None and self.open_turn is None:
+            unstarted += 1
+        return unstarted
+
     async def cancel(self) -> None:
         """`response.cancel`: the current utterance stops and gets its `utterance.done`
         (`cancelled: true`); text appended that no utterance speaks yet (buffered before its
@@ -161,12 +173,7 @@ class SessionText:
         turn gets one too, with nothing spoken (`audio_ms` 0, `text` "", no `audio.start`)."""
         self._cancel_end_timer()
         utterance, failure = self.utterance, self.failure
-        # (the text of an unflushed current utterance is its own; after a flush, the next turn's)
-        waiting = (utterance is None or utterance.ending)
-        # Each turn in the backlog, and text in the feed that no turn holds yet (one more turn).
-        unstarted = len(self.backlog) if waiting else 0
-        if waiting and self.feed.since_s is not None and self.open_turn is None:
-            unstarted += 1
+        unstarted = self.unstarted_turns()
         self.feed.restart()
         self.backlog = []
         self.utterance, self.failure = None, None

@@ -298,9 +298,14 @@ def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
             assert close is not None and close.code == 1012 and close.reason == "server is shutting down"
         _, stderr = proc.communicate(timeout=30)
         elapsed = time.monotonic() - t0
-    done = [e for e in events if e["type"] == "utterance.done"]  # the one being spoken, not the next
-    assert len(done) == 1 and not done[0]["cancelled"] and done[0]["error"] is None, events
+    done = [e for e in events if e["type"] == "utterance.done"]  # the one being spoken, then the next's
+    assert len(done) == 2 and not done[0]["cancelled"] and done[0]["error"] is None, events
     assert done[0]["text"].startswith("The quick brown fox") and "next turn" not in done[0]["text"]
+    # The next turn is not spoken, and hears why (found by a new-user trial: it got no utterance.done).
+    assert {k: done[1][k] for k in ("cancelled", "error", "audio_ms")} == \
+        {"cancelled": False, "error": "shutting_down", "audio_ms": 0}, events
+    assert done[1]["text"] in ("", "The next turn, never spoken."), events  # (given to the model, or not yet)
+    assert [e["type"] for e in events].count("audio.start") <= 1 and done[1]["utterance_id"] != done[0]["utterance_id"]
     assert idle_closed_s < 1.0, idle_closed_s
     assert elapsed < 8, f"shutdown took {elapsed:.1f} s"
     assert proc.returncode in (0, -signal.SIGTERM), stderr
