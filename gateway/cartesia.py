@@ -18,7 +18,7 @@ after it), `done` (its own message), `error` (`title`, `message`, `error_code`,
 `field`; `done: true`). An `error` ends its context, as Cartesia's does and as the clients
 read it (the SDK's `receive()` returns at any `error`, pipecat drops the context, LiveKit
 takes `done: true` as its end): whether its synthesis failed or a message for it was bad
-(a `transcript` that is not a string, text past `max_input_chars`, text after its input
+(a `transcript` that is not a string, text past `max_pending_chars`, text after its input
 ended), its synthesis stops there and nothing more is sent for it, so `done: true` holds.
 An error for no context (a bad first message, which opens none) has `done: true` too.
 Text sent for a failed context until it is ended (`continue: false`, `cancel`) is not

@@ -37,7 +37,7 @@ _AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_
                "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
                "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
 _ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
-_AT_LEAST_1 = ("max_input_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent", "max_waiting")
+_AT_LEAST_1 = ("max_input_chars", "max_pending_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent", "max_waiting")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -49,6 +49,8 @@ class Settings:
     default_model: str = "piper-joe"  # the embedded voice, registered on first start
     default_voice: str = "default"  # what OpenAI voice names (alloy, nova, ...) map to
     max_input_chars: int = 4096
+    # WebSockets: text appended and not yet spoken (an LLM's answer comes faster than it is spoken)
+    max_pending_chars: int = 65536
     max_body_bytes: int = 65536
     ttfa_target_ms: float = 200.0
     urgent_slack_ms: float = 150.0

@@ -6,7 +6,7 @@ the text frontend's `TextStream` (gateway/text/: markdown, SSML breaks, numbers,
 sentences in the voice's language), so every route reads text the same way:
 
 - `append(text)` checks the piece (a string; the text waiting to be spoken stays under
-  `max_input_chars`; an unreadable SSML break refuses the whole piece, naming `field`),
+  `max_pending_chars`; an unreadable SSML break refuses the whole piece, naming `field`),
   then hands the items it completes to `sink(items, since_s, ready_s)`. An utterance's first
   clause is complete early (`realtime_first_chars`, at least `REALTIME_MIN_FIRST_CHARS`),
   then each sentence. A long piece is read `APPEND_SLICE_CHARS` at a time, yielding to the
@@ -109,11 +109,11 @@ class TextFeed:
 
     async def append(self, text: object, queued_chars: int = 0) -> None:
         """Add a piece; `queued_chars`: text already released but not yet spoken, which
-        counts towards `max_input_chars`. Raises InvalidInput / InputTooLong naming the
+        counts towards `max_pending_chars`. Raises InvalidInput / InputTooLong naming the
         field, or what `sink` raises."""
         if not isinstance(text, str):
             raise InvalidInput(f"{self.field} must be a string", field=self.field)
-        limit = self.settings.max_input_chars
+        limit = self.settings.max_pending_chars
         if self.text.pending_chars + queued_chars + len(text) > limit:
             raise InputTooLong(f"more than {limit} characters of text are waiting to be spoken", field=self.field)
         self.text.check(text)  # an unreadable <break> refuses the whole append

@@ -250,10 +250,15 @@ def test_text_after_a_contexts_input_ended_ends_it_with_its_error(server: LiveSe
     assert server.wait_idle() == 0
 
 
-def test_too_much_text_waiting_ends_the_context_with_one_error(server: LiveServer) -> None:
-    """Text past `max_input_chars` waiting to be spoken: a 422 naming `transcript`, and the context
+def test_too_much_text_waiting_ends_the_context_with_one_error(tmp_path: Path) -> None:
+    """Text past `max_pending_chars` waiting to be spoken: a 422 naming `transcript`, and the context
     ends with it (other contexts on the socket go on)."""
-    limit = server.app_state.settings.max_input_chars
+    for server in run_server(tmp_path, max_pending_chars=4096):
+        _too_much_text(server)
+
+
+def _too_much_text(server: LiveServer) -> None:
+    limit = server.app_state.settings.max_pending_chars
     with socket(server) as ws:
         _speaking(ws, "other", **{"continue": True})
         ws.send(json.dumps({**BASE, "context_id": "big", "transcript": "word " * (limit // 5 + 10), "continue": True}))

@@ -176,7 +176,7 @@ def test_output_formats_decode(server: LiveServer, output_format: str, check: st
     ('{"text": 5, "context_id": "c"}', "invalid_input", "text"),
     ('{"text": "hi", "context_id": 7}', "invalid_input", "context_id"),
     ('{"context_id": "c", "voice_settings": {"speed": 9}, "text": "x"}', "invalid_input", "voice_settings.speed"),
-    ('{"text": "' + "x" * 5000 + '", "context_id": "c"}', "input_too_long", "text"),
+    ('{"text": "' + "x" * 70000 + '", "context_id": "c"}', "message_too_large", None),  # (max_body_bytes)
     ('{"text": "hi", "context_id": "c", "flush": "yes"}', "invalid_input", "flush"),
     ('{"context_id": "c", "close_context": 1}', "invalid_input", "close_context"),
     ('{"close_socket": "yes"}', "invalid_input", "close_socket"),

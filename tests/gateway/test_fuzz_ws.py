@@ -92,7 +92,7 @@ PROTOCOLS = [
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    yield from run_server(tmp_path_factory.mktemp("data"), max_input_chars=200, text_buffer_ms=50)
+    yield from run_server(tmp_path_factory.mktemp("data"), max_input_chars=200, max_pending_chars=200, text_buffer_ms=50)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.path.split("?")[0])

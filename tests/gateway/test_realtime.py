@@ -168,7 +168,7 @@ def test_playback_reports_are_accepted(server: LiveServer) -> None:
     ("[1, 2]", "invalid_json", None),
     ('{"type": "dance"}', "unknown_type", "type"),
     ('{"type": "text.append", "text": 5}', "invalid_input", "text"),
-    ('{"type": "text.append", "text": "' + "x" * 5000 + '"}', "input_too_long", "text"),
+    ('{"type": "text.append", "text": "' + "x" * 70000 + '"}', "message_too_large", None),  # (max_body_bytes)
     ('{"type": "session.update", "session": {"model": "nope"}}', "unknown_model", "session.model"),
     ('{"type": "session.update", "session": {"voice": "nope"}}', "unknown_voice", "session.voice"),
     ('{"type": "session.update", "session": {"colour": "red"}}', "invalid_input", "session.colour"),

@@ -144,8 +144,14 @@ def test_a_flooding_session_does_not_freeze_another(limited: LiveServer) -> None
 
 
 def test_text_waiting_to_be_spoken_is_bounded(tmp_path: Path) -> None:
-    for server in run_server(tmp_path, max_input_chars=200):
+    """`max_pending_chars` bounds what waits; `max_input_chars` (REST's) does not: an agent's answer
+    longer than it streams in (found by a new-user trial: pipecat's 8,000-character answers were cut
+    at 4,096 characters waiting, the rest refused message by message)."""
+    for server in run_server(tmp_path, max_input_chars=100, max_pending_chars=200):
         with open_session(server) as ws:
+            ws.send(json.dumps({"type": "text.append", "text": "`" + "x " * 70}))  # 141 > max_input_chars
+            ws.send(json.dumps({"type": "response.cancel"}))
+            assert recv_event(ws)["type"] == "utterance.done"  # (no error before it)
             ws.send(json.dumps({"type": "text.append", "text": "`" + "x " * 90}))  # an open code span holds it
             ws.send(json.dumps({"type": "text.append", "text": "y " * 30}))
             error = recv_event(ws)
