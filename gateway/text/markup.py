@@ -7,7 +7,8 @@ as one sentence, cells separated by commas), headings and list items end as sent
 Code spans and fenced blocks are read or skipped by `TextOptions.code`. Other HTML tags
 are dropped, their text kept.
 
-SSML (W3C SSML 1.1 §3.1.1 `<speak>`, §3.2.3 `<break>`): `<speak>` wrappers are dropped;
+SSML (W3C SSML 1.1 §3.1.1 `<speak>`, §3.2.3 `<break>`, §3.1.9 `<say-as>` that spells, and
+Cartesia's `<spell>`: `spell`): `<speak>` wrappers are dropped;
 `<break time="500ms"/>` (ms or s) or `<break strength="weak"/>` becomes a pause mark, a
 private-use character whose pause lasts `pauses[i]` ms. Input text never holds
 private-use characters (`clean` drops them), so a mark cannot be forged.
@@ -40,6 +41,22 @@ _TIME = re.compile(r"""\btime\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s)\s*$", re.IGNORECASE)
 _STRENGTH = re.compile(r"""\bstrength\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
 _HTML_TAG = re.compile(r"<[^<>]*>")
+# Text read character by character: Cartesia's `<spell>` and SSML 1.1 §3.1.9 `<say-as>` with an
+# `interpret-as` that spells (the W3C "Say-as" note's `characters`; `spell-out` and `verbatim` as
+# common TTS services name it).
+_SPELL = re.compile(r"<\s*spell\s*>(?P<a>[^<>]*)<\s*/\s*spell\s*>"
+                    r"""|<\s*say-as\b[^<>]*\binterpret-as\s*=\s*["'](?:characters|spell-out|verbatim)["'][^<>]*>"""
+                    r"(?P<b>[^<>]*)<\s*/\s*say-as\s*>", re.IGNORECASE)
+
+
+def spell(text: str) -> str:
+    """`<spell>AB12</spell>` (and SSML's `<say-as interpret-as="characters">`) -> "A B 1 2": each
+    letter or digit on its own (letters as capitals, so a voice says their names; the number pass
+    then reads each digit), other characters dropped."""
+    if "<" not in text:
+        return text
+    return _SPELL.sub(lambda m: " " + " ".join(ch.upper() for ch in (m["a"] or m["b"] or "") if ch.isalnum()) + " ",
+                      text)
 
 
 def break_ms(attributes: str) -> float:

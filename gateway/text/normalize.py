@@ -44,7 +44,7 @@ def tidy(text: str) -> str:
 def spoken_text(raw: str, options: TextOptions, pauses: list[float]) -> str:
     """`raw` (markdown, SSML, notation) as words; pause marks index into `pauses`."""
     lang = options.language
-    text = markup.mark_pauses(raw, pauses)
+    text = markup.mark_pauses(markup.spell(raw), pauses)
     text = markup.to_text(text, options)
     text = unicodedata.normalize("NFC", text)
     text = symbols.emoji(text, options.emoji, lang)

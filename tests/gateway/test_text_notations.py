@@ -247,6 +247,7 @@ def test_sharp_and_plus_plus_names_are_read(text: str, lang: str, expected: str)
     "Call +1 (555) 123-4567 or call 555-1234 about the '80s, 1/2 and 2 1/2 km/h and/or 2h 30m "
     "for $0.99, a 3:1 ratio, 100k users and 2.5M. Then 10:30 pm.",
     "It was -5°C, prices rose 5-10% to $5-$10 or -$20 for C# and C++ v2.0.1 in 45s. Then 25:99 and 3,50 €.",
+    'Your code is <spell>AB12</spell>, or <say-as interpret-as="characters">x9</say-as>. From 1990-1995 it was 2x.',
 ])
 def test_the_new_notations_read_the_same_in_pieces(text: str) -> None:
     whole = prepare(text, EN)
@@ -304,3 +305,13 @@ def test_a_streamed_first_clause_does_not_end_inside_a_number() -> None:
 ])
 def test_year_ranges_decimal_zeros_multiples_sizes_and_marks(text: str, lang: str, expected: str) -> None:
     assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial: Cartesia's <spell> read "AB twelve"
+    ("Your code is <spell>AB12</spell> now.", "Your code is A B one two now."),
+    ('Say <say-as interpret-as="characters">ok-7</say-as>.', "Say O K seven."),
+    ('Say <say-as interpret-as="date">2024</say-as>.', "Say twenty twenty-four."),  # not a spelling: its text
+    ('<emotion value="happy"/>Hi <speed ratio="1.2"/>there.', "Hi there."),
+])
+def test_spelled_text_is_read_character_by_character(text: str, expected: str) -> None:
+    assert spoken(text) == expected
