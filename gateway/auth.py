@@ -1,7 +1,8 @@
 """Who may call what: API keys per route, per-key limits, and JSON-or-key writes.
 
 `RULES` is the table, first match wins: a path pattern, the methods it covers, the scope
-it needs and where, besides `Authorization: Bearer`, its clients put the key. A
+it needs and where, besides `Authorization: Bearer` and the studio's cookie (gateway/studio_key.py),
+its clients put the key. A
 vendor-compatible protocol plugs in as one more row (its clients' header or query
 parameter), and its routes are then checked like ours.
 
@@ -26,8 +27,10 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway import studio_key
 from gateway.keys import ApiKey
 from gateway.limits import Refused
 from gateway.security import deny
@@ -70,6 +73,7 @@ def rule(pattern: str, scope: str, methods: frozenset[str] | None = None, *crede
 RULES: tuple[Rule, ...] = (
     rule(r"^/(library|voices|live|projects|projects/[^/]+|docs|health|openapi\.json)?$", PUBLIC),  # pages
     rule(r"^/static/", PUBLIC),
+    rule(r"^/v1/studio/key$", PUBLIC),  # the studio's sign-in checks the key it is given (gateway/studio_key.py)
     rule(r"^/v1/audio/(speech|design|clone)$", "speech"),
     rule(r"^/v1/realtime$", "speech", None, Credential("query", "api_key")),  # browsers cannot set headers
     # Vendor-compatible routes (docs/agents.md): the header or parameter their SDKs send.
@@ -130,7 +134,24 @@ def presented_key(scope: Scope, entry: Rule) -> tuple[str, str] | None:
             return str(headers[credential.name]).strip(), credential.name
         if credential.kind == "query" and credential.name in scope.get(SECRETS, {}):
             return str(scope[SECRETS][credential.name]).strip(), credential.name
+    cookie = cookie_parser(headers.get("cookie", "")).get(studio_key.COOKIE)
+    if cookie:  # the studio's sign-in, on every route (a page cannot set headers on <audio src> or a WebSocket)
+        return cookie.strip(), "Cookie"
     return None
+
+
+def key_wanted(scope: Scope, entry: Rule) -> str:
+    """A missing key's message: where this route reads one (found by a new-user trial: an ElevenLabs
+    client was told only of `Authorization`, and a `?api_key=` where none is read went unexplained)."""
+    where = ["`Authorization: Bearer <key>`"]
+    where += [f"`{c.name}: <key>`" if c.kind == "header" else f"`?{c.name}=<key>`" for c in entry.credentials]
+    message = f"this server needs an API key: send {' or '.join(where)} (create one with `voxgate keys create NAME`)"
+    taken = {c.name for c in entry.credentials if c.kind == "query"}
+    ignored = sorted(set(scope.get(SECRETS, {})) - taken)
+    if ignored:
+        message += (f"; `?{ignored[0]}=` is not read here: a query key is for /v1/realtime and the Cartesia "
+                    "routes, which browsers and Cartesia's clients call")
+    return message
 
 
 class KeyCheck:
@@ -173,9 +194,8 @@ class KeyCheck:
                                f"(it has: {', '.join(sorted(key.scopes))})", field)
                     return
             elif state.settings.keys_required:
-                await deny(scope, receive, send, 401, "api_key_required",
-                           "this server needs an API key: send `Authorization: Bearer <key>` (create one with "
-                           "`voxgate keys create NAME`)", "Authorization", {"WWW-Authenticate": "Bearer"})
+                await deny(scope, receive, send, 401, "api_key_required", key_wanted(scope, entry), "Authorization",
+                           {"WWW-Authenticate": "Bearer"})
                 return
         if key is None and method == "POST":
             content_type = Headers(scope=scope).get("content-type", "").split(";")[0].strip().lower()

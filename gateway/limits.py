@@ -63,8 +63,9 @@ class KeyLimits:
         """
         cap = key.max_concurrent or self.default_max_concurrent
         if self.in_flight[key.key_id] >= cap:
-            raise Refused("too_many_concurrent", f"key {key.prefix} already has {cap} requests or sessions "
-                          "running; wait for one to end", 1)
+            running = "1 request or session" if cap == 1 else f"{cap} requests or sessions"
+            raise Refused("too_many_concurrent", f"key {key.prefix} already has {running} running (its "
+                          "max_concurrent); wait for one to end", 1)
         rate = self._rate(key)
         if not self._limiter.hit(rate, key.key_id):
             reset_s = self._limiter.get_window_stats(rate, key.key_id).reset_time - time.time()

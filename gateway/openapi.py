@@ -129,6 +129,10 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("GET", "/v1/takes/{take_id}/audio"): {
             "summary": "A take's audio", "parameters": [_query("format", {"enum": ["wav", "mp3", "flac"]})],
             "responses": {"200": {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}}}}},
+        ("POST", "/v1/studio/key"): {
+            "summary": "The studio's sign-in: the key comes back as an HttpOnly cookie every route reads",
+            "requestBody": _body(_object(("key",), key=_string())), "responses": {"204": {}}},
+        ("DELETE", "/v1/studio/key"): {"summary": "Sign out: the studio's cookie cleared", "responses": {"204": {}}},
         ("GET", "/v1/stats"): {"summary": "Engine queues, the scheduler policy and recent utterances",
                                "parameters": [_query("since", _number(), "seconds since the epoch")]},
         ("POST", "/v1/text/normalize"): {

@@ -12,7 +12,7 @@ from starlette.staticfiles import StaticFiles
 
 from gateway import (
     cartesia, clone, elevenlabs, elevenlabs_http, library_api, models_api, openapi, pages, presets, projects_api,
-    projects_passages, projects_takes, realtime, references, speech, stats, takes, text_api,
+    projects_passages, projects_takes, realtime, references, speech, stats, studio_key, takes, text_api,
 )
 from gateway.routing import resource, websocket
 
@@ -74,6 +74,7 @@ def app_routes() -> list[BaseRoute]:
         resource(PROJECT_TAKE, DELETE=projects_takes.delete_take),
         resource(f"{PROJECT}/export", GET=projects_takes.export),
         resource("/v1/stats", GET=stats.stats),
+        resource("/v1/studio/key", POST=studio_key.sign_in, DELETE=studio_key.sign_out),
         *websocket("/v1/realtime", realtime.realtime),
         # ElevenLabs- and Cartesia-compatible routes (docs/agents.md)
         *websocket(f"{TEXT_TO_SPEECH}/stream-input", elevenlabs.stream_input),

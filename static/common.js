@@ -25,7 +25,64 @@ export async function apiBlob(method, url, body) {
   return (await send(method, url, body)).blob();
 }
 
-async function send(method, url, body) {
+// A server that needs a key (auth required, or keys in use) answers 401: the page asks for one once
+// (the sign-in dialog of base.html), hands it to the server, which keeps it as an HttpOnly cookie
+// (gateway/studio_key.py), and tries the request again. Every later request, <audio src> and
+// WebSocket carries the cookie.
+const KEY_CODES = new Set(["api_key_required", "invalid_api_key"]);
+let signingIn = null;
+
+export function signIn(reason) {
+  if (!signingIn) {
+    signingIn = askForKey(reason).finally(() => { signingIn = null; });
+  }
+  return signingIn;
+}
+
+function askForKey(reason) {
+  const dialog = $("signin");
+  const input = $("signin-key");
+  const status = $("signin-status");
+  say(status, reason || "This server needs an API key.", "error");
+  input.value = "";
+  dialog.showModal();
+  input.focus();
+  return new Promise((resolve, reject) => {
+    dialog.onclose = () => reject(new ApiError(401, "api_key_required", reason || "An API key is needed"));
+    $("signin-form").onsubmit = async (event) => {
+      event.preventDefault();
+      say(status, "Checking the key…", "busy");
+      const res = await fetch("/v1/studio/key", { method: "POST", headers: { "Content-Type": "application/json" },
+                                                  body: JSON.stringify({ key: input.value }) }).catch(() => null);
+      if (res && res.status === 204) {
+        dialog.onclose = null;
+        dialog.close();
+        showSignOut();
+        resolve();
+        return;
+      }
+      let message = "Could not reach the server";
+      if (res) {
+        try { message = (await res.json()).error.message; } catch { message = `HTTP ${res.status}`; }
+      }
+      say(status, message, "error");
+      input.select();
+    };
+  });
+}
+
+function showSignOut() {
+  const button = $("signout");
+  if (!button) return;
+  button.hidden = !document.cookie.split("; ").includes("voxgate_signed_in=1");
+  button.onclick = async () => {
+    await fetch("/v1/studio/key", { method: "DELETE" }).catch(() => null);
+    location.reload();
+  };
+}
+if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", showSignOut);
+
+async function send(method, url, body, retried = false) {
   const init = { method, headers: {} };
   if (body instanceof FormData) {  // multipart: the browser writes the boundary into Content-Type
     init.body = body;
@@ -46,6 +103,11 @@ async function send(method, url, body) {
   let data = null;
   try { data = JSON.parse(await res.text()); } catch { /* not JSON */ }
   const err = data && data.error;
+  if (res.status === 401 && err && KEY_CODES.has(err.code) && !retried && $("signin")) {
+    await signIn(err.code === "invalid_api_key" ? "The key this page was signed in with is no longer valid: "
+      + "enter another." : "This server needs an API key: enter one (`voxgate keys create NAME` makes one).");
+    return send(method, url, body, true);
+  }
   if (err) throw new ApiError(res.status, err.code, err.message, err.field);
   throw new ApiError(res.status, "http_error", `${method} ${url} failed: HTTP ${res.status}`);
 }

@@ -40,7 +40,8 @@ def cardinal(value: Decimal | int, lang: str) -> str:
     are read as written: `Decimal("2.0")` "two point zero", `Decimal("3.50")` "three point five zero"
     (num2words drops them, which loses "2.0" against "2" and "2.10" against "2.1")."""
     words = _words(value, lang)
-    if not isinstance(value, Decimal) or not value.is_finite() or value.as_tuple().exponent >= 0:
+    exponent = value.as_tuple().exponent if isinstance(value, Decimal) and value.is_finite() else 0
+    if not isinstance(value, Decimal) or not isinstance(exponent, int) or exponent >= 0:
         return words
     if value != value.to_integral_value() and words == _words(int(value), lang):
         words = _words(float(value), lang)  # num2words' Italian and Welsh drop a Decimal's decimals

@@ -286,3 +286,47 @@ def test_lookup_touches_last_used(tmp_path: Path) -> None:
             await library.close()
 
     asyncio.run(body())
+
+
+def test_the_studio_signs_in_with_a_key_kept_as_a_cookie(keyed: tuple[LiveServer, dict[str, str]]) -> None:
+    """`/v1/studio/key` (gateway/studio_key.py): a valid key becomes an HttpOnly, SameSite=Strict cookie
+    that every route reads as the key, scopes and Origin checks included; bad bodies name their field."""
+    live, keys = keyed
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        for body, status, field in [({"key": "vxg_00000000_nope"}, 401, "key"), ({}, 400, "key"),
+                                    ({"key": 5}, 400, "key"), ({"key": keys["admin"], "user": "x"}, 400, "user")]:
+            refused = client.post("/v1/studio/key", json=body)
+            assert (refused.status_code, refused.json()["error"]["field"]) == (status, field), refused.text
+            assert "set-cookie" not in refused.headers
+        signed = client.post("/v1/studio/key", json={"key": keys["speech"]})
+        assert signed.status_code == 204
+        cookie = next(c for c in signed.headers.get_list("set-cookie") if c.startswith("voxgate_key="))
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=2592000" in cookie
+        assert client.get("/v1/models").status_code == 200  # the cookie alone is the key
+        scoped = client.post("/v1/presets", json={"name": "p", "model": "piper-joe", "voice": "default"})
+        assert scoped.status_code == 403 and scoped.json()["error"]["field"] == "Cookie"  # a speech key's scope
+        foreign = client.post("/v1/audio/speech", json=SPEECH, headers={"Origin": "http://evil.example"})
+        assert foreign.status_code == 403  # the Origin check stands before the cookie
+        with connect(f"{live.ws_url}/v1/realtime",
+                     additional_headers={"Cookie": f"voxgate_key={keys['speech']}"}) as ws:
+            assert recv_event(ws)["type"] == "session.created"
+        out = client.delete("/v1/studio/key")
+        assert out.status_code == 204 and all("Max-Age=0" in c for c in out.headers.get_list("set-cookie"))
+        client.cookies.clear()
+        assert client.get("/v1/models").status_code == 401
+        stale = client.get("/v1/models", headers={"Cookie": "voxgate_key=vxg_00000000_gone"})
+        assert stale.status_code == 401 and stale.json()["error"] == {**stale.json()["error"],
+                                                                      "code": "invalid_api_key", "field": "Cookie"}
+
+
+@pytest.mark.parametrize(("path", "hint"), [
+    ("/v1/text-to-speech/joe/stream", "`xi-api-key: <key>`"),  # found by a new-user trial: told only of Bearer
+    ("/tts/bytes", "`?api_key=<key>`"),
+    ("/v1/audio/speech?api_key=vxg_x", "`?api_key=` is not read here"),
+])
+def test_a_missing_key_says_where_this_route_reads_one(keyed: tuple[LiveServer, dict[str, str]], path: str,
+                                                       hint: str) -> None:
+    live, _ = keyed
+    refused = httpx.post(f"{live.url}{path}", json={"text": "Hi."}, timeout=30)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "api_key_required"
+    assert hint in refused.json()["error"]["message"], refused.json()
