@@ -21,6 +21,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from engine.config import MECHANISMS
 
@@ -140,6 +141,7 @@ class Settings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        _check_browser_names(self)
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise ValueError(f"device must be cpu, cpu:N, cuda or cuda:N, got {self.device!r}")
         for device in self.devices:
@@ -221,6 +223,25 @@ def _is_path_key(key: str) -> bool:
     """The keys of a `[[models]]` entry that name a file or folder: `path`, and the families'
     path options (models/model_options.py `PATH`: backbone_path, codec_path, speech_tokenizer_path)."""
     return key == "path" or key.endswith("_path")
+
+
+def _check_browser_names(settings: Settings) -> None:
+    """An `allowed_origins` / `cors_origins` entry that is no origin, or an `allowed_hosts` entry that
+    is no host name, would never match, and the refusal would say to add what is already there
+    (found by a new-user trial: `team2.example` for an origin, `http://tts.example` for a host, and a
+    JSON list in `VOXGATE_CORS_ORIGINS`, which is comma-separated): ValueError naming it."""
+    for name in ("allowed_origins", "cors_origins"):
+        for entry in getattr(settings, name):
+            parts = urlsplit(entry.strip())
+            if entry.strip() != "*" and (parts.scheme not in ("http", "https") or not parts.hostname
+                                         or parts.path not in ("", "/") or parts.query or parts.fragment):
+                raise ValueError(f"{name} entries are origins, scheme://host[:port] (e.g. https://app.example, "
+                                 f"http://localhost:3000) or *, got {entry!r} (a list is comma-separated)")
+    for entry in settings.allowed_hosts:
+        host = entry.strip().lower()
+        if host != "*" and not re.fullmatch(r"\[[0-9a-f:.]+\]|[a-z0-9_.-]+", host):
+            raise ValueError(f"allowed_hosts entries are host names without scheme, port or path (e.g. "
+                             f"tts.example), or *, got {entry!r} (a list is comma-separated)")
 
 
 def _absolute_paths(entry: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
@@ -344,7 +365,15 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
             raise ValueError(f"the config file {str(config_file)!r} ({where}) is not valid TOML: {error}") from None
         unknown = set(data) - set(_FIELDS)
         if unknown:
-            raise ValueError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
+            hints = []
+            for key in sorted(unknown):
+                close = difflib.get_close_matches(key, sorted(_FIELDS), n=1)
+                if isinstance(data[key], dict):  # a [table]: settings are top-level keys
+                    hints.append(f"[{key}] (settings are top-level keys, with no [table] around them; "
+                                 "[[models]] is the one table)")
+                else:
+                    hints.append(f"{key} (did you mean {close[0]}?)" if close else key)
+            raise ValueError(f"unknown setting(s) in {config_file}: {', '.join(hints)}")
         if isinstance(data.get("models"), list):  # its relative paths: from the config file's directory
             base = Path(os.path.abspath(Path(config_file).expanduser())).parent
             data["models"] = [_absolute_paths(entry, base) for entry in data["models"]]

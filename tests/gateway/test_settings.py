@@ -362,13 +362,25 @@ def test_settings_a_new_user_got_wrong_are_refused_in_one_line(tmp_path: Path, c
              ({"VOXGATE_DATA_DIR": ""}, r"data_dir must be a folder's path, got an empty one"),
              ({"VOXGATE_DATA_DIR": "/etc/passwd"}, r"data_dir must be a folder, and '/etc/passwd' is a file"),
              ({"VOXGATE_DATA_DIR": "/etc/passwd/sub"}, r"data_dir must be a folder, and '/etc/passwd' is a file: "
-                                                   r"'/etc/passwd/sub'")]
+                                                   r"'/etc/passwd/sub'"),
+             # entries that could never match, whose refusal then said to add what was there
+             ({"VOXGATE_ALLOWED_ORIGINS": "team2.example"}, r"allowed_origins entries are origins, "
+                                                            r"scheme://host\[:port\] .* got 'team2.example'"),
+             ({"VOXGATE_CORS_ORIGINS": '["http://a.example"]'}, r"cors_origins entries are origins.* got "
+                                                                r"""'\["http://a.example"\]' \(a list is comma-separated\)"""),
+             ({"VOXGATE_ALLOWED_HOSTS": "http://tts.example"}, r"allowed_hosts entries are host names without scheme, "
+                                                               r"port or path .* got 'http://tts.example'")]
     for env, message in cases:
         with pytest.raises(ValueError, match=rf"^invalid settings: {message}"):
             load_settings(env=env)
     assert load_settings(env={"VOXGATE_LOG_LEVEL": "WARNING"}).log_level == "WARNING"
+    fine = load_settings(env={"VOXGATE_ALLOWED_ORIGINS": "http://localhost:3000/,*", "VOXGATE_ALLOWED_HOSTS": "tts.example,[::1]"})
+    assert fine.allowed_origins == ("http://localhost:3000/", "*") and fine.allowed_hosts == ("tts.example", "[::1]")
     config = tmp_path / "voxgate.toml"
     for text, message in (("allowed_hosts = [1, 2]\n", r"allowed_hosts in .* must be a list of strings"),
+                          ("max_body_byte = 10\n", r"unknown setting\(s\) in .*: max_body_byte \(did you mean "
+                                                    r"max_body_bytes\?\)$"),
+                          ("[server]\nport = 8001\n", r"\[server\] \(settings are top-level keys"),
                           ("port = 18700.5\n", r"port in .* must be an integer, got 18700.5")):
         config.write_text(text)
         with pytest.raises(ValueError, match=message):
