@@ -62,8 +62,6 @@ MODES: dict[str, dict[str, Any]] = {
     "fused": FUSED, "fused_pdl": {**FUSED, "pdl": True}, "gemv_unfused": {"gemv": True, "fused_attention": False},
     "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
     "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True},
-    "fp8_fused_pdl_t4": {**FUSED, "fp8": True, "pdl": True, "fp8_row_tiles": (4, 1024, 2)},
-    "fp8_fused_pdl_t4w1": {**FUSED, "fp8": True, "pdl": True, "fp8_row_tiles": (4, 1024, 1)},
     "fused_pdl_nopre": {**FUSED, "pdl": True, "pdl_preload": False},
     "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"},
     "fused_pdl_skinny": {**FUSED, "pdl": True, "skinny_rows": True},
@@ -71,7 +69,6 @@ MODES: dict[str, dict[str, Any]] = {
     "fused_skinny_all": {**FUSED, "skinny_rows": True, "skinny_min": 2},
     "fused_pdl_skinny_all_pdl": {**FUSED, "pdl": True, "skinny_rows": True, "skinny_min": 2, "skinny_pdl_min": 2}}
 SKINNY_MIN_ROWS, SKINNY_PDL_MIN_ROWS = skinny.SKINNY_MIN_ROWS, skinny.SKINNY_PDL_MIN_ROWS
-FP8_ROW_TILES = gemv.ROW_TILES["fp8"]
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -240,7 +237,6 @@ def main() -> None:
         decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
         skinny.SKINNY_MIN_ROWS = options.pop("skinny_min", SKINNY_MIN_ROWS)
         skinny.SKINNY_PDL_MIN_ROWS = options.pop("skinny_pdl_min", SKINNY_PDL_MIN_ROWS)
-        gemv.ROW_TILES["fp8"] = options.pop("fp8_row_tiles", FP8_ROW_TILES)
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
