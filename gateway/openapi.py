@@ -131,7 +131,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
             "responses": {"200": {"content": {"audio/wav": {}, "audio/mpeg": {}, "audio/flac": {}}}}},
         ("POST", "/v1/studio/key"): {
             "summary": "The studio's sign-in: the key comes back as an HttpOnly cookie every route reads",
-            "requestBody": _body(_object(("key",), key=_string())), "responses": {"204": {}}},
+            "requestBody": _body(_object(("key",), key=_string()))},
         ("DELETE", "/v1/studio/key"): {"summary": "Sign out: the studio's cookie cleared", "responses": {"204": {}}},
         ("GET", "/v1/stats"): {"summary": "Engine queues, the scheduler policy and recent utterances",
                                "parameters": [_query("since", _number(), "seconds since the epoch")]},

@@ -2,10 +2,11 @@
 request it makes (an `<audio src>`, a WebSocket), so the studio hands the key to the server once
 and gets it back as a cookie, which the browser then sends with each of its own requests.
 
-- `POST /v1/studio/key` `{"key": "vxg_..."}`: 204 with `Set-Cookie: voxgate_key=<key>; HttpOnly;
-  SameSite=Strict; Path=/; Max-Age=30 days` (plus `Secure` over HTTPS), and a `voxgate_signed_in=1`
-  cookie the page's script can read (to offer "Sign out"); 401 `invalid_api_key` (field `key`) for a
-  key that is unknown or revoked, 400 for a body without a string `key`.
+- `POST /v1/studio/key` `{"key": "vxg_..."}`: 200 `{"name", "prefix", "scopes"}` with `Set-Cookie:
+  voxgate_key=<key>; HttpOnly; SameSite=Strict; Path=/; Max-Age=30 days` (plus `Secure` over HTTPS),
+  and a `voxgate_signed_in=<admin|speech>` cookie the page's script can read (to offer "Sign out", and
+  to say what a speech key cannot do); 401 `invalid_api_key` (field `key`) for a key that is unknown
+  or revoked, 400 for a body without a string `key`.
 - `DELETE /v1/studio/key`: 204, both cookies cleared.
 
 `gateway/auth.py` reads the cookie as a key on every route, after `Authorization` and the route's
@@ -17,7 +18,7 @@ check (gateway/security.py) refuses the requests of other origins of the same si
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from engine.types import InvalidInput
 from gateway.errors import ApiError, read_json
@@ -40,11 +41,12 @@ async def sign_in(request: Request) -> Response:
     key = await state.keys.lookup(secret.strip()) if state.keys is not None else None
     if key is None:
         raise ApiError(401, "invalid_api_key", "the API key is unknown or revoked", "key")
-    response = Response(status_code=204)
+    response = JSONResponse({"name": key.name, "prefix": key.prefix, "scopes": sorted(key.scopes)})
     secure = request.url.scheme in ("https", "wss")
     response.set_cookie(COOKIE, secret.strip(), max_age=MAX_AGE_S, path="/", secure=secure, httponly=True,
                         samesite="strict")
-    response.set_cookie(SIGNED_IN, "1", max_age=MAX_AGE_S, path="/", secure=secure, samesite="strict")
+    scope = "admin" if "admin" in key.scopes else "speech" if "speech" in key.scopes else "read"
+    response.set_cookie(SIGNED_IN, scope, max_age=MAX_AGE_S, path="/", secure=secure, samesite="strict")
     return response
 
 

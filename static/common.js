@@ -25,12 +25,20 @@ export async function apiBlob(method, url, body) {
   return (await send(method, url, body)).blob();
 }
 
-// A server that needs a key (auth required, or keys in use) answers 401: the page asks for one once
-// (the sign-in dialog of base.html), hands it to the server, which keeps it as an HttpOnly cookie
+// A server that needs a key (auth required, or keys in use) answers 401: the page asks for one (the
+// sign-in dialog of base.html), hands it to the server, which keeps it as an HttpOnly cookie
 // (gateway/studio_key.py), and tries the request again. Every later request, <audio src> and
-// WebSocket carries the cookie.
+// WebSocket carries the cookie. Cancelled, the page stops asking (its polls would reopen the dialog)
+// until the header's Sign in button is pressed, which reloads the page once signed in.
 const KEY_CODES = new Set(["api_key_required", "invalid_api_key"]);
+const NEEDS_KEY = "This server needs an API key. Ask its admin for one (they make keys with voxgate keys create NAME).";
 let signingIn = null;
+let declined = false;
+
+export function signedInScope() {
+  const cookie = document.cookie.split("; ").find((c) => c.startsWith("voxgate_signed_in="));
+  return cookie ? cookie.split("=")[1] : null;  // "admin", "speech", ...; null: not signed in here
+}
 
 export function signIn(reason) {
   if (!signingIn) {
@@ -43,21 +51,31 @@ function askForKey(reason) {
   const dialog = $("signin");
   const input = $("signin-key");
   const status = $("signin-status");
-  say(status, reason || "This server needs an API key.", "error");
+  const before = document.activeElement;
+  say(status, reason || NEEDS_KEY, "error");
   input.value = "";
   dialog.showModal();
   input.focus();
+  const restoreFocus = () => { if (before && before !== document.body && before.isConnected) before.focus(); };
   return new Promise((resolve, reject) => {
-    dialog.onclose = () => reject(new ApiError(401, "api_key_required", reason || "An API key is needed"));
+    dialog.onclose = () => {
+      declined = true;
+      showAccount();
+      restoreFocus();
+      reject(new ApiError(401, "api_key_required", "Not signed in: press Sign in (top right) to give a key."));
+    };
     $("signin-form").onsubmit = async (event) => {
       event.preventDefault();
       say(status, "Checking the key…", "busy");
       const res = await fetch("/v1/studio/key", { method: "POST", headers: { "Content-Type": "application/json" },
                                                   body: JSON.stringify({ key: input.value }) }).catch(() => null);
-      if (res && res.status === 204) {
+      if (res && res.ok) {
+        input.value = "";  // the key leaves the page: only the HttpOnly cookie keeps it
         dialog.onclose = null;
         dialog.close();
-        showSignOut();
+        declined = false;
+        showAccount();
+        restoreFocus();
         resolve();
         return;
       }
@@ -71,18 +89,61 @@ function askForKey(reason) {
   });
 }
 
-function showSignOut() {
+// The header's account button: Sign out once signed in here; Sign in after the dialog was cancelled.
+function showAccount() {
   const button = $("signout");
   if (!button) return;
-  button.hidden = !document.cookie.split("; ").includes("voxgate_signed_in=1");
+  const scope = signedInScope();
+  button.hidden = !scope && !declined;
+  button.textContent = scope ? "Sign out" : "Sign in";
+  button.title = scope ? `Signed in with ${scope === "admin" ? "an" : "a"} ${scope} key` : "";
   button.onclick = async () => {
-    await fetch("/v1/studio/key", { method: "DELETE" }).catch(() => null);
-    location.reload();
+    if (scope) {
+      await fetch("/v1/studio/key", { method: "DELETE" }).catch(() => null);
+      location.reload();
+      return;
+    }
+    declined = false;
+    try { await signIn(); location.reload(); } catch { /* cancelled again */ }
   };
 }
-if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", showSignOut);
+if (typeof document !== "undefined") document.addEventListener("DOMContentLoaded", showAccount);
 
-async function send(method, url, body, retried = false) {
+// fetch, with a 401 for want of a key answered by signing in (once) and trying again; other answers
+// as they come. Network failures become ApiError status 0.
+export async function fetchSigned(url, init = {}, retried = false) {
+  let res;
+  try {
+    res = await fetch(url, init);
+  } catch (e) {
+    throw new ApiError(0, "network_error", `Could not reach the server (${e.message})`);
+  }
+  if (res.status !== 401 || retried || !$("signin")) return res;
+  let err = null;
+  try { err = (await res.clone().json()).error; } catch { /* not JSON */ }
+  if (!err || !KEY_CODES.has(err.code)) return res;
+  if (declined) throw new ApiError(401, err.code, "Not signed in: press Sign in (top right) to give a key.");
+  await signIn(err.code === "invalid_api_key" && signedInScope()
+    ? "The key this browser was signed in with is no longer valid: enter another." : NEEDS_KEY);
+  return fetchSigned(url, init, true);
+}
+
+// A non-2xx answer as an ApiError with the server's {code, message, field}; a scope the signed-in
+// key lacks said in the page's words.
+export async function errorOf(res, what) {
+  let data = null;
+  try { data = JSON.parse(await res.text()); } catch { /* not JSON */ }
+  const err = data && data.error;
+  if (err && err.code === "insufficient_scope" && signedInScope()) {
+    return new ApiError(res.status, err.code, `this needs an admin key, and this browser is signed in with a `
+      + `${signedInScope()}-scoped key (it can speak, not change the library, presets, takes or projects): Sign out, `
+      + "then sign in with an admin key", err.field);
+  }
+  if (err) return new ApiError(res.status, err.code, err.message, err.field);
+  return new ApiError(res.status, "http_error", `${what} failed: HTTP ${res.status}`);
+}
+
+async function send(method, url, body) {
   const init = { method, headers: {} };
   if (body instanceof FormData) {  // multipart: the browser writes the boundary into Content-Type
     init.body = body;
@@ -93,23 +154,9 @@ async function send(method, url, body, retried = false) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  let res;
-  try {
-    res = await fetch(url, init);
-  } catch (e) {
-    throw new ApiError(0, "network_error", `Could not reach the server (${e.message})`);
-  }
+  const res = await fetchSigned(url, init);
   if (res.ok) return res;
-  let data = null;
-  try { data = JSON.parse(await res.text()); } catch { /* not JSON */ }
-  const err = data && data.error;
-  if (res.status === 401 && err && KEY_CODES.has(err.code) && !retried && $("signin")) {
-    await signIn(err.code === "invalid_api_key" ? "The key this page was signed in with is no longer valid: "
-      + "enter another." : "This server needs an API key: enter one (`voxgate keys create NAME` makes one).");
-    return send(method, url, body, true);
-  }
-  if (err) throw new ApiError(res.status, err.code, err.message, err.field);
-  throw new ApiError(res.status, "http_error", `${method} ${url} failed: HTTP ${res.status}`);
+  throw await errorOf(res, `${method} ${url}`);
 }
 
 // Show `msg` in a status element (role=status); kind: "" | "ok" | "error" | "busy".

@@ -2,7 +2,7 @@
 // of the first take, the pause (shaded) and the start of the next as one waveform, with
 // the pause to change (-/+ 100 ms, an exact value, reset to the project's) and a button
 // that plays across the join (GET .../passages/{id}/join renders it on the server).
-import { api, say, sayError, el } from "./common.js";
+import { api, errorOf, fetchSigned, say, sayError, el } from "./common.js";
 import { Waveform } from "./waveform.js";
 import { fetchPcm } from "./project-takes.js";
 
@@ -25,8 +25,8 @@ export function joinItem(ctx, project, passage, next, n) {
   const url = `/v1/projects/${ctx.projectId}/passages/${passage.id}/join?context_ms=${CONTEXT_MS}`;
   const version = `&pause=${passage.pause_after_ms}&a=${passage.chosen_take}&b=${next.chosen_take}`;
   const wave = new Waveform(canvas, { minSeconds: 0 });
-  fetch(url + version, { cache: "no-store" }).then(async (res) => {
-    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  fetchSigned(url + version, { cache: "no-store" }).then(async (res) => {
+    if (!res.ok) throw await errorOf(res, "The join");
     const at = Number(res.headers.get("X-Voxgate-Pause-At-Ms"));
     const pause = Number(res.headers.get("X-Voxgate-Pause-Ms"));
     const blob = await res.blob();

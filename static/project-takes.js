@@ -1,14 +1,14 @@
 // One take of a passage: listen, choose, delete, and edit its audio (trim silence at the
 // ends, delete a selected range, undo). The waveform is drawn from the take's WAV; drag
 // across it (or type the times) to select a range.
-import { api, say, sayError, el, fmtDuration } from "./common.js";
+import { api, errorOf, fetchSigned, say, sayError, el, fmtDuration } from "./common.js";
 import { Waveform } from "./waveform.js";
 
 const WAV_HEADER_BYTES = 44;  // the server writes plain 44-byte PCM16 headers
 
 export async function fetchPcm(url) {
-  const res = await fetch(url, { cache: "no-store" });
-  if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
+  const res = await fetchSigned(url, { cache: "no-store" });
+  if (!res.ok) throw await errorOf(res, url);
   const buf = await res.arrayBuffer();
   const rate = new DataView(buf).getUint32(24, true);
   return { pcm: new Int16Array(buf, WAV_HEADER_BYTES, (buf.byteLength - WAV_HEADER_BYTES) >> 1), rate };

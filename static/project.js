@@ -1,6 +1,6 @@
 // Project editor: settings, import (preview before applying), passages with their speakers
 // and takes, background generation with progress, the joins, and the export.
-import { $, api, say, sayError, el, fillModels, fmtDuration } from "./common.js";
+import { $, api, errorOf, fetchSigned, say, sayError, el, fillModels, fmtDuration } from "./common.js";
 import { fillSpeakers } from "./project-speakers.js";
 import { takeItem } from "./project-takes.js";
 import { joinItem } from "./project-arrange.js";
@@ -250,27 +250,35 @@ async function generateAll() {
 
 // -- export ---------------------------------------------------------------------------
 
+// The file name of a Content-Disposition: RFC 6266's `filename*` (UTF-8, the project's own name)
+// before the ASCII `filename`.
+function downloadName(header, fallback) {
+  const utf8 = (header || "").match(/filename\*=UTF-8''([^;]+)/i);
+  if (utf8) {
+    try { return decodeURIComponent(utf8[1]); } catch { /* a bad escape: the ASCII name */ }
+  }
+  const ascii = (header || "").match(/filename="([^"]+)"/);
+  return ascii ? ascii[1] : fallback;
+}
+
 async function exportAudio() {
   const fmt = $("e-format").value;
   const params = new URLSearchParams({ format: fmt });
   if ($("e-normalize").checked) params.set("loudness", $("e-lufs").value);
   say($("e-status"), "Rendering…", "busy");
-  const res = await fetch(`/v1/projects/${projectId}/export?${params}`);
-  if (!res.ok) {
-    const body = await res.json().catch(() => null);
-    say($("e-status"), `Could not export: ${body && body.error ? body.error.message : `HTTP ${res.status}`}`, "error");
-    return;
-  }
-  const name = (res.headers.get("Content-Disposition") || "").match(/filename="([^"]+)"/);
+  const res = await fetchSigned(`/v1/projects/${projectId}/export?${params}`);
+  if (!res.ok) throw await errorOf(res, "Export");
   const url = URL.createObjectURL(await res.blob());
-  const a = el("a", { href: url, download: name ? name[1] : `project.${fmt}` });
+  const a = el("a", { href: url, download: downloadName(res.headers.get("Content-Disposition"), `project.${fmt}`) });
   document.body.append(a);
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
   const gain = res.headers.get("X-Voxgate-Gain-Db");
+  const stale = project && project.num_out_of_date;  // their chosen takes speak the old text (docs/projects.md)
   say($("e-status"), `Exported ${fmtDuration(Number(res.headers.get("X-Voxgate-Duration-Ms")))} as ${fmt.toUpperCase()}` +
-      (gain ? `, gain ${Number(gain).toFixed(1)} dB${res.headers.get("X-Voxgate-Loudness-Limited") === "true" ? " (limited by the peak)" : ""}` : "") + ".", "ok");
+      (gain ? `, gain ${Number(gain).toFixed(1)} dB${res.headers.get("X-Voxgate-Loudness-Limited") === "true" ? " (limited by the peak)" : ""}` : "") +
+      (stale ? `. Note: ${stale} passage${stale === 1 ? " is" : "s are"} out of date, so the export has what was chosen before (Generate first for the new text)` : "") + ".", "ok");
 }
 
 // -- wiring ---------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // speak() resolves with the utterance's `utterance.done` and the PCM16 it received;
 // stop() cancels at once (response.cancel + the worklet's buffer dropped). The worklet's
 // position goes back to the server as `playback.position` a few times a second.
-import { ApiError } from "./common.js";
+import { ApiError, errorOf, fetchSigned } from "./common.js";
 
 export const SAMPLE_RATE = 24000;
 const PREBUFFER_MS = 80;  // jitter buffer before playback starts (and after an underrun)
@@ -51,7 +51,20 @@ export class Speaker {
     this.onPosition(this.playedMs, msg);
   }
 
-  connect() {
+  // Open the session; a handshake refused for want of a key cannot be told from other closes in a
+  // browser, so a keyed GET asks (signing in if that is why) and the connection is tried once more.
+  async connect(retried = false) {
+    try {
+      return await this.open();
+    } catch (err) {
+      if (retried || err.code !== "connection_closed") throw err;
+      const res = await fetchSigned("/v1/stats?since=0");
+      if (!res.ok) throw await errorOf(res, "GET /v1/stats");
+      return this.connect(true);
+    }
+  }
+
+  open() {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) return Promise.resolve();
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime`);

@@ -68,7 +68,9 @@ function showFieldError(err, prefix) {
   const input = err.field && fieldInput(err.field);
   const beside = input && $(`${input.id}-err`);
   if (!beside) { sayError(formStatus, err, prefix); return; }
-  const words = err.message.charAt(0).toUpperCase() + err.message.slice(1);
+  // Beside its field, "settings.noise_scale must be ..." is "Must be ..." (not "Settings.noise_scale").
+  const message = err.message.startsWith(`${err.field} `) ? err.message.slice(err.field.length + 1) : err.message;
+  const words = message.charAt(0).toUpperCase() + message.slice(1);
   beside.textContent = /[.!?)]$/.test(words) ? words : `${words}.`;
   say(formStatus, `${prefix}: see the field marked below.`, "error");
   input.setAttribute("aria-invalid", "true");

@@ -16,6 +16,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from gateway import studio_key
 from gateway.app import create_app
 from gateway.cli import main
 from gateway.keys import KeyStore
@@ -299,7 +300,9 @@ def test_the_studio_signs_in_with_a_key_kept_as_a_cookie(keyed: tuple[LiveServer
             assert (refused.status_code, refused.json()["error"]["field"]) == (status, field), refused.text
             assert "set-cookie" not in refused.headers
         signed = client.post("/v1/studio/key", json={"key": keys["speech"]})
-        assert signed.status_code == 204
+        assert signed.status_code == 200 and signed.json() == {"name": "agent", "prefix": keys["speech"][:12],
+                                                               "scopes": ["speech"]}
+        assert f"{studio_key.SIGNED_IN}=speech" in signed.headers.get_list("set-cookie")[1]
         cookie = next(c for c in signed.headers.get_list("set-cookie") if c.startswith("voxgate_key="))
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=2592000" in cookie
         assert client.get("/v1/models").status_code == 200  # the cookie alone is the key

@@ -41,7 +41,8 @@ def test_the_studio_signs_in_speaks_and_signs_out(keyed: tuple[LiveServer, str],
     page.wait_for_function("document.querySelector('#voice').options.length > 0")  # the call that asked, again
     cookies = {c["name"]: c for c in page.context.cookies(server.url)}
     assert cookies["voxgate_key"]["httpOnly"] and cookies["voxgate_key"]["sameSite"] == "Strict"
-    assert page.evaluate("document.cookie") == "voxgate_signed_in=1"  # the key itself is out of the page's reach
+    assert page.evaluate("document.cookie") == "voxgate_signed_in=admin"  # the key itself is out of the page's reach
+    assert page.input_value("#signin-key") == ""  # nor left in the dialog's field
 
     page.fill("#text", "Signed in, and speaking through the realtime socket.")
     page.click("#speak")  # the WebSocket's handshake carries the cookie
@@ -60,3 +61,36 @@ def test_the_studio_signs_in_speaks_and_signs_out(keyed: tuple[LiveServer, str],
     page.locator("#signin").wait_for(state="visible")  # signed out: asked again
     assert "voxgate_key" not in {c["name"] for c in page.context.cookies(server.url)}
     assert httpx.get(f"{server.url}/v1/models").status_code == 401  # (a client without the cookie)
+
+
+def test_a_cancelled_sign_in_stays_cancelled_and_speak_asks_when_the_cookie_is_gone(
+        keyed: tuple[LiveServer, str], page: sync_api.Page) -> None:
+    """Found by a new-user trial: after Cancel the Live and Library pages' polls reopened the dialog at
+    once (the page could not be left), nothing offered to sign in again, and Speak without a valid
+    cookie said only "The realtime connection closed"."""
+    server, key = keyed
+    page.goto(f"{server.url}/live")
+    page.locator("#signin").wait_for(state="visible")
+    page.keyboard.press("Escape")
+    page.locator("#signin").wait_for(state="hidden")
+    page.wait_for_timeout(2500)  # several of the stats poll's rounds
+    assert not page.locator("#signin").is_visible()
+    account = page.locator("#signout")
+    assert account.is_visible() and account.inner_text() == "Sign in"
+    account.click()
+    page.fill("#signin-key", key)
+    page.keyboard.press("Enter")
+    page.wait_for_load_state()  # signed in from the header: the page loads again, its lists with it
+    page.locator("#signout", has_text="Sign out").wait_for()
+    assert page.get_attribute("#signout", "title") == "Signed in with an admin key"
+
+    page.goto(f"{server.url}/")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+    page.context.clear_cookies()  # (signed out elsewhere, or the cookie expired)
+    page.fill("#text", "The cookie went away, so the studio asks again.")
+    page.click("#speak")
+    page.locator("#signin").wait_for(state="visible")  # the refused handshake led to the dialog
+    page.fill("#signin-key", key)
+    page.keyboard.press("Enter")
+    page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
+    assert page.evaluate("window.voxgate.lastDone.audio_ms") > 1000
