@@ -120,17 +120,7 @@ class Worker:
         while not self._stopping:
             self.wake.clear()
             self._drain()
-            worked = False
-            for model_id, core in list(self.cores.items()):
-                if not core.has_work:
-                    continue
-                try:
-                    outputs = core.step()
-                except Exception:  # a runner bug must not kill the worker
-                    log.exception("engine step failed for model %s", model_id)
-                    outputs = core.fail_all(GenerationFailed("internal error in the model runner"))
-                self.engine._deliver(outputs)
-                worked |= not core.was_idle
+            worked = self._step()
             now = time.monotonic()
             # A snapshot for other threads, off the step path: every STATS_EVERY_S, and when work stops.
             self._stats_stale |= worked
@@ -144,6 +134,22 @@ class Worker:
             core.shutdown()
             core.runner.close()
         self.cores.clear()
+
+    def _step(self) -> bool:
+        """One step of each core with work; whether any worked. (A method of its own: a loop variable of
+        `_run` would keep the last core, and so its model, alive after the model's unload.)"""
+        worked = False
+        for model_id, core in list(self.cores.items()):
+            if not core.has_work:
+                continue
+            try:
+                outputs = core.step()
+            except Exception:  # a runner bug must not kill the worker
+                log.exception("engine step failed for model %s", model_id)
+                outputs = core.fail_all(GenerationFailed("internal error in the model runner"))
+            self.engine._deliver(outputs)
+            worked |= not core.was_idle
+        return worked
 
     def _drain(self) -> None:
         while not self._inbox.empty():  # only this thread takes from it

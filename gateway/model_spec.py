@@ -84,11 +84,38 @@ def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers
     except InvalidModel:
         raise
     except Exception as error:
+        if _out_of_memory(error):
+            raise _too_big(spec, device, max_running, error) from None
         broken = files_problem(spec)
         if broken is not None:
             raise InvalidModel(f"{broken}; its load failed with: {_short(error)}") from error
         raise
-    return build_runner(spec.model_id, parts, device, max_running)
+    try:
+        return build_runner(spec.model_id, parts, device, max_running)
+    except Exception as error:
+        if _out_of_memory(error):
+            raise _too_big(spec, device, max_running, error) from None
+        raise
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """An allocation the device could not make (torch's CPU "can't allocate", CUDA's out of memory)."""
+    text = str(error)
+    return type(error).__name__ in ("OutOfMemoryError", "MemoryError") or "can't allocate" in text \
+        or "out of memory" in text.lower()
+
+
+def _too_big(spec: ModelSpec, device: str, max_running: int, error: BaseException) -> Exception:
+    """503 insufficient_memory naming what sizes a speech LM's KV cache (found by a new-user trial: a
+    0.6B Qwen3-TTS on a CPU asked for 30 GB, 64 slots x 2048 positions in float32, and the answer was
+    torch's raw message as a retryable `model_load_failed`)."""
+    from gateway.resident import InsufficientMemory
+
+    slots = spec.options.get("max_running", max_running)
+    return InsufficientMemory(
+        f"model {spec.model_id!r} does not fit in the memory free on {device} ({_short(error, 160)}); a speech "
+        f"LM's KV cache grows with max_running ({slots} requests at once) x max_seq_len (positions a request): "
+        f"add the model with smaller ones, e.g. `voxgate models add ... --option max_running=4`", field="model")
 
 
 def _family_options(module: ModuleType, spec: ModelSpec, cpu_workers: int) -> dict[str, Any]:

@@ -191,3 +191,15 @@ def test_engine_figures_are_read_at_scrape_time_in_base_units() -> None:
     again = metrics.render().decode()
     assert 'voxgate_running_requests{model="orpheus"} 2.0' in again
     assert 'voxgate_cuda_graph_hits_total{model="orpheus"} 130.0' in again
+
+
+def test_ttfa_phases_are_nearest_rank_percentiles() -> None:
+    """Found by a new-user trial: with two first chunks p50 was the larger and p90 the smaller."""
+    from engine.core import PHASES
+    from gateway.stats import phases
+
+    two = phases([[1.0] * len(PHASES), [9.0] * len(PHASES)])
+    assert two is not None and all(pair == [1.0, 9.0] for pair in two.values())
+    ten = phases([[float(i)] * len(PHASES) for i in range(1, 11)])
+    assert ten is not None and ten["prepare"] == [5.0, 9.0]
+    assert phases([]) is None

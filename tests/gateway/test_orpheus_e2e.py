@@ -80,3 +80,23 @@ def test_checkpoint_add_and_serve_over_rest_and_websocket(tmp_path: Path,
             assert all(e["estimated"] for e in events if e["type"] == "audio.words")
             assert words[-1]["end_ms"] <= events[-1]["audio_ms"] + 0.1
         assert server.wait_idle() == 0
+
+
+def test_a_model_too_big_for_the_memory_is_a_clear_503(tmp_path: Path) -> None:
+    """Found by a new-user trial: a 0.6B Qwen3-TTS on a CPU asked for 30 GB of KV cache (64 slots x 2048
+    positions in float32) and the answer was torch's raw "can't allocate" as a retryable
+    model_load_failed. Now: 503 insufficient_memory naming what sizes the cache, and the next model
+    loads (nothing of the failed one is left holding memory)."""
+    model_dir = tmp_path / "orpheus-tiny"
+    assert main(["checkpoint", "random", "--family", "orpheus", "--size", "tiny", str(model_dir)]) == 0
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "orpheus", "--path", str(model_dir), "--id", "huge",
+                 "--option", "max_seq_len=100000000", "--data-dir", str(data)]) == 0
+    for server in run_server(data):
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            refused = client.post("/v1/audio/speech", json={"input": "Hello.", "model": "huge", "voice": "tara"})
+            error = refused.json()["error"]
+            assert refused.status_code == 503 and error["code"] == "insufficient_memory", refused.text
+            assert error["field"] == "model" and "max_running" in error["message"] and "max_seq_len" in error["message"]
+            assert "can't allocate" in error["message"]  # what torch said, for the curious
+            assert client.post("/v1/audio/speech", json={"input": "Hello.", "response_format": "pcm"}).status_code == 200

@@ -362,3 +362,58 @@ def test_the_memory_guard_sizes_a_piper_pool_by_the_servers_cpu_workers(tmp_path
         refused = client.post("/v1/models/piper-joe/load", json={})
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "insufficient_memory", refused.text
         assert f"({counted})" in refused.json()["error"]["message"], refused.text
+
+
+def test_an_unloaded_or_failed_model_leaves_nothing_alive(tmp_path: Path) -> None:
+    """Found by a new-user trial: RSS grew by a model's size with each load and unload (its reference
+    cycles waited for Python's next full collection), and each failed load kept what it had built (the
+    error's traceback held its frames). With automatic collection off, only the residency's own
+    collection can free them."""
+    import gc
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("snac")
+    from models.checkpoint import write_random
+
+    folder = write_random("orpheus", "tiny", tmp_path / "orpheus")
+    specs = {"lm": ModelSpec("lm", "orpheus", folder, options={"max_running": 2}),
+             "broken": ModelSpec("broken", "orpheus", folder)}
+    made: list[Any] = []
+
+    def loader(spec: ModelSpec, device: str) -> Runner:
+        if spec.model_id == "broken":
+            scratch = torch.zeros(1 << 20)  # what a load had made when it failed
+            made.append(weakref.ref(scratch))
+            raise RuntimeError("out of memory, as it were")
+        return load_runner(spec, device)
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        return specs.get(model_id)
+
+    async def main() -> None:
+        engine = Engine()
+        engine.start()
+        residency = Residency(engine, lookup, loader=loader)
+        try:
+            await residency.start()
+            for _ in range(2):
+                lease = await residency.acquire("lm")
+                runner = weakref.ref(residency._residents["lm"].runners[0])
+                lease.release()
+                del lease
+                await residency.unload("lm")
+                assert runner() is None  # the model is gone once unloaded
+            with pytest.raises(LoadFailed):
+                await residency.acquire("broken")
+            assert made and made[0]() is None
+        finally:
+            await residency.close()
+            engine.stop()
+
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(main())
+    finally:
+        gc.enable()
