@@ -125,7 +125,13 @@ def print_offload(rows: list[dict[str, object]]) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Each route's audio work per piece, inline on the event loop vs "
+                                                 "in the audio thread pool (the 2-core CPU machine; ~15 s).")
+    parser.add_argument("--out", default="bench/results/audio_offload.json")
+    opts = parser.parse_args()
     rows = offload_costs()
     print_offload(rows)
-    out = Path("bench/results/audio_offload.json")
+    out = Path(opts.out)
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "offload": rows}, indent=1))

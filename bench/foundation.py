@@ -117,10 +117,22 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def session_counts(text: str) -> list[int]:
+    """`--sessions` checked before a server starts (found by a new-user trial: `1,x` failed after the REST phase)."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated whole numbers, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"each count must be >= 1, got {text!r}")
+    return counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--policy", default="edf", choices=["edf", "fifo"])
-    ap.add_argument("--sessions", default="1,2,4,6,8,12")
+    ap.add_argument("--sessions", default="1,2,4,6,8,12", type=session_counts,
+                    help="comma-separated session counts, each >= 1")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
@@ -158,7 +170,7 @@ def main() -> None:
                     "audio_s_median": statistics.median(r[2] for r in runs),
                 }
         rows = []
-        for n in [int(x) for x in args.sessions.split(",")]:
+        for n in args.sessions:
             results = asyncio.run(sessions(f"ws://127.0.0.1:{port}/v1/realtime", n, args.seed))
             ttfas = [r["ttfa_ms"] for r in results if r["ttfa_ms"] is not None]
             rows.append({"sessions": n, "ttfa_ms_p50": pct(ttfas, 0.5), "ttfa_ms_p95": pct(ttfas, 0.95),

@@ -228,11 +228,15 @@ def serve(config: Path, log: Path) -> subprocess.Popen[bytes]:
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
+def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float, log: Path | None = None) -> float:
+    """Seconds until the model is loaded; SystemExit with the end of the server's log if it exits first
+    (found by a new-user trial: only "the server exited with 2" was said, the reason being in the log)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
+            said = log.read_text(errors="replace").strip().splitlines()[-8:] if log and log.is_file() else []
+            raise SystemExit(f"the server exited with {process.returncode}" +
+                             (f"; the end of its log ({log}):\n  " + "\n  ".join(said) if said else ""))
         try:
             if httpx.get(f"{base}/v1/models/{MODEL}", timeout=2).json().get("loaded"):
                 return time.monotonic() - t0
@@ -271,17 +275,22 @@ def main() -> None:
     parser.add_argument("--sim-host-ms", type=float, default=0.1, help="the simulator's host time per engine step")
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="", help="default: cuda where there is one, else cpu")
     parser.add_argument("--devices", default="", help="e.g. cuda:0,cuda:1: one device, then all (module docstring)")
     parser.add_argument("--device-counts", default="", help="with --devices: how many of them each run uses")
     parser.add_argument("--scale-rates", type=int, default=1, help="with --devices: rates times the devices used")
-    parser.add_argument("--size", default="full", help="full: Orpheus-3B (Qwen3-TTS 1.7B) shapes; tiny: a shake-down on the CPU")
+    parser.add_argument("--size", default="full", choices=("full", "tiny"),
+                        help="full: Orpheus-3B (Qwen3-TTS 1.7B) shapes; tiny: a shake-down on the CPU")
     parser.add_argument("--family", default="orpheus", choices=sorted(FAMILIES))
     parser.add_argument("--out", default="bench/results/goodput_orpheus.json")
     parser.add_argument("--model-options", default="", help="JSON merged into the model's options (an A/B)")
     parser.add_argument("--checkpoint", default="", help="write the random checkpoint here; reuse it if it is there")
     opts = parser.parse_args()
+    import torch
+
     from models.checkpoint import write_random
+
+    opts.device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     texts = load_texts(Path(opts.workload)) if opts.workload else load_texts()
     runs = plan_runs(opts)
@@ -300,9 +309,10 @@ def main() -> None:
         port = opts.port + n
         base = f"http://127.0.0.1:{port}"
         name = label.replace(" ", "-")
-        process = serve(write_config(folder, model_dir, policy, port, opts, devices, name), folder / f"{name}.log")
+        log = folder / f"{name}.log"
+        process = serve(write_config(folder, model_dir, policy, port, opts, devices, name), log)
         try:
-            load_s = wait_ready(base, process, 900)
+            load_s = wait_ready(base, process, 900, log)
             record["gpu"] = record["gpu"] or gpu_name(devices or [opts.device])
             for chars in sorted({len(t) for t in texts}):  # a preset per text length: its forced frames
                 frames = frames_of("x" * chars, family["frame_s"])
@@ -351,6 +361,8 @@ def main() -> None:
                   f"{r.get('steps', {}).get('est_step_ms_p50') or float('nan'):7.2f}")
         print(f"{policy}: capacity at 90% {entry['capacity_90']} req/s, at 99% {entry['capacity_99']} req/s")
     plot(record, Path(opts.out).with_suffix(".png"))
+    shutil.rmtree(folder, ignore_errors=True)  # the servers' data, logs and configs (and the checkpoint, unless
+    # --checkpoint put it elsewhere); a run that fails keeps them, its logs say why
 
 
 def plot(record: dict, path: Path) -> None:

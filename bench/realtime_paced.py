@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--server", default="voxgate serve", help="how the server was started (recorded)")
     parser.add_argument("--out", default="bench/results/realtime_paced.json")
     opts = parser.parse_args()
+    if opts.sessions < 1:
+        parser.error(f"--sessions must be at least 1, got {opts.sessions}")
     texts = [t for t in load_texts() if opts.min_words <= len(t.split()) <= opts.max_words]
     texts = random.Random(opts.seed).sample(texts, min(opts.sessions, len(texts)))
     rows = [asyncio.run(session(opts.url, text, opts.word_ms, opts.report_ms)) for text in texts]

@@ -99,9 +99,11 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> dict[str, Any]:
         await asyncio.sleep(2)
         samples.append({"t_s": round(time.monotonic() - t0, 1), **usage(pid),
                         "engine_requests": await engine_requests(client)})
-    warm = next((s for s in samples if s["t_s"] >= 60), samples[0])
+    warm = next((s for s in samples if s["t_s"] >= 60), None)  # the first sample after a minute's warm-up
+    if warm is None or warm is samples[-1]:
+        warm = samples[0]  # (a run of a minute or less has none: its drift counts the model's load)
     last = samples[-1]
-    return {"utterances": counts.utterances, "rest_streams": counts.rest, "errors": counts.errors,
+    return {"warmed_up": warm["t_s"] >= 60, "utterances": counts.utterances, "rest_streams": counts.rest, "errors": counts.errors,
             "samples": samples, "rss_drift": round(last["rss_bytes"] / warm["rss_bytes"] - 1, 4),
             "fd_drift": last["fds"] - warm["fds"], "engine_requests_after": last["engine_requests"]}
 
@@ -119,7 +121,8 @@ def main() -> int:
     for s in record["samples"]:
         print(f"{s['t_s']:>7}{s['rss_bytes'] / 2**20:>10.1f}{s['fds']:>6}{s['engine_requests']:>10}")
     print(f"{record['utterances']} utterances, {record['rest_streams']} REST streams, {len(record['errors'])} errors; "
-          f"RSS drift after warm-up {record['rss_drift']:+.1%}, fd drift {record['fd_drift']:+d}")
+          f"RSS drift {'after warm-up' if record['warmed_up'] else 'from the start (no minute of warm-up: the model loading counts; run --minutes 2 or more)'} "
+          f"{record['rss_drift']:+.1%}, fd drift {record['fd_drift']:+d}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     return 0 if not record["errors"] and record["engine_requests_after"] == 0 else 1
