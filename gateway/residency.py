@@ -367,7 +367,6 @@ class Residency:
             await self._close(runners)
             resident.runners = runners = []
             log.warning("model %s failed to load: %s", resident.model_id, _describe(error))
-            del error
             await asyncio.to_thread(release_memory)
             if not isinstance(error, Exception):
                 raise
