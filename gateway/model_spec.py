@@ -28,6 +28,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from engine.runner import Runner, build_runner
 from gateway.library import Library
+from gateway.settings import MB
 from models import FamilyUnavailable, InvalidModel, family
 
 
@@ -127,21 +128,35 @@ def _family_options(module: ModuleType, spec: ModelSpec, cpu_workers: int) -> di
     return options
 
 
-def estimate_memory(spec: ModelSpec, memory_factor: float, cpu_workers: int = 0) -> tuple[int, str]:
-    """(bytes, how) `spec` will hold once loaded, for the memory guard before it loads it (runs
-    in a worker thread): the family's `estimate_memory(size on disk, options)` where it has one
-    (models/piper_pool.py: its onnxruntime sessions), else the size on disk x `memory_factor`. A family
-    that cannot say (unknown, not installed, a bad option) gets the latter; its load reports why."""
+def estimate_memory(spec: ModelSpec, memory_factor: float, cpu_workers: int = 0, device: str = "cpu",
+                    max_running: int = 64) -> tuple[int, str]:
+    """(bytes, how) `spec` will hold once loaded on `device`, for the memory guard before it loads it
+    (runs in a worker thread): the family's `estimate_memory(size on disk, options)` where it has one
+    (models/piper_pool.py: its onnxruntime sessions), else the size on disk x `memory_factor`; plus, for a
+    speech LM (its family's `kv_cache_shape`), the KV cache its runner allocates: 2 (K, V) x layers x
+    `max_running` slots (the model's option first) x KV heads x (positions + 1) x head dim x bytes an
+    element (models/lm_runner.py `_allocate_kv_cache`). A family that cannot say (unknown, not installed,
+    a bad option, an unreadable config) gets the size alone; its load reports why."""
     size = spec.size_bytes or folder_size(spec.path)
+    num_bytes, how = int(size * memory_factor), f"size on disk x {memory_factor:g}"
     try:
         module = family(spec.family)
+        options = _family_options(module, spec, cpu_workers)
         estimate = getattr(module, "estimate_memory", None)
         if estimate is not None:
-            num_bytes, how = estimate(size, _family_options(module, spec, cpu_workers))
-            return int(num_bytes), str(how)
-    except (KeyError, FamilyUnavailable, InvalidModel):
+            found, said = estimate(size, options)
+            num_bytes, how = int(found), str(said)
+        shape = getattr(module, "kv_cache_shape", None)
+        if shape is not None:
+            layers, heads, head_dim, positions, element = shape(spec.path, options, device)
+            slots = int(options.get("max_running") or max_running)
+            kv = 2 * layers * slots * heads * (positions + 1) * head_dim * element
+            num_bytes += kv
+            how += (f" + a KV cache of {kv / MB:.0f} MB: max_running {slots} slots x max_seq_len {positions} "
+                    "positions, model options that shrink it")
+    except (KeyError, FamilyUnavailable, InvalidModel, OSError, ValueError, TypeError):
         pass
-    return int(size * memory_factor), f"size on disk x {memory_factor:g}"
+    return num_bytes, how
 
 
 def files_problem(spec: ModelSpec) -> str | None:

@@ -7,7 +7,7 @@
   requests finish on the model they started with.
 - The memory guard estimates a model's footprint before loading (gateway/model_spec.py
   `estimate_memory`: the family's own estimate, Piper's from its onnxruntime sessions, else
-  size on disk × `memory_factor`) and keeps `min_free_memory_mb` free (GPU memory for CUDA
+  size on disk × `memory_factor`; a speech LM's KV cache added) and keeps `min_free_memory_mb` free (GPU memory for CUDA
   devices, host `MemAvailable` otherwise); it evicts idle models to make room, or refuses.
 - Several `devices` (issue 17): a speech LM is placed on every device with room for it,
   each its own replica in the engine (which routes requests by slack, engine/replicas.py),
@@ -106,6 +106,7 @@ class Residency:
         self.min_free_bytes = int(min_free_memory_mb * MB)
         self.memory_factor = memory_factor
         self.cpu_workers = cpu_workers  # sizes a Piper pool, and so its estimate
+        self.max_running = max_running  # sizes a speech LM's KV cache, and so its estimate
         self.load_errors = LoadErrors()  # each model's last failed load (it records them), for GET /v1/models
         self._loader = self.load_errors.wrap(
             loader or functools.partial(load_runner, max_running=max_running, cpu_workers=cpu_workers))
@@ -230,7 +231,8 @@ class Residency:
                     raise UnknownModel(f"model {model_id!r} is not installed", field="model")
                 if keep_loaded and not spec.keep_loaded:
                     spec = dataclasses.replace(spec, keep_loaded=True)
-                footprint, how = await asyncio.to_thread(estimate_memory, spec, self.memory_factor, self.cpu_workers)
+                footprint, how = await asyncio.to_thread(estimate_memory, spec, self.memory_factor, self.cpu_workers,
+                                                         self.device, self.max_running)
                 timeout_s = self._timeout_s(spec, timeout_ms)
                 if self.load_errors.failed_for_good(model_id):  # not even loaded while that stands
                     await self._check_files(spec)

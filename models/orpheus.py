@@ -121,6 +121,20 @@ def _folders(path: Path | None, options: dict[str, Any]) -> tuple[Path, Path]:
     return Path(backbone), Path(codec)
 
 
+def kv_cache_shape(path: Path | None, options: dict[str, Any], device: str) -> tuple[int, int, int, int, int]:
+    """(layers, KV heads, head dim, positions a slot, bytes an element) of the KV cache a load on `device`
+    allocates (models/lm_runner.py `_allocate_kv_cache`), from config.json alone: the memory guard's
+    estimate (gateway/model_spec.py). Raises InvalidModel, OSError, ValueError, KeyError for a folder it
+    cannot read."""
+    from models.lm_runner import RunnerConfig
+
+    backbone, _ = _folders(path, options)
+    args = Args.from_hf(json.loads((backbone / "config.json").read_text()))
+    name = options.get("dtype") or ("bfloat16" if device.startswith("cuda") else "float32")
+    positions = int(options.get("max_seq_len") or RunnerConfig().max_seq_len)
+    return args.num_hidden_layers, args.num_key_value_heads, args.head_dim, positions, 4 if name == "float32" else 2
+
+
 def _weight_files(backbone: Path) -> list[Path]:
     single = backbone / "model.safetensors"
     if single.is_file():

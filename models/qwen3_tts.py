@@ -315,6 +315,23 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
                    runner=Qwen3TTSRunner)
 
 
+def kv_cache_shape(path: Path | None, options: dict[str, Any], device: str) -> tuple[int, int, int, int, int]:
+    """(layers, KV heads, head dim, positions a slot, bytes an element) of the talker's KV cache a load on
+    `device` allocates (models/qwen3_tts_runner.py), from config.json alone: the memory guard's estimate
+    (gateway/model_spec.py). Raises InvalidModel, OSError, ValueError, KeyError for a folder it cannot read."""
+    import json
+
+    from models.qwen3_tts_args import Args
+    from models.qwen3_tts_runner import MAX_SEQ_LEN
+
+    if path is None:
+        raise InvalidModel("give the model folder")
+    args = Args.from_hf(json.loads((Path(path) / "config.json").read_text()))
+    name = options.get("dtype") or ("bfloat16" if device.startswith("cuda") else "float32")
+    positions = int(options.get("max_seq_len", MAX_SEQ_LEN))
+    return args.num_hidden_layers, args.num_key_value_heads, args.head_dim, positions, 4 if name == "float32" else 2
+
+
 def validate_settings(settings: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A preset's `settings` for this family (models/qwen3_tts_spec.py `SETTINGS`: sampling,
     `instructions`, `language`), checked as a request's options are, for a model with these

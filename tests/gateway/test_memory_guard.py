@@ -108,3 +108,25 @@ def test_the_library_page_shows_the_memory_setting_as_given(tmp_path: Path) -> N
     with local_client(create_app(settings)) as client:
         page = client.get("/library")
         assert page.status_code == 200 and "100000000 MB" in page.text and "1e+08" not in page.text
+
+
+@pytest.mark.parametrize(("family", "kind"), [("orpheus", None), ("qwen3_tts", "custom_voice")])
+def test_a_speech_lms_estimate_counts_the_kv_cache_its_runner_allocates(tmp_path: Path, family: str,
+                                                                         kind: str | None) -> None:
+    """Found by a new-user trial: a 0.6B Qwen3-TTS on a CPU was estimated at its size on disk x 1.5 (3 GB)
+    while its runner asked for 30 GB of KV cache (64 slots x 2048 positions in float32)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("snac")
+    from gateway.model_spec import load_runner
+    from models.checkpoint import write_random
+
+    folder = write_random(family, "tiny", tmp_path / family, **({"model_type": kind} if kind else {}))
+    spec = ModelSpec("lm", family, folder, options={"max_running": 3, "max_seq_len": 300})
+    runner = load_runner(spec, "cpu", max_running=64)
+    allocated = runner.kv_cache.numel() * runner.kv_cache.element_size()  # type: ignore[attr-defined]
+    runner.close()
+    estimate, how = estimate_memory(spec, 1.5, device="cpu", max_running=64)
+    size_only = estimate_memory(ModelSpec("lm", family, folder, options={"max_running": 3, "max_seq_len": 300},
+                                          size_bytes=1), 1.5)[0]
+    assert size_only - 1 == allocated, (size_only, allocated)  # (size_bytes=1 x 1.5, rounded down: 1 byte)
+    assert estimate > allocated and "max_running 3 slots x max_seq_len 300 positions" in how, how

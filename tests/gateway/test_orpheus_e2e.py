@@ -97,6 +97,13 @@ def test_a_model_too_big_for_the_memory_is_a_clear_503(tmp_path: Path) -> None:
             refused = client.post("/v1/audio/speech", json={"input": "Hello.", "model": "huge", "voice": "tara"})
             error = refused.json()["error"]
             assert refused.status_code == 503 and error["code"] == "insufficient_memory", refused.text
-            assert error["field"] == "model" and "max_running" in error["message"] and "max_seq_len" in error["message"]
-            assert "can't allocate" in error["message"]  # what torch said, for the curious
+            assert error["field"] == "model" and "max_running 64 slots x max_seq_len 100000000" in error["message"]
+            assert "KV cache" in error["message"]  # the memory guard counts it now, before any load
             assert client.post("/v1/audio/speech", json={"input": "Hello.", "response_format": "pcm"}).status_code == 200
+    # A load that cannot allocate all the same (the guard's figures are estimates) says the same in its words.
+    from gateway.model_spec import ModelSpec, load_runner
+    from gateway.resident import InsufficientMemory
+
+    with pytest.raises(InsufficientMemory) as too_big:
+        load_runner(ModelSpec("huge", "orpheus", model_dir, options={"max_seq_len": 100_000_000}), "cpu")
+    assert "can't allocate" in too_big.value.message and "max_running (64 requests" in too_big.value.message
