@@ -112,11 +112,24 @@ async def list_voices(request: Request) -> JSONResponse:
 
 
 async def health(request: Request) -> JSONResponse:
+    """`{"status": "ok" | "draining"}` (503 while draining) for anyone: load balancers probe it without a
+    key. The engine's state and the schema version beside it only where keys are not required, or for
+    a valid key (found by a new-user trial: with keys required, /health showed the models, queues and
+    lanes that /v1/stats and /metrics refuse)."""
     state: AppState = request.app.state.voxgate
     status = "draining" if state.draining else "ok"
-    return JSONResponse({"status": status, "engine": summarized(state.engine.stats()),
-                         "schema_version": await state.library.schema_version()},
-                        status_code=503 if state.draining else 200)
+    body: dict[str, Any] = {"status": status}
+    if not state.settings.keys_required or await _valid_key(request):
+        body.update(engine=summarized(state.engine.stats()), schema_version=await state.library.schema_version())
+    return JSONResponse(body, status_code=503 if state.draining else 200)
+
+
+async def _valid_key(request: Request) -> bool:
+    from gateway.auth import RULES, presented_key
+
+    state: AppState = request.app.state.voxgate
+    presented = presented_key(request.scope, RULES[-1])  # (Bearer or the studio's cookie: /health is public)
+    return presented is not None and state.keys is not None and await state.keys.lookup(presented[0]) is not None
 
 
 async def metrics(request: Request) -> Response:

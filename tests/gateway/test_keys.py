@@ -142,6 +142,10 @@ def test_requests_need_a_valid_key_with_the_scope(keyed: tuple[LiveServer, dict[
         assert client.get("/v1/takes").status_code == 401
         for public in ("/health", "/", "/openapi.json", "/docs", "/static/style.css"):
             assert client.get(public).status_code == 200, public
+        # /health tells anyone it is up, and only a key holder what it serves (found by a new-user trial)
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.get("/health", headers=bearer(keys["speech"] + "x")).json() == {"status": "ok"}
+        assert "piper-joe" in str(client.get("/health", headers=bearer(keys["speech"])).json()["engine"])
         write = client.post("/v1/presets", json={"name": "k"}, headers=bearer(keys["speech"]))
         assert write.status_code == 403 and write.json()["error"]["code"] == "insufficient_scope"
         unload = client.post("/v1/models/piper-joe/unload", headers=bearer(keys["speech"]))
