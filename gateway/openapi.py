@@ -56,13 +56,15 @@ def _body(schema: Schema, required: bool = True) -> Schema:
 def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
     text = _string(minLength=1, maxLength=settings.max_input_chars)
     speed = _number(0.25, 4.0)
-    name = _string(pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+    name = _string(pattern=r"^[A-Za-z0-9]([A-Za-z0-9 _.\-]{0,62}[A-Za-z0-9_.\-])?$")
     preset = _object(("name",), name=name, model=_string(), voice=_string(), speed=speed, settings=JSON_OBJECT)
     take_fields: dict[str, Schema] = {
         "text": text, "model": _string(), "voice": _string(minLength=1, maxLength=128), "speed": speed,
         "sample_rate": {"type": "integer", "enum": SAMPLE_RATES}, "ttfa_ms": {"type": ["number", "null"], "minimum": 0},
         "stalls": _number(0, kind="integer")}
-    take_query = [_query(k, v if k != "ttfa_ms" else _number(0)) for k, v in take_fields.items()]
+    take_query = [_query(k, v if k != "ttfa_ms" else _number(0),
+                         "required with an audio/pcm body" if k in ("text", "model", "voice", "sample_rate") else "")
+                  for k, v in take_fields.items()]
     text_options: dict[str, Schema] = {"normalize": {"type": "boolean"}, "code": {"enum": list(CODE_MODES)},
                                        "emoji": {"enum": list(EMOJI_MODES)}}
     speech = _object(
@@ -76,7 +78,8 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         _object(("id",), id=_string(minLength=1), wait={"type": "boolean"}),
         _object(("path", "family"), path=_string(minLength=1), family=_string(), id=_string(pattern=MODEL_ID.pattern),
                 name=_string(), options=JSON_OBJECT)]}
-    audio: Schema = {"content": {f"audio/{f}": {} for f in ("mpeg", "wav", "pcm", "flac", "ogg")}}
+    audio: Schema = {"content": {**{f"audio/{f}": BINARY for f in ("mpeg", "wav", "pcm", "flac", "ogg")},
+                                 "text/event-stream": {}}}  # (stream_format "sse"; design's stream)
     return {
         ("GET", "/health"): {"summary": "Liveness and engine state (503 while draining)"},
         ("GET", "/metrics"): {"summary": "Prometheus metrics", "responses": {"200": {"content": {"text/plain": {}}}}},
@@ -111,8 +114,11 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("POST", "/v1/presets"): {"summary": "Create a preset (409 if the name exists)", "requestBody": _body(preset),
                                   "responses": CREATED},
         ("GET", "/v1/presets/{name}"): {"summary": "One preset"},
-        ("PUT", "/v1/presets/{name}"): {"summary": "Replace a preset", "requestBody": _body(preset)},
-        ("PATCH", "/v1/presets/{name}"): {"summary": "Change some fields of a preset",
+        ("PUT", "/v1/presets/{name}"): {"summary": "Replace a preset (fields left out take their defaults; a name, "
+                                                   "if given, must be the path's: presets are not renamed)",
+                                        "requestBody": _body({**preset, "required": []})},
+        ("PATCH", "/v1/presets/{name}"): {"summary": "Change some fields of a preset (a name, if given, must be the "
+                                                     "path's)",
                                           "requestBody": _body({**preset, "required": []})},
         ("DELETE", "/v1/presets/{name}"): {"summary": "Delete a preset", "responses": {"204": {}}},
         ("GET", "/v1/takes"): {"summary": "Studio takes, newest first",
@@ -121,7 +127,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
             "summary": "Keep a take: raw PCM16 streamed to disk (fields in the query), or JSON with base64 audio",
             "parameters": take_query, "responses": CREATED,
             "requestBody": {"required": True, "content": {
-                "audio/pcm": {"schema": _string(contentMediaType="application/octet-stream")},
+                "audio/pcm": BINARY,
                 "application/json": {"schema": _object(("text", "model", "voice", "sample_rate", "audio"),
                                                        **take_fields, audio=_string(contentEncoding="base64"))}}}},
         ("GET", "/v1/takes/{take_id}"): {"summary": "One take"},
@@ -139,20 +145,23 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
             "summary": "What an input is spoken as (segments and pauses), without speaking it",
             "requestBody": _body(_object(("input",), input=text, model=_string(), voice=_string(),
                                          language=_string(), **text_options))},
-        **_reference_operations(),
+        **_reference_operations(settings),
         **_project_operations(settings),
         **_vendor_operations(settings),
     }
 
 
-def _reference_operations() -> dict[tuple[str, str], Schema]:
-    upload = _object(("name", "transcript", "audio"), name=_string(), transcript=_string(),
-                     audio=_string(contentMediaType="application/octet-stream"))
-    clone = _object(("text",), text=_string(minLength=1),
-                    ref_audio=_string(contentMediaType="application/octet-stream"), voice=_string(),
+def _reference_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
+    from gateway.references import MAX_TRANSCRIPT_CHARS
+
+    upload = _object(("name", "transcript", "audio"), name=_string(), transcript=_string(maxLength=MAX_TRANSCRIPT_CHARS),
+                     audio=FILE)
+    clone = _object(("text",), text=_string(minLength=1, maxLength=settings.max_input_chars),
+                    ref_audio=FILE, voice=_string(),
                     ref_text=_string(), x_vector_only={"enum": ["true", "false"]}, model=_string(),
                     response_format={"enum": list(FORMATS)}, stream={"enum": ["true", "false"]})
-    audio: Schema = {"content": {f"audio/{f}": {} for f in ("mpeg", "wav", "pcm", "flac", "ogg")}}
+    audio: Schema = {"content": {**{f"audio/{f}": BINARY for f in ("mpeg", "wav", "pcm", "flac", "ogg")},
+                                 "text/event-stream": {}}}  # (stream=true)
     return {
         ("POST", "/v1/audio/clone"): {
             "summary": "Speech in the voice of a recording (Qwen3-TTS Base models): ref_audio + ref_text, or a "
@@ -178,8 +187,10 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
     project = "/v1/projects/{project_id}"
     passage = f"{project}/passages/{{passage_id}}"
     take = f"{project}/takes/{{take_id}}"
-    wav: Schema = {"200": {"content": {"audio/wav": {}}}}
-    fields: dict[str, Schema] = {"name": _string(minLength=1, maxLength=120), "model": _string(),
+    wav: Schema = {"200": {"content": {"audio/wav": BINARY}}}
+    from gateway.projects_api import MAX_NAME_CHARS
+
+    fields: dict[str, Schema] = {"name": _string(minLength=1, maxLength=MAX_NAME_CHARS), "model": _string(),
                                  "speaker": _string(), "pause_ms": pause}
     return {
         ("GET", "/v1/projects"): {"summary": "Studio projects"},
@@ -200,7 +211,8 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                                                      position=_number(0, kind="integer")))},
         ("PATCH", passage): {"summary": "Edit a passage: text, speaker, pause after it, chosen take",
                              "requestBody": _body(_object(text=text, speaker={"type": ["string", "null"]},
-                                                          pause_ms={"type": ["number", "null"], "minimum": 0},
+                                                          pause_ms={"type": ["number", "null"], "minimum": 0,
+                                                                    "maximum": 10_000},
                                                           chosen_take=_string()))},
         ("DELETE", passage): {"summary": "Delete a passage", "responses": {"204": {}}},
         ("POST", f"{passage}/split"): {"summary": "Split a passage at a character offset",
@@ -217,7 +229,8 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                                              {"type": "array", "items": _string()}]}), False)},
         ("GET", f"{project}/job"): {"summary": "The project's generation job"},
         ("DELETE", f"{project}/job"): {"summary": "Cancel the generation job"},
-        ("GET", f"{take}/audio"): {"summary": "A take's audio (WAV)", "responses": wav},
+        ("GET", f"{take}/audio"): {"summary": "A take's audio (WAV; a Range request gets 206)",
+                                   "responses": {**wav, "206": {"content": {"audio/wav": BINARY}}}},
         ("POST", f"{take}/edit"): {
             "summary": "Trim silence, delete a range, or undo the last edit",
             "requestBody": _body(_object(("op",), op={"enum": ["trim_silence", "delete_range", "undo"]},
@@ -234,7 +247,8 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
 def _vendor_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
     """ElevenLabs and Cartesia HTTP routes (docs/agents.md); their other fields are accepted and ignored."""
     text = _string(minLength=1, maxLength=settings.max_input_chars)
-    elevenlabs = {**_open_object(("text",), text=text, model_id=_string(), apply_text_normalization=_string(),
+    elevenlabs = {**_open_object(("text",), text=text, model_id=_string(),
+                                 apply_text_normalization={"enum": ["auto", "on", "off"]},
                                  voice_settings=_open_object(speed=_number(0.25, 4.0))),
                   "description": "ElevenLabs' body; other fields are accepted and ignored"}
     output = [_query("output_format", _string(), "pcm_16000, mp3_44100_128, ulaw_8000, ... (docs/agents.md)")]
@@ -245,7 +259,8 @@ def _vendor_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         output_format=_open_object(("sample_rate",), container={"enum": ["raw", "wav", "mp3"]},
                                    encoding={"enum": ["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"]},
                                    sample_rate={"enum": SAMPLE_RATES}, bit_rate=_number(8000, 320000)))
-    audio: Schema = {"200": {"content": {"audio/mpeg": {}, "audio/pcm": {}, "audio/wav": {}, "audio/ogg": {}}}}
+    audio: Schema = {"200": {"content": {kind: BINARY for kind in (
+        "audio/mpeg", "audio/pcm", "audio/wav", "audio/ogg", "audio/basic", "audio/x-alaw-basic")}}}  # (G.711 too)
     tts = "/v1/text-to-speech/{voice_id}"
     return {
         ("POST", tts): {"summary": "ElevenLabs: speech as audio", "parameters": output,
@@ -276,7 +291,13 @@ ERROR: Schema = {"type": "object", "required": ["error"], "properties": {"error"
                    "type": _string(), "param": {"type": ["string", "null"]}}}}}
 
 
+DESCRIPTIONS = {"200": "OK", "201": "created", "202": "accepted", "204": "done, no body", "206": "a byte range"}
+ERROR_REF: Schema = {"$ref": "#/components/schemas/Error"}
 JSON_OK: Schema = {"content": {"application/json": {}}}
+BINARY: Schema = {"schema": {"type": "string", "format": "binary"}}
+# A file part of a multipart form: `format: binary` is what client generators send as a file (OpenAPI 3.0's
+# way; 3.1's `contentMediaType` alone made openapi-python-client send a text part: a new-user trial).
+FILE: Schema = {"type": "string", "format": "binary", "contentMediaType": "application/octet-stream"}
 CREATED: Schema = {"201": {"description": "created", "content": {"application/json": {}}}}
 
 
@@ -291,11 +312,15 @@ def build(routes: list[Any], settings: Settings) -> Schema:
             spec = dict(table[(method, route.path)])
             declared = spec.pop("responses", {})
             ok = {} if any(code.startswith("2") for code in declared) else {"200": JSON_OK}  # (the usual)
+            error = {"content": {"application/json": {"schema": ERROR_REF}}}
             responses = {**ok, **declared,
-                         "4XX": {"description": "bad input", "content": {"application/json": {"schema": ERROR}}},
-                         "503": {"description": "overloaded or shutting down (Retry-After)",
-                                 "content": {"application/json": {"schema": ERROR}}}}
-            responses = {code: {"description": "", **response} for code, response in responses.items()}  # (copies)
+                         "4XX": {"description": "bad input: the error names its field", **error},
+                         "500": {"description": "a model that cannot load as installed (x-should-retry: false), or "
+                                                "a failure of the server's own", **error},
+                         "501": {"description": "a model family whose packages are not installed", **error},
+                         "503": {"description": "overloaded or shutting down (Retry-After)", **error}}
+            responses = {code: {"description": DESCRIPTIONS.get(code, ""), **response}
+                         for code, response in responses.items()}  # (copies)
             parameters = [{"name": p, "in": "path", "required": True, "schema": _string()}
                           for p in route.param_convertors] + spec.pop("parameters", [])
             rule = auth.match(route.path.replace("{", "").replace("}", ""), method)

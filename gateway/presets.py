@@ -122,7 +122,7 @@ async def create_preset(request: Request) -> JSONResponse:
 
 async def get_preset(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
-    preset = await state.library.get_preset(request.path_params["name"])
+    preset = await state.library.find_preset(request.path_params["name"])  # in any case, as `voice` finds it
     if preset is None:
         raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
     return JSONResponse(await _described(state, preset, await _models(state)))
@@ -142,12 +142,12 @@ async def update_preset(request: Request) -> JSONResponse:
     """PUT replaces, PATCH changes only the fields given (`settings` key by key: `_merged`);
     the name in the path wins."""
     state: AppState = request.app.state.voxgate
-    name = request.path_params["name"]
-    current = await state.library.get_preset(name)
+    current = await state.library.find_preset(request.path_params["name"])  # in any case
     if current is None:
-        raise ApiError(404, "preset_not_found", f"no preset named {name!r}", field="name")
+        raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
+    name = current["name"]  # as it was created
     data = await read_json(request, state.settings.max_body_bytes)
-    if "name" in data and data["name"] != name:
+    if "name" in data and str(data["name"]).lower() != name.lower():
         raise InvalidInput("a preset cannot be renamed; create a new one", field="name")
     if request.method == "PATCH":
         data = {"model": current["model_id"], "voice": current["voice"], "speed": current["speed"],
@@ -159,7 +159,7 @@ async def update_preset(request: Request) -> JSONResponse:
 
 async def delete_preset(request: Request) -> Response:
     state: AppState = request.app.state.voxgate
-    name = request.path_params["name"]
-    if not await state.library.delete_preset(name):
-        raise ApiError(404, "preset_not_found", f"no preset named {name!r}", field="name")
+    found = await state.library.find_preset(request.path_params["name"])  # in any case
+    if found is None or not await state.library.delete_preset(found["name"]):
+        raise ApiError(404, "preset_not_found", f"no preset named {request.path_params['name']!r}", field="name")
     return Response(status_code=204)

@@ -139,7 +139,8 @@ def unknown_fields(data: dict[str, Any], allowed: set[str], what: str) -> None:
     unknown = set(data) - allowed
     if unknown:
         field = min(unknown)
-        raise InvalidInput(f"unknown field {field!r}; {what} have {', '.join(sorted(allowed))}", field=field)
+        has = f"have {', '.join(sorted(allowed))}" if allowed else "take no fields (send {} or no body)"
+        raise InvalidInput(f"unknown field {field!r}; {what} {has}", field=field)
 
 
 def _name(value: object) -> str:

@@ -91,6 +91,8 @@ async def merge_passage(request: Request) -> JSONResponse:
     state, store, _ = context(request)
     project = await existing_project(request, store)
     passage = await existing_passage(request, store, project)
+    data = await read_json(request, state.settings.max_body_bytes, allow_empty=True)  # (its body: none, or {})
+    unknown_fields(data, set(), "merges")  # found by a new-user trial: {"at": 3} merged, silently
     passages = await store.passages(project["id"])
     after = [p for p in passages if p["position"] == passage["position"] + 1]
     if not after:

@@ -148,6 +148,8 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     model = data.get("model")
     if design and (model is None or model == "" or is_openai_model(model)) and preset is None:
         model = await design_model(state)  # (a preset names its own model)
+    elif design and preset is None and isinstance(model, str) and await state.library.get_model(model):
+        await check_voice_design(state, model)  # before its voices: a Base model's asks for a reference voice
     choice = await resolve_voice(state, model=model, voice=voice, speed=data.get("speed"))
     if design:
         if instructions is None and not _description(choice.options):  # the model's own voice of that name won

@@ -27,6 +27,19 @@ def test_every_api_route_is_in_the_schema() -> None:
     schema = speech["requestBody"]["content"]["application/json"]["schema"]
     assert schema["properties"]["input"]["maxLength"] == settings.max_input_chars
     assert speech["x-scope"] == "speech" and document["paths"]["/v1/presets"]["post"]["x-scope"] == "admin"
+    # Found by a new-user trial checking every route against the schema (and generating a client from it):
+    paths = document["paths"]
+    for path in ("/v1/audio/speech", "/v1/audio/design", "/v1/audio/clone"):
+        assert "text/event-stream" in paths[path]["post"]["responses"]["200"]["content"], path  # (sse, stream)
+    clone = paths["/v1/audio/clone"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    upload = paths["/v1/voices/references"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert clone["properties"]["ref_audio"]["format"] == upload["properties"]["audio"]["format"] == "binary"
+    assert {"audio/basic", "audio/x-alaw-basic"} <= set(paths["/tts/bytes"]["post"]["responses"]["200"]["content"])
+    project = paths["/v1/projects"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert project["properties"]["name"]["maxLength"] == 100  # the server's (gateway/projects_api.py)
+    assert paths["/v1/presets/{name}"]["put"]["requestBody"]["content"]["application/json"]["schema"]["required"] == []
+    error = speech["responses"]["4XX"]["content"]["application/json"]["schema"]
+    assert error == {"$ref": "#/components/schemas/Error"} and {"500", "501", "503"} <= set(speech["responses"])
 
 
 def test_schema_and_docs_are_served(client: httpx.Client) -> None:

@@ -190,6 +190,11 @@ def test_split_and_merge_keep_takes(client: httpx.Client) -> None:
     split = client.post(f"/v1/projects/{pid}/passages/{first['id']}/split", json={"at": 11}).json()
     assert [p["text"] for p in split["passages"]] == ["Alpha beta.", "Gamma delta.", "Epsilon."]
     assert [p["position"] for p in split["passages"]] == [0, 1, 2]
+    merge = f"/v1/projects/{pid}/passages/{split['passages'][1]['id']}/merge"
+    for body, field in (({"at": 3}, "at"), ([1], None)):  # found by a new-user trial: {"at": 3} merged anyway
+        refused = client.post(merge, json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == field, refused.text
+    assert len(client.get(f"/v1/projects/{pid}").json()["passages"]) == 3  # nothing merged
     merged = client.post(f"/v1/projects/{pid}/passages/{split['passages'][1]['id']}/merge", json={}).json()
     assert [p["text"] for p in merged["passages"]] == ["Alpha beta.", "Gamma delta. Epsilon."]
     last = merged["passages"][-1]["id"]

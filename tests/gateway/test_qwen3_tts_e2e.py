@@ -199,6 +199,12 @@ def test_design_without_a_model_uses_the_one_voice_design_model(server: LiveServ
             assert response.status_code == 200, (model, response.text)
             assert response.headers["x-voxgate-model"] == "tiny-design"
             assert len(_wav(response.content)) > 0
+        # A model that designs no voice is the 400 naming model, a Base one too (found by a new-user trial: a
+        # Base model's own check came first, asking for a reference voice, field voice)
+        for model in ("tiny-base", "piper-joe"):
+            refused = client.post("/v1/audio/design", json={**body, "model": model})
+            assert refused.status_code == 400 and refused.json()["error"]["field"] == "model", refused.text
+        assert client.post("/v1/audio/design", json={**body, "model": "nope"}).status_code == 404
     assert server.wait_idle() == 0
 
 

@@ -290,5 +290,11 @@ def test_preset_names_that_differ_only_in_case_are_refused(client: httpx.Client)
         assert trailing.status_code == 400 and "not ending with a space" in trailing.json()["error"]["message"]
         assert [p["name"] for p in client.get("/v1/presets").json()["data"] if p["name"].casefold() == "bob"] == ["Bob"]
         assert client.put("/v1/presets/Bob", json={"speed": 1.1}).status_code == 200  # its own name: no twin
+        # Its routes find it in any case, as `voice` does (found by a new-user trial: 404 for "bob")
+        assert client.get("/v1/presets/bob").json()["name"] == "Bob"
+        patched = client.patch("/v1/presets/BOB", json={"name": "bob", "speed": 1.2})
+        assert patched.status_code == 200 and patched.json()["name"] == "Bob" and patched.json()["speed"] == 1.2
+        assert client.patch("/v1/presets/bob", json={"name": "Rob"}).json()["error"]["field"] == "name"  # no renames
     finally:
-        client.delete("/v1/presets/Bob")
+        assert client.delete("/v1/presets/bOb").status_code == 204
+    assert client.get("/v1/presets/Bob").status_code == 404
