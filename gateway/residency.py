@@ -30,7 +30,6 @@ import contextlib
 import asyncio
 import dataclasses
 import functools
-import gc
 import logging
 import time
 from typing import Any, Iterable, Sequence
@@ -42,33 +41,14 @@ from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec, estimate_memory, \
     free_memory_bytes, library_lookup, load_runner
 from gateway.placement import plan
+from gateway.memory import release_memory
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
+    describe, without_frames,
 )
 from gateway.settings import MB as MB, format_mb  # MB: the unit of min_free_memory_mb
 
 log = logging.getLogger(__name__)
-
-
-def without_frames(error: BaseException) -> BaseException:
-    """`error` (and its causes) without tracebacks: a load that failed part way holds the tensors it
-    had made in its frames' locals, which a kept traceback would keep (found by a new-user trial:
-    each failed 0.6B load kept ~3.6 GB)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        current.__traceback__ = None
-        current = current.__cause__ or current.__context__
-    return error
-
-
-def release_memory() -> None:
-    """Collect the reference cycles an unloaded model may leave (torch modules, the closures of their
-    kernels), so its memory is back at once, not at Python's next full collection. (The growth a
-    new-user trial found, RSS up by the model with each load and unload, was an engine worker's loop
-    variable holding the last core: engine/engine.py `Worker._step`.)"""
-    gc.collect()
 
 
 class Residency:
@@ -222,7 +202,7 @@ class Residency:
                 if isinstance(resident.error, InsufficientMemory):  # (its load found it too big: a 503 saying so)
                     raise InsufficientMemory(resident.error.message, field="model")
                 if resident.error is not None:
-                    raise LoadFailed(f"model {model_id!r} failed to load: {_describe(resident.error)}",
+                    raise LoadFailed(f"model {model_id!r} failed to load: {describe(resident.error)}",
                                           field="model") from resident.error
                 continue
             if spec is None:
@@ -327,8 +307,8 @@ class Residency:
             log.exception("could not check the files of model %s before loading it", spec.model_id)
             return
         if error is not None:
-            log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, _describe(error))
-            raise LoadFailed(f"model {spec.model_id!r} failed to load: {_describe(error)}", field="model") from error
+            log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, describe(error))
+            raise LoadFailed(f"model {spec.model_id!r} failed to load: {describe(error)}", field="model") from error
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:
         resident = Resident(spec, footprints, last_used_s=time.monotonic())
@@ -368,7 +348,7 @@ class Residency:
             await asyncio.wrap_future(self.engine.detach(resident.model_id))  # the replicas attached so far
             await self._close(runners)
             resident.runners = runners = []
-            log.warning("model %s failed to load: %s", resident.model_id, _describe(error))
+            log.warning("model %s failed to load: %s", resident.model_id, describe(error))
             await asyncio.to_thread(release_memory)
             if not isinstance(error, Exception):
                 raise
@@ -433,6 +413,3 @@ class Residency:
                                 and resident.state is ResidentState.LOADED):
                             await self._unload(resident, f"idle for {self.idle_unload_s:g}s")
 
-
-def _describe(error: BaseException) -> str:
-    return getattr(error, "message", None) or str(error) or type(error).__name__
