@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import gc
 import logging
 import os
 from pathlib import Path
@@ -110,11 +109,3 @@ class IdleTrim:
             floor = after
             log.debug("idle: returned %.1f MiB of freed heap memory to the OS (RSS %.1f -> %.1f MiB)",
                       (rss - after) / 2**20, rss / 2**20, after / 2**20)
-
-
-def release_memory() -> None:
-    """Collect the reference cycles an unloaded model may leave (torch modules, the closures of their
-    kernels), so its memory is back at once, not at Python's next full collection. (The growth a
-    new-user trial found, RSS up by the model with each load and unload, was an engine worker's loop
-    variable holding the last core: engine/engine.py `Worker._step`.)"""
-    gc.collect()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from gateway.resident import Resident, ResidentState
+from gateway.settings import MB, format_mb
 
 
 def plan(residents: list[Resident], free: Mapping[str, int | None], need_bytes: int, max_loaded_models: int,
@@ -57,3 +58,13 @@ def plan(residents: list[Resident], free: Mapping[str, int | None], need_bytes: 
             return [], [], "memory"
         victims = min(options, key=lambda option: option[:2])[2]
     return victims, [device for device in missing if fits(device, victims)], None
+
+
+def memory_message(model_id: str, footprint: int, how: str, free: Mapping[str, int | None], min_free_bytes: int,
+                   busy: list[str]) -> str:
+    """The 503 `insufficient_memory` message: what `model_id` needs (`how`: the estimate's reasoning), what
+    must stay free, what each device has (`free`, bytes or None: unknown) and the models holding it."""
+    frees = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in free.items())
+    return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
+            f"({how}) and {format_mb(min_free_bytes)} must stay free (min_free_memory_mb); "
+            f"{frees}" + (f", held by busy models {', '.join(busy)}" if busy else ""))

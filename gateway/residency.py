@@ -40,13 +40,12 @@ from engine.types import EngineError, UnknownModel
 from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec, estimate_memory, \
     free_memory_bytes, library_lookup, load_runner
-from gateway.placement import plan
-from gateway.memory import release_memory
+from gateway.placement import memory_message, plan
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
-    describe, without_frames,
+    close_runners, describe, without_frames,
 )
-from gateway.settings import MB as MB, format_mb  # MB: the unit of min_free_memory_mb
+from gateway.settings import MB as MB  # MB: the unit of min_free_memory_mb
 
 log = logging.getLogger(__name__)
 
@@ -232,11 +231,11 @@ class Residency:
                 checked = True
                 continue
             remaining = timeout_s - (time.monotonic() - started)
-            if blocked == "never":
-                raise InsufficientMemory(self._memory_message(model_id, footprint, how), field="model")
+            if blocked == "never" or (remaining <= 0 and blocked == "memory"):
+                frees = {device: self._free_memory(device) for device in self.devices}
+                raise InsufficientMemory(memory_message(model_id, footprint, how, frees, self.min_free_bytes,
+                                                        list(self._residents)), field="model")
             if remaining <= 0:
-                if blocked == "memory":
-                    raise InsufficientMemory(self._memory_message(model_id, footprint, how), field="model")
                 raise ServerBusy(
                     f"cannot load {model_id!r}: {self.max_loaded_models} model(s) are loaded and busy "
                     f"({', '.join(self._residents)}); waited {1000 * timeout_s:.0f} ms. Retry later, or "
@@ -290,13 +289,6 @@ class Residency:
         free = {device: self._free_memory(device) for device in self.devices}
         return plan(residents, free, footprint + self.min_free_bytes, self.max_loaded_models, self._busy)
 
-    def _memory_message(self, model_id: str, footprint: int, how: str) -> str:
-        frees = [(device, self._free_memory(device)) for device in self.devices]
-        free = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in frees)
-        return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
-                f"({how}) and {format_mb(self.min_free_bytes)} must stay free (min_free_memory_mb); "
-                f"{free}" + (f", held by busy models {', '.join(self._residents)}" if self._residents else ""))
-
     async def _check_files(self, spec: ModelSpec) -> None:
         """Raise LoadFailed (a 500: its cause is InvalidModel) where a load of `spec` would fail for
         good (`LoadErrors.refusal`: its files broken, or unchanged since such a load), before
@@ -346,10 +338,9 @@ class Residency:
             resident.error = without_frames(error)  # kept for its message: not the half-built model its frames hold
             self._residents.pop(resident.model_id, None)
             await asyncio.wrap_future(self.engine.detach(resident.model_id))  # the replicas attached so far
-            await self._close(runners)
+            await close_runners(runners)
             resident.runners = runners = []
             log.warning("model %s failed to load: %s", resident.model_id, describe(error))
-            await asyncio.to_thread(release_memory)
             if not isinstance(error, Exception):
                 raise
         finally:
@@ -365,19 +356,12 @@ class Residency:
     async def _unload(self, resident: Resident, reason: str) -> None:
         resident.state = ResidentState.UNLOADING  # no new lease from here on
         try:
-            await self._close(await asyncio.wrap_future(self.engine.detach(resident.model_id)))
+            await close_runners(await asyncio.wrap_future(self.engine.detach(resident.model_id)))
         finally:
             self._residents.pop(resident.model_id, None)
             resident.runners = []  # (a Lease still held keeps the Resident, not its model)
             self._notify()
-        await asyncio.to_thread(release_memory)
         log.info("model %s unloaded: %s", resident.model_id, reason)
-
-    @staticmethod
-    async def _close(runners: list[Runner]) -> None:
-        """Close each runner, keeping no reference in this frame (`release_memory` runs after)."""
-        while runners:
-            await asyncio.to_thread(runners.pop().close)
 
     def _release(self, resident: Resident, grace: bool) -> None:
         resident.num_leases = max(0, resident.num_leases - 1)

@@ -129,3 +129,11 @@ def without_frames(error: BaseException) -> BaseException:
 def describe(error: BaseException) -> str:
     """An error's message for a log line or a LoadFailed: its `message`, its text, or its type."""
     return getattr(error, "message", None) or str(error) or type(error).__name__
+
+
+async def close_runners(runners: list[Runner]) -> None:
+    """Close each runner (in a worker thread), emptying `runners` and keeping no reference to one in this frame:
+    nothing keeps an unloaded model alive (tests/gateway/test_residency.py checks it with automatic collection
+    off)."""
+    while runners:
+        await asyncio.to_thread(runners.pop().close)

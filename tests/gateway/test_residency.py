@@ -365,10 +365,10 @@ def test_the_memory_guard_sizes_a_piper_pool_by_the_servers_cpu_workers(tmp_path
 
 
 def test_an_unloaded_or_failed_model_leaves_nothing_alive(tmp_path: Path) -> None:
-    """Found by a new-user trial: RSS grew by a model's size with each load and unload (its reference
-    cycles waited for Python's next full collection), and each failed load kept what it had built (the
-    error's traceback held its frames). With automatic collection off, only the residency's own
-    collection can free them."""
+    """Found by a new-user trial: RSS grew by a model's size with each load and unload (an engine worker's
+    loop variable kept the last core, and its runner, alive), and each failed load kept what it had built
+    (the error's traceback held its frames). Automatic collection is off: what is freed is freed by its
+    references going, not by a collection that happens to run."""
     import gc
     import weakref
 
