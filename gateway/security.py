@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -34,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import error_body
+from gateway.origins import parse_origin, split_host
 from gateway.settings import Settings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -45,34 +45,12 @@ EXPOSED_HEADERS = ("Retry-After", "X-Request-Id", "X-Voxgate-Model", "X-Voxgate-
                    "X-Voxgate-Pause-Ms")
 
 
-def split_host(value: str) -> tuple[str, int | None] | None:
-    """(lower-case host, port) of a `Host` header or an origin's netloc; None if malformed."""
-    if not value or any(c in value for c in "/?#@ \\"):
-        return None
-    try:
-        parts = urlsplit(f"//{value}")
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        return None
-    return (host, port) if host else None
-
-
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
     except ValueError:
         return False
     return True
-
-
-def _origin(value: str) -> str | None:
-    """`scheme://host[:port]` in lower case, or None for `null` and anything malformed."""
-    parts = urlsplit(value.strip().lower())
-    if parts.scheme not in ("http", "https") or parts.path not in ("", "/") or parts.query or parts.fragment:
-        return None
-    if split_host(parts.netloc) is None:
-        return None
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 class BrowserGuard:
@@ -85,7 +63,7 @@ class BrowserGuard:
         self.hosts = frozenset(hosts | set(LOOPBACK_NAMES))
         origins = {o.strip() for o in allowed_origins if o.strip()}
         self.any_origin = "*" in origins
-        self.origins = frozenset(filter(None, (_origin(o) for o in origins - {"*"})))
+        self.origins = frozenset(filter(None, (parse_origin(o) for o in origins - {"*"})))
 
     def host_allowed(self, value: str | None) -> bool:
         parsed = split_host(value or "")
@@ -95,7 +73,7 @@ class BrowserGuard:
         return self.any_host or host in self.hosts or _is_ip(host)
 
     def origin_allowed(self, value: str, host_header: str) -> bool:
-        origin = _origin(value)
+        origin = parse_origin(value)
         if origin is None:
             return False
         if self.any_origin or origin in self.origins:

@@ -21,9 +21,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import urlsplit
 
 from engine.config import MECHANISMS
+from gateway.origins import parse_origin
 
 
 AUTH_MODES = ("auto", "required", "off")
@@ -232,9 +232,7 @@ def _check_browser_names(settings: Settings) -> None:
     JSON list in `VOXGATE_CORS_ORIGINS`, which is comma-separated): ValueError naming it."""
     for name in ("allowed_origins", "cors_origins"):
         for entry in getattr(settings, name):
-            parts = urlsplit(entry.strip())
-            if entry.strip() != "*" and (parts.scheme not in ("http", "https") or not parts.hostname
-                                         or parts.path not in ("", "/") or parts.query or parts.fragment):
+            if entry.strip() != "*" and parse_origin(entry) is None:
                 raise ValueError(f"{name} entries are origins, scheme://host[:port] (e.g. https://app.example, "
                                  f"http://localhost:3000) or *, got {entry!r} (a list is comma-separated)")
     for entry in settings.allowed_hosts:

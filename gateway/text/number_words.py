@@ -43,8 +43,8 @@ def cardinal(value: Decimal | int, lang: str) -> str:
     exponent = value.as_tuple().exponent if isinstance(value, Decimal) and value.is_finite() else 0
     if not isinstance(value, Decimal) or not isinstance(exponent, int) or exponent >= 0:
         return words
-    if value != value.to_integral_value() and words == _words(int(value), lang):
-        words = _words(float(value), lang)  # num2words' Italian and Welsh drop a Decimal's decimals
+    if value != value.to_integral_value() and drops_decimals(lang):
+        words = _words(float(value), lang)
     fraction = format(value, "f").partition(".")[2]
     zeros = len(fraction) - len(fraction.rstrip("0"))
     point = decimal_word(lang)
@@ -52,6 +52,13 @@ def cardinal(value: Decimal | int, lang: str) -> str:
         return words
     said = [point] if not fraction.strip("0") else []
     return " ".join([words, *said, *[_words(0, lang)] * zeros])
+
+
+@lru_cache(maxsize=64)
+def drops_decimals(lang: str) -> bool:
+    """Whether num2words reads a `Decimal`'s fraction as nothing in `lang` (its Italian and Welsh:
+    `Decimal("1.5")` "uno"), where a float's words are right; asked once a language."""
+    return _words(Decimal("1.5"), lang) == _words(1, lang)
 
 
 @lru_cache(maxsize=64)

@@ -368,6 +368,11 @@ def test_settings_a_new_user_got_wrong_are_refused_in_one_line(tmp_path: Path, c
                                                             r"scheme://host\[:port\] .* got 'team2.example'"),
              ({"VOXGATE_CORS_ORIGINS": '["http://a.example"]'}, r"cors_origins entries are origins.* got "
                                                                 r"""'\["http://a.example"\]' \(a list is comma-separated\)"""),
+             # parsed as the browser guard parses them (gateway/origins.py), which would drop these
+             ({"VOXGATE_ALLOWED_ORIGINS": "http://a.example:99999"}, r"allowed_origins entries are origins.* got "
+                                                                     r"'http://a.example:99999'"),
+             ({"VOXGATE_CORS_ORIGINS": "https://me@a.example"}, r"cors_origins entries are origins.* got "
+                                                                r"'https://me@a.example'"),
              ({"VOXGATE_ALLOWED_HOSTS": "http://tts.example"}, r"allowed_hosts entries are host names without scheme, "
                                                                r"port or path .* got 'http://tts.example'")]
     for env, message in cases:
