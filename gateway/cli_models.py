@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -231,6 +232,9 @@ async def _download(model: CatalogModel, settings: Settings) -> int:
     from gateway.library import Library
     from gateway.library_api import catalog_registrar
 
+    if not logging.getLogger().handlers:  # the failure is said once, on the `error:` line below: without this,
+        # Python's last-resort handler printed the manager's warning too (a traceback for an unexpected error)
+        logging.getLogger("gateway.downloads").addHandler(logging.NullHandler())
     library = await Library.open(settings.db_path)
 
     async def is_registered(model_id: str) -> bool:

@@ -284,7 +284,8 @@ class DownloadManager:
             raise DownloadError(
                 "insufficient_disk",
                 f"installing {download.model_id!r} needs {needed / MB:.1f} MB more and must leave "
-                f"{format_mb(self.min_free_disk_bytes)} free; {free / MB:.1f} MB are free in {work}{running}", 507)
+                f"{format_mb(self.min_free_disk_bytes)} free (min_free_disk_mb); {free / MB:.1f} MB are free in {work}"
+                f"{running}", 507)
 
     async def _install(self, download: Download, work: Path) -> Path:
         """Move the verified files into `models/<id>/` in one rename.

@@ -80,3 +80,19 @@ def test_ctrl_c_during_models_install_keeps_the_bytes_without_a_traceback(tmp_pa
     assert stderr.splitlines()[-1] == (f"interrupted; the {kept} bytes received are kept: run the same command "
                                        "to resume"), stderr
     assert 100_000 <= kept < len(FILES["voice.onnx"])
+
+
+def test_a_failed_models_install_says_its_error_once(tmp_path: Path) -> None:
+    """A trial saw each failure twice: the download manager's warning (Python's last-resort log
+    handler, with no logging configured) and then the `error:` line."""
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"version": 1, "models": [{
+        "id": "gone", "family": "piper", "name": "Gone",
+        "files": [{"url": "repo/gone.onnx", "dest": "gone.onnx", "size_bytes": 10, "sha256": None}]}]}))
+    env = {**os.environ, "VOXGATE_CATALOG_PATH": str(catalog), "VOXGATE_DOWNLOAD_BASE_URL": str(tmp_path / "mirror"),
+           "VOXGATE_MIN_FREE_DISK_MB": "0"}
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "models", "install", "gone", "--data-dir",
+                           str(tmp_path / "data")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("does not exist") == 1, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("error: ") and "Traceback" not in done.stderr, done.stderr

@@ -110,7 +110,7 @@ def test_the_disk_message_gives_min_free_disk_mb_as_set(tmp_path: Path) -> None:
             await (await manager.install(model)).wait()
         assert failed.value.code == "insufficient_disk"
         needed = sum(map(len, FILES.values())) / MB
-        assert f"needs {needed:.1f} MB more and must leave 100000000 MB free; " in failed.value.message, \
+        assert f"needs {needed:.1f} MB more and must leave 100000000 MB free (min_free_disk_mb); " in failed.value.message, \
             failed.value.message
         await manager.aclose()
 
