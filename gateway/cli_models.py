@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.settings import Settings
 
@@ -125,7 +125,7 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
                 return _error(protected_message(args.id) or "", 1)
             if record is None:
                 return _error(f"no model {args.id!r} is installed (`voxgate models list`)", 1)
-            protected = protected_message(args.id, record["source"])
+            protected = protected_message(args.id, record["source"], settings.default_model)
             if protected is not None:
                 return _error(protected, 1)
             presets = await presets_using(library, args.id)
@@ -136,11 +136,20 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
         files_removed = await delete_downloaded_folder(settings.data_dir, record, users)
     where = f"; deleted its folder {record['path']}" if files_removed else \
         f"; its folder {record['path']} stays: {', '.join(users)} use{'s' if len(users) == 1 else ''} it" if users \
-        else f"; its folder {record['path']} stays (Voxgate did not download it)" if record["path"] else ""
+        else f"; its folder {record['path']} stays ({_why_kept(record, settings)})" if record["path"] else ""
     print(f"removed {args.id}{where}")
     if presets:
         print(f"presets now unusable (edit or delete them): {', '.join(presets)}")
     return 0
+
+
+def _why_kept(record: dict[str, Any], settings: Settings) -> str:
+    """Why a removed model's folder stays: registered from elsewhere, or (a model added with `models
+    add` inside a downloaded one's folder, left when that one went) in the data dir but not its own
+    download (found by a new-user trial: it said "Voxgate did not download it")."""
+    if Path(record["path"]).resolve().is_relative_to((settings.data_dir / "models").resolve()):
+        return f"it is in {settings.data_dir / 'models'} but was not this model's download; delete it by hand if unused"
+    return "Voxgate did not download it"
 
 
 def _embedded_voices() -> list[str] | None:

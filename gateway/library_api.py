@@ -294,9 +294,13 @@ async def cancel_download(request: Request) -> JSONResponse:
     return JSONResponse({**download.as_json(), "removed": True, "files_removed": files_removed})
 
 
-def protected_message(model_id: str, source: str = "embedded") -> str | None:
+def protected_message(model_id: str, source: str = "embedded", default_model: str | None = None) -> str | None:
     """Why a model of `source` cannot be removed (None: it can): the embedded voice, and a config
-    file's [[models]] entry, come back at the next start."""
+    file's [[models]] entry, come back at the next start; the `default_model` (the setting) serves every
+    request that names no model, and a server does not start without it (found by a new-user trial)."""
+    if model_id == default_model and source != "embedded":
+        return (f"{model_id!r} is the default_model, which requests that name no model use and without which the "
+                "server does not start; set default_model to another model first")
     if source == "embedded":
         return f"{model_id!r} is built in and would come back at the next start"
     if source == "config":
@@ -346,7 +350,7 @@ async def delete_model(request: Request) -> JSONResponse:
     record = await state.library.get_model(model_id)
     if record is None:
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
-    protected = protected_message(model_id, record["source"])
+    protected = protected_message(model_id, record["source"], state.settings.default_model)
     if protected is not None:
         raise ApiError(409, "model_protected", protected, field="model")
     await state.residency.unload(model_id)  # ModelBusy (409) while it serves requests

@@ -256,6 +256,35 @@ def test_a_downloaded_folder_another_model_uses_stays(tmp_path: Path, capsys: py
     with local_client(create_app(settings)) as client:
         speech = client.post("/v1/audio/speech", json={"input": "Hi.", "model": "myalias", "voice": "default"})
         assert speech.status_code == 200, speech.text
+    assert main(["models", "remove", "myalias", *args]) == 0  # it said "Voxgate did not download it"
+    assert capsys.readouterr().out == (f"removed myalias; its folder {installed} stays (it is in "
+                                       f"{tmp_path / 'data' / 'models'} but was not this model's download; delete it "
+                                       "by hand if unused)\n")
+
+
+def test_the_default_model_is_not_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Deleting the `default_model` answered 200; requests naming no model then got 404 and the next
+    `voxgate serve` refused to start (found by a new-user trial). The API and the CLI refuse it."""
+    folder, data = _voice(tmp_path, "narrator"), tmp_path / "data"
+    assert _add(data, folder) == 0
+    settings = load_settings(env={"VOXGATE_DEFAULT_MODEL": "narrator"}, data_dir=data, min_free_memory_mb=0)
+    with local_client(create_app(settings)) as client:
+        refused = client.delete("/v1/library/models/narrator")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "model_protected", refused.text
+        assert "is the default_model" in refused.json()["error"]["message"]
+        assert client.post("/v1/audio/speech", json={"input": "Hi.", "voice": "alloy"}).status_code == 200
+    capsys.readouterr()
+    assert main(["models", "remove", "narrator", "--data-dir", str(data)]) == 0  # not the default here
+    env = {"VOXGATE_DEFAULT_MODEL": "narrator"}
+    assert _add(data, folder) == 0
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        assert main(["models", "remove", "narrator", "--data-dir", str(data)]) == 1
+    assert capsys.readouterr().err == ("error: 'narrator' is the default_model, which requests that name no model use "
+                                       "and without which the server does not start; set default_model to another "
+                                       "model first\n")
 
 
 def test_remove_refuses_beside_a_live_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
