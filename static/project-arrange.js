@@ -43,6 +43,7 @@ export function joinItem(ctx, project, passage, next, n) {
       await ctx.reload();
     } catch (err) {
       for (const b of [minus, plus]) b.disabled = false;
+      reset.disabled = passage.pause_ms == null;  // (as before the try: the passage's pause is unchanged)
       sayError(joinStatus, err, "Could not change the pause");
     }
   };

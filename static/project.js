@@ -32,6 +32,12 @@ async function showSettings() {
 
 async function saveSettings(e) {
   e.preventDefault();
+  const pause = $("s-pause");
+  if (pause.validity.badInput || pause.value.trim() === "") {  // (Number("") is 0: not what was typed)
+    say($("s-status"), "Could not save (pause_ms): type a number of milliseconds (0 to 10000).", "error");
+    pause.focus();
+    return;
+  }
   try {
     await api("PATCH", `/v1/projects/${projectId}`, { name: $("s-name").value, model: $("s-model").value,
                                                        speaker: $("s-speaker").value, pause_ms: Number($("s-pause").value) });

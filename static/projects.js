@@ -11,8 +11,15 @@ async function loadSpeakers() {
 async function create(e) {
   e.preventDefault();
   for (const input of document.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  const pause = $("np-pause");
+  if (pause.validity.badInput || pause.value.trim() === "") {  // (Number("") is 0: not what was typed)
+    say(status, "Could not create the project: the pause must be a number of milliseconds (0 to 10000).", "error");
+    pause.setAttribute("aria-invalid", "true");
+    pause.focus();
+    return;
+  }
   const body = { name: $("np-name").value.trim(), model: $("np-model").value, speaker: $("np-speaker").value,
-                 pause_ms: Number($("np-pause").value) };
+                 pause_ms: Number(pause.value) };
   try {
     const project = await api("POST", "/v1/projects", body);
     location.href = `/projects/${project.id}`;

@@ -4,6 +4,7 @@ change pauses, play across a join, edit a take, export, and check the exported f
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,52 @@ def test_a_project_is_deleted_from_the_list(server: LiveServer, page: Any) -> No
     row.wait_for(state="detached")
     assert "Deleted “Old draft”." in page.inner_text("#list-status")
     assert httpx.get(f"{server.url}/v1/projects/{project['id']}").status_code == 404
+
+
+def test_an_empty_or_bad_pause_is_an_error_not_zero(server: LiveServer, page: Any) -> None:
+    """An empty (or unreadable, e.g. "1e") pause field was sent as Number("") = 0: the project was
+    created, or its settings saved, with no pause and no word said (found by a new-user trial)."""
+    page.goto(f"{server.url}/projects")
+    page.wait_for_function("document.querySelector('#np-speaker').options.length > 0")
+    page.get_by_label("Name").fill("No pause typed")
+    page.fill("#np-pause", "")
+    page.get_by_role("button", name="Create project").click()
+    page.locator("#np-status[data-kind='error']").wait_for()
+    assert "pause must be a number" in page.inner_text("#np-status")
+    assert page.evaluate("document.activeElement.id") == "np-pause"
+    assert not [p for p in httpx.get(f"{server.url}/v1/projects").json()["data"] if p["name"] == "No pause typed"]
+    page.fill("#np-pause", "250")
+    page.get_by_role("button", name="Create project").click()
+    page.wait_for_url("**/projects/prj-*")
+    page.wait_for_function("window.voxgate.project !== null && document.querySelector('#s-pause').value !== ''")
+    project_id = page.evaluate("window.voxgate.project.id")
+    page.fill("#s-pause", "")
+    page.get_by_role("button", name="Save settings").click()
+    page.locator("#s-status[data-kind='error']").wait_for()
+    assert "number of milliseconds" in page.inner_text("#s-status")
+    assert httpx.get(f"{server.url}/v1/projects/{project_id}").json()["pause_ms"] == 250
+
+
+def test_a_refused_pause_leaves_reset_usable(server: LiveServer, page: Any) -> None:
+    """After a pause the server refused (over 10000 ms), Reset stayed disabled though the passage
+    still had its own pause (found by a new-user trial)."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Joins"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One.\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    httpx.post(f"{base}/generate", json={}).raise_for_status()
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{base}/job").json()["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first = httpx.get(base).json()["passages"][0]["id"]
+    httpx.patch(f"{base}/passages/{first}", json={"pause_ms": 300}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    pause = page.get_by_label("Pause after passage 1 (ms)")
+    pause.wait_for()
+    pause.fill("20000")
+    pause.press("Enter")
+    page.locator("li.join .status[data-kind='error']").wait_for()
+    assert "0 to 10000" in page.inner_text("li.join .status")
+    reset = page.get_by_role("button", name="Reset the pause after passage 1", exact=False)
+    assert reset.is_enabled()
+    reset.click()
+    page.wait_for_function("window.voxgate.project.passages[0].pause_ms === null")
