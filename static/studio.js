@@ -151,6 +151,11 @@ function takeItem(take) {
       await loadTakes();
       $("takes-h").focus();
     } catch (err) {
+      if (err.code === "take_not_found") {  // deleted meanwhile (another tab): the list was out of date
+        await loadTakes();
+        $("takes-h").focus();
+        return;
+      }
       del.disabled = false;
       sayError(itemStatus, err, "Could not delete");
     }

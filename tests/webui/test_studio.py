@@ -8,6 +8,7 @@ Screenshots of every page go to the `screenshots` folder (tests/webui/conftest.p
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,6 +245,22 @@ def test_studio_is_usable_from_the_keyboard(server: LiveServer, page: sync_api.P
     page.wait_for_function("document.activeElement.id === 'stop'")
     page.keyboard.press("Enter")
     page.wait_for_function("document.activeElement.id === 'speak'")
+
+
+def test_a_take_deleted_in_another_tab_leaves_the_list(server: LiveServer, page: sync_api.Page) -> None:
+    """Delete on a take another tab had deleted said "Could not delete: no take ..." and left the
+    take in the list for good (found by a new-user trial): the list is refreshed instead."""
+    take = httpx.post(f"{server.url}/v1/takes", json={
+        "text": "Gone elsewhere.", "model": "piper-joe", "voice": "default", "sample_rate": 24000,
+        "audio": base64.b64encode(b"\0\0" * 2400).decode()}).json()
+    open_studio(page, server)
+    item = page.locator(f"li[data-take-id='{take['id']}']")
+    item.wait_for()
+    assert httpx.delete(f"{server.url}/v1/takes/{take['id']}").status_code == 204  # the other tab
+    item.get_by_role("button", name="Delete").click()
+    item.wait_for(state="detached")
+    assert page.inner_text("#takes-status") == ""
+    assert page.evaluate("document.activeElement.id") == "takes-h"
 
 
 def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.BrowserContext, screenshots: Path) -> None:
