@@ -1,5 +1,5 @@
 // Studio: speak text over /v1/realtime, watch the waveform arrive, keep takes.
-import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices } from "./common.js";
+import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices, signedInScope } from "./common.js";
 import { Speaker } from "./speaker.js";
 import { Waveform } from "./waveform.js";
 
@@ -49,6 +49,17 @@ async function loadVoices() {
   presetSpeeds = Object.fromEntries(data.filter((v) => v.kind === "preset").map((v) => [v.id, v.speed]));
 }
 
+// Takes are an admin key's: signed in with a speech key, each save was refused after the audio
+// played (found by a new-user trial). Keep takes goes off, saying why; asked again at each Speak,
+// as the dialog may have signed in since the page loaded.
+function applyScope() {
+  const speechOnly = signedInScope() === "speech";
+  if (speechOnly && !$("keep").disabled) $("keep").checked = false;
+  if (!speechOnly && $("keep").disabled) $("keep").checked = true;
+  $("keep").disabled = speechOnly;
+  $("keep-note").hidden = !speechOnly;
+}
+
 function setSpeed(value) {
   $("speed").value = value;
   $("speed-out").textContent = `${Number(value).toFixed(2)}×`;
@@ -62,6 +73,7 @@ async function speak() {
     return;
   }
   const settings = { text, model: $("model").value, voice: $("voice").value, speed: Number($("speed").value) };
+  applyScope();
   setBusy(true);
   wave.reset();
   for (const id of ["ttfa", "stalls", "audio-ms", "played"]) $(id).textContent = "–";
@@ -75,6 +87,7 @@ async function speak() {
     return;
   }
   const { done } = result;
+  applyScope();  // (a sign-in the Speak led to may have come since)
   window.voxgate.lastDone = done;
   $("ttfa").textContent = fmtMs(done.ttfa_ms);
   $("stalls").textContent = String(done.stalls);
@@ -132,8 +145,24 @@ async function keepTake(settings, { done, chunks, sampleRate }) {
     await loadTakes();
     window.voxgate.lastKept = { audio_ms: (1000 * chunks.reduce((n, c) => n + c.length, 0)) / sampleRate };
   } catch (err) {
+    // Nothing heard is lost: the audio stays here, to download, when the server would not keep it.
     sayError(takesStatus, err, "Could not save the take");
+    const link = el("a", { href: URL.createObjectURL(wavBlob(chunks, sampleRate)), download: "take.wav",
+                           id: "unsaved-take", text: "Download this take (WAV)" });
+    takesStatus.append(" ", link);
   }
+}
+
+// A WAV file (RIFF, PCM 16-bit mono: the canonical 44-byte header) of Int16Array chunks.
+function wavBlob(chunks, sampleRate) {
+  const bytes = chunks.reduce((n, c) => n + c.byteLength, 0);
+  const h = new DataView(new ArrayBuffer(44));
+  const text = (at, s) => [...s].forEach((ch, i) => h.setUint8(at + i, ch.charCodeAt(0)));
+  text(0, "RIFF"); h.setUint32(4, 36 + bytes, true); text(8, "WAVE"); text(12, "fmt ");
+  h.setUint32(16, 16, true); h.setUint16(20, 1, true); h.setUint16(22, 1, true); h.setUint32(24, sampleRate, true);
+  h.setUint32(28, sampleRate * 2, true); h.setUint16(32, 2, true); h.setUint16(34, 16, true);
+  text(36, "data"); h.setUint32(40, bytes, true);
+  return new Blob([h, ...chunks], { type: "audio/wav" });
 }
 
 function takeItem(take) {
@@ -212,6 +241,7 @@ $("text").addEventListener("keydown", (e) => {
 });
 updateCount();
 setSpeed(1);
+applyScope();
 new ResizeObserver(() => wave.draw()).observe($("wave"));
 fillModels($("model"), new URLSearchParams(location.search).get("model") || $("model").dataset.default)
   .then(loadVoices)

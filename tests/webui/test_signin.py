@@ -4,10 +4,13 @@ as a cookie (gateway/studio_key.py), and fetches, `<audio src>` and the realtime
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
+import soundfile
 
 from tests.conftest import LiveServer, run_server
 from tests.gateway.test_keys import create_key
@@ -17,10 +20,14 @@ sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
 
 
+SPEECH_KEYS: list[str] = []  # keyed's speech-scoped key
+
+
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
     data = tmp_path_factory.mktemp("data")
     key = create_key(data, "studio", "--scope", "admin")
+    SPEECH_KEYS.append(create_key(data, "agent"))
     for server in run_server(data, auth="required"):
         yield server, key
 
@@ -94,3 +101,41 @@ def test_a_cancelled_sign_in_stays_cancelled_and_speak_asks_when_the_cookie_is_g
     page.keyboard.press("Enter")
     page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
     assert page.evaluate("window.voxgate.lastDone.audio_ms") > 1000
+
+
+def test_a_speech_key_keeps_no_takes_and_an_unsaved_take_can_be_downloaded(
+        keyed: tuple[LiveServer, str], page: sync_api.Page) -> None:
+    """Found by a new-user trial: signed in with a speech key, every Speak ended with "Could not save the
+    take" (takes are an admin key's) and the audio just heard was gone. Keep takes goes off, saying why;
+    and a take the server refuses is offered as a WAV file."""
+    server, key = keyed
+    page.context.clear_cookies()  # (signed in as admin by the tests before)
+    page.goto(f"{server.url}/")
+    page.locator("#signin").wait_for(state="visible")
+    page.fill("#signin-key", SPEECH_KEYS[0])
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+    page.fill("#text", "A speech key speaks, and keeps no take.")
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.lastDone !== null", timeout=60_000)
+    page.locator("#status", has_text="Done").wait_for(timeout=60_000)
+    assert page.is_disabled("#keep") and not page.is_checked("#keep") and page.is_visible("#keep-note")
+    assert page.inner_text("#takes-status") == ""  # no refused save
+    page.reload()  # signed in before the page loaded: off from the start
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+    assert page.is_disabled("#keep") and not page.is_checked("#keep")
+
+    page.evaluate("document.cookie = 'voxgate_signed_in=admin; path=/'")  # the page thinks it may keep takes
+    page.reload()
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+    assert page.is_checked("#keep")
+    page.fill("#text", "The server refuses this take, so the page offers it.")
+    page.click("#speak")
+    link = page.locator("#unsaved-take")
+    link.wait_for(timeout=60_000)
+    assert "Could not save the take" in page.inner_text("#takes-status")
+    with page.expect_download() as download:
+        link.click()
+    wav = Path(download.value.path()).read_bytes()
+    info = soundfile.info(io.BytesIO(wav))
+    assert wav[:4] == b"RIFF" and info.samplerate > 8000 and info.duration > 1.0
