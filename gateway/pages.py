@@ -97,7 +97,7 @@ async def library(request: Request) -> Response:
                else format_mb(getattr(settings, name) * MB) if fmt == "mb" else fmt.format(getattr(settings, name)))
               for name, label, fmt in _LIMITS]
     return _render(request, "library.html", "library", limits=limits, device=", ".join(settings.devices),
-                   families=list(FAMILIES))
+                   families=list(FAMILIES), local_roots=bool(settings.local_model_roots))
 
 
 async def voices(request: Request) -> Response:

@@ -270,7 +270,17 @@ function downloadName(header, fallback) {
 async function exportAudio() {
   const fmt = $("e-format").value;
   const params = new URLSearchParams({ format: fmt });
-  if ($("e-normalize").checked) params.set("loudness", $("e-lufs").value);
+  if ($("e-normalize").checked) {
+    // An empty or unreadable field (value "") was sent as loudness= and the export came back
+    // unnormalised without a word (found by a new-user trial).
+    const lufs = $("e-lufs").value.trim();
+    if (lufs === "") {
+      say($("e-status"), "Target (LUFS) must be a number from -70 to 0.", "error");
+      $("e-lufs").focus();
+      return;
+    }
+    params.set("loudness", lufs);
+  }
   say($("e-status"), "Rendering…", "busy");
   const res = await fetchSigned(`/v1/projects/${projectId}/export?${params}`);
   if (!res.ok) throw await errorOf(res, "Export");

@@ -187,7 +187,7 @@ def test_a_project_is_deleted_from_the_list(server: LiveServer, page: Any) -> No
     assert httpx.get(f"{server.url}/v1/projects/{project['id']}").status_code == 404
 
 
-def test_an_empty_or_bad_pause_is_an_error_not_zero(server: LiveServer, page: Any) -> None:
+def test_an_empty_or_bad_pause_or_loudness_is_an_error_not_zero(server: LiveServer, page: Any) -> None:
     """An empty (or unreadable, e.g. "1e") pause field was sent as Number("") = 0: the project was
     created, or its settings saved, with no pause and no word said (found by a new-user trial)."""
     page.goto(f"{server.url}/projects")
@@ -209,6 +209,13 @@ def test_an_empty_or_bad_pause_is_an_error_not_zero(server: LiveServer, page: An
     page.locator("#s-status[data-kind='error']").wait_for()
     assert "number of milliseconds" in page.inner_text("#s-status")
     assert httpx.get(f"{server.url}/v1/projects/{project_id}").json()["pause_ms"] == 250
+    # The export's loudness target: empty was sent as `loudness=`, and the file came unnormalised.
+    page.check("#e-normalize")
+    page.fill("#e-lufs", "")
+    page.get_by_role("button", name="Export").click()
+    page.locator("#e-status[data-kind='error']").wait_for()
+    assert "Target (LUFS) must be a number" in page.inner_text("#e-status")
+    assert page.evaluate("document.activeElement.id") == "e-lufs"
 
 
 def test_a_refused_pause_leaves_reset_usable(server: LiveServer, page: Any) -> None:

@@ -263,6 +263,15 @@ def test_a_take_deleted_in_another_tab_leaves_the_list(server: LiveServer, page:
     assert page.evaluate("document.activeElement.id") == "takes-h"
 
 
+def test_the_folder_form_is_off_where_the_server_takes_no_folders(server: LiveServer, page: sync_api.Page) -> None:
+    """Without `local_model_roots` the Library's "Add a model folder" form was there to fill in, and only
+    its submit said the feature is off, marking the path as wrong (found by a new-user trial)."""
+    page.goto(f"{server.url}/library")
+    page.wait_for_selector("#installed tr", state="attached")
+    assert not page.is_visible("#folder-form")
+    assert "local_model_roots" in page.inner_text("#folder-off")
+
+
 def test_screenshots_of_every_page(server: LiveServer, browser: sync_api.BrowserContext, screenshots: Path) -> None:
     for name, voice, speed in (("Narrator", "default", 0.9), ("Quick read", "default", 1.4)):
         httpx.post(f"{server.url}/v1/presets", json={"name": name, "voice": voice, "speed": speed})
