@@ -23,7 +23,8 @@ vendor_formats.py), `auto_mode=true|false` (true: a message that ends a sentence
 once, without waiting for the next or a flush), `inactivity_timeout` (whole seconds,
 1-180 as ElevenLabs documents it: checked, not followed), `apply_text_normalization=off`
 (text read as written); others are ignored. A bad value of one of these is an error
-naming it, then a close (1008), as for a bad `output_format`. The `xi-api-key` header is accepted.
+naming it, then a close (1008; after the client's first message, or REFUSED_CLOSE_S),
+as for a bad `output_format`. The `xi-api-key` header is accepted.
 
 Each context's text goes through the text frontend like `/v1/realtime`'s, and is paced
 like it by the context's clock (gateway/vendor_context.py): `flush`, `close_context` and
@@ -37,6 +38,8 @@ and `normalizedAlignment` are the same.
 from __future__ import annotations
 
 import base64
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import textwrap
@@ -61,6 +64,10 @@ CLOSE_SOCKET_S = 1.5  # pipecat waits 2 s for the server to close after close_so
 SINGLE = "default"  # the context id of /stream-input
 MAX_INACTIVITY_S = 180  # ElevenLabs' documented maximum of inactivity_timeout (its default: 20)
 ENDED_IDS = 1000  # ended context ids a socket remembers (a second close_context for one answers nothing)
+# A socket refused for its URL's parameters closes after the client's first message, or this
+# long after its error: LiveKit's plugin registers its stream on a socket only after connecting,
+# so an error and a close that come first fail nothing, and its stream waits forever.
+REFUSED_CLOSE_S = 1.0
 
 
 def alignment(words: Sequence[WordTiming], start_ms: float, end_ms: float) -> dict[str, Any] | None:
@@ -262,6 +269,8 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
     except EngineError as error:
         await placeholder.send_error(error, None)  # the whole message, then a close frame's reason: <= 123 bytes
+        with contextlib.suppress(Exception):  # (a client gone or already closing: the close is a no-op)
+            await asyncio.wait_for(ws.receive(), REFUSED_CLOSE_S)
         await placeholder.connection.close(1008, textwrap.shorten(error.message, 118, placeholder=" ..."))
         return
     await ElevenLabsSocket(state, ws, multi, choice, fmt, options, eager).serve()

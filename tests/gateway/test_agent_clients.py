@@ -187,3 +187,39 @@ def sdk_calls_cartesia(client: Cartesia, tmp_path: Path) -> None:
     assert events[-1].type == "done"
     words = [w for e in events if e.type == "timestamps" for w in e.word_timestamps.words]
     assert words == "Timed words here.".split()
+
+
+def test_livekit_elevenlabs_with_a_bad_model_fails_instead_of_waiting(server: LiveServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A socket refused for its URL's parameters used to send its error and close at once, before
+    # LiveKit's plugin had registered its stream on it (it does so after connecting): the error,
+    # without a context id, and the close failed nothing, and the stream waited forever. An
+    # agent's busy event loop widens that window; the sleep after connecting stands for it.
+    from livekit.agents import APIConnectOptions, APIStatusError
+    from livekit.plugins.elevenlabs import tts as lk_tts
+
+    connect = lk_tts._Connection.connect
+
+    async def busy_connect(self: Any) -> None:
+        await connect(self)
+        await asyncio.sleep(0.3)
+
+    monkeypatch.setattr(lk_tts._Connection, "connect", busy_connect)
+
+    async def scenario() -> None:
+        async with aiohttp.ClientSession() as session:
+            tts = lk_elevenlabs.TTS(api_key="k", base_url=f"{server.url}/v1", voice_id="v", model="no-such-model",
+                                    http_session=session)
+            try:
+                stream = tts.stream(conn_options=APIConnectOptions(max_retry=0, timeout=10))
+                stream.push_text("Hello there.")
+                stream.end_input()
+                with pytest.raises(APIStatusError):
+                    async for _ in stream:
+                        pass
+                await stream.aclose()
+            finally:
+                await tts.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert server.wait_idle() == 0
