@@ -37,8 +37,8 @@ and `normalizedAlignment` are the same.
 
 from __future__ import annotations
 
-import base64
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import logging
