@@ -133,6 +133,9 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
         voice = voice["id"]
     if voice is not None and not isinstance(voice, str):
         raise InvalidInput("voice must be a string", field="voice")
+    if voice is not None and not voice.strip():  # spoke in the default voice (found by a new-user trial)
+        raise InvalidInput("voice is empty: name a voice or preset, or leave voice out for the model's default",
+                           field="voice")
     if data.get("speed") is not None:
         check_speed(data["speed"])
     busy_timeout_ms = data.get("busy_timeout_ms")  # may only shorten the server's and the model's

@@ -1,8 +1,9 @@
 """Which model, voice and settings a request means.
 
-Resolution order for `voice`: a speaker preset of that name (its model, voice, speed
-and settings apply), a voice of the requested model, or an OpenAI voice name, which
-maps to the configured default voice so OpenAI clients work unchanged. OpenAI model
+Resolution order for `voice`: a voice of the requested model, a speaker preset of that
+name (its model, voice, speed and settings apply; a request's own `speed` replaces the
+preset's), or an OpenAI voice name, which maps to the configured default voice so OpenAI
+clients work unchanged. OpenAI model
 names (`tts-1`, dated ones like `gpt-4o-mini-tts-2025-12-15`) map to the default model.
 
 The vendor protocols (ElevenLabs, Cartesia) resolve with `resolve_vendor`: their model

@@ -52,6 +52,9 @@ def test_errors_carry_type_param_and_a_request_id(sdk: openai.OpenAI) -> None:
     assert error.code == "invalid_input" and error.param == "input" and error.type == "invalid_request_error"
     assert isinstance(error.body, dict) and error.body["field"] == "input"
     assert error.request_id and error.request_id.startswith("req_")
+    with pytest.raises(openai.BadRequestError) as empty:  # spoke in the default voice (found by a new-user trial)
+        sdk.audio.speech.create(model="tts-1", voice="", input=TEXT)
+    assert empty.value.param == "voice" and "voice is empty" in empty.value.message
     with pytest.raises(openai.NotFoundError) as missing:
         sdk.audio.speech.create(model="no-such-model", voice="alloy", input=TEXT)
     assert missing.value.param == "model" and missing.value.type == "invalid_request_error"
