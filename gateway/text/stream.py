@@ -207,7 +207,10 @@ class TextStream:
             return None
         if self._newline >= 0 and ch not in " \t":
             newline, self._newline = self._newline, -1
-            if not self._continues(previous_kind, ch):
+            # An indented line after text (a nested list item, an item's paragraph) belongs to the
+            # block before it: cut from it, it would read alone as an indented code block (skipped).
+            indented = text[newline + 1] in " \t" and previous_kind == "text"
+            if not indented and not self._continues(previous_kind, ch):
                 return newline + 1
         self._balance(ch, i)
         if ch.isspace():

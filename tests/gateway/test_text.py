@@ -262,3 +262,19 @@ def test_sentences_are_split_right_from_many_threads_at_once() -> None:
 def test_a_list_item_or_heading_cut_inside_its_line_ends_only_where_the_line_does(text: str,
                                                                                    expected: list[str]) -> None:
     assert prepare(text, EN) == expected
+
+
+@pytest.mark.parametrize(("text", "spoken"), [  # found by a realtime trial: nested items were dropped as code
+    ("1. First step.\n    - Nested detail with four spaces.\n2. Second step.", "Nested detail"),
+    ("- Top item.\n    - Nested with four spaces.\n- Next.", "Nested with four"),
+    ("- Item one.\n\n    Continued paragraph inside the item.\n- Item two.", "Continued paragraph"),
+])
+def test_an_indented_line_after_a_list_item_is_read_with_its_item_not_skipped_as_code(text: str,
+                                                                                       spoken: str) -> None:
+    out = " ".join(map(str, prepare(text, EN)))
+    assert spoken in out
+    stream = TextStream(EN)  # streamed in pieces, the same
+    pieces: list[object] = []
+    for i in range(0, len(text), 3):
+        pieces += stream.append(text[i:i + 3])
+    assert " ".join(map(str, pieces + stream.flush())) == out
