@@ -185,7 +185,7 @@ class Session(SessionText):
         model = session.get("model", self.choice.model_id)
         if "voice" in session:
             voice = session["voice"]
-        elif model == self.choice.model_id:
+        elif (self.settings.default_model if model is None else model) == self.choice.model_id:  # (null: the default)
             voice = self.choice.preset or self.choice.voice
         else:
             voice = None  # a new model starts on its default voice

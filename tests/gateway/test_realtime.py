@@ -302,3 +302,22 @@ def test_the_session_it_was_given_can_be_sent_back(server: LiveServer) -> None:
         assert recv_event(ws)["error"]["field"] == "session.sample_rate"
         ws.send(json.dumps({"type": "session.update", "session": {}}))
         assert recv_event(ws)["session"]["speed"] == 1.25  # the refused update changed nothing
+
+
+def test_model_null_on_the_default_model_keeps_the_voice(server: LiveServer) -> None:
+    """`{"model": null}` on a session already on the default model is no new model: its voice (here a
+    preset, with the preset's speed) stays, as with `{"model": "<the default>"}`. It was read as a new
+    model: the voice went back to the model's default while the preset's speed stayed (a realtime trial)."""
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        assert client.post("/v1/presets", json={"name": "modelnull", "speed": 1.5}).status_code == 201
+        try:
+            with open_session(server) as ws:
+                ws.send(json.dumps({"type": "session.update", "session": {"voice": "modelnull"}}))
+                before = recv_event(ws)["session"]
+                assert (before["voice"], before["speed"]) == ("modelnull", 1.5)
+                ws.send(json.dumps({"type": "session.update", "session": {"model": None}}))
+                after = recv_event(ws)
+                assert after["type"] == "session.updated" and after["session"] == before, after
+        finally:
+            client.delete("/v1/presets/modelnull")
+    assert server.wait_idle() == 0
