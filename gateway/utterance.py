@@ -231,9 +231,18 @@ class UtteranceStream:
         # Set before the model may load, so that a second advance() waits for this request.
         self.request_id = request_id = f"{self.prefix}-{uuid.uuid4().hex[:16]}"
         self.model_id = choice.model_id
+        # The model is acquired in the pump's task, not here: a load (seconds; a GPU model's tens)
+        # or a wait for room held the session's message loop, so a cancel waited for it (found by
+        # a new-user trial: 2.4 s for a CPU voice's load).
+        self.pump = asyncio.create_task(self._start(choice, request_id))
+
+    async def _start(self, choice: Choice, request_id: str) -> None:
+        """Acquire `choice`'s model (held until the request ends), submit the segments at the
+        head as one engine request, then deliver its audio (`_pump`). A failure to start fails
+        the utterance through the listener (`on_error`), as a failure mid-request does."""
         lease: Lease | None = None
         try:
-            lease = await self.state.residency.acquire(choice.model_id)  # held until the request ends
+            lease = await self.state.residency.acquire(choice.model_id)
             if self.cancelled:  # while the model loaded
                 lease.release()
                 self.request_id = None
@@ -247,6 +256,14 @@ class UtteranceStream:
                 continues=len(self.spoken) > len(segments))  # (not its first request)
             self.submitted_s = time.monotonic()
             stream = self.state.engine.submit(spec)
+        except (ApiError, EngineError) as error:
+            if lease is not None:
+                lease.release()
+            self.request_id = None
+            if not self.cancelled:
+                self.cancelled = True
+                await self._report(error)
+            return
         except BaseException:
             if lease is not None:
                 lease.release()
@@ -255,7 +272,7 @@ class UtteranceStream:
         self.request_offset_ms = self.clock.delivered_ms
         words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings,
                              rate=self.state.speech_rate, model_id=choice.model_id)
-        self.pump = asyncio.create_task(self._pump(stream, lease, words, len(segments[0]), ready_s))
+        await self._pump(stream, lease, words, len(segments[0]), ready_s)
 
     def _not_before_s(self, ready_s: float) -> float:
         """The earliest deadline of the first audio of text that came at `ready_s` (module docstring)."""

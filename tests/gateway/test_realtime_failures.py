@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,4 +245,48 @@ def test_a_request_failing_mid_stream_frees_its_model_for_the_next_utterance(
     assert kinds == ["audio.start", "error", "utterance.done", "audio.start", "utterance.done"], events
     assert events[1]["error"]["code"] == "generation_failed" and events[2]["error"] == "generation_failed"
     assert events[4]["error"] is None and events[4]["text"] == "And the second one speaks."
+    assert live.wait_idle() == 0 and _leases(live) == 0
+
+
+def test_a_session_reads_on_while_its_model_loads(live: LiveServer) -> None:
+    """Found by a new-user trial: the model's load was awaited in the session's message loop, so a
+    `response.cancel` (a barge-in) or a `session.update` sent meanwhile waited for the load: 2.4 s
+    for a CPU voice, tens of seconds for a GPU model. The load is held here until the cancel's
+    `utterance.done` has come (or 10 s, so that the old code failed rather than hung)."""
+    residency = live.app_state.residency
+    with httpx.Client(base_url=live.url, timeout=60) as client:
+        for model in ("good", "piper-joe", "broken"):
+            client.post(f"/v1/models/{model}/unload")  # (none may be loaded: its 4xx is fine)
+    loader, gate, released, loads = residency._loader, threading.Event(), threading.Event(), []
+
+    def gated(spec: Any, device: str) -> Any:
+        loads.append(spec.model_id)
+        gate.wait(10)
+        released.set()
+        return loader(spec, device)
+
+    residency._loader = gated
+    try:
+        with open_session(live, model="good") as ws:
+            ws.send(json.dumps({"type": "text.append", "text": SENTENCES[0]}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            deadline = time.monotonic() + 5
+            while not loads and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert loads == ["good"]  # the load has begun, and waits at the gate
+            ws.send(json.dumps({"type": "session.update", "session": {"sample_rate": 16000}}))
+            assert recv_event(ws, timeout=20)["type"] == "session.updated"
+            ws.send(json.dumps({"type": "response.cancel"}))
+            done = recv_event(ws, timeout=20)
+            answered_before_the_load = not released.is_set()
+            gate.set()
+            assert done["type"] == "utterance.done" and done["cancelled"] is True and done["audio_ms"] == 0, done
+            assert answered_before_the_load
+            ws.send(json.dumps({"type": "text.append", "text": "Spoken once the model is in."}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            events, audio = collect_utterance(ws)
+            assert events[-1]["type"] == "utterance.done" and events[-1]["error"] is None and len(audio) > 0
+    finally:
+        gate.set()
+        residency._loader = loader
     assert live.wait_idle() == 0 and _leases(live) == 0
