@@ -84,6 +84,18 @@ async def no_default_message(state: AppState, model_id: str, field: str = "voice
             "with POST /v1/audio/clone")
 
 
+async def unknown_reference_message(state: AppState, model_id: str, voice: str) -> str:
+    """Why a Base model was asked for a voice that is no reference voice (nor a preset): its
+    voices are the reference voices, which the message lists (not its own `default`)."""
+    names = [str(row["name"]) for row in await store(state).list()]
+    listed = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") if names else \
+        "none yet: upload one with POST /v1/voices/references"
+    presets = [p["name"] for p in await state.library.list_presets() if p["model_id"] == model_id]
+    shown = voice if len(voice) <= 80 else voice[:80] + "…"
+    return (f"model {model_id!r} is a Base model and has no reference voice or preset {shown!r}; "
+            f"reference voices: {listed}" + (f"; presets: {', '.join(presets)}" if presets else ""))
+
+
 async def resolve_voice(state: AppState, *, model: object, voice: object, speed: object | None,
                         preset_may_switch_model: bool = False) -> Choice:
     """`gateway.voices.resolve` with the server's defaults, where a Base model's voice may also
@@ -93,10 +105,13 @@ async def resolve_voice(state: AppState, *, model: object, voice: object, speed:
         choice = await resolve(state.library, model=model, voice=voice, speed=speed,
                                default_model=settings.default_model, default_voice=settings.default_voice,
                                preset_may_switch_model=preset_may_switch_model)
-    except UnknownVoice:
+    except UnknownVoice as unknown:
         model_id = model if isinstance(model, str) and model else settings.default_model
-        if not isinstance(voice, str) or not await is_base(state, model_id) or await store(state).get(voice) is None:
+        if not isinstance(voice, str) or not await is_base(state, model_id):
             raise
+        if await store(state).get(voice) is None:  # (resolve's message lists the Base model's own `default`)
+            raise UnknownVoice(await unknown_reference_message(state, model_id, voice),
+                               field=unknown.field) from None
         choice = await resolve(state.library, model=model_id, voice=None, speed=speed,
                                default_model=settings.default_model, default_voice=settings.default_voice)
         choice = dataclasses.replace(choice, voice=voice)

@@ -328,3 +328,23 @@ def test_a_base_model_has_no_default_voice_and_a_request_without_one_is_told_whi
     named = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "alice", "input": "Hi.",
                                                   "response_format": "wav"})
     assert named.status_code == 200, named.text
+
+
+def test_an_unknown_voice_of_a_base_model_lists_its_reference_voices(client: httpx.Client,
+                                                                       server: LiveServer) -> None:
+    """The trial: `{"model": <Base>, "voice": "Nobody"}` was a 404 saying "voices: default", the
+    one voice a Base model refuses. Now it lists the reference voices (and the model's presets),
+    on speech and in a realtime session's update (naming `session.voice`)."""
+    refused = client.post("/v1/audio/speech", json={"model": "tiny-clone", "voice": "Nobody", "input": "Hi."})
+    assert refused.status_code == 404, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "voice" and error["code"] == "unknown_voice"
+    assert error["message"].startswith("model 'tiny-clone' is a Base model and has no reference voice or preset "
+                                       "'Nobody'; reference voices: alice, bob; presets: alice-forced"), error
+    assert "default" not in error["message"]
+    with connect(f"{server.ws_url}/v1/realtime") as ws:
+        json.loads(ws.recv())  # session.created
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": "Nobody"}}))
+        event = json.loads(ws.recv())
+    assert event["type"] == "error" and event["error"]["field"] == "session.voice", event
+    assert "reference voices: alice, bob" in event["error"]["message"]
