@@ -20,7 +20,8 @@ Errors (JSON, naming the field): 415 not multipart; 413 `ref_audio` over the siz
 400 a missing `text` or one with nothing to say once read as `/v1/audio/speech` reads its
 `input` (with the server's text options), neither or both of `ref_audio` and `voice`, a
 missing `ref_text` (without `x_vector_only`), an `x_vector_only` that is not true or false,
-an unreadable or empty `ref_audio`, an unknown field; 422 `ref_audio` too short or too long;
+an unreadable or empty `ref_audio` (or one with NaN samples), an unknown field; 422 `ref_audio` too
+short, too long or silent;
 404 an unknown `voice` or `model`; 400 naming `model` for a model that is not a Base one.
 The recording is read into memory, resampled to 24 kHz and handed to the engine request;
 nothing is written to disk, and the model's reference cache keeps its encoding by content.

@@ -11,8 +11,9 @@ A Qwen3-TTS Base model clones a voice from a few seconds of speech and what it s
 recording is kept under `<data_dir>/references/` as a 24 kHz mono WAV (resampled with soxr,
 stereo averaged), its row in `reference_voices` (migrations/0005_voices.sql). Limits: the
 upload at most `MAX_UPLOAD_BYTES` (413), the audio `MIN_SECONDS`..`MAX_SECONDS` long (422),
-the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a file soundfile cannot read is a 400
-`invalid_audio` naming the field `audio`. A name is unique (409); names follow presets'
+the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a file soundfile cannot read, or one with
+samples that are not finite numbers, is a 400 `invalid_input` naming the field `audio`, and
+a silent one (every sample 0 as PCM16) a 422 `audio_silent`. A name is unique (409); names follow presets'
 rules. These routes are a resource of their own, under `/v1/voices/` beside the model voices
 of `/v1/audio/voices`, because a recording belongs to no model: any Base model can use it.
 A Qwen3-TTS Base model speaks with them by name (`voice` in `/v1/audio/speech`,
@@ -122,7 +123,8 @@ class ReferenceStore:
 
 def to_pcm16(data: bytes, field: str = "audio") -> bytes:
     """An audio file's bytes -> PCM16 LE mono at 24 kHz. InvalidInput (naming `field`) if
-    soundfile cannot read it; ApiError 422 if it is shorter or longer than the limits."""
+    soundfile cannot read it or a sample is NaN or infinite; ApiError 422 if it is shorter or longer
+    than the limits, or silent."""
     import soundfile as sf
     import soxr
 
@@ -131,6 +133,8 @@ def to_pcm16(data: bytes, field: str = "audio") -> bytes:
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
         why = getattr(error, "error_string", None) or type(error).__name__  # not str(error): it names a BytesIO
         raise InvalidInput(f"{field} is not a readable WAV, FLAC, Ogg or MP3 file ({why})", field=field) from error
+    if not np.isfinite(samples).all():  # (NaN cast to PCM16 is undefined: it was stored as silence)
+        raise InvalidInput(f"{field} has samples that are not finite numbers (NaN or infinity)", field=field)
     seconds = samples.shape[0] / rate if rate else 0.0
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise ApiError(422, "audio_length", f"{field} is {seconds:.2f} s long; a reference must be "
@@ -138,7 +142,11 @@ def to_pcm16(data: bytes, field: str = "audio") -> bytes:
     mono = samples.mean(axis=1)
     if rate != SAMPLE_RATE:
         mono = soxr.resample(mono, rate, SAMPLE_RATE)
-    pcm16: bytes = (np.clip(mono, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    pcm = (np.clip(mono, -1.0, 1.0) * 32767.0).round().astype("<i2")
+    if not pcm.any():  # nothing of a voice to clone
+        raise ApiError(422, "audio_silent", f"{field} is silent (every sample is 0); a reference must hold "
+                       "the voice to clone", field=field)
+    pcm16: bytes = pcm.tobytes()
     return pcm16
 
 

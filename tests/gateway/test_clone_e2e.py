@@ -23,6 +23,7 @@ from gateway.cli import main
 from tests.conftest import LiveServer, run_server
 from tests.gateway.test_qwen3_tts_e2e import MAX_FRAMES, SAMPLES_PER_FRAME, _folder, _frames, _wav
 from tests.gateway.test_realtime import speak
+from tests.gateway.test_references import _float_wav
 
 pytest.importorskip("torch")
 
@@ -171,6 +172,10 @@ def test_bad_clone_requests_are_refused_naming_the_field(client: httpx.Client, s
         ({"ref_audio": ("r.wav", _recording(0.4), "audio/wav")}, {"ref_text": REF_TEXT}, 422, "ref_audio"),
         ({"ref_audio": ("r.wav", _recording(31.0, rate=8000), "audio/wav")}, {"ref_text": REF_TEXT}, 422,
          "ref_audio"),
+        ({"ref_audio": ("r.wav", _float_wav(np.zeros(36000)), "audio/wav")}, {"ref_text": REF_TEXT}, 422,
+         "ref_audio"),  # silent: the trial's was cloned from
+        ({"ref_audio": ("r.wav", _float_wav(np.full(36000, np.nan)), "audio/wav")}, {"ref_text": REF_TEXT}, 400,
+         "ref_audio"),  # NaN samples: the trial's were cloned from as silence
         (None, {"voice": "nobody"}, 404, "voice"),
         (None, {"voice": "alice", "model": "tiny-qwen"}, 400, "model"),
         (None, {"voice": "alice", "model": "piper-joe"}, 400, "model"),

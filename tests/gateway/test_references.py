@@ -24,6 +24,13 @@ def recording(seconds: float, rate: int = 44100, channels: int = 2, fmt: str = "
     return buffer.getvalue()
 
 
+def _float_wav(samples: np.ndarray, rate: int = 24000) -> bytes:
+    """A float32 WAV of `samples` as they are (NaN kept: the trial's file stored silence)."""
+    buffer = io.BytesIO()
+    sf.write(buffer, samples.astype(np.float32), rate, format="WAV", subtype="FLOAT")
+    return buffer.getvalue()
+
+
 def upload(client: httpx.Client, name: str = "anna", transcript: str = "Hello, this is Anna.",
            audio: bytes | None = None, filename: str = "anna.wav", **extra: str) -> httpx.Response:
     data: dict[str, Any] = {"name": name, "transcript": transcript, **extra}
@@ -65,6 +72,8 @@ def test_upload_list_fetch_and_delete(client: httpx.Client, server: LiveServer) 
     ({"audio": b"RIFF....WAVEjunk"}, 400, "audio", "not a readable"),
     ({"audio": recording(0.5)}, 422, "audio", "0.50 s long"),
     ({"audio": recording(31.0, rate=8000, channels=1)}, 422, "audio", "31.00 s long"),
+    ({"audio": _float_wav(np.zeros(48000))}, 422, "audio", "silent (every sample is 0)"),
+    ({"audio": _float_wav(np.full(48000, np.nan))}, 400, "audio", "not finite numbers"),
     ({"transcript": None}, 400, "transcript", "transcript is required"),
     ({"transcript": "   "}, 400, "transcript", "empty"),
     ({"transcript": "x" * 1001}, 422, "transcript", "limit is 1000"),
