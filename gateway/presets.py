@@ -106,8 +106,10 @@ async def _described(state: AppState, preset: dict[str, Any], models: dict[str, 
 async def create_preset(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     preset = await _validated(state, await read_json(request, state.settings.max_body_bytes))
-    if await store(state).get(preset["name"]) is not None:  # the preset would hide that reference voice
-        raise ApiError(409, "name_taken", f"a reference voice is named {preset['name']!r}; choose another name",
+    hidden = next((r["name"] for r in await store(state).list()  # presets are found in any case, so the
+                   if str(r["name"]).casefold() == preset["name"].casefold()), None)  # preset would hide it
+    if hidden is not None:
+        raise ApiError(409, "name_taken", f"a reference voice is named {hidden!r}; choose another name",
                        field="name")
     twin = next((p["name"] for p in await state.library.list_presets()
                  if p["name"] != preset["name"] and p["name"].casefold() == preset["name"].casefold()), None)

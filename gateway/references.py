@@ -220,8 +220,9 @@ async def create_reference(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     if name.lower() == "default" or name.lower() in OPENAI_VOICES:  # these names mean the default voice
         raise InvalidInput(f"{name!r} names the default voice on every route; choose another name", field="name")
-    if await state.library.get_preset(name) is not None:  # a preset of that name would hide it
-        raise ApiError(409, "name_taken", f"a preset is named {name!r}; choose another name", field="name")
+    hiding = await state.library.find_preset(name)  # a preset of that name, in any case, would hide it
+    if hiding is not None:
+        raise ApiError(409, "name_taken", f"a preset is named {hiding['name']!r}; choose another name", field="name")
     pcm16 = await run_in_threadpool(to_pcm16, data)
     return JSONResponse(_public(await store.add(name, transcript, pcm16, source_name)), status_code=201)
 

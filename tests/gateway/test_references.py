@@ -150,3 +150,19 @@ def test_a_reference_name_that_another_voice_would_hide_is_refused(client: httpx
     missing = client.post(URL, data={"name": "x1"}, files={"audio": ("a.wav", recording(2.0), "audio/wav")})
     assert "transcript is required" in error(missing, 400)["message"]
     assert client.delete(f"{URL}/My Voice").status_code == 204 and client.delete("/v1/presets/hidden").status_code == 204
+
+
+def test_a_name_taken_in_another_case_is_refused_both_ways(client: httpx.Client) -> None:
+    """The trial: a preset "TODD" was created beside reference voice "Todd" (and reference "Warm"
+    beside preset "warm"); presets are found in any case, so `voice: "Todd"` on a Base model then
+    meant the preset (a 400: another model's), while /v1/audio/voices still listed the reference."""
+    assert upload(client, name="Todd").status_code == 201
+    assert client.post("/v1/presets", json={"name": "warm", "speed": 1.0}).status_code == 201
+    upper = client.post("/v1/presets", json={"name": "TODD", "speed": 1.0})
+    assert upper.status_code == 409 and upper.json()["error"]["code"] == "name_taken", upper.text
+    assert "'Todd'" in upper.json()["error"]["message"] and upper.json()["error"]["field"] == "name"
+    body = error(upload(client, name="Warm"), 409)
+    assert body["code"] == "name_taken" and body["field"] == "name" and "'warm'" in body["message"]
+    assert [r["name"] for r in client.get(URL).json()["data"]] == ["Todd"]
+    assert [p["name"] for p in client.get("/v1/presets").json()["data"]] == ["warm"]
+    assert client.delete(f"{URL}/Todd").status_code == 204 and client.delete("/v1/presets/warm").status_code == 204
