@@ -145,7 +145,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     parse_text_options(data, TextOptions())  # (their defaults are the model's: applied once it is known)
     # The request's own fields are checked above, before the server's models (as /v1/audio/clone does);
     # a missing instruct too, unless the voice is a preset keeping a description (if the preset applies).
-    preset = await state.library.get_preset(voice) if design and voice else None
+    preset = await state.library.find_preset(voice) if design and voice else None  # (in any case, as resolve)
     if design and instructions is None and not _description(preset["settings"] if preset else {}):
         raise InvalidInput(NO_INSTRUCT, field="instruct")
     model = data.get("model")

@@ -243,3 +243,17 @@ def test_design_without_a_model_and_no_single_voice_design_model_is_a_400_naming
                                                           "model": names[0] if names else "piper-joe",
                                                           "response_format": "pcm"})
             assert named.status_code == (200 if names else 400), named.text
+
+
+def test_design_finds_a_preset_in_any_case_as_speech_does(server: LiveServer) -> None:
+    """The trial: `/v1/audio/design` with `voice: "WARM"` for a preset "warm" keeping a description
+    was a 400 (instruct required), while `/v1/audio/speech` found the preset (README: a preset is
+    found in any case)."""
+    body = {"input": "Hello there.", "response_format": "pcm"}
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for voice in ("described", "DESCRIBED", "Described"):
+            designed = client.post("/v1/audio/design", json={**body, "voice": voice})
+            assert designed.status_code == 200, (voice, designed.text)
+            assert designed.headers["x-voxgate-preset"] == "described"
+            assert _frames(np.frombuffer(designed.content, "<i2")) == FORCED
+    assert server.wait_idle() == 0
