@@ -61,10 +61,13 @@ def plan(residents: list[Resident], free: Mapping[str, int | None], need_bytes: 
 
 
 def memory_message(model_id: str, footprint: int, how: str, free: Mapping[str, int | None], min_free_bytes: int,
-                   busy: list[str]) -> str:
+                   busy: list[str], never: bool = False) -> str:
     """The 503 `insufficient_memory` message: what `model_id` needs (`how`: the estimate's reasoning), what
-    must stay free, what each device has (`free`, bytes or None: unknown) and the models holding it."""
+    must stay free, what each device has (`free`, bytes or None: unknown) and the busy models holding it;
+    `never`: it would fit on no device with nothing loaded (plan's "never"), which the message says instead
+    (it named every loaded model as busy, idle ones too: found by a new-user trial)."""
     frees = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in free.items())
+    held = "; it would not fit with no model loaded either" if never else \
+        f", held by busy models {', '.join(busy)}" if busy else ""
     return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
-            f"({how}) and {format_mb(min_free_bytes)} must stay free (min_free_memory_mb); "
-            f"{frees}" + (f", held by busy models {', '.join(busy)}" if busy else ""))
+            f"({how}) and {format_mb(min_free_bytes)} must stay free (min_free_memory_mb); {frees}{held}")

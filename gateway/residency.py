@@ -233,8 +233,9 @@ class Residency:
             remaining = timeout_s - (time.monotonic() - started)
             if blocked == "never" or (remaining <= 0 and blocked == "memory"):
                 frees = {device: self._free_memory(device) for device in self.devices}
-                raise InsufficientMemory(memory_message(model_id, footprint, how, frees, self.min_free_bytes,
-                                                        list(self._residents)), field="model")
+                busy = [other for other, resident in self._residents.items() if self._busy(resident)]
+                raise InsufficientMemory(memory_message(model_id, footprint, how, frees, self.min_free_bytes, busy,
+                                                        never=blocked == "never"), field="model")
             if remaining <= 0:
                 raise ServerBusy(
                     f"cannot load {model_id!r}: {self.max_loaded_models} model(s) are loaded and busy "

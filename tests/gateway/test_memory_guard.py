@@ -130,3 +130,4 @@ def test_a_speech_lms_estimate_counts_the_kv_cache_its_runner_allocates(tmp_path
                                           size_bytes=1), 1.5)[0]
     assert size_only - 1 == allocated, (size_only, allocated)  # (size_bytes=1 x 1.5, rounded down: 1 byte)
     assert estimate > allocated and "max_running 3 slots x max_seq_len 300 positions" in how, how
+

@@ -35,12 +35,47 @@ def test_memory_guard_evicts_idle_then_refuses(tmp_path: Path) -> None:
             with pytest.raises(InsufficientMemory) as refused:
                 await residency.acquire("b", timeout_ms=200)  # a is busy and holds the memory
             assert refused.value.status == 503 and refused.value.code == "insufficient_memory"
-            assert "MB" in refused.value.message
+            assert refused.value.message.endswith("held by busy models a"), refused.value.message
         (await residency.acquire("b")).release()  # a idle now: evicted to make room
         assert [s["id"] for s in residency.residents()] == ["b"]
 
     _run(tmp_path, ("a", "b"), body, max_loaded_models=4, min_free_memory_mb=50,
          free_memory=lambda device: free_memory())
+
+
+def test_a_model_that_never_fits_names_no_idle_model_as_busy(tmp_path: Path) -> None:
+    """Found by a new-user trial: the refusal of a model too big for the device even with nothing
+    loaded ended "held by busy models ..." and named the idle ones loaded."""
+    from gateway.model_spec import estimate_memory
+
+    specs = {"a": ModelSpec("a", "piper", _voice(tmp_path, "a")),
+             "b": ModelSpec("b", "piper", _voice(tmp_path, "b"), options={"workers": 8})}  # 8 sessions' estimate
+    footprint, _ = estimate_memory(specs["a"], 1.5)
+    total = footprint + 100 * MB  # room for a, never for b
+    residency_ref: list[Residency] = []
+
+    async def lookup(model_id: str) -> ModelSpec | None:
+        return specs.get(model_id)
+
+    async def main() -> str:
+        engine = Engine()
+        engine.start()
+        residency = Residency(engine, lookup, min_free_memory_mb=50, free_memory=lambda device: total - sum(
+            s["memory_bytes"] for s in residency_ref[0].residents()))
+        residency_ref.append(residency)
+        try:
+            await residency.start()
+            (await residency.acquire("a")).release()  # loaded, idle
+            with pytest.raises(InsufficientMemory) as refused:
+                await residency.acquire("b")
+            return refused.value.message
+        finally:
+            await residency.close()
+            engine.stop()
+
+    message = asyncio.run(main())
+    assert message.endswith("free on cpu; it would not fit with no model loaded either"), message
+    assert "busy" not in message
 
 
 def test_model_larger_than_memory_is_refused_at_once(tmp_path: Path) -> None:
