@@ -10,7 +10,8 @@ Multipart form fields:
                     stored transcript for this request
   `x_vector_only`   `true`: clone from the speaker embedding alone (qwen-tts's
                     `x_vector_only_mode`: no transcript needed, less like the recording)
-  `model`           a qwen3_tts Base model (default: the first installed one, by id)
+  `model`           a qwen3_tts Base model (default: `default_model` if it is one, else the first
+                    Base model by id; an OpenAI model name means the same)
   `response_format` wav|pcm|flac|mp3|opus (default mp3), `stream` `true`: SSE events as
                     `/v1/audio/speech`'s `stream_format: "sse"`
 The response is `/v1/audio/speech`'s (gateway/speech.py `stream_speech`), with
@@ -45,7 +46,7 @@ from gateway.speech import choice_field, stream_speech
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI
 from gateway.text import check_input
-from gateway.voices import Choice
+from gateway.voices import Choice, is_openai_model
 from gateway.writes import ClosingStreamingResponse
 from models.qwen3_tts_references import ReferenceAudio
 
@@ -63,7 +64,14 @@ def _text_field(form: FormData, name: str) -> str | None:
 
 
 async def _base_model(state: AppState, model: str | None) -> tuple[str, str]:
-    """(model id, family) of the Base model to clone with; UnknownModel or InvalidInput naming `model`."""
+    """(model id, family) of the Base model to clone with: `model`, or without one (or with an OpenAI
+    model name, which means `default_model` wherever a model is named: a 404 before, found by a new-user
+    trial) `default_model` if it is a Base model, else the first Base model by id. UnknownModel or
+    InvalidInput naming `model`."""
+    if model and is_openai_model(model):
+        model = state.settings.default_model if await is_base(state, state.settings.default_model) else None
+    elif not model and await is_base(state, state.settings.default_model):
+        model = state.settings.default_model
     if model:
         record = await state.library.get_model(model)
         if record is None:

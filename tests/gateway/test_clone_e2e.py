@@ -353,3 +353,13 @@ def test_an_unknown_voice_of_a_base_model_lists_its_reference_voices(client: htt
         event = json.loads(ws.recv())
     assert event["type"] == "error" and event["error"]["field"] == "session.voice", event
     assert "reference voices: alice, bob" in event["error"]["message"]
+
+
+def test_an_openai_model_name_or_none_clones_with_the_base_model(client: httpx.Client) -> None:
+    """`model: tts-1` was a 404 here, though an OpenAI model name means `default_model` wherever a
+    model is named (found by a new-user trial); the server's default_model is the embedded voice, no
+    Base model, so it means what no model means: the first Base model by id."""
+    for model in ("tts-1", None):
+        response = _clone(client, voice="alice", model=model, response_format="pcm")  # type: ignore[arg-type]
+        assert response.status_code == 200, (model, response.text)
+        assert response.headers["x-voxgate-model"] == "tiny-clone"
