@@ -157,7 +157,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     if design:
         if instructions is None and not _description(choice.options):  # the model's own voice of that name won
             raise InvalidInput(NO_INSTRUCT, field="instruct")
-        await check_voice_design(state, choice.model_id)
+        await check_voice_design(state, choice.model_id, choice.preset if not data.get("model") else None)
     if instructions and choice.family in FAMILIES_WITH_INSTRUCTIONS:
         choice = dataclasses.replace(choice, options={**choice.options, "instructions": instructions})
     return await stream_speech(state, choice, data, fmt, stream_format, busy_timeout_ms, instructions)
@@ -230,11 +230,14 @@ async def is_voice_design(state: AppState, model_id: str) -> bool:
     return record is not None and record["family"] == "qwen3_tts" and await model_type(record) == "voice_design"
 
 
-async def check_voice_design(state: AppState, model_id: str) -> None:
-    """InvalidInput naming `model` unless `model_id` is a Qwen3-TTS VoiceDesign model."""
+async def check_voice_design(state: AppState, model_id: str, preset: str | None = None) -> None:
+    """InvalidInput naming `model` unless `model_id` is a Qwen3-TTS VoiceDesign model; naming `voice`
+    where a `preset` (its name) chose the model (a request without `model` was told its `model` was
+    wrong: found by a new-user trial)."""
     if not await is_voice_design(state, model_id):
-        raise InvalidInput(f"model {model_id!r} is not a VoiceDesign model (a qwen3_tts model of type "
-                           f"voice_design); /v1/audio/design needs one", field="model")
+        whose = f"preset {preset!r} uses model {model_id!r}, which" if preset else f"model {model_id!r}"
+        raise InvalidInput(f"{whose} is not a VoiceDesign model (a qwen3_tts model of type voice_design); "
+                           "/v1/audio/design needs one", field="voice" if preset else "model")
 
 
 async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encoder: StreamEncoder,

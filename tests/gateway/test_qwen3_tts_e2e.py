@@ -205,6 +205,16 @@ def test_design_without_a_model_uses_the_one_voice_design_model(server: LiveServ
             refused = client.post("/v1/audio/design", json={**body, "model": model})
             assert refused.status_code == 400 and refused.json()["error"]["field"] == "model", refused.text
         assert client.post("/v1/audio/design", json={**body, "model": "nope"}).status_code == 404
+        # A preset of a model that designs no voice, no model sent: the 400 named `model` (found by a new-user trial)
+        assert client.post("/v1/presets", json={"name": "plain-joe", "model": "piper-joe", "voice": "default"}) \
+            .status_code == 201
+        try:
+            refused = client.post("/v1/audio/design", json={**body, "voice": "plain-joe"})
+            assert refused.status_code == 400 and refused.json()["error"]["field"] == "voice", refused.text
+            assert refused.json()["error"]["message"].startswith(
+                "preset 'plain-joe' uses model 'piper-joe', which is not a VoiceDesign model")
+        finally:
+            client.delete("/v1/presets/plain-joe")
     assert server.wait_idle() == 0
 
 
