@@ -68,7 +68,8 @@ class Scheduler:
             assert sampling is not None, "a speech-LM request needs sampling settings"
             wanted = sampling.force_tokens or sampling.max_tokens
             if room < min(wanted, first_chunk):
-                raise InputTooLong(f"the prompt takes {len(request.prepared.prompt_ids)} of the model's "
+                carried = " (the text with its instructions)" if request.spec.options.get("instructions") else ""
+                raise InputTooLong(f"the prompt{carried} takes {len(request.prepared.prompt_ids)} of the model's "
                                    f"{self.kv.max_seq_len} positions (its max_seq_len option), too few left for audio",
                                    field="input")
             request.max_tokens = min(wanted, room)
@@ -80,7 +81,7 @@ class Scheduler:
             self.num_refused += 1
             why = (f"has {self.num_requests} requests (max_running + max_waiting)" if full else
                    f"is busy: first audio predicted in {predicted:.0f} ms (max {self.max_predicted_ttfa_ms:.0f})")
-            raise Overloaded(f"model {request.spec.model_id!r} {why}; retry shortly")
+            raise Overloaded(f"model {request.spec.model_id!r} {why}; retry shortly", field="model")
         request.queued_s = now
         self.waiting.append(request)
 

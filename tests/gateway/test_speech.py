@@ -247,6 +247,7 @@ def test_beyond_the_queue_limit_is_503_with_retry_after(tmp_path) -> None:
         assert statuses.count(200) >= 2 and 503 in statuses, statuses
         busy = next(r for r in responses if r.status_code == 503)
         assert busy.json()["error"]["code"] == "overloaded" and busy.headers["retry-after"] == "1"
+        assert busy.json()["error"]["field"] == "model"  # (it named none: found by a new-user trial)
         assert server.wait_idle() == 0
         # Each 503 is one refusal in /metrics (the engine's stats snapshot follows its steps).
         def refused() -> float:

@@ -239,7 +239,11 @@ def test_prepare_refuses_unknown_voices_and_instructions_a_model_does_not_follow
     assert len(prepared.prompt_ids) == prepared.prompt.prefill.shape[0]  # type: ignore[attr-defined]
     with pytest.raises(InputTooLong) as too_long:  # the prompt leaves no position for audio
         _add(_core(qwen3_tts_tiny, max_seq_len=len(prepared.prompt_ids)), _spec("a"))
-    assert too_long.value.field == "input"
+    assert too_long.value.field == "input" and too_long.value.message.startswith("the prompt takes")
+    instructed = qwen3_tts.load("tiny", qwen3_tts_tiny, {}, "cpu").spec.prepare(_spec("a", instructions="Slowly."))
+    with pytest.raises(InputTooLong) as too_long:  # the instructions' share said too (found by a new-user trial)
+        _add(_core(qwen3_tts_tiny, max_seq_len=len(instructed.prompt_ids)), _spec("a", instructions="Slowly."))
+    assert too_long.value.message.startswith("the prompt (the text with its instructions) takes")
 
 
 def test_frames_pack_into_one_token_and_back() -> None:
