@@ -6,7 +6,7 @@
   voxgate models list [--data-dir D] [--config FILE]
   voxgate models add --family F --path DIR [--id ID] [--name NAME] [--option KEY=VALUE ...] [--data-dir D]
                     [--config FILE]
-  voxgate models catalog [--config FILE]
+  voxgate models catalog [--data-dir D] [--config FILE]
   voxgate models install ID [--data-dir D] [--config FILE]
   voxgate models remove ID [--data-dir D] [--config FILE]
   voxgate checkpoint random --family orpheus|qwen3_tts [--size tiny|full|0.6b|1.7b] [--type TYPE] [--force] DIR
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from engine.config import MECHANISMS
+from models import FAMILIES
 from gateway import cli_models
 from gateway.settings import Settings, is_loopback, load_settings, unknown_variables
 
@@ -309,11 +310,12 @@ def parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("models", help="manage the model library").add_subparsers(dest="action", required=True)
     a = m.add_parser("add", help="register a model folder (validated first: its files are read, not loaded)")
-    a.add_argument("--family", required=True)
-    a.add_argument("--path", required=True)
+    a.add_argument("--family", required=True, help=f"the model's family: {', '.join(FAMILIES)}")
+    a.add_argument("--path", required=True, help="the model's folder on this machine (stored absolute): a Piper "
+                                                 "voice's .onnx + .onnx.json, or a speech LM's folder (README)")
     a.add_argument("--id", help="the model's id (default: the folder's name): letters, digits, _ . -, a letter or "
                                 "digit first, at most 128 characters; no catalog model's id")
-    a.add_argument("--name")
+    a.add_argument("--name", help="a display name, 1-200 characters (default: the id)")
     a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (README: Model options), e.g. --option max_running=8")
     common(a)
