@@ -55,6 +55,7 @@ async function readFile() {
   if (!file) return;
   $("i-format").value = /\.(md|markdown)$/i.test(file.name) ? "markdown" : "text";
   $("i-text").value = await file.text();
+  previewOutOfDate();
 }
 
 async function showPreview() {
@@ -90,6 +91,14 @@ function discardPreview() {
   preview = null;
   $("preview").hidden = true;
   $("preview-list").replaceChildren();
+}
+
+// The text (or its format) changed under a preview: Add would have added the old split unseen
+// (found by a new-user trial), so the preview goes, saying why.
+function previewOutOfDate() {
+  if (!preview) return;
+  discardPreview();
+  say($("i-status"), "The text changed: preview the split again.", "error");
 }
 
 // -- passages -------------------------------------------------------------------------
@@ -304,6 +313,8 @@ $("s-model").addEventListener("change", () => fillSpeakers($("s-speaker"), $("s-
   .catch((err) => sayError($("s-status"), err)));
 $("i-file").addEventListener("change", () => readFile().catch((err) => sayError($("i-status"), err, "Could not read the file")));
 $("i-preview").addEventListener("click", showPreview);
+$("i-text").addEventListener("input", previewOutOfDate);
+$("i-format").addEventListener("change", previewOutOfDate);
 $("i-append").addEventListener("click", () => applyImport(false));
 $("i-replace").addEventListener("click", () => applyImport(true));
 $("i-discard").addEventListener("click", discardPreview);

@@ -139,6 +139,13 @@ def test_bad_import_and_export_errors_show_in_the_page(server: LiveServer, page:
     page.get_by_role("button", name="Export").click()
     page.locator("#e-status[data-kind='error']").wait_for()
     assert "no passages" in page.inner_text("#e-status")
+    # A preview goes when its text changes: Add added the old split (found by a new-user trial).
+    page.fill("#i-text", "First passage.\n\nSecond passage.")
+    page.get_by_role("button", name="Preview the split").click()
+    page.locator("#preview-summary", has_text="2 passages").wait_for()
+    page.fill("#i-text", "Only this one now.")
+    assert page.is_hidden("#preview") and "preview the split again" in page.inner_text("#i-status")
+    assert httpx.get(f"{server.url}/v1/projects/{project['id']}").json()["passages"] == []
     missing = page.goto(f"{server.url}/projects/prj-000000000000")  # the site's 404 page
     assert missing is not None and missing.status == 404
     assert "no project 'prj-000000000000'" in page.inner_text("main")
