@@ -48,6 +48,16 @@ async def load_reference(state: AppState, name: str, transcript: str | None = No
     return ReferenceAudio(pcm16, transcript or str(row["transcript"]), sha256, name)
 
 
+async def check_still_stored(state: AppState, choice: Choice, field: str = "voice") -> None:
+    """UnknownVoice naming `field` if `choice` speaks in a library reference voice that has been
+    deleted since it was chosen: a realtime session kept speaking in a deleted voice, which every new
+    REST request refused (found by a new-user trial). Asked before each engine request of a socket."""
+    reference = choice.options.get("reference")
+    if isinstance(reference, ReferenceAudio) and reference.name and await store(state).get(reference.name) is None:
+        raise UnknownVoice(f"reference voice {reference.name!r} was deleted (/v1/voices/references); choose "
+                           "another voice", field=field)
+
+
 @functools.lru_cache(maxsize=16)  # <= 1.4 MB each (30 s at 24 kHz)
 def _recording(path: Path, created_at: float) -> tuple[bytes, str]:
     """A stored recording's PCM16 and content hash, read and hashed once per upload (a new

@@ -57,6 +57,7 @@ from engine.clock import PlaybackClock
 from engine.engine import AudioStream
 from engine.types import EngineError, SpeechRequest, WordTiming
 from gateway.audio import Resampler
+from gateway.clone_voices import check_still_stored
 from gateway.connection import CLIENT_GONE
 from gateway.errors import ApiError
 from gateway.resident import Lease
@@ -242,6 +243,7 @@ class UtteranceStream:
         the utterance through the listener (`on_error`), as a failure mid-request does."""
         lease: Lease | None = None
         try:
+            await check_still_stored(self.state, choice)
             lease = await self.state.residency.acquire(choice.model_id)
             if self.cancelled:  # while the model loaded
                 lease.release()

@@ -138,6 +138,30 @@ def test_realtime_speaks_with_a_reference_voice(server: LiveServer) -> None:
         assert error["type"] == "error" and error["error"]["field"] == "session.voice"
 
 
+def test_a_session_on_a_deleted_reference_voice_is_told_so(client: httpx.Client, server: LiveServer) -> None:
+    """Found by a new-user trial: a realtime session kept speaking in a reference voice deleted after its
+    session.update, which every new REST request refused. Its next utterance fails naming session.voice."""
+    uploaded = client.post("/v1/voices/references", data={"name": "carol", "transcript": REF_TEXT},
+                           files={"audio": ("carol.wav", _recording(2.0, seed=5), "audio/wav")})
+    assert uploaded.status_code == 201, uploaded.text
+    with connect(f"{server.ws_url}/v1/realtime") as ws:
+        assert json.loads(ws.recv())["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": "carol",
+                                                                  "sample_rate": 24000}}))
+        assert json.loads(ws.recv())["type"] == "session.updated"
+        events, audio = speak(ws, "Hello there.", timeout=120)
+        assert events[-1]["type"] == "utterance.done" and events[-1]["error"] is None and audio, events
+        assert client.delete("/v1/voices/references/carol").status_code == 204
+        ws.send(json.dumps({"type": "text.append", "text": "Hello again."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        error = json.loads(ws.recv(timeout=60))
+        assert error["type"] == "error" and error["error"]["field"] == "session.voice", error
+        assert "'carol' was deleted" in error["error"]["message"]
+        done = json.loads(ws.recv(timeout=60))
+        assert done["type"] == "utterance.done" and done["error"] == "unknown_voice", done
+    assert server.wait_idle() == 0
+
+
 def test_a_voice_used_again_is_not_encoded_again_and_deleting_it_drops_it(client: httpx.Client,
                                                                           server: LiveServer) -> None:
     assert _clone(client, voice="alice", response_format="pcm").status_code == 200
