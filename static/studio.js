@@ -67,7 +67,7 @@ function setSpeed(value) {
 
 async function speak() {
   const text = $("text").value;
-  if (!/[\p{L}\p{N}]/u.test(text)) {
+  if (!/[\p{L}\p{N}\p{Extended_Pictographic}]/u.test(text)) {  // (emoji: the server's text_emoji decides)
     say(status, "Type some text to speak first (letters or digits).", "error");
     $("text").focus();
     return;
@@ -207,6 +207,7 @@ async function loadTakes() {
     $("takes-empty").hidden = data.length > 0;
     window.voxgate.takes = data.length;
   } catch (err) {
+    $("takes-empty").hidden = true;  // (it said "No takes yet" beside the error: found by a new-user trial)
     sayError($("takes-status"), err, "Could not load takes");
   }
 }

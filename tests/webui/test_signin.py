@@ -76,6 +76,11 @@ def test_a_cancelled_sign_in_stays_cancelled_and_speak_asks_when_the_cookie_is_g
     once (the page could not be left), nothing offered to sign in again, and Speak without a valid
     cookie said only "The realtime connection closed"."""
     server, key = keyed
+    page.goto(f"{server.url}/")  # the studio: its takes could not load, and it said "No takes yet" too
+    page.locator("#signin").wait_for(state="visible")
+    page.keyboard.press("Escape")
+    page.locator("#takes-status[data-kind='error']").wait_for()
+    assert page.is_hidden("#takes-empty")
     page.goto(f"{server.url}/live")
     page.locator("#signin").wait_for(state="visible")
     page.keyboard.press("Escape")
