@@ -263,6 +263,19 @@ def test_a_take_deleted_in_another_tab_leaves_the_list(server: LiveServer, page:
     assert page.evaluate("document.activeElement.id") == "takes-h"
 
 
+def test_text_with_nothing_to_speak_is_refused_in_the_page(server: LiveServer, page: sync_api.Page) -> None:
+    """Spaces: the page's own check. Emoji alone go to the server (its text_emoji setting decides: the
+    page refused what `text_emoji = "name"` speaks, found by a new-user trial), whose error shows."""
+    open_studio(page, server)
+    page.fill("#text", "   ")
+    page.click("#speak")
+    page.locator("#status", has_text="Type some text").wait_for()
+    page.fill("#text", "😀🎉")
+    page.click("#speak")
+    page.locator("#status[data-kind='error']", has_text="nothing").wait_for(timeout=30_000)
+    assert page.is_enabled("#speak") and page.evaluate("window.voxgate.lastDone") is None
+
+
 def test_the_folder_form_is_off_where_the_server_takes_no_folders(server: LiveServer, page: sync_api.Page) -> None:
     """Without `local_model_roots` the Library's "Add a model folder" form was there to fill in, and only
     its submit said the feature is off, marking the path as wrong (found by a new-user trial)."""
