@@ -34,7 +34,7 @@ function settingsData() {
   const out = {};
   for (const input of document.querySelectorAll("[data-setting]")) {
     if (input.validity.badInput) {
-      throw Object.assign(new Error(`${input.dataset.setting} must be a number`),
+      throw Object.assign(new Error(`settings.${input.dataset.setting} must be a number`),
                           { field: `settings.${input.dataset.setting}` });
     }
     if (input.value.trim() !== "") out[input.dataset.setting] = Number(input.value);

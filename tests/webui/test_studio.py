@@ -203,6 +203,7 @@ def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, 
     page.get_by_label("noise_w_scale").press_sequentially("1e")
     page.get_by_role("button", name="Create preset").click()
     page.locator("#p-set-noise_w_scale-err", has_text="must be a number").wait_for()
+    assert page.inner_text("#p-set-noise_w_scale-err") == "Must be a number."  # as the server's (it said "Noise_w_scale")
     assert httpx.get(f"{server.url}/v1/presets/Steady").status_code == 404
     page.get_by_label("noise_w_scale").fill("")
     page.get_by_label("noise_scale").fill("0.3")
