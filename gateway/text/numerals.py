@@ -133,7 +133,7 @@ _ROMAN_VALUES = {"I": 1, "V": 5, "X": 10}
 
 @lru_cache(maxsize=64)
 def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
-    num, _, _ = number_pattern(lang)
+    num, group, _ = number_pattern(lang)
     base = language.base(lang)
     us_dates = language.region_code(lang) in ("en", "en_US")
 
@@ -196,6 +196,9 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         return f' {year(int(m["y"]), lang)} '
 
     def version(m: re.Match[str]) -> str:
+        if group == "." and not m["cue"] and m.string[m.start() - 1:m.start()] not in ("v", "V") \
+                and re.fullmatch(r"\d{1,3}(?:\.\d{3})+", m["n"]):
+            return m.group(0)  # "1.234.567" where "." groups thousands (de, es, ...): a number, read below
         dot = "point" if base == "en" else link_words(lang)[0]
         said = f" {dot} ".join(cardinal(int(part), lang) for part in m["n"].split("."))
         return f"{m['cue'] or ''} {said} "

@@ -233,6 +233,18 @@ def test_a_version_after_v_is_read_as_a_version(text: str, lang: str, expected: 
 
 
 @pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("Es hat 1.234.567 Einwohner.", "de_DE",
+     "Es hat eine Million zweihundertvierunddreißigtausendfünfhundertsiebenundsechzig Einwohner."),
+    ("Hay 1.000.000 de euros.", "es_ES", "Hay un millón de euros."),
+    ("Version 1.2.3 und v1.000.000.", "de_DE", "Version eins Punkt zwei Punkt drei und v eins Punkt null Punkt null."),
+    ("Node 1.000.000", "en_US", "Node one point zero point zero"),  # "." groups no English number
+])
+def test_thousands_grouped_by_points_are_a_number_where_the_point_is_the_group_mark(
+        text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected  # found by a doc check: "1.234.567" was read as a version
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
     ("C++ and C#.", "en_US", "C plus plus and C sharp."),
     ("F#, C++20 and C#7", "en_US", "F sharp, C plus plus twenty and C sharp seven"),
     ("a sonata in C# minor, then G#", "en_US", "a sonata in C sharp minor, then G sharp"),
