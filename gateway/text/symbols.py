@@ -35,6 +35,9 @@ _COMPARISON = re.compile(r"\s*(?P<op><=|>=|!=|==|[≤≥≠])\s*|(?<=\s)(?P<op2>
 _EN_PER = {"mo": "month", "yr": "year", "hr": "hour", "wk": "week", "s": "second", "sec": "second",
            "GB": "gigabyte", "MB": "megabyte", "TB": "terabyte"}
 _PER = re.compile(rf"(?<=[\w)])\s?/\s?(?P<u>{'|'.join(_EN_PER)})\b(?!/)")
+# "$5/month": after an amount the number passes read ("five dollars /month") a whole word of time or of a head is
+# a rate too; they leave a space before the slash, which "night/day", a choice, has not.
+_PER_WORD = re.compile(r"(?<=\w)\s+/\s?(?P<u>second|minute|hour|day|night|week|month|year|person|user|seat)\b(?!/)")
 _WORD_SLASH = re.compile(r"(?<![\w/.@-])([^\W\d_]+)/([^\W\d_]+)(?![\w/@-]|\.\w)")
 _PRONOUNS = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them"})
 # Slashed English abbreviations, read as their words.
@@ -105,6 +108,7 @@ def connectors(text: str, lang: str) -> str:
         text = _AMPERSAND.sub(f" {and_word(lang)} ", text)
     if language.base(lang) == "en" and "/" in text:
         text = _PER.sub(lambda m: f" per {_EN_PER[m['u']]}", text)
+        text = _PER_WORD.sub(lambda m: f" per {m['u']}", text)
     if language.base(lang) == "en" and any(ch in text for ch in "<>=!≤≥≠"):
         text = _COMPARISON.sub(lambda m: f" {_EN_COMPARISONS[m['op'] or m['op2']]} ", text)
     if "/" in text:

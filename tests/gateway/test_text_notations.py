@@ -66,6 +66,8 @@ def test_english_abbreviations_are_read_as_their_words(text: str, expected: str)
     ("There are 2^32 values.", "There are two to the power of thirty-two values."),
     ("It costs $5/mo or $0.02/GB, at 10 req/s.",
      "It costs five dollars per month or two cents per gigabyte, at ten req per second."),
+    ("It costs $5/month, $10-20/month or €8 / year; night/day.",  # found by a doc check ("five dollars /month")
+     "It costs five dollars per month, ten to twenty dollars per month or eight euro per year; night day."),
     ("Louis XIV met Henry VIII after World War II.", "Louis the fourteenth met Henry the eighth after World War two."),
     ("Malcolm X in Washington DC, and I went.", "Malcolm X in Washington DC, and I went."),  # not numerals
 ])
