@@ -7,8 +7,8 @@ and some not as the word ("Dec." as "deck", "No. 5" as "no five"). These are spe
   Professor, `Rev.` Reverend, `Gen.` General, `Capt.` Captain, `Sgt.` Sergeant, `Lt.` Lieutenant,
   `Col.` Colonel, `Gov.` Governor, `Sen.` Senator, `Rep.` Representative, `Hon.` Honorable;
   `Jr.`/`Sr.` after a capitalised name (and a comma): Junior, Senior;
-- months before a day (`Dec. 5th`, `Sept. 1`): the month's name, which the date pass then reads
-  ("December fifth");
+- months before a day (`Dec. 5th`, `Sept. 1`, `Jan 1`): the month's name, which the date pass then reads
+  ("December fifth", as it reads `March 5`);
 - `No.`/`no.` before a number: "number" (`No. 5`, `#5` is read so already); `p.`, `pp.` and `ext.`
   before a number: "page", "pages", "extension"; a unit's full stop after a number within a sentence
   is dropped, so the units pass reads it, and `5 ft. 10 in.` is "5 feet 10 inches";
@@ -39,7 +39,8 @@ LATIN = {"vs.": "versus", "etc.": "et cetera", "e.g.": "for example", "i.e.": "t
 
 _TITLE = re.compile(rf"\b(?:(?P<a>{'|'.join(TITLES)})\.|(?P<b>Dr|Mr|Mrs|Ms)\b)(?=\s+(?:[A-Z]|and\s|&))")  # ("Gen Z" stays)
 _SUFFIX = re.compile(rf"(?<=[a-z]),? (?P<a>{'|'.join(SUFFIXES)})\.(?P<end>\s*$)?(?=$|[\s,;:!?)])")
-_MONTH = re.compile(rf"\b(?P<a>{'|'.join(sorted(MONTHS, key=len, reverse=True))})\.(?=\s?\d)")
+_MONTH = re.compile(rf"\b(?P<a>{'|'.join(sorted(MONTHS, key=len, reverse=True))})"
+                    r"(?:\.(?=\s?\d)|(?= \d{1,2}(?:st|nd|rd|th)?\b))")  # "Dec. 5", "Jan 1st"
 _NUMBER = re.compile(r"\b(?P<a>[Nn]o)\.\s?(?=\d)")
 _BEFORE_NUMBER = re.compile(r"\b(?P<a>pp|p|ext)\.\s?(?=\d)")
 BEFORE_NUMBER = {"p": "page ", "pp": "pages ", "ext": "extension "}

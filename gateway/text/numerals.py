@@ -242,6 +242,10 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
          r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]|[,;:]))?)?", clock),
         (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]|[,;:]))?", clock),
     ]
+    if base == "en":  # "March 5, 2024": a month's name before a day is a date, "March fifth"
+        months = "|".join(get_month_names("wide", locale="en").values())
+        passes.append((rf"\b(?P<m>{months}) (?P<d>[1-9]|[12]\d|3[01])(?![\w:%°/–-]|[.,]\d|\s?%)",
+                       lambda m: f"{m['m']} {ordinal(int(m['d']), lang)}"))
     passes += quantities.passes(lang)
     if base == "en":
         passes.append((r"(?:(?<![\w.,$€£¥/:'’‘-])|(?<=[^\W\d_]-))(?P<q>['’‘])?"
