@@ -74,4 +74,6 @@ def expand(text: str, lang: str) -> str:
     text = _UNIT_DOT.sub(lambda m: m["u"], text)
     text = _SAINT_STREET.sub(lambda m: f"{m['between']} Street{_ending(m)}", text)
     text = _STREET.sub(lambda m: STREETS[m["a"]] + _ending(m), text)
-    return _LATIN.sub(lambda m: LATIN[m["a"]] + _ending(m), text)
+    # "vs.", "e.g.", "i.e." lead on to what follows ("Apple vs. Google"): only "etc." or the text's end ends a sentence
+    return _LATIN.sub(lambda m: LATIN[m["a"]] + (_ending(m) if m["a"] == "etc." or not m.string[m.end():].strip()
+                                                  else " " if m["end"] else ""), text)

@@ -53,6 +53,8 @@ def test_phone_numbers_are_read_digit_by_digit_in_groups(text: str, expected: st
      "Apples versus oranges, for example fruit, that is food, et cetera. Then more."),
     ("On March 5, 2024, Sept. 1 and Jan 1st.", "On March fifth, twenty twenty-four, September first and January first."),
     ("In March 2020 and March 5-7.", "In March twenty twenty and March five to seven."),  # found by a doc check
+    ("Apple vs. Google, e.g. Python, i.e. Go, etc. Then more.",  # found by a doc check ("versus. Google")
+     "Apple versus Google, for example Python, that is Go, et cetera. Then more."),
 ])
 def test_english_abbreviations_are_read_as_their_words(text: str, expected: str) -> None:
     assert spoken(text) == expected
