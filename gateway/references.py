@@ -28,6 +28,8 @@ import os
 import re
 import time
 import uuid
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from urllib.parse import quote
 from pathlib import Path
 from typing import AbstractSet, Any
@@ -35,7 +37,7 @@ from typing import AbstractSet, Any
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
-from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 
@@ -178,6 +180,17 @@ async def _existing(store: ReferenceStore, request: Request) -> dict[str, Any]:
     return row
 
 
+async def _bounded_body(request: Request, limit: int, field: str) -> AsyncGenerator[bytes, None]:
+    """The request body, 413 naming `field` once more than `limit` bytes have come: a chunked
+    upload (no Content-Length) stops there, not after spooling all of it to a temporary file."""
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field=field)
+        yield chunk
+
+
 async def read_upload_form(request: Request, fields: AbstractSet[str], file_field: str, wanted: str) -> FormData:
     """A multipart body of `fields` with one recording in `file_field` (<= MAX_UPLOAD_BYTES); the caller
     closes it. 415 if not multipart (`wanted`: what to send), 413 naming `file_field` over the size,
@@ -187,10 +200,13 @@ async def read_upload_form(request: Request, fields: AbstractSet[str], file_fiel
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_UPLOAD_BYTES + 64 * 1024:
         raise ApiError(413, "body_too_large", f"the upload is over {MAX_UPLOAD_BYTES} bytes", field=file_field)
-    try:
-        form = await request.form(max_files=1, max_fields=len(fields) + 1, max_part_size=MAX_UPLOAD_BYTES)
-    except HTTPException as error:  # Starlette's answer to a malformed body or a part over its limit
-        raise InvalidInput(f"malformed multipart body: {error.detail}", field=file_field) from error
+    stream = _bounded_body(request, MAX_UPLOAD_BYTES + 64 * 1024, file_field)
+    try:  # (Starlette's own request.form() bounds fields but spools a file part of any size to disk)
+        async with aclosing(stream):
+            form = await MultiPartParser(request.headers, stream, max_files=1, max_fields=len(fields) + 1,
+                                         max_part_size=MAX_UPLOAD_BYTES).parse()
+    except MultiPartException as error:  # a malformed body or a field over its limit
+        raise InvalidInput(f"malformed multipart body: {error.message}", field=file_field) from error
     unknown = set(form.keys()) - fields
     if unknown:
         await form.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
@@ -166,3 +167,29 @@ def test_a_name_taken_in_another_case_is_refused_both_ways(client: httpx.Client)
     assert [r["name"] for r in client.get(URL).json()["data"]] == ["Todd"]
     assert [p["name"] for p in client.get("/v1/presets").json()["data"]] == ["warm"]
     assert client.delete(f"{URL}/Todd").status_code == 204 and client.delete("/v1/presets/warm").status_code == 204
+
+
+def test_a_chunked_upload_stops_being_read_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a Content-Length only the bytes read bound an upload: Starlette's request.form() spooled
+    a file part of any size to a temporary file (a trial sent 1 GB to /v1/audio/clone, all on disk,
+    before the 16 MiB check); the parser now gets the body through a counter that stops it."""
+    from starlette.requests import Request
+
+    from gateway.errors import ApiError
+
+    monkeypatch.setattr(references, "MAX_UPLOAD_BYTES", 10_000)
+    head = (b'--xyz\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n'
+            b"Content-Type: audio/wav\r\n\r\n")
+    pulled = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        return {"type": "http.request", "body": head if pulled == 1 else b"\0" * 65536, "more_body": pulled < 1000}
+
+    scope = {"type": "http", "method": "POST", "path": URL, "query_string": b"",
+             "headers": [(b"content-type", b"multipart/form-data; boundary=xyz")]}
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(references.read_upload_form(Request(scope, receive), {"audio"}, "audio", "audio"))
+    assert refused.value.status == 413 and refused.value.field == "audio"
+    assert pulled <= 4  # 10 000 + 64 KiB: the second 64 KiB chunk past the head is over it
