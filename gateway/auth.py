@@ -108,7 +108,8 @@ class RedactQuerySecrets:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw: bytes = scope.get("query_string", b"") if scope["type"] in ("http", "websocket") else b""
-        if raw and any(name.encode() in raw for name in SECRET_PARAMS):
+        # (`%`: a name may come percent-encoded, `api%5Fkey`, which parses as `api_key`)
+        if raw and (b"%" in raw or any(name.encode() in raw for name in SECRET_PARAMS)):
             query = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
             secrets: dict[str, str] = {}
             for k, v in query:

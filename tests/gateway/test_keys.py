@@ -337,3 +337,23 @@ def test_a_missing_key_says_where_this_route_reads_one(keyed: tuple[LiveServer, 
     refused = httpx.post(f"{live.url}{path}", json={"text": "Hi."}, timeout=30)
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "api_key_required"
     assert hint in refused.json()["error"]["message"], refused.json()
+
+
+def test_a_percent_encoded_secret_name_is_redacted_too() -> None:
+    """Found by a security trial: `?api%5Fkey=<key>` parses as `api_key`, but the raw bytes held no
+    `api_key`, so the access log showed the key whole (and it was not read as a key)."""
+
+    from gateway.auth import SECRETS, RedactQuerySecrets
+
+    seen: dict[str, Any] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.update(scope)
+
+    for query in (b"api%5Fkey=vxg_secret&x=1", b"api%5fkey=vxg_secret&x=1", b"%61pi_key=vxg_secret&x=1"):
+        seen.clear()
+        asyncio.run(RedactQuerySecrets(app)({"type": "http", "query_string": query}, None, None))
+        assert seen["query_string"] == b"api_key=redacted&x=1" and seen[SECRETS] == {"api_key": "vxg_secret"}
+    seen.clear()
+    asyncio.run(RedactQuerySecrets(app)({"type": "http", "query_string": b"text=a%20b"}, None, None))
+    assert seen["query_string"] == b"text=a%20b" and SECRETS not in seen  # untouched without a secret
