@@ -234,6 +234,8 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         passes.append((rf"(?P<cue>(?i:\b(?:{PHONE_CUES})\b[^\w\n]{{1,3}}))(?P<n>{SERVICE_NUMBERS})" + after, cued_digits))
         passes.append((rf"(?P<cue>(?i:\b(?:{DIGIT_CUES})(?:\s?(?:is|:|#|no\.?))?\s?))(?P<n>\d{{3,10}})" + after,
                        cued_digits))
+    if base == "en":  # "9am-5pm", "9:00-17:00": "to" between two times (the range pass below reads only numbers)
+        passes.append((rf"(?<![\w.,:-])(?P<a>{_TIME})\s?[-–]\s?(?P<b>{_TIME})(?![\w:])", _time_range))
     passes += [
         (r"(?<![\d-])(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?![\d-])", iso_date),
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
@@ -271,6 +273,18 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     return [(re.compile(pattern), _or_as_written(replace)) for pattern, replace in passes]
 
 
+_TIME = r"(?:[01]?\d|2[0-3])(?::[0-5]\d)?(?:\s?[AaPp]\.?\s?[Mm]\b\.?)?"  # "9", "9:30", "9am", "5 p.m."
+
+
+def _time_range(m: re.Match[str]) -> str:
+    """Two times joined by a dash, "to" between them (each read by the clock pass after), where
+    one of them is a time: a colon, or am/pm (a trial: "9am-5pm" was "nine AM - five PM")."""
+    a, b = m["a"], m["b"]
+    if not re.search(r"[:AaPp]", a + b):
+        return m.group(0)  # "5-10": the number range's
+    return f"{a} to {b}"
+
+
 def _or_as_written(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
     """`replace`, or the match unchanged where a library has no words for it.
 
@@ -281,9 +295,13 @@ def _or_as_written(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Matc
 
     def safe(match: re.Match[str]) -> str:
         try:
-            return replace(match)
+            out = replace(match)
         except Exception:  # noqa: BLE001 - see above: any library failure means "no words here"
             return match.group(0)
+        after = match.string[match.end():match.end() + 2]
+        if len(after) == 2 and after[0] == "-" and after[1].isalpha():  # "a 3-day trip": "three-day", not
+            return out.rstrip()  # "three -day" (found by a doc check)
+        return out
 
     return safe
 

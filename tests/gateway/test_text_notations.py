@@ -320,6 +320,10 @@ def test_a_streamed_first_clause_does_not_end_inside_a_number() -> None:
      "Meet at nine AM, then at five PM; or ten thirty AM: fine."),
     ("He is 5'10\" tall, she 6’2”.", "en_US", "He is five feet ten inches tall, she six feet two inches."),
     ("Coffee w/ milk, W/o sugar.", "en_US", "Coffee with milk, Without sugar."),
+    # found by a doc check: a dash between times was read as written, a number before "-word" kept a space
+    ("Open 9am-5pm, or 9:00-17:00, or 2-3pm; pages 5-10.", "en_US",
+     "Open nine AM to five PM, or nine o'clock to seventeen hundred, or two to three PM; pages five to ten."),
+    ("A 3-day trip, a 5-year-old, the 3rd-place team.", "en_US", "A three-day trip, a five-year-old, the third-place team."),
 ])
 def test_year_ranges_decimal_zeros_multiples_sizes_and_marks(text: str, lang: str, expected: str) -> None:
     assert spoken(text, lang) == expected
