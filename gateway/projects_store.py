@@ -222,27 +222,37 @@ class ProjectStore:
             raise
         return take_id
 
-    async def replace_audio(self, take: dict[str, Any], sample_rate: int, pcm16: bytes) -> None:
-        """An edit: the take's audio becomes `pcm16`; the file it had goes onto the undo history."""
+    async def replace_audio(self, take: dict[str, Any], sample_rate: int, pcm16: bytes) -> bool:
+        """An edit: the take's audio becomes `pcm16`; the file it had goes onto the undo history.
+        False (and no file left) when the take was deleted meanwhile (with its passage or project)."""
         name = f"{take['id']}-{len(take['history']) + 1}.wav"
         await run_in_threadpool(write_wav, self.take_path(take, name), sample_rate, pcm16)
         history = [*take["history"], take["audio_file"]]
         try:
             async with self.library.transaction() as db:
-                await db.execute("UPDATE project_takes SET audio_file = ?, audio_ms = ?, history = ? WHERE id = ?",
-                                 (name, 1000.0 * (len(pcm16) // 2) / sample_rate, json.dumps(history), take["id"]))
+                cur = await db.execute(
+                    "UPDATE project_takes SET audio_file = ?, audio_ms = ?, history = ? WHERE id = ?",
+                    (name, 1000.0 * (len(pcm16) // 2) / sample_rate, json.dumps(history), take["id"]))
         except BaseException:
             self.take_path(take, name).unlink(missing_ok=True)
             raise
+        if not cur.rowcount:
+            self.take_path(take, name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # write_wav made the folder again if the project went
+                if await self.get_project(take["project_id"]) is None:
+                    self.take_path(take, name).parent.rmdir()
+        return cur.rowcount > 0
 
-    async def undo(self, take: dict[str, Any], audio_ms: float) -> None:
-        """Back to the previous audio file (`audio_ms` its length); the edited file is removed."""
+    async def undo(self, take: dict[str, Any], audio_ms: float) -> bool:
+        """Back to the previous audio file (`audio_ms` its length); the edited file is removed.
+        False when the take was deleted meanwhile."""
         history = list(take["history"])
         previous = history.pop()
         async with self.library.transaction() as db:
-            await db.execute("UPDATE project_takes SET audio_file = ?, audio_ms = ?, history = ? WHERE id = ?",
-                             (previous, audio_ms, json.dumps(history), take["id"]))
+            cur = await db.execute("UPDATE project_takes SET audio_file = ?, audio_ms = ?, history = ? WHERE id = ?",
+                                   (previous, audio_ms, json.dumps(history), take["id"]))
         self.take_path(take).unlink(missing_ok=True)
+        return cur.rowcount > 0
 
     async def delete_take(self, take: dict[str, Any]) -> bool:
         """False (and nothing deleted) when the take is its passage's chosen one."""

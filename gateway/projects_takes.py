@@ -89,8 +89,24 @@ async def edit_take(request: Request) -> JSONResponse:
         await _edit(store, take, op, data)
     updated = await store.get_take(project["id"], take["id"])
     passage = await store.get_passage(project["id"], take["passage_id"])
-    assert updated is not None
+    if updated is None:  # deleted (with its passage or project) after the edit
+        raise _gone(take)
     return JSONResponse(take_json(project, passage, updated))
+
+
+def _gone(take: dict[str, Any]) -> ApiError:
+    return ApiError(404, "take_not_found", f"take {take['id']!r} was deleted (with its passage or project) "
+                    "while it was edited", field="take")
+
+
+async def _read(store: ProjectStore, take: dict[str, Any], name: str | None = None) -> tuple[Any, int]:
+    path = store.take_path(take, name)
+    try:
+        return await run_in_threadpool(read_pcm16, path)
+    except Exception:
+        if path.is_file():
+            raise
+        raise _gone(take) from None
 
 
 async def _edit(store: ProjectStore, take: dict[str, Any], op: str, data: dict[str, Any]) -> None:
@@ -98,10 +114,11 @@ async def _edit(store: ProjectStore, take: dict[str, Any], op: str, data: dict[s
     if op == "undo":
         if not take["history"]:
             raise ApiError(409, "nothing_to_undo", f"take {take['id']!r} has no edit to undo", field="op")
-        pcm16, rate = await run_in_threadpool(read_pcm16, store.take_path(take, take["history"][-1]))
-        await store.undo(take, 1000.0 * len(pcm16) / rate)
+        pcm16, rate = await _read(store, take, take["history"][-1])
+        if not await store.undo(take, 1000.0 * len(pcm16) / rate):
+            raise _gone(take)
     else:
-        pcm16, rate = await run_in_threadpool(read_pcm16, store.take_path(take))
+        pcm16, rate = await _read(store, take)
         if op == "trim_silence":
             start, end = silence_bounds(pcm16, rate)
             if end <= start:
@@ -115,7 +132,8 @@ async def _edit(store: ProjectStore, take: dict[str, Any], op: str, data: dict[s
             edited = delete_range(pcm16, rate, float(data["start_ms"]), float(data["end_ms"]))
         if len(edited) == len(pcm16):
             raise ApiError(409, "no_change", "that edit would not change the take", field="op")
-        await store.replace_audio(take, rate, edited.astype("<i2").tobytes())
+        if not await store.replace_audio(take, rate, edited.astype("<i2").tobytes()):
+            raise _gone(take)
 
 
 async def delete_take(request: Request) -> Response:
