@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import unicodedata
 from typing import Any
 
 from starlette.requests import Request
@@ -36,7 +37,7 @@ from engine.types import EngineError, InvalidInput, UnknownModel
 from gateway.errors import ApiError, read_json
 from gateway.projects_jobs import Generator, resolve_speaker
 from gateway.projects_store import ProjectStore
-from gateway.projects_text import MAX_PASSAGE_CHARS, split_passages
+from gateway.projects_text import IMPORT_FORMATS, MAX_PASSAGE_CHARS, split_passages
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
 from gateway.text import check_input, says_something
@@ -143,9 +144,17 @@ def unknown_fields(data: dict[str, Any], allowed: set[str], what: str) -> None:
         raise InvalidInput(f"unknown field {field!r}; {what} {has}", field=field)
 
 
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _name(value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
-        raise InvalidInput(f"name must be a string of 1-{MAX_NAME_CHARS} characters", field="name")
+    """A project's name: 1-MAX_NAME_CHARS characters once its spaces around go, none a control
+    character or a bidirectional override (a NUL, a tab, a right-to-left override went into export
+    file names: found by a new-user trial; an emoji's zero-width joiner is fine)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS \
+            or any(unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS for ch in value):
+        raise InvalidInput(f"name must be a string of 1-{MAX_NAME_CHARS} characters, none a control character",
+                           field="name")
     return value.strip()
 
 
@@ -256,8 +265,10 @@ async def import_text(request: Request) -> JSONResponse:
     if not isinstance(text, str):
         raise InvalidInput("text must be a string (the file's contents)", field="text")
     fmt = data.get("format", "markdown")
+    if fmt not in IMPORT_FORMATS:  # (before the text is read: `format: 5` said "got ''")
+        raise InvalidInput(f"format must be one of {', '.join(IMPORT_FORMATS)}; got {fmt!r}", field="format")
     options = await model_options(state, project["model_id"])  # a block is kept if speech would say something
-    passages = await asyncio.to_thread(split_passages, text, fmt if isinstance(fmt, str) else "",
+    passages = await asyncio.to_thread(split_passages, text, fmt,
                                        min(MAX_PASSAGE_CHARS, state.settings.max_input_chars),
                                        lambda block: says_something(block, options, "text"))
     if not passages:
@@ -307,8 +318,8 @@ async def get_job(request: Request) -> JSONResponse:
     project = await existing_project(request, store)
     job = generator.job(project["id"])
     if job is None:
-        raise ApiError(404, "job_not_found", f"project {project['id']!r} has not generated anything yet",
-                       field="project")
+        raise ApiError(404, "job_not_found", f"project {project['id']!r} has no generation job since the server "
+                       "started (a restart forgets jobs; its takes stay)", field="project")
     return JSONResponse(job.as_json())
 
 

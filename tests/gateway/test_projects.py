@@ -204,6 +204,8 @@ def test_split_and_merge_keep_takes(client: httpx.Client) -> None:
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "field"), [
     ("POST", "", {"name": ""}, 400, "name"),
+    ("POST", "", {"name": "a\u0000b"}, 400, "name"),  # went into export file names (a new-user trial)
+    ("PATCH", "/{pid}", {"name": "\u202eevil"}, 400, "name"),
     ("POST", "", {"name": "x", "model": "nope"}, 404, "model"),
     ("POST", "", {"name": "x", "model": None}, 400, "model"),
     ("POST", "", {"name": "x", "model": 5}, 400, "model"),
@@ -213,6 +215,7 @@ def test_split_and_merge_keep_takes(client: httpx.Client) -> None:
     ("POST", "", {"name": "x", "colour": "red"}, 400, "colour"),
     ("POST", "/{pid}/import", {"text": "```\ncode only\n```"}, 400, "text"),
     ("POST", "/{pid}/import", {"text": "Hi.", "format": "docx"}, 400, "format"),
+    ("POST", "/{pid}/import", {"text": "Hi.", "format": ["text"]}, 400, "format"),
     ("POST", "/{pid}/import", {"text": 3}, 400, "text"),
     ("POST", "/{pid}/passages", {"text": "!!!"}, 400, "text"),
     ("POST", "/{pid}/passages", {"text": "x" * 5000}, 422, "text"),
