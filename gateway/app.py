@@ -99,6 +99,8 @@ def create_app(settings: Settings) -> Starlette:
             await library.close()
             raise RuntimeError(no_key_message(settings))
         await TakeStore(library, settings.data_dir / "takes").sweep()  # what a kill left behind
+        projects = ProjectStore(library, settings.data_dir / "projects")
+        await projects.sweep()
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()
@@ -121,7 +123,7 @@ def create_app(settings: Settings) -> Starlette:
         state = AppState(settings, engine, library, residency, metrics, catalog=catalog, downloads=downloads,
                          keys=keys, limits=KeyLimits(settings.key_rate_limit, settings.key_max_concurrent),
                          writes=WriteGuard(settings.send_timeout_s))
-        generator = Generator(state, ProjectStore(library, settings.data_dir / "projects"))
+        generator = Generator(state, projects)
         state.projects = generator
         app.state.voxgate = state
         trimmer: asyncio.Task[None] | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,3 +53,38 @@ def test_an_edit_of_a_take_deleted_meanwhile_is_a_404_and_leaves_no_file(
     assert answer[0].json()["error"]["code"] == "take_not_found"
     folder = server.settings.data_dir / "projects" / pid
     assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_a_start_sweeps_what_no_project_or_take_names(tmp_path: Path) -> None:
+    """Found by a new-user trial: a kill mid-write (`.part`), an edit's file whose take went, and the
+    folder of a deleted project stayed under `<data_dir>/projects/` for good; the takes folder had its
+    sweep at start, the projects folder none. What a take names (its audio and its undo history) stays."""
+    import asyncio
+
+    from gateway.library import Library
+    from gateway.projects_store import ProjectStore
+
+    async def main() -> tuple[tuple[int, int], list[str]]:
+        library = await Library.open(tmp_path / "voxgate.db")
+        try:
+            store = ProjectStore(library, tmp_path / "projects")
+            pid = await store.create_project("Swept", "piper-joe", "default", 300.0)
+            await store.insert_passages(pid, ["One passage."])
+            passage = (await store.passages(pid))[0]
+            meta = {"text": "One passage.", "speaker": "default", "model_id": "piper-joe", "voice": "default"}
+            take_id = await store.add_take(passage, meta, 24000, b"\1\0" * 2400, choose=True)
+            take = await store.get_take(pid, take_id)
+            assert take is not None and await store.replace_audio(take, 24000, b"\2\0" * 1200)  # history: -0.wav
+            folder = tmp_path / "projects" / pid
+            (folder / "ptk-000000000000-1.wav").write_bytes(b"RIFF")  # an edit whose take went
+            (folder / "ptk-000000000001-0.wav.part").write_bytes(b"RI")  # a kill mid-write
+            (tmp_path / "projects" / "prj-000000000000").mkdir()  # a deleted project's folder, made again
+            (tmp_path / "projects" / "prj-000000000000" / "x-0.wav").write_bytes(b"RIFF")
+            swept = await store.sweep()
+            return swept, sorted(path.name for path in (tmp_path / "projects").rglob("*"))
+        finally:
+            await library.close()
+
+    swept, left = asyncio.run(main())
+    assert swept == (2, 1)
+    assert len(left) == 3 and left[-2].endswith("-0.wav") and left[-1].endswith("-1.wav"), left  # the folder, 2 files
