@@ -45,6 +45,11 @@ async def resolve_speaker(state: AppState, project: dict[str, Any], speaker: str
                                preset_may_switch_model=True)
 
 
+class PassageGone(Exception):
+    """A queued passage was deleted before (or while) its turn: the job drops it from its total, as a
+    replacing import's hundreds of passages counted as failures (found by a new-user trial)."""
+
+
 @dataclass(eq=False)
 class Job:
     project_id: str
@@ -108,6 +113,8 @@ class Generator:
                 try:
                     await self._generate(job.project_id, job.current)
                     job.num_done += 1
+                except PassageGone:  # deleted (a replacing import) before or while its turn: not a failure
+                    job.num_total -= 1
                 except EngineError as error:
                     job.num_failed += 1
                     job.errors.append({"passage_id": job.current, "code": error.code, "message": error.message,
@@ -122,6 +129,8 @@ class Generator:
             job.state = "done"
         except asyncio.CancelledError:
             job.state = "cancelled"
+            if job.current is not None:  # not done: queued again, so done + failed + queued is the total
+                job.queue.insert(0, job.current)
             raise
         finally:
             job.current = None
@@ -131,7 +140,7 @@ class Generator:
         project = await self.store.get_project(project_id)
         passage = await self.store.get_passage(project_id, passage_id)
         if project is None or passage is None:
-            raise InvalidInput(f"passage {passage_id!r} was deleted before its turn", field="passages")
+            raise PassageGone(passage_id)
         speaker = passage["speaker"] or project["speaker"]
         choice = await resolve_speaker(self.state, project, passage["speaker"])
         text = check_input(passage["text"], self.state.settings.max_input_chars, field="text", speakable=False)
@@ -139,7 +148,7 @@ class Generator:
         # Re-read: the passage may have changed while it was spoken; the take says what it was made from.
         current = await self.store.get_passage(project_id, passage_id)
         if current is None:
-            raise InvalidInput(f"passage {passage_id!r} was deleted while it was generated", field="passages")
+            raise PassageGone(passage_id)
         chosen = await self.store.get_take(project_id, current["chosen_take"]) if current["chosen_take"] else None
         chosen_is_current = chosen is not None and chosen["text"] == current["text"] and \
             chosen["speaker"] == (current["speaker"] or project["speaker"])

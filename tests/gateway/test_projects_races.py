@@ -88,3 +88,48 @@ def test_a_start_sweeps_what_no_project_or_take_names(tmp_path: Path) -> None:
     swept, left = asyncio.run(main())
     assert swept == (2, 1)
     assert len(left) == 3 and left[-2].endswith("-0.wav") and left[-1].endswith("-1.wav"), left  # the folder, 2 files
+
+
+def _held_generation(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """(started, go_on): each passage's synthesis waits for `go_on` once it has started."""
+    import asyncio
+
+    from gateway.projects_jobs import Generator
+
+    started, go_on = threading.Event(), threading.Event()
+    real = Generator._synthesise
+
+    async def held(self: Generator, *args: Any) -> Any:
+        started.set()
+        await asyncio.to_thread(go_on.wait, 20)
+        return await real(self, *args)
+
+    monkeypatch.setattr(Generator, "_synthesise", held)
+    return started, go_on
+
+
+def test_passages_deleted_before_their_turn_leave_the_job_and_a_cancel_requeues_the_current(
+        client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new-user trial: a replacing import during a 300-passage job ended it `failed 283`,
+    one error a deleted passage; and a cancelled job's current passage was counted nowhere."""
+    started, go_on = _held_generation(monkeypatch)
+    pid = imported(client, new_project(client)["id"], "First one.\n\nSecond one.\n\nThird one.")["id"]
+    first, second, third = (p["id"] for p in client.get(f"/v1/projects/{pid}").json()["passages"])
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert started.wait(20)
+    for passage in (second, third):
+        assert client.delete(f"/v1/projects/{pid}/passages/{passage}").status_code == 204
+    go_on.set()
+    job = wait_job(client, pid)
+    assert (job["total"], job["done"], job["failed"], job["errors"]) == (1, 1, 0, []), job
+
+    started.clear()
+    go_on.clear()
+    client.post(f"/v1/projects/{pid}/passages", json={"text": "Fourth one."})
+    client.post(f"/v1/projects/{pid}/generate", json={"passages": [p["id"] for p in
+                                                                   client.get(f"/v1/projects/{pid}").json()["passages"]]})
+    assert started.wait(20)
+    job = client.delete(f"/v1/projects/{pid}/job").json()
+    go_on.set()
+    assert job["state"] == "cancelled" and job["done"] + job["failed"] + len(job["queued"]) == job["total"] == 2, job
+    assert job["queued"][0] == first
