@@ -30,7 +30,8 @@ from gateway.audio import MEDIA_TYPES, OUTPUT_RATE, wav_header, to_pcm16
 from gateway.errors import ApiError, read_json
 from gateway.projects_api import context, existing_passage, existing_project, path_id, take_json
 from gateway.projects_audio import (
-    EXPORT_FORMATS, Piece, delete_range, encode, normalize_loudness, read_pcm16, render, silence_bounds,
+    EXPORT_FORMATS, FRAME_MS, Piece, delete_range, encode, ms_to_samples, normalize_loudness, read_pcm16, render,
+    silence_bounds,
 )
 from gateway.projects_store import ProjectStore
 
@@ -123,6 +124,8 @@ async def _edit(store: ProjectStore, take: dict[str, Any], op: str, data: dict[s
             start, end = silence_bounds(pcm16, rate)
             if end <= start:
                 raise ApiError(409, "all_silence", "the take is silent throughout; delete it instead", field="op")
+            if len(pcm16) - (end - start) < ms_to_samples(FRAME_MS, rate):  # less than the silence frame: a
+                start, end = 0, len(pcm16)  # second trim cut a sample or so each time (found by a new-user trial)
             edited = pcm16[start:end]
         else:
             for key in ("start_ms", "end_ms"):

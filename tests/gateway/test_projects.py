@@ -105,6 +105,8 @@ def test_generate_choose_edit_undo_and_export(server: LiveServer, client: httpx.
     original, rate = sf.read(io.BytesIO(client.get(f"{take_url}/audio").content), dtype="int16")
     trimmed = client.post(f"{take_url}/edit", json={"op": "trim_silence"})
     assert trimmed.status_code in (200, 409), trimmed.text
+    again = client.post(f"{take_url}/edit", json={"op": "trim_silence"})  # it cut a sample or so each time
+    assert again.status_code == 409 and again.json()["error"]["code"] == "no_change", again.text
     cut = client.post(f"{take_url}/edit", json={"op": "delete_range", "start_ms": 100, "end_ms": 300}).json()
     assert cut["num_edits"] >= 1
     now, _ = sf.read(io.BytesIO(client.get(f"{take_url}/audio").content), dtype="int16")
