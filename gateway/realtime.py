@@ -290,6 +290,8 @@ class Session(SessionText):
         if utterance is not None:
             utterance.cancel()
         if not self.connection.ended:
+            if utterance is not None:  # the client left mid-utterance: its TTFA still counts, as REST's does
+                utterance.observe("realtime", cancelled=True)
             return
         # A shutdown: every turn the client started hears why it has no more, before the 1012 (the one
         # being spoken, unflushed with its text all spoken or cut at its start; each later one, as a

@@ -132,6 +132,29 @@ def test_realtime_chunks_are_observed_as_they_are_sent(server: LiveServer, clien
     assert delta("voxgate_ttfa_seconds_count") == 1
 
 
+def test_a_realtime_session_closed_mid_utterance_still_counts_its_ttfa(server: LiveServer,
+                                                                      client: httpx.Client) -> None:
+    """A client that leaves after its first audio: the utterance's TTFA is observed, as a dropped
+    REST stream's is, and it is no completed request (found by an operator trial: it was lost)."""
+    before = scrape(client)
+    with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
+        ws.send(json.dumps({"type": "text.append", "text": "A long answer the client will not wait for. " * 8}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        while not isinstance(ws.recv(timeout=60), bytes):
+            pass
+    assert server.wait_idle() == 0
+    after = scrape(client)
+
+    def delta(name: str) -> float:
+        key = (name, (("model", MODEL),))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("voxgate_ttfa_seconds_count") == 1
+    assert delta("voxgate_requests_total") == 0
+    assert value(after, "voxgate_realtime_sessions") == 0
+
+
 def test_vendor_http_chunks_are_observed(client: httpx.Client) -> None:
     """A Cartesia `/tts/bytes` stream goes through gateway/vendor_http.py, like ElevenLabs' HTTP routes."""
     before = scrape(client)
