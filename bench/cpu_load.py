@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -202,6 +203,29 @@ def server_side(outcomes: list[Outcome]) -> dict[str, float]:
             "server_within_200ms": round(sum(t <= 200 for t in ttfa) / max(1, len(outcomes)), 3)}
 
 
+def port_taken(port: int) -> bool:
+    """Something accepts connections on loopback `port` (found by an operator trial: with the port
+    taken, this run's server exited and the one already there was measured in its stead)."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_server(base: str, server: subprocess.Popen[bytes], log: Path, timeout_s: float = 120.0) -> None:
+    """Until this run's server answers `/health`; SystemExit with the end of its log if it exits
+    first or does not answer in `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while server.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    said = log.read_text(errors="replace").strip().splitlines()[-8:] if log.is_file() else []
+    why = f"exited with {server.returncode}" if server.poll() is not None else f"did not answer in {timeout_s:.0f} s"
+    raise SystemExit(f"the server {why}" + (f"; the end of its log ({log}):\n  " + "\n  ".join(said) if said else ""))
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its server
     parser = argparse.ArgumentParser()
@@ -221,6 +245,9 @@ def main() -> None:
     parser.add_argument("--renice", action="store_true",
                         help="diagnostic: the server's threads at nice 0 after its first request (needs root)")
     opts = parser.parse_args()
+    if port_taken(opts.port):
+        parser.error(f"--port {opts.port} is taken (another server answers there, and would be measured "
+                     "instead of this run's own); pass a free one")
     offload = offload_costs()
     print_offload(offload)
     texts = load_texts()
@@ -245,12 +272,7 @@ def main() -> None:
                             "limit_per_s": round(limit, 3), "other_cpu_cores": raw_other_cores,
                             "steal_cores": raw_others.steal_cores, **raw_quiet}}
     try:
-        for _ in range(120):
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        wait_server(base, server, folder / "server.log")
         record["server_rtf_quiet"] = quiet(server.pid)
         others = OtherCpu(server.pid)
         light, first_s = server_rtf(base, sample)
