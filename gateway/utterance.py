@@ -120,6 +120,7 @@ class UtteranceStream:
         self.ending = False  # no more text: the utterance ends when everything is spoken
         self.cancelled = False
         self.ready_s: float | None = None  # when its first text became speakable
+        self.last_audio_s: float | None = None  # when its last audio was delivered (the end of its RTF)
         self.request_id: str | None = None  # engine request in flight
         self.request_offset_ms = 0.0  # utterance audio before that request's first sample
         self.model_id = ""  # what it is spoken with
@@ -282,7 +283,8 @@ class UtteranceStream:
 
     async def _silence(self, ms: float, ready_s: float) -> None:
         pcm = np.zeros(int(round(self.sample_rate * ms / 1000.0)), np.float32)
-        self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
+        self.last_audio_s = time.monotonic()
+        self.state.metrics.observe_delivery(self.model_id, self.clock, self.last_audio_s,
                                             1000.0 * len(pcm) / self.sample_rate, self._not_before_s(ready_s))
         await self.listener.on_audio(self, pcm, (), False)
 
@@ -308,7 +310,8 @@ class UtteranceStream:
                     else:
                         not_before_s = -math.inf
                     self.started = True
-                    self.state.metrics.observe_delivery(self.model_id, self.clock, time.monotonic(),
+                    self.last_audio_s = time.monotonic()
+                    self.state.metrics.observe_delivery(self.model_id, self.clock, self.last_audio_s,
                                                         1000.0 * len(pcm) / self.sample_rate, not_before_s)
                 if len(pcm) or words:
                     await self.listener.on_audio(self, pcm, words, estimated)
@@ -368,7 +371,8 @@ class UtteranceStream:
         """Record the utterance in the metrics (TTFA, lateness), as `source`."""
         clock, metrics = self.clock, self.state.metrics
         if clock.delivered_ms and not cancelled:
-            elapsed = time.monotonic() - (self.ready_s or clock.arrival_s)
+            # to its last audio: an unflushed utterance ends `utterance_end_ms` after playing out, later
+            elapsed = (self.last_audio_s or time.monotonic()) - (self.ready_s or clock.arrival_s)
             metrics.observe_done(self.model_id, clock.delivered_ms, elapsed, clock.stalls,
                                  ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source=source)
         if clock.ttfa_ms is not None:

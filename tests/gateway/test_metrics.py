@@ -155,6 +155,25 @@ def test_a_realtime_session_closed_mid_utterance_still_counts_its_ttfa(server: L
     assert value(after, "voxgate_realtime_sessions") == 0
 
 
+def test_an_unflushed_realtime_utterance_rtf_is_its_synthesis_not_its_playback(server: LiveServer,
+                                                                              client: httpx.Client) -> None:
+    """Without `text.flush` an utterance ends `utterance_end_ms` after it has played out; its RTF
+    stops at its last chunk, not then (found by an operator trial: 1.23 for Piper, which runs at ~0.05)."""
+    since = client.get("/v1/stats").json()["time"]
+    with connect(f"{server.ws_url}/v1/realtime", open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
+        ws.send(json.dumps({"type": "text.append", "text": "Never flushed, this ends on its own. "}))
+        done = None
+        while done is None:
+            message = ws.recv(timeout=60)
+            if isinstance(message, str) and json.loads(message)["type"] in ("utterance.done", "error"):
+                done = json.loads(message)
+    assert done["type"] == "utterance.done" and done["audio_ms"] > 0, done
+    recent = client.get("/v1/stats", params={"since": since}).json()["recent"]
+    assert [u["source"] for u in recent] == ["realtime"]
+    assert 0 < recent[0]["rtf"] < 0.9, recent
+
+
 def test_vendor_http_chunks_are_observed(client: httpx.Client) -> None:
     """A Cartesia `/tts/bytes` stream goes through gateway/vendor_http.py, like ElevenLabs' HTTP routes."""
     before = scrape(client)
