@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.orpheus_decode import copy_bandwidth  # noqa: E402
 from bench.timing import median_ms  # noqa: E402
+if __name__ == "__main__" and importlib.util.find_spec("triton") is None:  # (a traceback, even for --help)
+    sys.exit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU and Triton (its kernels); Triton is not installed here")
 from models.decode_attention import FUSED_TILES, TARGET_PROGRAMS, decode_attention_qkv  # noqa: E402
 
 LAYERS, HEADS, KV_HEADS, DIM = 28, 24, 8, 128

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.orpheus_decode import (  # noqa: E402
     copy_bandwidth, graph_matches_eager, make_runner, profile_step, random_model, reset_rows)
 from bench.timing import median_ms  # noqa: E402
+if __name__ == "__main__" and importlib.util.find_spec("triton") is None:  # (a traceback, even for --help)
+    sys.exit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU and Triton (its kernels); Triton is not installed here")
 from models.lm_runner import ModelRunner  # noqa: E402
 from models import decode_attention, gemv, llama, orpheus  # noqa: E402
 from models import skinny  # noqa: E402  (Triton: this benchmark runs on CUDA only)

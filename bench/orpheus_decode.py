@@ -219,6 +219,9 @@ def main() -> None:
     parser.add_argument("--compile", type=int, default=1, help="also time compile_layers=True runners")
     parser.add_argument("--profile-batches", default="1,64", help="torch.profiler at context 512 ('' = skip)")
     opts = parser.parse_args()
+    if opts.device.startswith("cuda") and not torch.cuda.is_available():  # (a traceback, found by an operator trial)
+        parser.error(f"--device {opts.device}: no CUDA GPU is visible to PyTorch here (torch {torch.__version__}); "
+                     "this benchmark runs on one GPU")
     device = opts.device
     torch.manual_seed(opts.seed)
     batches = [int(b) for b in opts.batches.split(",")]

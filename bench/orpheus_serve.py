@@ -191,7 +191,11 @@ def runner_options(**overrides: Any) -> argparse.Namespace:
 
 
 def main() -> None:
-    opts = serve_parser().parse_args()
+    parser = serve_parser()
+    opts = parser.parse_args()
+    if opts.device.startswith("cuda") and not torch.cuda.is_available():  # (a traceback, found by an operator trial)
+        parser.error(f"--device {opts.device}: no CUDA GPU is visible to PyTorch here (torch {torch.__version__}); "
+                     "this benchmark runs on one GPU")
     if opts.cuda_sync:
         from bench.cuda_sync import set_sync_mode
 
