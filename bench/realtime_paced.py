@@ -150,9 +150,16 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.sessions < 1:
         parser.error(f"--sessions must be at least 1, got {opts.sessions}")
+    if not opts.url.startswith(("ws://", "wss://")):  # (found by an operator trial: these were tracebacks)
+        parser.error(f"--url must be a ws:// or wss:// URL of /v1/realtime, got {opts.url!r}")
     texts = [t for t in load_texts() if opts.min_words <= len(t.split()) <= opts.max_words]
+    if not texts:
+        parser.error(f"no workload sentence has {opts.min_words}-{opts.max_words} words (--min-words, --max-words)")
     texts = random.Random(opts.seed).sample(texts, min(opts.sessions, len(texts)))
-    rows = [asyncio.run(session(opts.url, text, opts.word_ms, opts.report_ms)) for text in texts]
+    try:
+        rows = [asyncio.run(session(opts.url, text, opts.word_ms, opts.report_ms)) for text in texts]
+    except OSError as error:  # refused, or a name that does not resolve
+        sys.exit(f"realtime_paced.py: no server answers at {opts.url} ({error}); start one first (voxgate serve)")
     summary = summarize(rows)
     print_table(rows, summary)
     record = {"command": " ".join(["python", *sys.argv]), "server": opts.server, "machine": f"{os.cpu_count()} CPUs",
