@@ -25,8 +25,8 @@ Rows: `mode`, `batch`, `context`, `dtype`, `step_ms`, `floor_ms` (issue 10's sch
 from __future__ import annotations
 
 import argparse
-import json
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable

@@ -18,8 +18,8 @@ Each row checks the result against float32 `F.linear` (relative error) and that 
 from __future__ import annotations
 
 import argparse
-import json
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
