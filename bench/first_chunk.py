@@ -40,6 +40,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/first_chunk.json")
     opts = parser.parse_args()
+    for name in ("trials", "frames"):  # (0 ended in a traceback: found by an operator trial)
+        if getattr(opts, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from snac import SNAC

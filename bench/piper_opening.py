@@ -91,6 +91,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=20)
     parser.add_argument("--out", default="bench/results/piper_opening.json")
     opts = parser.parse_args()
+    for name in ("sentences", "block"):  # (0 ended in a traceback: found by an operator trial)
+        if getattr(opts, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     texts = load_texts()[:opts.sentences]
     runs = asyncio.run(sweep(texts, opts.block))
     record: dict = {"command": " ".join(["python", *sys.argv]), "machine": f"{os.cpu_count()} CPUs", "gpu": None,
