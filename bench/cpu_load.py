@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -310,6 +311,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(30)
+    shutil.rmtree(folder, ignore_errors=True)  # the server's data dir and log (kept where the run failed: its log)
     # Raw piper again: had the machine's speed changed under the run, the two would differ.
     waited = quiet()
     raw_others = OtherCpu()
