@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import platform
 import statistics
 import sys
 import time
@@ -134,4 +136,7 @@ if __name__ == "__main__":
     rows = offload_costs()
     print_offload(rows)
     out = Path(opts.out)
-    out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "offload": rows}, indent=1))
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
+               f"{os.getloadavg()[0]:.2f} at the end")  # (the JSON said nothing of it: found by an operator trial)
+    out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "machine": machine, "offload": rows},
+                              indent=1))
