@@ -28,6 +28,9 @@ from functools import lru_cache
 import pysbd
 
 from gateway.text import language, markup
+from gateway.text.characters import (
+    CJK_CLAUSE, CJK_PUNCT, CLAUSE_PUNCT, CLOSERS, OPENERS, SENTENCE_PUNCT, clean_piece, is_thai,
+)
 from gateway.text.normalize import Item, Pause, normalize_text
 from gateway.text.options import TextOptions
 from gateway.text.segments import is_speakable, split_segments
@@ -38,35 +41,12 @@ MIN_FIRST_CHARS = 24  # a shorter first segment plays out before the next is syn
 MIN_CUT_CHARS = 12
 WORD_SLACK = 40  # how long a length cut waits for a pending boundary's next word
 MIN_EARLY_CLAUSE = 12  # an early cut at a clause mark leaves a unit of at least this (else at words)
-CLOSERS = "\"')]}*_»”’」』）"
-SENTENCE_PUNCT = ".!?…"
-CJK_PUNCT = "。！？"
-CLAUSE_PUNCT = ",;:"
-CJK_CLAUSE = "，；：、"
-OPENERS = "\"'“‘([«¿¡"
 _BLOCK_START = re.compile(r"[ \t]*(?:#{1,6}[ \t]+|[-*+][ \t]+|\d{1,9}[.)][ \t]+|>[ \t]*)")  # a heading, item, quote
 
 
 @lru_cache(maxsize=32)
 def _spans(lang: str) -> pysbd.Segmenter:
     return pysbd.Segmenter(language=language.sentence_language(lang), clean=False, char_span=True)
-
-
-def _clean_piece(piece: str) -> str:
-    """Control, format and private-use characters out; other spaces made plain ones."""
-    out = []
-    for ch in piece:
-        if ch == "\n":
-            out.append(ch)
-        elif ch.isspace():
-            out.append(" ")
-        elif unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn"):
-            out.append(ch)
-    return "".join(out)
-
-
-def _is_thai(ch: str) -> bool:
-    return "\u0e00" <= ch <= "\u0e7f"
 
 
 class TextStream:
@@ -122,7 +102,7 @@ class TextStream:
             markup.check_ssml((self._text[self._tag:] if self._tag >= 0 else "") + piece, self.field)
 
     def append(self, piece: str) -> list[Item]:
-        piece = _clean_piece(piece)
+        piece = clean_piece(piece)
         self.check(piece)
         self._text += piece
         return self._scan()
@@ -300,7 +280,7 @@ class TextStream:
             kind = "sentence"
         elif mark in CJK_PUNCT:
             kind = "cjk"
-        elif _is_thai(mark) and self._text[i] in " \t":
+        elif is_thai(mark) and self._text[i] in " \t":
             kind = "thai"
         elif first and (mark in CLAUSE_PUNCT or mark in CJK_CLAUSE):
             kind = "clause"
@@ -327,7 +307,7 @@ class TextStream:
         safe = start.isalpha() or start in OPENERS or (start in "*_" and after is not None and not after.isspace())
         if kind == "thai":
             self._candidate = -1
-            return k if _is_thai(start) else None
+            return k if is_thai(start) else None
         if not safe:
             if start in "*_" and after is None:
                 return None  # "**Next": one more character decides
