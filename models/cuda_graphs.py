@@ -36,10 +36,14 @@ def capture(bodies: Sequence[tuple[K, Callable[[], Any]]], device: torch.device 
     t0, free_before = time.perf_counter(), torch.cuda.mem_get_info(device)[0]
     done: Captured[K] = Captured()
     pool = None
+    generator = torch.cuda.default_generators[device.index if device.index is not None
+                                              else torch.cuda.current_device()]
+    rng: torch.Generator | None = None
     try:
         for _, body in bodies:
             body()
         torch.cuda.synchronize(device)
+        rng = generator.clone_state()  # (warm-up's draws done: the offset the captures start from)
         for key, body in bodies:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
@@ -49,6 +53,11 @@ def capture(bodies: Sequence[tuple[K, Callable[[], Any]]], device: torch.device 
         torch.cuda.synchronize(device)
     except Exception:
         torch.cuda.set_stream(stream)
+        if rng is not None:  # a capture that failed never ran its generator's epilogue: the default CUDA
+            # generator stayed "capturing", and every later draw on the device raised "Offset increment outside
+            # graph capture encountered unexpectedly" (a GPU run of the test files one after another found it);
+            # its state before the captures is put back, a clean one (PyTorch's graph-safe state swap)
+            generator.graphsafe_set_state(rng)
         if not eager_fallback:
             raise
         log.exception("%s could not be captured; they run eagerly", what)
