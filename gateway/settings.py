@@ -130,6 +130,9 @@ class Settings:
         for name in _ABOVE_0:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not isinstance(self.host, str) or not self.host.strip():  # "" would bind every interface (0.0.0.0 and ::)
+            raise ValueError(f"host must be an address or host name (e.g. 127.0.0.1, or 0.0.0.0 for every "
+                             f"interface), got {self.host!r}")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be 1..65535, got {self.port}")
         base, *added = self.policy.split("+")
@@ -361,6 +364,9 @@ def load_settings(config_file: str | Path | None = None, env: Mapping[str, str] 
             raise ValueError(f"cannot read the config file {str(config_file)!r} ({where}): {error.strerror}") from None
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"the config file {str(config_file)!r} ({where}) is not valid TOML: {error}") from None
+        except UnicodeDecodeError:  # (a ValueError, which main() printed alone: "'utf-8' codec can't decode ...")
+            raise ValueError(f"the config file {str(config_file)!r} ({where}) is not UTF-8 text, as TOML must be "
+                             "(saved as UTF-16?)") from None
         unknown = set(data) - set(_FIELDS)
         if unknown:
             hints = []

@@ -78,6 +78,11 @@ def test_setting_errors_name_the_setting_and_its_source(tmp_path: Path) -> None:
     config.write_text("port = [\n")
     with pytest.raises(ValueError, match="not valid TOML"):
         load_settings(config, env={})
+    config.write_text("port = 9000\n", encoding="utf-16")  # (Windows Notepad's "Unicode")
+    with pytest.raises(ValueError, match=r"types.toml' \(--config\) is not UTF-8 text"):
+        load_settings(config, env={})
+    with pytest.raises(ValueError, match=r"host must be an address .*got '' \(from VOXGATE_HOST\)"):
+        load_settings(env={"VOXGATE_HOST": ""})  # (not every interface, as uvicorn binds "")
 
 
 def test_the_command_line_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> None:
