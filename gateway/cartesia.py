@@ -219,6 +219,8 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]
         raise InvalidInput("transcript is required", field="transcript")
     for name in ("add_timestamps", "flush"):  # yes/no fields, checked as the WebSocket checks them
         flag(data, name)
+    if data.get("context_id") is not None:  # echoed by /tts/sse: checked as the WebSocket checks it
+        check_context_id(data["context_id"])
     fmt = cartesia_format(data.get("output_format"))
     choice = await choose(state, data)
     pieces = await start_speech(state, choice, data["transcript"], fmt, source="cartesia", field="transcript")
@@ -262,6 +264,5 @@ async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) 
 
 async def tts_sse(request: Request) -> Response:
     _, pieces, data = await _speak(request)
-    context_id = data.get("context_id") if isinstance(data.get("context_id"), str) else None
-    return ClosingStreamingResponse(_events(pieces, context_id, data.get("add_timestamps") is True), pieces.close,
+    return ClosingStreamingResponse(_events(pieces, data.get("context_id"), data.get("add_timestamps") is True), pieces.close,
                                     media_type="text/event-stream")

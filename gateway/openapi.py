@@ -255,7 +255,7 @@ def _vendor_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
     cartesia = _open_object(
         ("transcript", "output_format"), transcript=text, model_id=_string(), language=_string(),
         voice={"oneOf": [_string(), _open_object(id=_string(), mode=_string())]}, add_timestamps={"type": "boolean"},
-        generation_config=_open_object(speed=_number(0.25, 4.0)), context_id=_string(),
+        generation_config=_open_object(speed=_number(0.25, 4.0)), context_id=_string(minLength=1, maxLength=256),
         output_format=_open_object(("sample_rate",), container={"enum": ["raw", "wav", "mp3"]},
                                    encoding={"enum": ["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"]},
                                    sample_rate={"enum": SAMPLE_RATES}, bit_rate=_number(8000, 320000)))

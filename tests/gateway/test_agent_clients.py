@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from cartesia import Cartesia
+from cartesia import BadRequestError, Cartesia
 from elevenlabs.client import ElevenLabs
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 from livekit.plugins import cartesia as lk_cartesia
@@ -223,3 +223,15 @@ def test_livekit_elevenlabs_with_a_bad_model_fails_instead_of_waiting(server: Li
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
     assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize("context_id", ["", "x" * 257, 5])
+def test_cartesia_sdk_sse_with_a_bad_context_id_is_a_400_naming_it(server: LiveServer, context_id: Any) -> None:
+    """/tts/sse echoes context_id in every event: it is checked as on the WebSocket (it was echoed as
+    sent, or dropped when not a string; found by a vendor-SDK trial)."""
+    with Cartesia(api_key="k", base_url=server.url) as client:
+        with pytest.raises(BadRequestError) as caught:
+            list(client.tts.generate_sse(model_id="sonic-3", transcript="Hi there.", voice="v", context_id=context_id,
+                                         output_format={"container": "raw", "encoding": "pcm_s16le",
+                                                        "sample_rate": 8000}))
+    assert caught.value.body["error"]["field"] == "context_id"
