@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 import time
 
@@ -80,7 +81,7 @@ class Server(uvicorn.Server):
     def __init__(self, app: Starlette, settings: Settings, **options: object) -> None:
         config = uvicorn.Config(
             app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on",
-            timeout_graceful_shutdown=int(max(1.0, settings.graceful_shutdown_s)),
+            timeout_graceful_shutdown=math.ceil(max(1.0, settings.graceful_shutdown_s)),  # (int(1.5): cut at 1 s)
             # No permessage-deflate: audio barely compresses (PCM16 speech to ~0.83), and
             # deflating a 3.7 s frame took ~29 ms on the event loop (issue 11 profile, 2 cores),
             # the loop's largest cost under load.

@@ -47,3 +47,15 @@ def test_a_checkpoint_that_cannot_be_written_is_refused_and_leaves_nothing(
     assert err.startswith(f"error: cannot write the checkpoint to {target}: No space left on device") and \
         "Traceback" not in err, err
     assert not target.exists()
+
+
+def test_a_fractional_grace_is_not_cut_short_by_uvicorns(tmp_path: Path) -> None:
+    """uvicorn's own timeout took int(graceful_shutdown_s): at 1.5 it cancelled the streams at 1 s, before
+    the server's drain ended them, with two tracebacks in the log (found by an operator trial)."""
+    from gateway.app import create_app
+    from gateway.server import Server
+    from gateway.settings import Settings
+
+    server = Server(create_app(Settings(data_dir=tmp_path, graceful_shutdown_s=1.5)), Settings(data_dir=tmp_path,
+                    graceful_shutdown_s=1.5))
+    assert server.config.timeout_graceful_shutdown == 2 and server.grace_s == 1.5
