@@ -264,5 +264,5 @@ async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) 
 
 async def tts_sse(request: Request) -> Response:
     _, pieces, data = await _speak(request)
-    return ClosingStreamingResponse(_events(pieces, data.get("context_id"), data.get("add_timestamps") is True), pieces.close,
-                                    media_type="text/event-stream")
+    events = _events(pieces, data.get("context_id"), data.get("add_timestamps") is True)
+    return ClosingStreamingResponse(events, pieces.close, media_type="text/event-stream")
