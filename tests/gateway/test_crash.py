@@ -330,7 +330,10 @@ def test_shutdown_ends_an_unflushed_utterance_with_its_utterance_done(tmp_path: 
     assert close is not None and close.code == 1012
     done = [e for e in events if e["type"] == "utterance.done"]
     assert len(done) == 1 and done[0]["error"] == "shutting_down" and not done[0]["cancelled"], events
-    assert done[0]["text"] == "The quick brown fox jumps over the lazy dog." and done[0]["audio_ms"] > 1000
+    # ("And", released after text_buffer_ms and the wait for a cut word, joins the first request when that
+    # came while the model loaded: the session reads on meanwhile)
+    assert done[0]["text"] in ("The quick brown fox jumps over the lazy dog.",
+                               "The quick brown fox jumps over the lazy dog. And") and done[0]["audio_ms"] > 1000
     assert "ERROR" not in stderr and "Traceback" not in stderr, stderr
 
 
