@@ -54,9 +54,9 @@ def capture(bodies: Sequence[tuple[K, Callable[[], Any]]], device: torch.device 
     except Exception:
         torch.cuda.set_stream(stream)
         if rng is not None:  # a capture that failed never ran its generator's epilogue: the default CUDA
-            # generator stayed "capturing", and every later draw on the device raised "Offset increment outside
-            # graph capture encountered unexpectedly" (a GPU run of the test files one after another found it);
-            # its state before the captures is put back, a clean one (PyTorch's graph-safe state swap)
+            # generator stayed "capturing", and every later draw from it on the device raised "Offset increment
+            # outside graph capture encountered unexpectedly" (a GPU run of the test files one after another found
+            # it; Voxgate's sampling uses its own counter-based hash): its state before the captures is put back
             generator.graphsafe_set_state(rng)
         if not eager_fallback:
             raise
