@@ -45,6 +45,7 @@ from gateway.downloads import DownloadManager, Register
 from gateway.errors import ApiError, read_json
 from gateway.json_input import check_fields, finite_number
 from gateway.library import Library, ModelExists, default_model_id, model_id_problem
+from gateway.resident import unload_removed
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
@@ -357,7 +358,7 @@ async def delete_model(request: Request) -> JSONResponse:
     presets = await presets_using(state.library, model_id)
     users = await folder_users(state.library, record)
     await state.library.remove_model(model_id)
-    await state.residency.unload(model_id)  # in case a request loaded it meanwhile
+    await unload_removed(state.residency, model_id)  # a request that looked it up just before may load it
     removed = await delete_downloaded_folder(state.settings.data_dir, record, users)
     state.residency.load_errors.forget(model_id)  # a model added later under this id starts afresh
     if state.downloads is not None:  # its finished download would otherwise still say "done" to the pages

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from engine.runner import Runner
 from engine.types import EngineError, Overloaded
@@ -129,6 +129,19 @@ def without_frames(error: BaseException) -> BaseException:
 def describe(error: BaseException) -> str:
     """An error's message for a log line or a LoadFailed: its `message`, its text, or its type."""
     return getattr(error, "message", None) or str(error) or type(error).__name__
+
+
+async def unload_removed(residency: Any, model_id: str, poll_s: float = 0.05) -> None:
+    """Unload `model_id` once its library record is gone (DELETE /v1/library/models/{id}): no request can
+    load it any more, but one that looked it up just before may have begun a load, or still stream on it.
+    Wait for those to end, then unload (found by an operator trial: the DELETE answered 409 "is loading; try
+    again", its record already removed, and the model stayed loaded, unlisted, and a retry was a 404)."""
+    while True:
+        try:
+            await residency.unload(model_id)
+            return
+        except ModelBusy:
+            await asyncio.sleep(poll_s)
 
 
 async def close_runners(runners: list[Runner]) -> None:
