@@ -47,6 +47,18 @@ def malloc_trim() -> Callable[[], int] | None:
     return lambda: int(function(0))
 
 
+async def return_freed() -> bool:
+    """`malloc_trim` now, in a worker thread: the memory a model just unloaded (or evicted) freed, which
+    the allocator keeps, goes back to the OS, where the memory guard's free-memory reading sees it (an
+    operator trial: a load was refused as never fitting 10 ms after an eviction, and fitted later).
+    Whether it could run (False where the C library has no `malloc_trim`)."""
+    trim = malloc_trim()
+    if trim is None:
+        return False
+    await asyncio.to_thread(trim)
+    return True
+
+
 def rss_bytes() -> int | None:
     """This process's resident set (bytes), from /proc/self/statm; None without /proc."""
     try:

@@ -64,10 +64,12 @@ def memory_message(model_id: str, footprint: int, how: str, free: Mapping[str, i
                    busy: list[str], never: bool = False) -> str:
     """The 503 `insufficient_memory` message: what `model_id` needs (`how`: the estimate's reasoning), what
     must stay free, what each device has (`free`, bytes or None: unknown) and the busy models holding it;
-    `never`: it would fit on no device with nothing loaded (plan's "never"), which the message says instead
-    (it named every loaded model as busy, idle ones too: found by a new-user trial)."""
+    `never`: it would fit on no device with nothing loaded (plan's "never", with nothing loading and the
+    allocator's freed memory returned), which the message says instead (it named every loaded model as
+    busy, idle ones too: found by a new-user trial)."""
     frees = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in free.items())
-    held = "; it would not fit with no model loaded either" if never else \
+    held = "; unloading every model would not make room either (by the estimates and the memory free now)" if never \
+        else \
         f", held by busy models {', '.join(busy)}" if busy else ""
     return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
             f"({how}) and {format_mb(min_free_bytes)} must stay free (min_free_memory_mb); {frees}{held}")

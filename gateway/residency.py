@@ -40,10 +40,11 @@ from engine.types import EngineError, UnknownModel
 from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec, estimate_memory, \
     free_memory_bytes, library_lookup, load_runner
+from gateway.memory import return_freed
 from gateway.placement import memory_message, plan
 from gateway.resident import (
     SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
-    close_runners, describe, without_frames,
+    close_runners, describe, status_fields, without_frames,
 )
 from gateway.settings import MB as MB  # MB: the unit of min_free_memory_mb
 
@@ -139,20 +140,9 @@ class Residency:
         return resident is not None and self._busy(resident)
 
     def status(self, model_id: str) -> dict[str, Any]:
-        """Residency fields of one model, for GET /v1/models."""
+        """Residency fields of one model, for GET /v1/models (gateway/resident.py `status_fields`)."""
         resident = self._residents.get(model_id)
-        if resident is None:
-            return {"loaded": False, "loading": False, "busy": False, "memory_bytes": 0, "devices": [],
-                    "last_used": None, "state": "unloaded"}
-        return {
-            "loaded": resident.state is ResidentState.LOADED,
-            "loading": resident.state is ResidentState.LOADING,
-            "busy": self._busy(resident), "state": str(resident.state),
-            "memory_bytes": resident.footprint_bytes if resident.state is ResidentState.LOADED else 0,
-            "devices": list(resident.footprints) if resident.state is ResidentState.LOADED else [],
-            "last_used": time.time() - (time.monotonic() - resident.last_used_s),
-            "load_seconds": resident.load_seconds,
-        }
+        return status_fields(resident, resident is not None and self._busy(resident))
 
     def residents(self) -> list[dict[str, Any]]:
         """Every model loaded, loading or unloading, least recently used first."""
@@ -188,7 +178,7 @@ class Residency:
         LoadFailed.
         """
         spec: ModelSpec | None = None
-        checked = False  # whether the load would fail for good, asked before anything is evicted for it
+        checked = trimmed = False  # whether the load would fail for good, asked before anything is evicted for it
         started = time.monotonic()
         while True:
             resident = self._residents.get(model_id)
@@ -230,6 +220,10 @@ class Residency:
                 await self._check_files(spec)
                 checked = True
                 continue
+            if blocked == "never" and not trimmed:  # what an unload freed, which the allocator may keep, first
+                trimmed = True
+                if await return_freed():
+                    continue
             remaining = timeout_s - (time.monotonic() - started)
             if blocked == "never" or (remaining <= 0 and blocked == "memory"):
                 frees = {device: self._free_memory(device) for device in self.devices}
@@ -238,8 +232,9 @@ class Residency:
                                                         never=blocked == "never"), field="model")
             if remaining <= 0:
                 raise ServerBusy(
-                    f"cannot load {model_id!r}: {self.max_loaded_models} model(s) are loaded and busy "
-                    f"({', '.join(self._residents)}); waited {1000 * timeout_s:.0f} ms. Retry later, or "
+                    f"cannot load {model_id!r}: {self.max_loaded_models} model(s) are loaded or loading, and in use "
+                    f"({', '.join(f'{m}: {r.state}' for m, r in self._residents.items())}); waited "
+                    f"{1000 * timeout_s:.0f} ms. Retry later, or "
                     "raise max_loaded_models", field="model")
             await self._wait_change(min(remaining, self.poll_s))
 
@@ -288,7 +283,11 @@ class Residency:
             if resident.state is ResidentState.LOADED and self._busy(resident):
                 resident.last_used_s = now
         free = {device: self._free_memory(device) for device in self.devices}
-        return plan(residents, free, footprint + self.min_free_bytes, self.max_loaded_models, self._busy)
+        victims, devices, blocked = plan(residents, free, footprint + self.min_free_bytes, self.max_loaded_models,
+                                         self._busy)
+        if blocked == "never" and any(r.state is ResidentState.LOADING for r in residents):
+            blocked = "memory"  # a load in progress counts whole; once loaded and idle, it may make way: wait
+        return victims, devices, blocked
 
     async def _check_files(self, spec: ModelSpec) -> None:
         """Raise LoadFailed (a 500: its cause is InvalidModel) where a load of `spec` would fail for

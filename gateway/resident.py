@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -129,6 +130,18 @@ def without_frames(error: BaseException) -> BaseException:
 def describe(error: BaseException) -> str:
     """An error's message for a log line or a LoadFailed: its `message`, its text, or its type."""
     return getattr(error, "message", None) or str(error) or type(error).__name__
+
+
+def status_fields(resident: Resident | None, busy: bool) -> dict[str, Any]:
+    """A model's residency fields for GET /v1/models (`resident` None: not loaded)."""
+    if resident is None:
+        return {"loaded": False, "loading": False, "busy": False, "memory_bytes": 0, "devices": [],
+                "last_used": None, "state": "unloaded"}
+    loaded = resident.state is ResidentState.LOADED
+    return {"loaded": loaded, "loading": resident.state is ResidentState.LOADING, "busy": busy,
+            "state": str(resident.state), "memory_bytes": resident.footprint_bytes if loaded else 0,
+            "devices": list(resident.footprints) if loaded else [],
+            "last_used": time.time() - (time.monotonic() - resident.last_used_s), "load_seconds": resident.load_seconds}
 
 
 async def unload_removed(residency: Any, model_id: str, poll_s: float = 0.05) -> None:

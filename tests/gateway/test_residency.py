@@ -97,7 +97,8 @@ def test_busy_model_is_not_evicted_and_the_wait_times_out(tmp_path: Path) -> Non
         waited = time.monotonic() - t0
         assert 0.25 <= waited < 2.0
         assert busy.value.status == 503 and busy.value.code == "server_busy"
-        assert "busy" in busy.value.message and "max_loaded_models" in busy.value.message
+        assert "loaded or loading, and in use (a: loaded)" in busy.value.message  # (it said "loaded" of loading ones)
+        assert "max_loaded_models" in busy.value.message
         assert engine.is_attached("a")
         assert (await anext(stream)).index == 1  # the request goes on on its model
         with pytest.raises(ModelBusy):

@@ -74,8 +74,24 @@ def test_a_model_that_never_fits_names_no_idle_model_as_busy(tmp_path: Path) -> 
             engine.stop()
 
     message = asyncio.run(main())
-    assert message.endswith("free on cpu; it would not fit with no model loaded either"), message
+    assert message.endswith("free on cpu; unloading every model would not make room either (by the estimates and "
+                            "the memory free now)"), message
     assert "busy" not in message
+
+
+def test_a_model_that_would_not_fit_while_another_loads_waits(tmp_path: Path) -> None:
+    """Found by an operator trial: with a load in progress (counted at its whole estimate) the plan said
+    the model would never fit, and the request was refused at once, where the loading model, once loaded
+    and idle, may make way: it waits (its busy timeout), as for busy models."""
+    from gateway.resident import Resident
+
+    async def body(engine: Engine, residency: Residency) -> None:
+        residency._residents["x"] = Resident(ModelSpec("x", "piper", None), {"cpu": 10 * MB})  # LOADING
+        assert residency._plan(1000 * MB)[2] == "memory"
+        del residency._residents["x"]
+        assert residency._plan(1000 * MB)[2] == "never"
+
+    _run(tmp_path, (), body, free_memory=lambda device: 100 * MB, min_free_memory_mb=0)
 
 
 def test_model_larger_than_memory_is_refused_at_once(tmp_path: Path) -> None:
