@@ -11,9 +11,8 @@
   GET    /v1/library/downloads             running and recent downloads (poll)
   GET    /v1/library/downloads/events      the same as Server-Sent Events (`?until=idle` ends
                                            the stream once nothing is downloading)
-  DELETE /v1/library/downloads/{id}        cancel a running one (partial files are removed), or
-                                           remove an ended one from the list (a failed one's
-                                           kept partial files too)
+  DELETE /v1/library/downloads/{id}        cancel a running one (partial files are removed), or remove
+                                           an ended one from the list (a failed one's partial files too)
   DELETE /v1/library/models/{id}           409 while the model serves requests (`voxgate models remove`
                                            does the same with no server running)
   POST   /v1/models/{id}/load              {"timeout_ms"?} (JSON; may be empty); 503 server_busy /
