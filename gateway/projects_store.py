@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gateway.library import Library
 from gateway.projects_audio import write_wav
+from gateway.strays import remove_strays
 
 log = logging.getLogger(__name__)
 PROJECT_FIELDS = ("name", "model_id", "speaker", "pause_ms")
@@ -76,23 +77,19 @@ class ProjectStore:
             return 0, 0
         async with self.library.db.execute("SELECT id FROM projects") as cur:
             projects = {str(row[0]) for row in await cur.fetchall()}
+        kept: dict[str, set[str]] = {}  # project id -> the files its takes name
         async with self.library.db.execute("SELECT project_id, audio_file, history FROM project_takes") as cur:
-            kept = {(str(pid), name) for pid, audio, history in await cur.fetchall()
-                    for name in (audio, *json.loads(history or "[]"))}
+            for pid, audio, history in await cur.fetchall():
+                kept.setdefault(str(pid), set()).update((audio, *json.loads(history or "[]")))
 
         def sweep() -> tuple[int, int]:
             files = folders = 0
-            for folder in self.folder.iterdir():
-                if not folder.is_dir():
-                    continue
+            for folder in (path for path in self.folder.iterdir() if path.is_dir()):
                 if folder.name not in projects:
                     shutil.rmtree(folder, ignore_errors=True)
                     folders += 1
-                    continue
-                for path in folder.iterdir():
-                    if path.name.endswith(".part") or (path.suffix == ".wav" and (folder.name, path.name) not in kept):
-                        path.unlink(missing_ok=True)
-                        files += 1
+                else:
+                    files += sum(remove_strays(folder, kept.get(folder.name, set())))
             return files, folders
 
         files, folders = await asyncio.to_thread(sweep)

@@ -52,6 +52,7 @@ from gateway.library import Library
 from gateway.realtime import SAMPLE_RATES
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
+from gateway.strays import remove_strays
 from gateway.text import check_input
 from gateway.voices import check_speed, model_alias
 
@@ -157,18 +158,7 @@ class TakeStore:
         async with self.library.db.execute("SELECT audio_file FROM takes") as cur:
             kept = {row[0] for row in await cur.fetchall()}
 
-        def sweep() -> tuple[int, int]:
-            partials = orphans = 0
-            for path in self.folder.iterdir():
-                if path.name.endswith(".part"):
-                    path.unlink(missing_ok=True)
-                    partials += 1
-                elif path.suffix == ".wav" and path.name not in kept:
-                    path.unlink(missing_ok=True)
-                    orphans += 1
-            return partials, orphans
-
-        partials, orphans = await asyncio.to_thread(sweep)
+        partials, orphans = await asyncio.to_thread(remove_strays, self.folder, kept)
         if partials or orphans:
             log.info("takes: removed %d partial upload(s) and %d file(s) without a row", partials, orphans)
         return partials, orphans
