@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.config import MECHANISMS
-from gateway.origins import parse_origin
+from gateway.origins import check_browser_names
 
 
 AUTH_MODES = ("auto", "required", "off")
@@ -144,7 +144,7 @@ class Settings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        _check_browser_names(self)
+        check_browser_names(self.allowed_origins, self.cors_origins, self.allowed_hosts)
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise ValueError(f"device must be cpu, cpu:N, cuda or cuda:N, got {self.device!r}")
         for device in self.devices:
@@ -226,23 +226,6 @@ def _is_path_key(key: str) -> bool:
     """The keys of a `[[models]]` entry that name a file or folder: `path`, and the families'
     path options (models/model_options.py `PATH`: backbone_path, codec_path, speech_tokenizer_path)."""
     return key == "path" or key.endswith("_path")
-
-
-def _check_browser_names(settings: Settings) -> None:
-    """An `allowed_origins` / `cors_origins` entry that is no origin, or an `allowed_hosts` entry that
-    is no host name, would never match, and the refusal would say to add what is already there
-    (found by a new-user trial: `team2.example` for an origin, `http://tts.example` for a host, and a
-    JSON list in `VOXGATE_CORS_ORIGINS`, which is comma-separated): ValueError naming it."""
-    for name in ("allowed_origins", "cors_origins"):
-        for entry in getattr(settings, name):
-            if entry.strip() != "*" and parse_origin(entry) is None:
-                raise ValueError(f"{name} entries are origins, scheme://host[:port] (e.g. https://app.example, "
-                                 f"http://localhost:3000) or *, got {entry!r} (a list is comma-separated)")
-    for entry in settings.allowed_hosts:
-        host = entry.strip().lower()
-        if host != "*" and not re.fullmatch(r"\[[0-9a-f:.]+\]|[a-z0-9_.-]+", host):
-            raise ValueError(f"allowed_hosts entries are host names without scheme, port or path (e.g. "
-                             f"tts.example), or *, got {entry!r} (a list is comma-separated)")
 
 
 def _absolute_paths(entry: Mapping[str, Any], base: Path) -> Mapping[str, Any]:
