@@ -43,6 +43,7 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.library import Library, ModelExists, default_model_id, model_id_problem
     from gateway.library_api import MAX_MODEL_NAME_CHARS, model_name_ok
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
+    from models.model_options import is_path
 
     if args.id is not None and (problem := model_id_problem(args.id)):
         return _error(f"--id: {problem}")
@@ -65,8 +66,8 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
             options[key] = json.loads(raw)
         except ValueError:
             options[key] = raw
-        if getattr(getattr(module, "OPTIONS", {}).get(key), "kind", None) == "path" and isinstance(options[key], str) \
-                and options[key]:  # stored absolute, as --path: a server started elsewhere must find it
+        if is_path(getattr(module, "OPTIONS", {}), key) and isinstance(options[key], str) and options[key]:
+            # stored absolute, as --path: a server started elsewhere must find it
             options[key] = str(Path(options[key]).expanduser().resolve())
     model_id = args.id if args.id is not None else default_model_id(path)
     if args.id is None and (problem := model_id_problem(model_id)):

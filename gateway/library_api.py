@@ -48,7 +48,7 @@ from gateway.resident import unload_removed
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
-from models.model_options import check_options
+from models.model_options import check_options, is_path
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def _rooted_path_options(options: dict[str, Any], known: dict[str, Any], roots: 
     so they are held to the roots too (a trial registered a backbone from outside them)."""
     out = dict(options)
     for key, value in options.items():
-        if getattr(known.get(key), "kind", None) == "path":
+        if is_path(known, key):
             resolved = Path(value).expanduser().resolve()
             if not _under_roots(resolved, roots):
                 raise InvalidModel(f"options.{key} {resolved} is outside the local_model_roots")

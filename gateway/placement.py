@@ -68,8 +68,7 @@ def memory_message(model_id: str, footprint: int, how: str, free: Mapping[str, i
     allocator's freed memory returned), which the message says instead (it named every loaded model as
     busy, idle ones too: found by a new-user trial)."""
     frees = ", ".join(f"{'unknown' if n is None else f'{n / MB:.0f} MB'} free on {device}" for device, n in free.items())
-    held = "; unloading every model would not make room either (by the estimates and the memory free now)" if never \
-        else \
-        f", held by busy models {', '.join(busy)}" if busy else ""
+    held = ("; unloading every model would not make room either (by the estimates and the memory free now)" if never
+            else f", held by busy models {', '.join(busy)}" if busy else "")
     return (f"not enough memory to load {model_id!r}: it needs about {footprint / MB:.0f} MB "
             f"({how}) and {format_mb(min_free_bytes)} must stay free (min_free_memory_mb); {frees}{held}")

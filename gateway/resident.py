@@ -14,11 +14,14 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.runner import Runner
 from engine.types import EngineError, Overloaded
 from gateway.model_spec import ModelSpec
+
+if TYPE_CHECKING:
+    from gateway.residency import Residency
 
 
 class ServerBusy(Overloaded):
@@ -144,7 +147,7 @@ def status_fields(resident: Resident | None, busy: bool) -> dict[str, Any]:
             "last_used": time.time() - (time.monotonic() - resident.last_used_s), "load_seconds": resident.load_seconds}
 
 
-async def unload_removed(residency: Any, model_id: str, poll_s: float = 0.05) -> None:
+async def unload_removed(residency: Residency, model_id: str, poll_s: float = 0.05) -> None:
     """Unload `model_id` once its library record is gone (DELETE /v1/library/models/{id}): no request can
     load it any more, but one that looked it up just before may have begun a load, or still stream on it.
     Wait for those to end, then unload (found by an operator trial: the DELETE answered 409 "is loading; try

@@ -259,19 +259,16 @@ class UtteranceStream:
                 continues=len(self.spoken) > len(segments))  # (not its first request)
             self.submitted_s = time.monotonic()
             stream = self.state.engine.submit(spec)
-        except (ApiError, EngineError) as error:
+        except BaseException as error:
             if lease is not None:
                 lease.release()
             self.request_id = None
+            if not isinstance(error, (ApiError, EngineError)):
+                raise
             if not self.cancelled:
                 self.cancelled = True
                 await self._report(error)
             return
-        except BaseException:
-            if lease is not None:
-                lease.release()
-            self.request_id = None
-            raise
         self.request_offset_ms = self.clock.delivered_ms
         words = RequestWords(segments, choice.speed, self.request_offset_ms, estimate=self.timings,
                              rate=self.state.speech_rate, model_id=choice.model_id)

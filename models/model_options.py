@@ -61,6 +61,13 @@ COMMON: dict[str, Option] = {"max_running": at_least(1), "busy_timeout_ms": Opti
                                                                                   "a number of ms > 0")}
 
 
+def is_path(known: Mapping[str, Option], key: str) -> bool:
+    """Whether option `key` of a family's `known` options names a folder (`PATH`: backbone_path,
+    codec_path, speech_tokenizer_path), which is stored resolved and held to `local_model_roots`."""
+    option = known.get(key)
+    return option is not None and option.kind == "path"
+
+
 def check_options(options: Mapping[str, Any] | None, known: Mapping[str, Option], family: str) -> None:
     """Raise InvalidModel (field `options.<name>`) for an option `family` does not know, or one
     of the wrong type or range."""

@@ -64,21 +64,27 @@ export class Recorder {
   }
 }
 
-// A RIFF/WAVE file: 44-byte header (PCM, format 1), then little-endian 16-bit samples.
-export function wavBlob(blocks, numSamples, rate) {
-  const view = new DataView(new ArrayBuffer(44 + 2 * numSamples));
+// A RIFF/WAVE header (44 bytes: PCM, format 1, mono, 16-bit) for `numSamples` samples at `rate` Hz.
+export function wavHeader(numSamples, rate) {
+  const view = new DataView(new ArrayBuffer(44));
   const text = (at, s) => { for (let i = 0; i < s.length; i++) view.setUint8(at + i, s.charCodeAt(i)); };
   text(0, "RIFF"); view.setUint32(4, 36 + 2 * numSamples, true); text(8, "WAVE");
   text(12, "fmt "); view.setUint32(16, 16, true); view.setUint16(20, 1, true); view.setUint16(22, 1, true);
   view.setUint32(24, rate, true); view.setUint32(28, 2 * rate, true); view.setUint16(32, 2, true);
   view.setUint16(34, 16, true); text(36, "data"); view.setUint32(40, 2 * numSamples, true);
-  let at = 44;
+  return view;
+}
+
+// A RIFF/WAVE file of float blocks in [-1, 1]: the header, then little-endian 16-bit samples.
+export function wavBlob(blocks, numSamples, rate) {
+  const samples = new DataView(new ArrayBuffer(2 * numSamples));
+  let at = 0;
   for (const block of blocks) {
     for (const x of block) {
       const s = Math.max(-1, Math.min(1, x));
-      view.setInt16(at, Math.round(s < 0 ? s * 32768 : s * 32767), true);
+      samples.setInt16(at, Math.round(s < 0 ? s * 32768 : s * 32767), true);
       at += 2;
     }
   }
-  return new Blob([view], { type: "audio/wav" });
+  return new Blob([wavHeader(numSamples, rate), samples], { type: "audio/wav" });
 }

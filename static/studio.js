@@ -1,5 +1,6 @@
 // Studio: speak text over /v1/realtime, watch the waveform arrive, keep takes.
 import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices, signedInScope } from "./common.js";
+import { wavHeader } from "./recorder.js";
 import { Speaker } from "./speaker.js";
 import { Waveform } from "./waveform.js";
 
@@ -147,22 +148,12 @@ async function keepTake(settings, { done, chunks, sampleRate }) {
   } catch (err) {
     // Nothing heard is lost: the audio stays here, to download, when the server would not keep it.
     sayError(takesStatus, err, "Could not save the take");
-    const link = el("a", { href: URL.createObjectURL(wavBlob(chunks, sampleRate)), download: "take.wav",
+    const samples = chunks.reduce((n, c) => n + c.length, 0);
+    const wav = new Blob([wavHeader(samples, sampleRate), ...chunks], { type: "audio/wav" });
+    const link = el("a", { href: URL.createObjectURL(wav), download: "take.wav",
                            id: "unsaved-take", text: "Download this take (WAV)" });
     takesStatus.append(" ", link);
   }
-}
-
-// A WAV file (RIFF, PCM 16-bit mono: the canonical 44-byte header) of Int16Array chunks.
-function wavBlob(chunks, sampleRate) {
-  const bytes = chunks.reduce((n, c) => n + c.byteLength, 0);
-  const h = new DataView(new ArrayBuffer(44));
-  const text = (at, s) => [...s].forEach((ch, i) => h.setUint8(at + i, ch.charCodeAt(0)));
-  text(0, "RIFF"); h.setUint32(4, 36 + bytes, true); text(8, "WAVE"); text(12, "fmt ");
-  h.setUint32(16, 16, true); h.setUint16(20, 1, true); h.setUint16(22, 1, true); h.setUint32(24, sampleRate, true);
-  h.setUint32(28, sampleRate * 2, true); h.setUint16(32, 2, true); h.setUint16(34, 16, true);
-  text(36, "data"); h.setUint32(40, bytes, true);
-  return new Blob([h, ...chunks], { type: "audio/wav" });
 }
 
 function takeItem(take) {
