@@ -47,6 +47,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.audio_offload import offload_costs, print_offload  # noqa: E402
+from bench.served import log_tail  # noqa: E402
 from bench.workload import Listener, load_texts, percentile, poisson, summarize  # noqa: E402
 
 
@@ -222,9 +223,8 @@ def wait_server(base: str, server: subprocess.Popen[bytes], log: Path, timeout_s
                 return
         except httpx.HTTPError:
             time.sleep(0.5)
-    said = log.read_text(errors="replace").strip().splitlines()[-8:] if log.is_file() else []
     why = f"exited with {server.returncode}" if server.poll() is not None else f"did not answer in {timeout_s:.0f} s"
-    raise SystemExit(f"the server {why}" + (f"; the end of its log ({log}):\n  " + "\n  ".join(said) if said else ""))
+    raise SystemExit(f"the server {why}{log_tail(log)}")
 
 
 def main() -> None:

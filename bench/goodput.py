@@ -51,6 +51,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.served import log_tail  # noqa: E402
 from bench.simulate import capacity, mean_concurrency, simulate  # noqa: E402
 from bench.workload import CHARS_PER_S, Listener, load_texts, percentile, poisson, summarize  # noqa: E402
 from engine.cost import CostModel  # noqa: E402
@@ -234,9 +235,7 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float, lo
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         if process.poll() is not None:
-            said = log.read_text(errors="replace").strip().splitlines()[-8:] if log and log.is_file() else []
-            raise SystemExit(f"the server exited with {process.returncode}" +
-                             (f"; the end of its log ({log}):\n  " + "\n  ".join(said) if said else ""))
+            raise SystemExit(f"the server exited with {process.returncode}{log_tail(log)}")
         try:
             if httpx.get(f"{base}/v1/models/{MODEL}", timeout=2).json().get("loaded"):
                 return time.monotonic() - t0

@@ -35,6 +35,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def log_tail(log: Path | None, lines: int = 8) -> str:
+    """"; the end of its log (LOG):" and the log's last `lines` lines, or "" without one: what a benchmark
+    says when its server exited or did not answer (the reason is in the log, not in the exit status)."""
+    said = log.read_text(errors="replace").strip().splitlines()[-lines:] if log and log.is_file() else []
+    return f"; the end of its log ({log}):\n  " + "\n  ".join(said) if said else ""
+
+
 def start_server(data_dir: Path, **env: str) -> tuple[subprocess.Popen[bytes], str]:
     """`voxgate serve` on `data_dir` and a free loopback port, with `VOXGATE_<NAME>` settings
     from `env`; returns the process and its base URL once /health answers (RuntimeError
