@@ -78,8 +78,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         _object(("id",), id=_string(minLength=1), wait={"type": "boolean"}),
         _object(("path", "family"), path=_string(minLength=1), family=_string(), id=_string(pattern=MODEL_ID.pattern),
                 name=_string(), options=JSON_OBJECT)]}
-    audio: Schema = {"content": {**{f"audio/{f}": BINARY for f in ("mpeg", "wav", "pcm", "flac", "ogg")},
-                                 "text/event-stream": {}}}  # (stream_format "sse"; design's stream)
+    audio = SPEECH_AUDIO
     return {
         ("GET", "/health"): {"summary": "Liveness and engine state (503 while draining)"},
         ("GET", "/metrics"): {"summary": "Prometheus metrics", "responses": {"200": {"content": {"text/plain": {}}}}},
@@ -160,8 +159,7 @@ def _reference_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                     ref_audio=FILE, voice=_string(),
                     ref_text=_string(), x_vector_only={"enum": ["true", "false"]}, model=_string(),
                     response_format={"enum": list(FORMATS)}, stream={"enum": ["true", "false"]})
-    audio: Schema = {"content": {**{f"audio/{f}": BINARY for f in ("mpeg", "wav", "pcm", "flac", "ogg")},
-                                 "text/event-stream": {}}}  # (stream=true)
+    audio = SPEECH_AUDIO
     return {
         ("POST", "/v1/audio/clone"): {
             "summary": "Speech in the voice of a recording (Qwen3-TTS Base models): ref_audio + ref_text, or a "
@@ -295,6 +293,10 @@ DESCRIPTIONS = {"200": "OK", "201": "created", "202": "accepted", "204": "done, 
 ERROR_REF: Schema = {"$ref": "#/components/schemas/Error"}
 JSON_OK: Schema = {"content": {"application/json": {}}}
 BINARY: Schema = {"schema": {"type": "string", "format": "binary"}}
+# A speech response: its audio in the formats OpenAI's speech takes, or SSE (`stream_format: "sse"`,
+# `stream: true` of design and clone).
+SPEECH_AUDIO: Schema = {"content": {**{f"audio/{f}": BINARY for f in ("mpeg", "wav", "pcm", "flac", "ogg")},
+                                    "text/event-stream": {}}}
 # A file part of a multipart form: `format: binary` is what client generators send as a file (OpenAPI 3.0's
 # way; 3.1's `contentMediaType` alone made openapi-python-client send a text part: a new-user trial).
 FILE: Schema = {"type": "string", "format": "binary", "contentMediaType": "application/octet-stream"}
