@@ -72,6 +72,7 @@ MODES: dict[str, dict[str, Any]] = {
     "fused_skinny_all": {**FUSED, "skinny_rows": True, "skinny_min": 2},
     "fused_pdl_skinny_all_pdl": {**FUSED, "pdl": True, "skinny_rows": True, "skinny_min": 2, "skinny_pdl_min": 2}}
 SKINNY_MIN_ROWS, SKINNY_PDL_MIN_ROWS = skinny.SKINNY_MIN_ROWS, skinny.SKINNY_PDL_MIN_ROWS
+ROW_TILES = dict(gemv.ROW_TILES)
 REPS = 20  # calls per captured graph when timing one matmul
 L2_BYTES = 60 << 20  # an H200's L2 is 60 MB: weights are rotated through more than twice that
 
@@ -233,9 +234,13 @@ def main() -> None:
     reference = None
     modes = [m for m in opts.modes.split(",") if m] if opts.steps else []
     fp8_at = [i for i, m in enumerate(modes) if m.startswith("fp8")]
-    assert all(m in MODES for m in modes) and fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
+    assert all(m.split("@")[0] in MODES for m in modes), modes
+    assert fp8_at == list(range(len(modes) - len(fp8_at), len(modes))), modes
     for mode in modes:  # fp8 last: set_matmuls quantizes the shared model
-        options = dict(MODES[mode])
+        name, _, tiles = mode.partition("@")  # mode@BLOCK_NxBLOCK_Kxwarps: rows_linear's tiles for its weights
+        options = dict(MODES[name])
+        if tiles:
+            gemv.ROW_TILES["fp8" if options.get("fp8") else "bf16"] = tuple(int(t) for t in tiles.split("x"))
         torch.backends.cuda.preferred_blas_library(options.pop("blas", "cublas"))  # graphs keep the kernels captured
         decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
         skinny.SKINNY_MIN_ROWS = options.pop("skinny_min", SKINNY_MIN_ROWS)
@@ -290,6 +295,7 @@ def main() -> None:
         decode_attention.PDL_PRELOAD = True
         skinny.SKINNY_MIN_ROWS = SKINNY_MIN_ROWS
         skinny.SKINNY_PDL_MIN_ROWS = SKINNY_PDL_MIN_ROWS
+        gemv.ROW_TILES.update(ROW_TILES)
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")

@@ -272,7 +272,8 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
     y = torch.empty(batch, n // 2 if glu else n, device=x.device, dtype=x.dtype)
     if residual is not None:
         assert residual.shape == y.shape and residual.stride(1) == 1, (residual.shape, y.shape)
-    block_b, block_n, block_k, warps = tiles or (triton.next_power_of_2(batch), 2, 1024, 1)
+    block_b, block_n, block_k, warps = tiles or (triton.next_power_of_2(batch),
+                                                 *ROW_TILES["fp8" if scale is not None else "bf16"])
     assert not glu or block_n % 2 == 0
     grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
     _rows_kernel[grid](
@@ -283,6 +284,11 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
         **launch_options(pdl))
     return y
 
+
+# `rows_linear`'s (BLOCK_N, BLOCK_K, num_warps) by weight type: 2 adjacent rows a program, one warp, K in blocks of
+# 1024 (bench/results/orpheus_decode.md v10; run s24b: FP8 at (4, 1024, 2) +8 %, (4, 1024, 1) +24 %).
+# bench/row_tiles.py sweeps them; bench/decode_matmuls.py's `mode@BLOCK_NxBLOCK_Kxwarps` sets them for one mode.
+ROW_TILES: dict[str, tuple[int, int, int]] = {"bf16": (2, 1024, 1), "fp8": (2, 1024, 1)}
 
 SPLIT_K_MAX_ROWS = 256  # split_k_linear's largest batch: up to 4 row blocks of 64
 SPLIT_K_PROGRAMS = 264  # about two programs per H200 multiprocessor
