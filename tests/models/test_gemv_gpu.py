@@ -89,3 +89,52 @@ def test_runner_with_triton_matmuls_decodes_the_greedy_tokens_of_cublas() -> Non
     for batch, tokens in expected.items():
         assert (greedy_tokens(gemv, batch, 64, True) == tokens).float().mean().item() >= 0.75  # near-ties may flip
         assert (greedy_tokens(gemv, batch, 64, False) == greedy_tokens(gemv, batch, 64, True)).all()  # graph = eager
+
+
+@pytest.mark.parametrize("fused", ["plain", "norm", "glu", "residual"])
+@pytest.mark.parametrize("n,k", [(5120, 3072), (3072, 8192), (40, 200)])
+@pytest.mark.parametrize("pdl", [False, True])
+def test_fp8_in_bf16x2_fmas_matches_the_float32_path(fused: str, n: int, k: int, pdl: bool) -> None:
+    """models/gemv.py FP8_PACKED (one row, FP8 weights in bf16x2 FMAs, bf16 sums over the 1-8 K blocks of a lane):
+    within 1 % of the float32 path's output with each fused neighbour, with and without PDL, ragged K (200)."""
+    from models import gemv
+
+    generator = torch.Generator(device="cuda").manual_seed(n + k)
+    x = 3 * torch.randn(1, k, device="cuda", dtype=torch.bfloat16, generator=generator)
+    q = gemv.quantize_fp8(torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=generator) / k ** 0.5)
+    out_n = n // 2 if fused == "glu" else n
+    options = {"plain": {}, "norm": {"norm_eps": 1e-5}, "glu": {"norm_eps": 1e-5, "glu": True},
+               "residual": {"residual": torch.randn(1, out_n, device="cuda", dtype=torch.bfloat16,
+                                                    generator=generator)}}[fused]
+    expected = gemv.rows_linear(x, q, pdl=pdl, **options).float()
+    try:
+        gemv.FP8_PACKED = True
+        got = [gemv.rows_linear(x, q, pdl=pdl, **options).float() for _ in range(2)]
+    finally:
+        gemv.FP8_PACKED = False
+    assert got[0].shape == (1, out_n) and torch.equal(got[0], got[1])
+    err = ((got[0] - expected).norm() / expected.norm()).item()
+    assert err < 1e-2, err
+
+
+def test_fp8_codes_in_bf16x2_fmas_are_exact_from_the_smallest_normal() -> None:
+    """Every finite float8_e4m3fn code as a weight times 1.0 through `_fma_e4m3`: codes with a nonzero exponent give
+    their value exactly; zero and the subnormals (|w| < 2^-6) are at most 2^-6 off (the documented approximation)."""
+    from models import gemv
+
+    codes = torch.arange(256, dtype=torch.int32)
+    codes = torch.where((codes & 0x7F) == 0x7F, 0, codes).to(torch.uint8)  # 0x7F / 0xFF are NaN
+    data = codes.view(torch.float8_e4m3fn).reshape(128, 2).cuda()  # [N 128, K 2]: each output one code, x e_k
+    values = data.float()
+    q = gemv.Fp8Weight(data.contiguous(), torch.ones(128, device="cuda"))
+    try:
+        gemv.FP8_PACKED = True
+        for k in range(2):
+            x = torch.zeros(1, 2, device="cuda", dtype=torch.bfloat16)
+            x[0, k] = 1.0
+            got = gemv.rows_linear(x, q).float()[0]
+            normal = (codes.reshape(128, 2)[:, k].cuda() & 0x78) != 0
+            assert torch.equal(got[normal], values[normal, k])
+            assert (got[~normal] - values[~normal, k]).abs().max().item() <= 2 ** -6
+    finally:
+        gemv.FP8_PACKED = False
