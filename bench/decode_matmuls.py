@@ -65,7 +65,6 @@ MODES: dict[str, dict[str, Any]] = {
     "fused": FUSED, "fused_pdl": {**FUSED, "pdl": True}, "gemv_unfused": {"gemv": True, "fused_attention": False},
     "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
     "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True},
-    "fp8_fused_pdl_packed": {**FUSED, "fp8": True, "pdl": True, "fp8_packed": True},
     "fused_pdl_nopre": {**FUSED, "pdl": True, "pdl_preload": False},
     "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"},
     "fused_pdl_skinny": {**FUSED, "pdl": True, "skinny_rows": True},
@@ -241,13 +240,11 @@ def main() -> None:
         name, _, tiles = mode.partition("@")  # mode@BLOCK_NxBLOCK_Kxwarps: rows_linear's tiles for its weights
         options = dict(MODES[name])
         if tiles:
-            kind = "fp8p" if options.get("fp8_packed") else "fp8" if options.get("fp8") else "bf16"
-            gemv.ROW_TILES[kind] = tuple(int(t) for t in tiles.split("x"))
+            gemv.ROW_TILES["fp8" if options.get("fp8") else "bf16"] = tuple(int(t) for t in tiles.split("x"))
         torch.backends.cuda.preferred_blas_library(options.pop("blas", "cublas"))  # graphs keep the kernels captured
         decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
         skinny.SKINNY_MIN_ROWS = options.pop("skinny_min", SKINNY_MIN_ROWS)
         skinny.SKINNY_PDL_MIN_ROWS = options.pop("skinny_pdl_min", SKINNY_PDL_MIN_ROWS)
-        gemv.FP8_PACKED = options.pop("fp8_packed", False)
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
@@ -299,7 +296,6 @@ def main() -> None:
         skinny.SKINNY_MIN_ROWS = SKINNY_MIN_ROWS
         skinny.SKINNY_PDL_MIN_ROWS = SKINNY_PDL_MIN_ROWS
         gemv.ROW_TILES.update(ROW_TILES)
-        gemv.FP8_PACKED = False
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {gpu}")

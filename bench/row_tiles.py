@@ -4,8 +4,7 @@
 
 Each of Orpheus-3B's five projection shapes as the one-row step calls it (qkv and gate/up with the norm, gate/up
 with the SiLU-gate, o and down with the residual add, the audio head plain), at 1 row, for each (BLOCK_N, BLOCK_K,
-num_warps) of `--tiles`, on random bf16 weights and their FP8 copies (float32 math, and `fp8p`: bf16x2 FMAs,
-gemv.FP8_PACKED): ms per call (bench/decode_matmuls.py
+num_warps) of `--tiles`, on random bf16 weights and their FP8 copies: ms per call (bench/decode_matmuls.py
 `graph_ms`: a CUDA graph of 20 calls cycling through weight copies that together exceed twice the L2) and the weight
 bytes read per second as a fraction of the copy bandwidth measured in the run. The question it answers: whether FP8's
 one-row kernel, at 0.6-0.8 of copy bandwidth where bf16's is at ~0.9 (run s22), is held back by its program count
@@ -32,7 +31,6 @@ from models import gemv  # noqa: E402
 # Orpheus-3B (Llama-3.2-3B): hidden 3072, intermediate 8192, 24 + 2 x 8 heads of 128, 7 x 4096 audio rows
 SHAPES = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "down": (3072, 8192),
           "audio_head": (28672, 3072)}
-DTYPES = ("bf16", "fp8", "fp8p")  # fp8p: FP8 weights in bf16x2 FMAs (models/gemv.py FP8_PACKED)
 TILES = "2,1024,1;2,512,1;4,512,1;4,256,1;8,256,1;8,512,2;4,1024,2;2,2048,2"
 
 
@@ -61,9 +59,8 @@ def main() -> None:
         fp8 = [gemv.quantize_fp8(w) for w in bf16]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         residual = torch.randn(1, n, device="cuda", dtype=torch.bfloat16)
-        for dtype, weights in (("bf16", bf16), ("fp8", fp8), ("fp8p", fp8)):
-            nbytes = n * k * (2 if dtype == "bf16" else 1)
-            gemv.FP8_PACKED = dtype == "fp8p"
+        for dtype, weights in (("bf16", bf16), ("fp8", fp8)):
+            nbytes = n * k * (1 if dtype == "fp8" else 2)
             for block_n, block_k, warps in grid:
                 row: dict[str, Any] = {"shape": name, "n": n, "k": k, "dtype": dtype,
                                        "tiles": [block_n, block_k, warps]}
@@ -74,17 +71,16 @@ def main() -> None:
                     row["error"] = repr(error)[:160]
                 record["rows"].append(row)
                 print(json.dumps(row), flush=True)
-        gemv.FP8_PACKED = False
         del bf16, fp8
         torch.cuda.empty_cache()
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(record, indent=1))
     print(f"\ncopy bandwidth {bandwidth / 1e9:.0f} GB/s, {record['gpu']}; fraction of it, one row")
-    print(f"{'tiles':>12} " + " ".join(f"{s + ' ' + d:>16}" for s in SHAPES for d in DTYPES))
+    print(f"{'tiles':>12} " + " ".join(f"{s + ' ' + d:>16}" for s in SHAPES for d in ("bf16", "fp8")))
     for tiles in grid:
         cells = []
         for s in SHAPES:
-            for d in DTYPES:
+            for d in ("bf16", "fp8"):
                 r = next(r for r in record["rows"]
                          if r["shape"] == s and r["dtype"] == d and tuple(r["tiles"]) == tiles)
                 cells.append(f"{r.get('x_copy_bw', float('nan')):16.3f}")

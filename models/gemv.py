@@ -62,37 +62,9 @@ def _w_block(W, offs_n, mask_n, offs_k, sw, K: tl.constexpr, EVEN: tl.constexpr)
 
 
 @triton.jit
-def _fma_e4m3(acc, x, codes):
-    """`acc + x * w` elementwise in bf16x2 FMAs (`fma.rn.bf16x2`, two products an instruction), four elements an
-    instance: acc, x bf16; w float8_e4m3fn codes (uint8) moved into bf16 bits by integer instructions (`prmt` puts
-    two codes in the high bytes of a bf16x2 register, then shift, mask, exponent +120 and the sign back) instead of
-    the `cvt.rn.f16x2.e4m3x2` + `cvt.f32.f16` conversions of the float32 path. Exact for codes with a nonzero
-    exponent (|w| >= 2^-6); zero and the subnormal codes read as 2^-7 (1 + m/8) (at most 2^-6 off, 3.5e-5 of the
-    largest code 448). Bit layouts: OCP FP8 formats spec (E4M3, bias 7), bfloat16 (bias 127); PTX ISA `prmt`."""
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t<2>, s<2>;
-        prmt.b32 t0, $6, 0, 0x1404;
-        prmt.b32 t1, $6, 0, 0x3424;
-        shr.b32 s0, t0, 4;
-        shr.b32 s1, t1, 4;
-        and.b32 s0, s0, 0x07F007F0;
-        and.b32 s1, s1, 0x07F007F0;
-        add.u32 s0, s0, 0x3C003C00;
-        add.u32 s1, s1, 0x3C003C00;
-        lop3.b32 s0, s0, t0, 0x80008000, 0xF8;
-        lop3.b32 s1, s1, t1, 0x80008000, 0xF8;
-        fma.rn.bf16x2 $0, $4, s0, $2;
-        fma.rn.bf16x2 $1, $5, s1, $3;
-        }""",
-        constraints="=r,=r,r,r,r,r,r", args=[acc, x, codes], dtype=tl.bfloat16, is_pure=True, pack=4)
-
-
-@triton.jit
 def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_SCALE: tl.constexpr,
                  EVEN_N: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
-                 PACKED: tl.constexpr = False):
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """`[BLOCK_B, BLOCK_N]` of y on the CUDA cores, the products summed elementwise in registers over
     the whole (unrolled) K and across threads once at the end; with what sits around a decode matmul
     (`rows_linear`): NORM: x's RMS from the same loads (`y *= rsqrt(mean(x^2) + eps)`); GLU: W's rows
@@ -112,7 +84,7 @@ def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_
         w_first = _w_block(W, offs_n, mask_n, tl.arange(0, BLOCK_K), sw, K, EVEN_N and K % BLOCK_K == 0)
         gdc_wait()  # x, R, Y: the kernel before has finished writing and reading them
         gdc_launch_dependents()
-    acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.bfloat16 if PACKED else tl.float32)
+    acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.float32)
     squares = tl.zeros((BLOCK_B, 1), dtype=tl.float32)  # x's sum of squares, a reduction per K block
     for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: K is a constant
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -120,21 +92,15 @@ def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_
             w = w_first
         else:
             w = _w_block(W, offs_n, mask_n, offs_k, sw, K, EVEN_N and K % BLOCK_K == 0)
-        xs = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :],
-                     other=0.0)[:, None, :]
-        x = xs.to(tl.float32)
-        if PACKED:  # bf16 products and sums over the K blocks (3-8 a lane), float32 across lanes below
-            codes = w.to(tl.uint8, bitcast=True)[None, :, :]
-            acc = _fma_e4m3(acc, tl.broadcast_to(xs, (BLOCK_B, BLOCK_N, BLOCK_K)),
-                            tl.broadcast_to(codes, (BLOCK_B, BLOCK_N, BLOCK_K)))
-        else:
-            acc += x * w.to(tl.float32)[None, :, :]
+        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :],
+                    other=0.0).to(tl.float32)[:, None, :]
+        acc += x * w.to(tl.float32)[None, :, :]
         if NORM:  # (not an elementwise accumulator as acc: 32 more registers a thread)
             if k0 == 0:
                 squares = tl.sum(x * x, axis=2)  # in out's layout: no conversion
             else:
                 squares += tl.sum(x * x, axis=2)
-    out = tl.sum(acc.to(tl.float32), axis=2)  # [BLOCK_B, BLOCK_N]
+    out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]
     if HAS_SCALE:
         out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
     if NORM:
@@ -295,9 +261,7 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
       silu(gate_j) * up_j`, N' = I (else N' = N);
     - `residual` `[B, N']`: `y = residual + x @ W.T` (the product rounded to x's dtype first, as a
       separate add would be).
-    Products accumulate in float32 (with `FP8_PACKED`, FP8 weights and bf16 x: in bf16 within a thread's lane
-    over the K blocks, `_fma_e4m3`, then float32 across lanes). `tiles`: (BLOCK_B, BLOCK_N, BLOCK_K, num_warps)
-    instead of the
+    Products accumulate in float32. `tiles`: (BLOCK_B, BLOCK_N, BLOCK_K, num_warps) instead of the
     one-row default (2 adjacent weight rows a program; BLOCK_N even with `glu`). `pdl`: launch with
     programmatic dependent launch (sm90+; CUDA Programming Guide, "Programmatic Dependent Launch and
     Synchronization"): W's first block streams while the kernel before finishes."""
@@ -308,9 +272,8 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
     y = torch.empty(batch, n // 2 if glu else n, device=x.device, dtype=x.dtype)
     if residual is not None:
         assert residual.shape == y.shape and residual.stride(1) == 1, (residual.shape, y.shape)
-    packed = FP8_PACKED and scale is not None and x.dtype == torch.bfloat16
-    kind = "fp8p" if packed else "fp8" if scale is not None else "bf16"
-    block_b, block_n, block_k, warps = tiles or (triton.next_power_of_2(batch), *ROW_TILES[kind])
+    block_b, block_n, block_k, warps = tiles or (triton.next_power_of_2(batch),
+                                                 *ROW_TILES["fp8" if scale is not None else "bf16"])
     assert not glu or block_n % 2 == 0
     grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
     _rows_kernel[grid](
@@ -318,17 +281,14 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
         x.stride(0), w.stride(0), y.stride(0), residual.stride(0) if residual is not None else 0,
         float(norm_eps or 0.0), K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, NORM=norm_eps is not None,
         GLU=glu, RESIDUAL=residual is not None, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        PACKED=packed, **launch_options(pdl))
+        **launch_options(pdl))
     return y
 
 
 # `rows_linear`'s (BLOCK_N, BLOCK_K, num_warps) by weight type: 2 adjacent rows a program, one warp, K in blocks of
 # 1024 (bench/results/orpheus_decode.md v10; run s24b: FP8 at (4, 1024, 2) +8 %, (4, 1024, 1) +24 %).
 # bench/row_tiles.py sweeps them; bench/decode_matmuls.py's `mode@BLOCK_NxBLOCK_Kxwarps` sets them for one mode.
-ROW_TILES: dict[str, tuple[int, int, int]] = {"bf16": (2, 1024, 1), "fp8": (2, 1024, 1), "fp8p": (2, 1024, 1)}
-# FP8 weights times bf16 rows in bf16x2 FMAs (`_fma_e4m3`, "fp8p" tiles) instead of float32 (issue 10 experiment,
-# off): the float32 path's conversions cost 1.5 instructions a weight at 16 a clock per SM.
-FP8_PACKED = False
+ROW_TILES: dict[str, tuple[int, int, int]] = {"bf16": (2, 1024, 1), "fp8": (2, 1024, 1)}
 
 SPLIT_K_MAX_ROWS = 256  # split_k_linear's largest batch: up to 4 row blocks of 64
 SPLIT_K_PROGRAMS = 264  # about two programs per H200 multiprocessor
