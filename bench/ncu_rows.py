@@ -1,8 +1,9 @@
-"""Issue 10 diagnostic: one-row gate/up matmul (models/gemv.py `rows_linear`, norm + SiLU-gate) on bf16 and FP8
-weights, a few calls each, for Nsight Compute to profile (`ncu --kernel-name regex:_rows_kernel ...`):
+"""Issue 10 diagnostic: the one-row gate/up matmul (models/gemv.py `rows_linear`, norm + SiLU-gate) on bf16 and FP8
+weights at each tile config given (BLOCK_N,BLOCK_K,warps; default: ROW_TILES), for Nsight Compute:
+each config's two calls (bf16, FP8) once to compile and warm up, then once more to be profiled:
 
-    ncu --kernel-name regex:_rows_kernel --launch-skip 4 --launch-count 2 --section SpeedOfLight \
-        --section Occupancy --section WarpStateStats --section LaunchStats python bench/ncu_rows.py
+    ncu --kernel-name regex:_rows_kernel --launch-skip 2N --launch-count 2N --section SpeedOfLight \
+        --section Occupancy --section LaunchStats python bench/ncu_rows.py 2,1024,1 4,1024,2   (N configs)
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ n, k = 16384, 3072  # Orpheus-3B's gate/up pairs
 w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
 q = gemv.quantize_fp8(w)
 x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-for weight in (w, w, w, w, w, q, q, q):  # warm-up launches first; ncu skips them
-    gemv.rows_linear(x, weight, norm_eps=1e-5, glu=True)
+configs = [tuple(int(v) for v in arg.split(",")) for arg in sys.argv[1:]] or [None]
+for _ in range(2):  # warm-up pass, then the pass ncu profiles
+    for tiles in configs:
+        for weight in (w, q):
+            gemv.rows_linear(x, weight, norm_eps=1e-5, glu=True, tiles=(1, *tiles) if tiles else None)
 torch.cuda.synchronize()
