@@ -11,6 +11,14 @@ refuses at once, not through its busy handler, while another connection switches
 migration runs in `BEGIN IMMEDIATE` (the
 write lock first) and checks `schema_version` again inside it, so a migration another process
 applied meanwhile is skipped, not applied twice.
+
+Upgrades (`Library.migrate`): a database that records a migration this version does not have (a
+newer Voxgate upgraded it) is refused, naming the file, not used half-understood. Before the first
+pending migration of an existing database, a copy of it is kept as `voxgate.db.schema-N.bak` (N:
+its schema then), for going back to the version that wrote it; the upgrade is logged. Migrations
+run with foreign keys off (SQLite's way to rebuild a table: a DROP TABLE with them on would
+cascade-delete the rows that refer to it) and `PRAGMA foreign_key_check` before each COMMIT. A
+failed migration rolls back and stops the start in one line (`LibraryUnavailable`).
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
 import re
 import sqlite3
 import time
@@ -27,6 +37,7 @@ from typing import Any, AsyncIterator
 
 import aiosqlite
 
+log = logging.getLogger(__name__)
 _MIGRATION = re.compile(r"^(\d{4})_[\w-]+\.sql$")
 # A model's id, one rule wherever a model is registered (POST /v1/library/install, `voxgate models
 # add`, config [[models]]): it names the model in paths (/v1/models/{id}, /v1/library/models/{id}),
@@ -94,8 +105,9 @@ async def _journal_mode_wal(db: aiosqlite.Connection) -> None:
 
 
 class Library:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: Path | None = None) -> None:
         self.db = db
+        self.path = path  # the database file, for messages and the pre-upgrade copy
         self._lock = asyncio.Lock()  # one connection: transactions must not interleave
 
     @contextlib.asynccontextmanager
@@ -122,7 +134,7 @@ class Library:
             db.row_factory = aiosqlite.Row
             await db.execute("PRAGMA foreign_keys = ON")
             await _journal_mode_wal(db)
-            library = cls(db)
+            library = cls(db, path)
             await library.migrate()
         except BaseException as error:
             await db.close()
@@ -143,32 +155,80 @@ class Library:
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations; returns the versions applied now (by this connection: one
-        another process applied meanwhile is not among them)."""
-        pending = [m for m in migration_files() if m[0] not in await self._versions()]
-        applied = []
-        for version, name, sql in pending:
+        another process applied meanwhile is not among them). LibraryUnavailable when the
+        database is newer than this version, or a migration fails (rolled back)."""
+        known = migration_files()
+        recorded = await self._recorded()
+        _check_known(recorded, known, self.path)
+        pending = [m for m in known if m[0] not in recorded]
+        if not pending:
+            return []
+        applied: list[tuple[int, str]] = []
+        copy: Path | None = None
+        # Off outside a transaction (SQLite ignores it inside one); checked before each COMMIT.
+        await self.db.execute("PRAGMA foreign_keys = OFF")
+        try:
+            for version, name, sql in pending:
+                done, kept = await self._apply(version, name, sql, keep_copy=bool(recorded) and not applied)
+                copy = copy or kept
+                if done:
+                    applied.append((version, name))
+        finally:
+            await self.db.execute("PRAGMA foreign_keys = ON")
+        if applied and recorded:
+            log.warning("upgraded the library database %s from schema %d: applied %s; the database as it was is "
+                        "kept in %s", self.path, max(recorded), ", ".join(n for _, n in applied), copy)
+        elif applied:
+            log.info("created the library database %s (schema %d)", self.path, applied[-1][0])
+        return [version for version, _ in applied]
+
+    async def _apply(self, version: int, name: str, sql: str, keep_copy: bool) -> tuple[bool, Path | None]:
+        """One migration in its own transaction: (False, None) if another process applied it
+        meanwhile; with `keep_copy`, first a copy of the database as it is (`_keep_copy`)."""
+        copy = None
+        try:
             # The write lock first, then the check again: another process may have applied it.
             async with self.transaction(immediate=True) as db:
                 await db.execute(
                     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
                     "name TEXT NOT NULL, applied_at REAL NOT NULL)")
-                if version in await self._versions():
-                    continue
+                recorded = await self._versions()
+                if version in recorded:
+                    return False, None
+                if keep_copy and recorded and self.path is not None:
+                    copy = await asyncio.to_thread(_keep_copy, self.path, max(recorded))
                 # executescript would COMMIT on its own; run statements inside our transaction.
                 for statement in _statements(sql):
                     await db.execute(statement)
+                async with db.execute("PRAGMA foreign_key_check") as cur:
+                    broken = list(await cur.fetchall())
+                if broken:
+                    raise sqlite3.IntegrityError(
+                        f"it leaves {len(broken)} row(s) referring to missing rows (first: table {broken[0][0]}, "
+                        f"row {broken[0][1]}, referring to {broken[0][2]})")
                 await db.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (version, name, time.time()))
-            applied.append(version)
-        return applied
+        except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise  # (Library.open names the lock)
+            at = max(await self._versions(), default=0)
+            raise LibraryUnavailable(
+                f"the library database {self.path} could not be upgraded: migration {name} failed ({error}); it was "
+                f"rolled back, so the database is as it was at schema {at}, with its data; this Voxgate cannot use it "
+                "until the migration passes (report it with this message)") from error
+        return True, copy
 
     async def _versions(self) -> set[int]:
         """The migrations `schema_version` records (none before the first)."""
+        return set(await self._recorded())
+
+    async def _recorded(self) -> dict[int, str]:
+        """{version: migration file name} as `schema_version` records them (empty before the first)."""
         async with self.db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'") as cur:
             if await cur.fetchone() is None:
-                return set()
-        async with self.db.execute("SELECT version FROM schema_version") as cur:
-            return {row[0] for row in await cur.fetchall()}
+                return {}
+        async with self.db.execute("SELECT version, name FROM schema_version") as cur:
+            return {int(row[0]): str(row[1]) for row in await cur.fetchall()}
 
     async def schema_version(self) -> int:
         async with self.db.execute("SELECT MAX(version) FROM schema_version") as cur:
@@ -257,6 +317,38 @@ class Library:
         async with self.transaction() as db:
             cur = await db.execute("DELETE FROM presets WHERE name = ?", (name,))
         return cur.rowcount > 0
+
+
+def _keep_copy(path: Path, schema: int) -> Path:
+    """`<db>.schema-<N>.bak` beside the database: a consistent copy (`VACUUM INTO`, by a connection of its
+    own, which WAL lets read while the caller holds the write lock, so no other process changes it
+    meanwhile). An existing copy of that name is kept (a failed upgrade's first attempt made it)."""
+    target = path.with_name(f"{path.name}.schema-{schema}.bak")
+    if target.exists():
+        return target
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    source = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+    try:
+        source.execute("VACUUM INTO ?", (str(partial),))
+    finally:
+        source.close()
+    partial.replace(target)  # whole or not at all: a crash mid-copy leaves only the .partial
+    return target
+
+
+def _check_known(recorded: dict[int, str], known: list[tuple[int, str, str]], path: Path | None) -> None:
+    """LibraryUnavailable if the database records a migration this version does not ship (a newer
+    Voxgate, or another build, upgraded it): using it anyway would read and write tables whose
+    meaning this code does not know, and nothing would tell the user."""
+    names = {version: name for version, name, _ in known}
+    foreign = sorted(name for version, name in recorded.items() if names.get(version) != name)
+    if foreign:
+        raise LibraryUnavailable(
+            f"the library database {path} was upgraded by a newer Voxgate (or another build): it records migration(s) "
+            f"{', '.join(foreign)}, which this version does not have (its latest is {known[-1][1]}); run that "
+            "newer version, or go back to the copy an upgrade keeps beside the database "
+            f"({path.name if path else 'voxgate.db'}.schema-<N>.bak, the database as schema N had it)")
 
 
 def _statements(sql: str) -> list[str]:

@@ -183,7 +183,7 @@ def test_a_broken_migration_rolls_back(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr("gateway.library.migration_files", lambda: broken)
 
     async def go() -> None:
-        with pytest.raises(sqlite3.OperationalError):
+        with pytest.raises(LibraryUnavailable, match="migration 9999_broken.sql failed .* rolled back"):
             await Library.open(tmp_path / "db.sqlite")
 
     asyncio.run(go())
