@@ -41,12 +41,15 @@ def _public(preset: dict[str, Any]) -> dict[str, Any]:
             "created_at": preset["created_at"], "updated_at": preset["updated_at"]}
 
 
-async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
+async def _validated(state: AppState, data: dict[str, Any], existing: bool = False) -> dict[str, Any]:
+    """The preset to save. `existing`: an update of a saved preset, whose name is not checked again:
+    an older Voxgate took names that the rules now refuse (ending with a space, a voice's name), and
+    such a preset can still be edited (the list says what is wrong with it) or deleted."""
     unknown = set(data) - _FIELDS
     if unknown:
         field = sorted(unknown)[0]
         raise InvalidInput(f"unknown field {field!r}; presets have {', '.join(sorted(_FIELDS))}", field=field)
-    name = check_name(data.get("name"))
+    name = str(data["name"]) if existing else check_name(data.get("name"))
     model_id = data.get("model", state.settings.default_model)
     if not isinstance(model_id, str):
         raise InvalidInput("model must be a string (a model id)", field="model")
@@ -58,7 +61,7 @@ async def _validated(state: AppState, data: dict[str, Any]) -> dict[str, Any]:
                                         asked if asked != model_id else None)
         raise UnknownModel(f"unknown model {model_id!r}", field="model")
     voices = await state.library.voices(model_id)
-    if name in voices:
+    if name in voices and not existing:
         raise InvalidInput(f"{name!r} is a built-in voice of {model_id!r}; choose another preset name", field="name")
     voice = data.get("voice", voices[0] if voices else None)
     await check_preset_voice(state, model_id, voice, voices)  # a Base model's: a reference voice too
@@ -86,11 +89,14 @@ async def _models(state: AppState) -> dict[str, dict[str, Any]]:
 
 
 async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The preset with `usable` and, if not, the `problem`: its model is gone, or its reference
-    voice, or its settings no longer pass the family's checks (saved before a check was added,
+    """The preset with `usable` and, if not, the `problem`: its model is gone, or a voice of that model
+    has its name (saved by an older Voxgate; the voice wins), or its reference voice, or its settings no longer pass the family's checks (saved before a check was added,
     or the model's options changed: force_tokens past its max_seq_len)."""
     record = models.get(preset["model_id"])
     problem = None if record is not None else f"model {preset['model_id']!r} is not installed"
+    if problem is None and preset["name"] in await state.library.voices(preset["model_id"]):  # (an older Voxgate's)
+        problem = (f"model {preset['model_id']!r} has a voice named {preset['name']!r}, which requests get instead of "
+                   "this preset; create it again under another name")
     if problem is None and await is_base(state, preset["model_id"]) and await store(state).get(preset["voice"]) is None:
         problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
     if problem is None and record is not None:
@@ -154,7 +160,7 @@ async def update_preset(request: Request) -> JSONResponse:
     if request.method == "PATCH":
         data = {"model": current["model_id"], "voice": current["voice"], "speed": current["speed"],
                 **data, "settings": _merged(current["settings"], data.get("settings", {}))}
-    preset = await _validated(state, {**data, "name": name})
+    preset = await _validated(state, {**data, "name": name}, existing=True)
     await state.library.put_preset(**preset, create=False)
     return JSONResponse(await _described(state, await state.library.get_preset(name) or {}, await _models(state)))
 

@@ -1,0 +1,48 @@
+"""Presets an older Voxgate saved under names today's rules refuse (gateway/presets.py): up to the
+studio's first releases a name could end with a space and could be a voice of its own model.
+After an upgrade such a preset is listed with what is wrong with it, and stays editable."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from gateway.library import Library
+from tests.conftest import run_server
+
+
+def _saved_by_an_older_version(data_dir: Path) -> None:
+    """The rows as the older server's POST /v1/presets wrote them (Library.put_preset checks no name)."""
+    async def go() -> None:
+        library = await Library.open(data_dir / "voxgate.db")
+        await library.put_preset("Bob ", "piper-joe", "default", 1.2, {}, create=True)
+        await library.put_preset("default", "piper-joe", "default", 1.3, {"noise_scale": 0.4}, create=True)
+        await library.close()
+
+    asyncio.run(go())
+
+
+def test_a_preset_saved_under_a_name_now_refused_is_listed_and_stays_editable(tmp_path: Path) -> None:
+    _saved_by_an_older_version(tmp_path)
+    for server in run_server(tmp_path):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            listed = {p["name"]: p for p in client.get("/v1/presets").json()["data"]}
+            assert listed["Bob "]["usable"] is True
+            # Requests for voice "default" get piper-joe's own voice: the list says so.
+            assert listed["default"]["usable"] is False
+            assert listed["default"]["problem"] == ("model 'piper-joe' has a voice named 'default', which requests "
+                                                    "get instead of this preset; create it again under another name")
+            for name, speed in (("Bob ", 0.8), ("default", 0.7)):
+                patched = client.patch(f"/v1/presets/{name}", json={"speed": speed})
+                assert patched.status_code == 200, patched.text
+                assert patched.json()["speed"] == speed and patched.json()["name"] == name
+            put = client.put("/v1/presets/Bob ", json={"voice": "default", "speed": 1.0})
+            assert put.status_code == 200, put.text
+            assert client.get("/v1/presets/default").json()["settings"] == {"noise_scale": 0.4}
+            # A new preset is still held to the rules, and the old ones can go.
+            assert client.post("/v1/presets", json={"name": "Ann ", "voice": "default"}).status_code == 400
+            assert client.post("/v1/presets", json={"name": "default", "voice": "default"}).status_code in (400, 409)
+            assert client.delete("/v1/presets/Bob ").status_code == 204
+            assert client.delete("/v1/presets/default").status_code == 204
