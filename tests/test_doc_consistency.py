@@ -1,5 +1,5 @@
-"""The docs' links to files of the repository (README.md and docs/*.md) lead somewhere: a
-relative Markdown link names a file that exists, and its `#anchor` a heading of that file."""
+"""The docs agree with the repository: a relative Markdown link of README.md or docs/*.md names a
+file that exists (and its `#anchor` a heading of it), and README lists every model option."""
 
 import re
 from pathlib import Path
@@ -36,3 +36,14 @@ def test_relative_links_resolve(doc: Path) -> None:
 def test_no_doc_names_design_md() -> None:
     """DESIGN.md is not part of the repository: a doc that sends readers there leads nowhere."""
     assert not [doc.name for doc in DOCS if "DESIGN.md" in doc.read_text()]
+
+
+@pytest.mark.parametrize("family", ["orpheus", "qwen3_tts", "piper"])
+def test_every_model_option_is_in_the_readme(family: str) -> None:
+    """README's **Model options** names every option a family takes (`codec_dtype` was missing)."""
+    import importlib
+
+    options = importlib.import_module(f"models.{family}").OPTIONS
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("**Model options**"):text.index("## Benchmarks")]
+    assert not [name for name in options if f"`{name}`" not in section]
