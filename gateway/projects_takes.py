@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any
 from urllib.parse import quote
 
@@ -203,12 +204,20 @@ async def export(request: Request) -> Response:
         if i < len(passages) - 1:
             pieces.append(Piece(pause_ms=_pause_after(project, passage)))
     body, headers = await run_in_threadpool(_export, pieces, fmt, target)
-    filename = re.sub(r"[^A-Za-z0-9_.-]+", "-", project["name"]).strip("-") or project["id"]
+    filename = ascii_filename(project["name"]) or project["id"]
     disposition = f'attachment; filename="{filename}.{fmt}"'  # (ASCII: every client reads it)
     if filename != project["name"]:  # the name itself too, for clients that read RFC 6266's filename*
         disposition += f"; filename*=utf-8''{quote(project['name'] + '.' + fmt, safe='')}"
     headers["Content-Disposition"] = disposition
     return Response(body, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+def ascii_filename(name: str) -> str:
+    """`name` as an ASCII file name for `filename=`: accents dropped from their letters (`Émile` is
+    `Emile`, not `mile`), any other run of characters outside letters, digits, `_`, `.` and `-` one `-`;
+    empty when nothing is left (the caller falls back to the id)."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", plain).strip("-")
 
 
 def _export(pieces: list[Piece], fmt: str, target: float | None) -> tuple[bytes, dict[str, str]]:
