@@ -3,25 +3,24 @@
 #   bash bench/fp8_tiles_s26.sh -> $OUT/gpu_tests_$NAME.log (TESTS), $OUT/ncu_rows_$NAME.txt (Nsight Compute on the
 #   gate/up matmul at NCU tiles), $OUT/row_tiles_$NAME.json/.log (bench/row_tiles.py at TILES, bf16 and FP8), then
 #   $OUT/orpheus_decode_$NAME.json/.log (bench/decode_matmuls.py: decode steps at BATCHES: the default modes and each
-#   with the tiles the sweep found fastest over a step's calls, bf16 and FP8). Tiles: BLOCK_N,BLOCK_K,warps[,GROUP]
-#   (models/gemv.py ROW_TILES); run s26d (bench/results/orpheus_decode.md, session 26) gave its fourth number to REDUCE,
-#   an experiment removed after it.
+#   with the tiles the sweep found fastest over a step's calls, bf16 and FP8). Run s26d (bench/results/orpheus_decode.md,
+#   session 26) gave TILES and NCU a fourth number, REDUCE, of an experiment removed after it.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader), torch $(python3 -c 'import torch; print(torch.__version__)')"
 echo "$GPU" | tee $OUT/gpu.txt
 header() { echo "# command: $1"; echo "# machine: $GPU"; }
 NAME=${NAME:-s26}
-TESTS=${TESTS:-"tests/models/test_gemv_gpu.py -k summed_in_groups"}
+TESTS=${TESTS:-"tests/models/test_gemv_gpu.py"}
 header "python3 -m pytest -q $TESTS" > $OUT/gpu_tests_$NAME.log
 timeout ${TESTS_S:-150} python3 -m pytest -q -p no:warnings -p no:cacheprovider $TESTS >> $OUT/gpu_tests_$NAME.log 2>&1
 tail -5 $OUT/gpu_tests_$NAME.log
-NCU_TILES=${NCU:-"2,1024,1 2,1024,1,16 8,1024,2,16"}
+NCU_TILES=${NCU:-"2,1024,1 4,1024,2"}
 N=$(( $(echo $NCU_TILES | wc -w) * 2 ))
 CMD="/usr/local/cuda/bin/ncu --kernel-name regex:_rows_kernel --launch-skip $N --launch-count $N --section SpeedOfLight --section Occupancy --section LaunchStats python3 bench/ncu_rows.py $NCU_TILES"
 { header "$CMD"; timeout 120 $CMD; } > $OUT/ncu_rows_$NAME.txt 2>&1
 grep -E 'Duration|DRAM Throughput|Registers Per|Achieved Occupancy' $OUT/ncu_rows_$NAME.txt
-CMD="python3 bench/row_tiles.py --out $OUT/row_tiles_$NAME.json --tiles ${TILES:-2,1024,1;2,1024,1,8;2,1024,1,16;4,1024,1,16;8,1024,1,16;4,2048,1,16;8,1024,2,16;8,2048,2,16}"
+CMD="python3 bench/row_tiles.py --out $OUT/row_tiles_$NAME.json --tiles ${TILES:-2,1024,1;4,1024,1;4,1024,2;2,2048,2}"
 { header "$CMD"; timeout ${TILES_S:-240} $CMD; } > $OUT/row_tiles_$NAME.log 2>&1
 grep -v "^{" $OUT/row_tiles_$NAME.log | tail -11
 # per weight type, the tiles with the least time over one step's calls (28 layers of qkv, o, gate_up, down; one head)

@@ -34,7 +34,7 @@ SHAPES = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "dow
 TILES = "2,1024,1;2,512,1;4,512,1;4,256,1;8,256,1;8,512,2;4,1024,2;2,2048,2"
 
 
-def calls(name: str, x: torch.Tensor, weights: list[Any], tiles: tuple[int, ...],
+def calls(name: str, x: torch.Tensor, weights: list[Any], tiles: tuple[int, int, int, int],
           residual: torch.Tensor) -> list[Callable[[], Any]]:
     """The shape's call as models/llama.py `forward_rows` makes it, once per weight copy."""
     options: dict[str, Any] = {"qkv": {"norm_eps": 1e-5}, "gate_up": {"norm_eps": 1e-5, "glu": True},
@@ -44,8 +44,7 @@ def calls(name: str, x: torch.Tensor, weights: list[Any], tiles: tuple[int, ...]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tiles", default=TILES,
-                        help="BLOCK_N,BLOCK_K,warps[,GROUP];... (BLOCK_N even: gate/up's pairs)")
+    parser.add_argument("--tiles", default=TILES, help="BLOCK_N,BLOCK_K,warps;... (BLOCK_N even: gate/up's pairs)")
     parser.add_argument("--out", default="bench/results/row_tiles.json")
     opts = parser.parse_args()
     grid = [tuple(int(v) for v in t.split(",")) for t in opts.tiles.split(";") if t]
@@ -62,10 +61,11 @@ def main() -> None:
         residual = torch.randn(1, n, device="cuda", dtype=torch.bfloat16)
         for dtype, weights in (("bf16", bf16), ("fp8", fp8)):
             nbytes = n * k * (1 if dtype == "fp8" else 2)
-            for tiles in grid:
-                row: dict[str, Any] = {"shape": name, "n": n, "k": k, "dtype": dtype, "tiles": list(tiles)}
+            for block_n, block_k, warps in grid:
+                row: dict[str, Any] = {"shape": name, "n": n, "k": k, "dtype": dtype,
+                                       "tiles": [block_n, block_k, warps]}
                 try:
-                    ms = graph_ms(calls(name, x, weights, (1, *tiles), residual))
+                    ms = graph_ms(calls(name, x, weights, (1, block_n, block_k, warps), residual))
                     row.update(ms=round(ms, 4), x_copy_bw=round(nbytes * 1e3 / ms / bandwidth, 3))
                 except Exception as error:  # a config that does not compile or fit
                     row["error"] = repr(error)[:160]

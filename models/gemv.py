@@ -62,25 +62,9 @@ def _w_block(W, offs_n, mask_n, offs_k, sw, K: tl.constexpr, EVEN: tl.constexpr)
 
 
 @triton.jit
-def _k_groups(k0, BLOCK_K: tl.constexpr, GROUP: tl.constexpr):
-    """A K block's columns as `[BLOCK_K // GROUP, GROUP]` (GROUP adjacent ones a row)."""
-    return k0 + tl.arange(0, BLOCK_K // GROUP)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
-
-
-@triton.jit
-def _w_groups(W, offs_n, mask_n, offs_k, sw, K: tl.constexpr, EVEN: tl.constexpr):
-    """`_w_block` for `[G, GROUP]` column offsets: `[BLOCK_N, G, GROUP]`."""
-    if EVEN:
-        return tl.load(W + offs_n[:, None, None] * sw + offs_k[None, :, :], eviction_policy="evict_first")
-    return tl.load(W + offs_n[:, None, None] * sw + offs_k[None, :, :],
-                   mask=mask_n[:, None, None] & (offs_k < K)[None, :, :], other=0.0, eviction_policy="evict_first")
-
-
-@triton.jit
 def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_SCALE: tl.constexpr,
                  EVEN_N: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
-                 GROUP: tl.constexpr = 1):
+                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """`[BLOCK_B, BLOCK_N]` of y on the CUDA cores, the products summed elementwise in registers over
     the whole (unrolled) K and across threads once at the end; with what sits around a decode matmul
     (`rows_linear`): NORM: x's RMS from the same loads (`y *= rsqrt(mean(x^2) + eps)`); GLU: W's rows
@@ -96,42 +80,26 @@ def _rows_kernel(X, W, S, Y, R, B, N, sx, sw, sy, sr, eps, K: tl.constexpr, HAS_
     offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     mask_n = offs_n < N
     mask_b = offs_b < B
-    EVEN = EVEN_N and K % BLOCK_K == 0  # (constexpr)
     if PDL:
-        if GROUP == 1:
-            w_first = _w_block(W, offs_n, mask_n, tl.arange(0, BLOCK_K), sw, K, EVEN)
-        else:
-            w_first = _w_groups(W, offs_n, mask_n, _k_groups(0, BLOCK_K, GROUP), sw, K, EVEN)
+        w_first = _w_block(W, offs_n, mask_n, tl.arange(0, BLOCK_K), sw, K, EVEN_N and K % BLOCK_K == 0)
         gdc_wait()  # x, R, Y: the kernel before has finished writing and reading them
         gdc_launch_dependents()
-    acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K // GROUP), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_B, BLOCK_N, BLOCK_K), dtype=tl.float32)
     squares = tl.zeros((BLOCK_B, 1), dtype=tl.float32)  # x's sum of squares, a reduction per K block
     for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: K is a constant
-        if GROUP == 1:
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            if PDL and k0 == 0:
-                w = w_first
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        if PDL and k0 == 0:
+            w = w_first
+        else:
+            w = _w_block(W, offs_n, mask_n, offs_k, sw, K, EVEN_N and K % BLOCK_K == 0)
+        x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :],
+                    other=0.0).to(tl.float32)[:, None, :]
+        acc += x * w.to(tl.float32)[None, :, :]
+        if NORM:  # (not an elementwise accumulator as acc: 32 more registers a thread)
+            if k0 == 0:
+                squares = tl.sum(x * x, axis=2)  # in out's layout: no conversion
             else:
-                w = _w_block(W, offs_n, mask_n, offs_k, sw, K, EVEN)
-            x = tl.load(X + offs_b[:, None] * sx + offs_k[None, :], mask=mask_b[:, None] & (offs_k < K)[None, :],
-                        other=0.0).to(tl.float32)[:, None, :]
-            acc += x * w.to(tl.float32)[None, :, :]
-            if NORM:  # (not an elementwise accumulator as acc: 32 more registers a thread)
-                if k0 == 0:
-                    squares = tl.sum(x * x, axis=2)  # in out's layout: no conversion
-                else:
-                    squares += tl.sum(x * x, axis=2)
-        else:  # each thread's GROUP adjacent products summed first: a GROUP-times smaller accumulator
-            offs_k = _k_groups(k0, BLOCK_K, GROUP)
-            if PDL and k0 == 0:
-                w = w_first
-            else:
-                w = _w_groups(W, offs_n, mask_n, offs_k, sw, K, EVEN)
-            xg = tl.load(X + offs_b[:, None, None] * sx + offs_k[None, :, :],
-                         mask=mask_b[:, None, None] & (offs_k < K)[None, :, :], other=0.0).to(tl.float32)
-            acc += tl.sum(xg[:, None, :, :] * w.to(tl.float32)[None, :, :, :], axis=3)
-            if NORM:
-                squares += tl.sum(tl.sum(xg * xg, axis=2), axis=1)[:, None]
+                squares += tl.sum(x * x, axis=2)
     out = tl.sum(acc, axis=2)  # [BLOCK_B, BLOCK_N]
     if HAS_SCALE:
         out = out * tl.load(S + offs_n, mask=mask_n, other=0.0)[None, :]
@@ -283,7 +251,7 @@ def launch_options(pdl: bool) -> dict[str, bool]:
 
 def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: float | None = None,
                 glu: bool = False, residual: torch.Tensor | None = None,
-                tiles: tuple[int, ...] | None = None, pdl: bool = False) -> torch.Tensor:
+                tiles: tuple[int, int, int, int] | None = None, pdl: bool = False) -> torch.Tensor:
     """A decode matmul of few rows (`_rows_kernel`, CUDA cores) with its neighbours fused:
     `x` `[B, K]` (bf16/fp16) times a `[N, K]` weight (same dtype, or `Fp8Weight`) -> `[B, N']`;
     - `norm_eps`: x is the residual stream and the RMSNorm before the matmul is done in it:
@@ -293,7 +261,7 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
       silu(gate_j) * up_j`, N' = I (else N' = N);
     - `residual` `[B, N']`: `y = residual + x @ W.T` (the product rounded to x's dtype first, as a
       separate add would be).
-    Products accumulate in float32. `tiles`: (BLOCK_B, BLOCK_N, BLOCK_K, num_warps[, GROUP]) instead of the
+    Products accumulate in float32. `tiles`: (BLOCK_B, BLOCK_N, BLOCK_K, num_warps) instead of the
     one-row default (2 adjacent weight rows a program; BLOCK_N even with `glu`). `pdl`: launch with
     programmatic dependent launch (sm90+; CUDA Programming Guide, "Programmatic Dependent Launch and
     Synchronization"): W's first block streams while the kernel before finishes."""
@@ -304,8 +272,8 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
     y = torch.empty(batch, n // 2 if glu else n, device=x.device, dtype=x.dtype)
     if residual is not None:
         assert residual.shape == y.shape and residual.stride(1) == 1, (residual.shape, y.shape)
-    block_b, block_n, block_k, warps, *group = tiles or (triton.next_power_of_2(batch),
-                                                         *ROW_TILES["fp8" if scale is not None else "bf16"])
+    block_b, block_n, block_k, warps = tiles or (triton.next_power_of_2(batch),
+                                                 *ROW_TILES["fp8" if scale is not None else "bf16"])
     assert not glu or block_n % 2 == 0
     grid = (triton.cdiv(n, block_n), triton.cdiv(batch, block_b))
     _rows_kernel[grid](
@@ -313,17 +281,14 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor | Fp8Weight, *, norm_eps: 
         x.stride(0), w.stride(0), y.stride(0), residual.stride(0) if residual is not None else 0,
         float(norm_eps or 0.0), K=k, HAS_SCALE=scale is not None, EVEN_N=n % block_n == 0, NORM=norm_eps is not None,
         GLU=glu, RESIDUAL=residual is not None, BLOCK_B=block_b, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        GROUP=group[0] if group else 1, **launch_options(pdl))
+        **launch_options(pdl))
     return y
 
 
 # `rows_linear`'s (BLOCK_N, BLOCK_K, num_warps) by weight type: 2 adjacent rows a program, one warp, K in blocks of
 # 1024 (bench/results/orpheus_decode.md v10; run s24b: FP8 at (4, 1024, 2) +8 %, (4, 1024, 1) +24 %).
 # bench/row_tiles.py sweeps them; bench/decode_matmuls.py's `mode@BLOCK_NxBLOCK_Kxwarps` sets them for one mode.
-# A fourth number, GROUP: each thread sums GROUP adjacent products (one 16-byte load's) before the accumulator
-# (`_rows_kernel`), which then takes BLOCK_K / GROUP registers a row instead of BLOCK_K (issue 10 experiment: at
-# (2, 1024, 1) the kernel needs ~140 registers a thread, 12 warps an SM on an H100, bench/results/orpheus_decode.md).
-ROW_TILES: dict[str, tuple[int, ...]] = {"bf16": (2, 1024, 1), "fp8": (2, 1024, 1)}
+ROW_TILES: dict[str, tuple[int, int, int]] = {"bf16": (2, 1024, 1), "fp8": (2, 1024, 1)}
 
 SPLIT_K_MAX_ROWS = 256  # split_k_linear's largest batch: up to 4 row blocks of 64
 SPLIT_K_PROGRAMS = 264  # about two programs per H200 multiprocessor

@@ -89,28 +89,3 @@ def test_runner_with_triton_matmuls_decodes_the_greedy_tokens_of_cublas() -> Non
     for batch, tokens in expected.items():
         assert (greedy_tokens(gemv, batch, 64, True) == tokens).float().mean().item() >= 0.75  # near-ties may flip
         assert (greedy_tokens(gemv, batch, 64, False) == greedy_tokens(gemv, batch, 64, True)).all()  # graph = eager
-
-
-@pytest.mark.parametrize("tiles", [(2, 1024, 1, 8), (2, 1024, 1, 16), (4, 2048, 2, 16), (8, 1024, 2, 16)])
-@pytest.mark.parametrize("fused", ["plain", "norm", "glu", "residual"])
-@pytest.mark.parametrize("n,k", [(5120, 3072), (3072, 8192), (40, 200)])
-def test_rows_summed_in_groups_first_match_the_elementwise_accumulator(tiles: tuple, fused: str, n: int,
-                                                                       k: int) -> None:
-    """rows_linear's GROUP (each thread sums GROUP adjacent products before the accumulator) gives the
-    elementwise accumulator's output up to float32 summation order: bf16 and FP8 weights, each fused neighbour,
-    ragged K (200) and N (40 rows in blocks of 8), with PDL, the same bits call after call."""
-    from models import gemv
-
-    generator = torch.Generator(device="cuda").manual_seed(n + k + sum(tiles))
-    x = 3 * torch.randn(1, k, device="cuda", dtype=torch.bfloat16, generator=generator)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=generator) / k ** 0.5
-    out_n = n // 2 if fused == "glu" else n
-    options = {"plain": {}, "norm": {"norm_eps": 1e-5}, "glu": {"norm_eps": 1e-5, "glu": True},
-               "residual": {"residual": torch.randn(1, out_n, device="cuda", dtype=torch.bfloat16,
-                                                    generator=generator)}}[fused]
-    for weight in (w, gemv.quantize_fp8(w)):
-        expected = gemv.rows_linear(x, weight, **options).float()
-        got = [gemv.rows_linear(x, weight, tiles=(1, *tiles), pdl=True, **options) for _ in range(2)]
-        assert got[0].shape == (1, out_n) and torch.equal(got[0], got[1])
-        err = ((got[0].float() - expected).norm() / expected.norm()).item()
-        assert err < 5e-3, err
