@@ -3,8 +3,9 @@
 #   bash bench/fp8_tiles_s26.sh -> $OUT/gpu_tests_$NAME.log (TESTS), $OUT/ncu_rows_$NAME.txt (Nsight Compute on the
 #   gate/up matmul at NCU tiles), $OUT/row_tiles_$NAME.json/.log (bench/row_tiles.py at TILES, bf16 and FP8), then
 #   $OUT/orpheus_decode_$NAME.json/.log (bench/decode_matmuls.py: decode steps at BATCHES: the default modes and each
-#   with the tiles the sweep found fastest over a step's calls, bf16 and FP8). Run s26d (bench/results/orpheus_decode.md,
-#   session 26) gave TILES and NCU a fourth number, REDUCE, of an experiment removed after it.
+#   with the tiles the sweep found fastest over a step's calls, bf16 and FP8). Runs s26d and s26g
+#   (bench/results/orpheus_decode.md, session 26) gave TILES and NCU a fourth number, REDUCE and GROUP, of two
+#   experiments removed after them.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader), torch $(python3 -c 'import torch; print(torch.__version__)')"
