@@ -8,6 +8,7 @@ each config's two calls (bf16, FP8) once to compile and warm up, then once more 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+if __name__ == "__main__" and importlib.util.find_spec("triton") is None:  # (a traceback, even for --help)
+    sys.exit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU and Triton (its kernels); Triton is not installed here")
 from models import gemv  # noqa: E402
 
 n, k = 16384, 3072  # Orpheus-3B's gate/up pairs

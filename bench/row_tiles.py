@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -24,7 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.decode_matmuls import L2_BYTES, graph_ms  # noqa: E402  (exits without Triton)
+if __name__ == "__main__" and importlib.util.find_spec("triton") is None:  # (a traceback, even for --help)
+    sys.exit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU and Triton (its kernels); Triton is not installed here")
+from bench.decode_matmuls import L2_BYTES, graph_ms  # noqa: E402
 from bench.orpheus_decode import copy_bandwidth  # noqa: E402
 from models import gemv  # noqa: E402
 
