@@ -90,8 +90,9 @@ async def _models(state: AppState) -> dict[str, dict[str, Any]]:
 
 async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The preset with `usable` and, if not, the `problem`: its model is gone, or a voice of that model
-    has its name (saved by an older Voxgate; the voice wins), or its reference voice, or its settings no longer pass the family's checks (saved before a check was added,
-    or the model's options changed: force_tokens past its max_seq_len)."""
+    has its name (saved by an older Voxgate; the voice wins), or its reference voice is gone, or its
+    settings no longer pass the family's checks (saved before a check was added, or the model's
+    options changed: force_tokens past its max_seq_len)."""
     record = models.get(preset["model_id"])
     problem = None if record is not None else f"model {preset['model_id']!r} is not installed"
     if problem is None and preset["name"] in await state.library.voices(preset["model_id"]):  # (an older Voxgate's)
