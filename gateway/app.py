@@ -28,6 +28,7 @@ from gateway.keys import KeyStore, no_key_message
 from gateway.library import Library
 from gateway.limits import KeyLimits
 from gateway.memory import IdleTrim
+from gateway.access_log import AccessLog
 from gateway.metrics import Metrics
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
@@ -167,9 +168,10 @@ def create_app(settings: Settings) -> Starlette:
             await run_in_threadpool(engine.stop)
             await library.close()
 
-    # Outermost first: query secrets redacted (before anything may log the URL), the request id (so
+    # Outermost first: query secrets redacted (before anything may log the URL), the access line (when a
+    # request ends: gateway/access_log.py), the request id (so
     # refusals carry one too), Host and Origin, CORS (if configured), keys, then write time bounds.
-    middleware = [Middleware(RedactQuerySecrets), Middleware(RequestIdMiddleware), *browser_middleware(settings),
+    middleware = [Middleware(RedactQuerySecrets), Middleware(AccessLog), Middleware(RequestIdMiddleware), *browser_middleware(settings),
                   Middleware(KeyCheck),
                   Middleware(WriteTimeout)]
     app = Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,

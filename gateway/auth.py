@@ -31,6 +31,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import studio_key
+from gateway.access_log import note
 from gateway.keys import ApiKey
 from gateway.limits import Refused
 from gateway.security import deny
@@ -184,6 +185,8 @@ class KeyCheck:
             if presented is not None:
                 secret, field = presented
                 key = await state.keys.lookup(secret) if state.keys is not None else None
+                if key is not None:
+                    note(key=key.key_id)  # (its id, never the secret: the access line)
                 if key is None:
                     if await self._keys_in_use(state):
                         await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",

@@ -14,7 +14,9 @@ Observed in the gateway as audio goes out:
 - `voxgate_stalls_total{model}`: chunks delivered late (exactly the lateness observations
   above 0), counted as they happen, also in utterances cancelled later;
 - `voxgate_requests_total`, `voxgate_audio_seconds_total`, `voxgate_rtf` per completed
-  utterance; `voxgate_realtime_sessions` open sessions.
+  utterance; `voxgate_realtime_sessions` open sessions;
+- `voxgate_http_requests_total{method,route,status,code}`: requests (and WebSocket sessions,
+  `method="WS"`) as they end, by route template and the API's error code (gateway/access_log.py).
 
 Read at scrape time from the engine (`Engine.stats()`, its workers' snapshots, refreshed
 every 0.25 s while they work), so the engine's step loop does nothing more per step:
@@ -83,7 +85,14 @@ class Metrics:
                              buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2), registry=self.registry)
         self.sessions = Gauge("voxgate_realtime_sessions", "Open /v1/realtime sessions",
                               registry=self.registry)
+        self.http_requests = Counter("voxgate_http_requests", "HTTP requests and WebSocket sessions ended, by "
+                                     "route template, status and the API error code ('' for none)",
+                                     ["method", "route", "status", "code"], registry=self.registry)
         self.recent: deque[dict[str, Any]] = deque(maxlen=MAX_RECENT)
+
+    def observe_http(self, method: str, route: str, status: int, code: str) -> None:
+        """A request (or WebSocket session) that ended (gateway/access_log.py)."""
+        self.http_requests.labels(method, route, str(status), code).inc()
 
     def observe_first_chunk(self, model_id: str, ttfa_ms: float) -> None:
         self.ttfa.labels(model_id).observe(ttfa_ms / 1000.0)

@@ -39,6 +39,7 @@ import numpy as np
 from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.access_log import note, tally
 from gateway.audio import to_pcm16
 from gateway.connection import CLIENT_GONE, Connection
 from gateway.errors import ApiError, as_api_error
@@ -263,6 +264,9 @@ class Session(SessionText):
             await self._send_words(utterance, self.words.take())
         self.audio_started, self.words_estimated = False, False
         utterance.observe("realtime", cancelled)
+        if error:
+            tally(failed=1)
+            note(last_error=error)
         clock = utterance.clock
         await self.send({
             "type": "utterance.done", "utterance_id": utterance.utterance_id,

@@ -77,6 +77,19 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         super().shutdown()
 
 
+# uvicorn's lines for each WebSocket (its access line, `... "WebSocket /v1/realtime" [accepted]`, and
+# "connection open", "connection rejected (401 Unauthorized)"): the session's access line says it all
+# when it ends (gateway/access_log.py); at debug they stay.
+_CONNECTION_LINES = ('%s - "WebSocket %s"', "connection open", "connection closed", "connection rejected",
+                     "HTTP response sent")
+
+
+def _quiet_connections(record: logging.LogRecord) -> bool:
+    return not (record.levelno == logging.INFO and isinstance(record.msg, str)
+                and record.msg.startswith(_CONNECTION_LINES)
+                and not logging.getLogger("uvicorn.error").isEnabledFor(logging.DEBUG))
+
+
 class Server(uvicorn.Server):
     def __init__(self, app: Starlette, settings: Settings, **options: object) -> None:
         config = uvicorn.Config(
@@ -86,8 +99,13 @@ class Server(uvicorn.Server):
             # deflating a 3.7 s frame took ~29 ms on the event loop (issue 11 profile, 2 cores),
             # the loop's largest cost under load.
             ws_per_message_deflate=False, ws=WebSocketProtocol,
-            ws_max_size=max(WS_MAX_MESSAGE_BYTES, settings.max_body_bytes), **options)  # type: ignore[arg-type]
+            ws_max_size=max(WS_MAX_MESSAGE_BYTES, settings.max_body_bytes),
+            # The access lines are gateway/access_log.py's, one when a request ends (uvicorn's, at the
+            # response's start, could say neither its id nor its time), and uvicorn's other lines go
+            # through the root logger, in the same format as the rest (`voxgate serve`: with timestamps).
+            access_log=False, log_config=None, **options)  # type: ignore[arg-type]
         super().__init__(config)
+        logging.getLogger("uvicorn.error").addFilter(_quiet_connections)
         self.app = app
         self.grace_s = settings.graceful_shutdown_s
 

@@ -41,6 +41,7 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 
 from engine.types import AudioChunk, EngineError, InvalidInput
+from gateway.access_log import fields, note
 from gateway.audio import FORMATS, MEDIA_TYPES, StreamEncoder
 from gateway.clone_voices import resolve_voice
 from gateway.errors import ApiError, error_body, read_json
@@ -192,8 +193,10 @@ async def stream_speech(state: AppState, choice: Choice, data: dict[str, Any], f
     if choice.speed != 1.0 and choice.family not in FAMILIES_WITH_SPEED:
         headers["X-Voxgate-Speed"] = "ignored"
     encoder = StreamEncoder(fmt, first.sample_rate)
-    log.info("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
-             choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)
+    log.debug("request %s: %s/%s %d segments -> %s (%s)", audio.request_id, choice.model_id,
+              choice.voice, sum(isinstance(item, str) for item in items), fmt, stream_format)
+    note(model=choice.model_id, voice=choice.voice, preset=choice.preset,
+         format=fmt if stream_format == "audio" else f"{fmt}/sse")
     body = _audio_body(state, audio, first, encoder, lease)
 
     def on_close() -> None:  # also when the response is abandoned (gateway/writes.py)
@@ -245,6 +248,8 @@ async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encod
     t_start = time.monotonic()
     model_id = lease.model_id
     state.metrics.observe_first_chunk(model_id, 1000.0 * (t_start - audio.arrival_s))
+    noted = fields()  # the access line's (gateway/access_log.py), kept up to date: a cut stream's too
+    noted["ttfa_ms"] = 1000.0 * (t_start - audio.arrival_s)
     audio_ms = 0.0
     stalls = 0
     late_ms = 0.0
@@ -254,6 +259,7 @@ async def _audio_body(state: AppState, audio: Stitched, first: AudioChunk, encod
             audio_ms += chunk.duration_ms
             stalls += chunk.late_ms > 0
             late_ms += chunk.late_ms
+            noted.update(audio_ms=audio_ms, stalls=stalls, stall_ms=late_ms if stalls else None)
             if chunk.request_id == engine_request:  # a request's first chunk has no lateness of its own
                 state.metrics.observe_chunk(model_id, chunk.late_ms)
             engine_request = chunk.request_id
@@ -279,6 +285,7 @@ async def _plain(body: AsyncIterator[bytes], request_id: str) -> AsyncIterator[b
             yield data
     except EngineError as error:
         log.warning("request %s ended early: %s", request_id, error.message)
+        note(cut=error.code)
 
 
 async def _sse(body: AsyncIterator[bytes], input_chars: int, encoder: StreamEncoder) -> AsyncIterator[str]:
@@ -291,6 +298,7 @@ async def _sse(body: AsyncIterator[bytes], input_chars: int, encoder: StreamEnco
             delta = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
             yield f"data: {json.dumps(delta)}\n\n"
     except EngineError as error:
+        note(cut=error.code)
         failure = {"type": "error", "error": error_body(error.code, error.message, error.field, error.status)["error"]}
         yield f"data: {json.dumps(failure)}\n\n"
         return

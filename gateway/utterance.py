@@ -56,6 +56,7 @@ import numpy as np
 from engine.clock import PlaybackClock
 from engine.engine import AudioStream
 from engine.types import EngineError, SpeechRequest, WordTiming
+from gateway.access_log import note, note_max, tally
 from gateway.audio import Resampler
 from gateway.clone_voices import check_still_stored
 from gateway.connection import CLIENT_GONE
@@ -374,3 +375,12 @@ class UtteranceStream:
                                  ttfa_ms=clock.ttfa_ms, late_ms=clock.stall_ms, source=source)
         if clock.ttfa_ms is not None:
             metrics.observe_first_chunk(self.model_id, clock.ttfa_ms)
+        # The session's access line (gateway/access_log.py) sums its utterances; each one, at debug.
+        log.debug("utterance %s (%s, %s): ttfa_ms=%s audio_ms=%.0f stalls=%d stall_ms=%.0f%s", self.utterance_id,
+                  source, self.model_id or "-", "-" if clock.ttfa_ms is None else f"{clock.ttfa_ms:.0f}", clock.delivered_ms, clock.stalls,
+                  clock.stall_ms, " cancelled" if cancelled else "")
+        if self.model_id:
+            note(model=self.model_id)
+        tally(utterances=1, cancelled=int(cancelled), audio_ms=clock.delivered_ms, stalls=clock.stalls)
+        if clock.ttfa_ms is not None:
+            note_max(ttfa_max_ms=clock.ttfa_ms)

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.access_log import note
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -95,7 +97,9 @@ class WriteTimeout:
         try:
             await self.app(scope, receive, bounded_send)
         except SlowClient as error:
-            log.warning("%s %s: response abandoned: %s", scope["method"], scope["path"], error)
+            note(cut="shutdown" if guard.aborted else "slow_client")
+            # (at shutdown the drain's line says how many were cut, and each one's access line `cut=shutdown`)
+            log.log(logging.DEBUG if guard.aborted else logging.WARNING, "%s %s: response abandoned: %s", scope["method"], scope["path"], error)
             if guard.aborted:
                 await _until_disconnect(receive, ABANDONED_WAIT_S)
 

@@ -81,10 +81,9 @@ def run_server(data_dir: Path, **overrides: object) -> Iterator[LiveServer]:
 
 @contextlib.contextmanager
 def server_log(*names: str) -> Iterator[list[logging.LogRecord]]:
-    """The records uvicorn's server logger (`uvicorn.error`: connections, handshakes, ASGI
-    errors; or the loggers `names`, e.g. `uvicorn.access`, the HTTP access lines) emits meanwhile,
-    INFO and up. They do not propagate to the root logger (uvicorn's logging config), so pytest's
-    caplog never sees them: a handler goes on each directly."""
+    """The records uvicorn's server logger (`uvicorn.error`: handshakes, ASGI errors; or the
+    loggers `names`, e.g. `gateway.access`, the access lines) emits meanwhile, INFO and up. The
+    test servers log at warning, so a handler goes on each directly, at INFO."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append  # type: ignore[method-assign]

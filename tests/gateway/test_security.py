@@ -72,7 +72,7 @@ def test_cross_origin_websockets_are_refused(guarded: LiveServer, origin: str) -
 def refused_quietly(url: str, status: int, **options: Any) -> tuple[dict[str, Any], Headers]:
     """Open a WebSocket that the server refuses with `status`; returns the JSON error and the
     response headers, after checking that the server logged the refusal and no error."""
-    with server_log() as records:
+    with server_log("uvicorn.error", "gateway.access") as records:
         with pytest.raises(InvalidStatus) as refused:
             connect(url, **options)
         time.sleep(0.3)  # (uvicorn logs an unfinished handshake just after the app returns)
@@ -81,7 +81,9 @@ def refused_quietly(url: str, status: int, **options: Any) -> tuple[dict[str, An
     assert response.headers["Content-Type"] == "application/json"
     assert re.fullmatch(r"req_[0-9a-f]{32}", response.headers["X-Request-Id"]), response.headers
     logged = [(record.levelno, record.getMessage()) for record in records]
-    line = re.compile(rf'"WebSocket /{re.escape(url.split("/", 3)[3].split("?")[0])}(\?[^"]*)?" {status}')
+    # the access line: the path, the status, the id the client got and the error's code
+    line = re.compile(rf'^WS /{re.escape(url.split("/", 3)[3].split("?")[0])}(\?\S*)? {status} '
+                      rf'{response.headers["X-Request-Id"]} \d+ms {json.loads(response.body)["error"]["code"]}( |$)')
     assert any(line.search(message) for _, message in logged), logged  # the server's log is seen
     assert [message for level, message in logged if level >= logging.WARNING] == []
     return dict(json.loads(response.body)["error"]), response.headers

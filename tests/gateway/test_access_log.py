@@ -1,0 +1,129 @@
+"""gateway/access_log.py on a running server: one line per request when it ends, naming the
+request id the client saw, its error code, its time and (speech) its audio; a stream cut off says
+so; a WebSocket session's line sums its utterances; /metrics counts them by route template."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from tests.conftest import LiveServer, run_server, server_log
+from tests.gateway.test_keys import bearer, create_key
+from tests.gateway.test_realtime import recv_event
+
+SPEECH = {"input": "Hello there, this is a test of the access log.", "response_format": "pcm"}
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+    data = tmp_path_factory.mktemp("data")
+    key = create_key(data, "ops", "--scope", "admin")
+    for live in run_server(data, auth="required"):
+        yield live, key
+
+
+def access_line(records: list[logging.LogRecord], needle: str, timeout_s: float = 10) -> str:
+    """The access line containing `needle`, once written (a session's comes after its close)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for record in list(records):
+            if record.name == "gateway.access" and needle in record.getMessage():
+                return record.getMessage()
+        time.sleep(0.02)
+    raise AssertionError(f"no access line with {needle!r}: {[r.getMessage() for r in records]}")
+
+
+def test_a_speech_request_is_one_line_with_its_id_time_and_audio(keyed: tuple[LiveServer, str]) -> None:
+    live, key = keyed
+    with server_log("gateway.access", "gateway.speech", "uvicorn.error") as records:
+        response = httpx.post(f"{live.url}/v1/audio/speech", json=SPEECH, headers=bearer(key), timeout=60)
+        assert response.status_code == 200
+        request_id = response.headers["x-request-id"]
+        line = access_line(records, request_id)
+    assert line.startswith(f"POST /v1/audio/speech 200 {request_id} "), line
+    fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+    assert fields["model"] == "piper-joe" and fields["format"] == "pcm" and fields["stalls"].isdigit(), line
+    assert float(fields["audio_ms"]) > 0 and float(fields["ttfa_ms"]) > 0, line
+    assert fields["key"].startswith("key-") and key not in line and "cut" not in fields, line
+    assert len([r for r in records if request_id in r.getMessage()]) == 1  # one line a request, at info
+
+
+def test_a_client_error_names_its_code_and_the_id_the_client_got(keyed: tuple[LiveServer, str]) -> None:
+    live, key = keyed
+    with server_log("gateway.access", "gateway.errors", "uvicorn.error") as records:
+        response = httpx.post(f"{live.url}/v1/audio/speech", json={**SPEECH, "speeed": 2}, headers=bearer(key))
+        assert response.status_code == 400
+        line = access_line(records, response.headers["x-request-id"])
+        wrong = httpx.post(f"{live.url}/v1/audio/speech", json=SPEECH, headers=bearer("vxg_00000000_nope"))
+        refused = access_line(records, wrong.headers["x-request-id"])
+    assert " 400 " in line and " invalid_input " in line, line
+    assert " 401 " in refused and " invalid_api_key " in refused and "vxg_00000000_nope" not in refused, refused
+    assert all(r.exc_info is None and r.levelno == logging.INFO for r in records), records  # no traceback
+
+
+def test_a_query_key_is_logged_redacted_and_as_its_id(keyed: tuple[LiveServer, str]) -> None:
+    live, key = keyed
+    with server_log("gateway.access", "uvicorn.error") as records:
+        with connect(f"{live.ws_url}/v1/realtime?api_key={key}") as ws:
+            assert recv_event(ws)["type"] == "session.created"
+            request_id = ws.response.headers["x-request-id"]
+        line = access_line(records, request_id)
+    assert line.startswith(f"WS /v1/realtime?api_key=redacted 101 {request_id} "), line
+    assert " close=1000 " in line and " key=key-" in line, line
+    assert key not in "\n".join(r.getMessage() for r in records)
+    assert not [r for r in records if r.name == "uvicorn.error"], records  # its lines are the access line's
+
+
+def test_a_stream_the_client_leaves_says_it_was_cut(keyed: tuple[LiveServer, str]) -> None:
+    live, key = keyed
+    text = " ".join(f"This is sentence number {i} of a story that nobody hears to its end." for i in range(30))
+    with server_log("gateway.access") as records:
+        with httpx.stream("POST", f"{live.url}/v1/audio/speech", json={**SPEECH, "input": text},
+                          headers=bearer(key), timeout=60) as response:
+            request_id = response.headers["x-request-id"]
+            next(response.iter_raw())
+        line = access_line(records, request_id)
+    assert " 200 " in line and " cut=client_disconnected " in line, line
+    assert live.wait_idle() == 0
+
+
+def test_a_session_line_sums_its_utterances(keyed: tuple[LiveServer, str]) -> None:
+    live, key = keyed
+    with server_log("gateway.access") as records:
+        with connect(f"{live.ws_url}/v1/realtime", additional_headers=bearer(key)) as ws:
+            request_id = ws.response.headers["x-request-id"]
+            assert recv_event(ws)["type"] == "session.created"
+            ws.send(json.dumps({"type": "text.append", "text": "A first short turn."}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            while not isinstance(message := ws.recv(timeout=30), str) or json.loads(message)["type"] != "utterance.done":
+                pass
+            ws.send(json.dumps({"type": "text.append", "text": " ".join(["A second turn, cut short."] * 20)}))
+            ws.send(json.dumps({"type": "text.flush"}))
+            while not isinstance(ws.recv(timeout=30), bytes):
+                pass
+            ws.send(json.dumps({"type": "response.cancel"}))
+            while not isinstance(message := ws.recv(timeout=30), str) or json.loads(message)["type"] != "utterance.done":
+                pass
+        line = access_line(records, request_id)
+    assert " model=piper-joe " in line and " utterances=2 cancelled=1 " in line and " stalls=" in line, line
+    assert " ttfa_max_ms=" in line, line
+
+
+def test_metrics_count_requests_by_route_template_and_code(keyed: tuple[LiveServer, str]) -> None:
+    live, key = keyed
+    with httpx.Client(base_url=live.url, headers=bearer(key)) as client:
+        assert client.get("/v1/models/piper-joe").status_code == 200
+        assert client.get("/v1/models/no-such-model").status_code == 404
+        assert client.get("/no/such/path").status_code == 404
+        exposition = client.get("/metrics").text
+    lines = [line for line in exposition.splitlines() if line.startswith("voxgate_http_requests_total{")]
+    assert any('route="/v1/models/{model_id}"' in line and 'status="404"' in line and 'code="unknown_model"' in line
+               for line in lines), lines
+    assert any('route="unmatched"' in line and 'code="not_found"' in line for line in lines), lines
+    assert not any("no-such-model" in line or "req_" in line or "speech-" in line for line in lines), lines
