@@ -20,7 +20,7 @@ end says so in `cut=` (the client left, it was abandoned as a slow reader, or th
 down). 5xx lines are warnings; the rest are info, so `log_level = "warning"` keeps only them.
 
 `voxgate_http_requests_total{method,route,status,code}` counts the same lines, by the route's
-template (`/v1/models/{model_id}`, `unmatched` for no route): bounded labels, no ids.
+template (`/v1/models/{model_id}`, also for a request refused before routing; `unmatched` for no route): bounded labels, no ids.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from starlette.datastructures import Headers
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("gateway.access")
@@ -85,6 +86,14 @@ def _value(value: Any) -> str:
         return f"{value:.0f}"
     text = str(value)
     return json.dumps(text) if (not text or any(c.isspace() or c in '"=' for c in text)) else text
+
+
+def _route(scope: Scope) -> str:
+    """The template of the route a request refused before routing (a key, a Host) was for."""
+    for route in getattr(getattr(scope.get("app"), "router", None), "routes", ()):
+        if route.matches(scope)[0] != Match.NONE:
+            return str(getattr(route, "path", "unmatched"))
+    return "unmatched"
 
 
 def error_code(body: bytes) -> str | None:
@@ -174,5 +183,5 @@ class AccessLog:
         parts += [f"{k}={_value(v)}" for k, v in noted.items() if v is not None]
         log.log(logging.WARNING if status >= 500 else logging.INFO, "%s", " ".join(parts))
         if state is not None:  # (the app's metrics)
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or _route(scope)
             state.metrics.observe_http(method if method in METHODS else "other", route, status, code or "")

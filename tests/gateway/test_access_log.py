@@ -121,9 +121,11 @@ def test_metrics_count_requests_by_route_template_and_code(keyed: tuple[LiveServ
         assert client.get("/v1/models/piper-joe").status_code == 200
         assert client.get("/v1/models/no-such-model").status_code == 404
         assert client.get("/no/such/path").status_code == 404
+        assert client.get("/v1/models/piper-joe", headers=bearer("vxg_00000000_nope")).status_code == 401
         exposition = client.get("/metrics").text
     lines = [line for line in exposition.splitlines() if line.startswith("voxgate_http_requests_total{")]
     assert any('route="/v1/models/{model_id}"' in line and 'status="404"' in line and 'code="unknown_model"' in line
                for line in lines), lines
+    assert any('route="/v1/models/{model_id}"' in line and 'code="invalid_api_key"' in line for line in lines), lines
     assert any('route="unmatched"' in line and 'code="not_found"' in line for line in lines), lines
     assert not any("no-such-model" in line or "req_" in line or "speech-" in line for line in lines), lines
