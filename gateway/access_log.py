@@ -20,7 +20,8 @@ end says so in `cut=` (the client left, it was abandoned as a slow reader, or th
 down). 5xx lines are warnings; the rest are info, so `log_level = "warning"` keeps only them.
 
 `voxgate_http_requests_total{method,route,status,code}` counts the same lines, by the route's
-template (`/v1/models/{model_id}`, also for a request refused before routing; `unmatched` for no route): bounded labels, no ids.
+template (`/v1/models/{model_id}`, also for a request refused before routing; `unmatched` for no
+route): bounded labels, no ids.
 """
 
 from __future__ import annotations

@@ -169,11 +169,10 @@ def create_app(settings: Settings) -> Starlette:
             await library.close()
 
     # Outermost first: query secrets redacted (before anything may log the URL), the access line (when a
-    # request ends: gateway/access_log.py), the request id (so
-    # refusals carry one too), Host and Origin, CORS (if configured), keys, then write time bounds.
-    middleware = [Middleware(RedactQuerySecrets), Middleware(AccessLog), Middleware(RequestIdMiddleware), *browser_middleware(settings),
-                  Middleware(KeyCheck),
-                  Middleware(WriteTimeout)]
+    # request ends: gateway/access_log.py), the request id (so refusals carry one too), Host and Origin,
+    # CORS (if configured), keys, then write time bounds.
+    middleware = [Middleware(RedactQuerySecrets), Middleware(AccessLog), Middleware(RequestIdMiddleware),
+                  *browser_middleware(settings), Middleware(KeyCheck), Middleware(WriteTimeout)]
     app = Starlette(routes=app_routes(), middleware=middleware, exception_handlers=exception_handlers,
                     lifespan=lifespan)
     app.router.redirect_slashes = False  # a trailing slash is a JSON 404 naming the path meant (gateway/errors.py)

@@ -377,8 +377,8 @@ class UtteranceStream:
             metrics.observe_first_chunk(self.model_id, clock.ttfa_ms)
         # The session's access line (gateway/access_log.py) sums its utterances; each one, at debug.
         log.debug("utterance %s (%s, %s): ttfa_ms=%s audio_ms=%.0f stalls=%d stall_ms=%.0f%s", self.utterance_id,
-                  source, self.model_id or "-", "-" if clock.ttfa_ms is None else f"{clock.ttfa_ms:.0f}", clock.delivered_ms, clock.stalls,
-                  clock.stall_ms, " cancelled" if cancelled else "")
+                  source, self.model_id or "-", "-" if clock.ttfa_ms is None else f"{clock.ttfa_ms:.0f}",
+                  clock.delivered_ms, clock.stalls, clock.stall_ms, " cancelled" if cancelled else "")
         if self.model_id:
             note(model=self.model_id)
         tally(utterances=1, cancelled=int(cancelled), audio_ms=clock.delivered_ms, stalls=clock.stalls)

@@ -99,7 +99,8 @@ class WriteTimeout:
         except SlowClient as error:
             note(cut="shutdown" if guard.aborted else "slow_client")
             # (at shutdown the drain's line says how many were cut, and each one's access line `cut=shutdown`)
-            log.log(logging.DEBUG if guard.aborted else logging.WARNING, "%s %s: response abandoned: %s", scope["method"], scope["path"], error)
+            log.log(logging.DEBUG if guard.aborted else logging.WARNING, "%s %s: response abandoned: %s",
+                    scope["method"], scope["path"], error)
             if guard.aborted:
                 await _until_disconnect(receive, ABANDONED_WAIT_S)
 

@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -93,6 +94,12 @@ def test_a_stream_the_client_leaves_says_it_was_cut(keyed: tuple[LiveServer, str
     assert live.wait_idle() == 0
 
 
+def until_done(ws: Any) -> None:
+    """Read the socket until an `utterance.done` event (audio frames in between)."""
+    while not isinstance(message := ws.recv(timeout=30), str) or json.loads(message)["type"] != "utterance.done":
+        pass
+
+
 def test_a_session_line_sums_its_utterances(keyed: tuple[LiveServer, str]) -> None:
     live, key = keyed
     with server_log("gateway.access") as records:
@@ -101,15 +108,13 @@ def test_a_session_line_sums_its_utterances(keyed: tuple[LiveServer, str]) -> No
             assert recv_event(ws)["type"] == "session.created"
             ws.send(json.dumps({"type": "text.append", "text": "A first short turn."}))
             ws.send(json.dumps({"type": "text.flush"}))
-            while not isinstance(message := ws.recv(timeout=30), str) or json.loads(message)["type"] != "utterance.done":
-                pass
+            until_done(ws)
             ws.send(json.dumps({"type": "text.append", "text": " ".join(["A second turn, cut short."] * 20)}))
             ws.send(json.dumps({"type": "text.flush"}))
             while not isinstance(ws.recv(timeout=30), bytes):
                 pass
             ws.send(json.dumps({"type": "response.cancel"}))
-            while not isinstance(message := ws.recv(timeout=30), str) or json.loads(message)["type"] != "utterance.done":
-                pass
+            until_done(ws)
         line = access_line(records, request_id)
     assert " model=piper-joe " in line and " utterances=2 cancelled=1 " in line and " stalls=" in line, line
     assert " ttfa_max_ms=" in line, line
