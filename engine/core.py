@@ -34,6 +34,8 @@ class EngineCore:
                  executor: Callable[[str, int], Executor] | None = None) -> None:
         self.runner, self.clock, self.cost = runner, clock, cost or CostModel()
         self.scheduler = Scheduler(config, runner, self.cost)
+        for timing in runner.take_timings():  # its warm-up's (Runner.warm_up), before any request is admitted
+            self.cost.observe(timing.kind, timing.a, timing.b, timing.ms)
         self._decode_in_flight = False  # a decode step's tokens are still to be read back
         make = executor or (lambda name, n: ThreadPoolExecutor(n, f"voxgate-{name}"))
         self.lanes = {name: (make(name, n), n) for name, n in (lanes or {}).items()}

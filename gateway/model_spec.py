@@ -92,7 +92,9 @@ def load_runner(spec: ModelSpec, device: str, max_running: int = 64, cpu_workers
             raise InvalidModel(f"{broken}; its load failed with: {_short(error)}") from error
         raise
     try:
-        return build_runner(spec.model_id, parts, device, max_running)
+        runner = build_runner(spec.model_id, parts, device, max_running)
+        runner.warm_up()  # the cost model's first estimates (engine/runner.py)
+        return runner
     except Exception as error:
         if _out_of_memory(error):
             raise _too_big(spec, device, max_running, error) from None
