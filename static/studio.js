@@ -29,11 +29,18 @@ const speaker = new Speaker({
   },
 });
 
+// The counter is the text field's description (read with it), not a live region: one announcement
+// a keystroke drowned what was typed (found by a screen-reader trial). Reaching the limit is said once.
 function updateCount() {
   const n = $("text").value.length;
   const max = Number($("text").dataset.max);
   $("count-n").textContent = n;
-  $("count").dataset.kind = n >= max ? "error" : "";
+  const full = n >= max;
+  if (full && $("count").dataset.kind !== "error" && document.activeElement === $("text")
+      && !/^The text was cut/.test(status.textContent)) {  // (a paste past the limit says so itself)
+    say(status, `The text is at the ${max}-character limit of one request.`, "error");
+  }
+  $("count").dataset.kind = full ? "error" : "";
 }
 
 // The button pressed disables itself: the keyboard moves to the other one, not to <body>.
@@ -182,7 +189,7 @@ function takeItem(take) {
   });
   const downloads = ["wav", "mp3", "flac"].map((fmt) =>
     el("a", { href: `${take.audio_url}?format=${fmt}`, download: `${take.id}.${fmt}`, class: "button",
-              text: fmt.toUpperCase(), "aria-label": `Download as ${fmt.toUpperCase()}` }));
+              text: fmt.toUpperCase(), "aria-label": `Download as ${fmt.toUpperCase()}: take from ${when.toLocaleTimeString()}` }));
   return el("li", { class: "take", "data-take-id": take.id },
     el("p", { class: "take-text", text }),
     el("p", { class: "muted small",
@@ -208,7 +215,9 @@ async function loadTakes() {
 $("takes-h").tabIndex = -1;
 $("text").addEventListener("input", () => {
   updateCount();
-  if (status.dataset.kind === "error" && /^Type some text/.test(status.textContent)) say(status, "");  // (fixed)
+  const fixed = /^Type some text/.test(status.textContent)
+    || (/^The text is at the/.test(status.textContent) && $("count").dataset.kind !== "error");
+  if (status.dataset.kind === "error" && fixed) say(status, "");
 });
 // A paste past the limit is cut by the field's maxlength: say so, rather than drop the rest unseen.
 $("text").addEventListener("paste", (e) => {
