@@ -56,7 +56,13 @@ function askForKey(reason) {
   input.value = "";
   dialog.showModal();
   input.focus();
-  const restoreFocus = () => { if (before && before !== document.body && before.isConnected) before.focus(); };
+  // Back where the keyboard was; opened at page load (nothing focused yet), to the header's Sign in.
+  const restoreFocus = () => {
+    if (before && before !== document.body && before.isConnected) before.focus();
+    else if ($("signout") && !$("signout").hidden) $("signout").focus();
+  };
+  input.removeAttribute("aria-invalid");
+  input.oninput = () => input.removeAttribute("aria-invalid");
   return new Promise((resolve, reject) => {
     dialog.onclose = () => {
       declined = true;
@@ -84,6 +90,7 @@ function askForKey(reason) {
         try { message = (await res.json()).error.message; } catch { message = `HTTP ${res.status}`; }
       }
       say(status, message, "error");
+      input.setAttribute("aria-invalid", "true");  // (the field is described by the status: base.html)
       input.select();
     };
   });
@@ -168,6 +175,60 @@ export function say(el, msg, kind = "") {
 export function sayError(el, err, prefix = "") {
   const text = err instanceof ApiError ? err.message : String(err && err.message || err);
   say(el, prefix ? `${prefix}: ${text}` : text, "error");
+}
+
+// A form error tied to its field: marked invalid, described by the status line that says why
+// (WCAG 3.3.1), and focused. clearInvalid(form) undoes it for every field of `form`.
+export function markInvalid(input, statusEl) {
+  input.setAttribute("aria-invalid", "true");
+  const ids = (input.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+  if (!ids.includes(statusEl.id)) {
+    input.setAttribute("aria-describedby", [...ids, statusEl.id].join(" "));
+    input.dataset.describedByError = statusEl.id;
+  }
+  input.focus();
+}
+
+export function clearInvalid(root) {
+  for (const input of root.querySelectorAll("[aria-invalid]")) {
+    input.removeAttribute("aria-invalid");
+    const added = input.dataset.describedByError;
+    if (!added) continue;
+    const ids = input.getAttribute("aria-describedby").split(" ").filter((id) => id && id !== added);
+    if (ids.length) input.setAttribute("aria-describedby", ids.join(" "));
+    else input.removeAttribute("aria-describedby");
+    delete input.dataset.describedByError;
+  }
+}
+
+// A control that disables or hides itself while it has the keyboard drops the focus to <body>
+// (found by a keyboard trial: Generate, Install). Runs `change`; if the focus was on one of
+// `controls` and that one can no longer take it, hands it to the first that can (in order).
+export function keepFocus(controls, change) {
+  const had = controls.includes(document.activeElement);
+  const result = change();
+  const usable = (c) => c && c.isConnected && !c.disabled && c.getClientRects().length > 0;
+  const active = document.activeElement;
+  if (had && !(controls.includes(active) && usable(active))) {
+    const next = controls.find(usable);
+    if (next) next.focus();
+  }
+  return result;
+}
+
+// A table wider than a narrow screen scrolls sideways in its .table-wrap: that region takes the
+// keyboard (arrow keys scroll it) only while it scrolls, so wide screens keep one Tab stop fewer.
+function scrollableByKeyboard(wrap) {
+  const update = () => {
+    if (wrap.scrollWidth > wrap.clientWidth + 1) wrap.tabIndex = 0;
+    else wrap.removeAttribute("tabindex");
+  };
+  const observer = new ResizeObserver(update);
+  observer.observe(wrap);
+  if (wrap.firstElementChild) observer.observe(wrap.firstElementChild);
+}
+if (typeof document !== "undefined") {
+  document.addEventListener("DOMContentLoaded", () => document.querySelectorAll(".table-wrap").forEach(scrollableByKeyboard));
 }
 
 export function fmtBytes(n) {

@@ -1,11 +1,12 @@
 // Library: the catalog with Install and live progress (SSE), installed models with
 // load / unload / delete and their memory, and the resident set.
-import { $, api, say, sayError, el, fmtBytes, fmtEta } from "./common.js";
+import { $, api, say, sayError, el, fmtBytes, fmtEta, clearInvalid, keepFocus, markInvalid } from "./common.js";
 
 const FINAL = new Set(["done", "failed", "cancelled"]);
 const catalogItems = new Map();  // model id -> {li, progress, text, install, cancel, status}
 let events = null;
 let lastModels = "";
+let refocus = null;  // the model whose row had the keyboard when its action re-renders the table
 window.voxgate = { downloads: {}, progress: [] };  // for tests: every download update seen
 
 // -- installed models ---------------------------------------------------------------
@@ -34,6 +35,7 @@ function modelRow(m) {
                              "aria-label": `${text} ${m.id}` });
     b.addEventListener("click", async () => {
       b.disabled = true;
+      refocus = m.id;  // the keyboard goes back to this row once it is drawn again (Unload becomes Load)
       say(rowStatus, `${text}…`, "busy");
       try {
         await handler();
@@ -42,6 +44,8 @@ function modelRow(m) {
         await loadModels();
       } catch (err) {
         b.disabled = false;
+        b.focus();
+        refocus = null;
         sayError(rowStatus, err, `Could not ${text.toLowerCase()}`);
       }
     });
@@ -74,7 +78,19 @@ async function loadModels() {
     const key = JSON.stringify(data.map(({ last_used, ...m }) => m));
     if (key === lastModels) return;  // re-rendering would take the keyboard focus away
     lastModels = key;
+    // The rows are drawn anew (a load's state changes, Load becomes Unload): the keyboard stays in
+    // the row it was in, on the button in the same place, else goes to the heading (model deleted).
+    const active = document.activeElement;
+    const was = active && active.closest ? active.closest("#installed tr") : null;
+    const focusModel = refocus || (was ? was.dataset.model : null);
+    const place = was ? [...was.querySelectorAll("button")].indexOf(active) : 0;
     $("installed").replaceChildren(...data.map(modelRow));
+    if (focusModel && (!document.activeElement || document.activeElement === document.body)) {
+      const row = [...$("installed").rows].find((r) => r.dataset.model === focusModel);
+      const buttons = row ? [...row.querySelectorAll("button")] : [];
+      (buttons[Math.max(place, 0)] || buttons[0] || $("installed-h")).focus();
+    }
+    refocus = null;
     const resident = data.filter((m) => m.loaded || m.loading);
     const total = resident.reduce((sum, m) => sum + (m.memory_bytes || 0), 0);
     $("resident").textContent = resident.length
@@ -87,6 +103,14 @@ async function loadModels() {
 
 // -- catalog and downloads ----------------------------------------------------------
 
+// A button whose request is under way says so (aria-disabled) and ignores presses: disabling it
+// would drop the keyboard to <body> (found by a keyboard trial).
+function busy(button) {
+  if (button.getAttribute("aria-disabled") === "true") return true;
+  button.setAttribute("aria-disabled", "true");
+  return false;
+}
+
 function catalogItem(model) {
   const status = el("p", { class: "status small", role: "status", "aria-live": "polite" });
   const progress = el("progress", { max: "100", value: "0", "aria-label": `Download of ${model.name}` });
@@ -96,47 +120,50 @@ function catalogItem(model) {
   const cancel = el("button", { type: "button", text: "Cancel", hidden: true, "aria-label": `Cancel the download of ${model.name}` });
   const dismiss = el("button", { type: "button", text: "Dismiss", hidden: true,
                                  "aria-label": `Dismiss the ended download of ${model.name}` });
-  const item = { model, progress, text, box, install, cancel, dismiss, status, downloadId: null };
+  const heading = el("h3", { text: model.name, tabindex: "-1" });
+  const item = { model, progress, text, box, install, cancel, dismiss, heading, status, downloadId: null };
+  // Not disabled while it starts (the keyboard would fall to <body>): showDownload moves it to Cancel.
   install.addEventListener("click", async () => {
-    install.disabled = true;
+    if (busy(install)) return;
     say(status, "Starting…", "busy");
     try {
       const download = await api("POST", "/v1/library/install", { id: model.id });
       showDownload(item, download);
     } catch (err) {
-      install.disabled = false;
       sayError(status, err, "Install failed");
+    } finally {
+      install.removeAttribute("aria-disabled");
     }
   });
   cancel.addEventListener("click", async () => {
-    if (!item.downloadId) return;
-    cancel.disabled = true;
+    if (!item.downloadId || busy(cancel)) return;
     try {
       showDownload(item, await api("DELETE", `/v1/library/downloads/${encodeURIComponent(item.downloadId)}`));
     } catch (err) {
-      cancel.disabled = false;
       sayError(status, err, "Could not cancel");
+    } finally {
+      cancel.removeAttribute("aria-disabled");
     }
   });
   dismiss.addEventListener("click", async () => {
-    if (!item.downloadId) return;
-    dismiss.disabled = true;
+    if (!item.downloadId || busy(dismiss)) return;
     try {
       await api("DELETE", `/v1/library/downloads/${encodeURIComponent(item.downloadId)}`);  // removes an ended one
       item.downloadId = null;
       item.downloadState = null;
       item.box.hidden = true;
-      dismiss.hidden = true;
+      keepFocus([dismiss, install, heading], () => { dismiss.hidden = true; });
       say(status, "");
     } catch (err) {
-      dismiss.disabled = false;
       sayError(status, err, "Could not dismiss");
+    } finally {
+      dismiss.removeAttribute("aria-disabled");
     }
   });
   const meta = [model.family, fmtBytes(model.size_bytes) + (model.size_is_approximate ? " (about)" : ""),
                 (model.languages || []).join(", "), model.licence].filter(Boolean).join(" · ");
   item.li = el("li", { "data-catalog": model.id },
-    el("div", {}, el("h3", { text: model.name }), el("p", { class: "muted small", text: meta }),
+    el("div", {}, item.heading, el("p", { class: "muted small", text: meta }),
        model.notes ? el("p", { class: "small", text: model.notes }) : null),
     el("div", { class: "row-actions" }, install, cancel, dismiss),
     box, status);
@@ -168,9 +195,15 @@ async function refreshInstalled(item) {
   }
 }
 
+// Where the keyboard goes as the buttons change: Cancel while it downloads, then Install (to try
+// again) or Dismiss, else the model's heading.
 function showDownload(item, d) {
   // The install's answer can arrive after the SSE events it started: never go back from an end.
   if (item.downloadId === d.id && FINAL.has(item.downloadState) && !FINAL.has(d.state)) return;
+  keepFocus([item.cancel, item.install, item.dismiss, item.heading], () => updateDownload(item, d));
+}
+
+function updateDownload(item, d) {
   item.downloadId = d.id;
   item.downloadState = d.state;
   item.box.hidden = false;
@@ -237,7 +270,7 @@ async function loadCatalog() {
 
 async function addFolder(e) {
   e.preventDefault();
-  for (const input of document.querySelectorAll("#folder-form [aria-invalid]")) input.removeAttribute("aria-invalid");
+  clearInvalid($("folder-form"));
   const body = { path: $("f-path").value.trim(), family: $("f-family").value };
   if ($("f-id").value.trim()) body.id = $("f-id").value.trim();
   if ($("f-name").value.trim()) body.name = $("f-name").value.trim();
@@ -251,7 +284,7 @@ async function addFolder(e) {
   } catch (err) {
     sayError($("folder-status"), err, "Could not add the folder");
     const input = { path: "f-path", family: "f-family", id: "f-id", name: "f-name" }[err.field];
-    if (input) { $(input).setAttribute("aria-invalid", "true"); $(input).focus(); }
+    if (input) markInvalid($(input), $("folder-status"));
   }
 }
 

@@ -1,6 +1,6 @@
 // Project editor: settings, import (preview before applying), passages with their speakers
 // and takes, background generation with progress, the joins, and the export.
-import { $, api, errorOf, fetchSigned, say, sayError, el, fillModels, fmtDuration } from "./common.js";
+import { $, api, errorOf, fetchSigned, say, sayError, el, fillModels, fmtDuration, clearInvalid, keepFocus, markInvalid } from "./common.js";
 import { fillSpeakers } from "./project-speakers.js";
 import { takeItem } from "./project-takes.js";
 import { joinItem } from "./project-arrange.js";
@@ -32,10 +32,11 @@ async function showSettings() {
 
 async function saveSettings(e) {
   e.preventDefault();
+  clearInvalid($("settings"));
   const pause = $("s-pause");
   if (pause.validity.badInput || pause.value.trim() === "") {  // (Number("") is 0: not what was typed)
     say($("s-status"), "Could not save (pause_ms): type a number of milliseconds (0 to 10000).", "error");
-    pause.focus();
+    markInvalid(pause, $("s-status"));
     return;
   }
   try {
@@ -45,6 +46,8 @@ async function saveSettings(e) {
     await reload();
   } catch (err) {
     sayError($("s-status"), err, err.field ? `Could not save (${err.field})` : "Could not save");
+    const input = { name: "s-name", model: "s-model", speaker: "s-speaker", pause_ms: "s-pause" }[err.field];
+    if (input) markInvalid($(input), $("s-status"));
   }
 }
 
@@ -204,7 +207,7 @@ function render() {
   $("passages-empty").hidden = count > 0;
   $("duration").textContent = count ? `${count} passages · ${project.num_out_of_date} out of date · ${fmtDuration(project.duration_ms)} chosen` : "";
   $("g-all").textContent = `Generate out-of-date passages (${project.num_out_of_date})`;
-  $("g-all").disabled = project.num_out_of_date === 0;
+  keepFocus(GENERATION, () => { $("g-all").disabled = project.num_out_of_date === 0; });
   const joins = [];
   project.passages.forEach((p, i) => {
     const next = project.passages[i + 1];
@@ -216,11 +219,15 @@ function render() {
 
 // -- generation -----------------------------------------------------------------------
 
+// Generate disables itself once nothing is out of date and Cancel hides when the job ends: the
+// keyboard goes to the other one, else to the Passages heading, never to <body> (a keyboard trial).
+const GENERATION = [$("g-cancel"), $("g-all"), $("generate-h")];
+
 function showJob(job) {
   window.voxgate.job = job;
   const running = job.state === "running";
   $("g-progress").hidden = false;
-  $("g-cancel").hidden = !running;
+  keepFocus(GENERATION, () => { $("g-cancel").hidden = !running; });
   const finished = job.done + job.failed;
   $("g-bar").value = job.total ? Math.round((100 * finished) / job.total) : 0;
   $("g-text").textContent = `${finished} of ${job.total} passages${running ? " · generating" : ""}`;
@@ -278,6 +285,7 @@ function downloadName(header, fallback) {
 
 async function exportAudio() {
   const fmt = $("e-format").value;
+  clearInvalid($("export-h").parentElement);
   const params = new URLSearchParams({ format: fmt });
   if ($("e-normalize").checked) {
     // An empty or unreadable field (value "") was sent as loudness= and the export came back
@@ -285,7 +293,7 @@ async function exportAudio() {
     const lufs = $("e-lufs").value.trim();
     if (lufs === "") {
       say($("e-status"), "Target (LUFS) must be a number from -70 to 0.", "error");
-      $("e-lufs").focus();
+      markInvalid($("e-lufs"), $("e-status"));
       return;
     }
     params.set("loudness", lufs);

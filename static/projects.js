@@ -1,5 +1,5 @@
 // Projects: create one (name, model, default speaker, pause) and list them.
-import { $, api, say, sayError, el, fillModels, fmtDuration } from "./common.js";
+import { $, api, say, sayError, el, fillModels, fmtDuration, clearInvalid, markInvalid } from "./common.js";
 import { fillSpeakers } from "./project-speakers.js";
 
 const status = $("np-status");
@@ -10,12 +10,11 @@ async function loadSpeakers() {
 
 async function create(e) {
   e.preventDefault();
-  for (const input of document.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  clearInvalid($("new-project"));
   const pause = $("np-pause");
   if (pause.validity.badInput || pause.value.trim() === "") {  // (Number("") is 0: not what was typed)
     say(status, "Could not create the project: the pause must be a number of milliseconds (0 to 10000).", "error");
-    pause.setAttribute("aria-invalid", "true");
-    pause.focus();
+    markInvalid(pause, status);
     return;
   }
   const body = { name: $("np-name").value.trim(), model: $("np-model").value, speaker: $("np-speaker").value,
@@ -26,7 +25,7 @@ async function create(e) {
   } catch (err) {
     sayError(status, err, "Could not create the project");
     const input = { name: "np-name", model: "np-model", speaker: "np-speaker", pause_ms: "np-pause" }[err.field];
-    if (input) { $(input).setAttribute("aria-invalid", "true"); $(input).focus(); }
+    if (input) markInvalid($(input), status);
   }
 }
 
