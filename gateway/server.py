@@ -38,6 +38,7 @@ from gateway.settings import Settings
 log = logging.getLogger(__name__)
 
 WS_MAX_MESSAGE_BYTES = 1 << 20  # uvicorn closes a session (1009) whose message is larger
+PONG_FRAME = b"\x8a"  # a server's pong frame starts so: FIN, opcode 0xA (no extensions, unmasked)
 
 
 def shutdown_margin_s(grace_s: float) -> float:
@@ -62,6 +63,18 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             self.handshake_complete = True
 
     deferred = False  # shutdown() left this open session to the server's drain
+
+    def handle_ping(self) -> None:
+        """Answer a client's ping with its pong, unless the send buffer is full (over the
+        transport's high-water mark: the client reads nothing): uvicorn writes every pong,
+        so a client flooding pings without reading made the server buffer their pongs
+        without bound (2M pings: +230 MB). RFC 6455 5.5.3 lets an endpoint answer only the
+        latest of several pings; a client that reads again gets the pongs of later pings."""
+        output = self.conn.data_to_send()
+        if not self.writable.is_set():
+            output = [data for data in output if data[:1] != PONG_FRAME]
+        if output:
+            self.transport.write(b"".join(output))
 
     def shutdown(self) -> None:
         """uvicorn's shutdown of a connection: an open session is left to `Server._drain`,
