@@ -64,6 +64,24 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
 
     deferred = False  # shutdown() left this open session to the server's drain
 
+    def send_receive_event_to_app(self) -> None:
+        """A text message that is not UTF-8 closes the session with 1007, as uvicorn does, but
+        with one info line: uvicorn logs a traceback at ERROR, so any client could fill the
+        server's log with them, one a message."""
+        if self.curr_msg_data_type == "text" and not self.close_sent:
+            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+            self.frames = [data]
+            try:
+                data.decode()
+            except UnicodeDecodeError:
+                self.frames = []
+                log.info("%s: a WebSocket text message that is not UTF-8: closed (1007)",
+                         "%s:%d" % self.client if self.client else "a client")
+                self.conn.send_close(1007, "text message is not valid UTF-8")
+                self.handle_parser_exception()
+                return
+        super().send_receive_event_to_app()
+
     def handle_ping(self) -> None:
         """Answer a client's ping with its pong, unless the send buffer is full (over the
         transport's high-water mark: the client reads nothing): uvicorn writes every pong,
