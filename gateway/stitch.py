@@ -26,7 +26,7 @@ from engine.runner import Runner
 from engine.types import AudioChunk, SpeechRequest
 from gateway.state import AppState
 from gateway.text import (
-    MIN_FIRST_CHARS, Item, Pause, TextOptions, check_spoken, model_language, parse_options, prepare,
+    MIN_FIRST_CHARS, Item, Pause, TextOptions, check_spoken, join_pauses, model_language, parse_options, prepare,
 )
 from gateway.timings import RequestWords, SpeechRate
 from gateway.voices import Choice
@@ -186,7 +186,7 @@ class Stitched:
             while self._next < len(self._groups) and isinstance(self._groups[self._next], Pause):
                 pause = self._groups[self._next]
                 assert isinstance(pause, Pause)
-                silence_ms += pause.ms
+                silence_ms = join_pauses(silence_ms, pause.ms)
                 self._next += 1
             if self._next >= len(self._groups):
                 if silence_ms:

@@ -64,7 +64,7 @@ from gateway.errors import ApiError
 from gateway.resident import Lease
 from gateway.state import AppState
 from gateway.stitch import request_chars
-from gateway.text import Item, Pause
+from gateway.text import Item, Pause, join_pauses
 from gateway.timings import RequestWords
 from gateway.voices import Choice
 
@@ -188,12 +188,12 @@ class UtteranceStream:
         return self.items.pop(0), self.items_ready_s.pop(0)
 
     def _take_pause_ms(self) -> tuple[float, float]:
-        """The pauses at the head of the queue: their total (ms), and when the first one came."""
+        """The pauses at the head of the queue as one (ms: `join_pauses`), and when the first one came."""
         total, ready_s = 0.0, math.inf
         while self.items and isinstance(self.items[0], Pause):
             pause, came_s = self._pop()
             assert isinstance(pause, Pause)
-            total, ready_s = total + pause.ms, min(ready_s, came_s)
+            total, ready_s = join_pauses(total, pause.ms), min(ready_s, came_s)
         return total, ready_s
 
     def _take_group(self, max_chars: int) -> tuple[tuple[str, ...], float]:

@@ -26,13 +26,13 @@ cutting), `language`, `options`.
 """
 
 from gateway.text.language import model_language
-from gateway.text.normalize import Item, Pause, normalize_text
+from gateway.text.normalize import Item, Pause, join_pauses, normalize_text
 from gateway.text.options import CODE_MODES, EMOJI_MODES, TEXT_FIELDS, TextOptions, parse_options
 from gateway.text.segments import check_input, check_spoken, clean, is_speakable, split_segments, unspoken
 from gateway.text.stream import MIN_FIRST_CHARS, TextStream, prepare, says_something
 
 __all__ = [
     "CODE_MODES", "EMOJI_MODES", "MIN_FIRST_CHARS", "TEXT_FIELDS", "Item", "Pause", "TextOptions", "TextStream",
-    "check_input", "check_spoken", "clean", "is_speakable", "model_language", "normalize_text", "parse_options",
-    "prepare", "says_something", "split_segments", "unspoken",
+    "check_input", "check_spoken", "clean", "is_speakable", "join_pauses", "model_language", "normalize_text",
+    "parse_options", "prepare", "says_something", "split_segments", "unspoken",
 ]

@@ -31,7 +31,7 @@ from gateway.text import language, markup
 from gateway.text.characters import (
     CJK_CLAUSE, CJK_PUNCT, CLAUSE_PUNCT, CLOSERS, OPENERS, SENTENCE_PUNCT, clean_piece, is_thai,
 )
-from gateway.text.normalize import Item, Pause, normalize_text
+from gateway.text.normalize import Item, Pause, join_pauses, normalize_text
 from gateway.text.options import TextOptions
 from gateway.text.segments import is_speakable, split_segments
 
@@ -78,6 +78,7 @@ class TextStream:
         self._brackets = 0
         self._dest = 0  # "](" ... ")" of a link
         self._tag = -1  # index of an open "<tag", or -1
+        self._tag_edge = -1  # where the last tag began or ended: a hard cut there leaves tags whole
         self._escaped = False
         self._newline = -1  # a newline whose cut waits for the next line's first character
         self._candidate = -1  # a boundary (index of the space after it) waiting for the next word
@@ -247,7 +248,7 @@ class TextStream:
             return  # inside a code span nothing else counts
         elif self._tag >= 0:
             if ch == ">":
-                self._tag = -1
+                self._tag, self._tag_edge = -1, i + 1
         elif ch == "[":
             self._brackets += 1
         elif ch == "]":
@@ -257,7 +258,7 @@ class TextStream:
         elif ch == ")" and self._dest:
             self._dest -= 1
         elif i > 0 and self._text[i - 1] == "<" and (ch.isalpha() or ch in "/!"):
-            self._tag = i - 1
+            self._tag = self._tag_edge = i - 1
 
     def _is_balanced(self) -> bool:
         return not (self._ticks % 2 or self._brackets or self._dest or self._tag >= 0)
@@ -343,7 +344,10 @@ class TextStream:
             return self._last_space
         if self.is_first and i < MAX_UNIT_CHARS:
             return None
-        return self._last_space if self._last_space > 0 else i
+        if self._last_space > 0:
+            return self._last_space
+        # No space: not inside a tag (`<break time="10s"/>` run on past the limit was read as words).
+        return self._tag_edge if self._tag_edge > 0 else i
 
     # -- output ---------------------------------------------------------------------------
 
@@ -387,7 +391,13 @@ def prepare(text: str, options: TextOptions, first_chars: int = 40, min_first_ch
     Raises InvalidInput (naming `field`) for an SSML break it cannot read.
     """
     stream = TextStream(options, first_chars, min_first_chars, field)
-    return stream.append(text) + stream.flush()
+    items: list[Item] = []
+    for item in stream.append(text) + stream.flush():
+        if isinstance(item, Pause) and items and isinstance(items[-1], Pause):  # (from two units)
+            items[-1] = Pause(join_pauses(items[-1].ms, item.ms))
+        else:
+            items.append(item)
+    return items
 
 
 def says_something(text: str, options: TextOptions, field: str = "input") -> bool:

@@ -177,3 +177,14 @@ def test_a_bad_break_in_a_session_is_an_error_event(server: LiveServer) -> None:
         events, audio = collect_utterance(ws)
     assert events[-1]["type"] == "utterance.done" and events[-1]["text"] == "Hold on, please."
     assert events[-1]["audio_ms"] > 300
+
+
+def test_a_run_of_breaks_in_a_session_is_one_pause_of_at_most_ten_seconds(server: LiveServer) -> None:
+    with open_session(server, sample_rate=48000) as ws:
+        ws.send(json.dumps({"type": "text.append", "text": "Hold on. " + '<break time="10s"/>' * 300 + " There."}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        events, audio = collect_utterance(ws)
+    done = events[-1]
+    assert done["type"] == "utterance.done" and done["text"] == "Hold on. There."
+    assert 10000 < done["audio_ms"] < 15000, done  # two words, ten seconds, two words: not 3,000 s of silence
+    assert abs(len(audio) / 96 - done["audio_ms"]) < 5  # (PCM16 at 48 kHz: 96 bytes a ms)

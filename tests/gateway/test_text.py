@@ -159,6 +159,18 @@ def test_a_bad_ssml_break_is_refused_and_leaves_the_stream_as_it_was() -> None:
         prepare('a <break time="20s"/> b', EN)
 
 
+@pytest.mark.parametrize("pieces", [1, 7, 10_000], ids=["whole", "in sevens", "by character"])
+def test_a_run_of_breaks_longer_than_a_unit_keeps_its_tags_whole_and_is_one_pause(pieces: int) -> None:
+    """Past MAX_UNIT_CHARS with no space the stream cuts by length: at a tag's edge, not inside it
+    (a tag cut in two was read as words, "break time ten s"); the run is one pause of at most 10 s."""
+    text = "Hold on. " + '<break time="10s"/>' * 300 + " There, " + '<break time="1s"/>' * 3 + "done."
+    stream = TextStream(TextOptions())
+    items = [item for k in range(0, len(text), pieces) for item in stream.append(text[k:k + pieces])]
+    items += stream.flush()
+    assert [item for item in items if isinstance(item, str)] == ["Hold", "on.", "There,", "done."]
+    assert prepare(text, TextOptions()) == ["Hold", "on.", Pause(10_000.0), "There,", Pause(3000.0), "done."]
+
+
 def test_appends_cost_what_they_add_not_what_is_buffered(monkeypatch: pytest.MonkeyPatch) -> None:
     # Work per append must not grow with the buffer: the unreleased text stays bounded
     # (MAX_UNIT_CHARS, plus a word, outside code fences and tables), and pysbd only ever sees a window of

@@ -139,6 +139,17 @@ def test_a_break_adds_its_silence(client: httpx.Client) -> None:
     assert 1.3 < with_break - without < 1.7, (without, with_break)
 
 
+def test_a_run_of_breaks_is_one_pause_of_at_most_ten_seconds(client: httpx.Client) -> None:
+    """Breaks with nothing spoken between them are one pause, at most one break's longest: a run
+    of them made silence without end (300 ten-second breaks, 6 KB of text, made a 227 MB frame)."""
+    items = normalize(client, 'Wait <break time="2s"/><break time="1s"/> a bit <break time="10s"/> '
+                              '<break time="10s"/><break strength="x-strong"/> then go.')["items"]
+    assert items == [{"text": "Wait"}, {"pause_ms": 3000.0}, {"text": "a bit"}, {"pause_ms": 10000.0},
+                     {"text": "then go."}]
+    run = seconds(client, "One two three. " + '<break time="10s"/>' * 200 + " Four five six.")  # 2,000 s before
+    assert run < seconds(client, "One two three. Four five six.") + 10.5, run
+
+
 def test_a_long_input_is_several_engine_requests_played_as_one(server: LiveServer, client: httpx.Client) -> None:
     engine = server.app_state.engine
     submitted: list[int] = []
