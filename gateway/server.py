@@ -30,7 +30,7 @@ import time
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.types import Message
+from starlette.types import Message, Scope
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from gateway.settings import Settings
@@ -139,6 +139,20 @@ class Server(uvicorn.Server):
         logging.getLogger("uvicorn.error").addFilter(_quiet_connections)
         self.app = app
         self.grace_s = settings.graceful_shutdown_s
+        app.state.abort_connection = self.abort_connection  # for gateway/writes.py's WriteTimeout
+
+    def abort_connection(self, scope: Scope) -> bool:
+        """Abort the HTTP connection of `scope` (its client: a response WriteTimeout abandoned for a
+        client that reads nothing), so that uvicorn sees the client gone, not an app that returned
+        without completing its response (an ERROR it logged for every slow client). False if none."""
+        client = scope.get("client")
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if client and getattr(connection, "client", None) == tuple(client) and transport is not None \
+                    and not isinstance(connection, WebSocketProtocol):
+                transport.abort()
+                return True
+        return False
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         drain = asyncio.create_task(self._drain())

@@ -75,10 +75,10 @@ class WriteTimeout:
     """ASGI middleware: each HTTP response message is sent within the guard's bound.
 
     On a timeout the response is abandoned: the app's stream is left (its `finally`
-    cancels the engine request) and uvicorn closes the connection. At shutdown it returns
-    once the drain has aborted the connection (uvicorn logs an ERROR for a response left
-    incomplete on a connection still open; the stream is cut either way, never ended as if
-    complete).
+    cancels the engine request) and the connection aborted, by the server
+    (`Server.abort_connection`) or at shutdown by its drain; it returns once uvicorn has seen
+    the client gone (uvicorn logs an ERROR for a response left incomplete on a connection
+    still open; the stream is cut either way, never ended as if complete).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -101,7 +101,10 @@ class WriteTimeout:
             # (at shutdown the drain's line says how many were cut, and each one's access line `cut=shutdown`)
             log.log(logging.DEBUG if guard.aborted else logging.WARNING, "%s %s: response abandoned: %s",
                     scope["method"], scope["path"], error)
-            if guard.aborted:
+            # The connection is aborted (the unsent data would never go): at shutdown by the drain,
+            # else here, through the server (gateway/server.py); then uvicorn sees the client gone.
+            abort = getattr(scope["app"].state, "abort_connection", None)
+            if guard.aborted or (abort is not None and abort(scope)):
                 await _until_disconnect(receive, ABANDONED_WAIT_S)
 
 
