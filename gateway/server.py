@@ -57,9 +57,10 @@ class HTTPProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol (httptools, which `uvicorn[standard]` brings), plus a bound on a
     request's head: a connection whose request line and headers have not all come within
     `header_timeout_s` of its opening (or of its last response's end, while no request runs) is
-    answered 408 and closed (one that sent nothing is closed without a word). uvicorn's keep-alive timeout closes only a connection idle after a response, and
-    stops once a byte comes; a client that connects and sends nothing, or half a head, held its
-    socket open for good. A request's body is not bounded here (docs/security.md)."""
+    answered 408 and closed (one that sent nothing is closed without a word). uvicorn's keep-alive
+    timeout closes only a connection idle after a response, and stops once a byte comes; a client
+    that connected and sent nothing, or half a head, held its socket open for good. A request's
+    body is not bounded here (docs/security.md)."""
 
     header_timeout_s = HEADER_TIMEOUT_S
     _head_timer: asyncio.TimerHandle | None = None
