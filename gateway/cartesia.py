@@ -142,6 +142,7 @@ class CartesiaContext(TextContext):
 class CartesiaSocket(VendorSocket):
     contexts: dict[str, CartesiaContext]  # type: ignore[assignment]
     refusal_names_context = False  # (an error naming a context ends it)
+    max_contexts = 32  # Cartesia documents no number ("dozens of concurrent generations" a socket): ours
 
     async def send_error(self, error: ApiError | EngineError, context_id: str | None) -> None:
         """An error in answer to a message: one about a live context fails that context (its
@@ -175,6 +176,7 @@ class CartesiaSocket(VendorSocket):
             await self._after_failure(context, transcript, ending=ending)
             return
         if context is None:
+            self.check_room(context_id)
             fmt = cartesia_format(message.get("output_format"))
             choice = await choose(self.state, message)
             options = await speech_options(self.state, choice, {})

@@ -180,6 +180,7 @@ class ElevenLabsSocket(VendorSocket):
             await self.close_ws(1000)
 
     async def open(self, context_id: str, message: dict[str, Any]) -> ElevenLabsContext:
+        self.check_room(context_id)
         speed = voice_speed(message)
         choice = self.choice if speed is None else dataclasses.replace(self.choice, speed=speed)
         context = ElevenLabsContext(self, context_id, choice, self.format)

@@ -319,6 +319,19 @@ class VendorSocket:
     # or not (Cartesia, where an error for a context ends it: `done: true`).
     refusal_names_context = True
 
+    # Contexts a socket may have open at once (one still speaking after its close counts until it ends):
+    # each runs engine requests, and a socket is one session for a key's limits (gateway/limits.py).
+    max_contexts = 5
+
+    def check_room(self, context_id: str) -> None:
+        """ApiError 429 `max_active_conversations` (ElevenLabs' own code and limit) when opening `context_id`
+        would pass `max_contexts`: one socket with hundreds of contexts (each within the message rate) ran
+        19 engine requests and left other clients 503s (found by an abuse trial)."""
+        if len(self.contexts) >= self.max_contexts:
+            raise ApiError(429, "max_active_conversations",
+                           f"this socket has {len(self.contexts)} contexts open, the most one may have; close "
+                           f"(or cancel) one before opening {context_id!r}", field="context_id")
+
     def ends_something(self, message: dict[str, Any]) -> bool:
         """Whether `message` only ends or cancels (a context, the socket) and carries no text: such a
         message passes even over the message rate, since the client waits for what it ends (a

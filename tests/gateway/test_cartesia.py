@@ -287,3 +287,21 @@ def test_an_end_of_input_over_the_message_rate_still_ends_the_context(tmp_path: 
             errors = [(m["error_code"], m["context_id"]) for m in messages if m["type"] == "error"]
             assert errors == [("rate_limited", None)]
             assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages)
+
+
+def test_contexts_past_the_sockets_limit_are_refused(server: LiveServer) -> None:
+    """A socket may have 32 contexts open (Cartesia documents no number; ours, against one socket taking the
+    engine: an abuse trial): the 33rd is an error for that context (`max_active_conversations`), the others
+    live on and one that ends makes room."""
+    from gateway.cartesia import CartesiaSocket
+
+    with socket(server) as ws:
+        for i in range(CartesiaSocket.max_contexts):
+            ws.send(json.dumps({**BASE, "context_id": f"c{i}", "transcript": " ", "continue": True}))
+        ws.send(json.dumps({**BASE, "context_id": "extra", "transcript": "One too many.", "continue": False}))
+        error = until_done(ws, "extra")[-1]
+        assert error["type"] == "error" and error["error_code"] == "max_active_conversations", error
+        ws.send(json.dumps({"context_id": "c0", "cancel": True}))
+        ws.send(json.dumps({**BASE, "context_id": "extra", "transcript": "Now there is room.", "continue": False}))
+        messages = until_done(ws, "extra")
+        assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages[-3:]

@@ -339,3 +339,22 @@ def test_a_close_context_over_the_message_rate_still_ends_the_context(tmp_path: 
             while not messages[-1].get("isFinal"):  # (until_final stops at the error)
                 messages += until_final(ws, "a")
             assert audio_of(messages) and messages[-1] == {"isFinal": True, "contextId": "a"}
+
+
+def test_a_sixth_open_context_is_refused_until_one_ends(server: LiveServer) -> None:
+    """ElevenLabs' own limit, 5 contexts a socket, with its code `max_active_conversations`; the socket and its
+    contexts live on, and a context that ends makes room (an abuse trial: one socket with 300 contexts ran 19
+    engine requests and left other clients 503s)."""
+    with multi(server) as ws:
+        for context in "abcde":
+            ws.send(json.dumps({"text": " ", "context_id": context}))  # opens, says nothing yet
+        ws.send(json.dumps({"text": "One too many.", "context_id": "f"}))
+        error = json.loads(ws.recv(timeout=30))
+        assert error["error"] == "max_active_conversations" and error["contextId"] == "f", error
+        assert error["field"] == "context_id" and "5 contexts" in error["message"]
+        ws.send(json.dumps({"context_id": "a", "close_context": True}))
+        assert until_final(ws, "a")[-1] == {"isFinal": True, "contextId": "a"}
+        ws.send(json.dumps({"text": "Now there is room.", "context_id": "f", "flush": True}))
+        ws.send(json.dumps({"context_id": "f", "close_context": True}))
+        messages = until_final(ws, "f")
+        assert audio_of(messages) and not any("error" in m for m in messages)
