@@ -1,4 +1,4 @@
-"""Playback clock: when does this listener's buffered audio run out? (DESIGN.md §2)
+"""Playback clock: when does this listener's buffered audio run out? (README.md, "How it works")
 
 Seconds of `time.monotonic()`, milliseconds of audio. The first chunk is due at `arrival +
 max(ttfa_target_ms, ahead_ms)`; then playback runs at 1x from the first delivery (VoxServe's

@@ -1,4 +1,4 @@
-"""Engine settings: one frozen dataclass, checked once (STYLE.md §5). A model's concurrency
+"""Engine settings: one frozen dataclass, checked once (`__post_init__`). A model's concurrency
 limit is its runner's `max_running` (KV slots), set in `build_runner`.
 """
 

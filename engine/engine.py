@@ -1,7 +1,7 @@
 """The engine: worker threads that step `EngineCore`s, and the calls the gateway uses.
 
 A worker per device steps every speech LM there, each synthesiser has its own (a sentence
-never delays an LM's step, DESIGN.md §3). A model attached on several devices has a replica
+never delays an LM's step). A model attached on several devices has a replica
 on each; a request goes to the one with the most slack, the next if it refuses
 (engine/replicas.py). Calls are safe from any thread: commands go to a worker's inbox;
 `prepare` runs in a small pool, its errors come through the stream.

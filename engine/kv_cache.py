@@ -1,4 +1,4 @@
-"""KV cache bookkeeping (no torch, STYLE.md §3): the lowest free slot first, so a decode
+"""KV cache bookkeeping (no torch: tests/engine/test_torch_free.py): the lowest free slot first, so a decode
 step over rows up to the highest occupied one touches few idle rows.
 """
 

@@ -1,4 +1,4 @@
-"""GPU lanes (DESIGN.md §3): an LM lane (prefill, decode; a green-context partition of
+"""GPU lanes (README.md, "How it works"): an LM lane (prefill, decode; a green-context partition of
 `lm_sms` SMs if given), a background codec lane (`codec_sms` SMs, or a low-priority stream)
 and an urgent codec lane (the whole GPU, high priority), each on a stream of its own.
 """

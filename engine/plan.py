@@ -1,5 +1,5 @@
 """What the scheduler asks a runner to execute in one iteration, and what comes back:
-a `Plan` (DESIGN.md §3); `Tokens` per runner call and a `ChunkOut` per codec item.
+a `Plan`; `Tokens` per runner call and a `ChunkOut` per codec item.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import numpy as np
 @dataclass(frozen=True, slots=True)
 class SpeechRequest:
     """One utterance to synthesise; its first chunk is due at `arrival_s` + the larger of
-    `ttfa_target_ms` and `ahead_ms` (DESIGN.md §2), urgent only when nothing is ahead of it."""
+    `ttfa_target_ms` and `ahead_ms` (engine/clock.py), urgent only when nothing is ahead of it."""
 
     request_id: str
     model_id: str
