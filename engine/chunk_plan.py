@@ -1,8 +1,9 @@
 """Which frames make a request's next audio chunk (pure arithmetic, no torch).
 
 A *frame* is the codec's unit (Orpheus: a SNAC code, 7 tokens, 85.33 ms; Piper: a text
-segment). Chunk `[a, b)` is decoded from `[a - context, b + context)` and cropped, which
-equals a whole decode within the codec's receptive field (models/snac.py).
+unit, `Prepared.units`). Chunk `[a, b)` is decoded from `[a - context, b + context)` and
+cropped, which equals a whole decode within the codec's receptive field (models/snac.py);
+the ramp's chunks decoded with a shorter right context (`ramp_context`) only approximate it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ class SpeechRequest:
 
     request_id: str
     model_id: str
-    segments: tuple[str, ...]  # the text frontend's units (sentences); a synthesiser speaks one a chunk
+    segments: tuple[str, ...]  # the text frontend's units (sentences); a family's prepare may cut them (Piper: clauses)
     voice: str
     speed: float = 1.0
     options: Mapping[str, Any] = field(default_factory=dict)  # family knobs (sampling, max_tokens, force_tokens)
