@@ -67,10 +67,12 @@ class SynthParts:
 
 @dataclass(slots=True)
 class LMParts:
-    """`backbone` (ModelRunner's): an nn.Module with `forward(ids, positions)`, `set_rope`, `args`, `linear`,
-    `fuse_projections`, `compile_layers`, `set_matmuls`, `memory_bytes` (models/llama.py); `codec`: `decode(codes
-    [B, F, C] int64, start_frames [B]) -> float32 [B, F * samples_per_frame]`, `sample_rate`, `samples_per_frame`,
-    `codes_per_frame`, `device`, `memory_bytes()`."""
+    """`backbone` (ModelRunner's, models/llama.py `LlamaLM`): an nn.Module with `forward(ids, positions)`,
+    `set_rope`, `args`, `linear`, `fuse_projections`, `compile_layers`, `set_matmuls`, `memory_bytes`, `lm_head`
+    (the runner reads the audio head's rows from its weight) and `model.layers` (each `self_attn` is given its
+    KV cache view and attention kernels); `codec`: `decode(codes [B, F, C] int64, start_frames [B]) -> float32
+    [B, F * samples_per_frame]`, `sample_rate`, `samples_per_frame`, `codes_per_frame`, `device`,
+    `memory_bytes()`."""
 
     spec: LMSpec
     backbone: Any
