@@ -271,7 +271,7 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """Load backbone + codec; returns the parts the engine builds a runner from.
 
     options: `backbone_path`, `codec_path`, `random_weights` (benchmarks: random weights of
-    config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float32" | "fp8"; default
+    config.json's shapes, no weight files read), `dtype` ("bfloat16" | "float16" | "float32" | "fp8"; default
     bf16 on CUDA, float32 on CPU; "fp8": bf16 with the layers' projections in float8_e4m3fn, CUDA
     only, models/gemv.py), `gemv` (one-row bf16 decode matmuls on Triton; default on), `split_k` (FP8
     matmuls of 2-64 rows on models/gemv.py split_k_linear; default on), `fused_rows` (one-row decode steps on

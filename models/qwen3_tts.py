@@ -265,7 +265,7 @@ def load_speech_encoder(folder: Path, device: str) -> Any:
 
 def load_parts(path: Path, options: dict[str, Any] | None = None, device: str = "cpu") -> Qwen3TTS:
     """Load every part of a Qwen3-TTS folder. options: `speech_tokenizer_path`, `dtype`
-    ("bfloat16" | "float32"; default bf16 on CUDA, float32 on CPU; the codec stays float32),
+    ("bfloat16" | "float16" | "float32"; default bf16 on CUDA, float32 on CPU; the codec stays float32),
     `max_seq_len` (rope table length, default 8192)."""
     import torch
 
