@@ -7,7 +7,7 @@ codebook 1 with `lm_head[0]`; then it feeds codebook j through `model.codec_embe
 1]` and predicts codebook j + 1 with `lm_head[j]`, 15 sequential steps in all, at positions
 0..15 of its own short sequence. Its KV cache is reset every frame: each frame is a new
 sequence of at most 16 positions, so the cache is a small fixed buffer here (gpt-fast's
-KVCache), not the runner's paged one.
+KVCache), not the runner's per-slot one.
 
 Key names equal the checkpoint's under `talker.code_predictor.` (qwen-tts's
 `Qwen3TTSTalkerCodePredictorModelForConditionalGeneration`, read for the format). Layers are

@@ -5,7 +5,7 @@ The runner's prefill (models/qwen3_tts_runner.py) writes the KV of each new prom
 its last (frame 0 is the decode step's, `prefill_joins_step`), so a prefill has no output but
 the cache. Eagerly that forward is ~28 layers of small host-bound launches: on the H200 a
 packed prefill of a few LibriSpeech prompts took ~35-40 ms (`bench/h200_qwen_ttfa.sh`, phases
-in bench/results/qwen3_tts_ttfa.md), and every running stream waits for it. Here the packed
+in docs/qwen3_tts.md, "Measured on the H200"), and every running stream waits for it. Here the packed
 rows are padded to the smallest of `BUCKETS` that holds them and the captured forward replays.
 
 Buffers per bucket: the rows `x [tokens, H]` (model dtype) and one int64 `meta [4, tokens]`
