@@ -16,7 +16,8 @@ and values plus the stream's position. A fresh cache is all zeros, which is what
 whole-sequence decoder pads with, so decoding in chunks of any size equals one whole decode
 (up to float rounding; tests/models/test_qwen3_tts_codec.py checks both). The cache is a dict
 of batched tensors, `[B, ...]` per entry: `CodecState` keeps one request's (batch 1), and the
-runner keeps the same entries in device slots (models/qwen3_tts_codec_graphs.py). models/qwen3_tts_stream.py plans chunks.
+runner keeps the same entries in device slots (models/qwen3_tts_codec_graphs.py). engine/chunk_plan.py plans
+the chunks (models/qwen3_tts_spec.py `CHUNK_SHAPE`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ to audio for this family; it shows every call a runner makes, in order:
    their summed embedding; stop before it if c0 is the stop id;
 3. the next talker input is that sum + `prompt.text_row(step)`, one decode step at the
    next position under a decode `Context`; its hidden state `h` gives the next c0;
-4. the codec decodes frames as they come (models/qwen3_tts_stream.py plans the chunks).
+4. the codec decodes frames as they come (in the engine, engine/chunk_plan.py plans the chunks
+   with models/qwen3_tts_spec.py `CHUNK_SHAPE`; here `synthesize` decodes them whole).
 """
 
 from __future__ import annotations

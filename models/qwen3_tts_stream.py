@@ -1,8 +1,12 @@
 """Chunk plan of a Qwen3-TTS audio stream: which frames the next codec call turns into audio.
 
-No torch here (the engine's scheduler may own this arithmetic). The 12 Hz tokenizer's
-decoder is causal end to end (causal convolutions, a sliding-window causal transformer),
-and models/qwen3_tts_codec.py carries its state from one call to the next (conv left
+No torch here. A served stream's chunks are planned by engine/chunk_plan.py with
+models/qwen3_tts_spec.py's `CHUNK_SHAPE`, built from `CHUNK_FRAMES`; `StreamPlan` is that
+plan on its own, for eager decoding (tests/models/test_qwen3_tts_stream.py checks that the
+two agree).
+
+The 12 Hz tokenizer's decoder is causal end to end (causal convolutions, a sliding-window
+causal transformer), and models/qwen3_tts_codec.py carries its state from one call to the next (conv left
 context, the transformer's last keys and values), so a chunk needs no right context and no
 recomputed left context: frames `[a, b)` can be decoded the moment frame `b - 1` exists,
 and any split of a stream into chunks gives the same audio as one whole decode.
