@@ -131,7 +131,7 @@ def write_random(family: str, size: str, out_dir: Path, seed: int = 0, weights: 
         raise ValueError(f"no random checkpoints for family {family!r}")
     if size not in orpheus.FLAVORS:
         raise ValueError(f"size must be one of {', '.join(orpheus.FLAVORS)}, got {size!r}")
-    import warnings
+    from models.snac import snac_class
 
     out_dir = Path(out_dir)
     backbone, codec = out_dir / "backbone", out_dir / "codec"
@@ -146,11 +146,8 @@ def write_random(family: str, size: str, out_dir: Path, seed: int = 0, weights: 
         _save_shards(_random_backbone(args, torch.Generator().manual_seed(seed), dtype), backbone)
     build_tokenizer().save(str(backbone / "tokenizer.json"))
 
-    with warnings.catch_warnings():  # snac uses torch.jit.script, deprecated in recent torch
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from snac import SNAC
     torch.manual_seed(seed)
-    snac = SNAC(**SNAC_CONFIGS[size])
+    snac = snac_class()(**SNAC_CONFIGS[size])
     (codec / "config.json").write_text(json.dumps(SNAC_CONFIGS[size], indent=2))
     torch.save(snac.state_dict(), codec / "pytorch_model.bin")
     return out_dir

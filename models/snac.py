@@ -38,7 +38,8 @@ CONTEXT_FRAMES = 3  # frames of left and right context a chunk is decoded with (
 NOISE_TABLE = 1 << 18  # samples per noise table (10.9 s at the output rate)
 
 
-def _snac_class() -> type[nn.Module]:
+def snac_class() -> type[nn.Module]:
+    """The `snac` package's `SNAC` class, imported without its torch.jit deprecation warnings."""
     with warnings.catch_warnings():  # snac uses torch.jit.script, deprecated in torch 2.10+
         warnings.simplefilter("ignore", DeprecationWarning)
         from snac import SNAC
@@ -101,7 +102,7 @@ class SnacCodec:
     def from_dir(cls, path: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> SnacCodec:
         """Load `<path>/config.json` + `pytorch_model.bin` (or `model.safetensors`)."""
         config = json.loads((Path(path) / "config.json").read_text())
-        model = _snac_class()(**config)
+        model = snac_class()(**config)
         if (Path(path) / "model.safetensors").is_file():
             from safetensors.torch import load_file
             state = load_file(str(Path(path) / "model.safetensors"))
