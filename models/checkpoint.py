@@ -120,7 +120,8 @@ def write_random(family: str, size: str, out_dir: Path, seed: int = 0, weights: 
     """Write a random `family` checkpoint of flavor `size` under `out_dir`; returns `out_dir`.
     `weights=False` (orpheus) leaves out the backbone's weights: a folder that loads with the
     model option `random_weights` (GPU benchmarks without writing 6.6 GB). `model_type`:
-    qwen3_tts's (custom_voice by default, voice_design, base); ValueError for orpheus."""
+    qwen3_tts's (custom_voice by default, voice_design, base). Raises ValueError for another
+    family, an unknown size, or a `model_type` given for orpheus."""
     if family == "qwen3_tts":  # its own layout: models/qwen3_tts_checkpoint.py
         from models import qwen3_tts_checkpoint
 

@@ -1,9 +1,10 @@
 """Random Qwen3-TTS-12Hz checkpoints in the released folder layout (for tests and benchmarks).
 
 `write_random(size, out_dir)` writes what a Hugging Face model folder holds:
-- `config.json` (model_type `qwen3_tts`, a CustomVoice model), `generation_config.json`;
-- `model.safetensors` with the `talker.*` weights (tiny: float32; full sizes: bf16 shards of
-  <= 2 GiB with `model.safetensors.index.json`, as models/checkpoint.py writes Orpheus');
+- `config.json` (model_type `qwen3_tts`; `tts_model_type` the `model_type` argument: custom_voice
+  by default, voice_design or base), `generation_config.json`;
+- `model.safetensors` with the `talker.*` weights (tiny: float32; full sizes: bf16, in shards of
+  <= 2 GiB with `model.safetensors.index.json` when larger, as models/checkpoint.py writes Orpheus');
 - the text tokenizer as `vocab.json`, `merges.txt` and `tokenizer_config.json` (Qwen2 layout):
   the 256 byte-level pieces at ids 0..255 with no merges (one id per byte), unused fillers
   up to 151642, and the special tokens from 151643 on, so `<|im_start|>` (151644), `<|im_end|>`
