@@ -7,7 +7,7 @@ There is no backbone: each text segment (a sentence) is synthesised a clause at 
 worker of the pool for long; a first chunk synthesised beside other units sends its opening
 before the rest of its clause is decoded (models/piper_stream.py), so its latency is that of
 the clause's prior and its first quarter second of decoding, not of the whole clause.
-`load` returns the parts (`engine.runner.SynthParts`: a spec and a `PiperSynthesizer`);
+`load` returns the parts (`engine.runner.SynthParts`: a spec and a pool of `PiperSynthesizer`s);
 the engine runs them on a worker thread of their own (engine/runner.py `SynthRunner`).
 
 piper-tts is GPL-3.0-or-later; it is imported here and nowhere else.
@@ -88,7 +88,8 @@ def _voice_names(config: dict[str, Any]) -> list[str]:
 
 
 def validate(path: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check a piper voice folder (or .onnx file), its files readable, and its options without loading it."""
+    """Check a piper voice folder (or .onnx file), its files readable, and its options without loading it:
+    its voices, sample rate, language and size. Raises InvalidModel."""
     check_options(options, OPTIONS, FAMILY)
     onnx, config_path = _find_files(Path(path))
     try:

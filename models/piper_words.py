@@ -65,7 +65,7 @@ def _spoken_letters(word: str) -> int:
 
 
 def word_timings(text: str, spoken: Sequence[Any], sample_rate: int) -> tuple[WordTiming, ...]:
-    """Each word of `text` with its start and end in ms from the segment's first sample.
+    """Each word of `text` (one synthesis unit) with its start and end in ms from the first sample of its audio.
 
     `spoken`: piper AudioChunks (one per espeak sentence, in order) with
     `phoneme_alignments` (phoneme, num_samples). espeak's words are the runs of phonemes
