@@ -155,7 +155,8 @@ def _weight_files(backbone: Path) -> list[Path]:
 
 def validate(path: Path | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check an Orpheus folder (backbone/ + codec/) without loading weights: configs, tokenizer,
-    and every weight file readable to its end (models/file_checks.py)."""
+    and every weight file readable to its end (models/file_checks.py); facts for the library.
+    Raises InvalidModel."""
     from tokenizers import Tokenizer
 
     check_options(options, OPTIONS, FAMILY)
