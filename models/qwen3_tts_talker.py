@@ -16,8 +16,8 @@ Inputs are embeddings, not ids: a prompt row is a text embedding plus a codec em
 and a generated frame's next input is the sum of its 16 codebook embeddings plus the next
 text embedding (models/qwen3_tts_prompt.py builds both). The KV cache and the attention
 metadata follow Orpheus exactly (models/context.py; `kv_cache` is the runner's
-`[2, num_slots, kv_heads, max_seq_len + 1, head_dim]` view per layer), so one runner
-batches both families the same way.
+`[2, num_slots, kv_heads, max_seq_len + 1, head_dim]` view per layer), so its runner
+(models/qwen3_tts_runner.py) batches it as models/lm_runner.py batches Orpheus.
 """
 
 from __future__ import annotations
