@@ -299,8 +299,10 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     """What the gateway calls: the model's parts (`engine.runner.LMParts`), served by
     models/qwen3_tts_runner.py (`LMParts.runner`), with the spec of models/qwen3_tts_spec.py.
 
-    options: those of `load_parts`, and the runner's (`max_seq_len`, default 2048 positions a
-    slot; `max_codec_batch`; `max_prefill_batch`), `max_running`. Raises InvalidModel.
+    options: those of `load_parts`, `prepare_stream` (models/qwen3_tts_spec.py `off_the_step`;
+    default true), the runner's (models/qwen3_tts_runner.py `Qwen3TTSRunner`: `max_seq_len`, default
+    2048 positions a slot; `max_codec_batch`; `max_prefill_batch`; the graph options), `max_running`.
+    Raises InvalidModel.
     """
     from engine.runner import LMParts
     from models.qwen3_tts_runner import MAX_SEQ_LEN, Qwen3TTSRunner
