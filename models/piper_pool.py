@@ -18,7 +18,7 @@ from typing import Any, Callable
 from models import InvalidModel
 
 # The option that sizes the pool; the server's `cpu_workers` setting fills it in when a
-# model's options leave it out (gateway/residency.py `load_runner`).
+# model's options leave it out (gateway/model_spec.py `load_runner`).
 WORKERS_OPTION = "workers"
 # Memory a loaded pool holds, in units of its .onnx file's size, for the memory guard before a
 # load (`estimate_memory`) and after (`PiperSynthesizer.memory_bytes`): VOICE_MEMORY for each voice
