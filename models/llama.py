@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from models.context import get_context
+from models.context import Context, get_context
 from models.llama_args import Args, rope_tables
 from models.llama_ops import add_rms_norm, rms_norm, rotate, rotate_qkv, silu_mul, silu_mul_pairs
 
@@ -39,6 +39,37 @@ def _fuse(*linears: nn.Linear) -> torch.Tensor:
         linear.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
         start += rows
     return fused
+
+
+def cached_attention(attn: Any, q: torch.Tensor, kv: torch.Tensor, ctx: Context) -> torch.Tensor:
+    """GQA attention over the runner's KV cache, for `attn` (this file's `Attention`, or
+    models/qwen3_tts_talker.py `TalkerAttention`: `kv_cache`, `num_heads`, `num_kv_heads`,
+    `head_dim`, `decode_attention_fn`) under `ctx` (models/context.py).
+
+    q: rotated queries `[T, heads, D]`; kv: rotated keys and values `[T, 2, kv_heads, D]`, first
+    written to each row's slot (`ctx.slots`) at `ctx.write_positions`. Prefill: packed prompts,
+    all from position 0, attend to the new K/V under `ctx.mask`; decode: row b is slot b, over
+    cache positions `[0, ctx.attn_len)`. Returns `[T, heads * D]` in q's dtype."""
+    num_tokens, group = q.shape[0], attn.num_heads // attn.num_kv_heads
+    assert attn.kv_cache is not None, "KV cache not allocated"
+    attn.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
+    if ctx.is_prefill:
+        # GPU: the memory-efficient kernel, not cuDNN, which builds a plan for every new
+        # prompt length (a stall per prefill); K/V heads expanded, so GQA is no constraint.
+        k, v = kv[:, 0].repeat_interleave(group, dim=1), kv[:, 1].repeat_interleave(group, dim=1)
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                attn_mask=ctx.mask)[0].transpose(0, 1)
+    else:  # one query per slot row; the query heads sharing a KV head form its "length"
+        q = q.reshape(num_tokens, attn.num_kv_heads, group, attn.head_dim)
+        if attn.decode_attention_fn is not None:
+            out = attn.decode_attention_fn(q, attn.kv_cache, ctx.write_positions, ctx.attn_len)
+        else:
+            keys = attn.kv_cache[0, :num_tokens, :, :ctx.attn_len]
+            values = attn.kv_cache[1, :num_tokens, :, :ctx.attn_len]
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
+    return out.reshape(num_tokens, attn.num_heads * attn.head_dim)
 
 
 class RMSNorm(nn.Module):
@@ -106,27 +137,7 @@ class Attention(nn.Module):
             q = self.rotate_fn(self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim), cos, sin)
             kv = torch.stack([self.rotate_fn(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin),
                               self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)], dim=1)
-        k, v = kv[:, 0], kv[:, 1]
-        assert self.kv_cache is not None, "KV cache not allocated"
-        self.kv_cache[:, ctx.slots, :, ctx.write_positions] = kv  # indexed dims go first: [T, 2, H, D]
-        if ctx.is_prefill:  # packed prompts, all starting at position 0: attend to the new K/V
-            # GPU: the memory-efficient kernel, not cuDNN, which builds a plan for every new
-            # prompt length (a stall per prefill); K/V heads expanded, so GQA is no constraint.
-            group = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
-                out = F.scaled_dot_product_attention(
-                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                    attn_mask=ctx.mask)[0].transpose(0, 1)
-        else:  # one query per slot row; the query heads sharing a KV head form its "length"
-            q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
-            if self.decode_attention_fn is not None:
-                out = self.decode_attention_fn(q, self.kv_cache, ctx.write_positions, ctx.attn_len)
-            else:
-                keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
-                values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
-                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
-        return self.linear_fn(out.reshape(num_tokens, self.num_heads * self.head_dim), o_weight)
+        return self.linear_fn(cached_attention(self, q, kv, ctx), o_weight)
 
 
 class MLP(nn.Module):

@@ -22,16 +22,14 @@ metadata follow Orpheus exactly (models/context.py; `kv_cache` is the runner's
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.context import get_context
-from models.llama import MLP, RMSNorm
+from models.llama import MLP, RMSNorm, cached_attention
 from models.qwen3_tts_args import Args
 from models.qwen3_tts_layers import project_qkv, rope_tables
 from models.qwen3_tts_predictor import CodePredictor
@@ -56,27 +54,8 @@ class TalkerAttention(nn.Module):
         self.kv_cache: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        num_tokens = x.shape[0]
         q, k, v = project_qkv(self, x, cos, sin)
-        ctx = get_context()
-        assert self.kv_cache is not None, "KV cache not allocated"
-        self.kv_cache[:, ctx.slots, :, ctx.write_positions] = torch.stack([k, v], dim=1)
-        if ctx.is_prefill:  # packed prompts from position 0: attend to the new K/V only
-            group = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if q.is_cuda else nullcontext():
-                out = F.scaled_dot_product_attention(
-                    q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                    attn_mask=ctx.mask)[0].transpose(0, 1)
-        else:  # decode: row b is slot b; the query heads sharing a KV head form its "length"
-            q = q.reshape(num_tokens, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
-            if self.decode_attention_fn is not None:
-                out = self.decode_attention_fn(q, self.kv_cache, ctx.write_positions, ctx.attn_len)
-            else:
-                keys = self.kv_cache[0, :num_tokens, :, :ctx.attn_len]
-                values = self.kv_cache[1, :num_tokens, :, :ctx.attn_len]
-                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=ctx.mask)
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+        return self.o_proj(cached_attention(self, q, torch.stack([k, v], dim=1), get_context()))
 
 
 class TalkerLayer(nn.Module):
