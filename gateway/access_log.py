@@ -169,7 +169,10 @@ class AccessLog:
         query = scope.get("query_string", b"")
         if query:
             path += "?" + query.decode("latin-1")
-        parts = [method, path, str(status), seen["request_id"], f"{elapsed_s * 1000:.0f}ms"]
+        request_id = seen["request_id"]
+        if request_id == "-":  # not sent through here (an unhandled exception's 500): the id it was given
+            request_id = (scope.get("state") or {}).get("request_id", "-")
+        parts = [method, path, str(status), request_id, f"{elapsed_s * 1000:.0f}ms"]
         if not websocket:
             parts.append(_size(seen["bytes"]))
         if code:

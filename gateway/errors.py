@@ -132,8 +132,10 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 async def _server_error(request: Request, exc: Exception) -> Response:
     """Any other exception: the API's JSON 500 (Starlette's own answer is plain text), from its
     ServerErrorMiddleware, which then raises the exception on for the server's log."""
+    request_id = getattr(request.state, "request_id", None)  # (gateway/request_id.py: sent from outside it)
     return JSONResponse(error_body("internal_error", f"the server failed on {request.method} {request.url.path}; "
-                                   "its log has the details", None, 500), 500)
+                                   "its log has the details", None, 500), 500,
+                        headers={"X-Request-Id": request_id} if request_id else None)
 
 
 exception_handlers = {ApiError: _api_error, EngineError: _api_error, HTTPException: _http_error,
