@@ -52,7 +52,8 @@ from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
 from gateway.stitch import speech_options
 from gateway.text import TextOptions
-from gateway.vendor_context import TextContext, VendorSocket, check_context_id, flag
+from gateway.vendor_context import TextContext
+from gateway.vendor_socket import VendorSocket, check_context_id, flag
 from gateway.vendor_formats import OutputFormat, cartesia_format
 from gateway.vendor_http import Speech, start_speech
 from gateway.voices import Choice, check_speed

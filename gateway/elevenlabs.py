@@ -54,7 +54,8 @@ from gateway.state import AppState
 from gateway.stitch import speech_options
 from gateway.text import TextOptions
 from gateway.timings import char_times
-from gateway.vendor_context import TextContext, VendorSocket, check_context_id, flag
+from gateway.vendor_context import TextContext
+from gateway.vendor_socket import VendorSocket, check_context_id, flag
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
 from gateway.voices import Choice, check_speed
 
