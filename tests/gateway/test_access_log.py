@@ -14,8 +14,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.conftest import LiveServer, run_server, server_log
-from tests.gateway.test_keys import bearer, create_key
+from tests.conftest import LiveServer, server_log
+from tests.gateway.test_keys import bearer, keyed_server
 from tests.gateway.test_realtime import recv_event
 
 SPEECH = {"input": "Hello there, this is a test of the access log.", "response_format": "pcm"}
@@ -23,10 +23,7 @@ SPEECH = {"input": "Hello there, this is a test of the access log.", "response_f
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
-    data = tmp_path_factory.mktemp("data")
-    key = create_key(data, "ops", "--scope", "admin")
-    for live in run_server(data, auth="required"):
-        yield live, key
+    yield from keyed_server(tmp_path_factory, "ops", "--scope", "admin")
 
 
 def access_line(records: list[logging.LogRecord], needle: str, timeout_s: float = 10) -> str:

@@ -24,17 +24,14 @@ from tests.conftest import LiveServer, run_server
 from tests.gateway.test_agent_clients import (
     livekit_speak, livekit_tts, pipecat_services, sdk_calls_cartesia, sdk_calls_elevenlabs,
 )
-from tests.gateway.test_keys import create_key
+from tests.gateway.test_keys import create_key, keyed_server
 
 TEXT = "Keyed speech works through every client."
 
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
-    data = tmp_path_factory.mktemp("data")
-    key = create_key(data, "agent")  # scope speech
-    for live in run_server(data, auth="required", preload_models="piper-joe"):
-        yield live, key
+    yield from keyed_server(tmp_path_factory, "agent", preload_models="piper-joe")  # scope speech
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["elevenlabs", "cartesia"])

@@ -37,6 +37,16 @@ def create_key(data_dir: Path, *args: str) -> str:
     return result.stdout.strip()
 
 
+def keyed_server(tmp_path_factory: pytest.TempPathFactory, *key_args: str,
+                 **overrides: object) -> Iterator[tuple[LiveServer, str]]:
+    """A server in a new data folder with `auth = "required"` (and `overrides`), and a key made
+    there by `create_key(key_args)`: the body of a module's keyed-server fixture."""
+    data = tmp_path_factory.mktemp("data")
+    key = create_key(data, *key_args)
+    for live in run_server(data, auth="required", **overrides):
+        yield live, key
+
+
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     data = tmp_path_factory.mktemp("data")

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, run_server
-from tests.gateway.test_keys import create_key
+from tests.gateway.test_keys import keyed_server
 from tests.webui.conftest import HAS_CHROMIUM
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -174,10 +174,7 @@ def test_load_by_keyboard_keeps_the_row(server: LiveServer, page: Any) -> None:
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
-    data = tmp_path_factory.mktemp("data")
-    key = create_key(data, "studio", "--scope", "admin")
-    for server in run_server(data, auth="required"):
-        yield server, key
+    yield from keyed_server(tmp_path_factory, "studio", "--scope", "admin")
 
 
 def test_sign_in_by_keyboard(keyed: tuple[LiveServer, str], page: Any) -> None:
