@@ -36,6 +36,7 @@ from starlette.types import Message, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from gateway.errors import error_body
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,7 @@ class HTTPProtocol(HttpToolsProtocol):
             transport.close()
             return
         message = f"the request line and headers did not all come within {self.header_timeout_s:g} s"
-        body = json.dumps({"error": {"code": "request_timeout", "message": message, "field": None,
-                                     "type": "invalid_request_error", "param": None}}).encode()
+        body = json.dumps(error_body("request_timeout", message, None, 408)).encode()
         transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
                         b"content-length: %d\r\nconnection: close\r\nx-request-id: req_%s\r\n\r\n%s"
                         % (len(body), uuid.uuid4().hex.encode(), body))

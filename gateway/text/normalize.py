@@ -38,6 +38,14 @@ def join_pauses(first_ms: float, second_ms: float) -> float:
     return min(first_ms + second_ms, markup.MAX_PAUSE_MS)
 
 
+def add_item(items: list[Item], item: Item) -> None:
+    """Append `item` to `items`, a pause right after a pause joined to it (`join_pauses`)."""
+    if isinstance(item, Pause) and items and isinstance(items[-1], Pause):
+        items[-1] = Pause(join_pauses(items[-1].ms, item.ms))
+    else:
+        items.append(item)
+
+
 def tidy(text: str) -> str:
     """One space between words, none before punctuation, no doubled punctuation."""
     text = re.sub(r"\s+", " ", text)
@@ -77,11 +85,7 @@ def normalize_text(raw: str, options: TextOptions) -> list[Item]:
     items: list[Item] = []
     for part in _PAUSE_SPLIT.split(text):
         if len(part) == 1 and markup.PAUSE_BASE <= ord(part) < markup.PAUSE_BASE + markup.MAX_PAUSES:
-            ms = pauses[ord(part) - markup.PAUSE_BASE]
-            if items and isinstance(items[-1], Pause):
-                items[-1] = Pause(join_pauses(items[-1].ms, ms))
-            else:
-                items.append(Pause(ms))
+            add_item(items, Pause(pauses[ord(part) - markup.PAUSE_BASE]))
         else:
             part = tidy(part)
             if is_speakable(part):

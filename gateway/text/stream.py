@@ -31,7 +31,7 @@ from gateway.text import language, markup
 from gateway.text.characters import (
     CJK_CLAUSE, CJK_PUNCT, CLAUSE_PUNCT, CLOSERS, OPENERS, SENTENCE_PUNCT, clean_piece, is_thai,
 )
-from gateway.text.normalize import Item, Pause, join_pauses, normalize_text
+from gateway.text.normalize import Item, Pause, add_item, normalize_text
 from gateway.text.options import TextOptions
 from gateway.text.segments import is_speakable, split_segments
 
@@ -393,10 +393,7 @@ def prepare(text: str, options: TextOptions, first_chars: int = 40, min_first_ch
     stream = TextStream(options, first_chars, min_first_chars, field)
     items: list[Item] = []
     for item in stream.append(text) + stream.flush():
-        if isinstance(item, Pause) and items and isinstance(items[-1], Pause):  # (from two units)
-            items[-1] = Pause(join_pauses(items[-1].ms, item.ms))
-        else:
-            items.append(item)
+        add_item(items, item)  # (pauses ending one unit and opening the next: one)
     return items
 
 
