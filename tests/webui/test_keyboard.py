@@ -189,6 +189,8 @@ def test_sign_in_by_keyboard(keyed: tuple[LiveServer, str], page: Any) -> None:
     assert page.get_attribute("#signin-key", "aria-invalid") == "true" and focused(page) == "signin-key"
     page.keyboard.press("Escape")  # closed: the keyboard goes to the header's Sign in, not to <body>
     page.locator("#signin").wait_for(state="hidden")
+    # (the dialog's close handler moves the focus after it hides: wait for it, as for the dialog)
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'signout'", timeout=10_000)
     assert focused(page) == "signout" and page.inner_text("#signout") == "Sign in"
     page.keyboard.press("Enter")
     page.locator("#signin").wait_for(state="visible")
