@@ -21,7 +21,7 @@ def run(script: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="Triton is installed")
 @pytest.mark.parametrize("script", ["decode_matmuls.py", "decode_attention_tiles.py", "skinny_matmuls.py",
-                                    "row_tiles.py", "ncu_rows.py", "compile_rows_kernel.py"])
+                                    "row_tiles.py", "ncu_rows.py", "compile_rows_kernel.py", "wide_matmuls.py"])
 def test_triton_benchmarks_name_what_they_need(script: str) -> None:
     done = run(script)
     assert done.returncode == 1 and "Traceback" not in done.stderr

@@ -273,7 +273,12 @@ def test_shutdown_lets_a_session_finish_its_utterance(tmp_path: Path) -> None:
     utterance is out, and an idle one at once, within the grace."""
     from websockets.exceptions import ConnectionClosed
 
-    text = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April."
+    # Long enough that its synthesis is still going when the server handles SIGTERM, even under a
+    # loaded CI machine (with two sentences the first turn was sometimes done by then, and the queued
+    # turn rightly became the one being spoken: a race in the test, seen once in ~10 full runs).
+    text = ("The quick brown fox jumps over the lazy dog. It was a bright cold day in April. "
+            "The clocks were striking thirteen, and the wind blew dust along the empty street. "
+            "Nobody in the square looked up when the bells began again.")
     with serve(tmp_path, graceful_shutdown_s="8") as (proc, url):
         ws_url = url.replace("http", "ws") + "/v1/realtime"
         vendor_url = url.replace("http", "ws") + "/v1/text-to-speech/joe/multi-stream-input"
