@@ -3,7 +3,7 @@
     python bench/foundation.py [--policy edf|fifo] [--sessions 1,2,4,8,12,16] [--out FILE]
 
 Starts `voxgate serve` as a subprocess (fresh data dir, free loopback port) and measures
-as a client would (DESIGN.md §7):
+as a client would (the client of bench/workload.py `Listener`):
 - start-up: process start -> first `/health` 200;
 - first request: its total time minus a warm request's (= model load on first use);
 - REST, `response_format=pcm`, streamed: TTFA = request sent -> first audio byte;

@@ -9,7 +9,7 @@ this process: one WebSocket session per request (`session.update` with a preset 
 forces the audio length from the text at 15.4 chars/s, then the whole text and
 `text.flush`), arrivals Poisson at each rate (bench/workload.py), each stream played at 1x
 from its first audio at the client; TTFA = flush sent -> first audio frame received.
-SLO (DESIGN.md §7): TTFA <= 200 ms and no stall; capacity = the highest measured rate
+SLO (bench/workload.py): TTFA <= 200 ms and no stall; capacity = the highest measured rate
 with attainment >= 90% (99%). `--rest` uses `POST /v1/audio/speech` (streamed PCM) instead.
 Beside each measurement: bench/simulate.py's prediction at the same rates from the cost
 model `--cost` (measured on the GPU by bench/cost_model.py). A PNG of attainment vs rate

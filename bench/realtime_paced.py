@@ -6,7 +6,7 @@ Against a running server (`voxgate serve`, the embedded Piper voice by default):
 session at a time, each one workload sentence of `--min-words`..`--max-words` words (a
 seeded sample of bench/workloads), sent a word per `text.append` every `--word-ms` ms (as
 an LLM streams), then `text.flush`. The client plays what it receives at 1x from the
-first frame (bench/workload.py `Listener`, DESIGN.md §7): first audio counts from the first
+first frame (bench/workload.py `Listener`): first audio counts from the first
 word's send; a stall is audio arriving after the audio before it ran out. With `--report-ms`
 it also sends `playback.position` that often, saying `playing: false` with `underrun: true`
 while its buffer is dry (docs/realtime.md). Printed per sentence, and as a summary: first

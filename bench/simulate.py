@@ -9,7 +9,7 @@ measured on the GPU says (bench/cost_model.py writes one). The engine's own cost
 starts empty and learns from the runner's timings, as on the GPU. Requests: Poisson
 arrivals of workload sentences (bench/workload.py), lengths forced at 15.4 chars/s;
 each client plays at 1x from its first chunk, with (`--reports`) or without playback
-reports; SLO of DESIGN.md §7. For each policy and rate it prints attainment, TTFA
+reports; the SLO of bench/workload.py. For each policy and rate it prints attainment, TTFA
 p50/p90/p99, the stall-free share and mean concurrency, and the capacity (highest rate
 with attainment >= 90% / 99%). `--serve-sessions 16,64` instead replays the waves of
 bench/orpheus_serve.py (same texts and arrival times) to set the prediction beside a

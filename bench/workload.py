@@ -4,7 +4,7 @@ Shared by bench/simulate.py and the benchmarks it is checked against, so both se
 same requests at the same times. Sentences: bench/workloads (LibriSpeech test-clean,
 1,000 lines `id<TAB>text`). Random weights make noise of any length, so a request is
 forced to the length a person would take to say it: characters / 15.4 per second.
-SLO (DESIGN.md §7): TTFA <= 200 ms and no stall, the client playing at 1x from the
+SLO: TTFA <= 200 ms and no stall, the client playing at 1x from the
 moment its first chunk arrives.
 """
 
@@ -61,7 +61,7 @@ def serve_wave(texts: list[str], sessions: int, seed: int, arrival: str, count: 
 
 @dataclass(slots=True)
 class Listener:
-    """A client playing one stream at 1x from its first chunk (DESIGN.md §7)."""
+    """A client playing one stream at 1x from its first chunk (the SLO's client, above)."""
 
     arrival_s: float
     first_s: float | None = None

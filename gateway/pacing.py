@@ -1,8 +1,8 @@
 """How long an utterance's next engine request takes to its first audio, per model.
 
 A streamed utterance speaks the rest of a sentence early when its listener's buffer
-would run dry before the sentence's end (gateway/utterance.py `release_by_s`, DESIGN.md
-§2): that needs how long the text waiting would take to start sounding once submitted.
+would run dry before the sentence's end (gateway/utterance.py `release_by_s`; the buffer's
+deadlines are engine/clock.py's): that needs how long the text waiting would take to start sounding once submitted.
 `FirstAudio` learns it from the utterance streams' own requests, submit -> first audio
 delivered (the engine's queueing, the text's preparation, its first chunk's synthesis,
 resampling), as ms per character of the request's first segment (a first chunk is at most

@@ -1,4 +1,4 @@
-"""`WS /v1/realtime`: one session per connection, one utterance at a time (DESIGN.md §6).
+"""`WS /v1/realtime`: one session per connection, one utterance at a time.
 
 Client → server (JSON text frames): `session.update`, `text.append`, `text.flush`,
 `response.cancel`, `playback.position`. Server → client: `session.created`,

@@ -1,4 +1,4 @@
-"""Which models are loaded (DESIGN.md §5): lazy loads, LRU eviction, idle unload, memory guard.
+"""Which models are loaded (docs/library.md, Residency): lazy loads, LRU eviction, idle unload, memory guard.
 
 - A model loads on first use (`acquire`), or at start (`start(preload=...)`).
 - At most `max_loaded_models` are resident (loading ones count). When a load needs room,

@@ -1,4 +1,4 @@
-"""Every route of the app, as one list (STYLE.md §9), one Route per path (gateway/routing.py).
+"""Every route of the app, as one list (every path in one place), one Route per path (gateway/routing.py).
 
 Pages and the schema itself are left out of `/openapi.json` (gateway/openapi.py);
 WebSockets cannot be described there (docs/realtime.md, docs/agents.md). Who may call

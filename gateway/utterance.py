@@ -3,7 +3,7 @@
 Shared by every streaming protocol (`/v1/realtime`, the ElevenLabs and Cartesia
 WebSockets): the protocol owns the wire format and when an utterance ends; its text
 comes through a `gateway.text_feed.TextFeed`; this module owns what they have in
-common (DESIGN.md §2):
+common:
 
 - items (segments and `Pause`s from the text frontend) queued while no engine request
   runs are submitted at once, grouped into one `SpeechRequest` of at most the family's

@@ -1,5 +1,6 @@
 """The docs agree with the repository: a relative Markdown link of README.md or docs/*.md names a
-file that exists (and its `#anchor` a heading of it), and README lists every model option."""
+file that exists (and its `#anchor` a heading of it), README lists every model option, and no doc,
+source file or result note cites design notes kept outside the repository."""
 
 import re
 from pathlib import Path
@@ -33,9 +34,22 @@ def test_relative_links_resolve(doc: Path) -> None:
     assert not broken, f"{doc.name}: {broken}"
 
 
-def test_no_doc_names_design_md() -> None:
-    """DESIGN.md is not part of the repository: a doc that sends readers there leads nowhere."""
-    assert not [doc.name for doc in DOCS if "DESIGN.md" in doc.read_text()]
+# Design and style notes kept outside the repository: a citation of one sends a reader nowhere.
+# (Spelt in two pieces so that this file does not cite them itself.)
+OUTSIDE = [name + ".md" for name in ("DESIGN", "STYLE")]
+SOURCES = sorted(path for top in ("gateway", "engine", "models", "bench", "tests", "scripts", "webui")
+                 for path in (ROOT / top).rglob("*.py")) + sorted(ROOT.glob("*.py"))
+RESULTS = sorted((ROOT / "bench" / "results").glob("*.md"))
+
+
+@pytest.mark.parametrize("kind", ["docs", "sources", "results"])
+def test_nothing_cites_the_notes_outside_the_repository(kind: str) -> None:
+    """README.md and docs/*.md, the .py files (docstrings, comments) and bench/results/*.md."""
+    files = {"docs": DOCS, "sources": SOURCES, "results": RESULTS}[kind]
+    assert files
+    cited = [f"{path.relative_to(ROOT)}:{n}" for path in files
+             for n, line in enumerate(path.read_text().splitlines(), 1) if any(name in line for name in OUTSIDE)]
+    assert not cited
 
 
 @pytest.mark.parametrize("family", ["orpheus", "qwen3_tts", "piper"])

@@ -1,4 +1,4 @@
-"""STYLE.md §8: gateway/ and the engine's core are typed strictly (mypy --strict)."""
+"""gateway/ and the engine's core are typed strictly (mypy --strict)."""
 
 from __future__ import annotations
 

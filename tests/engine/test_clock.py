@@ -1,4 +1,4 @@
-"""PlaybackClock: deadlines and stalls (DESIGN.md §2)."""
+"""PlaybackClock: deadlines and stalls (README.md, How it works)."""
 
 from __future__ import annotations
 

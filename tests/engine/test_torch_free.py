@@ -1,4 +1,5 @@
-"""The policy half of the engine imports no torch (STYLE.md §2), nor does the gateway."""
+"""The policy half of the engine imports no torch (README.md, the `engine/` row;
+bench/simulate.py runs it on a CPU), nor does the gateway."""
 
 from __future__ import annotations
 
