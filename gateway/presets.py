@@ -80,24 +80,32 @@ async def list_presets(request: Request) -> JSONResponse:
     """Presets whose model was deleted are listed with `usable: false` and the reason."""
     state: AppState = request.app.state.voxgate
     models = await _models(state)
+    voices: dict[str, list[str]] = {}  # each model's, asked once for all its presets
     presets = await state.library.list_presets()
-    return JSONResponse({"object": "list", "data": [await _described(state, preset, models) for preset in presets]})
+    return JSONResponse({"object": "list",
+                         "data": [await _described(state, preset, models, voices) for preset in presets]})
 
 
 async def _models(state: AppState) -> dict[str, dict[str, Any]]:
     return {m["id"]: m for m in await state.library.list_models()}
 
 
-async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]],
+                     voices: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """The preset with `usable` and, if not, the `problem`: its model is gone, or a voice of that model
     has its name (saved by an older Voxgate; the voice wins), or its reference voice is gone, or its
     settings no longer pass the family's checks (saved before a check was added, or the model's
-    options changed: force_tokens past its max_seq_len)."""
+    options changed: force_tokens past its max_seq_len). `voices`: the models' voices asked so far,
+    by model id (a list of presets asks once per model), filled in here."""
+    voices = {} if voices is None else voices
     record = models.get(preset["model_id"])
     problem = None if record is not None else f"model {preset['model_id']!r} is not installed"
-    if problem is None and preset["name"] in await state.library.voices(preset["model_id"]):  # (an older Voxgate's)
-        problem = (f"model {preset['model_id']!r} has a voice named {preset['name']!r}, which requests get instead of "
-                   "this preset; create it again under another name")
+    if problem is None:
+        if preset["model_id"] not in voices:
+            voices[preset["model_id"]] = await state.library.voices(preset["model_id"])
+        if preset["name"] in voices[preset["model_id"]]:  # (an older Voxgate's)
+            problem = (f"model {preset['model_id']!r} has a voice named {preset['name']!r}, which requests get "
+                       "instead of this preset; create it again under another name")
     if problem is None and await is_base(state, preset["model_id"]) and await store(state).get(preset["voice"]) is None:
         problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
     if problem is None and record is not None:

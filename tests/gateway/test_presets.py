@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gateway.library import Library
 from tests.conftest import run_server
@@ -46,3 +47,36 @@ def test_a_preset_saved_under_a_name_now_refused_is_listed_and_stays_editable(tm
             assert client.post("/v1/presets", json={"name": "default", "voice": "default"}).status_code in (400, 409)
             assert client.delete("/v1/presets/Bob ").status_code == 204
             assert client.delete("/v1/presets/default").status_code == 204
+
+
+def test_the_list_asks_for_each_models_voices_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /v1/presets asked for its model's voices once a preset; now once a model, and lists the
+    presets as GET /v1/presets/{name} describes each alone (a hidden one, usable ones, one whose
+    model is gone)."""
+    _saved_by_an_older_version(tmp_path)
+
+    async def more() -> None:
+        library = await Library.open(tmp_path / "voxgate.db")
+        for name in ("Cid", "Dee"):
+            await library.put_preset(name, "piper-joe", "default", 1.0, {}, create=True)
+        await library.put_preset("Eve", "gone", "default", 1.0, {}, create=True)
+        await library.close()
+
+    asyncio.run(more())
+    asked: list[str] = []
+    voices = Library.voices
+
+    async def counted(self: Library, model_id: str) -> list[str]:
+        asked.append(model_id)
+        return await voices(self, model_id)
+
+    for server in run_server(tmp_path):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            alone = [client.get(f"/v1/presets/{name}").json() for name in ("Bob ", "Cid", "Dee", "Eve", "default")]
+            monkeypatch.setattr(Library, "voices", counted)
+            listed = client.get("/v1/presets")
+            monkeypatch.undo()
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["data"] == alone
+    assert [p["usable"] for p in alone] == [True, True, True, False, False]
+    assert asked == ["piper-joe"]
