@@ -14,7 +14,9 @@ upload at most `MAX_UPLOAD_BYTES` (413), the audio `MIN_SECONDS`..`MAX_SECONDS` 
 the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a file soundfile cannot read, or one with
 samples that are not finite numbers, is a 400 `invalid_input` naming the field `audio`, and
 a silent one (every sample 0 as PCM16) a 422 `audio_silent`. A name is unique (409); names follow presets'
-rules. These routes are a resource of their own, under `/v1/voices/` beside the model voices
+rules, and a preset's name in any case is taken (409 `name_taken`, both ways); a reference voice that a
+preset hides (one an older Voxgate saved under its name) is listed with `usable: false` and the `problem`.
+These routes are a resource of their own, under `/v1/voices/` beside the model voices
 of `/v1/audio/voices`, because a recording belongs to no model: any Base model can use it.
 A Qwen3-TTS Base model speaks with them by name (`voice` in `/v1/audio/speech`,
 `/v1/realtime`, `/v1/audio/clone` and presets: gateway/clone_voices.py); deleting one drops its
@@ -72,6 +74,16 @@ class ReferenceStore:
     async def list(self) -> list[dict[str, Any]]:
         async with self.library.db.execute("SELECT * FROM reference_voices ORDER BY name") as cur:
             return [dict(row) for row in await cur.fetchall()]
+
+    async def hidden(self) -> dict[str, str]:
+        """The reference voices a preset hides, each with that preset's name. A request's `voice` finds
+        a preset in any case before a reference voice (gateway/clone_voices.py); `create_reference` and
+        POST /v1/presets refuse such a pair (409 `name_taken`), but an older Voxgate saved presets
+        without that check. The preset is the one `Library.find_preset` finds (last here)."""
+        async with self.library.db.execute(
+                "SELECT r.name, p.name FROM reference_voices r JOIN presets p ON p.name = r.name COLLATE NOCASE"
+                " ORDER BY r.name, p.name = r.name, p.name DESC") as cur:
+            return {row[0]: row[1] for row in await cur.fetchall()}
 
     async def add(self, name: str, transcript: str, pcm16: bytes, source_name: str | None) -> dict[str, Any]:
         file = f"ref-{uuid.uuid4().hex[:12]}.wav"
@@ -157,11 +169,17 @@ def _store(request: Request) -> ReferenceStore:
     return ReferenceStore(state.library, state.settings.data_dir / "references")
 
 
-def _public(row: dict[str, Any]) -> dict[str, Any]:
+def _public(row: dict[str, Any], hidden_by: str | None = None) -> dict[str, Any]:
+    """`usable` false and the `problem` when preset `hidden_by` takes its name (`ReferenceStore.hidden`),
+    as a preset that a voice of its model hides is listed (gateway/presets.py)."""
+    problem = None if hidden_by is None else (
+        f"preset {hidden_by!r} (saved by an older Voxgate) has this name, which requests get instead of this "
+        "reference voice; delete that preset, or upload this recording again under another name")
     return {"name": row["name"], "object": "reference_voice", "transcript": row["transcript"],
             "sample_rate": row["sample_rate"], "audio_ms": round(row["audio_ms"], 1),
             "source_name": row["source_name"], "created_at": row["created_at"],
-            "audio_url": f"/v1/voices/references/{quote(str(row['name']))}/audio"}
+            "audio_url": f"/v1/voices/references/{quote(str(row['name']))}/audio",
+            "usable": problem is None, "problem": problem}
 
 
 def check_name(name: object) -> str:
@@ -244,11 +262,16 @@ async def create_reference(request: Request) -> JSONResponse:
 
 
 async def list_references(request: Request) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": [_public(r) for r in await _store(request).list()]})
+    store = _store(request)
+    hidden = await store.hidden()
+    return JSONResponse({"object": "list", "data": [_public(r, hidden.get(r["name"])) for r in await store.list()]})
 
 
 async def get_reference(request: Request) -> JSONResponse:
-    return JSONResponse(_public(await _existing(_store(request), request)))
+    store = _store(request)
+    row = await _existing(store, request)
+    preset = await store.library.find_preset(str(row["name"]))  # as a request's `voice` finds it
+    return JSONResponse(_public(row, preset["name"] if preset else None))
 
 
 async def reference_audio(request: Request) -> Response:

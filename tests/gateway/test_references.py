@@ -193,3 +193,33 @@ def test_a_chunked_upload_stops_being_read_at_the_limit(monkeypatch: pytest.Monk
         asyncio.run(references.read_upload_form(Request(scope, receive), {"audio"}, "audio", "audio"))
     assert refused.value.status == 413 and refused.value.field == "audio"
     assert pulled <= 4  # 10 000 + 64 KiB: the second 64 KiB chunk past the head is over it
+
+
+def test_a_reference_voice_that_an_older_versions_preset_hides_is_listed_unusable(tmp_path: Any) -> None:
+    """Before the 409 `name_taken`, a preset could be saved under a reference voice's name (in any case:
+    presets are found in any case), and a request's `voice` then got the preset. The list says so."""
+    from gateway.library import Library
+    from tests.conftest import run_server
+
+    async def older_version() -> None:  # rows and a file as the older server left them
+        library = await Library.open(tmp_path / "voxgate.db")
+        store = references.ReferenceStore(library, tmp_path / "references")
+        for name in ("Ann", "Todd"):
+            await store.add(name, f"Hello, this is {name}.", references.to_pcm16(recording(2.0)), f"{name}.wav")
+        await library.put_preset("TODD", "piper-joe", "default", 1.0, {}, create=True)
+        await library.close()
+
+    asyncio.run(older_version())
+    for server in run_server(tmp_path):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            listed = {r["name"]: r for r in client.get(URL).json()["data"]}
+            assert listed["Ann"]["usable"] is True and listed["Ann"]["problem"] is None
+            assert listed["Todd"]["usable"] is False
+            assert listed["Todd"]["problem"] == (
+                "preset 'TODD' (saved by an older Voxgate) has this name, which requests get instead of this "
+                "reference voice; delete that preset, or upload this recording again under another name")
+            assert client.get(f"{URL}/Todd").json() == listed["Todd"]
+            assert client.get("/v1/presets/TODD").json()["usable"] is True  # the preset is what requests get
+            assert client.delete("/v1/presets/TODD").status_code == 204
+            assert client.get(f"{URL}/Todd").json()["usable"] is True
+            assert all(r["usable"] for r in client.get(URL).json()["data"])
