@@ -353,7 +353,7 @@ async def delete_model(request: Request) -> JSONResponse:
     protected = protected_message(model_id, record["source"], state.settings.default_model)
     if protected is not None:
         raise ApiError(409, "model_protected", protected, field="model")
-    await state.residency.unload(model_id)  # ModelBusy (409) while it serves requests
+    await state.residency.unload(model_id, reason="deleted")  # ModelBusy (409) while it serves requests
     presets = await presets_using(state.library, model_id)
     users = await folder_users(state.library, record)
     await state.library.remove_model(model_id)

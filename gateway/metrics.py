@@ -162,6 +162,10 @@ class _ResidencyCollector:
         yield CounterMetricFamily("voxgate_model_loads", "Models loaded since start", value=self.residency.num_loads)
         yield CounterMetricFamily("voxgate_model_evictions", "Idle models unloaded to make room (LRU)",
                                   value=self.residency.num_evictions)
+        unloads = CounterMetricFamily("voxgate_model_unloads", "Models unloaded, by reason", labels=["reason"])
+        for reason, count in self.residency.num_unloads.items():
+            unloads.add_metric([reason], count)
+        yield unloads
 
 
 class _MemoryCollector:

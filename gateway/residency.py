@@ -43,8 +43,8 @@ from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec
 from gateway.memory import return_freed
 from gateway.placement import memory_message, plan
 from gateway.resident import (
-    SUBMIT_GRACE_S, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState, ServerBusy, ShuttingDown,
-    close_runners, describe, status_fields, without_frames,
+    SUBMIT_GRACE_S, UNLOAD_REASONS, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState,
+    ServerBusy, ShuttingDown, close_runners, describe, status_fields, without_frames,
 )
 from gateway.settings import MB as MB  # MB: the unit of min_free_memory_mb
 
@@ -96,8 +96,8 @@ class Residency:
         self._lock = asyncio.Lock()  # one eviction/load plan at a time
         self._changed = asyncio.Event()
         self._idle_task: asyncio.Task[None] | None = None
-        self.num_loads = 0
-        self.num_evictions = 0
+        self.num_loads = self.num_evictions = 0  # evictions: the unloads of reasons max_loaded_models and memory
+        self.num_unloads = dict.fromkeys(UNLOAD_REASONS, 0)  # every unload, by reason (gateway/resident.py)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -211,9 +211,11 @@ class Residency:
                     continue
                 victims, devices, blocked = self._plan(footprint)
                 if blocked is None and (checked or not victims):
-                    for victim in victims:
+                    excess = len(self._residents) + 1 - self.max_loaded_models  # the first victims (placement.py)
+                    for n, victim in enumerate(victims):
                         self.num_evictions += 1
-                        await self._unload(victim, f"evicted (LRU) to load {model_id!r}")
+                        await self._unload(victim, "max_loaded_models" if n < excess else "memory",
+                                           f"evicted (LRU) to load {model_id!r}")
                     self._begin_load(spec, {device: footprint for device in devices})
                     continue
             if blocked is None:  # room, by evicting: first the check, then the plan again
@@ -244,8 +246,8 @@ class Residency:
         lease.release()
         return self.status(model_id)
 
-    async def unload(self, model_id: str) -> bool:
-        """Unload an idle model; False if it was not loaded. Raises ModelBusy (409) while busy."""
+    async def unload(self, model_id: str, reason: str = "manual") -> bool:
+        """Unload an idle model ("manual" or "deleted"); False if it was not loaded. ModelBusy (409) while busy."""
         async with self._lock:
             resident = self._residents.get(model_id)
             if resident is None:
@@ -258,7 +260,7 @@ class Residency:
                 num_requests = self.engine.num_requests(model_id)
                 doing = f"serving {num_requests} request(s)" if num_requests else "starting a request"
                 raise ModelBusy(f"model {model_id!r} is {doing}; try again when it is idle", field="model")
-            await self._unload(resident, "unloaded on request")
+            await self._unload(resident, reason)
             return True
 
     # -- internals --------------------------------------------------------------------
@@ -353,15 +355,16 @@ class Residency:
             except Exception:
                 log.exception("could not record the use of model %s", resident.model_id)
 
-    async def _unload(self, resident: Resident, reason: str) -> None:
+    async def _unload(self, resident: Resident, reason: str, detail: str = "") -> None:  # reason: UNLOAD_REASONS
         resident.state = ResidentState.UNLOADING  # no new lease from here on
         try:
             await close_runners(await asyncio.wrap_future(self.engine.detach(resident.model_id)))
         finally:
             self._residents.pop(resident.model_id, None)
             resident.runners = []  # (a Lease still held keeps the Resident, not its model)
+            self.num_unloads[reason] += 1
             self._notify()
-        log.info("model %s unloaded: %s", resident.model_id, reason)
+        log.info("model %s unloaded (%s)%s", resident.model_id, reason, f": {detail}" if detail else "")
 
     def _release(self, resident: Resident, grace: bool) -> None:
         resident.num_leases = max(0, resident.num_leases - 1)
@@ -395,5 +398,5 @@ class Residency:
                     async with self._lock:
                         if (self._residents.get(resident.model_id) is resident and not self._busy(resident)
                                 and resident.state is ResidentState.LOADED):
-                            await self._unload(resident, f"idle for {self.idle_unload_s:g}s")
+                            await self._unload(resident, "idle", f"idle for {self.idle_unload_s:g}s")
 

@@ -53,6 +53,12 @@ class ShuttingDown(EngineError):
 # only once its thread has read it, and an eviction must not come in between.
 SUBMIT_GRACE_S = 1.0
 
+# Why a model is unloaded (gateway/residency.py `num_unloads`, the metric `voxgate_model_unloads_total{reason}`):
+# evicted, least recently used first, to load another past `max_loaded_models` or for the memory it needs (the
+# memory guard); unused for `idle_unload_s`; `POST /v1/models/{id}/unload` ("manual"); its model deleted from the
+# library; the server stopping.
+UNLOAD_REASONS = ("max_loaded_models", "memory", "idle", "manual", "deleted", "shutdown")
+
 
 class ResidentState(enum.StrEnum):
     LOADING = "loading"
@@ -154,7 +160,7 @@ async def unload_removed(residency: Residency, model_id: str, poll_s: float = 0.
     again", its record already removed, and the model stayed loaded, unlisted, and a retry was a 404)."""
     while True:
         try:
-            await residency.unload(model_id)
+            await residency.unload(model_id, reason="deleted")
             return
         except ModelBusy:
             await asyncio.sleep(poll_s)

@@ -192,6 +192,24 @@ def test_vendor_http_chunks_are_observed(client: httpx.Client) -> None:
     assert delta("voxgate_chunk_lateness_seconds_count") >= 1  # three sentences: chunks after the first
 
 
+def test_unloads_are_counted_by_reason(server: LiveServer, client: httpx.Client) -> None:
+    """`voxgate_model_unloads_total{reason}`: every reason from the start (tests/gateway/test_residency_unloads.py
+    has each one's path); an unload by hand is `manual` (voxgate_model_evictions_total counts none)."""
+    from gateway.resident import UNLOAD_REASONS
+
+    assert client.post(f"/v1/models/{MODEL}/load", json={}).status_code == 200
+    before = scrape(client)
+    assert {reason for (name, labels) in before if name == "voxgate_model_unloads_total"
+            for _, reason in labels} == set(UNLOAD_REASONS)
+    unloaded = client.post(f"/v1/models/{MODEL}/unload", json={})
+    assert unloaded.status_code == 200 and unloaded.json()["unloaded"] is True, unloaded.text
+    after = scrape(client)
+    for reason in UNLOAD_REASONS:
+        counted = value(after, "voxgate_model_unloads_total", reason=reason)
+        assert counted == value(before, "voxgate_model_unloads_total", reason=reason) + (reason == "manual")
+    assert value(after, "voxgate_model_evictions_total") == value(before, "voxgate_model_evictions_total")
+
+
 class _Engine:
     """Engine.stats() as a GPU speech LM reports it (CUDA graph counts need a GPU)."""
 
@@ -204,6 +222,7 @@ class _Engine:
 
 class _Residency:
     num_loads = num_evictions = 0
+    num_unloads: dict[str, int] = {}
 
     def residents(self) -> list[dict[str, Any]]:
         return []
