@@ -70,7 +70,8 @@ function referenceRow(ref) {
   speakBtn.hidden = !document.body.dataset.canClone;  // static/clone.js: a Base model is installed
   return el("tr", { "data-reference": ref.name },
     el("th", { scope: "row", text: ref.name }),
-    el("td", { class: "transcript", text: ref.transcript }),
+    el("td", { class: "transcript" }, ref.transcript,
+       ref.usable === false ? el("p", { class: "small problem", text: `Not usable: ${ref.problem}` }) : null),
     el("td", { text: fmtDuration(ref.audio_ms) }),
     el("td", {}, el("div", { class: "row-actions" }, playBtn, speakBtn, delBtn), rowStatus));
 }

@@ -180,7 +180,8 @@ function presetRow(preset) {
     el("td", { class: "hide-narrow", text: preset.model }),
     el("td", {}, preset.voice, Object.keys(preset.settings).length
       ? el("span", { class: "muted small settings-summary",
-                     text: ` · ${Object.entries(preset.settings).map(([k, v]) => `${k} ${v}`).join(", ")}` }) : null),
+                     text: ` · ${Object.entries(preset.settings).map(([k, v]) => `${k} ${v}`).join(", ")}` }) : null,
+       preset.usable === false ? el("p", { class: "small problem", text: `Not usable: ${preset.problem}` }) : null),
     el("td", { text: `${preset.speed}×` }),
     el("td", {}, el("div", { class: "row-actions" }, tryBtn, editBtn, studio, delBtn), rowStatus));
 }
