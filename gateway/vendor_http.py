@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
 from engine.types import AudioChunk, WordTiming
+from gateway.access_log import fields, note
 from gateway.audio import Resampler, StreamEncoder
 from gateway.resident import Lease
 from gateway.state import AppState
@@ -55,6 +56,8 @@ class Speech:
         self._words = WordQueue()
         self._sent_ms = 0.0  # audio in the pieces so far
         self.audio_ms = 0.0
+        self._noted = fields()  # the access line's (gateway/access_log.py), kept up to date: a cut stream's too
+        self._noted["ttfa_ms"] = ttfa_ms
 
     @property
     def request_id(self) -> str:
@@ -76,6 +79,7 @@ class Speech:
                 pcm = await self._resample.resample_async(chunk.pcm, last=chunk.is_last)
                 self._words.add(chunk.words)
                 self.audio_ms += 1000.0 * len(pcm) / self._rate
+                self._noted.update(audio_ms=self.audio_ms, stalls=stalls, stall_ms=late_ms if stalls else None)
                 data = await self._encoder.feed_async(pcm) if len(pcm) else b""  # heavy work in a thread
                 if chunk.is_last:
                     data += await self._encoder.close_async()
@@ -119,6 +123,7 @@ async def start_speech(state: AppState, choice: Choice, text: object, fmt: Outpu
     items = await asyncio.to_thread(prepare, text, options, settings.first_segment_chars, field=field)
     check_spoken(items, text, options, field, emoji_field="the server's text_emoji")
     arrival_s = time.monotonic()
+    note(model=choice.model_id, voice=choice.voice, preset=choice.preset, format=f"{fmt.codec}_{fmt.sample_rate}")
     lease = await state.residency.acquire(choice.model_id)  # held until the speech is closed
     audio = Stitched(state.engine, choice, plan(items, request_chars(lease.runner)), settings.ttfa_target_ms,
                      request_id=f"{source[:2]}-{uuid.uuid4().hex[:16]}", arrival_s=arrival_s, estimate_words=True,

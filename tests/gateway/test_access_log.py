@@ -131,3 +131,25 @@ def test_metrics_count_requests_by_route_template_and_code(keyed: tuple[LiveServ
     assert any('route="/v1/models/{model_id}"' in line and 'code="invalid_api_key"' in line for line in lines), lines
     assert any('route="unmatched"' in line and 'code="not_found"' in line for line in lines), lines
     assert not any("no-such-model" in line or "req_" in line or "speech-" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(("path", "headers", "body"), [
+    ("/v1/text-to-speech/joe/stream?output_format=pcm_16000", "xi-api-key",
+     {"text": "Hello from the ElevenLabs route.", "model_id": "eleven_flash_v2_5"}),
+    ("/tts/bytes", "x-api-key", {"model_id": "sonic-3", "transcript": "Hello from the Cartesia route.",
+                                 "voice": {"id": "v"},
+                                 "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000}}),
+])
+def test_a_vendor_speech_line_names_its_model_voice_and_audio(keyed: tuple[LiveServer, str], path: str, headers: str,
+                                                              body: dict[str, Any]) -> None:
+    """The vendor HTTP routes' lines had the status and time only (found in a review): now the
+    model, voice, format, TTFA, audio and stalls, as /v1/audio/speech's."""
+    live, key = keyed
+    with server_log("gateway.access", "uvicorn.error") as records:
+        response = httpx.post(f"{live.url}{path}", json=body, timeout=60,
+                              headers={headers: key, "Cartesia-Version": "2026-03-01"})
+        assert response.status_code == 200, response.text
+        line = access_line(records, response.headers["x-request-id"])
+    fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+    assert fields["model"] == "piper-joe" and fields["format"] == "pcm_16000" and fields["stalls"].isdigit(), line
+    assert fields["voice"] and float(fields["audio_ms"]) > 500 and float(fields["ttfa_ms"]) > 0, line
