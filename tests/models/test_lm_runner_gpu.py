@@ -16,9 +16,14 @@ from engine.types import AudioChunk, SpeechRequest  # noqa: E402
 from models import orpheus  # noqa: E402
 
 
-def _tokens(path: Path, eager: bool) -> dict[str, list[int]]:
+def _tokens(path: Path, eager: bool, warm: bool = False) -> dict[str, list[int]]:
     parts = orpheus.load("tiny", path, {"max_seq_len": 256, "enforce_eager": eager}, "cuda")
-    core = EngineCore(build_runner("tiny", parts, "cuda", 8), EngineConfig(max_predicted_ttfa_ms=0))
+    runner = build_runner("tiny", parts, "cuda", 8)
+    if warm:  # (graph replays and a codec window with no row active: models/lm_runner.py ModelRunner.warm_up)
+        runner.warm_up()
+        timings = runner._timings  # type: ignore[attr-defined]
+        assert {t.kind for t in timings} == {"step", "codec"} and all(t.ms > 0 for t in timings), timings
+    core = EngineCore(runner, EngineConfig(max_predicted_ttfa_ms=0))
     assert core.runner.use_graphs is not eager  # type: ignore[attr-defined]
     lengths = {"a": 21, "b": 49, "c": 35}
     requests = {}
@@ -38,6 +43,10 @@ def _tokens(path: Path, eager: bool) -> dict[str, list[int]]:
 
 def test_cuda_graph_decode_matches_eager(orpheus_tiny: Path) -> None:
     assert _tokens(orpheus_tiny, eager=False) == _tokens(orpheus_tiny, eager=True)
+
+
+def test_the_warm_up_on_graphs_changes_no_tokens(orpheus_tiny: Path) -> None:
+    assert _tokens(orpheus_tiny, eager=False, warm=True) == _tokens(orpheus_tiny, eager=False)
 
 
 def test_codec_graphs_match_eager(orpheus_tiny: Path) -> None:
