@@ -314,51 +314,6 @@ class ModelRunner(Runner):
             return graphs.decode(frames, starts).cpu().numpy()
         return decode_windows(items, self.spec, decode, int(self.codec.samples_per_frame), self._timings)
 
-    def warm_up(self) -> None:
-        """Time a decode step at the smallest and the largest batch bucket (shortest length bucket) and a
-        codec decode of one first-chunk window, once each and as serving times them (a step: CUDA events
-        on a GPU, else host ms, `Timing("step", batch, length, ms)`; the codec: host ms with the copy out,
-        `Timing("codec", 1, frames, ms)`), so the cost model's first estimates are this model's on this
-        device (engine/core.py takes them) rather than its defaults. No slot changes: the steps run with no
-        row active, as graph capture does (their KV writes go to the spare position `max_seq_len`), and
-        the codec decodes silent codes. A failure is logged; the model then serves from the defaults."""
-        try:
-            with self._on("lm"), torch.inference_mode():
-                self.host_active.zero_()
-                for batch in sorted({self._batch_buckets[0], self._batch_buckets[-1]}):
-                    self._timings.append(Timing("step", batch, self._length_buckets[0],
-                                                self._timed_step(batch, self._length_buckets[0])))
-            spec = self.spec
-            frames = spec.shape.window_lengths()[0]
-            tokens = [spec.audio_token_base + p * spec.codebook_size for p in range(spec.tokens_per_frame)] * frames
-            codes = torch.tensor([spec.frame_codes(tokens)], dtype=torch.int64)
-            lane = next(iter(self.lanes)) if self.lanes else "step"
-            with self._on(lane):
-                graphs = self.codec_graphs.get(lane) or next(iter(self.codec_graphs.values()))
-                t0 = time.perf_counter()
-                graphs.decode(codes, torch.zeros(1, dtype=torch.int64)).cpu().numpy()
-                self._timings.append(Timing("codec", 1, frames, 1000.0 * (time.perf_counter() - t0)))
-        except Exception:
-            log.warning("model %s: its warm-up failed; its cost estimates start from defaults", self.model_id,
-                        exc_info=True)
-
-    def _timed_step(self, batch: int, length: int) -> float:
-        """ms of one decode step of `batch` rows to `length` (its graph where captured), as `_decode` times it."""
-        graph = self._graphs.get((batch, length))
-        if self.torch_device.type != "cuda":
-            t0 = time.perf_counter()
-            self._decode_step(batch, length)
-            return 1000.0 * (time.perf_counter() - t0)
-        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        events[0].record()
-        if graph is not None:
-            graph.replay()
-        else:
-            self._decode_step(batch, length)
-        events[1].record()
-        events[1].synchronize()
-        return float(events[0].elapsed_time(events[1]))
-
     def memory_bytes(self) -> int:
         state = sum(t.numel() * t.element_size() for t in (self.kv_cache, self.seen))
         return self.model.memory_bytes() + state + int(self.codec.memory_bytes())
