@@ -117,7 +117,7 @@ class Runner:
 
     def warm_up(self) -> None:
         """Time some of its own work once, before serving, for the cost model's first estimates (nothing by
-        default; the engine takes the timings when it starts: engine/core.py)."""
+        default; speech LMs': models/lm_warm_up.py; the engine takes the timings when it starts: engine/core.py)."""
 
     def memory_bytes(self) -> int:
         return 0

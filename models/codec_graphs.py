@@ -36,13 +36,17 @@ class CodecGraphs:
         self._graphs = done.graphs
         self._io = {key: (*inputs[key], done.outputs[key]) for key in done.graphs}
 
+    def is_graphed(self, num_frames: int) -> bool:
+        """Whether windows of `num_frames` frames replay a captured graph (else they run eagerly)."""
+        return (num_frames, self.batches[-1]) in self._graphs
+
     @torch.inference_mode()
     def decode(self, frames: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
         """Same contract as the codec's `decode`: codes `[N, F, C]`, start frames `[N]` ->
         float32 PCM `[N, F * samples_per_frame]` (a view of a static buffer when graphed:
         copy it out before the next call)."""
         count, num_frames = frames.shape[0], frames.shape[1]
-        if (num_frames, self.batches[-1]) not in self._graphs:
+        if not self.is_graphed(num_frames):
             return self.codec.decode(frames, starts)
         if count > self.batches[-1]:
             top = self.batches[-1]

@@ -94,3 +94,19 @@ class PrefillGraphs:
                 x[name].copy_(value, non_blocking=True)
             self.graphs[bucket].replay()
         return x["out"][:, :len(requests)].cpu().numpy()
+
+    def run_padding(self, runner: ModelRunner, tokens: int) -> bool:
+        """A prefill of `tokens` padding tokens and no prompt (models/lm_warm_up.py): it writes only the
+        spare KV position of slot 0 and the spare state row; returns once its output is on the host,
+        and whether a captured graph replayed (else it ran eagerly)."""
+        x = inputs(runner, [], tokens, runner.max_prefill_batch)
+        graph = self.graphs.get(tokens)
+        if graph is not None:
+            for name, value in x.items():
+                self.io[tokens][name].copy_(value, non_blocking=True)
+            x = self.io[tokens]
+            graph.replay()
+        else:
+            step(runner, x)
+        x["out"].cpu()
+        return graph is not None

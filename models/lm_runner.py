@@ -34,6 +34,7 @@ from models.codec_windows import decode_windows
 from models.context import Context, additive, reset_context, set_context
 from models.cuda_graphs import buckets, codec_buckets, length_buckets
 from models.lm_prefill import PrefillGraphs
+from models.lm_warm_up import guarded, warm_up_lm
 from models.sampling import pick_audio_tokens
 
 log = logging.getLogger(__name__)
@@ -313,6 +314,13 @@ class ModelRunner(Runner):
             starts = torch.tensor([items[i].window.start for i in members], dtype=torch.int64)
             return graphs.decode(frames, starts).cpu().numpy()
         return decode_windows(items, self.spec, decode, int(self.codec.samples_per_frame), self._timings)
+
+    def warm_up(self) -> None:
+        """Decode steps (batch 1 and the largest bucket, at the shortest and longest attention length),
+        prefills and a first chunk's and the longest codec window, each timed once as serving times it (ms)
+        into `take_timings()`, changing no slot's state (models/lm_warm_up.py); a failure is logged and the
+        model serves with the estimates it did not time at their defaults."""
+        guarded(self, warm_up_lm)
 
     def memory_bytes(self) -> int:
         state = sum(t.numel() * t.element_size() for t in (self.kv_cache, self.seen))

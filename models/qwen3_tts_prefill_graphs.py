@@ -108,5 +108,16 @@ class PrefillGraphs:
         self.counts["graphed" if graph is not None else "buffers"] += 1
         return True
 
+    def run_padding(self, bucket: int) -> bool:
+        """A prefill of `bucket` padding rows and no prompt (models/lm_warm_up.py): it writes only the
+        spare cache position of slot 0, and is not counted. Returns whether a captured graph replayed."""
+        self._fill(bucket, [], [])
+        graph = self.graphs.get(bucket)
+        if graph is not None:
+            graph.replay()
+        else:
+            self._forward(bucket)
+        return graph is not None
+
     def close(self) -> None:
         self.graphs = {}

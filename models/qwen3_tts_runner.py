@@ -62,6 +62,7 @@ from engine.request import Request
 from engine.runner import Emit, LMParts, Runner
 from engine.types import ChunkOut
 from models.codec_windows import decode_windows
+from models.lm_warm_up import guarded, warm_up_qwen
 from models.context import Context, additive, reset_context, set_context
 from models.qwen3_tts_codec_graphs import CodecSlots
 from models.qwen3_tts_frame_graphs import TOP_K as GRAPH_TOP_K, FrameGraphs
@@ -345,6 +346,13 @@ class Qwen3TTSRunner(Runner):
                 self._codec_deferred.append(slot)  # a codec call in flight still writes it
             elif slot is not None:
                 self.codec_slots.free(slot)
+
+    def warm_up(self) -> None:
+        """Frames (batch 1 and the largest bucket, at the shortest and longest attention length), prefills
+        and a first chunk's and the longest codec window, each timed once as serving times it (ms) into
+        `take_timings()`, changing no slot's state (models/lm_warm_up.py); a failure is logged and the
+        model serves with the estimates it did not time at their defaults."""
+        guarded(self, warm_up_qwen)
 
     def memory_bytes(self) -> int:
         tensors = [*self.talker.parameters(), self.kv_cache, self.seen, self.summed]
