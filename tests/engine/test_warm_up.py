@@ -1,7 +1,8 @@
 """A synthesiser's warm-up unit seeds its engine's cost model, so that a burst arriving at a model just
 loaded is refused past `max_predicted_ttfa_ms` instead of all being admitted on the default estimate
 (found by an operator trial: 150 streams to the embedded voice while it loaded, 128 admitted, first audio
-~44 s later)."""
+~44 s later). A speech LM's warm-up timings (models/lm_warm_up.py) seed its steps', prefills' and codec
+windows' estimates the same way."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.core import EngineCore
+from engine.plan import Timing
 from engine.runner import WARM_UP_TEXT, SynthParts, SynthRunner
 from engine.types import Overloaded, SpeechRequest, WordTiming
 from models.piper import make_spec
+from tests.engine import fakes
 
 
 class Slow:
@@ -85,3 +88,37 @@ def test_a_synthesiser_that_fails_its_warm_up_is_served_on_default_estimates(cap
     assert "its warm-up unit failed" in caplog.text
     assert not core.cost.codec_ms.values  # nothing learnt; the default stands
     core.shutdown()
+
+
+def test_a_speech_lms_warm_up_timings_are_its_first_step_prefill_and_codec_estimates() -> None:
+    """A speech LM's warm-up (models/lm_warm_up.py) times steps, prefills and codec windows; the engine starts
+    its cost model from them, so a request to a slow model just loaded is refused on them, not admitted on
+    the defaults (10 ms a step, 20 ms a prefill or codec window)."""
+    warm_up = [Timing("step", 1, 256, 200.0), Timing("step", 64, 256, 400.0), Timing("prefill", 32, 1, 30.0),
+               Timing("codec", 1, 2, 15.0), Timing("codec", 1, 16, 60.0)]
+    warm, cold = fakes.lm(), fakes.lm()
+    warm._timings.extend(warm_up)  # what Runner.warm_up leaves for the engine (engine/core.py takes it)
+    cores = [EngineCore(runner, EngineConfig(max_predicted_ttfa_ms=2000.0)) for runner in (warm, cold)]
+    cost = cores[0].cost
+    assert cost.step_ms(1, 100) == 200.0 and cost.step_ms(64, 256) == 400.0
+    assert cost.step_ms(32, 256) == pytest.approx(200.0 + 200.0 * 31 / 63)  # between the two batches
+    assert cost.prefill_ms(20) == 30.0 and cost.codec_ms(1, 2) == 15.0 and cost.codec_ms(1, 9) == 37.5
+    assert not warm.take_timings()
+    # A burst of 5 (an idle model admits the first whatever its estimate): a first chunk 14 steps away is
+    # predicted at ~2.85 s on the warm-up's estimates, ~0.18 s on the defaults.
+    assert [_admitted_lm(core, 5) for core in cores] == [1, 5]
+    for core in cores:
+        core.shutdown()
+
+
+def _admitted_lm(core: EngineCore, count: int) -> int:
+    """How many of `count` requests to a speech LM arriving at once are admitted."""
+    admitted = 0
+    for i in range(count):
+        spec = fakes.spec(f"r{i}", "A sentence to speak.")
+        try:
+            core.add(spec, core.runner.spec.prepare(spec))  # type: ignore[attr-defined]
+            admitted += 1
+        except Overloaded:
+            pass
+    return admitted
