@@ -22,7 +22,7 @@ def _tokens(path: Path, eager: bool, warm: bool = False) -> dict[str, list[int]]
     if warm:  # (graph replays and a codec window with no row active: models/lm_runner.py ModelRunner.warm_up)
         runner.warm_up()
         timings = runner._timings  # type: ignore[attr-defined]
-        assert {t.kind for t in timings} == {"step", "codec"} and all(t.ms > 0 for t in timings), timings
+        assert {t.kind for t in timings} == {"step", "prefill", "codec"} and all(t.ms > 0 for t in timings), timings
     core = EngineCore(runner, EngineConfig(max_predicted_ttfa_ms=0))
     assert core.runner.use_graphs is not eager  # type: ignore[attr-defined]
     lengths = {"a": 21, "b": 49, "c": 35}
