@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from engine.types import EngineError, InvalidInput, UnknownModel
 from gateway.errors import ApiError, read_json
 from gateway.projects_jobs import Generator, resolve_speaker
-from gateway.projects_store import ProjectStore
+from gateway.projects_store import ProjectStore, is_current
 from gateway.projects_text import IMPORT_FORMATS, MAX_PASSAGE_CHARS, split_passages
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
@@ -90,7 +90,7 @@ async def existing_passage(request: Request, store: ProjectStore, project: dict[
 
 def take_json(project: dict[str, Any], passage: dict[str, Any] | None, take: dict[str, Any]) -> dict[str, Any]:
     speaker = (passage["speaker"] or project["speaker"]) if passage else None
-    current = passage is not None and take["text"] == passage["text"] and take["speaker"] == speaker
+    current = passage is not None and speaker is not None and is_current(take, passage["text"], speaker)
     return {"id": take["id"], "object": "project.take", "passage_id": take["passage_id"], "text": take["text"],
             "speaker": take["speaker"], "model": take["model_id"], "voice": take["voice"],
             "sample_rate": take["sample_rate"], "audio_ms": round(take["audio_ms"], 1),
@@ -111,7 +111,10 @@ async def project_json(state: AppState, store: ProjectStore, project: dict[str, 
         chosen = next((t for t in takes if t["chosen"]), None)
         is_last = i == len(passages) - 1
         pause = None if is_last else (passage["pause_ms"] if passage["pause_ms"] is not None else project["pause_ms"])
-        out_of_date = not any(not t["out_of_date"] for t in takes)
+        # what the export speaks is the chosen take: a current take not chosen does not make the passage
+        # current (it did: text edited A -> B -> A showed up to date while B's take was chosen; a new-user
+        # trial). A change of text or speaker re-chooses a current take (ProjectStore._rechoose).
+        out_of_date = chosen is None or chosen["out_of_date"]
         num_out_of_date += out_of_date
         # the chosen takes and the pauses between two of them (not those of passages not yet generated)
         joined = chosen is not None and has_chosen[i + 1]
@@ -305,7 +308,7 @@ async def generate(request: Request) -> JSONResponse:
     else:
         raise InvalidInput('passages must be a non-empty list of passage ids or "out_of_date"', field="passages")
     if not chosen:
-        raise ApiError(409, "nothing_to_generate", "every passage has a take of its current text and speaker",
+        raise ApiError(409, "nothing_to_generate", "every passage's chosen take is of its current text and speaker",
                        field="passages")
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})

@@ -7,9 +7,12 @@ removed only after the row or history entry naming it is gone, so a row always h
 file. Every change is one transaction on the library's connection.
 
 Out of date: a take is out of date when the passage's text or effective speaker (its
-own, else the project's) differs from what the take was generated with; a passage is
-out of date when none of its takes is current. Nothing here deletes a chosen take
-except deleting its passage or project, which the user asks for by name.
+own, else the project's) differs from what the take was generated with (`is_current`); a
+passage is out of date when its chosen take is (or it has none): the export speaks the
+chosen take. A change of a passage's text or effective speaker that leaves its chosen take
+out of date while another take is current re-chooses the newest current take (`_rechoose`:
+text edited back, a speaker set back). Nothing here deletes a chosen take except deleting
+its passage or project, which the user asks for by name.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from gateway.strays import remove_strays
 log = logging.getLogger(__name__)
 PROJECT_FIELDS = ("name", "model_id", "speaker", "pause_ms")
 PASSAGE_FIELDS = ("text", "speaker", "pause_ms", "chosen_take")
+
+
+def is_current(take: dict[str, Any], text: str, speaker: str) -> bool:
+    """Whether `take` was made from `text` spoken by `speaker` (a passage's effective speaker)."""
+    return bool(take["text"] == text and take["speaker"] == speaker)
 
 
 def new_id(prefix: str) -> str:
@@ -122,9 +130,11 @@ class ProjectStore:
 
     async def update_project(self, project_id: str, changes: dict[str, Any]) -> None:
         sets = ", ".join(f"{k} = :{k}" for k in changes if k in PROJECT_FIELDS)
-        async with self.library.transaction() as db:
+        async with self.library.transaction(immediate=True) as db:
+            before = await self._states(db, "s.project_id = ?", (project_id,))
             await db.execute(f"UPDATE projects SET {sets + ', ' if sets else ''}updated_at = :now WHERE id = :id",
                              {**changes, "now": time.time(), "id": project_id})
+            await self._rechoose(db, before, "s.project_id = ?", (project_id,))
 
     async def delete_project(self, project_id: str) -> bool:
         async with self.library.transaction() as db:
@@ -173,10 +183,15 @@ class ProjectStore:
         return ids
 
     async def update_passage(self, passage: dict[str, Any], changes: dict[str, Any]) -> None:
+        """Apply `changes`; a `chosen_take` among them is kept as asked (a stale take may be chosen on
+        purpose), else a change of text or speaker may re-choose (`_rechoose`)."""
         sets = ", ".join(f"{k} = :{k}" for k in changes if k in PASSAGE_FIELDS)
-        async with self.library.transaction() as db:
+        async with self.library.transaction(immediate=True) as db:
+            before = await self._states(db, "s.id = ?", (passage["id"],))
             await db.execute(f"UPDATE passages SET {sets + ', ' if sets else ''}updated_at = :now WHERE id = :id",
                              {**changes, "now": time.time(), "id": passage["id"]})
+            if "chosen_take" not in changes:
+                await self._rechoose(db, before, "s.id = ?", (passage["id"],))
             await self._touch(db, passage["project_id"])
 
     async def delete_passage(self, passage: dict[str, Any]) -> None:
@@ -189,9 +204,11 @@ class ProjectStore:
         await self._unlink(passage["project_id"], files)
 
     async def split_passage(self, passage: dict[str, Any], head: str, tail: str) -> str:
-        """`passage` keeps `head` (and its takes, now out of date); a new passage after it gets `tail`."""
+        """`passage` keeps `head` and its takes (out of date, but for one made from `head`, which
+        `_rechoose` chooses); a new passage after it gets `tail`."""
         now, new = time.time(), new_id("psg")
-        async with self.library.transaction() as db:
+        async with self.library.transaction(immediate=True) as db:
+            before = await self._states(db, "s.id = ?", (passage["id"],))
             await db.execute("UPDATE passages SET position = position + 1 WHERE project_id = ? AND position > ?",
                              (passage["project_id"], passage["position"]))
             await db.execute("UPDATE passages SET text = ?, updated_at = ? WHERE id = ?", (head, now, passage["id"]))
@@ -202,13 +219,16 @@ class ProjectStore:
                  passage["pause_ms"], now, now))
             # The join that followed the old passage now follows the new one.
             await db.execute("UPDATE passages SET pause_ms = NULL WHERE id = ?", (passage["id"],))
+            await self._rechoose(db, before, "s.id = ?", (passage["id"],))
             await self._touch(db, passage["project_id"])
         return new
 
     async def merge_passages(self, first: dict[str, Any], second: dict[str, Any]) -> None:
-        """`first` gets both texts and both passages' takes (chosen ones stay); `second` goes."""
+        """`first` gets both texts and both passages' takes (its chosen take, else the second's, unless
+        `_rechoose` finds a take of the joined text); `second` goes."""
         now = time.time()
-        async with self.library.transaction() as db:
+        async with self.library.transaction(immediate=True) as db:
+            before = await self._states(db, "s.id = ?", (first["id"],))
             await db.execute("UPDATE project_takes SET passage_id = ? WHERE passage_id = ?", (first["id"], second["id"]))
             chosen = first["chosen_take"] or second["chosen_take"]
             await db.execute("UPDATE passages SET text = ?, chosen_take = ?, pause_ms = ?, updated_at = ? WHERE id = ?",
@@ -216,7 +236,33 @@ class ProjectStore:
             await db.execute("DELETE FROM passages WHERE id = ?", (second["id"],))
             await db.execute("UPDATE passages SET position = position - 1 WHERE project_id = ? AND position > ?",
                              (first["project_id"], second["position"]))
+            await self._rechoose(db, before, "s.id = ?", (first["id"],))
             await self._touch(db, first["project_id"])
+
+    async def _states(self, db: Any, where: str, args: tuple[Any, ...]) -> dict[str, tuple[str, str]]:
+        """Passage id -> (text, effective speaker) of the passages `s` matching `where`."""
+        async with db.execute(
+                "SELECT s.id, s.text, COALESCE(NULLIF(s.speaker, ''), p.speaker) FROM passages s"
+                f" JOIN projects p ON p.id = s.project_id WHERE {where}", args) as cur:
+            return {str(row[0]): (str(row[1]), str(row[2])) for row in await cur.fetchall()}
+
+    async def _rechoose(self, db: Any, before: dict[str, tuple[str, str]], where: str,
+                        args: tuple[Any, ...]) -> None:
+        """After a change, in its transaction: each passage matching `where` whose text or effective
+        speaker differs from `before`, whose chosen take is now out of date and which has a current
+        take, gets its newest current take chosen: a text edited back (or a speaker set back) chose
+        nothing, so the export spoke the other take while the passage showed up to date (found by a
+        new-user trial). No current take: the chosen one stays (out of date, until generated)."""
+        for passage_id, (text, speaker) in (await self._states(db, where, args)).items():
+            if before.get(passage_id) == (text, speaker):
+                continue
+            async with db.execute("SELECT t.id, t.text, t.speaker, s.chosen_take FROM project_takes t"
+                                  " JOIN passages s ON s.id = t.passage_id WHERE t.passage_id = ?"
+                                  " ORDER BY t.created_at, t.id", (passage_id,)) as cur:
+                rows = [dict(row) for row in await cur.fetchall()]
+            current = [row["id"] for row in rows if is_current(row, text, speaker)]
+            if current and rows[0]["chosen_take"] not in current:
+                await db.execute("UPDATE passages SET chosen_take = ? WHERE id = ?", (current[-1], passage_id))
 
     # -- takes ------------------------------------------------------------------------
 

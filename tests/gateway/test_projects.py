@@ -181,7 +181,8 @@ def test_changing_text_or_speaker_marks_takes_out_of_date(client: httpx.Client) 
     assert old["id"] == take["id"] and old["out_of_date"] and not new["out_of_date"]  # the old take is kept
     assert passage["chosen_take"] == new["id"] and new["speaker"] == "Slow reader"
     back = client.patch(f"/v1/projects/{pid}/passages/{passage['id']}", json={"speaker": None}).json()
-    assert not back["passages"][0]["out_of_date"]  # the first take is current again
+    assert not back["passages"][0]["out_of_date"]  # the first take is current again, and chosen again
+    assert back["passages"][0]["chosen_take"] == old["id"]
     text = client.patch(f"/v1/projects/{pid}/passages/{passage['id']}", json={"text": "Other words."}).json()
     assert all(t["out_of_date"] for t in text["passages"][0]["takes"])
 
