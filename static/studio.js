@@ -2,6 +2,7 @@
 import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices, signedInScope } from "./common.js";
 import { wavHeader } from "./recorder.js";
 import { Speaker } from "./speaker.js";
+import { keepDraft, restoreDraft } from "./draft.js";
 import { Waveform } from "./waveform.js";
 
 const status = $("status");
@@ -215,6 +216,7 @@ async function loadTakes() {
 $("takes-h").tabIndex = -1;
 $("text").addEventListener("input", () => {
   updateCount();
+  keepDraft($("text"));
   const fixed = /^Type some text/.test(status.textContent)
     || (/^The text is at the/.test(status.textContent) && $("count").dataset.kind !== "error");
   if (status.dataset.kind === "error" && fixed) say(status, "");
@@ -240,6 +242,7 @@ $("stop").addEventListener("click", stop);
 $("text").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("speak").disabled) { e.preventDefault(); $("speak").click(); }
 });
+restoreDraft($("text"));
 updateCount();
 setSpeed(1);
 applyScope();
