@@ -74,7 +74,25 @@ function setSpeed(value) {
   $("speed-out").textContent = `${Number(value).toFixed(2)}×`;
 }
 
+// A take is kept once it has played (or, stopped, what was heard): a reload or another page before
+// then lost it unsaid (found by a new-user trial). While one plays with Keep takes on, the browser
+// asks first. (What was heard is not sent on pagehide: a keepalive request carries 64 KB, ~1.3 s.)
+function warnBeforeLeaving(event) {
+  if (!$("keep").checked || $("keep").disabled) return;
+  event.preventDefault();
+  event.returnValue = "";  // (older browsers ask only when it is set)
+}
+
 async function speak() {
+  window.addEventListener("beforeunload", warnBeforeLeaving);
+  try {
+    await speakTake();
+  } finally {
+    window.removeEventListener("beforeunload", warnBeforeLeaving);
+  }
+}
+
+async function speakTake() {
   const text = $("text").value;
   if (!/[\p{L}\p{N}\p{Extended_Pictographic}]/u.test(text)) {  // (emoji: the server's text_emoji decides)
     say(status, "Type some text to speak first (letters or digits).", "error");
