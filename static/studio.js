@@ -53,9 +53,27 @@ function setBusy(busy) {
   else if (!busy && (from === $("stop") || from === document.body)) $("speak").focus();
 }
 
-async function loadVoices() {
+// keep: the selection stays where it is still offered; returns the one that no longer is (else null).
+async function loadVoices({ keep = false } = {}) {
+  const before = $("voice").value;
   const data = await fillVoices($("voice"), $("model").value);
   presetSpeeds = Object.fromEntries(data.filter((v) => v.kind === "preset").map((v) => [v.id, v.speed]));
+  if (!keep || !before) return null;
+  if (data.some((v) => v.id === before)) { $("voice").value = before; return null; }
+  return before;
+}
+
+// Presets and takes made or deleted in another tab were not seen until a reload (found by a
+// new-user trial): both lists are read again when the page is seen again.
+let refreshing = null;
+function refreshLists() {
+  if (document.visibilityState !== "visible" || refreshing || !$("model").value) return;
+  refreshing = Promise.all([
+    loadVoices({ keep: true }).then((gone) => {
+      if (gone) say(status, `"${gone}" is no longer offered (deleted elsewhere?): the voice is now "${$("voice").value}".`);
+    }).catch((err) => sayError(status, err, "Could not load voices")),
+    loadTakes(),
+  ]).finally(() => { refreshing = null; });
 }
 
 // Takes are an admin key's: signed in with a speech key, each save was refused after the audio
@@ -111,6 +129,10 @@ async function speakTake() {
   } catch (err) {
     setBusy(false);
     sayError(status, err, err.field ? `Error (${err.field})` : "Error");
+    if (err.field === "session.voice") {  // (e.g. a preset deleted in another tab): offer what there is now
+      await loadVoices({ keep: true }).catch(() => {});
+      status.append(" The voices and presets are read again.");
+    }
     return;
   }
   const { done } = result;
@@ -217,10 +239,28 @@ function takeItem(take) {
     itemStatus);
 }
 
+// The list is brought up to date in place: a take still listed keeps its row (a replay in it plays on,
+// the keyboard stays in it); a take deleted meanwhile leaves, and a new one comes in where it belongs.
+function showTakes(data) {
+  const list = $("takes");
+  const rows = new Map([...list.children].map((li) => [li.dataset.takeId, li]));
+  const listed = new Set(data.map((t) => t.id));
+  const hadFocus = list.contains(document.activeElement);
+  for (const [id, li] of rows) if (!listed.has(id)) li.remove();
+  let at = list.firstElementChild;
+  for (const take of data) {
+    const li = rows.get(take.id);
+    if (li && li === at) { at = at.nextElementSibling; continue; }
+    list.insertBefore(li || takeItem(take), at);
+  }
+  if (hadFocus && !list.contains(document.activeElement)) $("takes-h").focus();
+}
+
 async function loadTakes() {
   try {
     const { data } = await api("GET", "/v1/takes");
-    $("takes").replaceChildren(...data.map(takeItem));
+    showTakes(data);
+    if (/^Could not load takes/.test($("takes-status").textContent)) say($("takes-status"), "");
     $("takes-empty").hidden = data.length > 0;
     window.voxgate.takes = data.length;
   } catch (err) {
@@ -266,7 +306,7 @@ setSpeed(1);
 applyScope();
 new ResizeObserver(() => wave.draw()).observe($("wave"));
 fillModels($("model"), new URLSearchParams(location.search).get("model") || $("model").dataset.default)
-  .then(loadVoices)
+  .then(() => loadVoices())
   .then(() => {
     const preset = new URLSearchParams(location.search).get("voice");
     if (preset && [...$("voice").options].some((o) => o.value === preset)) {
@@ -276,3 +316,5 @@ fillModels($("model"), new URLSearchParams(location.search).get("model") || $("m
   })
   .catch((err) => sayError(status, err, "Could not load models"));
 loadTakes();
+document.addEventListener("visibilitychange", refreshLists);
+window.addEventListener("focus", refreshLists);

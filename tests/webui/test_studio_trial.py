@@ -85,3 +85,63 @@ def test_leaving_while_a_take_plays_asks_first(server: LiveServer, page: sync_ap
     page.get_by_role("navigation", name="Pages").get_by_role("link", name="Voices").click()
     page.wait_for_url("**/voices")  # (done: no question)
     assert dialogs == ["beforeunload"]
+
+
+def seen_again(page: sync_api.Page, event: str = "visibilitychange") -> None:
+    """The tab shown again (headless Chromium's pages are always visible: the event is sent)."""
+    target = "document" if event == "visibilitychange" else "window"
+    page.evaluate(f"{target}.dispatchEvent(new Event('{event}'))")
+
+
+def test_presets_and_takes_of_another_tab_show_when_the_page_is_seen_again(
+        server: LiveServer, page: sync_api.Page) -> None:
+    """A preset made or deleted in another tab, and takes made there, showed only after a reload."""
+    open_studio(page, server)
+    option = "#voice option[value='Tabby']"
+    assert page.locator(option).count() == 0
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Tabby", "speed": 1.2}).status_code == 201
+    seen_again(page)
+    page.wait_for_selector(option, state="attached", timeout=5_000)
+    page.select_option("#voice", "Tabby")
+    assert page.input_value("#speed") == "1.2"
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Other", "speed": 0.8}).status_code == 201
+    take = httpx.post(f"{server.url}/v1/takes?text=Elsewhere.&model=piper-joe&voice=default&sample_rate=24000",
+                      content=b"\0\0" * 2400, headers={"Content-Type": "audio/pcm"}).json()
+    seen_again(page, "focus")
+    page.wait_for_selector(f"li[data-take-id='{take['id']}']", timeout=5_000)
+    page.wait_for_selector("#voice option[value='Other']", state="attached")
+    assert page.input_value("#voice") == "Tabby"  # the selection is kept where it is still offered
+    assert not page.is_visible("#takes-empty")
+    # Read again in place: the row kept (the keyboard stays in it; a replay in it would play on).
+    page.locator(f"li[data-take-id='{take['id']}']").get_by_role("link", name="Download as WAV").focus()
+    newer = httpx.post(f"{server.url}/v1/takes?text=Newer.&model=piper-joe&voice=default&sample_rate=24000",
+                       content=b"\0\0" * 2400, headers={"Content-Type": "audio/pcm"}).json()
+    seen_again(page)
+    page.wait_for_selector(f"#takes li:first-child[data-take-id='{newer['id']}']", timeout=5_000)
+    assert page.evaluate("document.activeElement.closest('li').dataset.takeId") == take["id"]
+
+    assert httpx.delete(f"{server.url}/v1/presets/Tabby").status_code == 204
+    assert httpx.delete(f"{server.url}/v1/takes/{take['id']}").status_code == 204
+    seen_again(page)
+    page.wait_for_selector(option, state="detached", timeout=5_000)
+    page.wait_for_selector(f"li[data-take-id='{take['id']}']", state="detached", timeout=5_000)
+    assert "Tabby" in page.inner_text("#status") and page.input_value("#voice") == "default"
+
+
+def test_a_voice_error_reads_the_voices_again(server: LiveServer, page: sync_api.Page) -> None:
+    """Speaking with a preset deleted in another tab said `Error (session.voice): ...` and left the
+    preset in the picker, to fail again."""
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Fleeting"}).status_code == 201
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Staying"}).status_code == 201
+    open_studio(page, server)
+    page.select_option("#voice", "Fleeting")
+    assert httpx.delete(f"{server.url}/v1/presets/Fleeting").status_code == 204
+    page.fill("#text", "Spoken with a preset that is gone.")
+    page.click("#speak")
+    page.wait_for_selector("#status[data-kind='error']", timeout=30_000)
+    assert "session.voice" in page.inner_text("#status") and "Fleeting" in page.inner_text("#status")
+    page.wait_for_selector("#voice option[value='Fleeting']", state="detached", timeout=5_000)
+    page.locator("#status", has_text="read again").wait_for()
+    assert page.locator("#voice option[value='Staying']").count() == 1
+    page.click("#speak")  # ... and the next Speak speaks
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
