@@ -23,6 +23,7 @@ from gateway.errors import ApiError, error_body
 from gateway.presets import FAMILY_SETTINGS
 from gateway.projects_api import context, existing_project
 from gateway.settings import MB, format_mb
+from gateway.speech import FAMILIES_WITH_SPEED
 from gateway.state import AppState
 from models import FAMILIES
 
@@ -80,7 +81,8 @@ def error_page(request: Request, error: ApiError) -> Response:
 
 async def index(request: Request) -> Response:
     state: AppState = request.app.state.voxgate
-    return _render(request, "index.html", "studio", max_input_chars=state.settings.max_input_chars)
+    return _render(request, "index.html", "studio", max_input_chars=state.settings.max_input_chars,
+                   speed_families=sorted(FAMILIES_WITH_SPEED))  # the others speak at their own pace
 
 
 _LIMITS = (  # residency settings shown on the library page: (setting, label, format)

@@ -8,6 +8,8 @@ import { Waveform } from "./waveform.js";
 const status = $("status");
 const wave = new Waveform($("wave"));
 let presetSpeeds = {};
+let families = {};  // model id -> family (GET /v1/models)
+const SPEED_FAMILIES = JSON.parse($("speed").dataset.families);
 let endPlayback = null;  // resolves the wait for playback to end: "ended" or "stopped"
 
 // For tests and the curious: the take in progress and the last one done.
@@ -87,6 +89,25 @@ function applyScope() {
   $("keep-note").hidden = !speechOnly;
 }
 
+// The speech LMs speak at their own pace (the API answers `X-Voxgate-Speed: ignored`): the slider
+// was live for them and the take said 2× (found by a new-user trial). Off, with a note, and 1×.
+function speedApplies() {
+  const family = families[$("model").value];
+  return !family || SPEED_FAMILIES.includes(family);
+}
+
+function applySpeedControl() {
+  const off = !speedApplies();
+  $("speed").disabled = off;
+  $("speed-note").hidden = !off;
+  if (off) {
+    $("speed").setAttribute("aria-describedby", "speed-note");
+    setSpeed(1);
+  } else {
+    $("speed").removeAttribute("aria-describedby");
+  }
+}
+
 function setSpeed(value) {
   $("speed").value = value;
   $("speed-out").textContent = `${Number(value).toFixed(2)}×`;
@@ -117,7 +138,8 @@ async function speakTake() {
     $("text").focus();
     return;
   }
-  const settings = { text, model: $("model").value, voice: $("voice").value, speed: Number($("speed").value) };
+  const settings = { text, model: $("model").value, voice: $("voice").value,
+                     speed: speedApplies() ? Number($("speed").value) : null };  // (null: the take says 1×)
   applyScope();
   setBusy(true);
   wave.reset();
@@ -291,9 +313,12 @@ $("text").addEventListener("paste", (e) => {
 });
 window.addEventListener("pageshow", updateCount);  // text the browser restored (Back) has its own count
 $("speed").addEventListener("input", () => setSpeed($("speed").value));
-$("model").addEventListener("change", () => loadVoices().catch((err) => sayError(status, err, "Could not load voices")));
+$("model").addEventListener("change", () => {
+  applySpeedControl();
+  loadVoices().catch((err) => sayError(status, err, "Could not load voices"));
+});
 $("voice").addEventListener("change", () => {
-  if ($("voice").value in presetSpeeds) setSpeed(presetSpeeds[$("voice").value]);
+  if ($("voice").value in presetSpeeds && speedApplies()) setSpeed(presetSpeeds[$("voice").value]);
 });
 $("speak").addEventListener("click", () => speak().catch((err) => { setBusy(false); sayError(status, err); }));
 $("stop").addEventListener("click", stop);
@@ -306,7 +331,11 @@ setSpeed(1);
 applyScope();
 new ResizeObserver(() => wave.draw()).observe($("wave"));
 fillModels($("model"), new URLSearchParams(location.search).get("model") || $("model").dataset.default)
-  .then(() => loadVoices())
+  .then((models) => {
+    families = Object.fromEntries(models.map((m) => [m.id, m.family]));
+    applySpeedControl();
+    return loadVoices();
+  })
   .then(() => {
     const preset = new URLSearchParams(location.search).get("voice");
     if (preset && [...$("voice").options].some((o) => o.value === preset)) {
