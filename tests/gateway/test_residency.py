@@ -295,16 +295,16 @@ def test_a_wait_for_a_load_goes_on_until_the_stop_deadline(tmp_path: Path) -> No
         async with gated_residency(tmp_path, "a", "b") as (residency, gate, _):
             waiting = asyncio.ensure_future(residency.acquire("a"))
             await asyncio.sleep(0.2)
-            residency.stop_deadline_s = time.monotonic() + 5
+            # a grace well past a Piper load's time (it took 5.2 s once, under a full run's load)
+            residency.stop_deadline_s = time.monotonic() + 60
             residency.stopping.set()
             await asyncio.sleep(0.3)
             assert not waiting.done()  # still waiting: the grace is not over
             gate.set()
-            (await asyncio.wait_for(waiting, 10)).release()
+            (await asyncio.wait_for(waiting, 60)).release()
             gate.clear()
+            residency.stop_deadline_s = time.monotonic() + 0.2  # (a wait reads the deadline as it starts)
             late = asyncio.ensure_future(residency.acquire("b"))
-            await asyncio.sleep(0.1)
-            residency.stop_deadline_s = time.monotonic() + 0.2
             with pytest.raises(ShuttingDown) as ended:
                 await asyncio.wait_for(late, 5)
             error = as_api_error(ended.value)
