@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -51,11 +52,13 @@ def _core(synth: Slow, warm: bool) -> EngineCore:
     return EngineCore(runner, EngineConfig(max_predicted_ttfa_ms=2000.0), lanes=runner.lanes)
 
 
-def _admitted(core: EngineCore, count: int) -> int:
-    """How many of `count` one-sentence requests arriving at once are admitted."""
+def _admitted(core: EngineCore, count: int, make: Callable[[int], SpeechRequest] | None = None) -> int:
+    """How many of `count` requests (`make(i)`; default: one sentence) arriving at once are admitted."""
+    make = make or (lambda i: SpeechRequest(f"r{i}", "m", ("A sentence of about the length of the warm-up one.",),
+                                            "default"))
     admitted = 0
     for i in range(count):
-        spec = SpeechRequest(f"r{i}", "m", ("A sentence of about the length of the warm-up one.",), "default")
+        spec = make(i)
         try:
             core.add(spec, core.runner.spec.prepare(spec))  # type: ignore[attr-defined]
             admitted += 1
@@ -113,12 +116,4 @@ def test_a_speech_lms_warm_up_timings_are_its_first_step_prefill_and_codec_estim
 
 def _admitted_lm(core: EngineCore, count: int) -> int:
     """How many of `count` requests to a speech LM arriving at once are admitted."""
-    admitted = 0
-    for i in range(count):
-        spec = fakes.spec(f"r{i}", "A sentence to speak.")
-        try:
-            core.add(spec, core.runner.spec.prepare(spec))  # type: ignore[attr-defined]
-            admitted += 1
-        except Overloaded:
-            pass
-    return admitted
+    return _admitted(core, count, lambda i: fakes.spec(f"r{i}", "A sentence to speak."))
