@@ -40,6 +40,7 @@ from engine.types import EngineError, UnknownModel
 from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec, estimate_memory, \
     free_memory_bytes, library_lookup, load_runner
+from gateway.idle_unload import idle_unload_loop
 from gateway.memory import return_freed
 from gateway.placement import memory_message, plan
 from gateway.resident import (
@@ -103,7 +104,7 @@ class Residency:
 
     async def start(self, preload: Iterable[str] = ()) -> None:
         if self.idle_unload_s > 0 and self._idle_task is None:
-            self._idle_task = asyncio.create_task(self._idle_loop(), name="residency-idle-unload")
+            self._idle_task = asyncio.create_task(idle_unload_loop(self), name="residency-idle-unload")
         for model_id in preload:
             try:
                 lease = await self.acquire(model_id, keep_loaded=True)
@@ -384,19 +385,16 @@ class Residency:
         except asyncio.TimeoutError:
             pass
 
-    async def _idle_loop(self) -> None:
-        interval = min(1.0, max(0.02, self.idle_unload_s / 4))
-        while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
-            for resident in list(self._residents.values()):
-                if resident.state is not ResidentState.LOADED or resident.spec.keep_loaded:
-                    continue
-                if self._busy(resident):
-                    resident.last_used_s = now
-                elif now - resident.last_used_s >= self.idle_unload_s:
-                    async with self._lock:
-                        if (self._residents.get(resident.model_id) is resident and not self._busy(resident)
-                                and resident.state is ResidentState.LOADED):
-                            await self._unload(resident, "idle", f"idle for {self.idle_unload_s:g}s")
-
+    async def unload_if_idle(self, model_id: str, now_s: float) -> None:
+        """The idle reaper's step for one model (gateway/idle_unload.py): a loaded model not kept loaded
+        is unloaded once unused for `idle_unload_s`; a busy one counts as used at `now_s` (monotonic s)."""
+        resident = self._residents.get(model_id)
+        if resident is None or resident.state is not ResidentState.LOADED or resident.spec.keep_loaded:
+            return
+        if self._busy(resident):
+            resident.last_used_s = now_s
+        elif now_s - resident.last_used_s >= self.idle_unload_s:
+            async with self._lock:
+                if (self._residents.get(model_id) is resident and not self._busy(resident)
+                        and resident.state is ResidentState.LOADED):
+                    await self._unload(resident, "idle", f"idle for {self.idle_unload_s:g}s")
