@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import time
 from typing import Callable
 
 import torch
+
+from models.timing import call_ms
 
 
 def times_ms(fn: Callable[[], object], iters: int, warmup: int = 0, cuda: bool | None = None,
@@ -21,17 +22,7 @@ def times_ms(fn: Callable[[], object], iters: int, warmup: int = 0, cuda: bool |
     times = []
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
         for _ in range(iters):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append(1000 * (time.perf_counter() - t0))
+            times.append(call_ms(fn, cuda))
     return times
 
 

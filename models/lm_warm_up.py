@@ -26,6 +26,7 @@ import torch
 
 from engine.chunk_plan import ChunkShape
 from engine.plan import Timing
+from models.timing import call_ms
 
 if TYPE_CHECKING:
     from models.lm_runner import ModelRunner
@@ -55,16 +56,7 @@ def timed_ms(run: Callable[[], object], prime: bool, events: bool = False) -> fl
     run once untimed first (an eager shape's one-off costs)."""
     if prime:
         run()
-    if events:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
-    t0 = time.perf_counter()
-    run()
-    return 1000.0 * (time.perf_counter() - t0)
+    return call_ms(run, events)
 
 
 def step_shapes(smallest: int, largest: int, lengths: Sequence[int]) -> list[tuple[int, int]]:
