@@ -43,7 +43,7 @@ if __name__ == "__main__" and importlib.util.find_spec("triton") is None:  # (a 
     sys.exit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU and Triton (its kernels); Triton is not installed here")
 from models.lm_runner import ModelRunner  # noqa: E402
 from models import decode_attention, gemv, llama, orpheus  # noqa: E402
-from models import fp8_dot, skinny  # noqa: E402  (Triton: this benchmark runs on CUDA only)
+from models import skinny  # noqa: E402  (Triton: this benchmark runs on CUDA only)
 from models.context import Context, additive, reset_context, set_context  # noqa: E402
 
 # mode -> make_runner's options (bench/orpheus_decode.py; those left out are off, fused_attention on). "_unfused":
@@ -53,8 +53,7 @@ from models.context import Context, additive, reset_context, set_context  # noqa
 # one-row layers' kernels with programmatic dependent launch (the runner's default since session 19); "_skinny": steps
 # of 2-64 rows through the same five kernels a layer on the tensor cores (models/skinny.py, PDL from
 # SKINNY_PDL_MIN_ROWS rows; "_skinny_all": from 2 rows whatever SKINNY_MIN_ROWS says; "_skinny_all_pdl": and PDL
-# from 2 rows; both the settings' values when the runner is made); "fp8a": one-row steps of FP8 weights on
-# models/fp8_dot.py (W8A8 on the tensor cores; its ONE_ROW, set while the mode runs). Two other settings
+# from 2 rows; both the settings' values when the runner is made). Two other settings
 # are the process's, set while the mode runs (graphs keep what was captured), not the runner's: `blas`, the library
 # torch sends its matmuls to ("_lt", "cublaslt": cuBLASLt), `pdl_preload` (models/decode_attention.py
 # PDL_PRELOAD; "_nopre": the attention under PDL without its first cache block read before the wait).
@@ -66,7 +65,6 @@ MODES: dict[str, dict[str, Any]] = {
     "fused": FUSED, "fused_pdl": {**FUSED, "pdl": True}, "gemv_unfused": {"gemv": True, "fused_attention": False},
     "fp8_nosplit": {"gemv": True, "fp8": True}, "fp8": {**GEMV, "fp8": True}, "fp8_fused": {**FUSED, "fp8": True},
     "fp8_fused_pdl": {**FUSED, "fp8": True, "pdl": True},
-    "fp8a_fused_pdl": {**FUSED, "fp8": True, "pdl": True, "fp8_dot": True},
     "fused_pdl_nopre": {**FUSED, "pdl": True, "pdl_preload": False},
     "fused_pdl_lt": {**FUSED, "pdl": True, "blas": "cublaslt"},
     "fused_pdl_skinny": {**FUSED, "pdl": True, "skinny_rows": True},
@@ -247,7 +245,6 @@ def main() -> None:
         decode_attention.PDL_PRELOAD = options.pop("pdl_preload", True)
         skinny.SKINNY_MIN_ROWS = options.pop("skinny_min", SKINNY_MIN_ROWS)
         skinny.SKINNY_PDL_MIN_ROWS = options.pop("skinny_pdl_min", SKINNY_PDL_MIN_ROWS)
-        fp8_dot.ONE_ROW = options.pop("fp8_dot", False)
         fp8, rows = options.get("fp8", False), options.get("fused_rows", False)
         fused = options.get("fused_attention", True)
         # slots for the 64 rows of the logits check too (step_logits), whatever --batches is
@@ -298,7 +295,6 @@ def main() -> None:
         decode_attention.PDL_PRELOAD = True
         skinny.SKINNY_MIN_ROWS = SKINNY_MIN_ROWS
         skinny.SKINNY_PDL_MIN_ROWS = SKINNY_PDL_MIN_ROWS
-        fp8_dot.ONE_ROW = False
         gemv.ROW_TILES.update(ROW_TILES)
         torch.cuda.empty_cache()
         Path(opts.out).write_text(json.dumps(record, indent=1))

@@ -216,11 +216,6 @@ class DecoderLayer(nn.Module):
         matmul: Any = rows_linear
         if x.shape[0] > GEMV_MAX_ROWS:  # (up to LlamaLM.fused_max_rows: bf16 weights, the tensor cores)
             from models.skinny import skinny_linear as matmul
-        elif not isinstance(attn.qkv_weight, torch.Tensor):  # FP8 weights
-            from models import fp8_dot
-
-            if fp8_dot.ONE_ROW:  # (an experiment: W8A8 on the tensor cores)
-                matmul = fp8_dot.rows_matmul(x.device)
         qkv = matmul(x, attn.qkv_weight, norm_eps=self.input_layernorm.eps, pdl=pdl)
         out = attn.decode_qkv_fn(qkv, cos.view(x.shape[0], -1), sin.view(x.shape[0], -1), attn.kv_cache,
                                  ctx.write_positions, ctx.attn_len, pdl=pdl)
