@@ -27,7 +27,7 @@ import numpy as np
 from engine.types import EngineError, InvalidInput
 from gateway.audio import to_pcm16
 from gateway.clone_voices import resolve_voice
-from gateway.projects_store import ProjectStore, is_current
+from gateway.projects_store import ProjectStore
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, Stitched, plan, request_chars, speech_options, spoken_items
 from gateway.text import check_input
@@ -149,11 +149,9 @@ class Generator:
         current = await self.store.get_passage(project_id, passage_id)
         if current is None:
             raise PassageGone(passage_id)
-        chosen = await self.store.get_take(project_id, current["chosen_take"]) if current["chosen_take"] else None
-        chosen_is_current = chosen is not None and is_current(chosen, current["text"],
-                                                              current["speaker"] or project["speaker"])
         meta = {"text": passage["text"], "speaker": speaker, "model_id": choice.model_id, "voice": choice.voice}
-        await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=not chosen_is_current)
+        # Chosen when the passage has no current chosen take as the take is stored (the store judges).
+        await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=None)
 
     async def _synthesise(self, choice: Choice, text: str) -> tuple[np.ndarray, int]:
         """A passage through the same text frontend and stitching as `/v1/audio/speech`."""

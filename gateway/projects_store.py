@@ -278,8 +278,11 @@ class ProjectStore:
         return _take(row) if row else None
 
     async def add_take(self, passage: dict[str, Any], meta: dict[str, Any], sample_rate: int, pcm16: bytes,
-                       choose: bool) -> str:
-        """Store a generated take; `choose` makes it the passage's chosen take (the old one stays)."""
+                       choose: bool | None) -> str:
+        """Store a generated take; `choose` makes it the passage's chosen take (the old one stays), None
+        when the passage has no chosen take or its chosen take is out of date, judged in the transaction
+        that inserts it: a job that judged before storing (its WAV written in the thread pool) chose its
+        take over the current one a text edited back had chosen meanwhile."""
         take_id = new_id("ptk")
         name = f"{take_id}-0.wav"
         folder = self.folder / passage["project_id"]
@@ -288,7 +291,9 @@ class ProjectStore:
                "sample_rate": sample_rate, "audio_ms": 1000.0 * (len(pcm16) // 2) / sample_rate,
                "audio_file": name, "created_at": time.time()}
         try:
-            async with self.library.transaction() as db:
+            async with self.library.transaction(immediate=True) as db:
+                if choose is None:
+                    choose = not await self._chosen_is_current(db, passage["id"])
                 await db.execute(
                     "INSERT INTO project_takes (id, project_id, passage_id, text, speaker, model_id, voice,"
                     " sample_rate, audio_ms, audio_file, created_at) VALUES (:id, :project_id, :passage_id, :text,"
@@ -300,6 +305,15 @@ class ProjectStore:
             (folder / name).unlink(missing_ok=True)
             raise
         return take_id
+
+    async def _chosen_is_current(self, db: Any, passage_id: str) -> bool:
+        """Whether passage `passage_id` has a chosen take of its text and effective speaker."""
+        async with db.execute(
+                "SELECT s.text, COALESCE(NULLIF(s.speaker, ''), p.speaker), t.text, t.speaker FROM passages s"
+                " JOIN projects p ON p.id = s.project_id JOIN project_takes t ON t.id = s.chosen_take"
+                " WHERE s.id = ?", (passage_id,)) as cur:
+            row = await cur.fetchone()
+        return row is not None and is_current({"text": row[2], "speaker": row[3]}, str(row[0]), str(row[1]))
 
     async def replace_audio(self, take: dict[str, Any], sample_rate: int, pcm16: bytes) -> bool:
         """An edit: the take's audio becomes `pcm16`; the file it had goes onto the undo history.

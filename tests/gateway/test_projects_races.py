@@ -133,3 +133,39 @@ def test_passages_deleted_before_their_turn_leave_the_job_and_a_cancel_requeues_
     go_on.set()
     assert job["state"] == "cancelled" and job["done"] + job["failed"] + len(job["queued"]) == job["total"] == 2, job
     assert job["queued"][0] == first
+
+
+def test_a_text_edited_back_while_a_take_is_stored_keeps_its_current_chosen_take(
+        client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job decided `choose=` from the passage as it read it after the synthesis, then stored
+    the take (its WAV in the thread pool, then the row): a text edited back meanwhile had chosen
+    its current take again, and the job's take of the other text replaced it as the chosen one,
+    so the passage showed out of date (and exported the other text) while a current take was there."""
+    import gateway.projects_store as store
+
+    pid = imported(client, new_project(client)["id"], "Alpha is first.")["id"]
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert wait_job(client, pid)["done"] == 1
+    passage = client.get(f"/v1/projects/{pid}").json()["passages"][0]
+    alpha, url = passage["chosen_take"], f"/v1/projects/{pid}/passages/{passage['id']}"
+    assert client.patch(url, json={"text": "Beta is second."}).json()["num_out_of_date"] == 1
+    started, go_on = threading.Event(), threading.Event()
+    real = store.write_wav
+
+    def held_write(*args: Any) -> None:  # (in the thread pool) the edit lands meanwhile
+        started.set()
+        go_on.wait(20)
+        real(*args)
+
+    monkeypatch.setattr(store, "write_wav", held_write)
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert started.wait(60)
+    back = client.patch(url, json={"text": "Alpha is first."}).json()
+    assert back["passages"][0]["chosen_take"] == alpha and back["num_out_of_date"] == 0
+    go_on.set()
+    assert wait_job(client, pid)["done"] == 1
+    project = client.get(f"/v1/projects/{pid}").json()
+    passage = project["passages"][0]
+    assert len(passage["takes"]) == 2, passage  # the job's take of "Beta is second." is kept
+    assert passage["chosen_take"] == alpha and not passage["out_of_date"], passage
+    assert project["num_out_of_date"] == 0
