@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.types import UnknownModel
+from gateway.references import hidden_problem
 from gateway.state import AppState
 from gateway.stats import summarized
 from gateway.voices import is_openai_model, model_alias, unknown_default_model
@@ -93,17 +94,25 @@ async def list_voices(request: Request) -> JSONResponse:
             raise unknown_default_model(state.settings.default_model, await _installed(state), asked)
         if not models:
             raise UnknownModel(f"unknown model {model_id!r}", field="model")
-    from gateway.clone_voices import model_voices  # (it imports this module)
+    from gateway.clone_voices import model_voices, store  # (it imports this module)
 
-    data = []
+    data: list[dict[str, Any]] = []
+    hidden: dict[str, str] | None = None  # reference voice -> the preset that takes its name, asked once
     for record in models:
         names, kind = await model_voices(state, record)
         # What a request without a voice gets (gateway/voices.py); a Base model has no default (a
         # request to it must name a reference voice: gateway/clone_voices.py)
         default = None if kind == "reference" else \
             state.settings.default_voice if state.settings.default_voice in names else names[0] if names else None
+        if kind == "reference" and hidden is None:
+            hidden = await store(state).hidden()
         for name in names:
-            data.append({"id": name, "name": name, "model": record["id"], "kind": kind, "default": name == default})
+            voice: dict[str, Any] = {"id": name, "name": name, "model": record["id"], "kind": kind,
+                                     "default": name == default}
+            if kind == "reference":  # as /v1/voices/references and the Voices page say it (a preset may hide it)
+                problem = hidden_problem((hidden or {}).get(name))
+                voice.update(usable=problem is None, problem=problem)
+            data.append(voice)
     for preset in await state.library.list_presets():
         if model_id is None or preset["model_id"] == model_id:
             data.append({"id": preset["name"], "name": preset["name"], "model": preset["model_id"],

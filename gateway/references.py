@@ -169,12 +169,18 @@ def _store(request: Request) -> ReferenceStore:
     return ReferenceStore(state.library, state.settings.data_dir / "references")
 
 
-def _public(row: dict[str, Any], hidden_by: str | None = None) -> dict[str, Any]:
-    """`usable` false and the `problem` when preset `hidden_by` takes its name (`ReferenceStore.hidden`),
-    as a preset that a voice of its model hides is listed (gateway/presets.py)."""
-    problem = None if hidden_by is None else (
+def hidden_problem(hidden_by: str | None) -> str | None:
+    """Why a reference voice is not usable when preset `hidden_by` takes its name (`ReferenceStore.hidden`);
+    None when no preset does. This list and a Base model's voices (GET /v1/audio/voices) say it."""
+    return None if hidden_by is None else (
         f"preset {hidden_by!r} (saved by an older Voxgate) has this name, which requests get instead of this "
         "reference voice; delete that preset, or upload this recording again under another name")
+
+
+def _public(row: dict[str, Any], hidden_by: str | None = None) -> dict[str, Any]:
+    """`usable` false and the `problem` when preset `hidden_by` takes its name (`hidden_problem`),
+    as a preset that a voice of its model hides is listed (gateway/presets.py)."""
+    problem = hidden_problem(hidden_by)
     return {"name": row["name"], "object": "reference_voice", "transcript": row["transcript"],
             "sample_rate": row["sample_rate"], "audio_ms": round(row["audio_ms"], 1),
             "source_name": row["source_name"], "created_at": row["created_at"],

@@ -223,3 +223,42 @@ def test_a_reference_voice_that_an_older_versions_preset_hides_is_listed_unusabl
             assert client.delete("/v1/presets/TODD").status_code == 204
             assert client.get(f"{URL}/Todd").json()["usable"] is True
             assert all(r["usable"] for r in client.get(URL).json()["data"])
+
+
+def test_a_base_models_voice_list_says_a_hidden_reference_voice_is_not_usable(
+        tmp_path: Any, qwen3_tts_tiny_base: Any) -> None:
+    """GET /v1/audio/voices?model=<a Base model> listed reference voice "Todd" as one of its voices,
+    with nothing said, while an older Voxgate's preset "TODD" took the name (a request's `voice: "Todd"`
+    got that preset) and /v1/voices/references and the Voices page said it was not usable. Its entries
+    of kind `reference` now carry the same `usable` and `problem`."""
+    from gateway.cli import main
+    from gateway.library import Library
+    from tests.conftest import run_server
+
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "qwen3_tts", "--path", str(qwen3_tts_tiny_base), "--id", "tiny-base",
+                 "--data-dir", str(data)]) == 0
+
+    async def older_version() -> None:  # rows and a file as the older server left them
+        library = await Library.open(data / "voxgate.db")
+        store = references.ReferenceStore(library, data / "references")
+        for name in ("Ann", "Todd"):
+            await store.add(name, f"Hello, this is {name}.", references.to_pcm16(recording(2.0)), f"{name}.wav")
+        await library.put_preset("TODD", "piper-joe", "default", 1.0, {}, create=True)
+        await library.close()
+
+    asyncio.run(older_version())
+    for server in run_server(data):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            page = {r["name"]: r for r in client.get(URL).json()["data"]}
+            for query in ({"model": "tiny-base"}, {}):
+                voices = {v["name"]: v for v in client.get("/v1/audio/voices", params=query).json()["data"]
+                          if v["kind"] == "reference"}
+                assert set(voices) == {"Ann", "Todd"}, voices
+                for name, voice in voices.items():
+                    assert (voice["usable"], voice["problem"]) == (page[name]["usable"], page[name]["problem"])
+                assert voices["Todd"]["usable"] is False and "preset 'TODD'" in voices["Todd"]["problem"]
+                assert voices["Ann"]["usable"] is True and voices["Ann"]["problem"] is None
+            assert client.delete("/v1/presets/TODD").status_code == 204
+            voices = client.get("/v1/audio/voices", params={"model": "tiny-base"}).json()["data"]
+            assert all(v["usable"] for v in voices if v["kind"] == "reference")
