@@ -27,7 +27,8 @@ spoken, and the first such message gets an `error` `context_failed` (409, field
 
 HTTP: the same fields without `context_id`/`continue`; `/tts/bytes` answers audio in
 `output_format`, `/tts/sse` Server-Sent Events whose `data` is a `chunk`,
-`timestamps` (with `add_timestamps`) or the final `done` message. Headers `X-API-Key`,
+`timestamps` (with `add_timestamps`) or the final `done` message, or an `error` (the socket's, with
+`request_id`: the response's X-Request-Id, the engine request's id as on `/v1/audio/speech`). Headers `X-API-Key`,
 `Authorization`, `Cartesia-Version` and the `api_key`/`cartesia_version` query
 parameters are accepted. Vendor model ids (`sonic-3`) mean the default model; a voice
 id means the voice or preset of that name, else the default voice. Text goes through
@@ -47,6 +48,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
+from gateway.access_log import note
 from gateway.clone_voices import resolve_vendor_voice
 from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
@@ -55,7 +57,7 @@ from gateway.text import TextOptions
 from gateway.vendor_context import TextContext
 from gateway.vendor_socket import VendorSocket, check_context_id, flag
 from gateway.vendor_formats import OutputFormat, cartesia_format
-from gateway.vendor_http import Speech, start_speech
+from gateway.vendor_http import Speech, speech_headers, start_speech
 from gateway.voices import Choice, check_speed
 from gateway.writes import ClosingStreamingResponse
 
@@ -213,7 +215,8 @@ async def websocket(ws: WebSocket) -> None:
     await CartesiaSocket(state, ws, "cartesia").serve()
 
 
-async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]]:
+async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any], dict[str, str]]:
+    """The speech of a /tts/bytes or /tts/sse body: its format, its pieces, the body, the response's headers."""
     state: AppState = request.app.state.voxgate
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
@@ -227,7 +230,13 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]
     fmt = cartesia_format(data.get("output_format"))
     choice = await choose(state, data)
     pieces = await start_speech(state, choice, data["transcript"], fmt, source="cartesia", field="transcript")
-    return fmt, pieces, data
+    return fmt, pieces, data, speech_headers(pieces, choice)
+
+
+def _ended_early(pieces: Speech, error: EngineError) -> None:
+    """A failure after the first piece: logged with the request's id, and `cut=` on its access line."""
+    log.warning("request %s ended early: %s", pieces.request_id, error.message)
+    note(cut=error.code)
 
 
 async def _bytes(pieces: Speech) -> AsyncIterator[bytes]:
@@ -236,13 +245,23 @@ async def _bytes(pieces: Speech) -> AsyncIterator[bytes]:
             if piece.data:
                 yield piece.data
     except EngineError as error:
-        log.warning("tts/bytes ended early: %s", error.message)
+        _ended_early(pieces, error)
 
 
 async def tts_bytes(request: Request) -> Response:
-    fmt, pieces, _ = await _speak(request)
+    fmt, pieces, _, headers = await _speak(request)
     # Closing: the engine request is freed however the response ends (gateway/writes.py).
-    return ClosingStreamingResponse(_bytes(pieces), pieces.close, media_type=fmt.media_type)
+    return ClosingStreamingResponse(_bytes(pieces), pieces.close, media_type=fmt.media_type, headers=headers)
+
+
+def sse_error(error: EngineError, request_id: str, context_id: str | None) -> dict[str, Any]:
+    """A /tts/sse `error` event: the socket's `error` message with the `request_id` Cartesia's SSE error
+    event has (the response's X-Request-Id), and a `context_id` only where the request gave one, as the
+    other events."""
+    event = {**error_message(error, context_id), "request_id": request_id}
+    if context_id is None:
+        del event["context_id"]
+    return event
 
 
 async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) -> AsyncIterator[str]:
@@ -260,12 +279,13 @@ async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) 
                           "word_timestamps": timestamps(piece.words)}
                 yield f"event: timestamps\ndata: {json.dumps(stamps)}\n\n"
     except EngineError as error:
-        yield f"event: error\ndata: {json.dumps(error_message(error, context_id))}\n\n"
+        _ended_early(pieces, error)
+        yield f"event: error\ndata: {json.dumps(sse_error(error, pieces.request_id, context_id))}\n\n"
         return
     yield f"event: done\ndata: {json.dumps({'type': 'done', **tag, 'done': True, 'status_code': 200})}\n\n"
 
 
 async def tts_sse(request: Request) -> Response:
-    _, pieces, data = await _speak(request)
+    _, pieces, data, headers = await _speak(request)
     events = _events(pieces, data.get("context_id"), data.get("add_timestamps") is True)
-    return ClosingStreamingResponse(events, pieces.close, media_type="text/event-stream")
+    return ClosingStreamingResponse(events, pieces.close, media_type="text/event-stream", headers=headers)

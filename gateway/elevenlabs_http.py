@@ -29,7 +29,7 @@ from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.timings import char_times
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
-from gateway.vendor_http import Speech, start_speech
+from gateway.vendor_http import Speech, speech_headers, start_speech
 from gateway.writes import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,7 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, str]
         raise
     fields = text_fields(data.get("apply_text_normalization", request.query_params.get("apply_text_normalization")))
     pieces = await start_speech(state, choice, data["text"], fmt, source="elevenlabs", field="text", data=fields)
-    headers = {"X-Request-Id": pieces.request_id, "X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice,
-               **({"X-Voxgate-Preset": choice.preset} if choice.preset else {})}  # (a preset named as the voice_id)
-    return fmt, pieces, headers
+    return fmt, pieces, speech_headers(pieces, choice)  # (X-Voxgate-Preset: a preset named as the voice_id)
 
 
 async def _audio(pieces: Speech) -> AsyncIterator[bytes]:

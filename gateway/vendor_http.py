@@ -108,6 +108,13 @@ class Speech:
         self._lease.release()
 
 
+def speech_headers(pieces: Speech, choice: Choice) -> dict[str, str]:
+    """A vendor speech response's headers, as /v1/audio/speech's: `X-Request-Id` the engine request's id
+    (what the logs, the access line and a vendor's error event name), the model, voice and preset."""
+    return {"X-Request-Id": pieces.request_id, "X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice,
+            **({"X-Voxgate-Preset": choice.preset} if choice.preset else {})}
+
+
 async def start_speech(state: AppState, choice: Choice, text: object, fmt: OutputFormat, *, source: str,
                        field: str, data: Mapping[str, Any] | None = None) -> Speech:
     """The speech of `text`; raises (InvalidInput, InputTooLong, 404s, 503s) before the first piece.

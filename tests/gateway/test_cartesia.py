@@ -305,3 +305,46 @@ def test_contexts_past_the_sockets_limit_are_refused(server: LiveServer) -> None
         ws.send(json.dumps({**BASE, "context_id": "extra", "transcript": "Now there is room.", "continue": False}))
         messages = until_done(ws, "extra")
         assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages[-3:]
+
+
+@pytest.mark.parametrize("context_id", ["s1", None])
+def test_a_tts_sse_failure_after_the_first_chunk_names_its_request(
+        server: LiveServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch, context_id: str | None) -> None:
+    """An engine error after the first chunk of /tts/sse was an `error` event without the `request_id`
+    Cartesia's error event has (the SDK's `TTSSSEErrorEvent` requires it), with `context_id: null`
+    where the other events leave it out; the response's X-Request-Id was a `req_` id that no log line
+    of the speech named, and its access line did not say it was cut (/v1/audio/speech's and the
+    ElevenLabs routes' carry the engine request's id; speech's says `cut=`). /tts/bytes alike."""
+    from cartesia.types.tts_sse_event import TTSSSEErrorEvent
+
+    from engine.types import GenerationFailed
+    from gateway.stitch import Stitched
+    from tests.conftest import server_log
+    from tests.gateway.test_access_log import access_line
+
+    real = Stitched.__anext__
+
+    async def failing(self: Stitched) -> Any:  # the first chunk (start()'s) comes, then the model fails
+        if self.request_id.startswith("ca-") and self._first is None:
+            raise GenerationFailed("the model produced an audio token in the wrong slot")
+        return await real(self)
+
+    monkeypatch.setattr(Stitched, "__anext__", failing)
+    body = {**BASE, "transcript": LONG}  # (more than one engine request: the first chunk is not the last)
+    with server_log("gateway.access") as records:
+        response = client.post("/tts/sse", json={**body, **({"context_id": context_id} if context_id else {})})
+        assert response.status_code == 200, response.text
+        request_id = response.headers["x-request-id"]
+        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events[0]["type"] == "chunk" and [e["type"] for e in events].count("error") == 1, events
+        error = events[-1]
+        assert request_id.startswith("ca-") and error["request_id"] == request_id, (request_id, error)
+        assert error.get("context_id") == context_id and ("context_id" in error) == (context_id is not None)
+        assert error["error_code"] == "generation_failed" and error["status_code"] == 500 and error["done"] is True
+        TTSSSEErrorEvent.model_validate(error)  # the shape the SDK reads
+        assert response.headers["x-voxgate-model"] == "piper-joe" and response.headers["x-voxgate-voice"]
+        assert "cut=generation_failed" in access_line(records, request_id)
+        cut = client.post("/tts/bytes", json=body)
+        assert cut.status_code == 200 and cut.headers["x-request-id"].startswith("ca-")
+        assert "cut=generation_failed" in access_line(records, cut.headers["x-request-id"])
+    assert server.wait_idle() == 0
