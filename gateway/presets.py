@@ -81,9 +81,10 @@ async def list_presets(request: Request) -> JSONResponse:
     state: AppState = request.app.state.voxgate
     models = await _models(state)
     voices: dict[str, list[str]] = {}  # each model's, asked once for all its presets
+    bases: dict[str, bool] = {}  # whether each is a Base model, asked once for all its presets
     presets = await state.library.list_presets()
     return JSONResponse({"object": "list",
-                         "data": [await _described(state, preset, models, voices) for preset in presets]})
+                         "data": [await _described(state, preset, models, voices, bases) for preset in presets]})
 
 
 async def _models(state: AppState) -> dict[str, dict[str, Any]]:
@@ -91,13 +92,16 @@ async def _models(state: AppState) -> dict[str, dict[str, Any]]:
 
 
 async def _described(state: AppState, preset: dict[str, Any], models: dict[str, dict[str, Any]],
-                     voices: dict[str, list[str]] | None = None) -> dict[str, Any]:
+                     voices: dict[str, list[str]] | None = None,
+                     bases: dict[str, bool] | None = None) -> dict[str, Any]:
     """The preset with `usable` and, if not, the `problem`: its model is gone, or a voice of that model
     has its name (saved by an older Voxgate; the voice wins), or its reference voice is gone, or its
     settings no longer pass the family's checks (saved before a check was added, or the model's
-    options changed: force_tokens past its max_seq_len). `voices`: the models' voices asked so far,
+    options changed: force_tokens past its max_seq_len). `voices` and `bases`: the models' voices and
+    whether each is a Base model (`is_base`: its row, then its config.json in a thread), asked so far,
     by model id (a list of presets asks once per model), filled in here."""
     voices = {} if voices is None else voices
+    bases = {} if bases is None else bases
     record = models.get(preset["model_id"])
     problem = None if record is not None else f"model {preset['model_id']!r} is not installed"
     if problem is None:
@@ -106,7 +110,9 @@ async def _described(state: AppState, preset: dict[str, Any], models: dict[str, 
         if preset["name"] in voices[preset["model_id"]]:  # (an older Voxgate's)
             problem = (f"model {preset['model_id']!r} has a voice named {preset['name']!r}, which requests get "
                        "instead of this preset; create it again under another name")
-    if problem is None and await is_base(state, preset["model_id"]) and await store(state).get(preset["voice"]) is None:
+    if problem is None and preset["model_id"] not in bases:
+        bases[preset["model_id"]] = await is_base(state, preset["model_id"])
+    if problem is None and bases[preset["model_id"]] and await store(state).get(preset["voice"]) is None:
         problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
     if problem is None and record is not None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -49,10 +50,13 @@ def test_a_preset_saved_under_a_name_now_refused_is_listed_and_stays_editable(tm
             assert client.delete("/v1/presets/default").status_code == 204
 
 
-def test_the_list_asks_for_each_models_voices_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GET /v1/presets asked for its model's voices once a preset; now once a model, and lists the
-    presets as GET /v1/presets/{name} describes each alone (a hidden one, usable ones, one whose
-    model is gone)."""
+def test_the_list_asks_for_each_models_voices_and_kind_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /v1/presets asked for its model's voices once a preset, and whether it is a Base model
+    (`is_base`: the model's row, then its config.json in a thread) once a usable preset; now each once
+    a model, and lists the presets as GET /v1/presets/{name} describes each alone (a hidden one, usable
+    ones, one whose model is gone)."""
+    import gateway.presets as presets
+
     _saved_by_an_older_version(tmp_path)
 
     async def more() -> None:
@@ -70,13 +74,21 @@ def test_the_list_asks_for_each_models_voices_once(tmp_path: Path, monkeypatch: 
         asked.append(model_id)
         return await voices(self, model_id)
 
+    kinds: list[str] = []
+    is_base = presets.is_base
+
+    async def counted_kind(state: Any, model_id: str) -> bool:
+        kinds.append(model_id)
+        return await is_base(state, model_id)
+
     for server in run_server(tmp_path):
         with httpx.Client(base_url=server.url, timeout=60) as client:
             alone = [client.get(f"/v1/presets/{name}").json() for name in ("Bob ", "Cid", "Dee", "Eve", "default")]
             monkeypatch.setattr(Library, "voices", counted)
+            monkeypatch.setattr(presets, "is_base", counted_kind)
             listed = client.get("/v1/presets")
             monkeypatch.undo()
     assert listed.status_code == 200, listed.text
     assert listed.json()["data"] == alone
     assert [p["usable"] for p in alone] == [True, True, True, False, False]
-    assert asked == ["piper-joe"]
+    assert asked == ["piper-joe"] and kinds == ["piper-joe"], (asked, kinds)
