@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -195,21 +196,25 @@ def test_a_chunked_upload_stops_being_read_at_the_limit(monkeypatch: pytest.Monk
     assert pulled <= 4  # 10 000 + 64 KiB: the second 64 KiB chunk past the head is over it
 
 
+async def _older_version(data: Path) -> None:
+    """Rows and files as an older server left them in `data`: reference voices "Ann" and "Todd", and a preset
+    "TODD" saved before the 409 `name_taken`, which takes Todd's name."""
+    from gateway.library import Library
+
+    library = await Library.open(data / "voxgate.db")
+    store = references.ReferenceStore(library, data / "references")
+    for name in ("Ann", "Todd"):
+        await store.add(name, f"Hello, this is {name}.", references.to_pcm16(recording(2.0)), f"{name}.wav")
+    await library.put_preset("TODD", "piper-joe", "default", 1.0, {}, create=True)
+    await library.close()
+
+
 def test_a_reference_voice_that_an_older_versions_preset_hides_is_listed_unusable(tmp_path: Any) -> None:
     """Before the 409 `name_taken`, a preset could be saved under a reference voice's name (in any case:
     presets are found in any case), and a request's `voice` then got the preset. The list says so."""
-    from gateway.library import Library
     from tests.conftest import run_server
 
-    async def older_version() -> None:  # rows and a file as the older server left them
-        library = await Library.open(tmp_path / "voxgate.db")
-        store = references.ReferenceStore(library, tmp_path / "references")
-        for name in ("Ann", "Todd"):
-            await store.add(name, f"Hello, this is {name}.", references.to_pcm16(recording(2.0)), f"{name}.wav")
-        await library.put_preset("TODD", "piper-joe", "default", 1.0, {}, create=True)
-        await library.close()
-
-    asyncio.run(older_version())
+    asyncio.run(_older_version(tmp_path))
     for server in run_server(tmp_path):
         with httpx.Client(base_url=server.url, timeout=60) as client:
             listed = {r["name"]: r for r in client.get(URL).json()["data"]}
@@ -232,22 +237,13 @@ def test_a_base_models_voice_list_says_a_hidden_reference_voice_is_not_usable(
     got that preset) and /v1/voices/references and the Voices page said it was not usable. Its entries
     of kind `reference` now carry the same `usable` and `problem`."""
     from gateway.cli import main
-    from gateway.library import Library
     from tests.conftest import run_server
 
     data = tmp_path / "data"
     assert main(["models", "add", "--family", "qwen3_tts", "--path", str(qwen3_tts_tiny_base), "--id", "tiny-base",
                  "--data-dir", str(data)]) == 0
 
-    async def older_version() -> None:  # rows and a file as the older server left them
-        library = await Library.open(data / "voxgate.db")
-        store = references.ReferenceStore(library, data / "references")
-        for name in ("Ann", "Todd"):
-            await store.add(name, f"Hello, this is {name}.", references.to_pcm16(recording(2.0)), f"{name}.wav")
-        await library.put_preset("TODD", "piper-joe", "default", 1.0, {}, create=True)
-        await library.close()
-
-    asyncio.run(older_version())
+    asyncio.run(_older_version(data))
     for server in run_server(data):
         with httpx.Client(base_url=server.url, timeout=60) as client:
             page = {r["name"]: r for r in client.get(URL).json()["data"]}
