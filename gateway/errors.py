@@ -120,12 +120,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body(code, message, status=exc.status_code), exc.status_code, headers=headers)
 
 
+# A request scope's key, set by gateway/http_protocol.py: the body stalled past `body_timeout_s` (its value, seconds).
+BODY_TIMED_OUT = "voxgate.body_timed_out"
+
+
 async def _client_gone(request: Request, exc: Exception) -> Response:
     """A client that disconnected while sending its body (Starlette's ClientDisconnect, from
-    `read_json`, a multipart form or a streamed upload): nothing is wrong with the server, so one
-    info line and no traceback. What the route held is freed as the exception unwinds it (an
+    `read_json`, a multipart form or a streamed upload), or whose body stalled past `body_timeout_s`
+    (gateway/http_protocol.py answered 408 and closed the connection): nothing is wrong with the
+    server, so one info line and no traceback. What the route held is freed as the exception unwinds it (an
     upload's partial file, a key's slot: gateway/auth.py); the answer reaches no one."""
-    log.info("%s %s: the client disconnected while sending the request body", request.method, request.url.path)
+    stalled = request.scope.get(BODY_TIMED_OUT)
+    if stalled is not None:
+        log.info("%s %s: no byte of the request body came for %g s: answered 408", request.method, request.url.path,
+                 stalled)
+    else:
+        log.info("%s %s: the client disconnected while sending the request body", request.method, request.url.path)
     return Response(status_code=400)
 
 

@@ -23,91 +23,28 @@ The lifespan then stops the engine (gateway/app.py). All of it fits in `graceful
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import socket
 import time
-import uuid
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.types import Message, Scope
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from gateway.errors import error_body
+from gateway.http_protocol import HTTPProtocol
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
 WS_MAX_MESSAGE_BYTES = 1 << 20  # uvicorn closes a session (1009) whose message is larger
-# The longest a connection may take to send a request's head (its request line and headers), from
-# its opening or the end of its last response; uvicorn has no such bound (a connection that sent
-# nothing, or half a head, stayed open for good: a file descriptor each).
-HEADER_TIMEOUT_S = 30.0
 PONG_FRAME = b"\x8a"  # a server's pong frame starts so: FIN, opcode 0xA (no extensions, unmasked)
 
 
 def shutdown_margin_s(grace_s: float) -> float:
     """Time kept at the end of the grace for aborting and stopping the engine."""
     return min(1.0, grace_s / 2)
-
-
-class HTTPProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP protocol (httptools, which `uvicorn[standard]` brings), plus a bound on a
-    request's head: a connection whose request line and headers have not all come within
-    `header_timeout_s` of its opening (or of its last response's end, while no request runs) is
-    answered 408 and closed (one that sent nothing is closed without a word). uvicorn's keep-alive
-    timeout closes only a connection idle after a response, and stops once a byte comes; a client
-    that connected and sent nothing, or half a head, held its socket open for good. A request's
-    body is not bounded here (docs/security.md)."""
-
-    header_timeout_s = HEADER_TIMEOUT_S
-    _head_timer: asyncio.TimerHandle | None = None
-    _head_begun = False  # bytes came since the timer started: a request began
-
-    def data_received(self, data: bytes) -> None:
-        self._head_begun = True
-        super().data_received(data)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._await_head()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._await_head()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        super().connection_lost(exc)
-
-    def _await_head(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-        self._head_begun = False
-        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout, self.cycle)
-
-    def _head_timeout(self, cycle: object) -> None:
-        self._head_timer = None
-        transport = self.transport
-        if self.cycle is not cycle or (cycle is not None and not self.cycle.response_complete) \
-                or transport.is_closing() or transport.get_protocol() is not self:
-            return  # a head came since (or a request runs, or it became a WebSocket, or it closes)
-        log.info("%s: no complete request head within %g s: connection closed",
-                 "%s:%d" % self.client if self.client else "a client", self.header_timeout_s)
-        if not self._head_begun:  # nothing sent: closed without a word, as an idle kept-alive one is
-            transport.close()
-            return
-        message = f"the request line and headers did not all come within {self.header_timeout_s:g} s"
-        body = json.dumps(error_body("request_timeout", message, None, 408)).encode()
-        transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                        b"content-length: %d\r\nconnection: close\r\nx-request-id: req_%s\r\n\r\n%s"
-                        % (len(body), uuid.uuid4().hex.encode(), body))
-        transport.close()
 
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
@@ -193,7 +130,8 @@ class Server(uvicorn.Server):
             # No permessage-deflate: audio barely compresses (PCM16 speech to ~0.83), and
             # deflating a 3.7 s frame took ~29 ms on the event loop (issue 11 profile, 2 cores),
             # the loop's largest cost under load.
-            ws_per_message_deflate=False, ws=WebSocketProtocol, http=HTTPProtocol,
+            ws_per_message_deflate=False, ws=WebSocketProtocol,
+            http=HTTPProtocol.for_settings(settings.header_timeout_s, settings.body_timeout_s),
             ws_max_size=max(WS_MAX_MESSAGE_BYTES, settings.max_body_bytes),
             # The access lines are gateway/access_log.py's, one when a request ends (uvicorn's, at the
             # response's start, could say neither its id nor its time), and uvicorn's other lines go

@@ -37,7 +37,8 @@ _AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_
                "text_buffer_ms": "", "utterance_end_ms": "", "realtime_pace_ms": " (0: off)",
                "idle_unload_s": " (0: never)", "busy_timeout_ms": "", "min_free_memory_mb": "",
                "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
-_ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s")
+_ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "header_timeout_s", "body_timeout_s",
+            "graceful_shutdown_s")
 _AT_LEAST_1 = ("max_input_chars", "max_pending_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent", "max_waiting")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -106,6 +107,8 @@ class Settings:
     local_model_roots: tuple[str, ...] = ()  # folders POST /v1/library/install {"path"} may register from
     max_json_depth: int = 32  # nesting of arrays/objects in a JSON body or WebSocket message
     send_timeout_s: float = 10.0  # longest a write to a client (REST body, WebSocket frame) may wait
+    header_timeout_s: float = 30.0  # longest a request's line and headers may take to come (gateway/http_protocol.py)
+    body_timeout_s: float = 30.0  # longest between two reads of a request's body (gateway/http_protocol.py)
     graceful_shutdown_s: float = 5.0  # shutdown: running requests get this long, then are cancelled
     memory_trim_idle_s: float = 1.0  # freed heap memory goes back to the OS after the engine idles this long (0: never)
 

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.server import HTTPProtocol
 
 from tests.conftest import LiveServer, run_server, server_log
 
@@ -119,38 +118,3 @@ def test_a_text_message_that_is_not_utf8_closes_the_session_quietly(live: LiveSe
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert not [r for r in records if r.levelname == "ERROR"], [r.getMessage() for r in records]
-
-
-@pytest.mark.parametrize("sent", [b"", b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty"],
-                         ids=["nothing", "half a head"])
-def test_a_connection_that_never_sends_a_whole_request_head_is_closed(
-        live: LiveServer, monkeypatch: pytest.MonkeyPatch, sent: bytes) -> None:
-    monkeypatch.setattr(HTTPProtocol, "header_timeout_s", 0.5)
-    with socket.create_connection(("127.0.0.1", int(live.url.rsplit(":", 1)[1]))) as sock:
-        sock.sendall(sent)
-        sock.settimeout(30)
-        answer = b""
-        while chunk := sock.recv(4096):  # until the server closes it
-            answer += chunk
-    if not sent:  # nothing asked, nothing answered
-        assert answer == b""
-        return
-    head, body = answer.split(b"\r\n\r\n", 1)
-    assert head.startswith(b"HTTP/1.1 408 ") and b"x-request-id: req_" in head
-    assert json.loads(body)["error"]["code"] == "request_timeout"
-
-
-def test_the_head_bound_leaves_requests_keep_alive_and_websockets_alone(
-        live: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request slower than the bound (its head came in time), a kept-alive connection's next
-    request, and a WebSocket session, all outliving the bound, go on as before."""
-    monkeypatch.setattr(HTTPProtocol, "header_timeout_s", 0.2)
-    sock, data = open_socket(live, "/v1/realtime")
-    with sock, httpx.Client(base_url=live.url, timeout=60) as client:
-        response = client.post("/v1/audio/speech", json={"input": "A sentence that takes longer than the bound.",
-                                                         "response_format": "wav"})
-        assert response.status_code == 200
-        time.sleep(0.5)  # past the bound, with nothing sent on either connection
-        assert client.get("/health").status_code == 200  # (the same kept-alive connection, if uvicorn kept it)
-        sock.sendall(client_frame(0x1, b"[]"))
-        assert read_until_text(sock, data, "error")[1]["error"]["code"] == "invalid_json"

@@ -179,8 +179,8 @@ def test_serve_refuses_a_device_this_machine_does_not_have(tmp_path: Path, capsy
 
 FLOAT_SETTINGS = ("ttfa_target_ms", "urgent_slack_ms", "max_predicted_ttfa_ms", "text_buffer_ms", "utterance_end_ms",
                   "realtime_pace_ms", "realtime_messages_per_s", "idle_unload_s", "busy_timeout_ms",
-                  "min_free_memory_mb", "memory_factor", "min_free_disk_mb", "send_timeout_s", "graceful_shutdown_s",
-                  "memory_trim_idle_s")
+                  "min_free_memory_mb", "memory_factor", "min_free_disk_mb", "send_timeout_s", "header_timeout_s",
+                  "body_timeout_s", "graceful_shutdown_s", "memory_trim_idle_s")
 
 
 def test_every_float_setting_is_listed_here() -> None:
@@ -222,7 +222,8 @@ def test_a_negative_number_is_refused_naming_the_setting(name: str) -> None:
 
 
 def test_zero_is_refused_only_where_it_means_nothing() -> None:
-    must_be_positive = {"realtime_messages_per_s", "memory_factor", "send_timeout_s", "graceful_shutdown_s"}
+    must_be_positive = {"realtime_messages_per_s", "memory_factor", "send_timeout_s", "header_timeout_s", "body_timeout_s",
+                        "graceful_shutdown_s"}
     for name in FLOAT_SETTINGS:
         env = {f"VOXGATE_{name.upper()}": "0"}
         if name in must_be_positive:
