@@ -143,6 +143,14 @@ BODIES = {  # a route that reads a body, its Content-Type, and the first part of
 }
 
 
+def slots_freed(live: LiveServer, timeout_s: float = 10.0) -> bool:
+    """Whether every key's concurrency slot is free within `timeout_s` (a request's end frees it as it unwinds)."""
+    deadline = time.monotonic() + timeout_s
+    while live.app_state.limits.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not live.app_state.limits.in_flight
+
+
 def test_a_client_that_leaves_while_sending_its_body_is_one_info_line(
         tmp_path_factory: pytest.TempPathFactory, caplog: pytest.LogCaptureFixture,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,10 +180,7 @@ def test_a_client_that_leaves_while_sending_its_body_is_one_info_line(
                     while not live.app_state.limits.in_flight and time.monotonic() < deadline:
                         time.sleep(0.01)
                     assert live.app_state.limits.in_flight, path  # counted in, reading the body
-                deadline = time.monotonic() + 10
-                while live.app_state.limits.in_flight and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                assert not live.app_state.limits.in_flight, path  # the key's slot is free again
+                assert slots_freed(live), path  # the key's slot is free again
             time.sleep(0.2)
         assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
         lines = [r for r in caplog.records if r.name == "gateway.errors"]
