@@ -65,10 +65,19 @@ log = logging.getLogger(__name__)
 
 
 def voice_id(value: object) -> str | None:
-    """`{"mode": "id", "id": X}`, `{"id": X}` or `"X"` -> X; anything else (an embedding) -> None."""
+    """`{"mode": "id", "id": X}`, `{"id": X}` or `"X"` -> X; another mode (an embedding) -> None.
+
+    Raises InvalidInput naming `voice.id` for an id voice (mode `id`, or no mode and an `id`)
+    whose `id` is missing or not a string: the client named a voice, so it is not replaced
+    by the default voice in silence."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("id"), str) and value.get("mode", "id") == "id":
+    if not isinstance(value, dict):
+        return None
+    if value.get("mode") == "id" or ("mode" not in value and "id" in value):
+        if not isinstance(value.get("id"), str):
+            raise InvalidInput('voice.id must be a string: a voice id, {"mode": "id", "id": "<voice>"}',
+                               field="voice.id")
         return str(value["id"])
     return None
 

@@ -125,6 +125,10 @@ def test_closing_the_socket_frees_the_engine(server: LiveServer) -> None:
      "generation_config.speed"),
     ('{"context_id": "c", "transcript": "hi", "voice": 5, "output_format": '
      '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input", "voice"),
+    ('{"context_id": "c", "transcript": "hi", "voice": {"mode": "id", "id": 5}, "output_format": '
+     '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input", "voice.id"),
+    ('{"context_id": "c", "transcript": "hi", "voice": {"mode": "id"}, "output_format": '
+     '{"container": "raw", "encoding": "pcm_s16le", "sample_rate": 8000}}', "invalid_input", "voice.id"),
     ('{"context_id": "c", "transcript": "hi", "continue": "maybe"}', "invalid_input", "continue"),
     ('{"context_id": "c", "transcript": "hi", "add_timestamps": "yes"}', "invalid_input", "add_timestamps"),
     ('{"context_id": "c", "transcript": "hi", "flush": 1}', "invalid_input", "flush"),
@@ -185,6 +189,9 @@ def test_tts_sse_events(client: httpx.Client) -> None:
     ({"transcript": "hi", "output_format": {"container": "ogg"}}, 400, "output_format.container"),
     ({"transcript": "hi", "add_timestamps": "yes", "output_format": BASE["output_format"]}, 400, "add_timestamps"),
     ({"transcript": "hi", "flush": "maybe", "output_format": BASE["output_format"]}, 400, "flush"),
+    ({"transcript": "hi", "voice": {"mode": "id", "id": 5}, "output_format": BASE["output_format"]}, 400, "voice.id"),
+    ({"transcript": "hi", "voice": {"id": None}, "output_format": BASE["output_format"]}, 400, "voice.id"),
+    ({"transcript": "hi", "voice": {"mode": "id"}, "output_format": BASE["output_format"]}, 400, "voice.id"),
 ])
 def test_http_errors_name_the_field(client: httpx.Client, body: dict[str, Any], status: int, field: str) -> None:
     for path in ("/tts/bytes", "/tts/sse"):
