@@ -30,7 +30,7 @@ from gateway.state import AppState
 from gateway.timings import char_times
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
 from gateway.vendor_http import Speech, speech_headers, start_speech
-from gateway.writes import ClosingStreamingResponse
+from gateway.writes import ClientGone, ClosingStreamingResponse, unless_disconnected
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ async def convert(request: Request) -> Response:
 stream = convert  # the same stream of audio bytes
 
 
-async def with_timestamps(request: Request) -> Response:
-    fmt, pieces, headers = await _speak(request)
+async def _whole(pieces: Speech) -> tuple[bytes, list[WordTiming], float]:
+    """All of `pieces`: the audio, its words, its end in ms; the speech is closed however it ends."""
     audio, words, end_ms = bytearray(), list[WordTiming](), 0.0
     try:
         async for piece in pieces:
@@ -98,8 +98,19 @@ async def with_timestamps(request: Request) -> Response:
             end_ms = piece.end_ms
     finally:
         pieces.close()
+    return bytes(audio), words, end_ms
+
+
+async def with_timestamps(request: Request) -> Response:
+    fmt, pieces, headers = await _speak(request)
+    try:  # answered whole: a client that leaves meanwhile frees the engine at once
+        audio, words, end_ms = await unless_disconnected(request.receive, _whole(pieces))
+    except ClientGone:
+        return Response(status_code=499, headers=headers)  # (nobody reads it; the access line says cut=)
+    finally:
+        pieces.close()  # (also where `_whole` was cancelled before it began)
     aligned = alignment_seconds(words, end_ms)
-    return JSONResponse({"audio_base64": base64.b64encode(bytes(audio)).decode("ascii"), "alignment": aligned,
+    return JSONResponse({"audio_base64": base64.b64encode(audio).decode("ascii"), "alignment": aligned,
                          "normalized_alignment": aligned}, headers=headers)
 
 

@@ -108,14 +108,40 @@ class WriteTimeout:
                 await _until_disconnect(receive, ABANDONED_WAIT_S)
 
 
-async def _until_disconnect(receive: Receive, timeout_s: float) -> None:
-    """Wait (at most `timeout_s`) until the server reports the client gone."""
+async def _until_disconnect(receive: Receive, timeout_s: float | None) -> None:
+    """Wait (at most `timeout_s`; None: for good) until the server reports the client gone."""
     try:
         async with asyncio.timeout(timeout_s):
             while (await receive())["type"] != "http.disconnect":
                 pass
     except TimeoutError:
         pass
+
+
+class ClientGone(Exception):
+    """The client disconnected before a whole (not streamed) answer was ready."""
+
+
+async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
+    """`work`'s result, for a route that answers only once its work is done (no streamed body,
+    whose StreamingResponse would notice a disconnect). Once the request's body is read,
+    `receive` says only `http.disconnect`: if that comes first, `work` is cancelled (its
+    `finally` frees what it holds: an engine request, a lease) and ClientGone is raised, so
+    the engine does not go on speaking the whole text to a client that left."""
+    job = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnect(receive, None))
+    try:
+        await asyncio.wait((job, gone), return_when=asyncio.FIRST_COMPLETED)
+        if not job.done():  # the client left first
+            job.cancel()
+            await asyncio.wait((job,))
+    finally:
+        gone.cancel()
+        job.cancel()  # (a no-op once it is done; else this handler was cancelled itself)
+    if job.cancelled():
+        note(cut="client_disconnected")
+        raise ClientGone("the client disconnected before the answer was ready")
+    return job.result()
 
 
 class ClosingStreamingResponse(StreamingResponse):

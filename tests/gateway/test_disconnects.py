@@ -191,3 +191,30 @@ def test_a_client_that_leaves_while_sending_its_body_is_one_info_line(
         assert live.app_state.engine.num_requests() == 0
     finally:
         next(server, None)
+
+
+def test_a_client_that_leaves_a_whole_answer_frees_the_engine_at_once(live: LiveServer) -> None:
+    """ElevenLabs `/with-timestamps` answers one JSON object once all the audio is made, so no
+    streamed body notices the client leave: a new-user trial's client timed out at 2 s and the
+    engine went on speaking its 60 sentences for 20 s more. Now the route watches for the
+    disconnect and cancels its engine request."""
+    import socket
+
+    text = " ".join(f"This is sentence number {i} of a long answer nobody will hear." for i in range(40))
+    body = json.dumps({"text": text}).encode()
+    engine = live.app_state.engine
+    port = int(live.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /v1/text-to-speech/v/with-timestamps?output_format=pcm_16000 HTTP/1.1\r\n"
+                     b"Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + 30
+        while engine.num_requests() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.num_requests() == 1  # speaking (40 sentences: many seconds of work)
+        time.sleep(0.3)
+    left = time.monotonic()
+    while engine.num_requests() and time.monotonic() - left < 10:
+        time.sleep(0.02)
+    assert engine.num_requests() == 0 and time.monotonic() - left < 2.0, time.monotonic() - left
+    assert live.wait_idle(10) == 0 and live.app_state.residency.status("piper-joe")["busy"] == 0
