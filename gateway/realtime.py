@@ -186,6 +186,9 @@ class Session(SessionText):
         model = session.get("model", self.choice.model_id)
         if "voice" in session:
             voice = session["voice"]
+            if isinstance(voice, str) and not voice.strip():  # (spoke in the default voice, as REST's did)
+                raise InvalidInput("session.voice is empty: name a voice or preset, or null for the model's default",
+                                   field="session.voice")
         elif (self.settings.default_model if model is None else model) == self.choice.model_id:  # (null: the default)
             voice = self.choice.preset or self.choice.voice
         else:

@@ -171,6 +171,8 @@ def test_playback_reports_are_accepted(server: LiveServer) -> None:
     ('{"type": "text.append", "text": "' + "x" * 70000 + '"}', "message_too_large", None),  # (max_body_bytes)
     ('{"type": "session.update", "session": {"model": "nope"}}', "unknown_model", "session.model"),
     ('{"type": "session.update", "session": {"voice": "nope"}}', "unknown_voice", "session.voice"),
+    ('{"type": "session.update", "session": {"voice": ""}}', "invalid_input", "session.voice"),  # (as REST's)
+    ('{"type": "session.update", "session": {"voice": "  "}}', "invalid_input", "session.voice"),
     ('{"type": "session.update", "session": {"colour": "red"}}', "invalid_input", "session.colour"),
     ('{"type": "playback.position", "played_ms": NaN}', "invalid_json", None),  # NaN is not JSON
     ('{"type": "playback.position", "played_ms": 1e400}', "invalid_input", "played_ms"),
