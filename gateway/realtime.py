@@ -186,20 +186,21 @@ class Session(SessionText):
         model = session.get("model", self.choice.model_id)
         if "voice" in session:
             voice = session["voice"]
-            if isinstance(voice, str) and not voice.strip():  # (spoke in the default voice, as REST's did)
-                raise InvalidInput("session.voice is empty: name a voice or preset, or null for the model's default",
-                                   field="session.voice")
         elif (self.settings.default_model if model is None else model) == self.choice.model_id:  # (null: the default)
             voice = self.choice.preset or self.choice.voice
         else:
             voice = None  # a new model starts on its default voice
         speed = session.get("speed", None if "voice" in session else self.choice.speed)
+        empty = isinstance(voice, str) and not voice.strip()  # (it spoke in the default voice; REST refuses it)
         try:
-            choice = await resolve_voice(self.state, model=model, voice=voice, speed=speed,  # reference voices too
-                                         preset_may_switch_model="model" not in session)
-        except EngineError as error:
+            choice = await resolve_voice(self.state, model=model, voice="" if empty else voice, speed=speed,
+                                         preset_may_switch_model="model" not in session)  # reference voices too
+        except EngineError as error:  # (an empty voice of a Base model: no default, the reference voices listed)
             error.field = f"session.{error.field}" if error.field else "session"
             raise
+        if empty:
+            raise InvalidInput("session.voice is empty: name a voice or preset, or null for the model's default",
+                               field="session.voice")
         settable = {key: value for key, value in session.items() if key not in READ_ONLY_FIELDS}
         options = await speech_options(self.state, choice, {**self._text_fields(), **settable}, prefix="session.")
         language = session.get("language")

@@ -375,8 +375,13 @@ def test_an_unknown_voice_of_a_base_model_lists_its_reference_voices(client: htt
         json.loads(ws.recv())  # session.created
         ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": "Nobody"}}))
         event = json.loads(ws.recv())
+        # An empty voice is refused (it meant the default voice); a Base model's refusal still says why
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "tiny-clone", "voice": ""}}))
+        empty = json.loads(ws.recv())
     assert event["type"] == "error" and event["error"]["field"] == "session.voice", event
     assert "reference voices: alice, bob" in event["error"]["message"]
+    assert empty["type"] == "error" and empty["error"]["field"] == "session.voice", empty
+    assert "has no default voice" in empty["error"]["message"] and "alice, bob" in empty["error"]["message"], empty
 
 
 def test_an_openai_model_name_or_none_clones_with_the_base_model(client: httpx.Client) -> None:
