@@ -6,7 +6,9 @@ model and reads the `engine.submit` stream to its end, exactly as `POST
 /v1/audio/speech` does; the engine thread does the work, so pages and other requests
 stay responsive. Its requests carry a relaxed first-chunk target
 (`BACKGROUND_TTFA_MS`), so under the EDF scheduler a listener waiting on realtime audio
-goes first. Passages asked for while a job runs join its queue.
+goes first. Passages asked for while a job runs join its queue, the one being spoken too (it
+may have changed since its turn began): it is spoken again after the others unless the take it
+got is of its text and effective speaker as they are once that take is stored.
 
 Progress (`as_json`) counts passages queued, done and failed; a failed passage (unknown
 preset, model not installed, engine error) records its error and the job goes on.
@@ -27,7 +29,7 @@ import numpy as np
 from engine.types import EngineError, InvalidInput
 from gateway.audio import to_pcm16
 from gateway.clone_voices import resolve_voice
-from gateway.projects_store import ProjectStore
+from gateway.projects_store import ProjectStore, is_current
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, Stitched, plan, request_chars, speech_options, spoken_items
 from gateway.text import check_input
@@ -90,7 +92,9 @@ class Generator:
             self.jobs[project_id] = job
             job.task = asyncio.create_task(self._run(job), name=f"project-{project_id}")
         for passage_id in passage_ids:
-            if passage_id not in job.queue and passage_id != job.current:
+            # The current passage too: skipping it left a passage edited while it was spoken out of date
+            # after the job, asked for again or not; `_run` drops the ask if its take turns out current.
+            if passage_id not in job.queue:
                 job.queue.append(passage_id)
                 job.num_total += 1
         return job
@@ -111,8 +115,11 @@ class Generator:
             while job.queue:
                 job.current = job.queue.pop(0)
                 try:
-                    await self._generate(job.project_id, job.current)
+                    current = await self._generate(job.project_id, job.current)
                     job.num_done += 1
+                    if current and job.current in job.queue:  # asked again while spoken, but unchanged
+                        job.queue.remove(job.current)
+                        job.num_total -= 1
                 except PassageGone:  # deleted (a replacing import) before or while its turn: not a failure
                     job.num_total -= 1
                 except EngineError as error:
@@ -130,13 +137,19 @@ class Generator:
         except asyncio.CancelledError:
             job.state = "cancelled"
             if job.current is not None:  # not done: queued again, so done + failed + queued is the total
+                if job.current in job.queue:  # (asked again while spoken: once is enough)
+                    job.queue.remove(job.current)
+                    job.num_total -= 1
                 job.queue.insert(0, job.current)
             raise
         finally:
             job.current = None
             job.finished_at = time.time()
 
-    async def _generate(self, project_id: str, passage_id: str) -> None:
+    async def _generate(self, project_id: str, passage_id: str) -> bool:
+        """Speak passage `passage_id` and store its take; True when that take is of the passage's text
+        and effective speaker as they are once it is stored (False: changed while spoken). Raises
+        PassageGone, EngineError."""
         project = await self.store.get_project(project_id)
         passage = await self.store.get_passage(project_id, passage_id)
         if project is None or passage is None:
@@ -152,6 +165,8 @@ class Generator:
         meta = {"text": passage["text"], "speaker": speaker, "model_id": choice.model_id, "voice": choice.voice}
         # Chosen when the passage has no current chosen take as the take is stored (the store judges).
         await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=None)
+        now = await self.store.source(passage_id)
+        return now is not None and is_current(meta, *now)
 
     async def _synthesise(self, choice: Choice, text: str) -> tuple[np.ndarray, int]:
         """A passage through the same text frontend and stitching as `/v1/audio/speech`."""

@@ -239,6 +239,10 @@ class ProjectStore:
             await self._rechoose(db, before, "s.id = ?", (first["id"],))
             await self._touch(db, first["project_id"])
 
+    async def source(self, passage_id: str) -> tuple[str, str] | None:
+        """(text, effective speaker) of passage `passage_id` now; None when it is gone."""
+        return (await self._states(self.db, "s.id = ?", (passage_id,))).get(passage_id)
+
     async def _states(self, db: Any, where: str, args: tuple[Any, ...]) -> dict[str, tuple[str, str]]:
         """Passage id -> (text, effective speaker) of the passages `s` matching `where`."""
         async with db.execute(

@@ -169,3 +169,38 @@ def test_a_text_edited_back_while_a_take_is_stored_keeps_its_current_chosen_take
     assert len(passage["takes"]) == 2, passage  # the job's take of "Beta is second." is kept
     assert passage["chosen_take"] == alpha and not passage["out_of_date"], passage
     assert project["num_out_of_date"] == 0
+
+
+def test_a_passage_edited_while_it_is_generated_and_asked_for_again_is_generated_again(
+        client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asking again for the passage the job was speaking did nothing (`Generator.enqueue` skipped
+    the current passage), so its take, of the text as it was, left it out of date after the job."""
+    started, go_on = _held_generation(monkeypatch)
+    pid = imported(client, new_project(client)["id"], "Alpha is first.")["id"]
+    passage_id = client.get(f"/v1/projects/{pid}").json()["passages"][0]["id"]
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert started.wait(20)
+    client.patch(f"/v1/projects/{pid}/passages/{passage_id}", json={"text": "Beta is second."})
+    job = client.post(f"/v1/projects/{pid}/generate", json={}).json()
+    assert job["queued"] == [passage_id] and job["total"] == 2, job
+    go_on.set()
+    job = wait_job(client, pid)
+    assert (job["total"], job["done"], job["failed"], job["queued"]) == (2, 2, 0, []), job
+    passage = client.get(f"/v1/projects/{pid}").json()["passages"][0]
+    assert [take["text"] for take in passage["takes"]] == ["Alpha is first.", "Beta is second."], passage
+    assert not passage["out_of_date"], passage
+
+
+def test_a_passage_asked_for_again_unchanged_while_it_is_generated_is_generated_once(
+        client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generate pressed twice while the job speaks a passage: the take under way is of its text, so
+    the second ask needs no second take."""
+    started, go_on = _held_generation(monkeypatch)
+    pid = imported(client, new_project(client)["id"], "Alpha is first.")["id"]
+    client.post(f"/v1/projects/{pid}/generate", json={})
+    assert started.wait(20)
+    assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
+    go_on.set()
+    job = wait_job(client, pid)
+    assert (job["total"], job["done"], job["failed"], job["queued"]) == (1, 1, 0, []), job
+    assert len(client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"]) == 1
