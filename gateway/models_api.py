@@ -113,10 +113,15 @@ async def list_voices(request: Request) -> JSONResponse:
                 problem = hidden_problem((hidden or {}).get(name))
                 voice.update(usable=problem is None, problem=problem)
             data.append(voice)
-    for preset in await state.library.list_presets():
-        if model_id is None or preset["model_id"] == model_id:
-            data.append({"id": preset["name"], "name": preset["name"], "model": preset["model_id"],
-                         "kind": "preset", "voice": preset["voice"], "speed": preset["speed"]})
+    from gateway.presets import described  # (it imports gateway.clone_voices, which imports this module)
+
+    # usable and problem as GET /v1/presets and the Voices page say them (a preset had neither here, so
+    # one hidden by a voice of its model, which requests get instead, looked usable)
+    presets = [p for p in await state.library.list_presets() if model_id is None or p["model_id"] == model_id]
+    for preset in await described(state, presets):
+        data.append({"id": preset["name"], "name": preset["name"], "model": preset["model"], "kind": "preset",
+                     "voice": preset["voice"], "speed": preset["speed"], "usable": preset["usable"],
+                     "problem": preset["problem"]})
     return JSONResponse({"object": "list", "data": data})
 
 

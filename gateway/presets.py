@@ -79,12 +79,16 @@ async def _validated(state: AppState, data: dict[str, Any], existing: bool = Fal
 async def list_presets(request: Request) -> JSONResponse:
     """Presets whose model was deleted are listed with `usable: false` and the reason."""
     state: AppState = request.app.state.voxgate
+    return JSONResponse({"object": "list", "data": await described(state, await state.library.list_presets())})
+
+
+async def described(state: AppState, presets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`presets` (the library's rows) as GET /v1/presets lists them, each with `usable` and
+    `problem` (`_described`); each model's voices and kind asked once for all its presets."""
     models = await _models(state)
-    voices: dict[str, list[str]] = {}  # each model's, asked once for all its presets
-    bases: dict[str, bool] = {}  # whether each is a Base model, asked once for all its presets
-    presets = await state.library.list_presets()
-    return JSONResponse({"object": "list",
-                         "data": [await _described(state, preset, models, voices, bases) for preset in presets]})
+    voices: dict[str, list[str]] = {}
+    bases: dict[str, bool] = {}
+    return [await _described(state, preset, models, voices, bases) for preset in presets]
 
 
 async def _models(state: AppState) -> dict[str, dict[str, Any]]:

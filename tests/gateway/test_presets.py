@@ -92,3 +92,21 @@ def test_the_list_asks_for_each_models_voices_and_kind_once(tmp_path: Path, monk
     assert listed.json()["data"] == alone
     assert [p["usable"] for p in alone] == [True, True, True, False, False]
     assert asked == ["piper-joe"] and kinds == ["piper-joe"], (asked, kinds)
+
+
+def test_the_voices_list_says_of_each_preset_what_the_presets_list_says(tmp_path: Path) -> None:
+    """GET /v1/audio/voices listed presets with no `usable` or `problem`: one hidden by a voice of its
+    model (which requests get instead) looked as usable as any, while GET /v1/presets and the Voices
+    page flagged it. Reference voices there carried both already."""
+    _saved_by_an_older_version(tmp_path)
+    for server in run_server(tmp_path):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            presets = {p["name"]: p for p in client.get("/v1/presets").json()["data"]}
+            for query in ({}, {"model": "piper-joe"}):
+                listed = [v for v in client.get("/v1/audio/voices", params=query).json()["data"]
+                          if v["kind"] == "preset"]
+                assert {v["name"] for v in listed} == {"Bob ", "default"}, listed
+                for voice in listed:
+                    preset = presets[voice["name"]]
+                    assert (voice["usable"], voice["problem"]) == (preset["usable"], preset["problem"]), voice
+                assert [v["usable"] for v in sorted(listed, key=lambda v: v["name"])] == [True, False]
