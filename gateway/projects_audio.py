@@ -40,13 +40,18 @@ EXPORT_FORMATS = ("wav", "flac", "mp3", "opus")
 
 
 def write_wav(path: Path, sample_rate: int, pcm16: bytes) -> None:
-    """PCM16 LE mono bytes to a WAV file at `path`, atomically (temp name, then rename)."""
+    """PCM16 LE mono bytes to a WAV file at `path`, atomically (temp name, then rename); a failed write
+    (OSError: a full disk) leaves no partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".part")
-    with open(partial, "wb") as fh:
-        fh.write(wav_header(sample_rate, len(pcm16) // 2))
-        fh.write(pcm16)
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as fh:
+            fh.write(wav_header(sample_rate, len(pcm16) // 2))
+            fh.write(pcm16)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def read_pcm16(path: Path) -> tuple[np.ndarray, int]:

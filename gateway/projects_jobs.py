@@ -127,7 +127,7 @@ class Generator:
                     job.errors.append({"passage_id": job.current, "code": error.code, "message": error.message,
                                        "field": error.field})
                     log.info("project %s: passage %s failed: %s", job.project_id, job.current, error.message)
-                except Exception as error:  # e.g. the passage deleted at the last moment: record it, go on
+                except Exception as error:  # a bug, a full disk: record it, go on
                     log.exception("project %s: passage %s failed", job.project_id, job.current)
                     job.num_failed += 1
                     job.errors.append({"passage_id": job.current, "code": "internal_error",
@@ -164,7 +164,8 @@ class Generator:
             raise PassageGone(passage_id)
         meta = {"text": passage["text"], "speaker": speaker, "model_id": choice.model_id, "voice": choice.voice}
         # Chosen when the passage has no current chosen take as the take is stored (the store judges).
-        await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=None)
+        if await self.store.add_take(current, meta, sample_rate, to_pcm16(pcm), choose=None) is None:
+            raise PassageGone(passage_id)  # deleted since the re-read (its insert had failed: internal_error)
         now = await self.store.source(passage_id)
         return now is not None and is_current(meta, *now)
 

@@ -282,33 +282,46 @@ class ProjectStore:
         return _take(row) if row else None
 
     async def add_take(self, passage: dict[str, Any], meta: dict[str, Any], sample_rate: int, pcm16: bytes,
-                       choose: bool | None) -> str:
+                       choose: bool | None) -> str | None:
         """Store a generated take; `choose` makes it the passage's chosen take (the old one stays), None
         when the passage has no chosen take or its chosen take is out of date, judged in the transaction
         that inserts it: a job that judged before storing (its WAV written in the thread pool) chose its
-        take over the current one a text edited back had chosen meanwhile."""
-        take_id = new_id("ptk")
+        take over the current one a text edited back had chosen meanwhile. None (and no file left) when
+        the passage or its project was deleted meanwhile (the insert failed on its foreign key)."""
+        take_id, project_id = new_id("ptk"), passage["project_id"]
         name = f"{take_id}-0.wav"
-        folder = self.folder / passage["project_id"]
-        await run_in_threadpool(write_wav, folder / name, sample_rate, pcm16)
-        row = {**meta, "id": take_id, "project_id": passage["project_id"], "passage_id": passage["id"],
+        row = {**meta, "id": take_id, "project_id": project_id, "passage_id": passage["id"],
                "sample_rate": sample_rate, "audio_ms": 1000.0 * (len(pcm16) // 2) / sample_rate,
                "audio_file": name, "created_at": time.time()}
+        # Shielded: a cancel (its project deleted) waits for the thread, then removes the file (not waited
+        # for, the thread renamed it into place after the delete, where no row named it).
+        write = asyncio.ensure_future(run_in_threadpool(write_wav, self.folder / project_id / name,
+                                                        sample_rate, pcm16))
         try:
+            await asyncio.shield(write)
             async with self.library.transaction(immediate=True) as db:
-                if choose is None:
-                    choose = not await self._chosen_is_current(db, passage["id"])
-                await db.execute(
-                    "INSERT INTO project_takes (id, project_id, passage_id, text, speaker, model_id, voice,"
-                    " sample_rate, audio_ms, audio_file, created_at) VALUES (:id, :project_id, :passage_id, :text,"
-                    " :speaker, :model_id, :voice, :sample_rate, :audio_ms, :audio_file, :created_at)", row)
-                if choose:
-                    await db.execute("UPDATE passages SET chosen_take = ? WHERE id = ?", (take_id, passage["id"]))
-                await self._touch(db, passage["project_id"])
+                async with db.execute("SELECT 1 FROM passages WHERE id = ?", (passage["id"],)) as cur:
+                    gone = await cur.fetchone() is None
+                if not gone:
+                    await self._insert_take(db, row, choose)
         except BaseException:
-            (folder / name).unlink(missing_ok=True)
+            await asyncio.wait([write])
+            await self._discard(project_id, name)
             raise
-        return take_id
+        if gone:
+            await self._discard(project_id, name)
+        return None if gone else take_id
+
+    async def _insert_take(self, db: Any, row: dict[str, Any], choose: bool | None) -> None:
+        if choose is None:
+            choose = not await self._chosen_is_current(db, row["passage_id"])
+        await db.execute(
+            "INSERT INTO project_takes (id, project_id, passage_id, text, speaker, model_id, voice,"
+            " sample_rate, audio_ms, audio_file, created_at) VALUES (:id, :project_id, :passage_id, :text,"
+            " :speaker, :model_id, :voice, :sample_rate, :audio_ms, :audio_file, :created_at)", row)
+        if choose:
+            await db.execute("UPDATE passages SET chosen_take = ? WHERE id = ?", (row["id"], row["passage_id"]))
+        await self._touch(db, row["project_id"])
 
     async def _chosen_is_current(self, db: Any, passage_id: str) -> bool:
         """Whether passage `passage_id` has a chosen take of its text and effective speaker."""
@@ -334,10 +347,7 @@ class ProjectStore:
             self.take_path(take, name).unlink(missing_ok=True)
             raise
         if not cur.rowcount:
-            self.take_path(take, name).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):  # write_wav made the folder again if the project went
-                if await self.get_project(take["project_id"]) is None:
-                    self.take_path(take, name).parent.rmdir()
+            await self._discard(take["project_id"], name)
         return cur.rowcount > 0
 
     async def undo(self, take: dict[str, Any], audio_ms: float) -> bool:
@@ -367,6 +377,15 @@ class ProjectStore:
         async with db.execute(f"SELECT audio_file, history FROM project_takes WHERE {where}", args) as cur:
             rows = await cur.fetchall()
         return [name for row in rows for name in [row[0], *json.loads(row[1] or "[]")]]
+
+    async def _discard(self, project_id: str, name: str) -> None:
+        """Remove file `name`, written for a row not stored (or a take gone), and the project's folder
+        if the project went meanwhile (`write_wav` made it again)."""
+        path = self.folder / project_id / name
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if await self.get_project(project_id) is None:
+                path.parent.rmdir()
 
     async def _unlink(self, project_id: str, names: list[str]) -> None:
         def unlink() -> None:

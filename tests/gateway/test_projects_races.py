@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,56 @@ def test_a_passage_asked_for_again_unchanged_while_it_is_generated_is_generated_
     job = wait_job(client, pid)
     assert (job["total"], job["done"], job["failed"], job["queued"]) == (1, 1, 0, []), job
     assert len(client.get(f"/v1/projects/{pid}").json()["passages"][0]["takes"]) == 1
+@pytest.mark.parametrize("deleted", ["passage", "project"])
+def test_a_passage_deleted_while_its_take_is_stored_leaves_the_job_and_no_file(
+        client: httpx.Client, server: LiveServer, monkeypatch: pytest.MonkeyPatch, deleted: str) -> None:
+    """The job re-read the passage after the synthesis, then stored the take (its WAV in the thread
+    pool, then the row): a passage deleted meanwhile failed the row's insert on its foreign key, and
+    the job counted an internal_error rather than dropping the passage (`PassageGone`). A project
+    deleted meanwhile (its job cancelled) must leave no file either."""
+    import gateway.projects_store as store
+
+    pid = imported(client, new_project(client)["id"], "Alpha is first.\n\nBeta is second.")["id"]
+    first = client.get(f"/v1/projects/{pid}").json()["passages"][0]["id"]
+    started, go_on, written = threading.Event(), threading.Event(), threading.Event()
+    real = store.write_wav
+
+    def held_write(*args: Any) -> None:  # (in the thread pool) the delete lands meanwhile
+        started.set()
+        go_on.wait(20)
+        try:
+            real(*args)
+        finally:
+            written.set()
+
+    monkeypatch.setattr(store, "write_wav", held_write)
+    client.post(f"/v1/projects/{pid}/generate", json={"passages": [first]})
+    assert started.wait(60)
+    url = f"{server.url}/v1/projects/{pid}" + (f"/passages/{first}" if deleted == "passage" else "")
+    answer: list[httpx.Response] = []
+    delete = threading.Thread(target=lambda: answer.append(httpx.delete(url, timeout=30)))
+    delete.start()  # (a project's delete cancels its job, which waits for the file being written)
+    time.sleep(0.5)
+    go_on.set()
+    delete.join(30)
+    assert written.wait(20) and answer[0].status_code == 204, answer
+    if deleted == "passage":
+        job = wait_job(client, pid)
+        assert (job["total"], job["done"], job["failed"], job["errors"]) == (0, 0, 0, []), job
+    else:
+        time.sleep(0.5)  # (the clean-up after the write, were it not waited for)
+    folder = server.settings.data_dir / "projects" / pid
+    assert not folder.exists() or list(folder.iterdir()) == [], list(folder.iterdir())
+
+
+def test_a_failed_write_of_a_take_leaves_no_partial_file(tmp_path: Path) -> None:
+    """`write_wav` left its `.part` file behind when the write failed (until the next start's sweep)."""
+    from gateway.projects_audio import write_wav
+
+    class Unwritable:  # bytes that fail to write, as a full disk would
+        def __len__(self) -> int:
+            return 4
+
+    with pytest.raises(TypeError):
+        write_wav(tmp_path / "take.wav", 24000, Unwritable())  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
