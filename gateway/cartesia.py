@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import time
 from typing import Any, AsyncIterator, Sequence
 
@@ -48,7 +47,6 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from engine.types import EngineError, InvalidInput, WordTiming
-from gateway.access_log import note
 from gateway.clone_voices import resolve_vendor_voice
 from gateway.errors import ApiError, as_api_error, read_json
 from gateway.state import AppState
@@ -57,11 +55,9 @@ from gateway.text import TextOptions
 from gateway.vendor_context import TextContext
 from gateway.vendor_socket import VendorSocket, check_context_id, flag
 from gateway.vendor_formats import OutputFormat, cartesia_format
-from gateway.vendor_http import Speech, speech_headers, start_speech
+from gateway.vendor_http import Speech, ended_early, speech_headers, start_speech
 from gateway.voices import Choice, check_speed
 from gateway.writes import ClosingStreamingResponse
-
-log = logging.getLogger(__name__)
 
 
 def voice_id(value: object) -> str | None:
@@ -242,19 +238,13 @@ async def _speak(request: Request) -> tuple[OutputFormat, Speech, dict[str, Any]
     return fmt, pieces, data, speech_headers(pieces, choice)
 
 
-def _ended_early(pieces: Speech, error: EngineError) -> None:
-    """A failure after the first piece: logged with the request's id, and `cut=` on its access line."""
-    log.warning("request %s ended early: %s", pieces.request_id, error.message)
-    note(cut=error.code)
-
-
 async def _bytes(pieces: Speech) -> AsyncIterator[bytes]:
     try:
         async for piece in pieces:
             if piece.data:
                 yield piece.data
     except EngineError as error:
-        _ended_early(pieces, error)
+        ended_early(pieces, error)
 
 
 async def tts_bytes(request: Request) -> Response:
@@ -288,7 +278,7 @@ async def _events(pieces: Speech, context_id: str | None, add_timestamps: bool) 
                           "word_timestamps": timestamps(piece.words)}
                 yield f"event: timestamps\ndata: {json.dumps(stamps)}\n\n"
     except EngineError as error:
-        _ended_early(pieces, error)
+        ended_early(pieces, error)
         yield f"event: error\ndata: {json.dumps(sse_error(error, pieces.request_id, context_id))}\n\n"
         return
     yield f"event: done\ndata: {json.dumps({'type': 'done', **tag, 'done': True, 'status_code': 200})}\n\n"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 from typing import Any, AsyncIterator, Sequence
 
 from starlette.requests import Request
@@ -29,10 +28,8 @@ from gateway.errors import ApiError, read_json
 from gateway.state import AppState
 from gateway.timings import char_times
 from gateway.vendor_formats import OutputFormat, elevenlabs_format
-from gateway.vendor_http import Speech, speech_headers, start_speech
+from gateway.vendor_http import Speech, ended_early, speech_headers, start_speech
 from gateway.writes import ClientGone, ClosingStreamingResponse, unless_disconnected
-
-log = logging.getLogger(__name__)
 
 
 def alignment_seconds(words: Sequence[WordTiming], end_ms: float) -> dict[str, Any] | None:
@@ -75,8 +72,8 @@ async def _audio(pieces: Speech) -> AsyncIterator[bytes]:
         async for piece in pieces:
             if piece.data:
                 yield piece.data
-    except EngineError as error:
-        log.warning("text-to-speech ended early: %s", error.message)
+    except EngineError as error:  # (after the first chunk: the status is sent)
+        ended_early(pieces, error)
 
 
 async def convert(request: Request) -> Response:
@@ -122,6 +119,7 @@ async def _lines(pieces: Speech) -> AsyncIterator[str]:
                 yield json.dumps({"audio_base64": base64.b64encode(piece.data).decode("ascii"),
                                   "alignment": aligned, "normalized_alignment": aligned}) + "\n"
     except EngineError as error:
+        ended_early(pieces, error)
         yield json.dumps({"error": error.code, "code": error.code, "message": error.message,
                           "field": error.field}) + "\n"
 

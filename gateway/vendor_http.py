@@ -13,12 +13,13 @@ response ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
-from engine.types import AudioChunk, WordTiming
+from engine.types import AudioChunk, EngineError, WordTiming
 from gateway.access_log import fields, note
 from gateway.audio import Resampler, StreamEncoder
 from gateway.resident import Lease
@@ -28,6 +29,8 @@ from gateway.text import check_input, check_spoken, prepare
 from gateway.timings import WordQueue
 from gateway.vendor_formats import OutputFormat
 from gateway.voices import Choice
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,13 @@ def speech_headers(pieces: Speech, choice: Choice) -> dict[str, str]:
     (what the logs, the access line and a vendor's error event name), the model, voice and preset."""
     return {"X-Request-Id": pieces.request_id, "X-Voxgate-Model": choice.model_id, "X-Voxgate-Voice": choice.voice,
             **({"X-Voxgate-Preset": choice.preset} if choice.preset else {})}
+
+
+def ended_early(pieces: Speech, error: EngineError) -> None:
+    """A failure after the first piece (the response is under way, its status sent): logged with the
+    request's id, and `cut=<code>` on its access line (gateway/access_log.py)."""
+    log.warning("request %s ended early: %s", pieces.request_id, error.message)
+    note(cut=error.code)
 
 
 async def start_speech(state: AppState, choice: Choice, text: object, fmt: OutputFormat, *, source: str,

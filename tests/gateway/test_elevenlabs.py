@@ -358,3 +358,35 @@ def test_a_sixth_open_context_is_refused_until_one_ends(server: LiveServer) -> N
         ws.send(json.dumps({"context_id": "f", "close_context": True}))
         messages = until_final(ws, "f")
         assert audio_of(messages) and not any("error" in m for m in messages)
+
+
+@pytest.mark.parametrize("route", ["", "/stream", "/stream/with-timestamps"])
+def test_an_http_stream_failing_after_the_first_chunk_is_logged_with_its_request_and_cut(
+        server: LiveServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """An engine error after the first chunk ended the audio streams with a warning naming no request
+    and the NDJSON stream with its error line and no warning at all; neither access line said `cut=`
+    (Cartesia's /tts/bytes and /tts/sse log the request's id and note it: gateway/vendor_http.py)."""
+    from engine.types import GenerationFailed
+    from gateway.stitch import Stitched
+    from tests.conftest import server_log
+    from tests.gateway.test_access_log import access_line
+
+    real = Stitched.__anext__
+
+    async def failing(self: Stitched) -> Any:  # the first chunk (start()'s) comes, then the model fails
+        if self.request_id.startswith("el-") and self._first is None:
+            raise GenerationFailed("the model produced an audio token in the wrong slot")
+        return await real(self)
+
+    monkeypatch.setattr(Stitched, "__anext__", failing)
+    with server_log("gateway.access", "gateway.vendor_http") as records:
+        response = client.post(f"/v1/text-to-speech/x{route}?output_format=pcm_24000", json={"text": LONG})
+        assert response.status_code == 200 and response.content, response.text
+        request_id = response.headers["x-request-id"]
+        assert request_id.startswith("el-"), request_id
+        assert "cut=generation_failed" in access_line(records, request_id)
+        warned = [r.getMessage() for r in records if r.name == "gateway.vendor_http"]
+        assert any(request_id in line and "wrong slot" in line for line in warned), warned
+    if route.endswith("with-timestamps"):
+        assert json.loads(response.text.splitlines()[-1])["code"] == "generation_failed"
+    assert server.wait_idle() == 0
