@@ -10,7 +10,8 @@ see them): phone numbers (`555-123-4567`, `(555) 123-4567`, `+1 555 123 4567`), 
 `'80s`), seconds (`45s`), ordinals (`1st`, `2e`, `3º`), ranges (`10-20`; `1939-1945`, `1990-95` as
 years), resolutions (`1080p`: "ten eighty p"), years, version numbers (`1.2.3`, `v2.0.1`: "one
 point two point three"; `2.10` after "version", "release", "update" or `v`: "two point ten"), then
-every other number (`-5`: "minus five"; a decimal's zeros as written: `2.0` "two point zero").
+every other number (`-5`: "minus five"; a decimal's zeros as written: `2.0` "two point zero"). In English,
+numbers joined by commas that do not group thousands are a list: `1,2,3` "one, two, three" (`10,000` is one number).
 
 Phone numbers are read digit by digit, a comma between groups ("five five five, one two
 three, four five six seven"; `+` is "plus"): three groups of 3-3-4 digits (with `-`, `.` or a
@@ -209,17 +210,24 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     def hashed(m: re.Match[str]) -> str:
         return f" number {cardinal(int(m['n']), lang)} "
 
-    def plain(m: re.Match[str]) -> str:
-        text = m["n"]
+    def plain_words(text: str, sign: str | None) -> str:
         figures = text.replace(",", "").replace(".", "").replace(" ", "")
         if (len(figures) >= 10 or (len(figures) > 1 and figures[0] == "0" and not re.search(r"[.,]", text))) \
-                and not m["sign"]:
-            return f" {digits(text, lang)} "  # an id, a phone or a code: read digit by digit
+                and not sign:
+            return digits(text, lang)  # an id, a phone or a code: read digit by digit
         try:
             value = number(text)
         except InvalidOperation:
             return text
-        return f' {signed(cardinal(value, lang), m["sign"], lang)} '
+        return signed(cardinal(value, lang), sign, lang)
+
+    def plain(m: re.Match[str]) -> str:
+        return f' {plain_words(m["n"], m["sign"])} '
+
+    def number_list(m: re.Match[str]) -> str:  # "1,2,3": numbers listed, unless the commas group thousands
+        if re.fullmatch(r"\d{1,3}(?:,\d{3})+", m["n"]):
+            return m["n"]  # one number ("10,000"): the plain pass reads it
+        return " " + ", ".join(plain_words(part, None) for part in m["n"].split(",")) + " "
 
     end = r"(?![\w-]|[.,]\d)"
     passes: list[tuple[str, Callable[[re.Match[str]], str]]] = [
@@ -259,6 +267,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     if base == "en":
         passes.append((r"(?<![\w.,-])(?P<a>\d+)\s?[-–]\s?(?P<b>\d+)(?![\d-]|[.,]\d)", number_range))
         passes.append((r"#(?P<n>\d+)\b", hashed))
+        passes.append((r"(?<![\w.,$€£¥/:-])(?P<n>\d+(?:,\d+)+)(?!\w|[.,]\d)", number_list))
     if base == "en":
         passes.append((r"(?<![\w.])(?P<n>480|576|720|1080|1440|2160|4320)(?P<s>[pi])(?!\w)", resolution))
     if base in YEAR_LANGUAGES:

@@ -295,6 +295,19 @@ def test_a_number_is_read_without_commas_inside_it(text: str, expected: str) -> 
     assert spoken(text) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [  # found by a new-user trial: "one,2,3"
+    ("Pick 1,2 or 3.", "Pick one, two or three."),
+    ("1,2,3", "one, two, three"),
+    ("Scores were 3,4,5 and 10,000, or so.", "Scores were three, four, five and ten thousand, or so."),
+    ("Pick 1,2, or 3.", "Pick one, two, or three."),
+    ("Rows 007,8", "Rows zero zero seven, eight"),
+])
+def test_numbers_joined_by_commas_that_do_not_group_thousands_are_a_list(text: str, expected: str) -> None:
+    """Only the first was read ("one,2,3"): the number pass does not start right after a comma, so
+    that "1,000" stays one number; a speech LM reads what is left as digits or not at all."""
+    assert spoken(text) == expected
+
+
 def test_a_streamed_first_clause_does_not_end_inside_a_number() -> None:
     stream = TextStream(EN, 24, 12, field="text")  # /v1/realtime's first clause
     segments = [*stream.append("We have 1,250,000 users now, and more."), *stream.flush()]
