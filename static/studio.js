@@ -1,6 +1,6 @@
 // Studio: speak text over /v1/realtime, watch the waveform arrive, keep takes.
-import { $, api, say, sayError, fmtMs, fmtDuration, el, fillModels, fillVoices, signedInScope } from "./common.js";
-import { wavHeader } from "./recorder.js";
+import { $, say, sayError, fmtMs, fmtDuration, fillModels, fillVoices, signedInScope } from "./common.js";
+import { head, keepTake, loadTakes } from "./studio-takes.js";
 import { Speaker } from "./speaker.js";
 import { keepDraft, restoreDraft } from "./draft.js";
 import { Waveform } from "./waveform.js";
@@ -184,111 +184,11 @@ async function speakTake() {
   if ($("keep").checked && result.chunks.length) await keepTake(settings, result);
 }
 
-// The first `samples` of a list of Int16Array chunks.
-function head(chunks, samples) {
-  const out = [];
-  for (const c of chunks) {
-    if (samples <= 0) break;
-    out.push(c.length <= samples ? c : c.subarray(0, samples));
-    samples -= c.length;
-  }
-  return out;
-}
-
 function stop() {
   speaker.stop();
   if (endPlayback) { endPlayback("stopped"); return; }  // speak() says what was kept
   setBusy(false);
   say(status, "Stopped.");
-}
-
-// -- takes --------------------------------------------------------------------------
-
-async function keepTake(settings, { done, chunks, sampleRate }) {
-  const takesStatus = $("takes-status");
-  say(takesStatus, "Saving the take…", "busy");
-  try {
-    // The audio streams to the server's disk as raw PCM16; the take's fields ride in the query.
-    const fields = { ...settings, sample_rate: sampleRate, ttfa_ms: done.ttfa_ms, stalls: done.stalls };
-    const query = new URLSearchParams(Object.entries(fields).filter(([, v]) => v !== null && v !== undefined));
-    await api("POST", `/v1/takes?${query}`, new Blob(chunks, { type: "audio/pcm" }));
-    say(takesStatus, "");
-    await loadTakes();
-    window.voxgate.lastKept = { audio_ms: (1000 * chunks.reduce((n, c) => n + c.length, 0)) / sampleRate };
-  } catch (err) {
-    // Nothing heard is lost: the audio stays here, to download, when the server would not keep it.
-    sayError(takesStatus, err, "Could not save the take");
-    const samples = chunks.reduce((n, c) => n + c.length, 0);
-    const wav = new Blob([wavHeader(samples, sampleRate), ...chunks], { type: "audio/wav" });
-    const link = el("a", { href: URL.createObjectURL(wav), download: "take.wav",
-                           id: "unsaved-take", text: "Download this take (WAV)" });
-    takesStatus.append(" ", link);
-  }
-}
-
-function takeItem(take) {
-  const when = new Date(take.created_at * 1000);
-  const text = take.text.length > 160 ? `${take.text.slice(0, 160)}…` : take.text;
-  const audio = el("audio", { controls: true, preload: "none", src: `${take.audio_url}?format=wav`,
-                              "aria-label": `Replay take from ${when.toLocaleTimeString()}` });
-  const itemStatus = el("p", { class: "status", role: "status" });
-  const del = el("button", { type: "button", class: "danger", text: "Delete",
-                             "aria-label": `Delete take from ${when.toLocaleTimeString()}` });
-  del.addEventListener("click", async () => {
-    del.disabled = true;
-    try {
-      await api("DELETE", `/v1/takes/${take.id}`);
-      await loadTakes();
-      $("takes-h").focus();
-    } catch (err) {
-      if (err.code === "take_not_found") {  // deleted meanwhile (another tab): the list was out of date
-        await loadTakes();
-        $("takes-h").focus();
-        return;
-      }
-      del.disabled = false;
-      sayError(itemStatus, err, "Could not delete");
-    }
-  });
-  const downloads = ["wav", "mp3", "flac"].map((fmt) =>
-    el("a", { href: `${take.audio_url}?format=${fmt}`, download: `${take.id}.${fmt}`, class: "button",
-              text: fmt.toUpperCase(), "aria-label": `Download as ${fmt.toUpperCase()}: take from ${when.toLocaleTimeString()}` }));
-  return el("li", { class: "take", "data-take-id": take.id },
-    el("p", { class: "take-text", text }),
-    el("p", { class: "muted small",
-              text: `${take.model} · ${take.voice} · ${take.speed}× · ${fmtDuration(take.audio_ms)} · TTFA ${fmtMs(take.ttfa_ms)} · ${take.stalls} stall${take.stalls === 1 ? "" : "s"} · ${when.toLocaleString()}` }),
-    el("div", { class: "take-actions" }, audio, el("span", { class: "downloads" }, ...downloads), del),
-    itemStatus);
-}
-
-// The list is brought up to date in place: a take still listed keeps its row (a replay in it plays on,
-// the keyboard stays in it); a take deleted meanwhile leaves, and a new one comes in where it belongs.
-function showTakes(data) {
-  const list = $("takes");
-  const rows = new Map([...list.children].map((li) => [li.dataset.takeId, li]));
-  const listed = new Set(data.map((t) => t.id));
-  const hadFocus = list.contains(document.activeElement);
-  for (const [id, li] of rows) if (!listed.has(id)) li.remove();
-  let at = list.firstElementChild;
-  for (const take of data) {
-    const li = rows.get(take.id);
-    if (li && li === at) { at = at.nextElementSibling; continue; }
-    list.insertBefore(li || takeItem(take), at);
-  }
-  if (hadFocus && !list.contains(document.activeElement)) $("takes-h").focus();
-}
-
-async function loadTakes() {
-  try {
-    const { data } = await api("GET", "/v1/takes");
-    showTakes(data);
-    if (/^Could not load takes/.test($("takes-status").textContent)) say($("takes-status"), "");
-    $("takes-empty").hidden = data.length > 0;
-    window.voxgate.takes = data.length;
-  } catch (err) {
-    $("takes-empty").hidden = true;  // (it said "No takes yet" beside the error: found by a new-user trial)
-    sayError($("takes-status"), err, "Could not load takes");
-  }
 }
 
 // -- wiring -------------------------------------------------------------------------
