@@ -1,5 +1,5 @@
 // Studio: speak text over /v1/realtime, watch the waveform arrive, keep takes.
-import { $, say, sayError, fmtMs, fmtDuration, fillModels, fillVoices, signedInScope } from "./common.js";
+import { $, api, say, sayError, fmtMs, fmtDuration, fillModels, fillVoices, signedInScope } from "./common.js";
 import { head, keepTake, loadTakes } from "./studio-takes.js";
 import { Speaker } from "./speaker.js";
 import { keepDraft, restoreDraft } from "./draft.js";
@@ -11,12 +11,14 @@ let presetSpeeds = {};
 let families = {};  // model id -> family (GET /v1/models)
 const SPEED_FAMILIES = JSON.parse($("speed").dataset.families);
 let endPlayback = null;  // resolves the wait for playback to end: "ended" or "stopped"
+let waiting = null;  // the Speak waiting for its first audio ({model}), else null
 
 // For tests and the curious: the take in progress and the last one done.
-window.voxgate = { playedMs: 0, positionReports: 0, lastDone: null, playerState: "idle", takes: 0, lastKept: null };
+window.voxgate = { playedMs: 0, positionReports: 0, lastDone: null, playerState: "idle", takes: 0, lastKept: null,
+                  loadingSeen: null };
 
 const speaker = new Speaker({
-  onStart: () => say(status, "Playing…", "busy"),
+  onStart: () => { waiting = null; say(status, "Playing…", "busy"); },
   onAudio: (pcm) => wave.add(pcm),
   onPosition: (playedMs, msg) => {
     window.voxgate.playedMs = playedMs;
@@ -122,6 +124,35 @@ function warnBeforeLeaving(event) {
   event.returnValue = "";  // (older browsers ask only when it is set)
 }
 
+// A model not loaded yet is loaded by the Speak that needs it (Piper ~2-5 s, a speech LM longer), and
+// that wait said "Synthesising…" with no sign why (found by a new-user trial). GET /v1/models/{id} says
+// whether the model is loaded: until it is (or the first audio comes, or the Speak ends), the status
+// says it is loading, once (a live region re-read at every poll would drown the page).
+const LOAD_POLL_MS = 400;
+async function watchLoad(wait) {
+  let said = false;
+  for (;;) {
+    let model;
+    try {
+      model = await api("GET", `/v1/models/${encodeURIComponent(wait.model)}`);
+    } catch {
+      return;  // (the Speak says what went wrong, if anything did)
+    }
+    if (waiting !== wait) return;
+    if (model.loaded) {
+      if (said) say(status, "Synthesising…", "busy");
+      return;
+    }
+    if (!said) {
+      say(status, `Loading the model ${wait.model}… (the first request to a model loads it; the audio follows)`, "busy");
+      window.voxgate.loadingSeen = wait.model;
+      said = true;
+    }
+    await new Promise((resolve) => setTimeout(resolve, LOAD_POLL_MS));
+    if (waiting !== wait) return;
+  }
+}
+
 async function speak() {
   window.addEventListener("beforeunload", warnBeforeLeaving);
   try {
@@ -145,11 +176,15 @@ async function speakTake() {
   wave.reset();
   for (const id of ["ttfa", "stalls", "audio-ms", "played"]) $(id).textContent = "–";
   say(status, "Synthesising…", "busy");
+  const wait = { model: settings.model };
+  waiting = wait;
+  watchLoad(wait);
   let result;
   try {
     result = await speaker.speak(settings);
   } catch (err) {
     setBusy(false);
+    waiting = null;
     sayError(status, err, err.field ? `Error (${err.field})` : "Error");
     if (err.field === "session.voice") {  // (e.g. a preset deleted in another tab): offer what there is now
       await loadVoices({ keep: true }).catch(() => {});
@@ -158,6 +193,7 @@ async function speakTake() {
     return;
   }
   const { done } = result;
+  waiting = null;
   applyScope();  // (a sign-in the Speak led to may have come since)
   window.voxgate.lastDone = done;
   $("ttfa").textContent = fmtMs(done.ttfa_ms);
@@ -185,6 +221,7 @@ async function speakTake() {
 }
 
 function stop() {
+  waiting = null;
   speaker.stop();
   if (endPlayback) { endPlayback("stopped"); return; }  // speak() says what was kept
   setBusy(false);

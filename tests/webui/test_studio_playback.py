@@ -1,0 +1,56 @@
+"""The studio while it speaks, as new users tried it (a trial that found these): the wait for a
+model to load said why, and the keyboard stops what plays. Headless Debian Chromium via Playwright.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, run_server
+from tests.webui.conftest import HAS_CHROMIUM
+
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
+LONG_TEXT = " ".join(["It was a bright cold day in April, and the clocks were striking thirteen."] * 6)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"))
+
+
+def open_studio(page: sync_api.Page, server: LiveServer) -> None:
+    page.goto(f"{server.url}/")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+
+
+def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api.Page,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Speak with the model not loaded yet waited seconds on "Synthesising…", with no sign why."""
+    residency = server.app_state.residency
+    load = residency._loader
+
+    def slow_load(*args: Any) -> Any:
+        time.sleep(2.0)  # (in the load's worker thread): a load the page can be seen waiting for
+        return load(*args)
+
+    monkeypatch.setattr(residency, "_loader", slow_load)
+    httpx.post(f"{server.url}/v1/models/piper-joe/unload", json={})
+    assert not httpx.get(f"{server.url}/v1/models/piper-joe").json()["loaded"]
+    open_studio(page, server)
+    page.fill("#text", "Said once the model has loaded.")
+    page.click("#speak")
+    page.locator("#status", has_text="Loading the model piper-joe").wait_for(timeout=10_000)
+    assert page.get_attribute("#status", "aria-live") == "polite"
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+
+    # Loaded now: the next Speak says nothing of a load.
+    page.evaluate("window.voxgate.loadingSeen = null")
+    page.click("#speak")
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+    assert page.evaluate("window.voxgate.loadingSeen") is None
