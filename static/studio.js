@@ -259,6 +259,16 @@ $("voice").addEventListener("change", () => {
 });
 $("speak").addEventListener("click", () => speak().catch((err) => { setBusy(false); sayError(status, err); }));
 $("stop").addEventListener("click", stop);
+// Escape stops what plays, as Stop does (there was no keyboard way but Tab to Stop: new-user trial),
+// and a take's replay too; not while a dialog is open (its own Escape closes it) or a control used it.
+document.addEventListener("keydown", (e) => {
+  if (e.key !== "Escape" || e.defaultPrevented || e.isComposing || document.querySelector("dialog[open]")) return;
+  const replays = [...document.querySelectorAll("#takes audio")].filter((a) => !a.paused);
+  if ($("stop").disabled && !replays.length) return;
+  e.preventDefault();
+  for (const audio of replays) audio.pause();
+  if (!$("stop").disabled) stop();
+});
 $("text").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("speak").disabled) { e.preventDefault(); $("speak").click(); }
 });

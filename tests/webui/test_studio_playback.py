@@ -54,3 +54,42 @@ def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api
     page.click("#speak")
     page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
     assert page.evaluate("window.voxgate.loadingSeen") is None
+
+
+def test_escape_stops_what_plays_but_not_in_a_dialog(server: LiveServer, page: sync_api.Page) -> None:
+    """There was no keyboard way to stop a take but Tab to Stop."""
+    open_studio(page, server)
+    before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
+    page.fill("#text", LONG_TEXT)
+    page.focus("#text")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("window.voxgate.playedMs > 1500", timeout=60_000)
+    page.focus("#text")  # (from wherever the keyboard is)
+    page.keyboard.press("Escape")  # (synthesis may have ended by now: it stops the playback then)
+    page.locator("#status", has_text="Stopped").wait_for(timeout=10_000)
+    assert page.evaluate("window.voxgate.playerState") == "idle" and page.is_disabled("#stop")
+    assert page.input_value("#text") == LONG_TEXT  # (Escape did nothing else to the text)
+    assert server.wait_idle() == 0
+    page.wait_for_function(f"window.voxgate.takes === {before + 1}", timeout=30_000)  # what was heard, kept
+    assert page.get_attribute("#stop", "aria-keyshortcuts") == "Escape"
+
+    # In a dialog, Escape is the dialog's: it closes, and the take plays on.
+    page.uncheck("#keep")
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.playerState === 'playing'", timeout=60_000)
+    page.evaluate("document.querySelector('#signin').showModal(); document.querySelector('#signin-key').focus()")
+    page.keyboard.press("Escape")
+    assert not page.evaluate("document.querySelector('#signin').open")
+    page.wait_for_timeout(300)
+    assert page.is_enabled("#stop") and page.evaluate("window.voxgate.playerState") != "idle"
+    page.keyboard.press("Escape")  # ... and the next one stops it
+    page.wait_for_function("window.voxgate.playerState === 'idle'", timeout=10_000)
+    page.locator("#status", has_text="Stopped").wait_for(timeout=10_000)
+
+    # A take's replay stops too.
+    replay = page.locator("#takes li.take audio").first
+    replay.evaluate("(a) => a.play()")
+    page.wait_for_function("document.querySelector('#takes li.take audio').currentTime > 0.1")
+    page.keyboard.press("Escape")
+    page.wait_for_function("document.querySelector('#takes li.take audio').paused", timeout=5_000)
+    assert not replay.evaluate("(a) => a.ended")  # paused part way, not played out
