@@ -4,6 +4,7 @@ import { $, api, errorOf, fetchSigned, say, sayError, el, fillModels, fmtDuratio
 import { fillSpeakers } from "./project-speakers.js";
 import { takeItem } from "./project-takes.js";
 import { joinItem } from "./project-arrange.js";
+import "./players.js";  // one take (or join) plays at a time
 
 const projectId = $("editor").dataset.project;
 const POLL_MS = 500;

@@ -3,6 +3,7 @@ import { $, api, say, sayError, fmtMs, fmtDuration, fillModels, fillVoices, sign
 import { head, keepTake, loadTakes } from "./studio-takes.js";
 import { Speaker } from "./speaker.js";
 import { keepDraft, restoreDraft } from "./draft.js";
+import { onMediaPlay, pauseMedia } from "./players.js";
 import { Waveform } from "./waveform.js";
 
 const status = $("status");
@@ -172,6 +173,7 @@ async function speakTake() {
   const settings = { text, model: $("model").value, voice: $("voice").value,
                      speed: speedApplies() ? Number($("speed").value) : null };  // (null: the take says 1×)
   applyScope();
+  pauseMedia();  // one player at a time: a take's replay gives way to the new take
   setBusy(true);
   wave.reset();
   for (const id of ["ttfa", "stalls", "audio-ms", "played"]) $(id).textContent = "–";
@@ -259,6 +261,7 @@ $("voice").addEventListener("change", () => {
 });
 $("speak").addEventListener("click", () => speak().catch((err) => { setBusy(false); sayError(status, err); }));
 $("stop").addEventListener("click", stop);
+onMediaPlay(() => { if (!$("stop").disabled) stop(); });  // a take's replay stops the live take (what was heard is kept)
 // Escape stops what plays, as Stop does (there was no keyboard way but Tab to Stop: new-user trial),
 // and a take's replay too; not while a dialog is open (its own Escape closes it) or a control used it.
 document.addEventListener("keydown", (e) => {

@@ -1,0 +1,94 @@
+"""Takes in the studio and in projects, as new users tried them (a trial that found these): one
+plays at a time, and a download has a name that says what it is. Headless Debian Chromium via
+Playwright.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, run_server
+from tests.webui.conftest import HAS_CHROMIUM
+
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
+LONG_TEXT = " ".join(["It was a bright cold day in April, and the clocks were striking thirteen."] * 6)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"))
+
+
+def open_studio(page: sync_api.Page, server: LiveServer) -> None:
+    page.goto(f"{server.url}/")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+
+
+def add_take(server: LiveServer, text: str, voice: str = "default", seconds: float = 4.0) -> dict[str, Any]:
+    """A take of `seconds` of silence (it plays as long as speech would)."""
+    query = httpx.QueryParams(text=text, model="piper-joe", voice=voice, sample_rate=24000)
+    res = httpx.post(f"{server.url}/v1/takes?{query}", content=b"\0\0" * int(24000 * seconds),
+                     headers={"Content-Type": "audio/pcm"})
+    assert res.status_code == 201, res.text
+    take: dict[str, Any] = res.json()
+    return take
+
+
+def playing(audio: Any) -> bool:
+    return bool(audio.evaluate("(a) => !a.paused && !a.ended"))
+
+
+def start(audio: Any) -> None:
+    audio.evaluate("(a) => a.play()")  # (as its own play button does)
+    audio.page.wait_for_function("(a) => a.currentTime > 0.1", arg=audio.element_handle())
+
+
+def test_one_take_plays_at_a_time_in_the_studio(server: LiveServer, page: sync_api.Page) -> None:
+    """A take started while another played left both playing over each other."""
+    first, second = add_take(server, "First take."), add_take(server, "Second take.")
+    open_studio(page, server)
+    a = page.locator(f"li[data-take-id='{first['id']}'] audio")
+    b = page.locator(f"li[data-take-id='{second['id']}'] audio")
+    start(a)
+    start(b)
+    assert playing(b) and not playing(a)  # the first gave way
+
+    # Speak: the replay gives way to the new take ...
+    page.uncheck("#keep")
+    page.fill("#text", LONG_TEXT)
+    page.click("#speak")
+    page.wait_for_function("window.voxgate.playedMs > 300", timeout=60_000)
+    assert not playing(b)
+    # ... and a replay started meanwhile stops the live take, as Stop does.
+    start(a)
+    page.wait_for_function("window.voxgate.playerState === 'idle'", timeout=10_000)
+    page.locator("#status", has_text="Stopped").wait_for(timeout=10_000)
+    assert page.is_disabled("#stop") and playing(a)
+    a.evaluate("(a) => a.pause()")
+
+
+def test_one_take_plays_at_a_time_in_a_project(server: LiveServer, page: sync_api.Page) -> None:
+    """The trial's case: a project's takes, each with its own player."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Players"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    text = "The keeper climbed the stairs at dusk, and lit the lamp.\n\nFar out, a ship answered him."
+    httpx.post(f"{base}/import", json={"text": text, "format": "text", "apply": True}).raise_for_status()
+    httpx.post(f"{base}/generate", json={}).raise_for_status()
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{base}/job").json()["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    page.goto(f"{server.url}/projects/{project['id']}")
+    a = page.get_by_label("Listen to take 1 of passage 1")
+    b = page.get_by_label("Listen to take 1 of passage 2")
+    b.wait_for()
+    start(a)
+    start(b)
+    assert playing(b) and not playing(a)
+    start(a)
+    assert playing(a) and not playing(b)
