@@ -60,8 +60,9 @@ function takeItem(take) {
       sayError(itemStatus, err, "Could not delete");
     }
   });
+  // The server names the file (its text's first words, voice and id): `download` only makes it one.
   const downloads = ["wav", "mp3", "flac"].map((fmt) =>
-    el("a", { href: `${take.audio_url}?format=${fmt}`, download: `${take.id}.${fmt}`, class: "button",
+    el("a", { href: `${take.audio_url}?format=${fmt}`, download: true, class: "button",
               text: fmt.toUpperCase(), "aria-label": `Download as ${fmt.toUpperCase()}: take from ${when.toLocaleTimeString()}` }));
   return el("li", { class: "take", "data-take-id": take.id },
     el("p", { class: "take-text", text }),

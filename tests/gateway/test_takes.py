@@ -161,3 +161,15 @@ def test_openai_model_names_mean_the_default_model_here_too(client: httpx.Client
     assert client.delete(f"/v1/projects/{project.json()['id']}").status_code == 204
     missing = client.post("/v1/presets", json={"name": "Nope", "model": "tts-2"})
     assert missing.status_code == 404 and missing.json()["error"]["message"] == "unknown model 'tts-2'"
+
+
+@pytest.mark.parametrize("text, voice, expected", [
+    ("Hello there.", "default", "hello-there_default_take-1.wav"),
+    ("Émile's café: 3.5 km <break time='1s'/> away", "Slow Joe", "emile-s-cafe-3-5-km-away_slow-joe_take-1.wav"),
+    ("One two three four five six seven eight nine ten eleven", "x", "one-two-three-four-five-six-seven-eight_x_take-1.wav"),
+    ("Supercalifragilisticexpialidocious" * 2, "x", "supercalifragilisticexpialidocioussuperc_x_take-1.wav"),
+    ("Straße, Ærø, Łódź", "Bjørn", "strasse-aero-lodz_bjorn_take-1.wav"),
+    ("日本語のテキスト", "../..", "take-1.wav"),  # nothing of either left: the id alone
+])
+def test_a_take_downloads_under_its_words_voice_and_id(text: str, voice: str, expected: str) -> None:
+    assert takes.download_name({"text": text, "voice": voice, "id": "take-1"}, "wav") == expected

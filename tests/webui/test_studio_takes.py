@@ -92,3 +92,16 @@ def test_one_take_plays_at_a_time_in_a_project(server: LiveServer, page: sync_ap
     assert playing(b) and not playing(a)
     start(a)
     assert playing(a) and not playing(b)
+
+
+def test_a_download_is_named_after_the_take(server: LiveServer, page: sync_api.Page) -> None:
+    """Every download was `take-<id>.wav`: a folder of them said nothing of what each holds."""
+    take = add_take(server, 'Grüß Gott, Émile! <break time="500ms"/> A name / with "odd" bits: *.wav?',
+                    voice="Slow Joe.v2", seconds=0.5)
+    open_studio(page, server)
+    row = page.locator(f"li[data-take-id='{take['id']}']")
+    for fmt in ("WAV", "MP3"):
+        with page.expect_download() as download:
+            row.get_by_role("link", name=f"Download as {fmt}").click()
+        name = download.value.suggested_filename
+        assert name == f"gruss-gott-emile-a-name-with-odd-bits_slow-joe-v2_{take['id']}.{fmt.lower()}"
