@@ -70,15 +70,33 @@ async function loadVoices({ keep = false } = {}) {
 
 // Presets and takes made or deleted in another tab were not seen until a reload (found by a
 // new-user trial): both lists are read again when the page is seen again.
+// So are the models (a model installed or removed in another tab was missing, or offered and refused,
+// until a reload: new-user trial), first, as the voices are the model's.
 let refreshing = null;
 function refreshLists() {
   if (document.visibilityState !== "visible" || refreshing || !$("model").value) return;
   refreshing = Promise.all([
-    loadVoices({ keep: true }).then((gone) => {
-      if (gone) say(status, `"${gone}" is no longer offered (deleted elsewhere?): the voice is now "${$("voice").value}".`);
-    }).catch((err) => sayError(status, err, "Could not load voices")),
+    loadModels({ keep: true }).then(async (goneModel) => {
+      const gone = await loadVoices({ keep: true });
+      if (goneModel) {
+        say(status, `The model "${goneModel}" is no longer installed (removed elsewhere?): the model is now `
+                    + `"${$("model").value}", the voice "${$("voice").value}".`);
+      } else if (gone) {
+        say(status, `"${gone}" is no longer offered (deleted elsewhere?): the voice is now "${$("voice").value}".`);
+      }
+    }).catch((err) => sayError(status, err, "Could not load models and voices")),
     loadTakes(),
   ]).finally(() => { refreshing = null; });
+}
+
+// keep: the selection stays where it is still offered; returns the one that no longer is (else null).
+async function loadModels({ keep = false } = {}) {
+  const before = $("model").value;
+  const preferred = keep && before ? before : new URLSearchParams(location.search).get("model") || $("model").dataset.default;
+  const models = await fillModels($("model"), preferred);
+  families = Object.fromEntries(models.map((m) => [m.id, m.family]));
+  applySpeedControl();
+  return keep && before && $("model").value !== before ? before : null;
 }
 
 // Takes are an admin key's: signed in with a speech key, each save was refused after the audio
@@ -280,12 +298,8 @@ updateCount();
 setSpeed(1);
 applyScope();
 new ResizeObserver(() => wave.draw()).observe($("wave"));
-fillModels($("model"), new URLSearchParams(location.search).get("model") || $("model").dataset.default)
-  .then((models) => {
-    families = Object.fromEntries(models.map((m) => [m.id, m.family]));
-    applySpeedControl();
-    return loadVoices();
-  })
+loadModels()
+  .then(() => loadVoices())
   .then(() => {
     const preset = new URLSearchParams(location.search).get("voice");
     if (preset && [...$("voice").options].some((o) => o.value === preset)) {

