@@ -59,13 +59,20 @@ function setBusy(busy) {
 }
 
 // keep: the selection stays where it is still offered; returns the one that no longer is (else null).
+// A preset's speed stayed on the slider once the preset gave way (deleted in another tab: found by a
+// new-user trial): the slider goes back to its default when the preset selected is replaced.
 async function loadVoices({ keep = false } = {}) {
   const before = $("voice").value;
+  const fromPreset = before in presetSpeeds;
   const data = await fillVoices($("voice"), $("model").value);
   presetSpeeds = Object.fromEntries(data.filter((v) => v.kind === "preset").map((v) => [v.id, v.speed]));
-  if (!keep || !before) return null;
-  if (data.some((v) => v.id === before)) { $("voice").value = before; return null; }
-  return before;
+  let gone = null;
+  if (keep && before) {
+    if (data.some((v) => v.id === before)) $("voice").value = before;
+    else gone = before;
+  }
+  if (fromPreset && $("voice").value !== before) setSpeed($("speed").defaultValue);
+  return gone;
 }
 
 // Presets and takes made or deleted in another tab were not seen until a reload (found by a

@@ -159,6 +159,36 @@ def test_a_model_installed_or_removed_in_another_tab_shows_when_the_page_is_seen
     page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
 
 
+def test_a_presets_speed_leaves_the_slider_with_the_preset(server: LiveServer, page: sync_api.Page) -> None:
+    """A preset deleted in another tab gave way to the default voice, and its speed stayed on the slider."""
+    for name, speed in (("Brisk", 1.5), ("Slowly", 0.75)):
+        assert httpx.post(f"{server.url}/v1/presets", json={"name": name, "speed": speed}).status_code == 201
+    open_studio(page, server)
+    page.select_option("#voice", "Brisk")
+    assert page.input_value("#speed") == "1.5"
+    assert httpx.delete(f"{server.url}/v1/presets/Brisk").status_code == 204
+    seen_again(page)
+    page.wait_for_selector("#voice option[value='Brisk']", state="detached", timeout=5_000)
+    assert page.input_value("#voice") == "default"
+    assert page.input_value("#speed") == "1" and page.inner_text("#speed-out") == "1.00×"
+
+    # Found at Speak (the voice refused): the same.
+    page.select_option("#voice", "Slowly")
+    assert page.input_value("#speed") == "0.75"
+    assert httpx.delete(f"{server.url}/v1/presets/Slowly").status_code == 204
+    page.fill("#text", "Spoken with a preset that is gone.")
+    page.click("#speak")
+    page.wait_for_selector("#voice option[value='Slowly']", state="detached", timeout=30_000)
+    assert page.input_value("#speed") == "1" and page.inner_text("#speed-out") == "1.00×"
+
+    # A speed set by hand, with no preset, stays.
+    page.focus("#speed")
+    page.keyboard.press("ArrowRight")
+    seen_again(page, "focus")
+    page.wait_for_timeout(500)
+    assert page.inner_text("#speed-out") == "1.05×"
+
+
 def test_a_voice_error_reads_the_voices_again(server: LiveServer, page: sync_api.Page) -> None:
     """Speaking with a preset deleted in another tab said `Error (session.voice): ...` and left the
     preset in the picker, to fail again."""
