@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wheels (from the repo root): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji markdown-it-py mdurl pyloudnorm einops soxr pysbd num2words httptools uvloop
+# Wheels (from the repo root): bash ../shared/scripts/device-wheels.sh snac limits deprecated babel emoji markdown-it-py mdurl pyloudnorm einops soxr pysbd num2words httptools uvloop python-slugify text-unidecode
 #   (the GPU test files import tests/conftest.py, hence gateway/: soxr, pysbd, num2words, httptools since session 27)
 # Issue 10, session 22, on the device machine from a copy of this tree with .whl carried (../shared/scripts/device-wheels.sh):
 #   bash bench/h200_s22.sh -> $OUT/gpu.txt (the machine), $OUT/gpu_tests.log (TESTS; TESTS_S=0: none),

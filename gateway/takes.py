@@ -35,12 +35,12 @@ import logging
 import os
 import re
 import time
-import unicodedata
 import uuid
 from pathlib import Path
 from typing import IO, Any, AsyncIterator
 
 import numpy as np
+from slugify import slugify
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -335,27 +335,13 @@ async def take_audio(request: Request) -> Response:
 def download_name(take: dict[str, Any], fmt: str) -> str:
     """A take's file name: the first words of its text, its voice and its id, `_` between them, e.g.
     `hello-there_default_take-1a2b3c4d5e6f.wav` (it was `take-<id>.wav`, which said nothing of what it
-    holds: new-user trial). Only ASCII letters, digits, `-` and `_` (accents dropped from their letters,
-    markup such as `<break>` left out), so it is safe on every file system and in `filename="…"`; a part
-    with nothing left (a text in another script) is left out."""
-    parts = (_slug(re.sub(r"<[^>]*>", " ", take["text"]), 40), _slug(take["voice"], 24), take["id"])
+    holds: new-user trial). The words are python-slugify's (text-unidecode's transliteration to ASCII,
+    lower case, `-` between words, whole words up to 40 characters, 24 for the voice; markup such as
+    `<break>` left out first), so only ASCII letters, digits and `-` besides the `_`: safe on every file
+    system and in `filename="…"`. A part with nothing left is left out."""
+    parts = (slugify(re.sub(r"<[^>]*>", " ", take["text"]), max_length=40, word_boundary=True),
+             slugify(take["voice"], max_length=24, word_boundary=True), take["id"])
     return "_".join(part for part in parts if part) + f".{fmt}"
-
-
-_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "ae", "œ": "oe", "Œ": "oe", "ø": "o", "Ø": "o", "ł": "l",
-                          "Ł": "l", "đ": "d", "Đ": "d", "þ": "th", "Þ": "th"})  # (letters NFKD does not take apart)
-
-
-def _slug(text: str, max_chars: int) -> str:
-    """`text`'s words in lower case joined by `-`, as many whole words as fit in `max_chars`."""
-    plain = unicodedata.normalize("NFKD", text.translate(_LETTERS)).encode("ascii", "ignore").decode("ascii").lower()
-    slug = ""
-    for word in re.findall(r"[a-z0-9]+", plain):
-        longer = f"{slug}-{word}" if slug else word
-        if len(longer) > max_chars:
-            return slug or word[:max_chars]
-        slug = longer
-    return slug
 
 
 def _encode(path: Path, sample_rate: int, fmt: str) -> bytes:

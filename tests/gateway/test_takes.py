@@ -169,7 +169,7 @@ def test_openai_model_names_mean_the_default_model_here_too(client: httpx.Client
     ("One two three four five six seven eight nine ten eleven", "x", "one-two-three-four-five-six-seven-eight_x_take-1.wav"),
     ("Supercalifragilisticexpialidocious" * 2, "x", "supercalifragilisticexpialidocioussuperc_x_take-1.wav"),
     ("Straße, Ærø, Łódź", "Bjørn", "strasse-aero-lodz_bjorn_take-1.wav"),
-    ("日本語のテキスト", "../..", "take-1.wav"),  # nothing of either left: the id alone
+    ("日本語のテキスト", "../..", "ri-ben-yu-notekisuto_take-1.wav"),  # transliterated; nothing of the voice left
 ])
 def test_a_take_downloads_under_its_words_voice_and_id(text: str, voice: str, expected: str) -> None:
     assert takes.download_name({"text": text, "voice": voice, "id": "take-1"}, "wav") == expected

@@ -88,7 +88,7 @@ def test_speak_streams_plays_and_reports_position(server: LiveServer, page: sync
     assert page.get_attribute("#takes li.take audio", "src") == f"/v1/takes/{take_id}/audio?format=wav"
     with page.expect_download() as download:
         page.get_by_role("link", name="Download as MP3").first.click()
-    assert download.value.suggested_filename == f"hello-from-the-studio-this-sentence-is_default_{take_id}.mp3"
+    assert download.value.suggested_filename == f"hello-from-the-studio-this-sentence-is-a_default_{take_id}.mp3"
 
 
 def test_stop_mid_utterance_silences_the_page_and_frees_the_engine(server: LiveServer,
