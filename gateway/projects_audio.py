@@ -71,7 +71,8 @@ def ms_to_samples(ms: float, rate: int) -> int:
 def silence_bounds(pcm16: np.ndarray, rate: int) -> tuple[int, int]:
     """(start, end) sample indices that drop silence at both ends, keeping `KEEP_MS` of it.
 
-    All-silent audio gives (0, 0); audio without silence at its ends gives (0, len).
+    All-silent audio gives (0, 0); audio without silence at its ends gives (0, len). Idempotent: the
+    audio cut to the bounds gives (0, its length).
     """
     frame = max(1, ms_to_samples(FRAME_MS, rate))
     num_frames = len(pcm16) // frame + (len(pcm16) % frame > 0)
@@ -83,7 +84,9 @@ def silence_bounds(pcm16: np.ndarray, rate: int) -> tuple[int, int]:
     loud = np.flatnonzero(rms > 10 ** (SILENCE_DB / 20))
     if not len(loud):
         return 0, 0
-    keep = ms_to_samples(KEEP_MS, rate)
+    # Whole frames (30 ms at 22050 Hz is 661.5 samples, three frames 660): a cut on a frame boundary keeps the
+    # trimmed audio's frames those of the original, so a second trim finds the same bounds and changes nothing.
+    keep = frame * round(KEEP_MS / FRAME_MS)
     start = max(0, int(loud[0]) * frame - keep)
     end = min(len(pcm16), (int(loud[-1]) + 1) * frame + keep)
     return start, end
