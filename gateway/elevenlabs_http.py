@@ -120,8 +120,8 @@ async def _lines(pieces: Speech) -> AsyncIterator[str]:
                                   "alignment": aligned, "normalized_alignment": aligned}) + "\n"
     except EngineError as error:
         ended_early(pieces, error)
-        yield json.dumps({"error": error.code, "code": error.code, "message": error.message,
-                          "field": error.field}) + "\n"
+        yield json.dumps({"error": error.code, "code": error.code, "message": error.message, "field": error.field,
+                          "request_id": pieces.request_id}) + "\n"  # (the X-Request-Id the logs name)
 
 
 async def stream_with_timestamps(request: Request) -> Response:
