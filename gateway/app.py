@@ -32,6 +32,7 @@ from gateway.access_log import AccessLog
 from gateway.metrics import Metrics
 from gateway.projects_jobs import Generator
 from gateway.projects_store import ProjectStore
+from gateway.projects_sweep import sweep_projects
 from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
 from gateway.routes import app_routes
@@ -101,7 +102,7 @@ def create_app(settings: Settings) -> Starlette:
             raise RuntimeError(no_key_message(settings))
         await TakeStore(library, settings.data_dir / "takes").sweep()  # what a kill left behind
         projects = ProjectStore(library, settings.data_dir / "projects")
-        await projects.sweep()
+        await sweep_projects(projects)
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))
         engine.start()

@@ -33,7 +33,6 @@ from starlette.concurrency import run_in_threadpool
 
 from gateway.library import Library
 from gateway.projects_audio import write_wav
-from gateway.strays import remove_strays
 
 log = logging.getLogger(__name__)
 PROJECT_FIELDS = ("name", "model_id", "speaker", "pause_ms")
@@ -74,36 +73,6 @@ class ProjectStore:
     @property
     def db(self) -> Any:
         return self.library.db
-
-    async def sweep(self) -> tuple[int, int]:
-        """Remove what a kill or a lost race left under `<data_dir>/projects/`: partial files
-        (`.part`), audio files no take names (as its audio or in its undo history), and the folders
-        of projects that are gone; returns (files, folders) removed. Only a server's start-up calls
-        this, inside the data dir's exclusive lock, as `TakeStore.sweep` (found by a new-user trial:
-        nothing removed such files, while the takes folder had its sweep)."""
-        if not self.folder.is_dir():
-            return 0, 0
-        async with self.library.db.execute("SELECT id FROM projects") as cur:
-            projects = {str(row[0]) for row in await cur.fetchall()}
-        kept: dict[str, set[str]] = {}  # project id -> the files its takes name
-        async with self.library.db.execute("SELECT project_id, audio_file, history FROM project_takes") as cur:
-            for pid, audio, history in await cur.fetchall():
-                kept.setdefault(str(pid), set()).update((audio, *json.loads(history or "[]")))
-
-        def sweep() -> tuple[int, int]:
-            files = folders = 0
-            for folder in (path for path in self.folder.iterdir() if path.is_dir()):
-                if folder.name not in projects:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    folders += 1
-                else:
-                    files += sum(remove_strays(folder, kept.get(folder.name, set())))
-            return files, folders
-
-        files, folders = await asyncio.to_thread(sweep)
-        if files or folders:
-            log.info("projects: removed %d file(s) and %d folder(s) no project or take names", files, folders)
-        return files, folders
 
     def take_path(self, take: dict[str, Any], name: str | None = None) -> Path:
         return self.folder / str(take["project_id"]) / (name or str(take["audio_file"]))

@@ -324,19 +324,11 @@ def test_a_tts_sse_failure_after_the_first_chunk_names_its_request(
     ElevenLabs routes' carry the engine request's id; speech's says `cut=`). /tts/bytes alike."""
     from cartesia.types.tts_sse_event import TTSSSEErrorEvent
 
-    from engine.types import GenerationFailed
-    from gateway.stitch import Stitched
     from tests.conftest import server_log
     from tests.gateway.test_access_log import access_line
+    from tests.gateway.test_vendor_failures import fail_after_first_chunk
 
-    real = Stitched.__anext__
-
-    async def failing(self: Stitched) -> Any:  # the first chunk (start()'s) comes, then the model fails
-        if self.request_id.startswith("ca-") and self._first is None:
-            raise GenerationFailed("the model produced an audio token in the wrong slot")
-        return await real(self)
-
-    monkeypatch.setattr(Stitched, "__anext__", failing)
+    fail_after_first_chunk(monkeypatch, "ca-")
     body = {**BASE, "transcript": LONG}  # (more than one engine request: the first chunk is not the last)
     with server_log("gateway.access") as records:
         response = client.post("/tts/sse", json={**body, **({"context_id": context_id} if context_id else {})})

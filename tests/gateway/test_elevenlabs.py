@@ -366,19 +366,11 @@ def test_an_http_stream_failing_after_the_first_chunk_is_logged_with_its_request
     """An engine error after the first chunk ended the audio streams with a warning naming no request
     and the NDJSON stream with its error line and no warning at all; neither access line said `cut=`
     (Cartesia's /tts/bytes and /tts/sse log the request's id and note it: gateway/vendor_http.py)."""
-    from engine.types import GenerationFailed
-    from gateway.stitch import Stitched
     from tests.conftest import server_log
     from tests.gateway.test_access_log import access_line
+    from tests.gateway.test_vendor_failures import fail_after_first_chunk
 
-    real = Stitched.__anext__
-
-    async def failing(self: Stitched) -> Any:  # the first chunk (start()'s) comes, then the model fails
-        if self.request_id.startswith("el-") and self._first is None:
-            raise GenerationFailed("the model produced an audio token in the wrong slot")
-        return await real(self)
-
-    monkeypatch.setattr(Stitched, "__anext__", failing)
+    fail_after_first_chunk(monkeypatch, "el-")
     with server_log("gateway.access", "gateway.vendor_http") as records:
         response = client.post(f"/v1/text-to-speech/x{route}?output_format=pcm_24000", json={"text": LONG})
         assert response.status_code == 200 and response.content, response.text

@@ -64,6 +64,7 @@ def test_a_start_sweeps_what_no_project_or_take_names(tmp_path: Path) -> None:
 
     from gateway.library import Library
     from gateway.projects_store import ProjectStore
+    from gateway.projects_sweep import sweep_projects
 
     async def main() -> tuple[tuple[int, int], list[str]]:
         library = await Library.open(tmp_path / "voxgate.db")
@@ -81,7 +82,7 @@ def test_a_start_sweeps_what_no_project_or_take_names(tmp_path: Path) -> None:
             (folder / "ptk-000000000001-0.wav.part").write_bytes(b"RI")  # a kill mid-write
             (tmp_path / "projects" / "prj-000000000000").mkdir()  # a deleted project's folder, made again
             (tmp_path / "projects" / "prj-000000000000" / "x-0.wav").write_bytes(b"RIFF")
-            swept = await store.sweep()
+            swept = await sweep_projects(store)
             return swept, sorted(path.name for path in (tmp_path / "projects").rglob("*"))
         finally:
             await library.close()

@@ -17,6 +17,22 @@ from websockets.sync.client import ClientConnection, connect
 from tests.conftest import LiveServer
 from tests.gateway.test_cartesia import BASE, until_done
 from tests.gateway.test_realtime import events_until_quiet
+
+
+def fail_after_first_chunk(monkeypatch: Any, request_prefix: str) -> None:
+    """Engine requests whose id starts with `request_prefix` (a vendor's: "el-", "ca-") give their first chunk
+    (start()'s), then fail as a model that sampled an audio token in the wrong slot."""
+    from engine.types import GenerationFailed
+    from gateway.stitch import Stitched
+
+    real = Stitched.__anext__
+
+    async def failing(self: Stitched) -> Any:
+        if self.request_id.startswith(request_prefix) and self._first is None:
+            raise GenerationFailed("the model produced an audio token in the wrong slot")
+        return await real(self)
+
+    monkeypatch.setattr(Stitched, "__anext__", failing)
 from tests.gateway.test_realtime_failures import LONG_TEXT, SENTENCES, _leases, live
 
 __all__ = ["live"]  # the module's fixture: a broken voice, a good one, one model slot

@@ -53,3 +53,12 @@ def page(browser: Any) -> Iterator[Any]:
     yield page
     page.close()
     assert not errors, errors
+
+
+LONG_TEXT = " ".join(["It was a bright cold day in April, and the clocks were striking thirteen."] * 6)
+
+
+def open_studio(page: Any, url: str) -> None:
+    """The studio at server `url`, once its voices are listed (its scripts have run)."""
+    page.goto(f"{url}/")
+    page.wait_for_function("document.querySelector('#voice').options.length > 0")

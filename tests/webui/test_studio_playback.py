@@ -12,21 +12,15 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, run_server
-from tests.webui.conftest import HAS_CHROMIUM
+from tests.webui.conftest import HAS_CHROMIUM, LONG_TEXT, open_studio
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
-LONG_TEXT = " ".join(["It was a bright cold day in April, and the clocks were striking thirteen."] * 6)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     yield from run_server(tmp_path_factory.mktemp("data"))
-
-
-def open_studio(page: sync_api.Page, server: LiveServer) -> None:
-    page.goto(f"{server.url}/")
-    page.wait_for_function("document.querySelector('#voice').options.length > 0")
 
 
 def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api.Page,
@@ -42,7 +36,7 @@ def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api
     monkeypatch.setattr(residency, "_loader", slow_load)
     httpx.post(f"{server.url}/v1/models/piper-joe/unload", json={})
     assert not httpx.get(f"{server.url}/v1/models/piper-joe").json()["loaded"]
-    open_studio(page, server)
+    open_studio(page, server.url)
     page.fill("#text", "Said once the model has loaded.")
     page.click("#speak")
     page.locator("#status", has_text="Loading the model piper-joe").wait_for(timeout=10_000)
@@ -58,7 +52,7 @@ def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api
 
 def test_escape_stops_what_plays_but_not_in_a_dialog(server: LiveServer, page: sync_api.Page) -> None:
     """There was no keyboard way to stop a take but Tab to Stop."""
-    open_studio(page, server)
+    open_studio(page, server.url)
     before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
     page.fill("#text", LONG_TEXT)
     page.focus("#text")

@@ -13,21 +13,15 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, run_server
-from tests.webui.conftest import HAS_CHROMIUM
+from tests.webui.conftest import HAS_CHROMIUM, LONG_TEXT, open_studio
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
-LONG_TEXT = " ".join(["It was a bright cold day in April, and the clocks were striking thirteen."] * 6)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     yield from run_server(tmp_path_factory.mktemp("data"))
-
-
-def open_studio(page: sync_api.Page, server: LiveServer) -> None:
-    page.goto(f"{server.url}/")
-    page.wait_for_function("document.querySelector('#voice').options.length > 0")
 
 
 def add_take(server: LiveServer, text: str, voice: str = "default", seconds: float = 4.0) -> dict[str, Any]:
@@ -52,7 +46,7 @@ def start(audio: Any) -> None:
 def test_one_take_plays_at_a_time_in_the_studio(server: LiveServer, page: sync_api.Page) -> None:
     """A take started while another played left both playing over each other."""
     first, second = add_take(server, "First take."), add_take(server, "Second take.")
-    open_studio(page, server)
+    open_studio(page, server.url)
     a = page.locator(f"li[data-take-id='{first['id']}'] audio")
     b = page.locator(f"li[data-take-id='{second['id']}'] audio")
     start(a)
@@ -98,7 +92,7 @@ def test_a_download_is_named_after_the_take(server: LiveServer, page: sync_api.P
     """Every download was `take-<id>.wav`: a folder of them said nothing of what each holds."""
     take = add_take(server, 'Grüß Gott, Émile! <break time="500ms"/> A name / with "odd" bits: *.wav?',
                     voice="Slow Joe.v2", seconds=0.5)
-    open_studio(page, server)
+    open_studio(page, server.url)
     row = page.locator(f"li[data-take-id='{take['id']}']")
     for fmt in ("WAV", "MP3"):
         with page.expect_download() as download:
