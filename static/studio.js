@@ -291,10 +291,10 @@ onMediaPlay(() => { if (!$("stop").disabled) stop(); });  // a take's replay sto
 // and a take's replay too; not while a dialog is open (its own Escape closes it) or a control used it.
 document.addEventListener("keydown", (e) => {
   if (e.key !== "Escape" || e.defaultPrevented || e.isComposing || document.querySelector("dialog[open]")) return;
-  const replays = [...document.querySelectorAll("#takes audio")].filter((a) => !a.paused);
-  if ($("stop").disabled && !replays.length) return;
+  const replaying = [...document.querySelectorAll("audio")].some((a) => !a.paused);  // (the takes' players)
+  if ($("stop").disabled && !replaying) return;
   e.preventDefault();
-  for (const audio of replays) audio.pause();
+  pauseMedia();
   if (!$("stop").disabled) stop();
 });
 $("text").addEventListener("keydown", (e) => {
