@@ -394,7 +394,8 @@ class Residency:
         if self._busy(resident):
             resident.last_used_s = now_s
         elif now_s - resident.last_used_s >= self.idle_unload_s:
-            async with self._lock:
+            async with self._lock:  # (a load may hold it for seconds: a request meanwhile makes the model used)
                 if (self._residents.get(model_id) is resident and not self._busy(resident)
-                        and resident.state is ResidentState.LOADED):
+                        and resident.state is ResidentState.LOADED
+                        and time.monotonic() - resident.last_used_s >= self.idle_unload_s):
                     await self._unload(resident, "idle", f"idle for {self.idle_unload_s:g}s")

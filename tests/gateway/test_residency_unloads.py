@@ -54,3 +54,22 @@ def test_idle_manual_deleted_and_shutdown_unloads_are_counted() -> None:
         assert residency.num_evictions == 0
 
     _run(body, {"cuda:0": 1000}, max_loaded_models=4, idle_unload_s=0.2)
+
+
+def test_the_idle_reaper_keeps_a_model_used_while_it_waited_for_the_lock() -> None:
+    """The reaper decides a model is idle, then waits for the residency lock (a load of another model holds
+    it for seconds): a request that used the model meanwhile, its lease and grace over by the time the lock
+    is free, makes it used again, and the reaper leaves it loaded (it unloaded it before)."""
+    async def body(engine: Engine, residency: Residency) -> None:
+        (await residency.acquire("c")).release()
+        resident = residency._residents["c"]
+        resident.last_used_s, resident.grace_until_s = time.monotonic() - 1.0, 0.0  # idle for 1 s of 0.2
+        async with residency._lock:  # another model's load
+            reaper = asyncio.create_task(residency.unload_if_idle("c", time.monotonic()))
+            await asyncio.sleep(0.05)  # the reaper found c idle and waits for the lock
+            (await residency.acquire("c")).release()  # a request (the fast path takes no lock)
+            resident.grace_until_s = 0.0  # its submit grace over, as after a load of a few seconds
+        await reaper
+        assert residency.is_loaded("c") and residency.num_unloads == _counts()
+
+    _run(body, {"cuda:0": 1000}, max_loaded_models=4, idle_unload_s=0.2)
