@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any, Awaitable, Callable, Mapping
 
 from engine.runner import Runner, build_runner
+from gateway import host_memory
 from gateway.library import Library
 from gateway.settings import MB
 from models import FamilyUnavailable, InvalidModel, family
@@ -295,7 +296,9 @@ class LoadErrors:
 
 
 def free_memory_bytes(device: str) -> int | None:
-    """Free memory where `device` keeps weights, or None when it cannot be measured."""
+    """Free memory where `device` keeps weights (bytes), or None when it cannot be measured: a CUDA
+    device's free memory, else the host's (gateway/host_memory.py: `MemAvailable` bounded by this
+    process's cgroup limits, psutil's `available` where neither can be read)."""
     if device.startswith("cuda"):
         if importlib.util.find_spec("torch") is None:
             return None
@@ -305,13 +308,9 @@ def free_memory_bytes(device: str) -> int | None:
             return None
         free, _total = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    available = host_memory.available_bytes()  # MemAvailable, bounded by a container's cgroup limit
+    if available is not None:
+        return available
     if importlib.util.find_spec("psutil") is not None:
         import psutil
 

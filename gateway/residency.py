@@ -8,7 +8,8 @@
 - The memory guard estimates a model's footprint before loading (gateway/model_spec.py
   `estimate_memory`: the family's own estimate, Piper's from its onnxruntime sessions, else
   size on disk × `memory_factor`; a speech LM's KV cache added) and keeps `min_free_memory_mb` free (GPU memory for CUDA
-  devices, host `MemAvailable` otherwise); it evicts idle models to make room, or refuses.
+  devices, host `MemAvailable` bounded by cgroup limits otherwise: gateway/host_memory.py); it evicts idle
+  models to make room, or refuses.
 - Several `devices` (issue 17): a speech LM is placed on every device with room for it,
   each its own replica in the engine (which routes requests by slack, engine/replicas.py),
   with the memory guard per device. Where none has room, idle models holding room on one

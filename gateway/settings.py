@@ -90,7 +90,7 @@ class Settings:
     max_loaded_models: int = 2
     idle_unload_s: float = 0.0  # 0: never unload for idleness
     busy_timeout_ms: float = 5000.0  # longest a request waits for room before a 503
-    min_free_memory_mb: float = 256.0  # GPU memory on CUDA devices, else host MemAvailable (MB: `MB` bytes)
+    min_free_memory_mb: float = 256.0  # GPU memory on CUDA devices, else host (gateway/host_memory.py); MB: `MB` bytes
     memory_factor: float = 1.5  # footprint estimate = size on disk x this, for families without their own (not Piper)
     # Downloads (gateway/downloads.py) and the catalog (models/catalog.json).
     catalog_path: str = ""  # empty: the packaged catalog
