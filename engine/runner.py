@@ -20,7 +20,7 @@ from engine.chunk_plan import ChunkShape
 from engine.lm_spec import LMSpec
 from engine.plan import CodecItem, Timing, Tokens
 from engine.request import Prepared, Request
-from engine.types import ChunkOut, GenerationFailed, SpeechRequest, WordTiming
+from engine.types import ChunkOut, EngineError, GenerationFailed, SpeechRequest, WordTiming
 
 log = logging.getLogger(__name__)
 WARM_UP_TEXT = "The first words of a voice take about this long to say."  # a sentence of a typical unit's length
@@ -154,6 +154,9 @@ class SynthRunner(Runner):
                 ends = request.prepared.sentence_ends
                 pause = not window.is_last and (not ends or ends[window.start])
                 pcm, words = synthesizer.synthesize(text, request.spec, pause, first, head)
+            except EngineError as error:  # its text could not be spoken (InvalidInput: models/piper_phonemizer.py)
+                outs.append(ChunkOut(request.request_id, None, error=error))
+                continue
             except Exception as error:  # one bad unit fails its request, not the model
                 log.exception("request %s: synthesis failed", request.request_id)
                 outs.append(ChunkOut(request.request_id, None, error=GenerationFailed(f"synthesis failed: {error}")))

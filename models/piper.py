@@ -25,7 +25,7 @@ import numpy as np
 from engine.request import Prepared
 from engine.runner import SynthParts, SynthSpec
 from engine.types import InvalidInput, SpeechRequest, UnknownVoice, WordTiming
-from models import InvalidModel
+from models import InvalidModel, piper_phonemizer
 from models.file_checks import check_onnx
 from models.model_options import at_least, check_options
 # the pool's shape, memory estimate (the family's `estimate_memory`) and activity
@@ -213,6 +213,13 @@ class PiperSynthesizer:
             if voice is not None and isinstance(voice.session, SplitSession):
                 voice.session.decode_ms = decode_ms
 
+    @property
+    def phonemizes_with_espeak(self) -> bool:
+        """Whether its voice's phonemes come from espeak-ng (most piper voices; not the pinyin, Hebrew,
+        Japanese or Thai ones, nor a voice of code points)."""
+        from piper.config import PhonemeType
+        return bool(self._voice.config.phoneme_type == PhonemeType.ESPEAK)
+
     def voices(self) -> list[str]:
         return [DEFAULT_VOICE] + sorted(self.speakers, key=lambda n: self.speakers[n])
 
@@ -332,6 +339,9 @@ def load(model_id: str, path: Path | None, options: dict[str, Any] | None = None
     activity = PoolActivity()
     synthesizers = [PiperSynthesizer(onnx, config, threads, model, alone, activity, split, float(head_ms))
                     for _ in range(workers)]
+    if synthesizers[0].phonemizes_with_espeak:  # in a child process: a text that crashes espeak-ng fails alone
+        from piper.voice import ESPEAK_DATA_DIR
+        piper_phonemizer.install(ESPEAK_DATA_DIR)
     gain, decode_ms = synthesizers[0].calibrate()
     for synthesizer in synthesizers:
         synthesizer.use_calibration(gain, decode_ms)
