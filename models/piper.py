@@ -32,7 +32,7 @@ from models.model_options import at_least, check_options
 from models.piper_pool import POOL_MEMORY, VOICE_MEMORY, WORKERS_OPTION, PoolActivity, count_option, pool_shape
 from models.piper_pool import available_cores, estimate_memory  # noqa: F401  (re-exported for callers)
 from models.piper_stream import SplitModel, SplitSession, split_model
-from models.piper_units import split_unit
+from models.piper_units import espeak_safe, split_unit
 from models.piper_words import word_timings
 
 FAMILY = "piper"
@@ -134,7 +134,8 @@ def validate_settings(settings: dict[str, Any], options: dict[str, Any] | None =
 
 def make_spec(voices: Sequence[str]) -> SynthSpec:
     """The engine's view of a piper voice: `prepare` checks the voice, the text and the
-    noise options and returns the text segments as units (`split_unit`), one chunk each; a
+    noise options and returns the text segments as units (`split_unit`, after `espeak_safe`:
+    what would crash the phonemizer, and the server with it, is rewritten), one chunk each; a
     sentence pause follows a unit that ends a segment (`Prepared.sentence_ends`), none a
     clause cut inside one (the voice speaks the comma's own pause)."""
 
@@ -146,7 +147,7 @@ def make_spec(voices: Sequence[str]) -> SynthSpec:
         if not segments:
             raise InvalidInput("nothing to speak", field="input")
         _check_noise(request.options)
-        split = [split_unit(segment) for segment in segments]
+        split = [split_unit(espeak_safe(segment)) for segment in segments]
         return Prepared(units=tuple(unit for units in split for unit in units),
                         sentence_ends=tuple(i == len(units) - 1 for units in split for i in range(len(units))))
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -10,7 +13,7 @@ from engine.request import Request
 from engine.runner import SynthParts, SynthRunner
 from engine.types import SpeechRequest, WordTiming
 from models.piper import make_spec
-from models.piper_units import MIN_CLAUSE_CHARS, split_unit
+from models.piper_units import MAX_MARKED_WORD, MAX_WORD, MIN_CLAUSE_CHARS, espeak_safe, split_unit
 
 
 def test_a_sentence_is_cut_after_each_clause() -> None:
@@ -34,6 +37,32 @@ def test_a_long_clause_is_cut_between_words_and_nothing_is_lost() -> None:
     assert " ".join(units) == text
     assert split_unit("x" * 90, max_chars=60) == ["x" * 90]  # one word stays whole
     assert split_unit("A short one.") == ["A short one."]
+
+
+# Each of these crashed the whole server (SIGSEGV in espeak-ng, piper's phonemizer) from one request
+# of a few hundred characters, on every route (REST, /v1/realtime, the vendor routes).
+CRASHERS = ["a." * 150, "é." * 60, "a.a.a.a.a. " * 20, "x.y. " * 60, "'s" * 90, "ness" * 75,
+            "http://" + "a." * 1500 + "com"]
+
+
+def test_no_unit_crashes_the_phonemizer() -> None:
+    units = [unit for text in CRASHERS for unit in make_spec(["default"]).prepare(
+        SpeechRequest("r", "m", (text,), "default")).units]
+    # In a process of its own: a crash there is a failed test, not a dead test run.
+    code = ("import sys\nfrom piper.phonemize_espeak import EspeakPhonemizer\np = EspeakPhonemizer()\n"
+            "for unit in sys.stdin.read().split('\\n'):\n    p.phonemize('en-us', unit)\n")
+    done = subprocess.run([sys.executable, "-c", code], input="\n".join(units), text=True, capture_output=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_espeak_safe_rewrites_only_what_would_crash() -> None:
+    for text in ("U.S.A. and e.g. i.e. at 3 p.m.", "Hello, world.", "x" * MAX_WORD,
+                 "3.14159265358979323846264338327950", "don't", "a. b. c."):
+        assert espeak_safe(text) == text
+    assert espeak_safe("a." * 20 + " then") == " ".join(["a."] * 20) + " then"
+    cut = espeak_safe("'s" * 40)
+    assert cut.replace(" ", "") == "'s" * 40 and max(map(len, cut.split())) <= MAX_MARKED_WORD
+    assert espeak_safe("x" * (MAX_WORD + 1)) == "x" * MAX_WORD + " x"
 
 
 def test_prepare_marks_the_units_that_end_a_segment() -> None:
