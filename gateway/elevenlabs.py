@@ -4,8 +4,8 @@
 Client messages (JSON): `{"text", "context_id"[, "voice_settings"][, "flush"]}` (the
 first message of a context opens it; `" "` is no speech); `{"context_id", "flush":
 true}` speaks what is buffered and keeps the context open; `{"context_id",
-"close_context": true}` ends it after its audio (a second one while it still speaks
-cancels it: pipecat's interruption); `{"text": ""}` is a keep-alive; `{"close_socket":
+"close_context": true}` ends it after its audio (text in the same message is spoken first; a
+second one while it still speaks cancels it: pipecat's interruption); `{"text": ""}` is a keep-alive; `{"close_socket":
 true}` finishes the contexts (at most `CLOSE_SOCKET_S`) and closes.
 
 `WS /v1/text-to-speech/{voice_id}/stream-input`: one context; `{"text": ""}` ends the
@@ -214,6 +214,13 @@ class ElevenLabsSocket(VendorSocket):
             del self.contexts[context_id]
             context = None
         if flag(message, "close_context"):
+            if text and (context is None or not (context.closing or context.failed)):
+                # Text with its context's end is spoken first (it was dropped in silence), as Cartesia's
+                # transcript with `continue: false` is.
+                context = context or await self.open(context_id, message)
+                await context.append(text)
+                await context.close()
+                return
             if context is None:  # ended already (pipecat closes twice: nothing more), or never opened (its first
                 if context_id not in self.ended_ids:  # message refused, or an id never used): ended all the same
                     await self.send({"isFinal": True, "contextId": context_id})

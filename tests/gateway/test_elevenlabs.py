@@ -90,6 +90,18 @@ def test_a_second_close_context_cancels_a_speaking_context(server: LiveServer) -
     assert audio_of([m for m in messages if m.get("contextId") == "next"])
 
 
+@pytest.mark.parametrize("opened", [True, False])
+def test_text_that_comes_with_close_context_is_spoken_before_the_end(server: LiveServer, opened: bool) -> None:
+    with multi(server) as ws:
+        if opened:
+            ws.send(json.dumps({"text": "The first part, ", "context_id": "c"}))
+        ws.send(json.dumps({"text": "and the last words of the turn.", "context_id": "c", "close_context": True}))
+        messages = until_final(ws, "c")
+    assert messages[-1] == {"isFinal": True, "contextId": "c"}
+    chars = "".join("".join(m["alignment"]["chars"]) for m in messages if m.get("alignment"))
+    assert chars.split()[-4:] == "last words of the turn.".split()[-4:]
+
+
 def test_two_contexts_on_one_socket(server: LiveServer) -> None:
     with multi(server) as ws:
         for context in ("a", "b"):
