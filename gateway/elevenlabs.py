@@ -5,8 +5,9 @@ Client messages (JSON): `{"text", "context_id"[, "voice_settings"][, "flush"]}` 
 first message of a context opens it; `" "` is no speech); `{"context_id", "flush":
 true}` speaks what is buffered and keeps the context open; `{"context_id",
 "close_context": true}` ends it after its audio (text in the same message is spoken first; a
-second one while it still speaks cancels it: pipecat's interruption); `{"text": ""}` is a keep-alive; `{"close_socket":
-true}` finishes the contexts (at most `CLOSE_SOCKET_S`) and closes.
+second one while it still speaks cancels it: pipecat's interruption); `{"text": ""}` is a
+keep-alive; `{"close_socket": true}` finishes the contexts (at most `CLOSE_SOCKET_S`; text in
+the same message is spoken first) and closes.
 
 `WS /v1/text-to-speech/{voice_id}/stream-input`: one context; `{"text": ""}` ends the
 input, and the socket closes (1000) after `{"isFinal": true}`.
@@ -201,6 +202,8 @@ class ElevenLabsSocket(VendorSocket):
 
     async def handle(self, message: dict[str, Any]) -> None:
         if flag(message, "close_socket"):
+            if message.get("text"):  # spoken before the close, as with close_context (a bad message: refused whole)
+                await self.handle({key: value for key, value in message.items() if key != "close_socket"})
             await self.finish(CLOSE_SOCKET_S)
             self.close()
             await self.close_ws(1000)

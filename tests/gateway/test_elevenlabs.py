@@ -133,6 +133,18 @@ def test_disconnect_and_close_socket_free_the_engine(server: LiveServer) -> None
     assert server.wait_idle(5) == 0
 
 
+def test_text_that_comes_with_close_socket_is_spoken_before_the_close(server: LiveServer) -> None:
+    with multi(server) as ws:
+        ws.send(json.dumps({"text": "Goodbye, and thank you.", "context_id": "bye", "close_socket": True}))
+        messages = []
+        with pytest.raises(ConnectionClosed):
+            for _ in range(1000):
+                messages.append(json.loads(ws.recv(timeout=10)))
+    chars = "".join("".join(m["alignment"]["chars"]) for m in messages if m.get("alignment"))
+    assert chars.split() == "Goodbye, and thank you.".split()
+    assert messages[-1] == {"isFinal": True, "contextId": "bye"}
+
+
 def test_single_context_stream_input_ends_on_empty_text(server: LiveServer) -> None:
     url = f"{server.ws_url}/v1/text-to-speech/rachel/stream-input?model_id=eleven_turbo_v2&output_format=pcm_24000"
     with connect(url, open_timeout=10) as ws:
