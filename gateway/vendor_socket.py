@@ -90,7 +90,17 @@ class VendorSocket:
     def check_room(self, context_id: str) -> None:
         """ApiError 429 `max_active_conversations` (ElevenLabs' own code and limit) when opening `context_id`
         would pass `max_contexts`: one socket with hundreds of contexts (each within the message rate) ran
-        19 engine requests and left other clients 503s (found by an abuse trial)."""
+        19 engine requests and left other clients 503s (found by an abuse trial).
+
+        A failed context (its error sent, its synthesis stopped) runs nothing: it is kept only to answer
+        text sent for it with `context_failed`, and the clients take its error as its end (Cartesia's
+        `done: true`), so it may never be ended. The oldest such one gives way to a new context (its id
+        then opens a new one): 32 failures filled a Cartesia socket for good."""
+        if len(self.contexts) >= self.max_contexts:
+            failed = next((c for c in self.contexts.values() if c.failed), None)
+            if failed is not None:
+                failed.cancel()
+                del self.contexts[failed.context_id]
         if len(self.contexts) >= self.max_contexts:
             raise ApiError(429, "max_active_conversations",
                            f"this socket has {len(self.contexts)} contexts open, the most one may have; close "

@@ -314,6 +314,23 @@ def test_contexts_past_the_sockets_limit_are_refused(server: LiveServer) -> None
         assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages[-3:]
 
 
+def test_contexts_ended_by_their_error_do_not_fill_the_socket(server: LiveServer) -> None:
+    """An `error` says `done: true` and the clients take it as the context's end, sending nothing more for
+    it; such contexts stayed open here until ended, so after 32 failures (a busy server's `overloaded`, bad
+    messages) the socket refused every new context with `max_active_conversations`."""
+    from gateway.cartesia import CartesiaSocket
+
+    with socket(server) as ws:
+        for i in range(CartesiaSocket.max_contexts + 2):
+            ws.send(json.dumps({**BASE, "context_id": f"c{i}", "transcript": "Hello, ", "continue": True}))
+            ws.send(json.dumps({"context_id": f"c{i}", "transcript": 5, "continue": True}))  # error, done: true
+            error = until_done(ws, f"c{i}")[-1]
+            assert error["type"] == "error" and error["field"] == "transcript", error
+        ws.send(json.dumps({**BASE, "context_id": "next", "transcript": "A new turn.", "continue": False}))
+        messages = until_done(ws, "next")
+        assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages[-3:]
+
+
 @pytest.mark.parametrize("context_id", ["s1", None])
 def test_a_tts_sse_failure_after_the_first_chunk_names_its_request(
         server: LiveServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch, context_id: str | None) -> None:
