@@ -162,7 +162,9 @@ class CartesiaSocket(VendorSocket):
         await self.send(error_message(error, context_id))
 
     def ends_something(self, message: dict[str, Any]) -> bool:
-        return message.get("cancel") is True or (message.get("continue") is False and not message.get("transcript"))
+        transcript = message.get("transcript")  # (LiveKit ends its input with " ")
+        no_text = transcript is None or (isinstance(transcript, str) and not transcript.strip())
+        return message.get("cancel") is True or (message.get("continue") is False and no_text)
 
     async def handle(self, message: dict[str, Any]) -> None:
         context_id = check_context_id(message.get("context_id"))

@@ -281,15 +281,16 @@ def _too_much_text(server: LiveServer) -> None:
     assert server.wait_idle() == 0
 
 
-def test_an_end_of_input_over_the_message_rate_still_ends_the_context(tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", ["", " "])  # " ": LiveKit's end of input
+def test_an_end_of_input_over_the_message_rate_still_ends_the_context(tmp_path: Path, end: str) -> None:
     """Messages over the rate are dropped, but not one that only ends a context (continue: false
-    with no transcript, or cancel), which the client waits on. The rate's error names no context
-    (an error naming one would end it: done: true)."""
+    with no transcript or only whitespace, or cancel), which the client waits on. The rate's error
+    names no context (an error naming one would end it: done: true)."""
     for server in run_server(tmp_path, realtime_messages_per_s=5.0, realtime_message_burst=10):
         with socket(server) as ws:
             for _ in range(40):
                 ws.send(json.dumps({**BASE, "context_id": "a", "transcript": "hi ", "continue": True}))
-            ws.send(json.dumps({**BASE, "context_id": "a", "transcript": "", "continue": False}))
+            ws.send(json.dumps({**BASE, "context_id": "a", "transcript": end, "continue": False}))
             messages = until_done(ws, "a")
             errors = [(m["error_code"], m["context_id"]) for m in messages if m["type"] == "error"]
             assert errors == [("rate_limited", None)]
