@@ -110,16 +110,20 @@ function previewOutOfDate() {
 function passageItem(passage, i, count) {
   const n = i + 1;
   const itemStatus = el("p", { class: "status small", role: "status" });
-  const act = (text, aria, fn, cls = "small") => {
+  // The button is disabled while its request runs; drawn again only when the project changed, so
+  // it comes back itself (a cancelled confirmation, or a generation cancelled before its take).
+  const act = (text, aria, fn, cls = "small", question = null) => {
     const b = el("button", { type: "button", class: cls, text, "aria-label": aria });
     b.addEventListener("click", async () => {
+      if (question && !confirm(question)) return;
       b.disabled = true;
       try {
         await fn();
         await reload();
       } catch (err) {
-        b.disabled = false;
         sayError(itemStatus, err, `Could not ${text.toLowerCase()}`);
+      } finally {
+        b.disabled = false;
       }
     });
     return b;
@@ -148,10 +152,8 @@ function passageItem(passage, i, count) {
     api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at: text.selectionStart }));
   const merge = i < count - 1 ? act("Merge with next", `Merge passage ${n} with passage ${n + 1}`, () =>
     api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`, {})) : null;
-  const del = act("Delete", `Delete passage ${n}`, async () => {
-    if (!confirm(`Delete passage ${n} and its takes?`)) return;
-    await api("DELETE", `/v1/projects/${projectId}/passages/${passage.id}`);
-  }, "small danger");
+  const del = act("Delete", `Delete passage ${n}`, () => api("DELETE", `/v1/projects/${projectId}/passages/${passage.id}`),
+                  "small danger", `Delete passage ${n} and its takes?`);
   const state = passage.out_of_date
     ? el("span", { class: "pill busy", text: passage.takes.length ? "out of date" : "not generated" })
     : el("span", { class: "pill on", text: "up to date" });

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import LiveServer, run_server
-from tests.webui.conftest import DESKTOP, HAS_CHROMIUM, PHONE
+from tests.webui.conftest import DESKTOP, HAS_CHROMIUM, LONG_TEXT, PHONE
 
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
 
@@ -248,3 +248,28 @@ def test_a_refused_pause_leaves_reset_usable(server: LiveServer, page: Any) -> N
     assert reset.is_enabled()
     reset.click()
     page.wait_for_function("window.voxgate.project.passages[0].pause_ms === null")
+
+
+def test_a_passage_button_comes_back_when_nothing_changed(server: LiveServer, page: Any) -> None:
+    """A passage's button disabled itself until the list was drawn again, which it is not when the
+    project is unchanged: Delete stayed disabled after its confirmation was cancelled, and Generate
+    after the generation it started was cancelled before a take came."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Unchanged"}).json()
+    httpx.post(f"{server.url}/v1/projects/{project['id']}/import",
+               json={"text": f"{LONG_TEXT}\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("document.querySelectorAll('li.passage').length === 2")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    delete = page.get_by_role("button", name="Delete passage 2")
+    delete.click()
+    page.wait_for_timeout(500)
+    assert delete.is_enabled()
+    assert len(httpx.get(f"{server.url}/v1/projects/{project['id']}").json()["passages"]) == 2
+    generate = page.get_by_role("button", name="Generate passage 1", exact=True)
+    generate.click()
+    page.wait_for_function("window.voxgate.job && window.voxgate.job.state === 'running'")
+    page.get_by_role("button", name="Cancel generation").click()
+    page.wait_for_function("window.voxgate.job.state === 'cancelled'")
+    assert page.evaluate("window.voxgate.project.passages[0].takes.length") == 0
+    page.wait_for_function("!document.querySelector('li.passage button[aria-label=\"Generate passage 1\"]').disabled",
+                           timeout=5_000)
