@@ -36,15 +36,18 @@ export function joinItem(ctx, project, passage, next, n) {
     wave.shades = [[Math.round((at * rate) / 1000), Math.round(((at + pause) * rate) / 1000)]];
     wave.add(pcm);
   }).catch((err) => sayError(joinStatus, err, "Could not load the join"));
+  // A join is drawn again only when the project changed: a refused pause, or the one it had (− at
+  // 0 ms), leaves this one, whose buttons come back as they were (the passage's pause is unchanged).
   const setPause = async (value) => {
     for (const b of [minus, plus, reset]) b.disabled = true;
     try {
       await api("PATCH", `/v1/projects/${ctx.projectId}/passages/${passage.id}`, { pause_ms: value });
       await ctx.reload();
     } catch (err) {
-      for (const b of [minus, plus]) b.disabled = false;
-      reset.disabled = passage.pause_ms == null;  // (as before the try: the passage's pause is unchanged)
       sayError(joinStatus, err, "Could not change the pause");
+    } finally {
+      for (const b of [minus, plus]) b.disabled = false;
+      reset.disabled = passage.pause_ms == null;
     }
   };
   minus.addEventListener("click", () => setPause(Math.max(0, passage.pause_after_ms - STEP_MS)));

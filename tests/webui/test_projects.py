@@ -273,3 +273,24 @@ def test_a_passage_button_comes_back_when_nothing_changed(server: LiveServer, pa
     assert page.evaluate("window.voxgate.project.passages[0].takes.length") == 0
     page.wait_for_function("!document.querySelector('li.passage button[aria-label=\"Generate passage 1\"]').disabled",
                            timeout=5_000)
+
+
+def test_shortening_a_pause_of_0_leaves_the_join_buttons_usable(server: LiveServer, page: Any) -> None:
+    """− at a pause of 0 ms asked for 0 again: the project was unchanged, so the join was not drawn
+    again, and −, + and Reset stayed disabled."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Zero pause"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One.\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    httpx.post(f"{base}/generate", json={}).raise_for_status()
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{base}/job").json()["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first = httpx.get(base).json()["passages"][0]["id"]
+    httpx.patch(f"{base}/passages/{first}", json={"pause_ms": 0}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    shorter = page.get_by_role("button", name="Shorten the pause after passage 1")
+    shorter.click()
+    page.wait_for_timeout(500)
+    for name in ("Shorten the pause after passage 1", "Lengthen the pause after passage 1",
+                 "Reset the pause after passage 1"):
+        assert page.get_by_role("button", name=name, exact=False).is_enabled(), name
