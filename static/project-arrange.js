@@ -5,6 +5,7 @@
 import { api, errorOf, fetchSigned, say, sayError, el } from "./common.js";
 import { Waveform } from "./waveform.js";
 import { fetchPcm } from "./project-takes.js";
+import { focusedPlace, refocus } from "./project-focus.js";
 
 const STEP_MS = 100;
 const CONTEXT_MS = 2000;
@@ -39,6 +40,7 @@ export function joinItem(ctx, project, passage, next, n) {
   // A join is drawn again only when the project changed: a refused pause, or the one it had (− at
   // 0 ms), leaves this one, whose buttons come back as they were (the passage's pause is unchanged).
   const setPause = async (value) => {
+    const place = focusedPlace();
     for (const b of [minus, plus, reset]) b.disabled = true;
     try {
       await api("PATCH", `/v1/projects/${ctx.projectId}/passages/${passage.id}`, { pause_ms: value });
@@ -48,6 +50,7 @@ export function joinItem(ctx, project, passage, next, n) {
     } finally {
       for (const b of [minus, plus]) b.disabled = false;
       reset.disabled = passage.pause_ms == null;
+      refocus(place);
     }
   };
   minus.addEventListener("click", () => setPause(Math.max(0, passage.pause_after_ms - STEP_MS)));

@@ -3,6 +3,7 @@
 // across it (or type the times) to select a range.
 import { api, errorOf, fetchSigned, say, sayError, el, fmtDuration } from "./common.js";
 import { Waveform } from "./waveform.js";
+import { focusedPlace, refocus } from "./project-focus.js";
 
 const WAV_HEADER_BYTES = 44;  // the server writes plain 44-byte PCM16 headers
 
@@ -22,6 +23,7 @@ export function takeItem(ctx, passage, take, n, k) {
   const audio = el("audio", { controls: true, preload: "none", src: take.audio_url + version,
                               "aria-label": `Listen to ${label}` });
   const call = async (button, fn, failure) => {
+    const place = focusedPlace(button);
     button.disabled = true;
     try {
       await fn();
@@ -30,6 +32,7 @@ export function takeItem(ctx, passage, take, n, k) {
       button.disabled = false;
       sayError(itemStatus, err, failure);
     }
+    refocus(place);
   };
   const choose = el("button", { type: "button", class: "small", text: take.chosen ? "Chosen" : "Choose",
                                 disabled: take.chosen, "aria-pressed": take.chosen ? "true" : "false",
@@ -98,6 +101,7 @@ function buildEditor(ctx, take, label, editor, itemStatus) {
   });
   canvas.addEventListener("pointerup", () => { anchor = null; });
   const editCall = async (button, body, what) => {
+    const place = focusedPlace(button);
     button.disabled = true;
     say(itemStatus, `${what}…`, "busy");
     try {
@@ -107,6 +111,7 @@ function buildEditor(ctx, take, label, editor, itemStatus) {
       button.disabled = false;
       sayError(itemStatus, err, `Could not ${what.toLowerCase()}`);
     }
+    refocus(place);
   };
   trim.addEventListener("click", () => editCall(trim, { op: "trim_silence" }, "Trim silence"));
   cut.addEventListener("click", () => {

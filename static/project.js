@@ -4,6 +4,7 @@ import { $, api, errorOf, fetchSigned, say, sayError, el, fillModels, fmtDuratio
 import { fillSpeakers } from "./project-speakers.js";
 import { takeItem } from "./project-takes.js";
 import { joinItem } from "./project-arrange.js";
+import { focusedPlace, refocus } from "./project-focus.js";
 import "./players.js";  // one take (or join) plays at a time
 
 const projectId = $("editor").dataset.project;
@@ -116,6 +117,7 @@ function passageItem(passage, i, count) {
     const b = el("button", { type: "button", class: cls, text, "aria-label": aria });
     b.addEventListener("click", async () => {
       if (question && !confirm(question)) return;
+      const place = focusedPlace(b);
       b.disabled = true;
       try {
         await fn();
@@ -124,6 +126,7 @@ function passageItem(passage, i, count) {
         sayError(itemStatus, err, `Could not ${text.toLowerCase()}`);
       } finally {
         b.disabled = false;
+        refocus(place);
       }
     });
     return b;
@@ -171,11 +174,7 @@ function keepEdits() {
     .filter((t) => t.value !== t.dataset.saved)
     .map((t) => ({ id: t.closest("li.passage").dataset.passage, saved: t.dataset.saved, value: t.value,
                    start: t.selectionStart, end: t.selectionEnd }));
-  const active = document.activeElement;
-  const item = active && active.closest ? active.closest("li.passage") : null;
-  const focus = item ? { id: item.dataset.passage, tag: active.tagName, label: active.getAttribute("aria-label"),
-                         start: active.selectionStart, end: active.selectionEnd } : null;
-  return { drafts, focus };
+  return { drafts, focus: focusedPlace() };
 }
 
 function restoreEdits({ drafts, focus }) {
@@ -187,13 +186,7 @@ function restoreEdits({ drafts, focus }) {
       text.dispatchEvent(new Event("input"));
     }
   }
-  const item = focus && itemOf(focus.id);
-  if (!item) return;
-  const target = [...item.querySelectorAll(focus.tag)].find((e) => e.getAttribute("aria-label") === focus.label)
-    || item.querySelector(focus.tag);
-  if (!target) return;
-  target.focus();
-  if (focus.start != null && target.setSelectionRange) target.setSelectionRange(focus.start, focus.end);
+  refocus(focus);
 }
 
 function render() {
@@ -206,7 +199,6 @@ function render() {
   const count = project.passages.length;
   const kept = keepEdits();
   $("passages").replaceChildren(...project.passages.map((p, i) => passageItem(p, i, count)));
-  restoreEdits(kept);
   $("passages-empty").hidden = count > 0;
   $("duration").textContent = count ? `${count} passages · ${project.num_out_of_date} out of date · ${fmtDuration(project.duration_ms)} chosen` : "";
   $("g-all").textContent = `Generate out-of-date passages (${project.num_out_of_date})`;
@@ -218,6 +210,7 @@ function render() {
   });
   $("joins").replaceChildren(...joins);
   $("joins-empty").hidden = joins.length > 0;
+  restoreEdits(kept);
 }
 
 // -- generation -----------------------------------------------------------------------

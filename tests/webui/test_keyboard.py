@@ -9,6 +9,7 @@ keystroke, and the projects' and sign-in's errors were not tied to their fields.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,6 +160,43 @@ def test_a_project_by_keyboard(server: LiveServer, page: Any) -> None:
     page.locator("#s-status[data-kind=error]").wait_for()
     assert page.get_attribute("#s-name", "aria-invalid") == "true"
     assert page.get_attribute("#s-name", "aria-describedby") == "s-status"
+
+
+def test_a_projects_takes_and_joins_keep_the_keyboard(server: LiveServer, page: Any) -> None:
+    """Each button of a take or a join (Choose, Trim silence, Undo, −/+) redraws the passages and
+    joins: the keyboard fell to <body>, back at the top of the page, after every one."""
+    base = f"{server.url}/v1/projects"
+    project = httpx.post(base, json={"name": "Kept focus"}).json()
+    base = f"{base}/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One.\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    first = httpx.get(base).json()["passages"][0]["id"]
+    for body in ({}, {"passages": [first]}):
+        httpx.post(f"{base}/generate", json=body).raise_for_status()
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{base}/job").json()["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_selector("li.join")
+
+    def press(name: str, done: str) -> str | None:
+        page.get_by_role("button", name=name, exact=True).focus()
+        page.keyboard.press("Enter")
+        page.wait_for_function(done, timeout=30_000)
+        page.wait_for_timeout(300)
+        return focused(page)
+
+    passage = "window.voxgate.project.passages"
+    # Take 2 is chosen, so its Choose is disabled: the keyboard stays with the take.
+    assert press("Choose take 2 of passage 1", f"{passage}[0].chosen_take === {passage}[0].takes[1].id") \
+        == "Edit take 2 of passage 1"
+    press("Edit take 1 of passage 2", "true")
+    assert press("Trim silence of take 1 of passage 2", f"{passage}[1].takes[0].num_edits === 1") \
+        == "Trim silence of take 1 of passage 2"
+    assert press("Undo the last edit of take 1 of passage 2", f"{passage}[1].takes[0].num_edits === 0") \
+        == "Edit take 1 of passage 2"  # (Undo is disabled with no edit left)
+    assert press("Lengthen the pause after passage 1", f"{passage}[0].pause_after_ms === 600") \
+        == "Lengthen the pause after passage 1"
+    assert press("Delete take 1 of passage 1", f"{passage}[0].takes.length === 1") == "Edit take 1 of passage 1"
 
 
 def test_load_by_keyboard_keeps_the_row(server: LiveServer, page: Any) -> None:
