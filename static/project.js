@@ -334,4 +334,25 @@ api("GET", `/v1/projects/${projectId}`).then(async (data) => {
   render();
   await showSettings();
   if (project.job) { showJob(project.job); if (project.job.state === "running") poll(); }
+  document.addEventListener("visibilitychange", seenAgain);
+  window.addEventListener("focus", seenAgain);
 }).catch((err) => sayError($("p-status"), err, "Could not open the project"));
+
+// Work done in another tab (or by the API) showed only after a reload: a generation started there
+// left these passages "not generated" and offered to generate them again. The project (and its job,
+// followed if it runs) is read again when the page is seen again; the settings form keeps what is
+// typed in it.
+let refreshing = false;
+async function seenAgain() {
+  if (document.visibilityState !== "visible" || refreshing) return;
+  refreshing = true;
+  try {
+    await reload();
+    if (project.job && !polling) showJob(project.job);
+    say($("p-status"), "");
+  } catch (err) {
+    sayError($("p-status"), err, "Could not read the project again");
+  } finally {
+    refreshing = false;
+  }
+}

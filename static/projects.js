@@ -67,4 +67,9 @@ $("np-model").addEventListener("change", () => loadSpeakers().catch((err) => say
 fillModels($("np-model"), $("np-model").dataset.default).then(loadSpeakers)
   .catch((err) => sayError(status, err, "Could not load models"));
 loadProjects();
+// A project made, changed or deleted in another tab showed only after a reload: the list is read
+// again when the page is seen again.
+const seenAgain = () => { if (document.visibilityState === "visible") loadProjects(); };
+document.addEventListener("visibilitychange", seenAgain);
+window.addEventListener("focus", seenAgain);
 window.voxgate = { fmtDuration };

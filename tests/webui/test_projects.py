@@ -294,3 +294,24 @@ def test_shortening_a_pause_of_0_leaves_the_join_buttons_usable(server: LiveServ
     for name in ("Shorten the pause after passage 1", "Lengthen the pause after passage 1",
                  "Reset the pause after passage 1"):
         assert page.get_by_role("button", name=name, exact=False).is_enabled(), name
+
+
+def test_work_of_another_tab_shows_when_the_page_is_seen_again(server: LiveServer, page: Any) -> None:
+    """A generation started in another tab (or by the API), and a project made there, showed only
+    after a reload: the passages stayed "not generated", Generate still offered them."""
+    page.goto(f"{server.url}/projects")
+    page.wait_for_function("document.querySelector('#np-speaker').options.length > 0")
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Made elsewhere"}).json()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_selector(f"li[data-project='{project['id']}']", timeout=5_000)
+
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One.\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("document.querySelectorAll('li.passage').length === 2")
+    httpx.post(f"{base}/generate", json={}).raise_for_status()
+    page.evaluate("window.dispatchEvent(new Event('focus'))")
+    page.wait_for_function("window.voxgate.project.num_out_of_date === 0", timeout=60_000)
+    page.wait_for_selector("li.join")
+    page.locator("#g-status", has_text="Generated 2 passages").wait_for()
+    assert page.inner_text("#g-all") == "Generate out-of-date passages (0)"
