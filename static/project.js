@@ -79,9 +79,14 @@ async function showPreview() {
   }
 }
 
+// A second click while the first is on its way (a double click, a slow network) added the passages
+// twice: one at a time (a flag, not disabled buttons, which would drop the keyboard).
+let applying = false;
+
 async function applyImport(replace) {
-  if (!preview) return;
+  if (!preview || applying) return;
   if (replace && project.passages.length && !confirm("Replace every passage (and its takes) with the preview?")) return;
+  applying = true;
   try {
     await api("POST", `/v1/projects/${projectId}/import`, { ...preview, apply: true, replace });
     discardPreview();
@@ -89,6 +94,8 @@ async function applyImport(replace) {
     await reload();
   } catch (err) {
     sayError($("i-status"), err, "Could not import");
+  } finally {
+    applying = false;
   }
 }
 

@@ -8,8 +8,13 @@ async function loadSpeakers() {
   await fillSpeakers($("np-speaker"), $("np-model").value);
 }
 
+// A second Create while the first is on its way (a double click, a slow network) made a second
+// project: one at a time (a flag, not a disabled button, which would drop the keyboard).
+let creating = false;
+
 async function create(e) {
   e.preventDefault();
+  if (creating) return;
   clearInvalid($("new-project"));
   const pause = $("np-pause");
   if (pause.validity.badInput || pause.value.trim() === "") {  // (Number("") is 0: not what was typed)
@@ -19,10 +24,12 @@ async function create(e) {
   }
   const body = { name: $("np-name").value.trim(), model: $("np-model").value, speaker: $("np-speaker").value,
                  pause_ms: Number(pause.value) };
+  creating = true;
   try {
     const project = await api("POST", "/v1/projects", body);
-    location.href = `/projects/${project.id}`;
+    location.href = `/projects/${project.id}`;  // (creating stays true: the page goes)
   } catch (err) {
+    creating = false;
     sayError(status, err, "Could not create the project");
     const input = { name: "np-name", model: "np-model", speaker: "np-speaker", pause_ms: "np-pause" }[err.field];
     if (input) markInvalid($(input), status);

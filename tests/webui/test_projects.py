@@ -315,3 +315,28 @@ def test_work_of_another_tab_shows_when_the_page_is_seen_again(server: LiveServe
     page.wait_for_selector("li.join")
     page.locator("#g-status", has_text="Generated 2 passages").wait_for()
     assert page.inner_text("#g-all") == "Generate out-of-date passages (0)"
+
+
+def test_a_double_click_on_a_slow_network_does_it_once(server: LiveServer, page: Any) -> None:
+    """On a slow network a second click, before the first request was answered, sent it again:
+    Create project made two projects, and Add these passages added the passages twice."""
+    page.goto(f"{server.url}/projects")
+    page.wait_for_function("document.querySelector('#np-speaker').options.length > 0")
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions",
+             {"offline": False, "latency": 800, "downloadThroughput": -1, "uploadThroughput": -1})
+    page.fill("#np-name", "Slow network")
+    page.dblclick("#np-create")
+    page.wait_for_url("**/projects/prj-*")
+    page.wait_for_function("window.voxgate.project !== null")
+    page.wait_for_timeout(1_000)
+    made = [p for p in httpx.get(f"{server.url}/v1/projects").json()["data"] if p["name"] == "Slow network"]
+    assert len(made) == 1, made
+    page.fill("#i-text", "One.\n\nTwo.")
+    page.get_by_role("button", name="Preview the split").click()
+    page.locator("#preview-list li").first.wait_for()
+    page.dblclick("#i-append")
+    page.wait_for_function("window.voxgate.project.passages.length === 2")
+    page.wait_for_timeout(2_000)
+    assert len(httpx.get(f"{server.url}/v1/projects/{made[0]['id']}").json()["passages"]) == 2
