@@ -141,8 +141,10 @@ function passageItem(passage, i, count) {
   const text = el("textarea", { rows: "3", "aria-label": `Text of passage ${n}` });
   text.value = passage.text;
   text.dataset.saved = passage.text;
-  const saveText = act("Save text", `Save the text of passage ${n}`, () =>
-    api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { text: text.value }));
+  const saveText = act("Save text", `Save the text of passage ${n}`, async () => {
+    await api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { text: text.value });
+    await askAgainIfSpoken(passage.id);
+  });
   saveText.hidden = true;
   text.addEventListener("input", () => { saveText.hidden = text.value === passage.text; });
   const speaker = el("select", { "aria-label": `Speaker of passage ${n}` });
@@ -151,6 +153,7 @@ function passageItem(passage, i, count) {
   speaker.addEventListener("change", async () => {
     try {
       await api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { speaker: speaker.value || null });
+      await askAgainIfSpoken(passage.id);
       await reload();
     } catch (err) {
       sayError(itemStatus, err, "Could not change the speaker");
@@ -226,8 +229,24 @@ function render() {
 // keyboard goes to the other one, else to the Passages heading, never to <body> (a keyboard trial).
 const GENERATION = [$("g-cancel"), $("g-all"), $("generate-h")];
 
+// The passages of the running job, as polled. One whose text or speaker is saved once its turn has
+// begun (being spoken, or done) is asked for again: the job would end with the take of what it was
+// before, though the page says "you can go on editing" (a queued one is read at its turn; the job
+// drops a second ask whose take turns out current: docs/projects.md).
+let jobPassages = { id: null, ids: new Set() };
+
+async function askAgainIfSpoken(passageId) {
+  const job = window.voxgate.job;
+  if (!job || job.state !== "running" || job.id !== jobPassages.id) return;
+  if (!jobPassages.ids.has(passageId) || job.queued.includes(passageId)) return;
+  showJob(await api("POST", `/v1/projects/${projectId}/generate`, { passages: [passageId] }));
+  poll();
+}
+
 function showJob(job) {
   window.voxgate.job = job;
+  if (jobPassages.id !== job.id) jobPassages = { id: job.id, ids: new Set() };
+  for (const id of [job.current, ...job.queued]) if (id) jobPassages.ids.add(id);
   const running = job.state === "running";
   $("g-progress").hidden = false;
   keepFocus(GENERATION, () => { $("g-cancel").hidden = !running; });

@@ -340,3 +340,24 @@ def test_a_double_click_on_a_slow_network_does_it_once(server: LiveServer, page:
     page.wait_for_function("window.voxgate.project.passages.length === 2")
     page.wait_for_timeout(2_000)
     assert len(httpx.get(f"{server.url}/v1/projects/{made[0]['id']}").json()["passages"]) == 2
+
+
+def test_a_passage_edited_while_it_is_generated_is_generated_again(server: LiveServer, page: Any) -> None:
+    """The page says "you can go on editing" while it generates; a passage whose text was saved while
+    the job spoke it got the take of its old text, and the job ended "Generated 2 passages." with that
+    passage out of date. The page asks for it again (the job drops the ask if the take is current)."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Edited meanwhile"}).json()
+    httpx.post(f"{server.url}/v1/projects/{project['id']}/import",
+               json={"text": f"{LONG_TEXT}\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("document.querySelectorAll('li.passage').length === 2")
+    first = project_state(page)["passages"][0]["id"]
+    page.get_by_role("button", name="Generate out-of-date passages (2)").click()
+    page.wait_for_function(f"window.voxgate.job && window.voxgate.job.current === '{first}'")
+    page.get_by_label("Text of passage 1", exact=True).fill("A new first passage.")
+    page.get_by_role("button", name="Save the text of passage 1").click()
+    page.wait_for_function("window.voxgate.job && window.voxgate.job.state === 'done'", timeout=120_000)
+    page.wait_for_function("window.voxgate.project.num_out_of_date === 0", timeout=5_000)
+    passage = project_state(page)["passages"][0]
+    chosen = next(t for t in passage["takes"] if t["id"] == passage["chosen_take"])
+    assert chosen["text"] == "A new first passage."
