@@ -161,8 +161,15 @@ function passageItem(passage, i, count) {
   });
   const generate = act("Generate", `Generate passage ${n}`, () =>
     api("POST", `/v1/projects/${projectId}/generate`, { passages: [passage.id] }));
-  const split = act("Split at cursor", `Split passage ${n} at the cursor`, () =>
-    api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at: text.selectionStart }));
+  // The cursor is in the text as typed: unsaved words are saved first (the saved text was split at
+  // that offset, mid-word, and the typed words lost).
+  const split = act("Split at cursor", `Split passage ${n} at the cursor`, async () => {
+    const at = text.selectionStart;
+    if (text.value !== passage.text) {
+      await api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { text: text.value });
+    }
+    await api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at });
+  });
   const merge = i < count - 1 ? act("Merge with next", `Merge passage ${n} with passage ${n + 1}`, () =>
     api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`, {})) : null;
   const del = act("Delete", `Delete passage ${n}`, () => api("DELETE", `/v1/projects/${projectId}/passages/${passage.id}`),

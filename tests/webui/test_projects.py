@@ -361,3 +361,20 @@ def test_a_passage_edited_while_it_is_generated_is_generated_again(server: LiveS
     passage = project_state(page)["passages"][0]
     chosen = next(t for t in passage["takes"] if t["id"] == passage["chosen_take"])
     assert chosen["text"] == "A new first passage."
+
+
+def test_split_at_the_cursor_splits_the_text_as_typed(server: LiveServer, page: Any) -> None:
+    """With words typed and not yet saved, Split at cursor split the saved text at the cursor's offset
+    in the typed one (mid-word), and the typed words were lost."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Split typed"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "Alpha beta gamma. Delta epsilon.", "format": "text",
+                                       "apply": True}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    box = page.get_by_label("Text of passage 1", exact=True)
+    box.fill("Zero one two three. Alpha beta gamma. Delta epsilon.")
+    box.evaluate("(t) => t.setSelectionRange(20, 20)")
+    page.get_by_role("button", name="Split passage 1 at the cursor").click()
+    page.wait_for_function("window.voxgate.project.passages.length === 2")
+    assert [p["text"] for p in httpx.get(base).json()["passages"]] == [
+        "Zero one two three.", "Alpha beta gamma. Delta epsilon."]
