@@ -161,17 +161,16 @@ function passageItem(passage, i, count) {
   });
   const generate = act("Generate", `Generate passage ${n}`, () =>
     api("POST", `/v1/projects/${projectId}/generate`, { passages: [passage.id] }));
-  // The cursor is in the text as typed: unsaved words are saved first (the saved text was split at
-  // that offset, mid-word, and the typed words lost).
+  // The cursor is in the text as typed (the saved text was split at that offset, mid-word).
   const split = act("Split at cursor", `Split passage ${n} at the cursor`, async () => {
     const at = text.selectionStart;
-    if (text.value !== passage.text) {
-      await api("PATCH", `/v1/projects/${projectId}/passages/${passage.id}`, { text: text.value });
-    }
+    await saveTyped(passage.id);
     await api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at });
   });
-  const merge = i < count - 1 ? act("Merge with next", `Merge passage ${n} with passage ${n + 1}`, () =>
-    api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`, {})) : null;
+  const merge = i < count - 1 ? act("Merge with next", `Merge passage ${n} with passage ${n + 1}`, async () => {
+    await saveTyped(passage.id, project.passages[i + 1].id);
+    await api("POST", `/v1/projects/${projectId}/passages/${passage.id}/merge`, {});
+  }) : null;
   const del = act("Delete", `Delete passage ${n}`, () => api("DELETE", `/v1/projects/${projectId}/passages/${passage.id}`),
                   "small danger", `Delete passage ${n} and its takes?`);
   const state = passage.out_of_date
@@ -182,6 +181,17 @@ function passageItem(passage, i, count) {
     el("div", { class: "passage-head" }, el("span", { class: "passage-n", text: `${n}.` }), state, speaker,
        el("div", { class: "row-actions" }, generate, split, merge, del)),
     text, el("div", { class: "row-actions" }, saveText), takes, itemStatus);
+}
+
+// Words typed in these passages and not saved, saved before a split or a merge changes their text:
+// they were dropped (a draft is kept across a redraw only while its passage's text is unchanged).
+async function saveTyped(...ids) {
+  for (const id of ids) {
+    const text = $("passages").querySelector(`li.passage[data-passage="${id}"] textarea`);
+    if (text && text.value !== text.dataset.saved) {
+      await api("PATCH", `/v1/projects/${projectId}/passages/${id}`, { text: text.value });
+    }
+  }
 }
 
 // Text typed into a passage and not yet saved, and where the keyboard was: a re-render (each
