@@ -1,10 +1,11 @@
 // Project editor: settings, import (preview before applying), passages with their speakers
 // and takes, background generation with progress, the joins, and the export.
-import { $, api, errorOf, fetchSigned, say, sayError, el, fillModels, fmtDuration, clearInvalid, keepFocus, markInvalid } from "./common.js";
+import { $, api, say, sayError, el, fillModels, fmtDuration, clearInvalid, keepFocus, markInvalid } from "./common.js";
 import { fillSpeakers } from "./project-speakers.js";
 import { takeItem } from "./project-takes.js";
 import { joinItem } from "./project-arrange.js";
 import { focusedPlace, refocus } from "./project-focus.js";
+import { exportAudio } from "./project-export.js";
 import "./players.js";  // one take (or join) plays at a time
 
 const projectId = $("editor").dataset.project;
@@ -309,50 +310,6 @@ async function generateAll() {
   }
 }
 
-// -- export ---------------------------------------------------------------------------
-
-// The file name of a Content-Disposition: RFC 6266's `filename*` (UTF-8, the project's own name)
-// before the ASCII `filename`.
-function downloadName(header, fallback) {
-  const utf8 = (header || "").match(/filename\*=UTF-8''([^;]+)/i);
-  if (utf8) {
-    try { return decodeURIComponent(utf8[1]); } catch { /* a bad escape: the ASCII name */ }
-  }
-  const ascii = (header || "").match(/filename="([^"]+)"/);
-  return ascii ? ascii[1] : fallback;
-}
-
-async function exportAudio() {
-  const fmt = $("e-format").value;
-  clearInvalid($("export-h").parentElement);
-  const params = new URLSearchParams({ format: fmt });
-  if ($("e-normalize").checked) {
-    // An empty or unreadable field (value "") was sent as loudness= and the export came back
-    // unnormalised without a word (found by a new-user trial).
-    const lufs = $("e-lufs").value.trim();
-    if (lufs === "") {
-      say($("e-status"), "Target (LUFS) must be a number from -70 to 0.", "error");
-      markInvalid($("e-lufs"), $("e-status"));
-      return;
-    }
-    params.set("loudness", lufs);
-  }
-  say($("e-status"), "Rendering…", "busy");
-  const res = await fetchSigned(`/v1/projects/${projectId}/export?${params}`);
-  if (!res.ok) throw await errorOf(res, "Export");
-  const url = URL.createObjectURL(await res.blob());
-  const a = el("a", { href: url, download: downloadName(res.headers.get("Content-Disposition"), `project.${fmt}`) });
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60_000);
-  const gain = res.headers.get("X-Voxgate-Gain-Db");
-  const stale = project && project.num_out_of_date;  // their chosen takes speak the old text (docs/projects.md)
-  say($("e-status"), `Exported ${fmtDuration(Number(res.headers.get("X-Voxgate-Duration-Ms")))} as ${fmt.toUpperCase()}` +
-      (gain ? `, gain ${Number(gain).toFixed(1)} dB${res.headers.get("X-Voxgate-Loudness-Limited") === "true" ? " (limited by the peak)" : ""}` : "") +
-      (stale ? `. Note: ${stale} passage${stale === 1 ? " is" : "s are"} out of date, so the export has what was chosen before (Generate first for the new text)` : "") + ".", "ok");
-}
-
 // -- wiring ---------------------------------------------------------------------------
 
 $("settings").addEventListener("submit", saveSettings);
@@ -369,7 +326,7 @@ $("g-all").addEventListener("click", generateAll);
 $("g-cancel").addEventListener("click", async () => {
   try { showJob(await api("DELETE", `/v1/projects/${projectId}/job`)); } catch (err) { sayError($("g-status"), err); }
 });
-$("e-export").addEventListener("click", () => exportAudio().catch((err) => sayError($("e-status"), err, "Could not export")));
+$("e-export").addEventListener("click", () => exportAudio(projectId, project).catch((err) => sayError($("e-status"), err, "Could not export")));
 api("GET", `/v1/projects/${projectId}`).then(async (data) => {
   project = data;
   window.voxgate.project = project;
