@@ -27,5 +27,13 @@ export async function fillSpeakers(select, model, { defaultLabel = null, selecte
   for (const p of presets) if (p.usable) saved.append(new Option(`${p.name} (${p.model}, ${p.voice})`, p.name));
   select.append(builtin);
   if (saved.children.length) select.append(saved);
-  if (selected != null && [...select.options].some((o) => o.value === selected)) select.value = selected;
+  // A speaker no longer offered (its preset deleted or unusable, a voice of the model the project had
+  // before) is shown as it is, not as the first option: the page said "Project default" while the
+  // passage failed to generate, and a Save settings changed the project's to the first voice.
+  if (selected && ![...select.options].some((o) => o.value === selected)) {
+    const gone = el("optgroup", { label: "Not available" });
+    gone.append(new Option(`${selected} (not available: choose another)`, selected));
+    select.append(gone);
+  }
+  if (selected != null) select.value = selected;
 }

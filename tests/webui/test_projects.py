@@ -392,3 +392,28 @@ def test_merge_keeps_the_words_typed_in_both_passages(server: LiveServer, page: 
     page.get_by_role("button", name="Merge passage 1 with passage 2").click()
     page.wait_for_function("window.voxgate.project.passages.length === 1")
     assert httpx.get(base).json()["passages"][0]["text"] == "One, typed. Two, typed."
+
+
+def test_a_speaker_no_longer_offered_is_shown_not_hidden(server: LiveServer, page: Any) -> None:
+    """A passage's speaker that is no longer offered (its preset deleted, or a voice of the model the
+    project had before) showed as "Project default": the passage then failed to generate with an
+    unknown voice the page did not show; and the project's, so shown as the first voice, was
+    changed to it by any Save settings (a rename)."""
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Gone Soon", "speed": 1.1}).status_code == 201
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Lost speaker", "speaker": "Gone Soon"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One.\n\nTwo.", "format": "text", "apply": True}).raise_for_status()
+    second = httpx.get(base).json()["passages"][1]["id"]
+    httpx.patch(f"{base}/passages/{second}", json={"speaker": "Gone Soon"}).raise_for_status()
+    assert httpx.delete(f"{server.url}/v1/presets/Gone Soon").status_code == 204
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("document.querySelector('#s-speaker').options.length > 0")
+    speaker = page.get_by_label("Speaker of passage 2")
+    speaker.locator("option[value='Gone Soon']").wait_for(state="attached")
+    assert speaker.input_value() == "Gone Soon"
+    assert "not available" in speaker.locator("option:checked").inner_text()
+    assert page.input_value("#s-speaker") == "Gone Soon"
+    page.fill("#s-name", "Lost speaker, renamed")
+    page.get_by_role("button", name="Save settings").click()
+    page.locator("#s-status[data-kind]").wait_for()
+    assert httpx.get(base).json()["speaker"] == "Gone Soon"  # not changed in silence to the first voice
