@@ -261,6 +261,12 @@ async function askAgainIfSpoken(passageId) {
   poll();
 }
 
+// A job's error, with the passage it is of (its number now; the message alone did not say which).
+function failure(error) {
+  const i = project ? project.passages.findIndex((p) => p.id === error.passage_id) : -1;
+  return i < 0 ? error.message : `passage ${i + 1}: ${error.message}`;
+}
+
 function showJob(job) {
   window.voxgate.job = job;
   if (jobPassages.id !== job.id) jobPassages = { id: job.id, ids: new Set() };
@@ -272,7 +278,7 @@ function showJob(job) {
   $("g-bar").value = job.total ? Math.round((100 * finished) / job.total) : 0;
   $("g-text").textContent = `${finished} of ${job.total} passages${running ? " · generating" : ""}`;
   if (running) say($("g-status"), "Generating in the background: you can go on editing.", "busy");
-  else if (job.failed) say($("g-status"), `${job.failed} failed: ${job.errors.map((e) => e.message).join("; ")}`, "error");
+  else if (job.failed) say($("g-status"), `${job.failed} of ${job.total} passages failed: ${job.errors.map(failure).join("; ")}`, "error");
   else if (job.state === "cancelled") say($("g-status"), "Generation cancelled.");
   else say($("g-status"), `Generated ${job.done} passage${job.done === 1 ? "" : "s"}.`, "ok");
 }

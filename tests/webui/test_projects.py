@@ -417,3 +417,19 @@ def test_a_speaker_no_longer_offered_is_shown_not_hidden(server: LiveServer, pag
     page.get_by_role("button", name="Save settings").click()
     page.locator("#s-status[data-kind]").wait_for()
     assert httpx.get(base).json()["speaker"] == "Gone Soon"  # not changed in silence to the first voice
+
+
+def test_a_failed_passage_is_named_by_its_number(server: LiveServer, page: Any) -> None:
+    """A job's failures were said as their messages alone ("1 failed: model 'piper-joe' has no voice
+    or preset …"): which of the passages failed was not said."""
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Short Lived"}).status_code == 201
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "One fails"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One.\n\nTwo.\n\nThree.", "format": "text", "apply": True}).raise_for_status()
+    second = httpx.get(base).json()["passages"][1]["id"]
+    httpx.patch(f"{base}/passages/{second}", json={"speaker": "Short Lived"}).raise_for_status()
+    assert httpx.delete(f"{server.url}/v1/presets/Short Lived").status_code == 204
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.get_by_role("button", name="Generate out-of-date passages (3)").click()
+    page.locator("#g-status[data-kind='error']").wait_for(timeout=60_000)
+    assert page.inner_text("#g-status").startswith("1 of 3 passages failed: passage 2: "), page.inner_text("#g-status")
