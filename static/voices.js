@@ -186,15 +186,30 @@ function presetRow(preset) {
     el("td", {}, el("div", { class: "row-actions" }, tryBtn, editBtn, studio, delBtn), rowStatus));
 }
 
+let shownPresets = "";
+
 async function loadPresets() {
   try {
     const { data } = await api("GET", "/v1/presets");
+    const key = JSON.stringify(data);
+    if (key === shownPresets) return;  // (drawing the rows again would take the keyboard from them)
+    shownPresets = key;
     $("presets").replaceChildren(...data.map(presetRow));
     $("presets-empty").hidden = data.length > 0;
+    if (editing && !data.some((p) => p.name === editing)) {
+      say(formStatus, `“${editing}” is no longer there (deleted elsewhere?): the form makes a new preset.`, "error");
+      endEdit();
+    }
   } catch (err) {
     sayError(listStatus, err, "Could not load presets");
   }
 }
+
+// Presets made or deleted in another tab (or by the API) showed only after a reload, and a deleted
+// one's Delete, Try and Edit failed: the list is read again when the page is seen again.
+const seenAgain = () => { if (document.visibilityState === "visible") loadPresets(); };
+document.addEventListener("visibilitychange", seenAgain);
+window.addEventListener("focus", seenAgain);
 
 $("preset-form").addEventListener("submit", save);
 $("p-cancel").addEventListener("click", () => { endEdit(); say(formStatus, ""); });

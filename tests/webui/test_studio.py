@@ -186,6 +186,21 @@ def test_a_preset_is_edited_and_deleted(server: LiveServer, page: sync_api.Page)
     assert httpx.get(f"{server.url}/v1/presets/Editor").status_code == 404
 
 
+def test_presets_of_another_tab_show_when_the_voices_page_is_seen_again(server: LiveServer,
+                                                                          page: sync_api.Page) -> None:
+    """A preset made or deleted in another tab (or by the API) showed on the Voices page only after a
+    reload: a deleted one stayed, and its Delete, Try and Edit failed with "no preset"."""
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Elsewhere"}).status_code == 201
+    page.goto(f"{server.url}/voices")
+    page.wait_for_selector("tr[data-preset='Elsewhere']")
+    assert httpx.delete(f"{server.url}/v1/presets/Elsewhere").status_code == 204
+    assert httpx.post(f"{server.url}/v1/presets", json={"name": "Newcomer"}).status_code == 201
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_selector("tr[data-preset='Newcomer']", timeout=5_000)
+    page.wait_for_selector("tr[data-preset='Elsewhere']", state="detached", timeout=5_000)
+    assert httpx.delete(f"{server.url}/v1/presets/Newcomer").status_code == 204
+
+
 def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, page: sync_api.Page) -> None:
     page.goto(f"{server.url}/voices")
     page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
