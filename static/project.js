@@ -316,6 +316,15 @@ async function generateAll() {
   }
 }
 
+// Words typed in a passage and not saved were lost without a word by a reload or a link: the
+// browser asks first.
+window.addEventListener("beforeunload", (event) => {
+  const typed = [...$("passages").querySelectorAll("li.passage textarea")].some((t) => t.value !== t.dataset.saved);
+  if (!typed) return;
+  event.preventDefault();
+  event.returnValue = "";  // (older browsers ask only when it is set)
+});
+
 // -- wiring ---------------------------------------------------------------------------
 
 $("settings").addEventListener("submit", saveSettings);

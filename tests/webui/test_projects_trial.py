@@ -211,3 +211,28 @@ def test_a_failed_passage_is_named_by_its_number(server: LiveServer, page: Any) 
     page.get_by_role("button", name="Generate out-of-date passages (3)").click()
     page.locator("#g-status[data-kind='error']").wait_for(timeout=60_000)
     assert page.inner_text("#g-status").startswith("1 of 3 passages failed: passage 2: "), page.inner_text("#g-status")
+
+
+def test_leaving_with_a_passage_text_not_saved_asks_first(server: LiveServer, page: Any) -> None:
+    """Words typed in a passage and not saved were lost without a word by a reload or a link."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Unsaved words"}).json()
+    httpx.post(f"{server.url}/v1/projects/{project['id']}/import",
+               json={"text": "One.", "format": "text", "apply": True}).raise_for_status()
+    dialogs: list[str] = []
+
+    def stay(dialog: Any) -> None:
+        dialogs.append(dialog.type)
+        dialog.dismiss()  # stay on the page
+
+    page.on("dialog", stay)
+    page.goto(f"{server.url}/projects/{project['id']}")
+    box = page.get_by_label("Text of passage 1", exact=True)
+    box.fill("One, and more words.")
+    page.get_by_role("link", name="All projects").click()
+    page.wait_for_timeout(300)
+    assert dialogs == ["beforeunload"] and box.input_value() == "One, and more words."
+    page.get_by_role("button", name="Save the text of passage 1").click()
+    page.wait_for_function("window.voxgate.project.passages[0].text === 'One, and more words.'")
+    page.get_by_role("link", name="All projects").click()
+    page.wait_for_url(f"{server.url}/projects")
+    assert dialogs == ["beforeunload"]  # (saved: nothing to ask about)
