@@ -26,11 +26,21 @@ async function reload() {
 
 // -- settings -------------------------------------------------------------------------
 
+// A model removed from the library (elsewhere) is shown as it is, saying so, not as the default model;
+// the project then opened as "Could not open the project", its pause left empty (Save said "type a
+// number of milliseconds"), and it could not be given another model from the page.
 async function showSettings() {
   $("s-name").value = project.name;
-  await fillModels($("s-model"), project.model);
-  await fillSpeakers($("s-speaker"), project.model, { selected: project.speaker });
   $("s-pause").value = project.pause_ms;
+  const models = await fillModels($("s-model"), project.model);
+  if (!models.some((m) => m.id === project.model)) {
+    $("s-model").add(new Option(`${project.model} (not installed: choose another)`, project.model));
+    $("s-model").value = project.model;
+    $("s-speaker").replaceChildren(new Option(`${project.speaker} (not available: choose another)`, project.speaker));
+    say($("s-status"), `The model ${project.model} is no longer installed: choose another model, then Save settings.`, "error");
+    return;
+  }
+  await fillSpeakers($("s-speaker"), project.model, { selected: project.speaker });
 }
 
 async function saveSettings(e) {

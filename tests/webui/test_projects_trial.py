@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -236,3 +237,30 @@ def test_leaving_with_a_passage_text_not_saved_asks_first(server: LiveServer, pa
     page.get_by_role("link", name="All projects").click()
     page.wait_for_url(f"{server.url}/projects")
     assert dialogs == ["beforeunload"]  # (saved: nothing to ask about)
+
+
+@pytest.fixture(scope="module")
+def with_folders(tmp_path_factory: pytest.TempPathFactory, orpheus_tiny: Path) -> Iterator[LiveServer]:
+    yield from run_server(tmp_path_factory.mktemp("data"), local_model_roots=(str(orpheus_tiny.parent),))
+
+
+def test_a_project_whose_model_was_removed_can_be_given_another(with_folders: LiveServer, page: Any,
+                                                                orpheus_tiny: Path) -> None:
+    """A project whose model was removed from the library opened as "Could not open the project:
+    unknown model": the pause was left empty, so Save settings said "type a number of milliseconds",
+    and the Model picker showed the default model as if it were the project's."""
+    server = with_folders
+    install = {"path": str(orpheus_tiny), "family": "orpheus", "id": "short-lived"}
+    assert httpx.post(f"{server.url}/v1/library/install", json=install, timeout=60).status_code in (200, 201)
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Model gone", "model": "short-lived",
+                                                            "speaker": "leo"}).json()
+    assert httpx.delete(f"{server.url}/v1/library/models/short-lived").status_code in (200, 204)
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.locator("#s-status", has_text="no longer installed").wait_for()
+    assert page.inner_text("#p-status") == ""
+    assert page.input_value("#s-model") == "short-lived" and page.input_value("#s-pause") == "500"
+    page.select_option("#s-model", "piper-joe")
+    page.wait_for_function("[...document.querySelector('#s-speaker').options].some((o) => o.value === 'default')")
+    page.get_by_role("button", name="Save settings").click()
+    page.locator("#s-status", has_text="Saved.").wait_for()
+    assert httpx.get(f"{server.url}/v1/projects/{project['id']}").json()["model"] == "piper-joe"
