@@ -82,8 +82,13 @@ function clearInvalid() {
   for (const span of document.querySelectorAll("#preset-form .field-error")) span.textContent = "";
 }
 
+// A second Create (or Save) while the first is on its way (a double click, a slow network) was sent
+// too: the preset was made, and the page said "Could not create" (its name was taken, by it).
+let saving = false;
+
 async function save(e) {
   e.preventDefault();
+  if (saving) return;
   clearInvalid();
   let data;
   try {
@@ -92,6 +97,7 @@ async function save(e) {
     showFieldError(err, editing ? "Could not save" : "Could not create the preset");
     return;
   }
+  saving = true;
   try {
     if (editing) {
       const { name, ...rest } = data;
@@ -105,6 +111,8 @@ async function save(e) {
     await loadPresets();
   } catch (err) {
     showFieldError(err, editing ? "Could not save" : "Could not create");
+  } finally {
+    saving = false;
   }
 }
 

@@ -201,6 +201,24 @@ def test_presets_of_another_tab_show_when_the_voices_page_is_seen_again(server: 
     assert httpx.delete(f"{server.url}/v1/presets/Newcomer").status_code == 204
 
 
+def test_a_double_click_on_create_preset_says_created(server: LiveServer, page: sync_api.Page) -> None:
+    """On a slow network a second click on Create preset, before the first was answered, sent it
+    again: the preset was made, and the page said "Could not create" (the name is taken: by it)."""
+    page.goto(f"{server.url}/voices")
+    page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions",
+             {"offline": False, "latency": 800, "downloadThroughput": -1, "uploadThroughput": -1})
+    page.fill("#p-name", "Twice Clicked")
+    page.dblclick("#p-save")
+    page.wait_for_selector("tr[data-preset='Twice Clicked']", timeout=10_000)
+    page.wait_for_timeout(2_000)  # (the second answer, had there been a second request)
+    assert page.inner_text("#form-status") == "Created “Twice Clicked”."
+    assert page.get_attribute("#p-name", "aria-invalid") is None
+    assert httpx.delete(f"{server.url}/v1/presets/Twice Clicked").status_code == 204
+
+
 def test_preset_settings_are_edited_and_checked_in_the_page(server: LiveServer, page: sync_api.Page) -> None:
     page.goto(f"{server.url}/voices")
     page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
