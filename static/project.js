@@ -173,8 +173,14 @@ function passageItem(passage, i, count) {
   const generate = act("Generate", `Generate passage ${n}`, () =>
     api("POST", `/v1/projects/${projectId}/generate`, { passages: [passage.id] }));
   // The cursor is in the text as typed (the saved text was split at that offset, mid-word).
+  // A cursor at either end (where it is when the text was never clicked) was refused as "at must be
+  // a character offset inside the text": said in the page's words, the keyboard taken to the text.
   const split = act("Split at cursor", `Split passage ${n} at the cursor`, async () => {
     const at = text.selectionStart;
+    if (!text.value.slice(0, at).trim() || !text.value.slice(at).trim()) {
+      text.focus();
+      throw new Error("put the cursor in the text where the passage should be split, then press Split at cursor.");
+    }
     await saveTyped(passage.id);
     await api("POST", `/v1/projects/${projectId}/passages/${passage.id}/split`, { at });
   });

@@ -264,3 +264,18 @@ def test_a_project_whose_model_was_removed_can_be_given_another(with_folders: Li
     page.get_by_role("button", name="Save settings").click()
     page.locator("#s-status", has_text="Saved.").wait_for()
     assert httpx.get(f"{server.url}/v1/projects/{project['id']}").json()["model"] == "piper-joe"
+
+
+def test_split_with_the_cursor_at_an_end_says_where_to_put_it(server: LiveServer, page: Any) -> None:
+    """With the cursor at the start or the end of the text (where a click on Split leaves it when the
+    text was never clicked), Split said "at must be a character offset inside the text (1-19)"."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Split where"}).json()
+    httpx.post(f"{server.url}/v1/projects/{project['id']}/import",
+               json={"text": "Alpha beta. Gamma delta.", "format": "text", "apply": True}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.get_by_role("button", name="Split passage 1 at the cursor").click()
+    status = page.locator("li.passage .status[data-kind='error']")
+    status.wait_for()
+    assert status.inner_text() == ("Could not split at cursor: put the cursor in the text where the passage "
+                                   "should be split, then press Split at cursor.")
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Text of passage 1"
