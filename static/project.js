@@ -29,6 +29,9 @@ async function reload() {
 // A model removed from the library (elsewhere) is shown as it is, saying so, not as the default model;
 // the project then opened as "Could not open the project", its pause left empty (Save said "type a
 // number of milliseconds"), and it could not be given another model from the page.
+let shownSettings = null;  // what the form was filled with: it is filled again only if unchanged since
+const settingsForm = () => [$("s-name").value, $("s-model").value, $("s-speaker").value, $("s-pause").value].join("\n");
+
 async function showSettings() {
   $("s-name").value = project.name;
   $("s-pause").value = project.pause_ms;
@@ -38,9 +41,10 @@ async function showSettings() {
     $("s-model").value = project.model;
     $("s-speaker").replaceChildren(new Option(`${project.speaker} (not available: choose another)`, project.speaker));
     say($("s-status"), `The model ${project.model} is no longer installed: choose another model, then Save settings.`, "error");
-    return;
+  } else {
+    await fillSpeakers($("s-speaker"), project.model, { selected: project.speaker });
   }
-  await fillSpeakers($("s-speaker"), project.model, { selected: project.speaker });
+  shownSettings = settingsForm();
 }
 
 async function saveSettings(e) {
@@ -57,6 +61,7 @@ async function saveSettings(e) {
                                                        speaker: $("s-speaker").value, pause_ms: Number($("s-pause").value) });
     say($("s-status"), "Saved.", "ok");
     await reload();
+    shownSettings = settingsForm();
   } catch (err) {
     sayError($("s-status"), err, err.field ? `Could not save (${err.field})` : "Could not save");
     const input = { name: "s-name", model: "s-model", speaker: "s-speaker", pause_ms: "s-pause" }[err.field];
@@ -371,8 +376,8 @@ api("GET", `/v1/projects/${projectId}`).then(async (data) => {
 
 // Work done in another tab (or by the API) showed only after a reload: a generation started there
 // left these passages "not generated" and offered to generate them again. The project (and its job,
-// followed if it runs) is read again when the page is seen again; the settings form keeps what is
-// typed in it.
+// followed if it runs) is read again when the page is seen again; so is the settings form, unless
+// something is typed in it (a rename there was named back by a Save of the pause here).
 let refreshing = false;
 async function seenAgain() {
   if (document.visibilityState !== "visible" || refreshing) return;
@@ -381,6 +386,7 @@ async function seenAgain() {
     await reload();
     if (project.job && !polling) showJob(project.job);
     say($("p-status"), "");
+    if (settingsForm() === shownSettings) await showSettings();
   } catch (err) {
     sayError($("p-status"), err, "Could not read the project again");
   } finally {

@@ -279,3 +279,26 @@ def test_split_with_the_cursor_at_an_end_says_where_to_put_it(server: LiveServer
     assert status.inner_text() == ("Could not split at cursor: put the cursor in the text where the passage "
                                    "should be split, then press Split at cursor.")
     assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Text of passage 1"
+
+
+def test_settings_changed_elsewhere_are_not_undone_by_a_save_here(server: LiveServer, page: Any) -> None:
+    """The settings form was filled once: a project renamed in another tab kept its old name here, and
+    a Save of another setting (the pause) named it back. Seen again, the form is filled again (unless
+    something is typed in it)."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "First name"}).json()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("document.querySelector('#s-pause').value === '500'")
+    httpx.patch(f"{server.url}/v1/projects/{project['id']}", json={"name": "Renamed elsewhere"}).raise_for_status()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_function("document.querySelector('#s-name').value === 'Renamed elsewhere'", timeout=5_000)
+    page.fill("#s-pause", "750")
+    page.get_by_role("button", name="Save settings").click()
+    page.locator("#s-status", has_text="Saved.").wait_for()
+    saved = httpx.get(f"{server.url}/v1/projects/{project['id']}").json()
+    assert (saved["name"], saved["pause_ms"]) == ("Renamed elsewhere", 750)
+    # Typed and not saved: kept when the page is seen again.
+    page.fill("#s-name", "Typed here")
+    httpx.patch(f"{server.url}/v1/projects/{project['id']}", json={"pause_ms": 300}).raise_for_status()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_timeout(1_000)
+    assert page.input_value("#s-name") == "Typed here"
