@@ -47,6 +47,7 @@ function deleteButton(project) {
       await api("DELETE", `/v1/projects/${project.id}`);
       say($("list-status"), `Deleted “${project.name}”.`, "ok");
       await loadProjects();
+      $("list-h").focus();  // (the button went with its row: the keyboard fell to <body>)
     } catch (err) {
       button.disabled = false;
       sayError($("list-status"), err, "Could not delete the project");

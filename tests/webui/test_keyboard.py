@@ -199,6 +199,19 @@ def test_a_projects_takes_and_joins_keep_the_keyboard(server: LiveServer, page: 
     assert press("Delete take 1 of passage 1", f"{passage}[0].takes.length === 1") == "Edit take 1 of passage 1"
 
 
+def test_a_project_deleted_by_keyboard_keeps_the_keyboard_in_the_list(server: LiveServer, page: Any) -> None:
+    """Delete removed its own row, and the keyboard fell to <body>, at the top of the page."""
+    first = httpx.post(f"{server.url}/v1/projects", json={"name": "Keyboard first"}).json()
+    httpx.post(f"{server.url}/v1/projects", json={"name": "Keyboard second"}).raise_for_status()
+    page.goto(f"{server.url}/projects")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete project Keyboard second").focus()
+    page.keyboard.press("Enter")
+    page.locator("#list-status", has_text="Deleted").wait_for()
+    page.wait_for_timeout(300)
+    assert focused(page) == "list-h" or focused(page) == f"Delete project {first['name']}", focused(page)
+
+
 def test_load_by_keyboard_keeps_the_row(server: LiveServer, page: Any) -> None:
     httpx.post(f"{server.url}/v1/models/piper-joe/unload", json={}, timeout=30)
     page.goto(server.url + "/library")
