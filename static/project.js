@@ -175,8 +175,11 @@ function passageItem(passage, i, count) {
       sayError(itemStatus, err, "Could not change the speaker");
     }
   });
-  const generate = act("Generate", `Generate passage ${n}`, () =>
-    api("POST", `/v1/projects/${projectId}/generate`, { passages: [passage.id] }));
+  // What is shown is what is spoken (a take of the saved text was shown as up to date beside the words typed).
+  const generate = act("Generate", `Generate passage ${n}`, async () => {
+    await saveTyped(passage.id);
+    await api("POST", `/v1/projects/${projectId}/generate`, { passages: [passage.id] });
+  });
   // The cursor is in the text as typed (the saved text was split at that offset, mid-word).
   // A cursor at either end (where it is when the text was never clicked) was refused as "at must be
   // a character offset inside the text": said in the page's words, the keyboard taken to the text.
@@ -205,8 +208,9 @@ function passageItem(passage, i, count) {
     text, el("div", { class: "row-actions" }, saveText), takes, itemStatus);
 }
 
-// Words typed in these passages and not saved, saved before a split or a merge changes their text:
-// they were dropped (a draft is kept across a redraw only while its passage's text is unchanged).
+// Words typed in these passages and not saved, saved before a split or a merge changes their text
+// (they were dropped: a draft is kept across a redraw only while its passage's text is unchanged), and
+// before a passage's Generate.
 async function saveTyped(...ids) {
   for (const id of ids) {
     const text = $("passages").querySelector(`li.passage[data-passage="${id}"] textarea`);

@@ -302,3 +302,17 @@ def test_settings_changed_elsewhere_are_not_undone_by_a_save_here(server: LiveSe
     page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
     page.wait_for_timeout(1_000)
     assert page.input_value("#s-name") == "Typed here"
+
+
+def test_generate_speaks_the_text_as_typed(server: LiveServer, page: Any) -> None:
+    """With words typed and not saved, a passage's Generate made a take of the saved text, shown as
+    up to date beside the typed words it did not say."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Generate typed"}).json()
+    httpx.post(f"{server.url}/v1/projects/{project['id']}/import",
+               json={"text": "The old words.", "format": "text", "apply": True}).raise_for_status()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.get_by_label("Text of passage 1", exact=True).fill("The new words.")
+    page.get_by_role("button", name="Generate passage 1", exact=True).click()
+    page.wait_for_function("window.voxgate.project.passages[0].takes.length === 1", timeout=60_000)
+    passage = project_state(page)["passages"][0]
+    assert passage["text"] == passage["takes"][0]["text"] == "The new words."
