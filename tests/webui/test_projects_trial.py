@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, run_server
-from tests.webui.conftest import HAS_CHROMIUM, LONG_TEXT
+from tests.webui.conftest import HAS_CHROMIUM, LONG_TEXT, slow_network
 from tests.webui.test_projects import project_state
 
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
@@ -101,10 +101,7 @@ def test_a_double_click_on_a_slow_network_does_it_once(server: LiveServer, page:
     Create project made two projects, and Add these passages added the passages twice."""
     page.goto(f"{server.url}/projects")
     page.wait_for_function("document.querySelector('#np-speaker').options.length > 0")
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    cdp.send("Network.emulateNetworkConditions",
-             {"offline": False, "latency": 800, "downloadThroughput": -1, "uploadThroughput": -1})
+    slow_network(page)
     page.fill("#np-name", "Slow network")
     page.dblclick("#np-create")
     page.wait_for_url("**/projects/prj-*")

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.realtime import Session
 from tests.conftest import LiveServer, run_server
-from tests.webui.conftest import DESKTOP, HAS_CHROMIUM, PHONE
+from tests.webui.conftest import DESKTOP, HAS_CHROMIUM, PHONE, slow_network
 
 sync_api = pytest.importorskip("playwright.sync_api")
 LONG_TEXT = " ".join([
@@ -206,10 +206,7 @@ def test_a_double_click_on_create_preset_says_created(server: LiveServer, page: 
     again: the preset was made, and the page said "Could not create" (the name is taken: by it)."""
     page.goto(f"{server.url}/voices")
     page.wait_for_function("document.querySelector('#p-voice').options.length > 0")
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    cdp.send("Network.emulateNetworkConditions",
-             {"offline": False, "latency": 800, "downloadThroughput": -1, "uploadThroughput": -1})
+    slow_network(page)
     page.fill("#p-name", "Twice Clicked")
     page.dblclick("#p-save")
     page.wait_for_selector("tr[data-preset='Twice Clicked']", timeout=10_000)
