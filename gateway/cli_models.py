@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,11 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
                 return _error(protected_message(args.id) or "", 1)
             if record is None:
                 return _error(f"no model {args.id!r} is installed (`voxgate models list`)", 1)
-            protected = protected_message(args.id, record["source"], settings.default_model)
+            read_config = args.config or os.environ.get("VOXGATE_CONFIG")  # (else: which entries are there is unknown)
+            protected = protected_message(args.id, record["source"], settings.default_model,
+                                          [str(entry["id"]) for entry in settings.models] if read_config else None)
+            if protected is not None and record["source"] == "config" and not read_config:
+                protected += "; if it has left the config file, name that file with --config (or VOXGATE_CONFIG)"
             if protected is not None:
                 return _error(protected, 1)
             presets = await presets_using(library, args.id)
@@ -138,6 +143,8 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     where = f"; deleted its folder {record['path']}" if files_removed else \
         f"; its folder {record['path']} stays: {', '.join(users)} use{'s' if len(users) == 1 else ''} it" if users \
         else f"; its folder {record['path']} stays ({_why_kept(record, settings)})" if record["path"] else ""
+    if record["source"] == "config":  # (its entry has left the config file this command read)
+        where += f"; it came from a [[models]] entry that {read_config} no longer has"
     print(f"removed {args.id}{where}")
     if presets:
         print(f"presets now unusable (edit or delete them): {', '.join(presets)}")

@@ -31,7 +31,7 @@ import shutil
 import unicodedata
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Collection
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -294,16 +294,19 @@ async def cancel_download(request: Request) -> JSONResponse:
     return JSONResponse({**download.as_json(), "removed": True, "files_removed": files_removed})
 
 
-def protected_message(model_id: str, source: str = "embedded", default_model: str | None = None) -> str | None:
-    """Why a model of `source` cannot be removed (None: it can): the embedded voice, and a config
-    file's [[models]] entry, come back at the next start; the `default_model` (the setting) serves every
-    request that names no model, and a server does not start without it (found by a new-user trial)."""
+def protected_message(model_id: str, source: str = "embedded", default_model: str | None = None,
+                      config_ids: Collection[str] | None = None) -> str | None:
+    """Why a model of `source` cannot be removed (None: it can): the embedded voice, and a model of a
+    [[models]] entry the config file still has (`config_ids`, the entries' ids; None: no config file was
+    read, so any such model), come back at the next start; the `default_model` (the setting) serves every
+    request that names no model, and a server does not start without it (found by a new-user trial). A
+    model whose entry has left the config file can go (before, it could never be removed)."""
     if model_id == default_model and source != "embedded":
         return (f"{model_id!r} is the default_model, which requests that name no model use and without which the "
                 "server does not start; set default_model to another model first")
     if source == "embedded":
         return f"{model_id!r} is built in and would come back at the next start"
-    if source == "config":
+    if source == "config" and (config_ids is None or model_id in config_ids):
         return (f"{model_id!r} comes from a [[models]] entry of the config file and would come back at the next "
                 "start; remove the entry there")
     return None
@@ -350,7 +353,8 @@ async def delete_model(request: Request) -> JSONResponse:
     record = await state.library.get_model(model_id)
     if record is None:
         raise UnknownModel(f"model {model_id!r} is not installed", field="model")
-    protected = protected_message(model_id, record["source"], state.settings.default_model)
+    protected = protected_message(model_id, record["source"], state.settings.default_model,
+                                  [str(entry["id"]) for entry in state.settings.models])
     if protected is not None:
         raise ApiError(409, "model_protected", protected, field="model")
     await state.residency.unload(model_id, reason="deleted")  # ModelBusy (409) while it serves requests

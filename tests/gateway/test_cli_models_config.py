@@ -1,0 +1,48 @@
+"""Models of the config file's `[[models]]` entries in the library once the entry is gone
+(gateway/library_api.py `protected_message`, gateway/cli_models.py `remove`)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gateway.app import create_app
+from gateway.cli import main
+from gateway.settings import load_settings
+from tests.conftest import local_client
+from tests.gateway.test_cli_models import _models, _voice
+
+
+def test_a_model_whose_config_entry_is_gone_can_be_removed(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A [[models]] entry taken out of the config file left its model in the library, and both
+    DELETE /v1/library/models/{id} and `voxgate models remove` refused it for good (409
+    `model_protected`: "remove the entry there", which was gone; found by a new-user trial).
+    Only a model the config file in force still lists is protected; the folder stays (Voxgate
+    did not download it)."""
+    folder = _voice(tmp_path, "cfg")
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "cfgmodel"\nfamily = "piper"\npath = "{folder}"\n'
+                      f'[[models]]\nid = "other"\nfamily = "piper"\npath = "{folder}"\n')
+    data = tmp_path / "data"
+    with local_client(create_app(load_settings(config, env={}, data_dir=data, min_free_memory_mb=0))):
+        pass  # registers both entries
+    config.write_text(f'[[models]]\nid = "other"\nfamily = "piper"\npath = "{folder}"\n')  # cfgmodel's is gone
+    with local_client(create_app(load_settings(config, env={}, data_dir=data, min_free_memory_mb=0))) as client:
+        assert client.delete("/v1/library/models/other").json()["error"]["code"] == "model_protected"
+        removed = client.delete("/v1/library/models/cfgmodel")
+        assert removed.status_code == 200, removed.text
+        assert removed.json()["files_removed"] is False
+    assert "cfgmodel" not in asyncio.run(_models(data)) and folder.is_dir()
+
+    config.write_text("")  # `other`'s entry goes too: the CLI removes it given that config file; without
+    capsys.readouterr()    # one, it cannot tell whether the entry is still there, and says how
+    assert main(["models", "remove", "other", "--data-dir", str(data)]) == 1
+    assert "if it has left the config file, name that file with --config" in capsys.readouterr().err
+    assert main(["models", "remove", "other", "--data-dir", str(data), "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("removed other;") and f"[[models]] entry that {config} no longer has" in out, out
+    assert "other" not in asyncio.run(_models(data)) and folder.is_dir()
+
