@@ -275,6 +275,14 @@ def checkpoint(args: argparse.Namespace) -> int:
         where = f" ({error.filename})" if error.filename else ""
         print(f"error: cannot write the checkpoint to {target}: {error.strerror or error}{where}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, and no half-written folder (a full one takes minutes)
+        if created:
+            shutil.rmtree(target, ignore_errors=True)
+            print(f"interrupted; removed the partial checkpoint {target}", file=sys.stderr)
+        else:  # (--force: what was there stays)
+            print(f"interrupted; {target} holds an incomplete checkpoint now: run the same command again to "
+                  "finish it", file=sys.stderr)
+        return 130
     kind = f" {args.type}" if args.type else ""
     print(f"wrote a random {args.size}{kind} {args.family} checkpoint to {out}")
     return 0

@@ -49,6 +49,31 @@ def test_a_checkpoint_that_cannot_be_written_is_refused_and_leaves_nothing(
     assert not target.exists()
 
 
+def test_ctrl_c_during_a_checkpoint_says_so_and_leaves_no_partial_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while a full checkpoint was written (minutes, 6.6 GB) printed a KeyboardInterrupt
+    traceback and left the folder with a 2 GB `shard-1.tmp`, which the next run refused as not
+    empty (found by a new-user trial). Now: one line, exit 130, and a folder the command made is
+    gone; one that was there before (`--force`) stays, said to be incomplete."""
+    pytest.importorskip("torch")
+    from models import checkpoint
+
+    def ctrl_c() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "build_tokenizer", ctrl_c)
+    target = tmp_path / "model"
+    assert main(["checkpoint", "random", "--family", "orpheus", str(target)]) == 130
+    assert capsys.readouterr().err == f"interrupted; removed the partial checkpoint {target}\n"
+    assert not target.exists()
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    assert main(["checkpoint", "random", "--family", "orpheus", "--force", str(target)]) == 130
+    assert capsys.readouterr().err == (f"interrupted; {target} holds an incomplete checkpoint now: run the same "
+                                       "command again to finish it\n")
+    assert (target / "notes.txt").read_text() == "mine"
+
+
 def test_a_fractional_grace_is_not_cut_short_by_uvicorns(tmp_path: Path) -> None:
     """uvicorn's own timeout took int(graceful_shutdown_s): at 1.5 it cancelled the streams at 1 s, before
     the server's drain ended them, with two tracebacks in the log (found by an operator trial)."""
