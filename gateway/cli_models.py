@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,14 +235,36 @@ async def install(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     if model.kind != "model":  # (as POST /v1/library/install refuses it)
         return _error(f"{args.id!r} is a {model.kind}, installed with the models that use it")
-    with alone(settings.data_dir) as holder:
-        if holder is not None and holder.role == SERVER:
-            return _error(f"a Voxgate server is running on {settings.data_dir}: install {args.id} through it, "
-                          f"with POST /v1/library/install {{\"id\": \"{args.id}\"}} or its studio's Library page "
-                          f"(/library), which show the download's progress; or stop the server first", 1)
-        if holder is not None:
-            return _error(_other_command(settings), 1)
-        return await _download(model, settings)
+    _ctrl_c_once()
+    try:
+        with alone(settings.data_dir) as holder:
+            if holder is not None and holder.role == SERVER:
+                return _error(f"a Voxgate server is running on {settings.data_dir}: install {args.id} through it, "
+                              f"with POST /v1/library/install {{\"id\": \"{args.id}\"}} or its studio's Library "
+                              "page (/library), which show the download's progress; or stop the server first", 1)
+            if holder is not None:
+                return _error(_other_command(settings), 1)
+            return await _download(model, settings)
+    except asyncio.CancelledError:  # Ctrl-C before the download began (_download says what it kept after)
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _ctrl_c_once() -> None:
+    """Ctrl-C cancels the running task (the install, which then stops its download, keeping the
+    bytes, and returns 130); presses after it are ignored until the process ends. asyncio's own
+    handler raised KeyboardInterrupt at a second press, out of that stop or of asyncio.run's teardown
+    after it: a traceback and exit status -2 (found by a new-user trial)."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+    def cancel_once() -> None:
+        loop.remove_signal_handler(signal.SIGINT)  # (which would put Python's handler back)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if task is not None and not task.done():
+            task.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # Windows, not the main thread:
+        loop.add_signal_handler(signal.SIGINT, cancel_once)  # asyncio's handler stays
 
 
 async def _download(model: CatalogModel, settings: Settings) -> int:
