@@ -384,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, LibraryUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in a command without its own handling (serve, checkpoint and
+        print("interrupted", file=sys.stderr)  # models install say more): one line, no traceback
+        return 130
 
 
 if __name__ == "__main__":

@@ -74,6 +74,21 @@ def test_ctrl_c_during_a_checkpoint_says_so_and_leaves_no_partial_folder(
     assert (target / "notes.txt").read_text() == "mine"
 
 
+def test_ctrl_c_in_any_command_is_one_line_and_130(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`voxgate models add` reads every weight file of the folder to its end (a 6.6 GB model takes a
+    while); Ctrl-C there printed a KeyboardInterrupt traceback (found by a new-user trial)."""
+    from models import piper
+
+    def ctrl_c(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(piper, "validate", ctrl_c)
+    assert main(["models", "add", "--family", "piper", "--path", str(tmp_path), "--data-dir",
+                 str(tmp_path / "data")]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 def test_a_fractional_grace_is_not_cut_short_by_uvicorns(tmp_path: Path) -> None:
     """uvicorn's own timeout took int(graceful_shutdown_s): at 1.5 it cancelled the streams at 1 s, before
     the server's drain ended them, with two tracebacks in the log (found by an operator trial)."""
