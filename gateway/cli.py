@@ -34,14 +34,23 @@ from gateway.settings import Settings, is_loopback, load_settings, unknown_varia
 
 def settings_from_args(args: argparse.Namespace, sources: dict[str, str] | None = None) -> Settings:
     """The settings a parsed command line (`parser().parse_args`) means: its flags over
-    the environment and the config file; ValueError naming a bad value and its source. A
+    the environment and the config file, with the data dir made; ValueError naming a bad value and
+    its source, or a data dir that cannot be made. A
     `VOXGATE_*` variable that nothing reads (misspelt) is a warning on stderr, not a refusal.
     `sources`: filled with where each setting was set (`load_settings`)."""
     for warning in unknown_variables():
         print(f"warning: {warning}", file=sys.stderr)
-    return load_settings(getattr(args, "config", None), sources=sources, host=getattr(args, "host", None),
-                         port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
-                         policy=getattr(args, "policy", None), devices=getattr(args, "devices", None))
+    sources = {} if sources is None else sources
+    settings = load_settings(getattr(args, "config", None), sources=sources, host=getattr(args, "host", None),
+                             port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
+                             policy=getattr(args, "policy", None), devices=getattr(args, "devices", None))
+    try:  # every command that reads the settings uses the data dir: one line here, not a traceback in each
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = f" (from {sources['data_dir']})" if "data_dir" in sources else ""
+        raise ValueError(f"cannot make the data dir {settings.data_dir}{where}: {error.strerror}; set data_dir "
+                         "(--data-dir or VOXGATE_DATA_DIR) to a folder this user can write") from None
+    return settings
 
 
 def config_models_problem(settings: Settings) -> str | None:

@@ -89,6 +89,23 @@ def test_ctrl_c_in_any_command_is_one_line_and_130(tmp_path: Path, capsys: pytes
     assert capsys.readouterr().err == "interrupted\n"
 
 
+@pytest.mark.parametrize("command", [["models", "list"], ["models", "install", "x"], ["models", "remove", "x"],
+                                     ["keys", "list"], ["serve", "--port", "1"]])
+def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    """A data dir that cannot be created (in /proc here, which takes no folders, even from root;
+    elsewhere a folder without write permission, a read-only disk) was a FileNotFoundError or
+    PermissionError traceback from every command (found by a new-user trial)."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc")
+    data = Path("/proc/voxgate-test/data")
+    monkeypatch.setenv("VOXGATE_DATA_DIR", str(data))
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: cannot make the data dir {data} (from VOXGATE_DATA_DIR): No such file or directory; "
+                   "set data_dir (--data-dir or VOXGATE_DATA_DIR) to a folder this user can write\n"), err
+
+
 def test_a_fractional_grace_is_not_cut_short_by_uvicorns(tmp_path: Path) -> None:
     """uvicorn's own timeout took int(graceful_shutdown_s): at 1.5 it cancelled the streams at 1 s, before
     the server's drain ended them, with two tracebacks in the log (found by an operator trial)."""
