@@ -93,7 +93,13 @@ class Catalog:
 def config_entry_problem(catalog: Catalog, model_id: str) -> str | None:
     """Why a `[[models]]` entry cannot have `model_id`, a catalog model's id (the catalog would
     show that model installed, and its install would find the id taken; the HTTP install and
-    `voxgate models add` refuse it too), or None."""
+    `voxgate models add` refuse it too) or the embedded voice's (its row would be replaced for good),
+    or None."""
+    from gateway.app import EMBEDDED_MODEL
+
+    if model_id == EMBEDDED_MODEL["id"]:
+        return f"[[models]] {model_id!r} in the config file: {model_id!r} is the id of the embedded voice; give the " \
+               "entry another id"
     if catalog.get(model_id) is None:
         return None
     return (f"[[models]] {model_id!r} in the config file: {model_id!r} is the id of a catalog model "

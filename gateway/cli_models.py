@@ -41,6 +41,7 @@ def _voices(names: list[str], kind: str) -> str:
 async def add(args: argparse.Namespace, settings: Settings) -> int:
     """Register a folder after its family validated it (files read, not loaded), under an id
     that can name it later: the library's id rule, no catalog model's id, not taken."""
+    from gateway.app import EMBEDDED_MODEL
     from gateway.catalog import load_catalog
     from gateway.clone_voices import library_voices
     from gateway.library import Library, ModelExists, default_model_id, model_id_problem
@@ -78,6 +79,8 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     how = "pick another --id" if args.id is not None else "pass --id to register this folder under another id"
     if load_catalog(settings.catalog_path or None).get(model_id) is not None:
         return _error(f"{model_id!r} is the id of a catalog model (`voxgate models catalog`); {how}")
+    if model_id == EMBEDDED_MODEL["id"]:  # (free before a server's first start, which then registers no voice)
+        return _error(f"{model_id!r} is the id of the embedded voice; {how}")
     try:
         info = module.validate(path, options)
     except InvalidModel as error:

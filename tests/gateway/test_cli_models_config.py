@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from gateway.app import create_app
 from gateway.cli import main
 from gateway.settings import load_settings
-from tests.conftest import local_client
+from tests.conftest import free_port, local_client
 from tests.gateway.test_cli_models import _models, _voice
 
 
@@ -46,3 +47,25 @@ def test_a_model_whose_config_entry_is_gone_can_be_removed(tmp_path: Path,
     assert out.startswith("removed other;") and f"[[models]] entry that {config} no longer has" in out, out
     assert "other" not in asyncio.run(_models(data)) and folder.is_dir()
 
+
+
+def test_no_model_takes_the_embedded_voices_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A [[models]] entry with id `piper-joe` replaced the embedded voice's row (source `config`) for
+    good: with the entry gone it stayed, and the embedded voice never came back; `voxgate models add
+    --id piper-joe` on a fresh data dir took the id before the server's first start, which then
+    registered no embedded voice (found by a new-user trial). Both are refused, as a catalog id is."""
+    folder = _voice(tmp_path, "mine")
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "piper-joe"\nfamily = "piper"\npath = "{folder}"\n')
+    problem = ("[[models]] 'piper-joe' in the config file: 'piper-joe' is the id of the embedded voice; give the "
+               "entry another id")
+    data = tmp_path / "data"
+    assert main(["serve", "--config", str(config), "--data-dir", str(data), "--port", str(free_port())]) == 2
+    assert capsys.readouterr().err == f"error: {problem}\n"
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        with local_client(create_app(load_settings(config, env={}, data_dir=data))):
+            pass
+    assert main(["models", "add", "--family", "piper", "--path", str(folder), "--id", "piper-joe", "--data-dir",
+                 str(data)]) == 2
+    assert capsys.readouterr().err == ("error: 'piper-joe' is the id of the embedded voice; pick another --id\n")
+    assert asyncio.run(_models(data)) == []
