@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import errno
 import logging
+import os
 import shutil
 import socket
 import sys
@@ -389,7 +390,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # (here, where a reader that left is caught)
+        return status
+    except BrokenPipeError:  # the reader left, e.g. `voxgate models catalog | head -3`: no traceback, and
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # none from the flush at exit
+        return 141  # (128 + SIGPIPE, as a shell reports a command that pipe closed)
     except (ValueError, LibraryUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -106,6 +106,24 @@ def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path: Path, capsys: pyte
                    "set data_dir (--data-dir or VOXGATE_DATA_DIR) to a folder this user can write\n"), err
 
 
+@pytest.mark.parametrize("command", [["models", "catalog"], ["models", "list"]])
+def test_a_reader_that_leaves_is_no_traceback(tmp_path: Path, command: list[str]) -> None:
+    """`voxgate models catalog | head -3` printed a BrokenPipeError traceback once head had its lines
+    (found by a new-user trial). The reader here is gone before the first line."""
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "gateway.cli", *command, "--data-dir", str(tmp_path / "data")],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+                              cwd=Path(__file__).resolve().parents[2])
+    finally:
+        os.close(write)
+    assert done.stderr == "" and done.returncode == 141, done.stderr
+
+
 def test_a_fractional_grace_is_not_cut_short_by_uvicorns(tmp_path: Path) -> None:
     """uvicorn's own timeout took int(graceful_shutdown_s): at 1.5 it cancelled the streams at 1 s, before
     the server's drain ended them, with two tracebacks in the log (found by an operator trial)."""
