@@ -28,6 +28,7 @@ from gateway.library import Library
 SCOPES = ("speech", "admin")
 KEY_PREFIX = "vxg_"
 MAX_NAME_CHARS = 100
+MAX_CONCURRENT = 1_000_000  # a key's own max_concurrent at most (requests and sessions at once)
 TOUCH_INTERVAL_S = 60.0  # last_used_at is written at most this often per key
 
 
@@ -74,7 +75,7 @@ class KeyStore:
         """A new key and its secret text (shown once). ValueError for an unknown scope, an empty
         name, one longer than `MAX_NAME_CHARS` or with control characters (`keys list` prints a
         line a key, its fields between tabs), or the name of an active key (a name must pick one
-        key out, as `revoke` takes it)."""
+        key out, as `revoke` takes it), or a `max_concurrent` outside 1..`MAX_CONCURRENT`."""
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
             raise ValueError(f"scopes must be some of {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
@@ -84,8 +85,8 @@ class KeyStore:
             raise ValueError(f"a key's name has at most {MAX_NAME_CHARS} characters, got {len(name.strip())}")
         if any(unicodedata.category(c) == "Cc" for c in name):
             raise ValueError(f"a key's name may not contain control characters (tabs, line breaks), got {name!r}")
-        if max_concurrent is not None and max_concurrent < 1:
-            raise ValueError("max_concurrent must be >= 1")
+        if max_concurrent is not None and not 1 <= max_concurrent <= MAX_CONCURRENT:  # (past SQLite's integers:
+            raise ValueError(f"max_concurrent must be 1 to {MAX_CONCURRENT}, got {max_concurrent}")  # a traceback)
         hex_id = uuid.uuid4().hex[:8]
         secret = f"{KEY_PREFIX}{hex_id}_{secrets.token_urlsafe(32)}"
         key = ApiKey(f"key-{hex_id}", name.strip(), secret[:len(KEY_PREFIX) + 8], frozenset(scopes), rate_limit,

@@ -84,7 +84,9 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
     (["--rate-limit", "0/minute"], "error: a rate limit allows at least one request a period, got '0/minute'"),
     (["--name", "tab\tname"], "error: a key's name may not contain control characters (tabs, line breaks), "
                                "got 'tab\\tname'"),
-    (["--name", "x" * 101], "error: a key's name has at most 100 characters, got 101")])
+    (["--name", "x" * 101], "error: a key's name has at most 100 characters, got 101"),
+    # (an OverflowError traceback from SQLite: "Python int too large to convert to SQLite INTEGER")
+    (["--max-concurrent", str(10 ** 20)], f"error: max_concurrent must be 1 to 1000000, got {10 ** 20}")])
 def test_a_key_that_could_never_be_used_or_listed_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               args: list[str], message: str) -> None:
     """Found by a new-user trial: a rate of 0 made a key that every request was refused with
