@@ -273,10 +273,15 @@ def checkpoint(args: argparse.Namespace) -> int:
         print(f"error: {target} exists and is not empty (a model may live there); pass --force to write over it",
               file=sys.stderr)
         return 2
+    if not 0 <= args.seed < 2 ** 63:  # (torch's own refusal, "Overflow when unpacking long long", names nothing)
+        print(f"error: --seed must be 0 to {2 ** 63 - 1}, got {args.seed}", file=sys.stderr)
+        return 2
     created = not target.exists()
     try:
         out = write_random(args.family, args.size, target, seed=args.seed, model_type=args.type)
-    except ValueError as error:  # a size the family does not have
+    except (ValueError, RuntimeError) as error:  # a size the family does not have; a seed torch refuses
+        if created:  # (raised once the folders were made)
+            shutil.rmtree(target, ignore_errors=True)
         print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a folder that cannot be made or written, a full disk
@@ -375,7 +380,7 @@ def parser() -> argparse.ArgumentParser:
                    help="tiny (the default): 2 narrow layers, fast on a CPU, for tests; full: the released "
                         "shapes (orpheus: Llama-3.2-3B, ~6.6 GB in bf16; qwen3_tts: 1.7B), for GPU benchmarks. "
                         "orpheus takes tiny and full; qwen3_tts also 0.6b and 1.7b (= full), its two released sizes")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="the random weights' seed, 0 to 2**63 - 1 (default 0)")
     r.add_argument("--type", choices=["custom_voice", "voice_design", "base"], default=None,
                    help="qwen3_tts: the model type (default custom_voice: named speakers; voice_design: "
                         "voices from a description, for /v1/audio/design; base: cloning)")

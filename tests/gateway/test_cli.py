@@ -49,6 +49,17 @@ def test_a_checkpoint_that_cannot_be_written_is_refused_and_leaves_nothing(
     assert not target.exists()
 
 
+def test_a_seed_torch_refuses_leaves_no_partial_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--seed` past 64 bits: torch's "Overflow when unpacking long long" (naming nothing) came after
+    the folders were made, and `backbone/` and `codec/` stayed, so the next run said the folder was
+    not empty. The seed is checked first now, and an error torch raises removes what was made."""
+    pytest.importorskip("torch")
+    target = tmp_path / "model"
+    assert main(["checkpoint", "random", "--family", "orpheus", "--seed", str(10 ** 20), str(target)]) == 2
+    assert capsys.readouterr().err == f"error: --seed must be 0 to {2 ** 63 - 1}, got {10 ** 20}\n"
+    assert not target.exists()
+
+
 def test_ctrl_c_during_a_checkpoint_says_so_and_leaves_no_partial_folder(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C while a full checkpoint was written (minutes, 6.6 GB) printed a KeyboardInterrupt
