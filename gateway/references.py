@@ -135,25 +135,51 @@ class ReferenceStore:
         return path.read_bytes()[len(wav_header(SAMPLE_RATE, 0)):]
 
 
+_BLOCK_SAMPLES = 1 << 20  # decoded a block at a time: at most this many samples (4 MB as float32)
+_UNKNOWN_FRAMES = 1 << 62  # libsndfile's frame count for a stream that does not say its length
+
+
+def _decode_mono(data: bytes, field: str) -> tuple[np.ndarray, int]:
+    """(the audio mixed to mono float32, its rate), decoded a block at a time and no further than
+    `MAX_SECONDS`: a compressed file holds far more audio than its size (a FLAC of a constant level,
+    a few bytes a block: 89 KB held 10 minutes), and decoding it whole held all of it in memory
+    before the length check (sf.read). ApiError 422 `audio_length` past the limit."""
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            rate, channels, frames = f.samplerate, f.channels, f.frames
+            limit = int(MAX_SECONDS * rate) if rate > 0 else 0
+            if limit < frames < _UNKNOWN_FRAMES:  # the header says so: refused unread
+                raise ApiError(422, "audio_length", f"{field} is {frames / rate:.2f} s long; a reference must be "
+                               f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s", field=field)
+            mono, read, block_frames = [], 0, max(1, _BLOCK_SAMPLES // channels)
+            while (block := f.read(block_frames, dtype="float32", always_2d=True)).shape[0]:  # (not f.blocks():
+                read += block.shape[0]  # it seeks to the end, which fails where the length is not known)
+                if read > limit:
+                    raise ApiError(422, "audio_length", f"{field} is longer than {MAX_SECONDS:g} s; a reference "
+                                   f"must be {MIN_SECONDS:g} to {MAX_SECONDS:g} s", field=field)
+                if not np.isfinite(block).all():  # (NaN cast to PCM16 is undefined: it was stored as silence)
+                    raise InvalidInput(f"{field} has samples that are not finite numbers (NaN or infinity)",
+                                       field=field)
+                mono.append(block.mean(axis=1))
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
+        why = getattr(error, "error_string", None) or type(error).__name__  # not str(error): it names a BytesIO
+        raise InvalidInput(f"{field} is not a readable WAV, FLAC, Ogg or MP3 file ({why})", field=field) from error
+    return (np.concatenate(mono) if mono else np.zeros(0, dtype=np.float32)), rate
+
+
 def to_pcm16(data: bytes, field: str = "audio") -> bytes:
     """An audio file's bytes -> PCM16 LE mono at 24 kHz. InvalidInput (naming `field`) if
     soundfile cannot read it or a sample is NaN or infinite; ApiError 422 if it is shorter or longer
     than the limits, or silent."""
-    import soundfile as sf
     import soxr
 
-    try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as error:
-        why = getattr(error, "error_string", None) or type(error).__name__  # not str(error): it names a BytesIO
-        raise InvalidInput(f"{field} is not a readable WAV, FLAC, Ogg or MP3 file ({why})", field=field) from error
-    if not np.isfinite(samples).all():  # (NaN cast to PCM16 is undefined: it was stored as silence)
-        raise InvalidInput(f"{field} has samples that are not finite numbers (NaN or infinity)", field=field)
-    seconds = samples.shape[0] / rate if rate else 0.0
+    mono, rate = _decode_mono(data, field)
+    seconds = mono.shape[0] / rate if rate else 0.0
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise ApiError(422, "audio_length", f"{field} is {seconds:.2f} s long; a reference must be "
                        f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s", field=field)
-    mono = samples.mean(axis=1)
     if rate != SAMPLE_RATE:
         mono = soxr.resample(mono, rate, SAMPLE_RATE)
     pcm = (np.clip(mono, -1.0, 1.0) * 32767.0).round().astype("<i2")

@@ -111,6 +111,43 @@ def test_an_upload_over_the_size_limit_is_413(client: httpx.Client, monkeypatch:
     assert client.get(URL).json()["data"] == []
 
 
+def _constant_flac(seconds: int, rate: int = 48000, unknown_length: bool = False) -> bytes:
+    """A FLAC of a constant level: a few bytes a block, so a small file holds minutes of audio.
+    `unknown_length`: STREAMINFO's total samples 0 (a streamed encoder's "not known")."""
+    buffer = io.BytesIO()
+    with sf.SoundFile(buffer, "w", samplerate=rate, channels=1, format="FLAC", subtype="PCM_16") as out:
+        for _ in range(seconds // 60):
+            out.write(np.full(rate * 60, 0.25, dtype=np.float32))
+    data = bytearray(buffer.getvalue())
+    if unknown_length:  # its 36 bits end STREAMINFO's bytes 13-17 (the file's 21-25)
+        data[21] &= 0xF0
+        data[22:26] = bytes(4)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("unknown_length", [False, True])
+def test_a_long_compressed_recording_is_refused_without_decoding_it_all(unknown_length: bool) -> None:
+    """A trial sent an 89 KB FLAC holding 10 minutes of audio (1.2 MB 20 minutes of stereo) as a
+    clone's `ref_audio` with a speech key: it was decoded whole (float32) before the 30 s check, 171 MB
+    at the peak, and a 16 MiB upload holds hours. It is now read a block at a time, up to the limit."""
+    import tracemalloc
+
+    from gateway.errors import ApiError
+
+    bomb = _constant_flac(600, unknown_length=unknown_length)
+    assert len(bomb) < 200_000  # 600 s x 48 kHz x 4 bytes decoded: 115 MB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ApiError) as refused:
+            references.to_pcm16(bomb, "ref_audio")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.value.status == 422 and refused.value.field == "ref_audio"
+    assert ("600.00 s long" if not unknown_length else "longer than 30 s") in refused.value.message
+    assert peak < 30_000_000, peak  # about the limit's 30 s at 48 kHz (5.8 MB), not the file's 600 s
+
+
 def test_a_stored_recording_is_read_and_hashed_once_per_upload(tmp_path: Any) -> None:
     """gateway/clone_voices.py `_recording`: keyed by the file and its row's `created_at`, so a
     request reuses it and a new upload under the same name (a new row) is read afresh."""
