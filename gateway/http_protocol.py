@@ -11,7 +11,10 @@ concurrency slot and a take's partial upload, until it left. Here:
   `client_body_timeout` is the same kind of bound), counted only while the server is reading:
   not while uvicorn's flow control has paused reading (the route has not taken what came yet),
   nor while the client waits for the `100 Continue` that uvicorn sends when the route asks.
-Past either, the client gets 408 `request_timeout` with the API's JSON error, unless a response
+And the head's size: `MAX_HEAD_BYTES` for its request line and headers (uvicorn has no bound on
+them either: a client could send one header for as long as `header_timeout_s` let it, the parser
+holding and copying all of it), past it 431 `request_header_fields_too_large`.
+Past either time bound, the client gets 408 `request_timeout` with the API's JSON error, unless a response
 has begun (then the connection just closes), and the connection is closed; a connection that
 sent nothing is closed without a word, as an idle kept-alive one is. A route reading a body
 sees the client gone (Starlette's ClientDisconnect: gateway/errors.py `_client_gone` frees what
@@ -34,6 +37,8 @@ from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
 
+MAX_HEAD_BYTES = 64 * 1024  # a request line and headers (nginx: 4 x 8 KiB; Node: 16 KiB)
+LINGER_S = 2.0  # after a refusal while the client sends: what still comes is dropped this long
 
 
 class HTTPProtocol(HttpToolsProtocol):
@@ -45,6 +50,9 @@ class HTTPProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _head_begun = False  # bytes came since the head timer started: a request began
     _body_timer: asyncio.TimerHandle | None = None
+    _head_open = False  # a request's head began (on_message_begin) and is not complete
+    _head_bytes = 0  # bytes that came while it was open, after the read it began in
+    _dropping = False  # refused while the client sent (`_refuse(linger=True)`): what comes is dropped
 
     @classmethod
     def for_settings(cls, header_timeout_s: float, body_timeout_s: float) -> type[HTTPProtocol]:
@@ -52,16 +60,30 @@ class HTTPProtocol(HttpToolsProtocol):
         return type(cls.__name__, (cls,), {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s})
 
     def data_received(self, data: bytes) -> None:
+        if self._dropping:
+            return
         self._head_begun = True
         if self._body_timer is not None:  # a read of the body: the bound starts again
             self._arm_body()
+        open_before = self._head_open
         super().data_received(data)
+        # Counted after the parser took it: a read may end a head and bring its body (not counted), and
+        # the read a head begins in is not counted (so at most one read, 256 KiB, past the bound is held).
+        if open_before and self._head_open and self.transport.get_protocol() is self:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self._head_too_large()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_open, self._head_bytes = True, 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_head()
 
     def on_headers_complete(self) -> None:
+        self._head_open = False
         super().on_headers_complete()
         if not self.parser.should_upgrade() and self.cycle is not None and self.cycle.more_body:
             self._arm_body()  # (a request without a body completes in the same read: on_message_complete)
@@ -102,6 +124,14 @@ class HTTPProtocol(HttpToolsProtocol):
             return
         self._refuse(f"the request line and headers did not all come within {self.header_timeout_s:g} s")
 
+    def _head_too_large(self) -> None:
+        log.info("%s: a request head over %d bytes: connection closed", self._peer(), MAX_HEAD_BYTES)
+        if self.cycle is not None and not self.cycle.response_complete:  # (a response being written: cut)
+            self.transport.close()
+            return
+        self._refuse(f"the request line and headers are over {MAX_HEAD_BYTES} bytes", 431,
+                     "Request Header Fields Too Large", "request_header_fields_too_large", linger=True)
+
     # -- the body ---------------------------------------------------------------------
 
     def _arm_body(self) -> None:
@@ -134,10 +164,22 @@ class HTTPProtocol(HttpToolsProtocol):
     def _peer(self) -> str:
         return "%s:%d" % self.client if self.client else "a client"
 
-    def _refuse(self, message: str) -> None:
-        """408 `request_timeout` with the API's JSON error, then the connection closed."""
-        body = json.dumps(error_body("request_timeout", message, None, 408)).encode()
-        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    def _refuse(self, message: str, status: int = 408, reason: str = "Request Timeout",
+                code: str = "request_timeout", linger: bool = False) -> None:
+        """408 `request_timeout` (or another status) with the API's JSON error, then the connection closed.
+        `linger`, for a client still sending: our side is shut and what comes is dropped for `LINGER_S`
+        before the close (closed at once, the bytes unread made the kernel reset the connection, and a
+        client could lose the answer)."""
+        body = json.dumps(error_body(code, message, None, status)).encode()
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
                              b"content-length: %d\r\nconnection: close\r\nx-request-id: req_%s\r\n\r\n%s"
-                             % (len(body), uuid.uuid4().hex.encode(), body))
+                             % (status, reason.encode(), len(body), uuid.uuid4().hex.encode(), body))
+        if linger and self.transport.can_write_eof():
+            self._dropping = True
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+            return
         self.transport.close()

@@ -133,3 +133,45 @@ def test_a_slow_body_that_keeps_coming_is_read_whole(bounded: LiveServer) -> Non
     head, audio = answer.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200 "), head
     assert b"RIFF" in audio[:64] and len(audio) > 4000
+
+
+def _send_head_until_answered(port: int, start: bytes, piece: bytes, total: int) -> bytes:
+    """Send `start`, then `piece` after piece up to `total` bytes, stopping once the server answers
+    (it may close first: the answer is what came)."""
+    import select
+
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(start)
+        sent = 0
+        try:
+            while sent < total and not select.select([sock], [], [], 0)[0]:
+                sock.sendall(piece)
+                sent += len(piece)
+            sock.settimeout(30)
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    return answer
+
+
+@pytest.mark.parametrize("start, piece", [
+    (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ", b"a" * 8192),  # one header that never ends
+    (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"X-Pad: " + b"a" * 1000 + b"\r\n"),  # header after header
+    (b"GET /health?", b"a=b&" * 2048),  # a request line that never ends
+], ids=["one header", "many headers", "request line"])
+def test_a_request_head_over_its_bound_gets_431(server: LiveServer, start: bytes, piece: bytes) -> None:
+    """uvicorn's httptools protocol bounds neither a request line nor headers: a trial sent 64 MB of one
+    header (`GET /health`) and got 200, the server holding it all (and copying it as it grew: 32 MB took
+    0.26 s, 64 MB 6.9 s) for as long as `header_timeout_s` let it keep sending. A head past
+    `MAX_HEAD_BYTES` is now refused, and the server goes on."""
+    from gateway.http_protocol import MAX_HEAD_BYTES
+
+    answer = _send_head_until_answered(_port(server), start, piece, 16 * MAX_HEAD_BYTES)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 431 ") and b"x-request-id: req_" in head, head
+    assert json.loads(body)["error"]["code"] == "request_header_fields_too_large"
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        long_but_fine = client.get("/health", headers={f"X-Pad-{i}": "a" * 1000 for i in range(40)})
+        assert long_but_fine.status_code == 200  # 40 KB of headers: under the bound
