@@ -53,6 +53,9 @@ class HTTPProtocol(HttpToolsProtocol):
     _head_open = False  # a request's head began (on_message_begin) and is not complete
     _head_bytes = 0  # bytes that came while it was open, after the read it began in
     _dropping = False  # refused while the client sent (`_refuse(linger=True)`): what comes is dropped
+    _in_body = False  # a request's head is complete, its message not
+    _body_in_read = 0  # body bytes the parser gave from the read being parsed
+    _framing_bytes = 0  # bytes of the body's reads that were not body: chunk sizes and extensions, trailers
 
     @classmethod
     def for_settings(cls, header_timeout_s: float, body_timeout_s: float) -> type[HTTPProtocol]:
@@ -65,7 +68,7 @@ class HTTPProtocol(HttpToolsProtocol):
         self._head_begun = True
         if self._body_timer is not None:  # a read of the body: the bound starts again
             self._arm_body()
-        open_before = self._head_open
+        open_before, body_before, self._body_in_read = self._head_open, self._in_body, 0
         super().data_received(data)
         # Counted after the parser took it: a read may end a head and bring its body (not counted), and
         # the read a head begins in is not counted (so at most one read, 256 KiB, past the bound is held).
@@ -73,6 +76,19 @@ class HTTPProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                 self._head_too_large()
+        elif body_before and self._in_body:  # a chunked body's framing and trailers, which the parser holds
+            self._framing_bytes += len(data) - self._body_in_read
+            if self._framing_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self._framing_too_large()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_in_read += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        super().on_message_complete()
+        self._stop_body()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -83,14 +99,10 @@ class HTTPProtocol(HttpToolsProtocol):
         self._await_head()
 
     def on_headers_complete(self) -> None:
-        self._head_open = False
+        self._head_open, self._in_body, self._framing_bytes = False, not self.parser.should_upgrade(), 0
         super().on_headers_complete()
         if not self.parser.should_upgrade() and self.cycle is not None and self.cycle.more_body:
             self._arm_body()  # (a request without a body completes in the same read: on_message_complete)
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._stop_body()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -131,6 +143,18 @@ class HTTPProtocol(HttpToolsProtocol):
             return
         self._refuse(f"the request line and headers are over {MAX_HEAD_BYTES} bytes", 431,
                      "Request Header Fields Too Large", "request_header_fields_too_large", linger=True)
+
+    def _framing_too_large(self) -> None:
+        """A chunked body's framing (chunk sizes, their extensions) and trailers are not the route's to
+        bound: the parser holds trailers as it does headers. Past `MAX_HEAD_BYTES` of them: 431, or the
+        connection closed where a response began; the route reading the body sees the client gone."""
+        log.info("%s: a chunked request body's framing and trailers over %d bytes: connection closed",
+                 self._peer(), MAX_HEAD_BYTES)
+        if self.cycle is None or self.cycle.response_started:
+            self.transport.close()
+            return
+        self._refuse(f"the request body's chunk framing and trailers are over {MAX_HEAD_BYTES} bytes", 431,
+                     "Request Header Fields Too Large", "request_header_fields_too_large")
 
     # -- the body ---------------------------------------------------------------------
 

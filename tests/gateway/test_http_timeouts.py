@@ -135,9 +135,9 @@ def test_a_slow_body_that_keeps_coming_is_read_whole(bounded: LiveServer) -> Non
     assert b"RIFF" in audio[:64] and len(audio) > 4000
 
 
-def _send_head_until_answered(port: int, start: bytes, piece: bytes, total: int) -> bytes:
+def _send_head_until_answered(port: int, start: bytes, piece: bytes, total: int) -> tuple[bytes, int]:
     """Send `start`, then `piece` after piece up to `total` bytes, stopping once the server answers
-    (it may close first: the answer is what came)."""
+    (it may close first: the answer is what came); (the answer, the bytes of pieces sent)."""
     import select
 
     answer = b""
@@ -153,7 +153,7 @@ def _send_head_until_answered(port: int, start: bytes, piece: bytes, total: int)
                 answer += chunk
         except (BrokenPipeError, ConnectionResetError):
             pass
-    return answer
+    return answer, sent
 
 
 @pytest.mark.parametrize("start, piece", [
@@ -168,10 +168,33 @@ def test_a_request_head_over_its_bound_gets_431(server: LiveServer, start: bytes
     `MAX_HEAD_BYTES` is now refused, and the server goes on."""
     from gateway.http_protocol import MAX_HEAD_BYTES
 
-    answer = _send_head_until_answered(_port(server), start, piece, 16 * MAX_HEAD_BYTES)
+    answer, _ = _send_head_until_answered(_port(server), start, piece, 16 * MAX_HEAD_BYTES)
     head, body = answer.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 431 ") and b"x-request-id: req_" in head, head
     assert json.loads(body)["error"]["code"] == "request_header_fields_too_large"
     with httpx.Client(base_url=server.url, timeout=30) as client:
         long_but_fine = client.get("/health", headers={f"X-Pad-{i}": "a" * 1000 for i in range(40)})
         assert long_but_fine.status_code == 200  # 40 KB of headers: under the bound
+
+
+def test_a_chunked_bodys_trailers_are_bounded_as_a_head_is(server: LiveServer) -> None:
+    """Trailers after a chunked body's last chunk are parsed as headers are, and were no more bounded: a trial
+    sent 160 MB of them after `POST /v1/presets`'s two-byte body and the server grew by 160 MB. A body's
+    framing and trailers past `MAX_HEAD_BYTES` now end the request (431, or the connection closed), and the
+    server goes on; a body in many small chunks is not framing past the bound."""
+    from gateway.http_protocol import MAX_HEAD_BYTES
+
+    head = (b"POST /v1/presets HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    answer, sent = _send_head_until_answered(_port(server), head + b"2\r\n{}\r\n0\r\n", b"X-T: " + b"a" * 1000 + b"\r\n",
+                                             64 * MAX_HEAD_BYTES)
+    assert sent < 64 * MAX_HEAD_BYTES  # the server stopped it
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    body = json.dumps({"name": "chunky", "speed": 1.0}).encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 16]), body[i:i + 16]) for i in range(0, len(body), 16))
+    with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+        sock.sendall(head + chunked + b"0\r\nX-Fine: yes\r\n\r\n")
+        sock.settimeout(30)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 201 ")
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        assert client.delete("/v1/presets/chunky").status_code == 204
