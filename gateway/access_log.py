@@ -11,7 +11,8 @@ it ends:
     POST /v1/audio/speech 503 req_0f... 3ms overloaded
     POST /v1/audio/speech 200 speech-55ef... 412ms 20K ... cut=client_disconnected
 
-the method (`WS` for a WebSocket), the path (query secrets already `redacted`: gateway/auth.py),
+the method (`WS` for a WebSocket), the path (query secrets already `redacted`: gateway/auth.py; what
+is not printable percent-encoded, so no client writes a line of its own),
 the status (101 for a session that was accepted), the request id of the `X-Request-Id` header,
 the time from the request's arrival to its end, the body bytes sent, an error's `code` (from
 the API's JSON error body), and what the route added with `note` (its key, model,
@@ -31,6 +32,7 @@ import logging
 import time
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import quote
 
 from starlette.datastructures import Headers
 from starlette.routing import Match
@@ -82,11 +84,19 @@ def _size(num_bytes: int) -> str:
     return f"{num_bytes}B" if num_bytes < 10240 else f"{num_bytes // 1024}K"
 
 
+def printable(text: str) -> str:
+    """`text` with each character that is not printable (line breaks, escapes, bidi controls)
+    percent-encoded: a request's path is decoded (`/x%0aFAKE` is `/x`, a line break, `FAKE`), and
+    written as it is it let any client forge log lines of its choosing."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else quote(c, safe="") for c in text)
+
+
 def _value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.0f}"
     text = str(value)
-    return json.dumps(text) if (not text or any(c.isspace() or c in '"=' for c in text)) else text
+    return json.dumps(text) if (not text or any(c.isspace() or c in '"=' or not c.isprintable()
+                                                for c in text)) else text
 
 
 def _route(scope: Scope) -> str:
@@ -165,7 +175,7 @@ class AccessLog:
         method = "WS" if websocket else scope.get("method", "-")
         status = seen["status"] if seen["status"] is not None else 0  # 0: no answer (the client left first)
         code = error_code(bytes(seen["error"])) if seen["error"] else None
-        path = scope.get("path", "")
+        path = printable(scope.get("path", ""))
         query = scope.get("query_string", b"")
         if query:
             path += "?" + query.decode("latin-1")

@@ -24,6 +24,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.types import EngineError, Overloaded
+from gateway.access_log import printable
 from models import InvalidModel
 
 log = logging.getLogger(__name__)
@@ -132,10 +133,11 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     upload's partial file, a key's slot: gateway/auth.py); the answer reaches no one."""
     stalled = request.scope.get(BODY_TIMED_OUT)
     if stalled is not None:
-        log.info("%s %s: no byte of the request body came for %g s: answered 408", request.method, request.url.path,
-                 stalled)
+        log.info("%s %s: no byte of the request body came for %g s: answered 408", request.method,
+                 printable(request.url.path), stalled)
     else:
-        log.info("%s %s: the client disconnected while sending the request body", request.method, request.url.path)
+        log.info("%s %s: the client disconnected while sending the request body", request.method,
+                 printable(request.url.path))
     return Response(status_code=400)
 
 

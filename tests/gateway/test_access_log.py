@@ -153,3 +153,21 @@ def test_a_vendor_speech_line_names_its_model_voice_and_audio(keyed: tuple[LiveS
     fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
     assert fields["model"] == "piper-joe" and fields["format"] == "pcm_16000" and fields["stalls"].isdigit(), line
     assert fields["voice"] and float(fields["audio_ms"]) > 500 and float(fields["ttfa_ms"]) > 0, line
+
+
+def test_a_path_cannot_forge_log_lines(keyed: tuple[LiveServer, str]) -> None:
+    """The path is logged decoded: a trial's `GET /x%0a2026-12-06 INFO gateway.access: FAKE`, with no key,
+    wrote a second line of its choosing into the log (and `%1b` a terminal escape). Characters that are not
+    printable are now written percent-encoded, in the access line and in the lines naming a request's path."""
+    from gateway import access_log
+
+    live, _ = keyed
+    forged = "/x%0a2026-12-06 21:23:44,329 INFO gateway.access: FAKE%1b[31m%e2%80%a8%0d"
+    with server_log("gateway.access", "uvicorn.error") as records:
+        response = httpx.get(f"{live.url}{forged}")
+        assert response.status_code == 401
+        line = access_line(records, response.headers["x-request-id"])
+    assert line.startswith("GET /x%0A2026-12-06 21:23:44,329 INFO gateway.access: FAKE%1B[31m%E2%80%A8%0D 401 "), line
+    assert all(c.isprintable() for c in line), line
+    assert access_log.printable("voice\x1b[2J") == "voice%1B[2J"
+    assert all(c.isprintable() or c == "\\" for c in access_log._value("a\x1bb\u2028"))
