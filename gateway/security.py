@@ -13,6 +13,9 @@ ways stay open after CORS (which is off unless `cors_origins` is set):
   at), `allowed_origins` or `cors_origins` (but for its `*`); `Origin: null` (sandboxed pages, files)
   never passes. Clients that are not browsers send no `Origin` and are not affected.
 
+- **Clickjacking**: another site's page could frame ours (on loopback no key is asked) and have
+  its visitor click in the hidden frame; every HTTP answer says no page may frame it (`NO_FRAMING`).
+
 Refusals are the API's JSON errors: 400 `invalid_host`, 403 `origin_not_allowed`; on a
 WebSocket the same body as an HTTP denial response (where the server supports one),
 else a close before accept (HTTP 403).
@@ -30,7 +33,7 @@ from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import error_body
 from gateway.origins import parse_origin, split_host
@@ -84,6 +87,8 @@ class BrowserGuard:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "http":
+            send = _unframeable(send)
         headers = Headers(scope=scope)
         host = headers.get("host")
         if not self.host_allowed(host):
@@ -101,6 +106,23 @@ class BrowserGuard:
                        "allowed_origins setting", "Origin")
             return
         await self.app(scope, receive, send)
+
+
+# No page of another site may frame ours (clickjacking: a hidden frame of /library on loopback, where no key
+# is asked, and a visitor's click on Delete): the CSP directive, and the older header for older browsers.
+NO_FRAMING = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+
+
+def _unframeable(send: Send) -> Send:
+    """`send` with NO_FRAMING added to every HTTP response (its headers that a route set itself are kept)."""
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers") or [])
+            names = {name.lower() for name, _ in headers}
+            headers += [(name, value) for name, value in NO_FRAMING if name not in names]
+            message = {**message, "headers": headers}
+        await send(message)
+    return sending
 
 
 async def deny(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,

@@ -50,6 +50,16 @@ def test_unknown_host_names_are_refused(guarded: LiveServer) -> None:
         assert httpx.get(f"{guarded.url}/v1/takes", headers={"Host": host}).status_code == 200, host
 
 
+@pytest.mark.parametrize("path", ["/", "/library", "/voices", "/projects", "/live", "/docs", "/nowhere", "/v1/models"])
+def test_no_other_site_may_frame_the_pages(guarded: LiveServer, path: str) -> None:
+    """Clickjacking: the studio answered with no framing policy, so any site could load /library (on
+    loopback, where no key is asked) in an invisible frame and have its visitor click Delete or Unload there;
+    the frame's own requests carry its own Origin and pass the checks. Every answer now refuses framing."""
+    response = httpx.get(f"{guarded.url}{path}", headers={"Accept": "text/html"})
+    assert response.headers["x-frame-options"] == "DENY", path
+    assert response.headers["content-security-policy"] == "frame-ancestors 'none'", path
+
+
 def test_dns_rebinding_cannot_open_a_websocket(guarded: LiveServer) -> None:
     port = int(guarded.url.rsplit(":", 1)[1])
     # What a browser does after the attacker's name resolves to 127.0.0.1: connect there, Host: that name.
