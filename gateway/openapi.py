@@ -124,7 +124,9 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                "parameters": [_query("limit", _number(1, 1000, "integer"))]},
         ("POST", "/v1/takes"): {
             "summary": "Keep a take: raw PCM16 streamed to disk (fields in the query), or JSON with base64 audio",
-            "parameters": take_query, "responses": CREATED,
+            "parameters": take_query,
+            "responses": {**CREATED, "507": {"description": "it would leave less than min_free_disk_mb free",
+                                             "content": {"application/json": {"schema": ERROR_REF}}}},
             "requestBody": {"required": True, "content": {
                 "audio/pcm": BINARY,
                 "application/json": {"schema": _object(("text", "model", "voice", "sample_rate", "audio"),

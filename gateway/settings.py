@@ -96,7 +96,7 @@ class Settings:
     catalog_path: str = ""  # empty: the packaged catalog
     download_base_url: str = "https://huggingface.co/"  # or a mirror, file:///dir, or /dir
     download_token: str = field(default="", repr=False)  # Bearer token for gated models
-    min_free_disk_mb: float = 256.0  # after a download (MB: `MB` bytes)
+    min_free_disk_mb: float = 256.0  # after a download or a take (MB: `MB` bytes)
     # Security and limits (README "Security"; gateway/security.py, auth.py, keys.py).
     allowed_hosts: tuple[str, ...] = ()  # Host names besides loopback ones and IP addresses; "*": any
     allowed_origins: tuple[str, ...] = ()  # browser origins besides the server's own (WebSocket, writes)

@@ -24,6 +24,7 @@ and the insert): `TakeStore.sweep()` removes both at start.
 An upload as `audio/pcm` is written to disk piece by piece as it arrives, in a worker
 thread, so a take costs no more memory than one network read and never blocks the event
 loop; the JSON form holds the whole body (base64) and is limited to MAX_TAKE_JSON_BYTES.
+Either is refused (507) where it would leave less than `min_free_disk_mb` free (`check_disk`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import binascii
 import logging
 import os
 import re
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -51,6 +53,7 @@ from gateway.errors import ApiError, read_json
 from gateway.json_input import finite_number
 from gateway.library import Library
 from gateway.realtime import SAMPLE_RATES
+from gateway.settings import MB
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
 from gateway.strays import remove_strays
@@ -289,16 +292,33 @@ async def _existing(store: TakeStore, request: Request) -> dict[str, Any]:
     return take
 
 
+def check_disk(folder: Path, num_bytes: int, min_free_disk_mb: float) -> None:
+    """ApiError 507 `insufficient_storage` if writing `num_bytes` under `folder` would leave less than
+    `min_free_disk_mb` free there (the library's database is on that disk too)."""
+    while not folder.exists() and folder != folder.parent:  # (the data dir's own disk, before the first take)
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if free - num_bytes < min_free_disk_mb * MB:
+        raise ApiError(507, "insufficient_storage", f"the server's disk has {free / MB:.0f} MB free; this would "
+                       f"leave less than the {min_free_disk_mb:g} MB it keeps free (min_free_disk_mb)", field="audio")
+
+
 async def create_take(request: Request) -> JSONResponse:
     state, store = _store(request)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "audio/pcm":
         take = await _validated(state, _from_query(request), _FIELDS - {"audio"})
+        length = request.headers.get("content-length", "")  # (without one, the most a take may be)
+        expected = int(length) if length.isdigit() else MAX_TAKE_AUDIO_BYTES
+        await run_in_threadpool(check_disk, store.folder, min(expected, MAX_TAKE_AUDIO_BYTES),
+                                state.settings.min_free_disk_mb)
         row = await store.add_stream(take, request.stream())
     else:  # JSON, or read_json's 415 naming both forms
         data = await read_json(request, MAX_TAKE_JSON_BYTES)
         take = await _validated(state, data)
-        row = await store.add(take, _audio(data))
+        pcm16 = _audio(data)
+        await run_in_threadpool(check_disk, store.folder, len(pcm16), state.settings.min_free_disk_mb)
+        row = await store.add(take, pcm16)
     return JSONResponse(_public(row), status_code=201)
 
 

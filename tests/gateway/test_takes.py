@@ -173,3 +173,24 @@ def test_openai_model_names_mean_the_default_model_here_too(client: httpx.Client
 ])
 def test_a_take_downloads_under_its_words_voice_and_id(text: str, voice: str, expected: str) -> None:
     assert takes.download_name({"text": text, "voice": voice, "id": "take-1"}, "wav") == expected
+
+
+def test_a_take_is_refused_where_the_disk_would_fill(tmp_path: Any) -> None:
+    """A take is up to 64 MiB, streamed to disk, and nothing looked at the disk: takes could fill it, and with
+    it the library's database beside them. A take that would leave less than `min_free_disk_mb` free (as a
+    download would) is refused before a byte is written: 507 `insufficient_storage`."""
+    from tests.conftest import run_server
+
+    for live in run_server(tmp_path, min_free_disk_mb=1e12):  # more than any disk has
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            as_json = client.post("/v1/takes", json=take_body())
+            query = {k: v for k, v in take_body().items() if k != "audio"}
+            streamed = client.post("/v1/takes", params=query, content=tone(),
+                                   headers={"Content-Type": "audio/pcm"})
+            for response in (as_json, streamed):
+                assert response.status_code == 507, response.text
+                error = response.json()["error"]
+                assert error["code"] == "insufficient_storage" and "min_free_disk_mb" in error["message"]
+            assert client.get("/v1/takes").json()["data"] == []
+        folder = tmp_path / "takes"
+        assert not folder.exists() or list(folder.iterdir()) == []
