@@ -22,9 +22,13 @@ from gateway.keys import ApiKey
 def parse_rate(text: str) -> limits.RateLimitItem:
     """`"600/minute"` as a limits item; ValueError with the accepted form otherwise."""
     try:
-        item = limits.parse(text)
+        items = limits.parse_many(text)
     except ValueError:
         raise ValueError(f"a rate limit looks like '600/minute' or '10/second', got {text!r}") from None
+    if len(items) != 1:  # (`limits.parse` kept the first of `1/second;2/minute` and dropped the rest in silence)
+        raise ValueError(f"a rate limit is one rate, e.g. '600/minute' (only the first of several is kept), "
+                         f"got {text!r}")
+    item = items[0]
     if item.amount < 1:  # (a key that could never make a request: revoke it instead)
         raise ValueError(f"a rate limit allows at least one request a period, got {text!r}")
     return item

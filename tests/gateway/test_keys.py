@@ -82,6 +82,8 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--rate-limit", "0/minute"], "error: a rate limit allows at least one request a period, got '0/minute'"),
+    (["--rate-limit", "1/second;2/minute"], "error: a rate limit is one rate, e.g. '600/minute' (only the first of "
+                                            "several is kept), got '1/second;2/minute'"),
     (["--name", "tab\tname"], "error: a key's name may not contain control characters (tabs, line breaks), "
                                "got 'tab\\tname'"),
     (["--name", "x" * 101], "error: a key's name has at most 100 characters, got 101"),
@@ -90,7 +92,9 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
 def test_a_key_that_could_never_be_used_or_listed_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               args: list[str], message: str) -> None:
     """Found by a new-user trial: a rate of 0 made a key that every request was refused with
-    (429, forever), and a tab in a name broke `keys list`'s tab-separated lines."""
+    (429, forever), and a tab in a name broke `keys list`'s tab-separated lines. A security trial: `1/second;2/minute`
+    was listed as such while the `limits` package's parse kept only `1/second` (four requests a second apart all
+    passed)."""
     name = args[1] if args[0] == "--name" else "k"
     options = [] if args[0] == "--name" else args
     assert main(["keys", "create", name, *options, "--data-dir", str(tmp_path)]) == 2
