@@ -310,8 +310,9 @@ async def create_take(request: Request) -> JSONResponse:
         take = await _validated(state, _from_query(request), _FIELDS - {"audio"})
         length = request.headers.get("content-length", "")  # (without one, the most a take may be)
         expected = int(length) if length.isdigit() else MAX_TAKE_AUDIO_BYTES
-        await run_in_threadpool(check_disk, store.folder, min(expected, MAX_TAKE_AUDIO_BYTES),
-                                state.settings.min_free_disk_mb)
+        if expected > MAX_TAKE_AUDIO_BYTES:  # (refused unread: it was read, and written, up to the limit first)
+            raise ApiError(413, "audio_too_large", f"audio is over {MAX_TAKE_AUDIO_BYTES} bytes", field="audio")
+        await run_in_threadpool(check_disk, store.folder, expected, state.settings.min_free_disk_mb)
         row = await store.add_stream(take, request.stream())
     else:  # JSON, or read_json's 415 naming both forms
         data = await read_json(request, MAX_TAKE_JSON_BYTES)

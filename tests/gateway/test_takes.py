@@ -194,3 +194,20 @@ def test_a_take_is_refused_where_the_disk_would_fill(tmp_path: Any) -> None:
             assert client.get("/v1/takes").json()["data"] == []
         folder = tmp_path / "takes"
         assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_a_streamed_take_that_says_it_is_over_the_limit_is_refused_unread(server: LiveServer) -> None:
+    """`Content-Length: 100000000000` on an audio/pcm take was taken at its word: the server waited for the body
+    and wrote 64 MiB of it to disk before its 413. A length over the limit is now a 413 at once (as an upload
+    of a reference voice is), without a byte read."""
+    import socket
+
+    port = int(server.url.rsplit(":", 1)[1])
+    query = "text=hi&model=piper-joe&voice=default&sample_rate=24000"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(f"POST /v1/takes?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: audio/pcm\r\n"
+                     f"Content-Length: {takes.MAX_TAKE_AUDIO_BYTES + 1}\r\n\r\n".encode())
+        sock.settimeout(10)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b'"audio_too_large"' in answer
