@@ -55,6 +55,7 @@ SAMPLE_RATE = 24000  # what the 12 Hz speech tokenizer and speaker encoder read
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0  # cloning needs a few seconds; the reference's frames lengthen every prompt
+MAX_SAMPLE_RATE = 192_000  # a voice needs no more; what is decoded is bounded by MAX_SECONDS at this rate
 MAX_TRANSCRIPT_CHARS = 1000
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9 _.\-]{0,62}[A-Za-z0-9_.\-])?")  # fullmatch: no newline after it
 _FIELDS = {"name", "transcript", "audio"}
@@ -149,6 +150,9 @@ def _decode_mono(data: bytes, field: str) -> tuple[np.ndarray, int]:
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             rate, channels, frames = f.samplerate, f.channels, f.frames
+            if rate > MAX_SAMPLE_RATE:  # (655,350 Hz in 8 channels, 29 s: 152 MB and 2 s to decode and resample)
+                raise InvalidInput(f"{field} is sampled at {rate} Hz; a reference is at most {MAX_SAMPLE_RATE} Hz "
+                                   f"(it is resampled to {SAMPLE_RATE} Hz)", field=field)
             limit = int(MAX_SECONDS * rate) if rate > 0 else 0
             if limit < frames < _UNKNOWN_FRAMES:  # the header says so: refused unread
                 raise ApiError(422, "audio_length", f"{field} is {frames / rate:.2f} s long; a reference must be "

@@ -148,6 +148,18 @@ def test_a_long_compressed_recording_is_refused_without_decoding_it_all(unknown_
     assert peak < 30_000_000, peak  # about the limit's 30 s at 48 kHz (5.8 MB), not the file's 600 s
 
 
+def test_a_recording_at_a_rate_no_voice_needs_is_refused_undecoded() -> None:
+    """A 165 KB FLAC of 29 s at 655,350 Hz (FLAC's highest) in 8 channels passed the 30 s bound and took
+    152 MB and 2.2 s to decode and resample, per request. Rates over 192 kHz are refused before decoding."""
+    from engine.types import InvalidInput
+
+    with pytest.raises(InvalidInput) as refused:
+        references.to_pcm16(_constant_flac(60, rate=384000), "ref_audio")
+    assert refused.value.field == "ref_audio" and "384000 Hz" in refused.value.message
+    assert "192000" in refused.value.message
+    assert len(references.to_pcm16(recording(1.5, rate=192000, channels=1, fmt="FLAC"))) == 2 * 36000
+
+
 def test_a_stored_recording_is_read_and_hashed_once_per_upload(tmp_path: Any) -> None:
     """gateway/clone_voices.py `_recording`: keyed by the file and its row's `created_at`, so a
     request reuses it and a new upload under the same name (a new row) is read afresh."""
