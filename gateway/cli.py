@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -35,8 +36,8 @@ from gateway.settings import Settings, is_loopback, load_settings, unknown_varia
 
 def settings_from_args(args: argparse.Namespace, sources: dict[str, str] | None = None) -> Settings:
     """The settings a parsed command line (`parser().parse_args`) means: its flags over
-    the environment and the config file, with the data dir made; ValueError naming a bad value and
-    its source, or a data dir that cannot be made. A
+    the environment and the config file; ValueError naming a bad value and its source, or a data
+    dir that cannot be made (`data_dir_problem`). A
     `VOXGATE_*` variable that nothing reads (misspelt) is a warning on stderr, not a refusal.
     `sources`: filled with where each setting was set (`load_settings`)."""
     for warning in unknown_variables():
@@ -45,13 +46,33 @@ def settings_from_args(args: argparse.Namespace, sources: dict[str, str] | None 
     settings = load_settings(getattr(args, "config", None), sources=sources, host=getattr(args, "host", None),
                              port=getattr(args, "port", None), data_dir=getattr(args, "data_dir", None),
                              policy=getattr(args, "policy", None), devices=getattr(args, "devices", None))
-    try:  # every command that reads the settings uses the data dir: one line here, not a traceback in each
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
+    problem = data_dir_problem(settings.data_dir)  # every command uses it: one line here, not a traceback in each
+    if problem is not None:
         where = f" (from {sources['data_dir']})" if "data_dir" in sources else ""
-        raise ValueError(f"cannot make the data dir {settings.data_dir}{where}: {error.strerror}; set data_dir "
-                         "(--data-dir or VOXGATE_DATA_DIR) to a folder this user can write") from None
+        raise ValueError(f"cannot make the data dir {settings.data_dir}{where}: {problem}; set data_dir "
+                         "(--data-dir or VOXGATE_DATA_DIR) to a folder this user can write")
     return settings
+
+
+def data_dir_problem(path: Path) -> str | None:
+    """Why the data dir `path` cannot be made or written (the OS's words), or None. A probe: the folders it
+    makes to find out are removed again, so a command that then stops (a bad config) leaves nothing behind."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            return os.strerror(errno.EACCES)
+        return None
+    except OSError as error:
+        return error.strerror or str(error)
+    finally:
+        for folder in missing:  # (deepest first)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def config_models_problem(settings: Settings) -> str | None:
