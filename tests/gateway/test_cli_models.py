@@ -31,6 +31,15 @@ def _voice(parent: Path, name: str) -> Path:
     return folder
 
 
+def refused_at_start(config: Path, data: Path, problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`voxgate serve` with `config` stops with the one line `problem`, and an app's start-up raises it."""
+    assert main(["serve", "--config", str(config), "--data-dir", str(data), "--port", str(free_port())]) == 2
+    assert capsys.readouterr().err == f"error: {problem}\n"
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        with local_client(create_app(load_settings(config, env={}, data_dir=data))):
+            pass
+
+
 def _add(data: Path, folder: Path, *more: str) -> int:
     return main(["models", "add", "--family", "piper", "--path", str(folder), "--data-dir", str(data), *more])
 
@@ -112,11 +121,7 @@ def test_a_config_model_never_takes_a_catalog_models_id(tmp_path: Path, capsys: 
     problem = ("[[models]] 'de_DE-thorsten-medium' in the config file: 'de_DE-thorsten-medium' is the id of a catalog "
                "model (`voxgate models catalog`); give the entry another id")
     data = tmp_path / "data"
-    assert main(["serve", "--config", str(config), "--data-dir", str(data), "--port", str(free_port())]) == 2
-    assert capsys.readouterr().err == f"error: {problem}\n"
-    with pytest.raises(ValueError, match=re.escape(problem)):
-        with local_client(create_app(load_settings(config, env={}, data_dir=data))):
-            pass
+    refused_at_start(config, data, problem, capsys)
     assert asyncio.run(_models(data)) == []  # refused before anything is registered
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,8 @@ import pytest
 from gateway.app import create_app
 from gateway.cli import main
 from gateway.settings import load_settings
-from tests.conftest import free_port, local_client
-from tests.gateway.test_cli_models import _models, _voice
+from tests.conftest import local_client
+from tests.gateway.test_cli_models import _models, _voice, refused_at_start
 
 
 def test_a_model_whose_config_entry_is_gone_can_be_removed(tmp_path: Path,
@@ -60,11 +59,7 @@ def test_no_model_takes_the_embedded_voices_id(tmp_path: Path, capsys: pytest.Ca
     problem = ("[[models]] 'piper-joe' in the config file: 'piper-joe' is the id of the embedded voice; give the "
                "entry another id")
     data = tmp_path / "data"
-    assert main(["serve", "--config", str(config), "--data-dir", str(data), "--port", str(free_port())]) == 2
-    assert capsys.readouterr().err == f"error: {problem}\n"
-    with pytest.raises(ValueError, match=re.escape(problem)):
-        with local_client(create_app(load_settings(config, env={}, data_dir=data))):
-            pass
+    refused_at_start(config, data, problem, capsys)
     assert main(["models", "add", "--family", "piper", "--path", str(folder), "--id", "piper-joe", "--data-dir",
                  str(data)]) == 2
     assert capsys.readouterr().err == ("error: 'piper-joe' is the id of the embedded voice; pick another --id\n")
