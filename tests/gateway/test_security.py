@@ -135,7 +135,7 @@ def test_cross_origin_writes_are_refused_and_reads_have_no_cors(guarded: LiveSer
 
 def test_cors_when_configured(tmp_path: Path) -> None:
     for live in run_server(tmp_path, cors_origins=["https://app.example.org"]):
-        with httpx.Client(base_url=live.url) as client:
+        with httpx.Client(base_url=live.url, timeout=60) as client:
             preflight = client.options("/v1/audio/speech", headers={
                 "Origin": "https://app.example.org", "Access-Control-Request-Method": "POST",
                 "Access-Control-Request-Headers": "content-type"})
@@ -161,7 +161,7 @@ def test_cors_for_every_origin_opens_reads_not_writes(tmp_path: Path) -> None:
     """`cors_origins = ["*"]` lets every page read; writes and WebSockets from any page take
     `allowed_origins = ["*"]` (found by a new-user trial: `*` there had turned the Origin check off)."""
     for live in run_server(tmp_path, cors_origins=["*"]):
-        with httpx.Client(base_url=live.url) as client:
+        with httpx.Client(base_url=live.url, timeout=60) as client:
             read = client.get("/v1/models", headers={"Origin": "https://any.example"})
             assert read.status_code == 200 and read.headers["access-control-allow-origin"] == "*"
             write = client.post("/v1/presets", json={"name": "x"}, headers={"Origin": "https://any.example"})
