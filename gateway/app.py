@@ -101,7 +101,7 @@ def create_app(settings: Settings) -> Starlette:
             await library.close()
             raise RuntimeError(no_key_message(settings))
         await TakeStore(library, settings.data_dir / "takes").sweep()  # what a kill left behind
-        projects = ProjectStore(library, settings.data_dir / "projects")
+        projects = ProjectStore(library, settings.data_dir / "projects", settings.min_free_disk_mb)
         await sweep_projects(projects)
         engine = Engine(EngineConfig(urgent_slack_ms=settings.urgent_slack_ms, max_waiting=settings.max_waiting,
                                      max_predicted_ttfa_ms=settings.max_predicted_ttfa_ms, policy=settings.policy))

@@ -125,8 +125,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("POST", "/v1/takes"): {
             "summary": "Keep a take: raw PCM16 streamed to disk (fields in the query), or JSON with base64 audio",
             "parameters": take_query,
-            "responses": {**CREATED, "507": {"description": "it would leave less than min_free_disk_mb free",
-                                             "content": {"application/json": {"schema": ERROR_REF}}}},
+            "responses": {**CREATED, **FULL_DISK},
             "requestBody": {"required": True, "content": {
                 "audio/pcm": BINARY,
                 "application/json": {"schema": _object(("text", "model", "voice", "sample_rate", "audio"),
@@ -171,7 +170,7 @@ def _reference_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("GET", "/v1/voices/references"): {"summary": "Reference recordings (voices to clone)"},
         ("POST", "/v1/voices/references"): {
             "summary": "Keep a reference recording: a WAV/FLAC/Ogg/MP3 file of 1-30 s and its transcript",
-            "responses": CREATED,
+            "responses": {**CREATED, **FULL_DISK},
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}}},
         ("GET", "/v1/voices/references/{name}"): {"summary": "One reference recording"},
         ("DELETE", "/v1/voices/references/{name}"): {"summary": "Delete a reference recording",
@@ -224,7 +223,7 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
             "parameters": [_query("context_ms", _number(100, 10_000), "audio each side")]},
         ("POST", f"{project}/generate"): {
             "summary": "Generate passages in the background (202, the job)",
-            "responses": {"202": {"description": "the job", **JSON_OK}},
+            "responses": {"202": {"description": "the job", **JSON_OK}, **FULL_DISK},
             "requestBody": _body(_object(passages={"oneOf": [{"const": "out_of_date"},
                                                              {"type": "array", "items": _string()}]}), False)},
         ("GET", f"{project}/job"): {"summary": "The project's generation job"},
@@ -232,7 +231,7 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
         ("GET", f"{take}/audio"): {"summary": "A take's audio (WAV; a Range request gets 206)",
                                    "responses": {**wav, "206": {"content": {"audio/wav": BINARY}}}},
         ("POST", f"{take}/edit"): {
-            "summary": "Trim silence, delete a range, or undo the last edit",
+            "summary": "Trim silence, delete a range, or undo the last edit", "responses": FULL_DISK,
             "requestBody": _body(_object(("op",), op={"enum": ["trim_silence", "delete_range", "undo"]},
                                          start_ms=_number(0), end_ms=_number(0)))},
         ("DELETE", take): {"summary": "Delete a take (409 for the chosen one)", "responses": {"204": {}}},
@@ -303,6 +302,8 @@ SPEECH_AUDIO: Schema = {"content": {**{f"audio/{f}": BINARY for f in ("mpeg", "w
 # way; 3.1's `contentMediaType` alone made openapi-python-client send a text part: a new-user trial).
 FILE: Schema = {"type": "string", "format": "binary", "contentMediaType": "application/octet-stream"}
 CREATED: Schema = {"201": {"description": "created", "content": {"application/json": {}}}}
+FULL_DISK: Schema = {"507": {"description": "its file would leave less than min_free_disk_mb free",
+                             "content": {"application/json": {"schema": ERROR_REF}}}}
 
 
 def build(routes: list[Any], settings: Settings) -> Schema:

@@ -14,7 +14,8 @@
   DELETE /v1/projects/{id}/passages/{pid}      204, with its takes
   POST   /v1/projects/{id}/passages/{pid}/split  {"at": character offset} -> the project
   POST   /v1/projects/{id}/passages/{pid}/merge  joins it with the passage after it -> the project
-  POST   /v1/projects/{id}/generate            {"passages"?: [pid, ...] | "out_of_date"} -> 202 the job
+  POST   /v1/projects/{id}/generate            {"passages"?: [pid, ...] | "out_of_date"} -> 202 the job;
+                                               507 where the disk has less than min_free_disk_mb free
   GET    /v1/projects/{id}/job                 the latest generation job (progress)
   DELETE /v1/projects/{id}/job                 cancel it
 
@@ -30,6 +31,7 @@ import re
 import unicodedata
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -312,6 +314,7 @@ async def generate(request: Request) -> JSONResponse:
                        field="passages")
     if state.draining:
         raise ApiError(503, "shutting_down", "server is shutting down", headers={"Retry-After": "5"})
+    await run_in_threadpool(store.check_disk, 0, "passages")  # 507 where no take could be stored
     job = generator.enqueue(project["id"], chosen)
     return JSONResponse(job.as_json(), status_code=202)
 

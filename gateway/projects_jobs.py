@@ -11,7 +11,9 @@ may have changed since its turn began): it is spoken again after the others unle
 got is of its text and effective speaker as they are once that take is stored.
 
 Progress (`as_json`) counts passages queued, done and failed; a failed passage (unknown
-preset, model not installed, engine error) records its error and the job goes on.
+preset, model not installed, engine error, a disk too full for its take: 507
+`insufficient_storage`, checked before it is spoken and as it is stored) records its error
+and the job goes on.
 Cancelling stops the engine request at once; its partial audio is dropped.
 """
 
@@ -29,6 +31,7 @@ import numpy as np
 from engine.types import EngineError, InvalidInput
 from gateway.audio import to_pcm16
 from gateway.clone_voices import resolve_voice
+from gateway.errors import ApiError
 from gateway.projects_store import ProjectStore, is_current
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, Stitched, plan, request_chars, speech_options, spoken_items
@@ -122,7 +125,7 @@ class Generator:
                         job.num_total -= 1
                 except PassageGone:  # deleted (a replacing import) before or while its turn: not a failure
                     job.num_total -= 1
-                except EngineError as error:
+                except (EngineError, ApiError) as error:  # (ApiError: 507, the disk too full for its take)
                     job.num_failed += 1
                     job.errors.append({"passage_id": job.current, "code": error.code, "message": error.message,
                                        "field": error.field})
@@ -157,6 +160,7 @@ class Generator:
         speaker = passage["speaker"] or project["speaker"]
         choice = await resolve_speaker(self.state, project, passage["speaker"])
         text = check_input(passage["text"], self.state.settings.max_input_chars, field="text", speakable=False)
+        await asyncio.to_thread(self.store.check_disk, 0, "passages")  # (not spoken for nothing)
         pcm, sample_rate = await self._synthesise(choice, text)
         # Re-read: the passage may have changed while it was spoken; the take says what it was made from.
         current = await self.store.get_passage(project_id, passage_id)

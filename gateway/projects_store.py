@@ -4,7 +4,8 @@ A project holds ordered passages; a passage holds takes, one of them chosen. Aud
 PCM16 mono WAV per take version under `<data_dir>/projects/<project id>/`: a file is
 written (under a temporary name, then renamed) before the row that names it, and
 removed only after the row or history entry naming it is gone, so a row always has its
-file. Every change is one transaction on the library's connection.
+file. Every change is one transaction on the library's connection. A file that would leave
+less than `min_free_disk_mb` free is not written: ApiError 507 `insufficient_storage`.
 
 Out of date: a take is out of date when the passage's text or effective speaker (its
 own, else the project's) differs from what the take was generated with (`is_current`); a
@@ -31,6 +32,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from gateway.audio import wav_header
+from gateway.disk_space import check_disk, full_disk_error
 from gateway.library import Library
 from gateway.projects_audio import write_wav
 
@@ -49,9 +52,10 @@ def new_id(prefix: str) -> str:
 
 
 class ProjectStore:
-    def __init__(self, library: Library, folder: Path) -> None:
+    def __init__(self, library: Library, folder: Path, min_free_disk_mb: float = 0.0) -> None:
         self.library = library
         self.folder = folder  # <data_dir>/projects
+        self.min_free_disk_mb = min_free_disk_mb  # a take's file that would leave less free is refused (507)
         self._take_locks: dict[str, asyncio.Lock] = {}  # take id -> its lock, while anyone holds or awaits it
         self._take_users: Counter[str] = Counter()
 
@@ -264,8 +268,8 @@ class ProjectStore:
                "audio_file": name, "created_at": time.time()}
         # Shielded: a cancel (its project deleted) waits for the thread, then removes the file (not waited
         # for, the thread renamed it into place after the delete, where no row named it).
-        write = asyncio.ensure_future(run_in_threadpool(write_wav, self.folder / project_id / name,
-                                                        sample_rate, pcm16))
+        write = asyncio.ensure_future(run_in_threadpool(self._write, self.folder / project_id / name,
+                                                        sample_rate, pcm16, "passages"))
         try:
             await asyncio.shield(write)
             async with self.library.transaction(immediate=True) as db:
@@ -305,7 +309,7 @@ class ProjectStore:
         """An edit: the take's audio becomes `pcm16`; the file it had goes onto the undo history.
         False (and no file left) when the take was deleted meanwhile (with its passage or project)."""
         name = f"{take['id']}-{len(take['history']) + 1}.wav"
-        await run_in_threadpool(write_wav, self.take_path(take, name), sample_rate, pcm16)
+        await run_in_threadpool(self._write, self.take_path(take, name), sample_rate, pcm16, "op")
         history = [*take["history"], take["audio_file"]]
         try:
             async with self.library.transaction() as db:
@@ -341,6 +345,20 @@ class ProjectStore:
         return cur.rowcount > 0
 
     # -- files ------------------------------------------------------------------------
+
+    def check_disk(self, num_bytes: int, field: str) -> None:
+        """ApiError 507 `insufficient_storage` naming `field` where `num_bytes` more would leave less than
+        `min_free_disk_mb` free (gateway/disk_space.py). Blocking: call it in a thread."""
+        check_disk(self.folder, num_bytes, self.min_free_disk_mb, field)
+
+    def _write(self, path: Path, sample_rate: int, pcm16: bytes, field: str) -> None:
+        """`write_wav` once the disk has room (`check_disk`; a disk full meanwhile: the same 507); a refused or
+        failed write leaves no file."""
+        self.check_disk(len(wav_header(sample_rate, 0)) + len(pcm16), field)
+        try:
+            write_wav(path, sample_rate, pcm16)
+        except OSError as error:
+            raise full_disk_error(error, field) or error
 
     async def _files_of(self, db: Any, where: str, args: tuple[Any, ...]) -> list[str]:
         async with db.execute(f"SELECT audio_file, history FROM project_takes WHERE {where}", args) as cur:

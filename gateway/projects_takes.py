@@ -2,7 +2,9 @@
 
   GET    /v1/projects/{id}/takes/{tid}/audio        the take's WAV (Range for seeking)
   POST   /v1/projects/{id}/takes/{tid}/edit         {"op": "trim_silence"} | {"op": "delete_range",
-                                                    "start_ms", "end_ms"} | {"op": "undo"} -> the take
+                                                    "start_ms", "end_ms"} | {"op": "undo"} -> the take;
+                                                    507 where its file would leave less than
+                                                    min_free_disk_mb free (nothing changes)
   DELETE /v1/projects/{id}/takes/{tid}              204; 409 take_chosen for the chosen take
   GET    /v1/projects/{id}/passages/{pid}/join      WAV: the end of this passage's chosen take, the
                                                     pause, the start of the next one's (`?context_ms=`,

@@ -11,8 +11,10 @@ A Qwen3-TTS Base model clones a voice from a few seconds of speech and what it s
 recording is kept under `<data_dir>/references/` as a 24 kHz mono WAV (resampled with soxr,
 stereo averaged), its row in `reference_voices` (migrations/0005_voices.sql). Limits: the
 upload at most `MAX_UPLOAD_BYTES` (413), the audio `MIN_SECONDS`..`MAX_SECONDS` long (422),
-the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a file soundfile cannot read, or one with
-samples that are not finite numbers, is a 400 `invalid_input` naming the field `audio`, and
+the transcript 1..`MAX_TRANSCRIPT_CHARS` characters; a recording whose WAV would leave less
+than `min_free_disk_mb` free is a 507 `insufficient_storage` (gateway/disk_space.py), nothing
+written; a file soundfile cannot read, or one with samples that are not finite numbers, is a
+400 `invalid_input` naming the field `audio`, and
 a silent one (every sample 0 as PCM16) a 422 `audio_silent`. A name is unique (409); names follow presets'
 rules, and a preset's name in any case is taken (409 `name_taken`, both ways); a reference voice that a
 preset hides (one an older Voxgate saved under its name) is listed with `usable: false` and the `problem`.
@@ -45,6 +47,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 
 from engine.types import InvalidInput
 from gateway.audio import MEDIA_TYPES, wav_header
+from gateway.disk_space import check_disk, full_disk_error
 from gateway.errors import ApiError
 from gateway.library import Library
 from gateway.state import AppState
@@ -107,12 +110,17 @@ class ReferenceStore:
         return row
 
     def _write(self, file: str, pcm16: bytes) -> None:
+        """The WAV file, atomically: a failed write leaves no partial file (a full disk: ApiError 507)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f"{file}.part"
-        with open(partial, "wb") as fh:
-            fh.write(wav_header(SAMPLE_RATE, len(pcm16) // 2))
-            fh.write(pcm16)
-        os.replace(partial, self.folder / file)
+        try:
+            with open(partial, "wb") as fh:
+                fh.write(wav_header(SAMPLE_RATE, len(pcm16) // 2))
+                fh.write(pcm16)
+            os.replace(partial, self.folder / file)
+        except BaseException as error:
+            partial.unlink(missing_ok=True)
+            raise full_disk_error(error) or error
 
     async def delete(self, name: str) -> bool:
         row = await self.get(name)
@@ -294,6 +302,8 @@ async def create_reference(request: Request) -> JSONResponse:
     if hiding is not None:
         raise ApiError(409, "name_taken", f"a preset is named {hiding['name']!r}; choose another name", field="name")
     pcm16 = await run_in_threadpool(to_pcm16, data)
+    await run_in_threadpool(check_disk, store.folder, len(wav_header(SAMPLE_RATE, 0)) + len(pcm16),
+                            state.settings.min_free_disk_mb, "audio")
     return JSONResponse(_public(await store.add(name, transcript, pcm16, source_name)), status_code=201)
 
 

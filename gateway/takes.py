@@ -24,7 +24,7 @@ and the insert): `TakeStore.sweep()` removes both at start.
 An upload as `audio/pcm` is written to disk piece by piece as it arrives, in a worker
 thread, so a take costs no more memory than one network read and never blocks the event
 loop; the JSON form holds the whole body (base64) and is limited to MAX_TAKE_JSON_BYTES.
-Either is refused (507) where it would leave less than `min_free_disk_mb` free (`check_disk`).
+Either is refused (507) where it would leave less than `min_free_disk_mb` free (gateway/disk_space.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import binascii
 import logging
 import os
 import re
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -49,11 +48,11 @@ from starlette.responses import FileResponse, JSONResponse, Response
 
 from engine.types import InvalidInput, UnknownModel
 from gateway.audio import MEDIA_TYPES, encode_whole, wav_header
+from gateway.disk_space import check_disk
 from gateway.errors import ApiError, read_json
 from gateway.json_input import finite_number
 from gateway.library import Library
 from gateway.realtime import SAMPLE_RATES
-from gateway.settings import MB
 from gateway.state import AppState
 from gateway.stitch import SERVER_EMOJI, model_options, spoken_items
 from gateway.strays import remove_strays
@@ -290,17 +289,6 @@ async def _existing(store: TakeStore, request: Request) -> dict[str, Any]:
     if take is None:
         raise ApiError(404, "take_not_found", f"no take {take_id!r}", field="id")
     return take
-
-
-def check_disk(folder: Path, num_bytes: int, min_free_disk_mb: float) -> None:
-    """ApiError 507 `insufficient_storage` if writing `num_bytes` under `folder` would leave less than
-    `min_free_disk_mb` free there (the library's database is on that disk too)."""
-    while not folder.exists() and folder != folder.parent:  # (the data dir's own disk, before the first take)
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
-    if free - num_bytes < min_free_disk_mb * MB:
-        raise ApiError(507, "insufficient_storage", f"the server's disk has {free / MB:.0f} MB free; this would "
-                       f"leave less than the {min_free_disk_mb:g} MB it keeps free (min_free_disk_mb)", field="audio")
 
 
 async def create_take(request: Request) -> JSONResponse:

@@ -94,6 +94,34 @@ def test_bad_uploads_are_refused_and_store_nothing(client: httpx.Client, server:
     assert not folder.exists() or list(folder.iterdir()) == []
 
 
+def test_a_recording_is_refused_where_the_disk_would_fill(tmp_path: Path) -> None:
+    """A reference was written without a look at the disk (takes refused it: 507); now the same 507,
+    before a byte is written."""
+    from tests.conftest import run_server
+
+    for live in run_server(tmp_path, min_free_disk_mb=1e12):  # more than any disk has
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            body = error(upload(client), 507)
+            assert body["code"] == "insufficient_storage" and body["field"] == "audio"
+            assert "min_free_disk_mb" in body["message"]
+            assert client.get(URL).json()["data"] == []
+    folder = tmp_path / "references"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_a_write_the_full_disk_cuts_short_leaves_no_file(tmp_path: Path) -> None:
+    """A disk that filled between the check and the write (ENOSPC): the same 507, and no partial file."""
+    from gateway.errors import ApiError
+
+    store = references.ReferenceStore(None, tmp_path / "references")  # type: ignore[arg-type]  # (no rows)
+    (tmp_path / "references").mkdir()
+    (tmp_path / "references" / "ref-full.wav.part").symlink_to("/dev/full")  # every write: ENOSPC
+    with pytest.raises(ApiError) as refused:
+        store._write("ref-full.wav", b"\1\0" * 24000)
+    assert refused.value.status == 507 and refused.value.code == "insufficient_storage"
+    assert list((tmp_path / "references").iterdir()) == []
+
+
 def test_audio_that_is_not_a_file_part_or_not_multipart(client: httpx.Client) -> None:
     no_file = client.post(URL, data={"name": "a", "transcript": "Hi there."},  # a plain field, no filename
                           files={"audio": (None, b"not a file")})
