@@ -239,7 +239,8 @@ def _project_operations(settings: Settings) -> dict[tuple[str, str], Schema]:
             "summary": "The whole project as one file",
             "parameters": [_query("format", {"enum": ["wav", "flac", "mp3", "opus"]}),
                            _query("loudness", _number(-70, 0), "target LUFS")],
-            "responses": {"200": {"content": {f"audio/{f}": {} for f in ("wav", "flac", "mpeg", "ogg")}}}},
+            "responses": {"200": {"content": {f"audio/{f}": {} for f in ("wav", "flac", "mpeg", "ogg")}},
+                          **FULL_DISK}},
     }
 
 

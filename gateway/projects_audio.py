@@ -12,16 +12,16 @@ and after the last loud frame so word onsets and releases are not clipped. (A pl
 energy gate: VITS and SNAC output has a digital-silence floor, so nothing subtler is
 needed; librosa.effects.trim does the same with a peak reference, and would bring numba.)
 
-Loudness normalisation measures integrated loudness per ITU-R BS.1770-4 with pyloudnorm
-(Steinmetz & Reiss 2021) and applies one gain; if that gain would push a sample past
-full scale, the gain is lowered so the peak sits at `PEAK_CEILING` (-1 dBFS) instead,
-and the response says the target was not reached.
+Loudness normalisation measures integrated loudness per ITU-R BS.1770-4 as pyloudnorm
+(Steinmetz & Reiss 2021) does, over the export's pieces in turn (gateway/projects_export.py),
+and applies one gain (`loudness_gain`); if that gain would push a sample past full scale, the
+gain is lowered so the peak sits at `PEAK_CEILING` (-1 dBFS) instead, and the response says
+the target was not reached.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import numpy as np
 import soundfile as sf
 
 from engine.types import InvalidInput
-from gateway.audio import OUTPUT_RATE, Resampler, encode_whole, wav_header
+from gateway.audio import OUTPUT_RATE, Resampler, wav_header
 
 SILENCE_DB = -45.0  # dBFS RMS: quieter frames at the ends count as silence
 FRAME_MS = 10.0
@@ -151,27 +151,19 @@ class Loudness:
     limited: bool  # the gain was lowered to keep the peak at -1 dBFS
 
 
-def normalize_loudness(pcm: np.ndarray, rate: int, target_lufs: float) -> tuple[np.ndarray, Loudness]:
-    """float32 `[n]` scaled to `target_lufs` integrated loudness (BS.1770-4, pyloudnorm)."""
-    import pyloudnorm
-
-    if len(pcm) < MIN_LOUDNESS_S * rate:
+def check_measurable(num_samples: int, rate: int) -> None:
+    """InvalidInput naming `loudness` for audio shorter than one BS.1770 gating block (`MIN_LOUDNESS_S`)."""
+    if num_samples < MIN_LOUDNESS_S * rate:
         raise InvalidInput(f"loudness needs at least {MIN_LOUDNESS_S:g} s of audio to measure", field="loudness")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # numpy's log10(0) for all-silent blocks
-        measured = float(pyloudnorm.Meter(rate).integrated_loudness(pcm.astype(np.float64)))
-    if not np.isfinite(measured):
-        return pcm, Loudness(None, 0.0, False)
-    gain_db = target_lufs - measured
-    peak = float(np.max(np.abs(pcm))) if len(pcm) else 0.0
+
+
+def loudness_gain(measured_lufs: float, peak: float, target_lufs: float) -> Loudness:
+    """The one gain (dB) that brings audio measured at `measured_lufs` (-inf or NaN: silent) with sample
+    peak `peak` (0..1) to `target_lufs`, lowered to keep the peak at `PEAK_CEILING`."""
+    if not np.isfinite(measured_lufs):
+        return Loudness(None, 0.0, False)
+    gain_db = target_lufs - measured_lufs
     limited = peak > 0 and peak * 10 ** (gain_db / 20) > PEAK_CEILING
     if limited:
         gain_db = 20 * float(np.log10(PEAK_CEILING / peak))
-    return (pcm * np.float32(10 ** (gain_db / 20))).astype(np.float32), Loudness(measured, gain_db, limited)
-
-
-def encode(pcm: np.ndarray, fmt: str, rate: int = OUTPUT_RATE) -> bytes:
-    """A whole file of `fmt` (EXPORT_FORMATS) from float32 `[n]` at `rate`."""
-    if fmt not in EXPORT_FORMATS:
-        raise InvalidInput(f"format must be one of {', '.join(EXPORT_FORMATS)}; got {fmt!r}", field="format")
-    return encode_whole(pcm, rate, fmt)
+    return Loudness(float(measured_lufs), gain_db, limited)

@@ -12,6 +12,9 @@
   GET    /v1/projects/{id}/export                   `?format=wav|flac|mp3|opus` (default wav),
                                                     `&loudness=LUFS` (optional, -70..0): the chosen
                                                     takes joined with their pauses, as a download
+                                                    (written to a temporary file piece by piece, not
+                                                    held in memory: gateway/projects_export.py; 507
+                                                    where it would leave less than min_free_disk_mb)
 
 Rendering, encoding and file edits run in the thread pool (gateway/projects_audio.py).
 """
@@ -30,12 +33,13 @@ from starlette.responses import FileResponse, JSONResponse, Response
 
 from engine.types import InvalidInput
 from gateway.audio import MEDIA_TYPES, OUTPUT_RATE, wav_header, to_pcm16
+from gateway.disk_space import full_disk_error
 from gateway.errors import ApiError, read_json
 from gateway.projects_api import context, existing_passage, existing_project, path_id, take_json
 from gateway.projects_audio import (
-    EXPORT_FORMATS, FRAME_MS, Piece, delete_range, encode, ms_to_samples, normalize_loudness, read_pcm16, render,
-    silence_bounds,
+    EXPORT_FORMATS, FRAME_MS, Piece, delete_range, ms_to_samples, read_pcm16, render, silence_bounds,
 )
+from gateway.projects_export import TemporaryFileResponse, export_file
 from gateway.projects_store import ProjectStore
 
 DEFAULT_CONTEXT_MS = 2000.0
@@ -200,18 +204,26 @@ async def export(request: Request) -> Response:
     if not passages:
         raise ApiError(409, "project_empty", "the project has no passages; import a text first", field="passages")
     pieces: list[Piece] = []
+    duration_ms = 0.0
     for i, passage in enumerate(passages):
         take = await _chosen(store, project, passage)
         pieces.append(Piece(store.take_path(take)))
+        duration_ms += take["audio_ms"]
         if i < len(passages) - 1:
             pieces.append(Piece(pause_ms=_pause_after(project, passage)))
-    body, headers = await run_in_threadpool(_export, pieces, fmt, target)
+            duration_ms += _pause_after(project, passage)
+    # Written to a temporary file piece by piece (as PCM16 at most: the compressed formats are smaller).
+    await run_in_threadpool(store.check_disk, ms_to_samples(duration_ms, OUTPUT_RATE) * 2 + 44, "format")
+    try:
+        path, headers = await run_in_threadpool(export_file, pieces, fmt, target, store.folder)
+    except OSError as error:  # (a take's file gone is the 500 it was; a disk full meanwhile: the 507)
+        raise full_disk_error(error, "format") or error
     filename = ascii_filename(project["name"]) or project["id"]
     disposition = f'attachment; filename="{filename}.{fmt}"'  # (ASCII: every client reads it)
     if filename != project["name"]:  # the name itself too, for clients that read RFC 6266's filename*
         disposition += f"; filename*=utf-8''{quote(project['name'] + '.' + fmt, safe='')}"
     headers["Content-Disposition"] = disposition
-    return Response(body, media_type=MEDIA_TYPES[fmt], headers=headers)
+    return TemporaryFileResponse(path, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 def ascii_filename(name: str) -> str:
@@ -220,15 +232,3 @@ def ascii_filename(name: str) -> str:
     empty when nothing is left (the caller falls back to the id)."""
     plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", plain).strip("-")
-
-
-def _export(pieces: list[Piece], fmt: str, target: float | None) -> tuple[bytes, dict[str, str]]:
-    pcm = render(pieces)
-    headers = {"X-Voxgate-Duration-Ms": f"{1000.0 * len(pcm) / OUTPUT_RATE:.1f}"}
-    if target is not None:
-        pcm, loudness = normalize_loudness(pcm, OUTPUT_RATE, target)
-        headers["X-Voxgate-Gain-Db"] = f"{loudness.gain_db:.2f}"
-        headers["X-Voxgate-Loudness-Limited"] = "true" if loudness.limited else "false"
-        if loudness.measured_lufs is not None:
-            headers["X-Voxgate-Measured-Lufs"] = f"{loudness.measured_lufs:.2f}"
-    return encode(pcm, fmt), headers
