@@ -270,6 +270,24 @@ def _ctrl_c_once() -> None:
         loop.add_signal_handler(signal.SIGINT, cancel_once)  # asyncio's handler stays
 
 
+def progress_line(event: dict[str, Any], files: list[str]) -> str:
+    """`models install`'s line for a download event (gateway/download.py `as_json`), `files` the model's
+    dests in download order. A file's lines name it and its place (`downloading a.onnx (1 of 2): ...`, then
+    `verifying a.onnx (1 of 2)`, then the next file's), so the states that alternate file by file read
+    as steps; the percent is rounded down (100% only once every byte is there), the time left is shown
+    only while downloading, and a total that still counts a catalog size marked approximate says
+    `about` (it changes, and the percent with it, once the source reports that file's size)."""
+    about = "about " if event.get("total_is_approximate") else ""
+    amount = (f"{event['bytes_done'] / 1e6:.1f} of {about}{event['bytes_total'] / 1e6:.1f} MB "
+              f"({int(event['percent'])}%")
+    if event["state"] == "downloading" and event["eta_s"] is not None:
+        amount += f", {event['eta_s']:.0f} s left"
+    current = event["current_file"]
+    if event["state"] in ("downloading", "verifying") and current in files:
+        return f"{event['state']} {current} ({files.index(current) + 1} of {len(files)}): {amount})"
+    return f"{event['state']}: {amount})"
+
+
 async def _download(model: CatalogModel, settings: Settings) -> int:
     from gateway.download import DownloadError
     from gateway.downloads import DownloadManager
@@ -291,10 +309,12 @@ async def _download(model: CatalogModel, settings: Settings) -> int:
     try:
         with manager.subscribe() as events:
             download = await manager.install(model)
+            files, last = [f.dest for f in model.files], ""
             async for event in events:
-                eta = f", {event['eta_s']:.0f} s left" if event["eta_s"] is not None else ""
-                print(f"{event['state']}: {event['bytes_done'] / 1e6:.1f} of {event['bytes_total'] / 1e6:.1f} MB "
-                      f"({event['percent']:.0f}%{eta})", file=sys.stderr)
+                line = progress_line(event, files)
+                if line != last:  # (an event that changes nothing shown: no line)
+                    print(line, file=sys.stderr)
+                    last = line
                 if event["state"] in ("done", "failed", "cancelled"):
                     break
             await download.wait()

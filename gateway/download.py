@@ -57,6 +57,7 @@ class Download:
     task: asyncio.Task[None] | None = None
     _done: dict[str, int] = field(default_factory=dict)  # dest -> bytes on disk
     _total: dict[str, int] = field(default_factory=dict)  # dest -> expected bytes
+    _approximate: set[str] = field(default_factory=set)  # dests whose total is still the catalog's approximate size
     _found: dict[str, int] = field(default_factory=dict)  # dest -> bytes on disk when this download started
     _resumed: dict[str, int] = field(default_factory=dict)  # dest -> of those, the bytes a transfer went on from
     _last_emit_s: float = 0.0
@@ -76,6 +77,17 @@ class Download:
     @property
     def bytes_total(self) -> int:
         return sum(self._total.values())
+
+    @property
+    def total_is_approximate(self) -> bool:
+        """Whether `bytes_total` still counts a catalog size marked approximate that the source has
+        not confirmed yet (it may grow or shrink, and `percent` with it, once that file starts)."""
+        return bool(self._approximate)
+
+    def set_total(self, dest: str, num_bytes: int) -> None:
+        """The size of `dest` as its source reports it (bytes)."""
+        self._total[dest] = num_bytes
+        self._approximate.discard(dest)
 
     @property
     def resumed_bytes(self) -> int:
@@ -104,7 +116,7 @@ class Download:
         total = self.bytes_total
         return {
             "id": self.download_id, "model_id": self.model_id, "state": str(self.state),
-            "bytes_done": self.bytes_done, "bytes_total": total,
+            "bytes_done": self.bytes_done, "bytes_total": total, "total_is_approximate": self.total_is_approximate,
             "percent": self.percent,
             "rate_bps": round(self.rate_bps, 1),
             "eta_s": None if self.eta_s is None else round(self.eta_s, 1),

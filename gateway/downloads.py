@@ -116,6 +116,7 @@ class DownloadManager:
         for f in model.files:
             download._total[f.dest] = f.size_bytes
             download._done[f.dest] = 0
+        download._approximate = {f.dest for f in model.files if f.size_is_approximate}
         self._active[model.id] = download
         self._all[download.download_id] = download
         self._trim_finished()
@@ -228,6 +229,7 @@ class DownloadManager:
                 # Moved into place by a run that was stopped or killed before registering it.
                 log.info("model %s: found in place from an earlier run; registering it", model.id)
                 for f in model.files:
+                    download.set_total(f.dest, (final / f.dest).stat().st_size)
                     download._done[f.dest] = download._total[f.dest]
             else:
                 async with self._disk_lock:  # one check at a time, each counting the downloads before it

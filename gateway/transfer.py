@@ -130,7 +130,7 @@ class FileFetcher:
                 write_meta(part, {"source": url, "etag": response.headers.get("etag"),
                                    "last_modified": response.headers.get("last-modified"), "total": total})
                 if total is not None:
-                    download._total[f.dest] = total
+                    download.set_total(f.dest, total)
                 await hasher.catch_up(part, offset)
                 # No chunk_size: httpx would hold back a partial chunk and lose it on a cut.
                 written = await self._receive(download, f, response.aiter_raw(), part, offset, hasher)
@@ -152,7 +152,7 @@ class FileFetcher:
             hasher.reset()
             truncate(part)
         write_meta(part, {"source": str(source), "mtime_ns": stat.st_mtime_ns, "total": stat.st_size})
-        download._total[f.dest] = stat.st_size
+        download.set_total(f.dest, stat.st_size)
         await hasher.catch_up(part, offset)
         with open(source, "rb") as src:
             src.seek(offset)

@@ -395,3 +395,36 @@ def test_add_refuses_a_name_the_api_refuses_and_stores_path_options_absolute(
     with local_client(create_app(load_settings(env={}, data_dir=data, min_free_memory_mb=0))) as client:
         assert client.get("/v1/models/named").json()["name"] == "Bob's voice"
         assert client.post("/v1/models/split/load", json={}).json()["loaded"] is True
+
+
+_LINE = re.compile(r"(?P<state>\w+)(?: (?P<file>\S+) \((?P<nth>\d+) of (?P<of>\d+)\))?: (?P<done>[\d.]+) of "
+                   r"(?P<about>about )?(?P<total>[\d.]+) MB \((?P<percent>\d+)%(?P<eta>, \d+ s left)?\)")
+
+
+def test_install_progress_goes_forward_file_by_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The progress lines flipped: `downloading`, `verifying`, `downloading` again for the next file, with the
+    same numbers and no file named, and `0 s left` while verifying. Each line now names its file and its
+    place, and (file, step) only goes forward; a total with a catalog size marked approximate says `about`
+    until the source has reported it."""
+    args = _amy(tmp_path)
+    catalog = tmp_path / "catalog.json"
+    data = json.loads(catalog.read_text())
+    data["models"][0]["files"][1].update(size_bytes=5000, size_is_approximate=True)  # the config's: ~5 kB
+    catalog.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["models", "install", "amy", *args]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    parsed = [_LINE.fullmatch(line) for line in lines]
+    assert all(parsed), lines
+    steps = [m for m in parsed if m and m["file"]]
+    assert [(m["state"], m["file"], m["nth"], m["of"]) for m in steps if m["state"] == "verifying"] == \
+        [("verifying", "amy.onnx", "1", "2"), ("verifying", "amy.onnx.json", "2", "2")], lines
+    order = [(int(m["nth"]), m["state"] == "verifying") for m in steps]
+    assert order == sorted(order), lines  # never back to an earlier file or step
+    assert [m["state"] for m in parsed if m and not m["file"]] == ["queued", "installing", "done"], lines
+    assert all(m["eta"] is None for m in parsed if m and m["state"] != "downloading"), lines
+    assert all(a != b for a, b in zip(lines, lines[1:])), lines  # no line twice in a row
+    assert parsed[0] and parsed[0]["about"]  # the config's size is the catalog's guess until its file starts
+    last = parsed[-1]
+    assert last and not last["about"] and last["percent"] == "100" and last["done"] == last["total"]
+    assert float(last["total"]) == pytest.approx((ONNX.stat().st_size + CONFIG.stat().st_size) / 1e6, abs=0.06)
