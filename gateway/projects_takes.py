@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import Any, Callable, TypeVar
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
@@ -45,6 +45,7 @@ from gateway.projects_store import ProjectStore
 DEFAULT_CONTEXT_MS = 2000.0
 MAX_CONTEXT_MS = 10_000.0
 MIN_LUFS, MAX_LUFS = -70.0, 0.0
+T = TypeVar("T")
 
 
 async def _existing_take(request: Request, store: ProjectStore, project: dict[str, Any]) -> dict[str, Any]:
@@ -167,6 +168,34 @@ async def _chosen(store: ProjectStore, project: dict[str, Any], passage: dict[st
     return take
 
 
+def _audio_gone(store: ProjectStore, chosen: list[tuple[dict[str, Any], dict[str, Any]]]) -> ApiError | None:
+    """404 `take_audio_missing` naming the first passage whose chosen take's file is gone (deleted by
+    hand, a lost disk), which rendering read as a 500 with a traceback; None when every file is there.
+    `chosen`: (passage, its chosen take) pairs. Blocking (stats): call it in a thread."""
+    for passage, take in chosen:
+        if not store.take_path(take).is_file():
+            return ApiError(404, "take_audio_missing", f"passage {passage['position'] + 1} ({passage['id']}): the "
+                            f"audio file of its chosen take {take['id']} is gone; generate the passage again or "
+                            "choose another take", field="passages")
+    return None
+
+
+async def _rendered(store: ProjectStore, chosen: list[tuple[dict[str, Any], dict[str, Any]]],
+                    work: Callable[[], T]) -> T:
+    """`work()` (a rendering of the `chosen` takes) in a thread; `_audio_gone`'s 404 before it, or after it
+    failed because a file went meanwhile."""
+    gone = await run_in_threadpool(_audio_gone, store, chosen)
+    if gone is not None:
+        raise gone
+    try:
+        return await run_in_threadpool(work)
+    except Exception:
+        gone = await run_in_threadpool(_audio_gone, store, chosen)
+        if gone is not None:
+            raise gone from None
+        raise
+
+
 def _pause_after(project: dict[str, Any], passage: dict[str, Any]) -> float:
     return float(passage["pause_ms"] if passage["pause_ms"] is not None else project["pause_ms"])
 
@@ -186,7 +215,7 @@ async def join_audio(request: Request) -> Response:
     tail_from = max(0.0, first["audio_ms"] - context_ms)
     pieces = [Piece(store.take_path(first), start_ms=tail_from), Piece(pause_ms=pause_ms),
               Piece(store.take_path(second), end_ms=context_ms)]
-    pcm = await run_in_threadpool(render, pieces)
+    pcm = await _rendered(store, [(passage, first), (after[0], second)], lambda: render(pieces))
     body = wav_header(OUTPUT_RATE, len(pcm)) + to_pcm16(pcm)
     return Response(body, media_type=MEDIA_TYPES["wav"], headers={
         "X-Voxgate-Pause-At-Ms": f"{first['audio_ms'] - tail_from:.1f}", "X-Voxgate-Pause-Ms": f"{pause_ms:g}",
@@ -204,9 +233,11 @@ async def export(request: Request) -> Response:
     if not passages:
         raise ApiError(409, "project_empty", "the project has no passages; import a text first", field="passages")
     pieces: list[Piece] = []
+    chosen = []
     duration_ms = 0.0
     for i, passage in enumerate(passages):
         take = await _chosen(store, project, passage)
+        chosen.append((passage, take))
         pieces.append(Piece(store.take_path(take)))
         duration_ms += take["audio_ms"]
         if i < len(passages) - 1:
@@ -215,7 +246,7 @@ async def export(request: Request) -> Response:
     # Written to a temporary file piece by piece (as PCM16 at most: the compressed formats are smaller).
     await run_in_threadpool(store.check_disk, ms_to_samples(duration_ms, OUTPUT_RATE) * 2 + 44, "format")
     try:
-        path, headers = await run_in_threadpool(export_file, pieces, fmt, target, store.folder)
+        path, headers = await _rendered(store, chosen, lambda: export_file(pieces, fmt, target, store.folder))
     except OSError as error:  # (a take's file gone is the 500 it was; a disk full meanwhile: the 507)
         raise full_disk_error(error, "format") or error
     filename = ascii_filename(project["name"]) or project["id"]

@@ -99,3 +99,22 @@ def test_an_export_is_sent_from_a_file_that_is_then_gone_and_a_full_disk_is_a_50
             assert response.json()["error"]["code"] == "insufficient_storage"
             assert response.json()["error"]["field"] == "format"
             assert not exports.exists() or list(exports.iterdir()) == []
+
+
+def test_a_chosen_takes_file_gone_is_a_404_naming_its_passage_not_a_500(tmp_path: Path) -> None:
+    """A take's file deleted by hand: the export and the join read it as a 500 with a traceback in the log."""
+    for live in run_server(tmp_path):
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            pid = imported(client, new_project(client)["id"], "One passage.\n\nAnd another one.")["id"]
+            assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
+            assert wait_job(client, pid)["done"] == 2
+            first = client.get(f"/v1/projects/{pid}").json()["passages"][0]
+            (tmp_path / "projects" / pid / f"{first['chosen_take']}-0.wav").unlink()
+            for url in (f"/v1/projects/{pid}/export", f"/v1/projects/{pid}/passages/{first['id']}/join"):
+                response = client.get(url)
+                assert response.status_code == 404, response.text
+                error = response.json()["error"]
+                assert error["code"] == "take_audio_missing" and error["field"] == "passages"
+                assert f"passage 1 ({first['id']})" in error["message"] and first["chosen_take"] in error["message"]
+            assert not (tmp_path / "projects" / EXPORT_DIR).exists() or \
+                list((tmp_path / "projects" / EXPORT_DIR).iterdir()) == []
