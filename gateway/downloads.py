@@ -10,11 +10,12 @@ Layout under `data_dir`:
 - when every file is complete and verified (SHA-256 where the catalog has one, else size),
   the files move into `models/.tmp-<id>-<hex>/` with a marker saying a download made it
   (gateway/model_folder.py), which `os.replace` renames to `models/<id>/`; then
-  `register(model, path)` records it (the library does that in one transaction), and only then does `.in-progress` go. A kill between the rename and the
-  registration leaves the download pending; the next start finds the folder complete in
-  place and registers it. A failed registration removes the folder, so nothing broken is
-  registered. A `models/<id>/` without the marker (made by hand) is never replaced,
-  registered or removed: the install is refused (409 `folder_in_the_way`).
+  `register(model, path)` records it (the library does that in one transaction), and only
+  then does `.in-progress` go. A kill between the rename and the registration leaves the
+  download pending; the next start finds the folder complete in place and registers it. A
+  failed registration removes the folder, so nothing broken is registered. A `models/<id>/`
+  without the marker (made by hand) is never replaced, registered or removed: the install is
+  refused (409 `folder_in_the_way`).
 
 One `Download` per model at a time: a second request for the same model gets the running
 one. Progress events go to every `subscribe()`r and `downloads()` returns the same data
