@@ -122,3 +122,17 @@ def test_a_marker_for_another_model_does_not_make_a_folder_ours(tmp_path: Path) 
     with pytest.raises(DownloadError):
         move_into_place(model, work, tmp_path / "models")
     assert _contents(folder)["voice.onnx"] == b"x"
+
+
+def test_models_install_says_which_folder_is_in_the_way(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+    from tests.gateway.test_cli_models import _amy
+
+    args = _amy(tmp_path)
+    folder = tmp_path / "data" / "models" / "amy"
+    mine = _hand_made(folder, {"amy.onnx": b"my own voice"})
+    capsys.readouterr()
+    assert main(["models", "install", "amy", *args]) == 1
+    err = capsys.readouterr().err
+    assert f"error: cannot install 'amy': a folder is in the way: {folder} exists" in err
+    assert _contents(folder) == mine
