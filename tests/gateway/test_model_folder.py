@@ -126,7 +126,7 @@ def test_a_marker_for_another_model_does_not_make_a_folder_ours(tmp_path: Path) 
 
 def test_models_install_says_which_folder_is_in_the_way(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gateway.cli import main
-    from tests.gateway.test_cli_models import _amy
+    from tests.gateway.test_cli_install import _amy
 
     args = _amy(tmp_path)
     folder = tmp_path / "data" / "models" / "amy"
