@@ -19,6 +19,7 @@ from gateway.settings import Settings
 
 if TYPE_CHECKING:
     from gateway.catalog import CatalogModel
+    from gateway.server_lock import Holder
 
 
 def _error(message: str, status: int = 2) -> int:
@@ -26,9 +27,17 @@ def _error(message: str, status: int = 2) -> int:
     return status
 
 
-def _other_command(settings: Settings) -> str:
-    return (f"another `voxgate models install` or `remove` is running on {settings.data_dir}; run this one once "
-            "it has ended")
+def _busy(holder: Holder | None, settings: Settings, through_server: str) -> int | None:
+    """The refusal (exit 1) when `holder` has the data dir: a server (`through_server` says how to do it
+    there, and that the server can be stopped) or another install/remove; None when nothing holds it."""
+    from gateway.server_lock import SERVER
+
+    if holder is None:
+        return None
+    if holder.role == SERVER:
+        return _error(f"a Voxgate server is running on {settings.data_dir}: {through_server}", 1)
+    return _error(f"another `voxgate models install` or `remove` is running on {settings.data_dir}; run this one "
+                  "once it has ended", 1)
 
 
 def _voices(names: list[str], kind: str) -> str:
@@ -116,15 +125,13 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.app import EMBEDDED_MODEL
     from gateway.library import Library
     from gateway.library_api import delete_downloaded_folder, folder_users, presets_using, protected_message
-    from gateway.server_lock import SERVER, alone
+    from gateway.server_lock import alone
 
     with alone(settings.data_dir) as holder:
-        if holder is not None and holder.role == SERVER:
-            return _error(f"a Voxgate server is running on {settings.data_dir}: remove the model through it "
-                          f"(DELETE /v1/library/models/{args.id}, which unloads it first and refuses while it "
-                          "serves requests), or stop the server first", 1)
-        if holder is not None:
-            return _error(_other_command(settings), 1)
+        refused = _busy(holder, settings, f"remove the model through it (DELETE /v1/library/models/{args.id}, "
+                        "which unloads it first and refuses while it serves requests), or stop the server first")
+        if refused is not None:
+            return refused
         library = await Library.open(settings.db_path)
         try:
             record = await library.get_model(args.id)
@@ -230,7 +237,7 @@ async def install(args: argparse.Namespace, settings: Settings) -> int:
     works on the same folders, so the install goes through it (POST /v1/library/install, the
     studio's Library page); and no server starts on the data dir until this one has ended."""
     from gateway.catalog import load_catalog
-    from gateway.server_lock import SERVER, alone
+    from gateway.server_lock import alone
 
     model = load_catalog(settings.catalog_path or None).get(args.id)
     if model is None:
@@ -241,12 +248,11 @@ async def install(args: argparse.Namespace, settings: Settings) -> int:
     _ctrl_c_once()
     try:
         with alone(settings.data_dir) as holder:
-            if holder is not None and holder.role == SERVER:
-                return _error(f"a Voxgate server is running on {settings.data_dir}: install {args.id} through it, "
-                              f"with POST /v1/library/install {{\"id\": \"{args.id}\"}} or its studio's Library "
-                              "page (/library), which show the download's progress; or stop the server first", 1)
-            if holder is not None:
-                return _error(_other_command(settings), 1)
+            refused = _busy(holder, settings, f"install {args.id} through it, with POST /v1/library/install "
+                            f"{{\"id\": \"{args.id}\"}} or its studio's Library page (/library), which show the "
+                            "download's progress; or stop the server first")
+            if refused is not None:
+                return refused
             return await _download(model, settings)
     except asyncio.CancelledError:  # Ctrl-C before the download began (_download says what it kept after)
         print("interrupted", file=sys.stderr)

