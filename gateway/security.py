@@ -12,6 +12,13 @@ ways stay open after CORS (which is off unless `cors_origins` is set):
   carry an `Origin` must come from the server's own origin (the `Host` it was reached
   at), `allowed_origins` or `cors_origins` (but for its `*`); `Origin: null` (sandboxed pages, files)
   never passes. Clients that are not browsers send no `Origin` and are not affected.
+  The own origin's scheme (`own_origin`): a request that came over TLS (the ASGI scope's scheme,
+  `https`/`wss`: uvicorn sets it from a loopback proxy's `X-Forwarded-Proto`) takes only an
+  `https` page; a plain one takes `http` or `https`. A page served over plain HTTP can be
+  rewritten by anyone on its network path, so it must not write to the TLS server of the same
+  name; an `https` page reaching a plain connection is what a proxy that terminates TLS and does
+  not say so (or is not trusted to: not on loopback) looks like, and only whoever holds the host
+  name's certificate can serve that page. Any other scheme (`ftp:`, `file:`) is no origin at all.
 
 - **Clickjacking**: another site's page could frame ours (on loopback no key is asked) and have
   its visitor click in the hidden frame; every HTTP answer says no page may frame it (`NO_FRAMING`).
@@ -56,6 +63,16 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def own_origin(origin: str, host_header: str, tls: bool) -> bool:
+    """Whether `origin` (parsed: `scheme://host[:port]`) is the server's own for a request with
+    `host_header` that came over TLS or not (`tls`): the same host and port, and `https` for a TLS
+    request, `http` or `https` for a plain one (the module docstring says why)."""
+    scheme, _, netloc = origin.partition("://")
+    if netloc != host_header.strip().lower():
+        return False
+    return scheme == "https" or (scheme == "http" and not tls)
+
+
 class BrowserGuard:
     """ASGI middleware: refuse unknown `Host` names, and cross-origin WebSockets and writes."""
 
@@ -75,13 +92,16 @@ class BrowserGuard:
         host = parsed[0]
         return self.any_host or host in self.hosts or _is_ip(host)
 
-    def origin_allowed(self, value: str, host_header: str) -> bool:
+    def origin_allowed(self, value: str, host_header: str, tls: bool = False) -> bool:
+        """Whether a page at `value` (an `Origin` header) may write and open WebSockets here: a listed
+        origin, or the server's own (`own_origin`) for a request with that `Host` that came over TLS
+        or not (`tls`)."""
         origin = parse_origin(value)
         if origin is None:
             return False
         if self.any_origin or origin in self.origins:
             return True
-        return origin.split("://", 1)[1] == host_header.strip().lower()  # the server's own origin
+        return own_origin(origin, host_header, tls)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -99,11 +119,14 @@ class BrowserGuard:
             return
         origin = headers.get("origin")
         is_write = scope["type"] == "websocket" or scope["method"] not in SAFE_METHODS
-        if origin is not None and is_write and not self.origin_allowed(origin, host or ""):
+        tls = scope.get("scheme") in ("https", "wss")
+        if origin is not None and is_write and not self.origin_allowed(origin, host or "", tls):
             what = "WebSocket connections" if scope["type"] == "websocket" else f"{scope['method']} requests"
             await deny(scope, receive, send, 403, "origin_not_allowed",
-                       f"{what} from the page origin {origin!r} are not allowed; add it to the "
-                       "allowed_origins setting", "Origin")
+                       f"{what} from the page origin {origin!r} are not allowed"
+                       + (" (this request came over https; a page served over plain http may not write to it)"
+                          if tls and origin.strip().lower().startswith("http://") else "")
+                       + "; add it to the allowed_origins setting", "Origin")
             return
         await self.app(scope, receive, send)
 

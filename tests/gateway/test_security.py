@@ -120,6 +120,33 @@ def test_own_and_allowed_origins_open_websockets(guarded: LiveServer) -> None:
         assert recv_event(ws)["type"] == "session.created"
 
 
+def test_the_own_origin_takes_the_scheme_the_request_came_over(guarded: LiveServer) -> None:
+    """The own-origin check compared host and port only: a page served over plain http could write to
+    (and open WebSockets on) the same name served over https, as if it were the server's own page. Now a
+    request that came over TLS (here: a loopback proxy's X-Forwarded-Proto, which uvicorn trusts) takes an
+    https page only; a plain one takes http, and https (a proxy that terminates TLS without saying so)."""
+    own = guarded.url.split("://", 1)[1]
+    with httpx.Client(base_url=guarded.url) as client:
+        def write(origin: str, proto: str | None = None) -> httpx.Response:
+            headers = {"Origin": origin, **({"X-Forwarded-Proto": proto} if proto else {})}
+            return client.post("/v1/text/normalize", json={"input": "1"}, headers=headers)
+
+        refused = write(f"http://{own}", "https")
+        assert refused.status_code == 403 and _error(refused)["code"] == "origin_not_allowed", refused.text
+        assert "came over https" in _error(refused)["message"]
+        assert write(f"https://{own}", "https").status_code == 200
+        assert write(f"http://{own}").status_code == 200 and write(f"https://{own}").status_code == 200
+        for origin in (f"ftp://{own}", f"ws://{own}", f"file://{own}"):  # no origin a page can have here
+            assert write(origin).status_code == 403, origin
+    with pytest.raises(InvalidStatus) as handshake:
+        connect(f"{guarded.ws_url}/v1/realtime", origin=f"http://{own}",  # type: ignore[arg-type]
+                additional_headers={"X-Forwarded-Proto": "https"})
+    assert handshake.value.response.status_code == 403
+    with connect(f"{guarded.ws_url}/v1/realtime", origin=f"https://{own}",  # type: ignore[arg-type]
+                 additional_headers={"X-Forwarded-Proto": "https"}) as ws:
+        assert recv_event(ws)["type"] == "session.created"
+
+
 def test_cross_origin_writes_are_refused_and_reads_have_no_cors(guarded: LiveServer) -> None:
     with httpx.Client(base_url=guarded.url) as client:
         write = client.post("/v1/presets", json={"name": "x"}, headers={"Origin": "https://evil.example"})
