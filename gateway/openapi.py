@@ -68,7 +68,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
     text_options: dict[str, Schema] = {"normalize": {"type": "boolean"}, "code": {"enum": list(CODE_MODES)},
                                        "emoji": {"enum": list(EMOJI_MODES)}}
     speech = _object(
-        ("input",), model=_string(), input=text, voice={"oneOf": [_string(), _object(("id",), id=_string())]},
+        ("input",), model=_string(minLength=1), input=text, voice={"oneOf": [_string(), _object(("id",), id=_string())]},
         speed=speed, instructions=_string(), response_format={"enum": list(FORMATS)},
         stream_format={"enum": ["audio", "sse"]}, busy_timeout_ms=_number(0), **text_options)
     design = {**speech, "required": ["input", "instruct"], "properties": {
@@ -143,7 +143,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                "parameters": [_query("since", _number(), "seconds since the epoch")]},
         ("POST", "/v1/text/normalize"): {
             "summary": "What an input is spoken as (segments and pauses), without speaking it",
-            "requestBody": _body(_object(("input",), input=text, model=_string(), voice=_string(),
+            "requestBody": _body(_object(("input",), input=text, model=_string(minLength=1), voice=_string(),
                                          language=_string(), **text_options))},
         **_reference_operations(settings),
         **_project_operations(settings),

@@ -150,7 +150,7 @@ async def speak(request: Request, design: bool = False) -> ClosingStreamingRespo
     if design and instructions is None and not _description(preset["settings"] if preset else {}):
         raise InvalidInput(NO_INSTRUCT, field="instruct")
     model = data.get("model")
-    if design and (model is None or model == "" or is_openai_model(model)) and preset is None:
+    if design and (model is None or is_openai_model(model)) and preset is None:
         model = await design_model(state)  # (a preset names its own model)
     elif design and preset is None and isinstance(model, str) and await state.library.get_model(model):
         await check_voice_design(state, model)  # before its voices: a Base model's asks for a reference voice

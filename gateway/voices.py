@@ -88,7 +88,8 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
                   default_model: str, default_voice: str, preset_may_switch_model: bool = False,
                   model_field: str = "model", voice_field: str = "voice") -> Choice:
     """Raises InvalidInput, UnknownModel or UnknownVoice naming the field: `model_field` and
-    `voice_field` are what the request calls them (a vendor's `model_id`, `voice_id`).
+    `voice_field` are what the request calls them (a vendor's `model_id`, `voice_id`). `model` None
+    is the default model; an empty one is an InvalidInput (a client's bug, not a choice).
 
     A model's own voice wins over a preset of the same name. A preset applies when the
     request names no model, an OpenAI model name, or the preset's own model (or always,
@@ -96,6 +97,9 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
     """
     if model is not None and not isinstance(model, str):
         raise InvalidInput(f"{model_field} must be a string", field=model_field)
+    if isinstance(model, str) and not model.strip():  # (it spoke with the default model: a client's unset variable)
+        raise InvalidInput(f"{model_field} is empty: name a model, or leave {model_field} out (or null) for the "
+                           f"default model, {default_model!r}", field=model_field)
     if voice is not None and not isinstance(voice, str):
         raise InvalidInput(f"{voice_field} must be a string", field=voice_field)
     speed_value = None if speed is None else check_speed(speed)

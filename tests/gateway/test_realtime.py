@@ -170,6 +170,7 @@ def test_playback_reports_are_accepted(server: LiveServer) -> None:
     ('{"type": "text.append", "text": 5}', "invalid_input", "text"),
     ('{"type": "text.append", "text": "' + "x" * 70000 + '"}', "message_too_large", None),  # (max_body_bytes)
     ('{"type": "session.update", "session": {"model": "nope"}}', "unknown_model", "session.model"),
+    ('{"type": "session.update", "session": {"model": ""}}', "invalid_input", "session.model"),  # (as REST's)
     ('{"type": "session.update", "session": {"voice": "nope"}}', "unknown_voice", "session.voice"),
     ('{"type": "session.update", "session": {"voice": ""}}', "invalid_input", "session.voice"),  # (as REST's)
     ('{"type": "session.update", "session": {"voice": "  "}}', "invalid_input", "session.voice"),

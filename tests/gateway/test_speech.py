@@ -113,6 +113,8 @@ def test_speed_changes_duration(client: httpx.Client) -> None:
     ({}, 400, "input"),
     ({"input": "x" * 4097}, 422, "input"),
     ({"input": "Hello.", "model": "no-such-model"}, 404, "model"),
+    ({"input": "Hello.", "model": ""}, 400, "model"),  # (it spoke with the default model: a client's unset variable)
+    ({"input": "Hello.", "model": " "}, 400, "model"),
     ({"input": "Hello.", "voice": "no-such-voice"}, 404, "voice"),
     ({"input": "Hello.", "response_format": "ogg"}, 400, "response_format"),
     ({"input": "Hello.", "stream_format": "chunks"}, 400, "stream_format"),
@@ -130,6 +132,23 @@ def test_bad_input_is_a_4xx_naming_the_field(server: LiveServer, client: httpx.C
     error = response.json()["error"]
     assert error["field"] == field and error["code"] and error["message"]
     assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/design"])
+def test_an_empty_model_is_a_400_and_none_is_the_default(client: httpx.Client, path: str) -> None:
+    """`"model": ""` spoke with default_model, as if the field were left out: almost always a client
+    whose model variable was unset. It is refused naming `model` (on /v1/audio/design too, where it
+    meant the VoiceDesign model); null and no `model` still mean the default."""
+    extra = {"instruct": "A calm voice."} if path == "/v1/audio/design" else {}
+    refused = client.post(path, json={"input": "Hello.", "model": "", **extra})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "invalid_input" and error["field"] == "model", error
+    assert error["message"].startswith("model is empty: name a model, or leave model out"), error
+    if path == "/v1/audio/speech":
+        for body in ({"input": "Hi."}, {"input": "Hi.", "model": None}):
+            spoken = client.post(path, json={**body, "response_format": "pcm"})
+            assert spoken.status_code == 200 and spoken.headers["x-voxgate-model"] == "piper-joe", spoken.text
 
 
 @pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/design"])
