@@ -7,8 +7,9 @@
 Engine errors (engine/types.py) carry their own code and status; `ApiError` covers what
 only the gateway knows (malformed JSON, wrong content type, body too large). Both are
 mapped once, in `exception_handlers`, and become `error` events on /v1/realtime. An engine
-error caused by `InvalidModel` (503 `model_load_failed` for a model whose files are broken:
-gateway/model_spec.py) is a 500 with `x-should-retry: false`, which the OpenAI SDK obeys.
+error caused by `InvalidModel` (`model_load_failed` for a model whose files are broken:
+gateway/model_spec.py) stays a 503 but without `Retry-After` and with `x-should-retry: false`,
+which the OpenAI SDK obeys: the model is unavailable, and another try will not help.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def as_api_error(error: Exception) -> ApiError:
         return error
     if isinstance(error, EngineError):
         if isinstance(error.__cause__, InvalidModel):  # a model that cannot load as installed (its files,
-            # its options): no retry helps, so a 500, and the OpenAI and Cartesia SDKs' own "do not retry"
-            return ApiError(500, error.code, error.message, error.field, {"x-should-retry": "false"})
+            # its options): no retry helps, so the OpenAI and Cartesia SDKs' own "do not retry" (a 503: not a
+            # failure of the server's own, the 500 `internal_error`, and the model is named, not its paths)
+            return ApiError(error.status, error.code, error.message, error.field, {"x-should-retry": "false"})
         headers = {"Retry-After": "1"} if isinstance(error, Overloaded) else None
         if error.code == "shutting_down":  # (a wait for a load that the stop ended: as the routes' own 503)
             headers = {"Retry-After": "5"}

@@ -8,8 +8,9 @@ its `folder_size` on disk x `memory_factor`.
 
 A load that fails is checked with the family's `validate` (its files read, not loaded): when
 that finds them broken, the load raises `InvalidModel` saying which file, and the request gets
-500 `model_load_failed` with `x-should-retry: false` (gateway/errors.py) instead of a 503 a
-client retries; a load that fails with good files (out of memory, a busy GPU) stays a 503.
+503 `model_load_failed` with `x-should-retry: false` and no `Retry-After` (gateway/errors.py), not
+one a client retries; a load that fails with good files (out of memory, a busy GPU) is a plain 503.
+Either message is the client's through `without_paths`: the file named, not the server's folders.
 `LoadErrors` keeps each model's last failed load for `GET /v1/models` (`load_error`), and says
 before a load (`refusal`) whether it would fail for good as the last one did, so that residency
 refuses it without evicting other models for it (gateway/residency.py).
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import re
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -176,6 +178,30 @@ def files_problem(spec: ModelSpec) -> str | None:
     return None
 
 
+# An absolute POSIX path in an error's text: a `/` that starts a word (not a URL's `//`, a ratio's `3/4`
+# or a relative `a/b`), up to a space, a quote or a bracket.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/[^\s'\"`,;()\[\]<>]+")
+
+
+def without_paths(text: str, spec: ModelSpec) -> str:
+    """`text` (a load error's message) for a client: the server's paths taken out. A path under the
+    model's folder (or a folder a path option names) is its part below that folder (`bob.onnx`), the
+    folder itself its name, and any other absolute path its last part (`model.safetensors`), so the
+    message still says which file, not where the server keeps it. The log keeps the whole message."""
+    roots = [spec.path] if spec.path is not None else []
+    roots += [Path(value) for name, value in spec.options.items() if name.endswith("_path") and isinstance(value, str)]
+    for root in sorted(roots, key=lambda r: len(str(r)), reverse=True):  # (a nested folder first)
+        if str(root) not in ("", "/", "."):
+            text = text.replace(f"{root}/", "").replace(str(root), root.name)
+
+    def last_part(found: re.Match[str]) -> str:
+        path = found.group(0)
+        core = path.rstrip(".:")  # a sentence's or a label's end stays
+        return (PurePosixPath(core).name or core) + path[len(core):]
+
+    return _ABSOLUTE_PATH.sub(last_part, text)
+
+
 def _short(error: BaseException, limit: int = 300) -> str:
     text = f"{type(error).__name__}: {error}"
     return text if len(text) <= limit else text[:limit] + "…"
@@ -240,7 +266,7 @@ class LoadErrors:
                 verdict = None
                 if isinstance(error, InvalidModel):  # what it read, and whether validate sees it too
                     verdict = _Verdict(files_stamp(spec), error.message, error.field, files_problem(spec) is not None)
-                self._record(spec.model_id, error, device, verdict)
+                self._record(spec, error, device, verdict)
                 raise
             self.forget(spec.model_id)
             return runner
@@ -271,11 +297,12 @@ class LoadErrors:
         if verdict is not None and verdict.stamp == stamp:
             return verdict.error()
         error = InvalidModel(f"{problem} (found by checking its files before loading it)")
-        self._record(spec.model_id, error, device, _Verdict(stamp, error.message, error.field, True))
+        self._record(spec, error, device, _Verdict(stamp, error.message, error.field, True))
         return error
 
-    def _record(self, model_id: str, error: Exception, device: str, verdict: _Verdict | None) -> None:
-        message = getattr(error, "message", None) or _short(error)
+    def _record(self, spec: ModelSpec, error: Exception, device: str, verdict: _Verdict | None) -> None:
+        model_id = spec.model_id
+        message = without_paths(getattr(error, "message", None) or _short(error), spec)  # (shown by GET /v1/models)
         with self._lock:
             self._errors[model_id] = {"message": message, "retryable": verdict is None, "device": device,
                                       "at": time.time()}

