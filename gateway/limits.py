@@ -8,7 +8,9 @@ counts until its last byte) and WebSocket sessions until they close.
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 from collections import Counter
 
@@ -17,6 +19,12 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 from gateway.keys import ApiKey
+
+log = logging.getLogger(__name__)
+
+# A period of 0 (`5/0 seconds`, `5 per 0 minute`): the limits package reads it as 1 (`5 per 1 second`), in silence.
+_ZERO_PERIOD = re.compile(r"(?:/|\bper\b)\s*0+\s*[a-z]", re.IGNORECASE)
+LONGEST_PERIOD_S = limits.RateLimitItemPerYear(1).get_expiry()  # a rate's period at most (the package's year)
 
 
 def parse_rate(text: str) -> limits.RateLimitItem:
@@ -31,7 +39,18 @@ def parse_rate(text: str) -> limits.RateLimitItem:
     item = items[0]
     if item.amount < 1:  # (a key that could never make a request: revoke it instead)
         raise ValueError(f"a rate limit allows at least one request a period, got {text!r}")
+    if _ZERO_PERIOD.search(text):
+        raise ValueError(f"a rate limit's period is at least 1 (e.g. '10/second' or '5/2 seconds'), got {text!r}")
+    if item.get_expiry() > LONGEST_PERIOD_S:  # (a Retry-After of ages; a period that long limits nothing)
+        raise ValueError(f"a rate limit's period is at most a year (e.g. '1000/year'), got {text!r}")
     return item
+
+
+def describe_rate(item: limits.RateLimitItem) -> str:
+    """A rate as a refusal says it: `600 requests a minute`, `5 requests per 2 seconds`."""
+    requests = "1 request" if item.amount == 1 else f"{item.amount} requests"
+    unit = item.GRANULARITY.name
+    return f"{requests} a {unit}" if item.multiples == 1 else f"{requests} per {item.multiples} {unit}s"
 
 
 class Refused(Exception):
@@ -57,7 +76,12 @@ class KeyLimits:
             return self.default_rate
         item = self._rates.get(key.rate_limit)
         if item is None:
-            item = self._rates[key.rate_limit] = parse_rate(key.rate_limit)
+            try:
+                item = parse_rate(key.rate_limit)
+            except ValueError as error:  # a key made before a check (`5/0 seconds`): as the package reads it
+                item = limits.parse_many(key.rate_limit)[0]
+                log.warning("key %s: %s; it is read as %s", key.prefix, error, describe_rate(item))
+            self._rates[key.rate_limit] = item
         return item
 
     def enter(self, key: ApiKey) -> None:
@@ -73,7 +97,7 @@ class KeyLimits:
         rate = self._rate(key)
         if not self._limiter.hit(rate, key.key_id):
             reset_s = self._limiter.get_window_stats(rate, key.key_id).reset_time - time.time()
-            raise Refused("rate_limited", f"key {key.prefix} is over its rate limit of {rate}",
+            raise Refused("rate_limited", f"key {key.prefix} is over its rate limit of {describe_rate(rate)}",
                           max(1, math.ceil(reset_s)))
         self.in_flight[key.key_id] += 1
 

@@ -82,6 +82,11 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--rate-limit", "0/minute"], "error: a rate limit allows at least one request a period, got '0/minute'"),
+    # (the limits package read a period of 0 as 1, in silence: listed as `5/0 seconds`, limited at 5 a second)
+    (["--rate-limit", "5/0 seconds"], "error: a rate limit's period is at least 1 (e.g. '10/second' or "
+                                      "'5/2 seconds'), got '5/0 seconds'"),
+    (["--rate-limit", "5/99999 years"], "error: a rate limit's period is at most a year (e.g. '1000/year'), "
+                                        "got '5/99999 years'"),
     (["--rate-limit", "1/second;2/minute"], "error: a rate limit is one rate, e.g. '600/minute' (only the first of "
                                             "several is kept), got '1/second;2/minute'"),
     (["--name", "tab\tname"], "error: a key's name may not contain control characters (tabs, line breaks), "
