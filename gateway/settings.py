@@ -39,7 +39,13 @@ _AT_LEAST_0 = {"ttfa_target_ms": "", "urgent_slack_ms": "", "max_predicted_ttfa_
                "min_free_disk_mb": "", "memory_trim_idle_s": " (0: never)"}
 _ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "header_timeout_s", "body_timeout_s",
             "graceful_shutdown_s")
-_AT_LEAST_1 = ("max_input_chars", "max_pending_chars", "max_body_bytes", "max_json_depth", "key_max_concurrent", "max_waiting")
+_AT_LEAST_1 = ("max_input_chars", "max_pending_chars", "max_body_bytes", "max_json_depth")
+# The settings that size concurrency or a queue: (least, most, what the least means). Past the most a value
+# bounds nothing (a realtime_message_burst of 10**400 from VOXGATE_* failed every WebSocket session: a float
+# overflow; cpu_workers 10**400 every request), so it is refused as a typo. key_max_concurrent: as a key's own.
+_COUNTS = {"max_running": (1, 4096, ""), "max_waiting": (1, 1_000_000, ""), "key_max_concurrent": (1, 1_000_000, ""),
+           "max_loaded_models": (1, 1024, ""), "realtime_message_burst": (1, 1_000_000, ""),
+           "cpu_workers": (0, 1024, " (0: one per CPU core)")}
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -145,6 +151,12 @@ class Settings:
         for name in _AT_LEAST_1:  # each alone: the message names the one setting, load_settings where it was set
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, (least, most, zero) in _COUNTS.items():
+            value = getattr(self, name)
+            if value < least or value > most:
+                shown = str(value) if len(str(value)) <= 24 else str(value)[:24] + "…"
+                raise ValueError(f"{name} must be >= {least}{zero}, got {value}" if value < least else
+                                 f"{name} must be <= {most} (more bounds nothing), got {shown}")
         for name in _TUPLE_FIELDS:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         check_browser_names(self.allowed_origins, self.cors_origins, self.allowed_hosts)
@@ -158,22 +170,14 @@ class Settings:
             raise ValueError(f"devices names a device twice: {', '.join(self.devices)}")
         object.__setattr__(self, "devices", self.devices or (self.device,))
         object.__setattr__(self, "device", self.devices[0])
-        if self.max_loaded_models < 1:
-            raise ValueError(f"max_loaded_models must be >= 1, got {self.max_loaded_models}")
         if self.text_code not in ("inline", "speak", "skip"):
             raise ValueError(f"text_code must be inline, speak or skip, got {self.text_code!r}")
         if self.text_emoji not in ("drop", "name"):
             raise ValueError(f"text_emoji must be drop or name, got {self.text_emoji!r}")
         if self.realtime_first_chars < 0:
             raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
-        if self.max_running < 1:
-            raise ValueError(f"max_running must be >= 1, got {self.max_running}")
         if self.first_segment_chars < 0:
             raise ValueError(f"first_segment_chars must be >= 0 (0: off), got {self.first_segment_chars}")
-        if self.realtime_message_burst < 1:
-            raise ValueError(f"realtime_message_burst must be >= 1, got {self.realtime_message_burst}")
-        if self.cpu_workers < 0:
-            raise ValueError(f"cpu_workers must be >= 0 (0: one per CPU core), got {self.cpu_workers}")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)

@@ -1,0 +1,32 @@
+"""The settings that size concurrency or a queue refuse what bounds nothing, in one line naming the
+setting and where it was set (gateway/settings.py `_COUNTS`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.settings import load_settings
+
+HUGE = "1" + "0" * 400  # (an environment variable is any integer; TOML's stop at 2**63)
+
+
+@pytest.mark.parametrize(("name", "most"), [
+    ("max_running", 4096), ("max_waiting", 1_000_000), ("key_max_concurrent", 1_000_000),
+    ("max_loaded_models", 1024), ("realtime_message_burst", 1_000_000), ("cpu_workers", 1024)])
+def test_a_count_that_bounds_nothing_is_refused(name: str, most: int) -> None:
+    """A realtime_message_burst of 10**400 failed every WebSocket session (OverflowError: the rate's
+    bucket is a float) and cpu_workers of 10**400 every request (500); the others bounded nothing."""
+    variable = f"VOXGATE_{name.upper()}"
+    assert getattr(load_settings(env={variable: str(most)}), name) == most  # the most is allowed
+    for value, shown in ((str(most + 1), str(most + 1)), (HUGE, HUGE[:24] + "…")):
+        with pytest.raises(ValueError) as refused:
+            load_settings(env={variable: value})
+        assert str(refused.value) == (f"invalid settings: {name} must be <= {most} (more bounds nothing), "
+                                      f"got {shown} (from {variable})")
+
+
+def test_a_zero_period_in_the_key_rate_limit_setting_is_refused() -> None:
+    with pytest.raises(ValueError) as refused:
+        load_settings(env={"VOXGATE_KEY_RATE_LIMIT": "5/0 seconds"})
+    assert str(refused.value) == ("invalid settings: key_rate_limit: a rate limit's period is at least 1 (e.g. "
+                                  "'10/second' or '5/2 seconds'), got '5/0 seconds' (from VOXGATE_KEY_RATE_LIMIT)")
