@@ -9,6 +9,9 @@ from dataclasses import dataclass
 # What `edf` adds to `fifo`, one name each (bench/goodput.py ablates them): deadline order,
 # urgent vs batched codec items, early chunks, prefill deferral, codec lanes beside the step.
 MECHANISMS = ("order", "urgency", "early", "defer", "lanes")
+# Requests one model serves at once, at most: the `max_running` setting's and a model's own option's bound
+# (gateway/settings.py, models/model_options.py); past it a value bounds nothing (a speech LM's KV slots).
+MAX_RUNNING = 4096
 
 
 @dataclass(frozen=True, slots=True)

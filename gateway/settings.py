@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.config import MECHANISMS
+from engine.config import MAX_RUNNING, MECHANISMS
 from gateway.origins import check_browser_names
 
 
@@ -43,7 +43,7 @@ _AT_LEAST_1 = ("max_input_chars", "max_pending_chars", "max_body_bytes", "max_js
 # The settings that size concurrency or a queue: (least, most, what the least means). Past the most a value
 # bounds nothing (a realtime_message_burst of 10**400 from VOXGATE_* failed every WebSocket session: a float
 # overflow; cpu_workers 10**400 every request), so it is refused as a typo. key_max_concurrent: as a key's own.
-_COUNTS = {"max_running": (1, 4096, ""), "max_waiting": (1, 1_000_000, ""), "key_max_concurrent": (1, 1_000_000, ""),
+_COUNTS = {"max_running": (1, MAX_RUNNING, ""), "max_waiting": (1, 1_000_000, ""), "key_max_concurrent": (1, 1_000_000, ""),
            "max_loaded_models": (1, 1024, ""), "realtime_message_burst": (1, 1_000_000, ""),
            "cpu_workers": (0, 1024, " (0: one per CPU core)")}
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

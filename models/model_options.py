@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from engine.config import MAX_RUNNING
 from models import InvalidModel
 
 def _finite(value: float) -> bool:
@@ -57,7 +58,7 @@ def one_of(*values: str) -> Option:
 FLAG = Option("bool", None, "true or false")
 PATH = Option("path", None, "a folder path")
 # Options of every family, read outside the family module (gateway/model_spec.py, engine/runner.py).
-COMMON: dict[str, Option] = {"max_running": at_least(1), "busy_timeout_ms": Option("number", lambda v: v > 0,
+COMMON: dict[str, Option] = {"max_running": between(1, MAX_RUNNING), "busy_timeout_ms": Option("number", lambda v: v > 0,
                                                                                   "a number of ms > 0")}
 
 

@@ -3,6 +3,8 @@ setting and where it was set (gateway/settings.py `_COUNTS`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.settings import load_settings
@@ -30,3 +32,14 @@ def test_a_zero_period_in_the_key_rate_limit_setting_is_refused() -> None:
         load_settings(env={"VOXGATE_KEY_RATE_LIMIT": "5/0 seconds"})
     assert str(refused.value) == ("invalid settings: key_rate_limit: a rate limit's period is at least 1 (e.g. "
                                   "'10/second' or '5/2 seconds'), got '5/0 seconds' (from VOXGATE_KEY_RATE_LIMIT)")
+
+
+def test_a_models_own_max_running_has_the_settings_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model's `max_running` option overrides the setting; it took any integer >= 1."""
+    from gateway.cli import main
+    from models.piper import embedded_model_path
+
+    base = ["models", "add", "--family", "piper", "--path", str(embedded_model_path()), "--data-dir", str(tmp_path)]
+    assert main([*base, "--id", "wide", "--option", "max_running=4097"]) == 2
+    assert capsys.readouterr().err.strip() == "error: options.max_running must be an integer from 1 to 4096, got 4097"
+    assert main([*base, "--id", "wide", "--option", "max_running=4096"]) == 0
