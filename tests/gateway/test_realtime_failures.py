@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import threading
 import time
@@ -72,6 +73,9 @@ def test_a_model_that_fails_to_load_ends_the_utterance_once(live: LiveServer) ->
         assert kinds == ["error", "utterance.done"], events  # not one error a sentence
         error, done = events[0]["error"], events[1]
         assert error["code"] == "model_load_failed" and error["field"] == "session.model", error
+        # The model and its file, not where the server keeps them (the server's log has the path).
+        assert error["message"].startswith("model 'broken' failed to load: broken.onnx is not a readable"), error
+        assert not re.search(r"(^|[\s'\"(])/", error["message"]), error  # (no absolute path)
         assert done["error"] == "model_load_failed" and done["cancelled"] is False and done["audio_ms"] == 0
         assert done["ttfa_ms"] is None
         # The session goes on: a good model speaks the next utterance.
