@@ -39,6 +39,7 @@ import httpx
 from gateway.catalog import DEFAULT_BASE_URL, CatalogError, CatalogModel, local_base
 from gateway.download import FINAL_STATES, Download, DownloadError, DownloadState
 from gateway.model_folder import in_the_way, is_complete, move_into_place
+from gateway.model_spec import ModelSpec, without_paths
 from gateway.partials import part_size
 from gateway.pubsub import Broker, Subscription
 from gateway.settings import MB, format_mb
@@ -321,8 +322,10 @@ class DownloadManager:
             await asyncio.to_thread(shutil.rmtree, final, True)
             if isinstance(error, Exception):
                 message = getattr(error, "message", None) or str(error)
+                log.warning("model %s was downloaded but could not be registered: %s", model.id, message)
+                shown = without_paths(message, ModelSpec(model.id, model.family, final))  # (the log has them)
                 raise DownloadError("registration_failed", f"{model.id!r} was downloaded but could not be "
-                                    f"registered, so it was removed: {message}", 500) from error
+                                    f"registered, so it was removed: {shown}", 500) from error
             raise
         return final
 

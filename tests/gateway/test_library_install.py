@@ -95,6 +95,8 @@ def test_a_truncated_download_is_not_installed(tmp_path: Path) -> None:
         assert failed.status_code == 500, failed.text
         error = failed.json()["error"]
         assert error["code"] == "registration_failed" and "amy.onnx is not a readable ONNX model" in error["message"]
+        assert str(tmp_path) not in failed.text  # the file, not the server's data dir (its log has it)
+        assert str(tmp_path) not in str(client.get("/v1/library/downloads").json())
         assert "amy" not in {m["id"] for m in client.get("/v1/models").json()["data"]}
         assert not (tmp_path / "data" / "models" / "amy").exists()
         assert client.get("/v1/library/downloads").json()["data"][0]["state"] == "failed"
