@@ -161,10 +161,13 @@ class CartesiaSocket(VendorSocket):
             return
         await self.send(error_message(error, context_id))
 
-    def ends_something(self, message: dict[str, Any]) -> bool:
-        transcript = message.get("transcript")  # (LiveKit ends its input with " ")
+    def is_control(self, message: dict[str, Any]) -> bool:
+        """`cancel`, or a message with no text (LiveKit ends its input with " ") that ends the input
+        (`continue: false`) or flushes."""
+        transcript = message.get("transcript")
         no_text = transcript is None or (isinstance(transcript, str) and not transcript.strip())
-        return message.get("cancel") is True or (message.get("continue") is False and no_text)
+        return message.get("cancel") is True or (no_text and (message.get("continue") is False
+                                                               or message.get("flush") is True))
 
     async def handle(self, message: dict[str, Any]) -> None:
         context_id = check_context_id(message.get("context_id"))

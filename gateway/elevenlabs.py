@@ -196,9 +196,13 @@ class ElevenLabsSocket(VendorSocket):
         if len(self.ended_ids) > ENDED_IDS:
             self.ended_ids.pop(next(iter(self.ended_ids)))
 
-    def ends_something(self, message: dict[str, Any]) -> bool:
-        return message.get("text") in (None, "") and (message.get("close_context") is True or
-                                                       message.get("close_socket") is True)
+    def is_control(self, message: dict[str, Any]) -> bool:
+        """A message with no text that closes a context or the socket, flushes, or (/stream-input's
+        `{"text": ""}`) ends the input."""
+        if message.get("text") not in (None, ""):
+            return False
+        return (message.get("close_context") is True or message.get("close_socket") is True
+                or message.get("flush") is True or (not self.multi and message.get("text") == ""))
 
     async def handle(self, message: dict[str, Any]) -> None:
         if flag(message, "close_socket"):

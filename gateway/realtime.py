@@ -19,8 +19,9 @@ one `utterance.done` with the error's code. The utterance itself is an Utterance
 (gateway/utterance.py, shared with the vendor protocols): segments queued while one
 engine request runs are sent as the next request (at most the family's request size,
 gateway/stitch.py), SSML pauses as silence, word timings with the audio. Each session's
-messages are rate-limited (`realtime_messages_per_s`, `realtime_message_burst`) and the
-loop yields after each, so one flooding client cannot hold the event loop. Frames are
+messages are rate-limited (`realtime_messages_per_s`, `realtime_message_burst`; a
+`response.cancel` or `text.flush` over the rate still passes, within a small allowance of its
+own: gateway/rate.py) and the loop yields after each, so one flooding client cannot hold the event loop. Frames are
 parsed within bounds and every write is time-bounded (gateway/connection.py): a client
 that stops reading is closed (1008, with the reason) and its engine request freed.
 
@@ -69,6 +70,9 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "session.update": ("session",), "text.append": ("text",), "text.flush": (), "response.cancel": (),
     "playback.position": ("played_ms", "playing", "underrun"),
 }
+# Events that only stop or end speech (they add no text): over the message rate they still pass, within
+# a small allowance of their own (gateway/rate.py).
+CONTROL_TYPES = frozenset({"response.cancel", "text.flush"})
 
 
 def _field(session: dict[str, Any], name: str, current: Any, default: Any) -> Any:
@@ -129,15 +133,21 @@ class Session(SessionText):
             if message["type"] == "websocket.disconnect":
                 return
             await asyncio.sleep(0)  # queued messages run one at a time, not back to back
-            if not self.rate.allow():
-                refusal = self.rate.refusal()
-                if refusal is not None:
-                    await self.send_error(refusal)
-                continue
+            allowed = self.rate.allow()
             try:
-                await self.handle(self.connection.parse(message))
+                event = self.connection.parse(message)
+                # Over the rate, a cancel or flush still passes (within the control allowance): a client
+                # that flooded text can still barge in or end its turn.
+                if allowed or (event.get("type") in CONTROL_TYPES and self.rate.allow_control()):
+                    await self.handle(event)
+                    continue
             except (ApiError, EngineError) as error:
-                await self.send_error(error)
+                if allowed:
+                    await self.send_error(error)
+                    continue
+            refusal = self.rate.refusal()  # (at most one a second; the other messages are dropped silently)
+            if refusal is not None:
+                await self.send_error(refusal)
 
     async def handle(self, event: dict[str, Any]) -> None:
         """One client event. Raises ApiError/EngineError (sent as `error`, the session lives

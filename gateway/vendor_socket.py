@@ -44,7 +44,8 @@ class VendorSocket:
 
     Frames are parsed and writes bounded like `/v1/realtime`'s (gateway/connection.py: a
     client that stops reading is closed with 1008 and its contexts cancelled); messages
-    are rate-limited per socket (`realtime_messages_per_s`, `realtime_message_burst`) and
+    are rate-limited per socket (`realtime_messages_per_s`, `realtime_message_burst`; a
+    control message over it passes within a small allowance of its own: `is_control`) and
     the loop yields after each. Subclasses implement `handle(message)` and
     `send_error(error, context_id)`. A closed socket cancels every context (engine
     requests included).
@@ -106,10 +107,12 @@ class VendorSocket:
                            f"this socket has {len(self.contexts)} contexts open, the most one may have; close "
                            f"(or cancel) one before opening {context_id!r}", field="context_id")
 
-    def ends_something(self, message: dict[str, Any]) -> bool:
-        """Whether `message` only ends or cancels (a context, the socket) and carries no text: such a
-        message passes even over the message rate, since the client waits for what it ends (a
-        dropped `close_context` left a client waiting for `isFinal` for ever)."""
+    def is_control(self, message: dict[str, Any]) -> bool:
+        """Whether `message` only stops, flushes or ends something (a context, its input, the socket)
+        and carries no text: over the message rate such a message still passes, within the control
+        allowance (gateway/rate.py), since the client waits for what it ends (a dropped
+        `close_context` left a client waiting for `isFinal` for ever) and a voice agent that flooded
+        text must still be able to barge in."""
         return False
 
     async def run(self) -> None:
@@ -125,7 +128,7 @@ class VendorSocket:
                 data = self.connection.parse(message)
                 raw_id = data.get("context_id")
                 context_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= MAX_CONTEXT_ID else None
-                if allowed or self.ends_something(data):  # what only ends something always passes
+                if allowed or (self.is_control(data) and self.rate.allow_control()):
                     await self.handle(data)
                     continue
             except (ApiError, EngineError) as error:
