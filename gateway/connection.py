@@ -102,12 +102,14 @@ class Connection:
             self.abort(str(error))
             raise
 
-    def abort(self, reason: str) -> None:
-        """End the session from a writer: the client stopped reading (or the server stops)."""
+    def abort(self, reason: str, level: int = logging.WARNING) -> None:
+        """End the session from a writer: the client stopped reading (or the server stops); or
+        from a watcher (an ElevenLabs socket's inactivity): closed with 1008 and `reason`, logged
+        at `level`."""
         if self.aborted:
             return
         self.aborted = reason
-        log.warning("%s session closed: %s", self.name, reason)
+        log.log(level, "%s session closed: %s", self.name, reason)
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
 

@@ -22,7 +22,10 @@ the first later message with text for it gets the error `context_failed` (409, f
 Query: `model_id` (vendor ids: the default model), `output_format` (gateway/
 vendor_formats.py), `auto_mode=true|false` (true: a message that ends a sentence is spoken at
 once, without waiting for the next or a flush), `inactivity_timeout` (whole seconds,
-1-180 as ElevenLabs documents it: checked, not followed), `apply_text_normalization=off`
+1-180 as ElevenLabs documents it, default 20: the socket closes after that long without a message
+from the client, a keep-alive included, while nothing is being spoken: the error
+`input_timeout_exceeded`, field `inactivity_timeout`, then a close 1008 with its message; a context
+still speaking holds it), `apply_text_normalization=off`
 (text read as written); others are ignored. A bad value of one of these is an error
 naming it, then a close (1008; after the client's first message, or REFUSED_CLOSE_S),
 as for a bad `output_format`. The `xi-api-key` header is accepted.
@@ -64,7 +67,8 @@ log = logging.getLogger(__name__)
 
 CLOSE_SOCKET_S = 1.5  # pipecat waits 2 s for the server to close after close_socket
 SINGLE = "default"  # the context id of /stream-input
-MAX_INACTIVITY_S = 180  # ElevenLabs' documented maximum of inactivity_timeout (its default: 20)
+DEFAULT_INACTIVITY_S = 20  # ElevenLabs' documented default of inactivity_timeout (s)
+MAX_INACTIVITY_S = 180  # and its documented maximum
 ENDED_IDS = 1000  # ended context ids a socket remembers (a second close_context for one answers nothing)
 # A socket refused for its URL's parameters closes after the client's first message, or this
 # long after its error: LiveKit's plugin registers its stream on a socket only after connecting,
@@ -102,16 +106,18 @@ def auto_mode(value: str | None) -> bool:
     return value.lower() == "true"
 
 
-def check_inactivity_timeout(value: str | None) -> None:
-    """The `inactivity_timeout` query parameter: whole seconds, 1 to `MAX_INACTIVITY_S` as
-    ElevenLabs documents it (accepted, not followed: a context stays open until it is
-    closed). Raises InvalidInput naming `inactivity_timeout` for anything else."""
+def inactivity_timeout(value: str | None) -> int:
+    """The `inactivity_timeout` query parameter, in seconds: whole seconds, 1 to `MAX_INACTIVITY_S`
+    as ElevenLabs documents it; absent, `DEFAULT_INACTIVITY_S`. The socket closes after that long
+    without a message from the client while nothing is being spoken (`VendorSocket.watch_inactivity`).
+    Raises InvalidInput naming `inactivity_timeout` for anything else."""
     if value is None:
-        return
+        return DEFAULT_INACTIVITY_S
     seconds = int(value) if value.isascii() and value.isdigit() else None
     if seconds is None or not 1 <= seconds <= MAX_INACTIVITY_S:
         raise InvalidInput(f"inactivity_timeout must be a whole number of seconds from 1 to {MAX_INACTIVITY_S}, "
                            f"got {value!r}", field="inactivity_timeout")
+    return seconds
 
 
 def voice_speed(message: dict[str, Any]) -> float | None:
@@ -157,8 +163,9 @@ class ElevenLabsContext(TextContext):
 
 class ElevenLabsSocket(VendorSocket):
     def __init__(self, state: AppState, ws: WebSocket, multi: bool, choice: Choice, fmt: OutputFormat,
-                 options: TextOptions, eager: bool = False) -> None:
+                 options: TextOptions, eager: bool = False, inactivity_s: float | None = None) -> None:
         super().__init__(state, ws, "elevenlabs")
+        self.inactivity_s = inactivity_s  # (the query's inactivity_timeout: VendorSocket.watch_inactivity)
         self.options = options  # how its contexts' text is read (the text frontend)
         # auto_mode=true (pipecat's default for whole sentences): no buffering past a sentence's end.
         self.auto_mode = eager
@@ -188,6 +195,12 @@ class ElevenLabsSocket(VendorSocket):
         context = ElevenLabsContext(self, context_id, choice, self.format)
         self.contexts[context_id] = context
         return context
+
+    def timed_out(self, timeout_s: float) -> ApiError:
+        """ElevenLabs' own code for it (its close is a 1008 too), with what to do."""
+        keep_alive = '{"text": ""}' if self.multi else '{"text": " "}'
+        return ApiError(408, "input_timeout_exceeded", f"no message in {timeout_s:g} s (inactivity_timeout): send "
+                        f"{keep_alive} to keep the socket open", field="inactivity_timeout")
 
     def _remember_ended(self, context_id: str) -> None:
         """The ids of the last `ENDED_IDS` contexts that ended: a close_context for one answers nothing."""
@@ -279,7 +292,7 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
     try:
         fmt = elevenlabs_format(query.get("output_format"))
         eager = auto_mode(query.get("auto_mode"))
-        check_inactivity_timeout(query.get("inactivity_timeout"))
+        inactivity_s = inactivity_timeout(query.get("inactivity_timeout"))
         choice = await resolve_vendor_voice(state, model=query.get("model_id"), voice=ws.path_params["voice_id"],
                                             speed=None, voice_field="voice_id")
         options = await speech_options(state, choice, text_fields(query.get("apply_text_normalization")))
@@ -289,7 +302,7 @@ async def _socket(ws: WebSocket, multi: bool) -> None:
             await asyncio.wait_for(ws.receive(), REFUSED_CLOSE_S)
         await placeholder.connection.close(1008, textwrap.shorten(error.message, 118, placeholder=" ..."))
         return
-    await ElevenLabsSocket(state, ws, multi, choice, fmt, options, eager).serve()
+    await ElevenLabsSocket(state, ws, multi, choice, fmt, options, eager, inactivity_s).serve()
 
 
 async def multi_stream_input(ws: WebSocket) -> None:

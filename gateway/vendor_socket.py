@@ -7,6 +7,8 @@ write the protocols on top.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
 from starlette.websockets import WebSocket
@@ -18,6 +20,7 @@ from gateway.rate import MessageRate
 from gateway.state import AppState
 from gateway.vendor_context import TextContext
 
+POLL_SPEAKING_S = 0.5  # how often an inactivity timer looks again whether a context still speaks
 MAX_CONTEXT_ID = 256  # characters of a context id (the clients send UUIDs), echoed in every message for it
 
 
@@ -59,6 +62,10 @@ class VendorSocket:
         self.finishing: set[TextContext] | None = None  # a shutdown's: the contexts it lets finish
         settings = state.settings
         self.rate = MessageRate(settings.realtime_messages_per_s, settings.realtime_message_burst)
+        # Seconds without a message from the client, and with nothing being spoken, after which the
+        # socket is closed (ElevenLabs' `inactivity_timeout`); None: never.
+        self.inactivity_s: float | None = None
+        self.heard_s = time.monotonic()  # the client's last message, or the last moment a context spoke
 
     async def send(self, message: dict[str, Any]) -> None:
         try:
@@ -121,6 +128,7 @@ class VendorSocket:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
+            self.heard_s = time.monotonic()  # (any message, dropped over the rate or not: the client is there)
             await asyncio.sleep(0)  # queued messages run one at a time, not back to back
             allowed = self.rate.allow()  # the same per-session bound as /v1/realtime
             context_id: str | None = None
@@ -153,6 +161,33 @@ class VendorSocket:
             for wait in waits:
                 wait.cancel()
 
+    def speaking(self) -> bool:
+        """Whether a context has audio still to come that the client waits for (a request in
+        flight or text queued for one, or a closed context not yet ended)."""
+        return any(not c.finished and (c.stream.busy or c.closing) for c in self.contexts.values())
+
+    async def watch_inactivity(self, timeout_s: float) -> None:
+        """Close the socket once `timeout_s` have passed with no message from the client and nothing
+        spoken meanwhile: the `timed_out` error, then a close (1008, with the reason), its contexts
+        cancelled. A context still speaking holds the timer (the client waits for its audio), as
+        does any message (ElevenLabs' keep-alive, `{"text": ""}`, is one)."""
+        while True:
+            now = time.monotonic()
+            if self.speaking():
+                self.heard_s = now
+            left_s = self.heard_s + timeout_s - now
+            if left_s <= 0:
+                break
+            await asyncio.sleep(min(left_s, POLL_SPEAKING_S))
+        error = self.timed_out(timeout_s)
+        await self.send_error(error, None)
+        self.connection.abort(error.message, level=logging.INFO)
+
+    def timed_out(self, timeout_s: float) -> ApiError:
+        """The error an inactive socket is closed with (`watch_inactivity`)."""
+        return ApiError(408, "input_timeout_exceeded", f"no message in {timeout_s:g} s (inactivity_timeout)",
+                        field="inactivity_timeout")
+
     def close(self) -> None:
         for context in self.contexts.values():
             context.cancel()
@@ -170,6 +205,8 @@ class VendorSocket:
         """Run on an accepted connection; a disconnect or a slow client cancels its contexts."""
 
         async def close() -> None:
+            if watch is not None:
+                watch.cancel()
             if self.connection.ended:  # a shutdown ended the socket: a context that spoke all it was given is
                 for context in list(self.contexts.values()):  # over, and says so before the 1012
                     if not (context.finished or context.failed) and context.sent_ms > 0:
@@ -179,4 +216,5 @@ class VendorSocket:
                             pass
             self.close()
 
+        watch = None if self.inactivity_s is None else asyncio.create_task(self.watch_inactivity(self.inactivity_s))
         await self.connection.serve(self.run, close, self.idle)
