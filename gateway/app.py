@@ -35,6 +35,7 @@ from gateway.projects_store import ProjectStore
 from gateway.projects_sweep import sweep_projects
 from gateway.request_id import RequestIdMiddleware
 from gateway.residency import MB, Residency
+from gateway.revocation import watch_revocations
 from gateway.routes import app_routes
 from gateway.security import browser_middleware
 from gateway.server_lock import serving
@@ -128,6 +129,7 @@ def create_app(settings: Settings) -> Starlette:
         generator = Generator(state, projects)
         state.projects = generator
         app.state.voxgate = state
+        revocations = asyncio.create_task(watch_revocations(state))  # sessions of a revoked key: closed
         trimmer: asyncio.Task[None] | None = None
         if settings.memory_trim_idle_s:
             state.memory = IdleTrim(engine.num_requests, settings.memory_trim_idle_s)
@@ -155,6 +157,7 @@ def create_app(settings: Settings) -> Starlette:
                     log.warning("not resuming the download of %s: %s", model_id, error.message)
             yield
         finally:
+            revocations.cancel()
             if trimmer is not None:
                 trimmer.cancel()
             await downloads.aclose()  # keeps partial files for the next start

@@ -34,6 +34,7 @@ from gateway import studio_key
 from gateway.access_log import note
 from gateway.keys import ApiKey
 from gateway.limits import Refused
+from gateway.revocation import admit
 from gateway.security import deny
 from gateway.state import AppState
 
@@ -217,6 +218,7 @@ class KeyCheck:
             await self.app(scope, receive, send)
             return
         assert state.limits is not None
+        admit(scope, key, field)  # a session is closed if its key is revoked (gateway/revocation.py)
         try:
             state.limits.enter(key)
         except Refused as refused:

@@ -47,6 +47,7 @@ class Connection:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[Any] | None = None  # serve(), cancelled by abort() and end_if_idle()
         self._idle: Callable[[], bool] | None = None  # serve()'s: the session speaks nothing now
+        self._report: Callable[[ApiError], Awaitable[None]] | None = None  # serve()'s: the protocol's error event
         self.ended = False  # end_if_idle() ended it: the server shuts down
 
     @property
@@ -113,6 +114,19 @@ class Connection:
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
 
+    async def end_with(self, error: ApiError) -> None:
+        """End the session for `error` (its API key was revoked: gateway/revocation.py): the
+        protocol's error event (`serve`'s `report`), then, as `abort` does, its utterances
+        cancelled and a close 1008 with the error's message. Nothing once it is ending already."""
+        if self._task is None or self.aborted or self.ended:
+            return
+        if self._report is not None:
+            try:
+                await self._report(error)
+            except (RuntimeError, *CLIENT_GONE):
+                pass  # gone or too slow: the abort below ends it all the same
+        self.abort(error.message)
+
     async def _close_frame(self) -> None:
         """After abort(): a close frame with the reason, behind the unread audio; bounded
         (CLOSE_FRAME_S; a shutdown ends it at once)."""
@@ -139,12 +153,14 @@ class Connection:
             self._task.cancel()
 
     async def serve(self, run: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]],
-                    idle: Callable[[], bool] | None = None) -> None:
+                    idle: Callable[[], bool] | None = None,
+                    report: Callable[[ApiError], Awaitable[None]] | None = None) -> None:
         """Run a session (`run` returns when the client leaves); `close` always follows.
-        `idle`: whether it speaks nothing now, when a shutdown may end it (`end_if_idle`)."""
+        `idle`: whether it speaks nothing now, when a shutdown may end it (`end_if_idle`);
+        `report`: sends an error event of the session's protocol (`end_with`)."""
         metrics = self.state.metrics
         metrics.sessions.inc()
-        self._task, self._idle = asyncio.current_task(), idle
+        self._task, self._idle, self._report = asyncio.current_task(), idle, report
         self.state.sessions.add(self)
         try:
             await run()

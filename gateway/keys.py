@@ -10,7 +10,8 @@ indexed lookup.
 Scopes: `speech` (speech, realtime and vendor-compatible routes) and `admin` (library,
 presets and takes writes, load/unload; an admin key may also speak). Any valid key may
 read (GET routes). Each key may carry its own rate limit and concurrency, else the
-server's settings apply (gateway/limits.py).
+server's settings apply (gateway/limits.py). A revoked key's open WebSocket sessions are closed
+within seconds (gateway/revocation.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ KEY_PREFIX = "vxg_"
 MAX_NAME_CHARS = 100
 MAX_CONCURRENT = 1_000_000  # a key's own max_concurrent at most (requests and sessions at once)
 TOUCH_INTERVAL_S = 60.0  # last_used_at is written at most this often per key
+ID_BATCH = 500  # key ids a query looks up at once (`active_ids`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,16 @@ class KeyStore:
         async with self.library.db.execute("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL") as cur:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
+
+    async def active_ids(self, key_ids: set[str]) -> set[str]:
+        """Which of `key_ids` are keys not revoked (a revoked or removed key is left out)."""
+        ids, active = sorted(key_ids), set[str]()
+        for start in range(0, len(ids), ID_BATCH):  # (SQLite bounds the number of parameters)
+            batch = ids[start:start + ID_BATCH]
+            query = f"SELECT id FROM api_keys WHERE revoked_at IS NULL AND id IN ({', '.join('?' * len(batch))})"
+            async with self.library.db.execute(query, batch) as cur:
+                active.update(str(row[0]) for row in await cur.fetchall())
+        return active
 
     async def revoke(self, id_or_name: str) -> list[ApiKey]:
         """Revoke the active key with this id, prefix or name; returns the keys that matched.

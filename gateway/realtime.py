@@ -341,4 +341,4 @@ async def realtime(ws: WebSocket) -> None:
         await ws.close(code=1013, reason="server is shutting down")
         return
     session = Session(state, ws)
-    await session.connection.serve(session.run, session.close, session.idle)
+    await session.connection.serve(session.run, session.close, session.idle, session.send_error)

@@ -216,5 +216,8 @@ class VendorSocket:
                             pass
             self.close()
 
+        async def report(error: ApiError) -> None:  # (an error for the whole socket, e.g. its key revoked)
+            await self.send_error(error, None)
+
         watch = None if self.inactivity_s is None else asyncio.create_task(self.watch_inactivity(self.inactivity_s))
-        await self.connection.serve(self.run, close, self.idle)
+        await self.connection.serve(self.run, close, self.idle, report)
