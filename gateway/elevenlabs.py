@@ -6,7 +6,8 @@ first message of a context opens it; `" "` is no speech); `{"context_id", "flush
 true}` speaks what is buffered and keeps the context open; `{"context_id",
 "close_context": true}` ends it after its audio (text in the same message is spoken first; a
 second one while it still speaks cancels it: pipecat's interruption); `{"text": ""}` is a
-keep-alive; `{"close_socket": true}` finishes the contexts (at most `CLOSE_SOCKET_S`; text in
+keep-alive, and so is a text of spaces alone while the context has nothing buffered (ElevenLabs'
+`" "`: kept, a run of them made the next text an indented code block, unread); `{"close_socket": true}` finishes the contexts (at most `CLOSE_SOCKET_S`; text in
 the same message is spoken first) and closes.
 
 `WS /v1/text-to-speech/{voice_id}/stream-input`: one context; `{"text": ""}` ends the
@@ -275,7 +276,7 @@ class ElevenLabsSocket(VendorSocket):
         if text and context.closing and not self.multi:  # (TextContext.append's message names contexts)
             raise InvalidInput("the input ended (an empty text ends it); /stream-input takes one input a connection: "
                                "open a new connection", field="text")
-        if text:
+        if text and not (text.isspace() and not context.feed.has_pending):  # (" " alone: a keep-alive)
             await context.append(text)
         if flush:
             await context.flush()

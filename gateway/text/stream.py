@@ -104,6 +104,8 @@ class TextStream:
 
     def append(self, piece: str) -> list[Item]:
         piece = clean_piece(piece)
+        if not self._text and not self._at_line_start:
+            piece = piece.lstrip(" ")  # after a cut inside a line: spaces there indent nothing
         self.check(piece)
         self._text += piece
         return self._scan()
@@ -362,6 +364,8 @@ class TextStream:
         self._reset()
         if block is not None:
             self._text = block.group(0).lstrip() + self._text.lstrip(" \t")
+        elif unit and not unit.endswith("\n"):
+            self._text = self._text.lstrip(" ")  # (the rest of a line: its spaces indent nothing)
         self._at_line_start = unit.endswith("\n") or block is not None or (not unit and self._at_line_start)
         items = self._items(unit)
         if any(isinstance(item, str) for item in items):

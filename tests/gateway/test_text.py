@@ -123,6 +123,20 @@ def test_a_markdown_marker_split_across_appends_reads_as_whole_text() -> None:
     assert " ".join(map(str, out)) == "Important: read the docs."
 
 
+def test_spaces_after_a_cut_inside_a_line_indent_nothing() -> None:
+    """Spaces that come after a sentence was cut inside a line (ElevenLabs' keep-alives " " while the
+    client waits for its LLM) made the next sentence an indented code block, skipped unread (found
+    by the helper that built the inactivity timeout). Indentation at a line's start still counts."""
+    stream = TextStream(EN, first_chars=0)
+    out = stream.append("Fine, thanks for asking. ")
+    for piece in [" "] * 6 + ["The weather is lovely. ", "Bye"]:
+        out += stream.append(piece)
+    assert out + stream.flush() == ["Fine, thanks for asking.", "The weather is lovely.", "Bye"]
+    assert " ".join(map(str, prepare("Fine, thanks.      The weather is lovely.", EN))) == \
+        "Fine, thanks. The weather is lovely."
+    assert prepare("Intro.\n\n    print('skipped')\n\nAfter.", EN) == ["Intro. After."]
+
+
 LLM_TEXT = (
     "# Results\n\nHere is what I found:\n\n- **Revenue** grew 12% to $3.5M in Q3 2024.\n"
     "- Costs fell by 5,000 USD. Dr. Lee said so on 2024-03-15 at 10:30 am.\n\n"

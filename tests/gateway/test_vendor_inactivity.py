@@ -64,3 +64,32 @@ def test_a_context_still_speaking_holds_the_timeout_then_it_runs(server: LiveSer
         assert messages[-1] == {"isFinal": True, "contextId": "c"} and audio_of(messages)
         closed_for_inactivity(ws)
     assert server.wait_idle() == 0
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_space_keep_alives_before_text_leave_it_spoken(server: LiveServer, between: bool) -> None:
+    """ElevenLabs' /stream-input keep-alive is `{"text": " "}`: four or more before a text (the
+    connection's first, or after a sentence was spoken) made it an indented code block, read as
+    nothing: its first words were lost (all of it where it was one short clause)."""
+    with socket(server, "stream-input") as ws:
+        ws.send(json.dumps({"text": " "}))  # (the connection's first message)
+        if between:
+            ws.send(json.dumps({"text": "First sentence here. ", "flush": True}))
+            until_spoken(ws, "First sentence here.")
+        for _ in range(6):
+            ws.send(json.dumps({"text": " "}))
+        ws.send(json.dumps({"text": "Still here after the wait. "}))
+        ws.send(json.dumps({"text": ""}))
+        messages = until_final(ws)
+        assert messages[-1] == {"isFinal": True}
+        spoken = "".join("".join(m["alignment"]["chars"]) for m in messages if m.get("alignment"))
+        assert " ".join(spoken.split()) == "Still here after the wait.", spoken  # (its words were lost)
+
+
+def until_spoken(ws: ClientConnection, text: str) -> None:
+    """Read messages until the alignment has given all of `text`."""
+    spoken = ""
+    while " ".join(spoken.split()) != text:
+        message = json.loads(ws.recv(timeout=60))
+        spoken += "".join(message["alignment"]["chars"]) if message.get("alignment") else ""
+        assert len(spoken) < 2 * len(text), spoken
