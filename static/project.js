@@ -5,6 +5,7 @@ import { fillSpeakers } from "./project-speakers.js";
 import { takeItem } from "./project-takes.js";
 import { joinItem } from "./project-arrange.js";
 import { focusedPlace, refocus } from "./project-focus.js";
+import { keepEdits, restoreEdits, saveTyped as saveTypedOf, typedPassages } from "./project-drafts.js";
 import { exportAudio } from "./project-export.js";
 import "./players.js";  // one take (or join) plays at a time
 
@@ -162,7 +163,10 @@ function passageItem(passage, i, count) {
     await askAgainIfSpoken(passage.id);
   });
   saveText.hidden = true;
-  text.addEventListener("input", () => { saveText.hidden = text.value === passage.text; });
+  text.addEventListener("input", () => {
+    saveText.hidden = text.value === passage.text;
+    showGenerateAll();
+  });
   const speaker = el("select", { "aria-label": `Speaker of passage ${n}` });
   fillSpeakers(speaker, project.model, { defaultLabel: `Project default (${project.speaker})`, selected: passage.speaker || "" })
     .catch((err) => sayError(itemStatus, err, "Could not load speakers"));
@@ -208,39 +212,9 @@ function passageItem(passage, i, count) {
     text, el("div", { class: "row-actions" }, saveText), takes, itemStatus);
 }
 
-// Words typed in these passages and not saved, saved before a split or a merge changes their text
-// (they were dropped: a draft is kept across a redraw only while its passage's text is unchanged), and
-// before a passage's Generate.
-async function saveTyped(...ids) {
-  for (const id of ids) {
-    const text = $("passages").querySelector(`li.passage[data-passage="${id}"] textarea`);
-    if (text && text.value !== text.dataset.saved) {
-      await api("PATCH", `/v1/projects/${projectId}/passages/${id}`, { text: text.value });
-    }
-  }
-}
-
-// Text typed into a passage and not yet saved, and where the keyboard was: a re-render (each
-// passage a generation finishes) must not take them away.
-function keepEdits() {
-  const drafts = [...$("passages").querySelectorAll("li.passage textarea")]
-    .filter((t) => t.value !== t.dataset.saved)
-    .map((t) => ({ id: t.closest("li.passage").dataset.passage, saved: t.dataset.saved, value: t.value,
-                   start: t.selectionStart, end: t.selectionEnd }));
-  return { drafts, focus: focusedPlace() };
-}
-
-function restoreEdits({ drafts, focus }) {
-  const itemOf = (id) => [...$("passages").querySelectorAll("li.passage")].find((li) => li.dataset.passage === id);
-  for (const draft of drafts) {
-    const text = itemOf(draft.id)?.querySelector("textarea");
-    if (text && text.dataset.saved === draft.saved) {  // (unless the passage's text changed meanwhile)
-      text.value = draft.value;
-      text.dispatchEvent(new Event("input"));
-    }
-  }
-  refocus(focus);
-}
+// Words typed and not saved are saved before a split or a merge changes their text (they were
+// dropped), and before a Generate (a passage's, or of the out-of-date passages) speaks it.
+const saveTyped = (...ids) => saveTypedOf(projectId, ...ids);
 
 function render() {
   const key = JSON.stringify({ ...project, job: null, updated_at: 0 });
@@ -254,8 +228,7 @@ function render() {
   $("passages").replaceChildren(...project.passages.map((p, i) => passageItem(p, i, count)));
   $("passages-empty").hidden = count > 0;
   $("duration").textContent = count ? `${count} passages · ${project.num_out_of_date} out of date · ${fmtDuration(project.duration_ms)} chosen` : "";
-  $("g-all").textContent = `Generate out-of-date passages (${project.num_out_of_date})`;
-  keepFocus(GENERATION, () => { $("g-all").disabled = project.num_out_of_date === 0; });
+  showGenerateAll();
   const joins = [];
   project.passages.forEach((p, i) => {
     const next = project.passages[i + 1];
@@ -267,6 +240,15 @@ function render() {
 }
 
 // -- generation -----------------------------------------------------------------------
+
+// The passages "Generate out-of-date passages" speaks: those out of date, and those with words typed
+// (saved first: the saved text was spoken, and the passage shown up to date beside the typed words).
+function showGenerateAll() {
+  const typed = new Set(typedPassages());
+  const count = project.passages.filter((p) => p.out_of_date || typed.has(p.id)).length;
+  $("g-all").textContent = `Generate out-of-date passages (${count})`;
+  keepFocus(GENERATION, () => { $("g-all").disabled = count === 0; });
+}
 
 // Generate disables itself once nothing is out of date and Cancel hides when the job ends: the
 // keyboard goes to the other one, else to the Passages heading, never to <body> (a keyboard trial).
@@ -334,6 +316,14 @@ async function poll() {
 
 async function generateAll() {
   try {
+    for (const id of typedPassages()) {
+      try {
+        await saveTyped(id);
+      } catch (err) {  // (which passage's words were refused: its number now)
+        err.message = `passage ${project.passages.findIndex((p) => p.id === id) + 1}: ${err.message}`;
+        throw err;
+      }
+    }
     showJob(await api("POST", `/v1/projects/${projectId}/generate`, {}));
     poll();
   } catch (err) {

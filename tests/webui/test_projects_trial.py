@@ -313,3 +313,45 @@ def test_generate_speaks_the_text_as_typed(server: LiveServer, page: Any) -> Non
     page.wait_for_function("window.voxgate.project.passages[0].takes.length === 1", timeout=60_000)
     passage = project_state(page)["passages"][0]
     assert passage["text"] == passage["takes"][0]["text"] == "The new words."
+
+
+def test_generate_out_of_date_passages_speaks_the_text_as_typed(server: LiveServer, page: Any) -> None:
+    """With words typed and not saved in a passage that was out of date, "Generate out-of-date passages"
+    made a take of the saved text: the typed words were not saved (a passage's own Generate, a split
+    and a merge save them first), and the passage showed "up to date" beside words it did not say.
+    Words typed in a passage that was up to date make it one to generate too."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Generate all typed"}).json()
+    base = f"{server.url}/v1/projects/{project['id']}"
+    httpx.post(f"{base}/import", json={"text": "One, as imported.\n\nTwo, as imported.", "format": "text",
+                                       "apply": True}).raise_for_status()
+    generated(base, {"passages": [project_state_id(base, 1)]})  # passage 2 alone is out of date
+    page.goto(f"{server.url}/projects/{project['id']}")
+    button = page.get_by_role("button", name="Generate out-of-date passages (1)")
+    button.wait_for()
+    page.get_by_label("Text of passage 2", exact=True).fill("Two, as typed.")
+    button.click()
+    page.wait_for_function("window.voxgate.job && window.voxgate.job.state === 'done'", timeout=60_000)
+    page.wait_for_function("window.voxgate.project.passages[1].takes.length === 1", timeout=10_000)
+    second = httpx.get(base).json()["passages"][1]
+    assert second["text"] == second["takes"][0]["text"] == "Two, as typed."
+
+    # Nothing out of date, words typed in passage 1: the button offers it, and speaks them.
+    page.wait_for_function("document.querySelector('#g-all').disabled")
+    page.get_by_label("Text of passage 1", exact=True).fill("One, as typed.")
+    page.get_by_role("button", name="Generate out-of-date passages (1)").click()
+    page.wait_for_function("window.voxgate.project.passages[0].takes.length === 2", timeout=60_000)
+    first = httpx.get(base).json()["passages"][0]
+    assert first["text"] == "One, as typed." and not first["out_of_date"]
+    assert [t["text"] for t in first["takes"]].count("One, as typed.") == 1
+
+    # Words the server refuses (none): said with the passage they are of, and nothing generated.
+    page.get_by_label("Text of passage 2", exact=True).fill("")
+    page.get_by_role("button", name="Generate out-of-date passages (1)").click()
+    page.locator("#g-status", has_text="Could not start: passage 2:").wait_for()
+    assert httpx.get(base).json()["passages"][1]["text"] == "Two, as typed."
+
+
+def project_state_id(base: str, n: int) -> str:
+    """The id of passage `n` (1-based) of the project at `base`."""
+    passage_id: str = httpx.get(base).json()["passages"][n - 1]["id"]
+    return passage_id
