@@ -36,14 +36,38 @@ export async function keepTake(settings, { done, chunks, sampleRate }) {
   }
 }
 
+// A take's name in the page: when it was made, to the second (with the date unless today). Takes
+// made in the same second had the same name, so the same labels (a Speak stopped at once and
+// pressed again): the second and later of a second are numbered, "12:00:01 (2)", oldest first.
+function takeNames(data) {
+  const names = new Map();
+  const seen = new Map();  // name -> how many takes have it so far
+  for (const take of [...data].sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1))) {
+    const when = new Date(take.created_at * 1000);
+    const base = when.toDateString() === new Date().toDateString() ? when.toLocaleTimeString() : when.toLocaleString();
+    const n = (seen.get(base) || 0) + 1;
+    seen.set(base, n);
+    names.set(take.id, n > 1 ? `${base} (${n})` : base);
+  }
+  return names;
+}
+
+// The row's labels (and its visible time), from its take's name.
+function nameRow(li, name) {
+  if (li.dataset.name === name) return;
+  li.dataset.name = name;
+  const label = `take from ${name}`;
+  li.querySelector("audio").setAttribute("aria-label", `Replay ${label}`);
+  li.querySelector("button.danger").setAttribute("aria-label", `Delete ${label}`);
+  for (const a of li.querySelectorAll(".downloads a")) a.setAttribute("aria-label", `Download as ${a.textContent}: ${label}`);
+  li.querySelector(".take-when").textContent = name;
+}
+
 function takeItem(take) {
-  const when = new Date(take.created_at * 1000);
   const text = take.text.length > 160 ? `${take.text.slice(0, 160)}…` : take.text;
-  const audio = el("audio", { controls: true, preload: "none", src: `${take.audio_url}?format=wav`,
-                              "aria-label": `Replay take from ${when.toLocaleTimeString()}` });
+  const audio = el("audio", { controls: true, preload: "none", src: `${take.audio_url}?format=wav` });
   const itemStatus = el("p", { class: "status", role: "status" });
-  const del = el("button", { type: "button", class: "danger", text: "Delete",
-                             "aria-label": `Delete take from ${when.toLocaleTimeString()}` });
+  const del = el("button", { type: "button", class: "danger", text: "Delete" });
   del.addEventListener("click", async () => {
     del.disabled = true;
     try {
@@ -62,12 +86,12 @@ function takeItem(take) {
   });
   // The server names the file (its text's first words, voice and id): `download` only makes it one.
   const downloads = ["wav", "mp3", "flac"].map((fmt) =>
-    el("a", { href: `${take.audio_url}?format=${fmt}`, download: true, class: "button",
-              text: fmt.toUpperCase(), "aria-label": `Download as ${fmt.toUpperCase()}: take from ${when.toLocaleTimeString()}` }));
+    el("a", { href: `${take.audio_url}?format=${fmt}`, download: true, class: "button", text: fmt.toUpperCase() }));
   return el("li", { class: "take", "data-take-id": take.id },
     el("p", { class: "take-text", text }),
     el("p", { class: "muted small",
-              text: `${take.model} · ${take.voice} · ${take.speed}× · ${fmtDuration(take.audio_ms)} · TTFA ${fmtMs(take.ttfa_ms)} · ${take.stalls} stall${take.stalls === 1 ? "" : "s"} · ${when.toLocaleString()}` }),
+              text: `${take.model} · ${take.voice} · ${take.speed}× · ${fmtDuration(take.audio_ms)} · TTFA ${fmtMs(take.ttfa_ms)} · ${take.stalls} stall${take.stalls === 1 ? "" : "s"} · ` },
+      el("span", { class: "take-when" })),
     el("div", { class: "take-actions" }, audio, el("span", { class: "downloads" }, ...downloads), del),
     itemStatus);
 }
@@ -79,12 +103,14 @@ function showTakes(data) {
   const rows = new Map([...list.children].map((li) => [li.dataset.takeId, li]));
   const listed = new Set(data.map((t) => t.id));
   const hadFocus = list.contains(document.activeElement);
+  const names = takeNames(data);
   for (const [id, li] of rows) if (!listed.has(id)) li.remove();
   let at = list.firstElementChild;
   for (const take of data) {
-    const li = rows.get(take.id);
-    if (li && li === at) { at = at.nextElementSibling; continue; }
-    list.insertBefore(li || takeItem(take), at);
+    const li = rows.get(take.id) || takeItem(take);
+    nameRow(li, names.get(take.id));
+    if (li === at) { at = at.nextElementSibling; continue; }
+    list.insertBefore(li, at);
   }
   if (hadFocus && !list.contains(document.activeElement)) $("takes-h").focus();
 }

@@ -99,3 +99,40 @@ def test_a_download_is_named_after_the_take(server: LiveServer, page: sync_api.P
             row.get_by_role("link", name=f"Download as {fmt}").click()
         name = download.value.suggested_filename
         assert name == f"gruss-gott-emile-a-name-with-odd-bits_slow-joe-v2_{take['id']}.{fmt.lower()}"
+
+
+def labels(page: sync_api.Page, selector: str) -> list[str]:
+    return [str(label) for label in page.eval_on_selector_all(
+        f"#takes li.take {selector}", "(els) => els.map((e) => e.getAttribute('aria-label'))")]
+
+
+def test_takes_made_in_the_same_second_have_distinct_labels(server: LiveServer, page: sync_api.Page,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Takes were named by the time they were made, to the second: two made in the same second (a
+    Speak stopped at once and pressed again) had the same labels ("Replay take from 12:00:01"), and
+    the same time shown, so a user could not tell which was which."""
+    for take in httpx.get(f"{server.url}/v1/takes").json()["data"]:
+        httpx.delete(f"{server.url}/v1/takes/{take['id']}").raise_for_status()
+    second = float(int(time.time()))
+    clock = iter([second + 0.1, second + 0.4, second + 0.7])
+    monkeypatch.setattr("gateway.takes.time", type("Clock", (), {"time": staticmethod(lambda: next(clock))}))
+    first, other = add_take(server, "The same words.", seconds=0.5), add_take(server, "The same words.", seconds=0.5)
+    assert int(first["created_at"]) == int(other["created_at"])
+    open_studio(page, server.url)
+    page.wait_for_function("document.querySelectorAll('#takes li.take').length === 2")
+    replays = labels(page, "audio")
+    assert len(set(replays)) == 2 and replays[0] == f"{replays[1]} (2)", replays  # (newest first)
+    for selector in ("button", "a.button"):
+        assert len(set(labels(page, selector))) == len(labels(page, selector)), labels(page, selector)
+    shown = page.eval_on_selector_all("#takes .take-when", "(els) => els.map((e) => e.textContent)")
+    assert shown == [replays[0].removeprefix("Replay take from "), replays[1].removeprefix("Replay take from ")]
+
+    # A third in that second, listed when the page is seen again; then the first deleted here.
+    add_take(server, "The same words.", seconds=0.5)
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_function("document.querySelectorAll('#takes li.take').length === 3")
+    assert len(set(labels(page, "audio"))) == 3
+    page.locator(f"li[data-take-id='{first['id']}']").get_by_role("button", name="Delete").click()
+    page.wait_for_function("document.querySelectorAll('#takes li.take').length === 2")
+    replays = labels(page, "audio")
+    assert len(set(replays)) == 2 and replays[0] == f"{replays[1]} (2)", replays
