@@ -7,12 +7,28 @@ import { ApiError, errorOf, fetchSigned } from "./common.js";
 export const SAMPLE_RATE = 24000;
 const PREBUFFER_MS = 80;  // jitter buffer before playback starts (and after an underrun)
 const REPORT_MS = 200;    // playback.position five times a second
+const RESUME_MS = 3000;   // a context not running by then was not let play (autoplay policy, no device)
+
+// The sound could not start or went away. Said once, in words a listener can act on: the browser's
+// own messages ("Failed to execute 'resume' on 'BaseAudioContext'…", or a null node's TypeError at
+// the next Speak) and a wait that never ended ("Synthesising…", "Playing…" for ever) said nothing.
+const CHECK = "check that speakers or headphones are connected and not held by another program, then try again";
+export const AUDIO_BLOCKED = "The browser has not let this page play sound (its autoplay setting, or no sound "
+  + "device): allow sound for this site (in the address bar's site settings), then try again.";
+
+function audioError(code, message, cause = null) {
+  const why = cause ? ` (${cause.name || "Error"}: ${String(cause.message || cause).replace(/\.$/, "")})` : "";
+  return new ApiError(0, code, `${message}${why}.`);
+}
 
 export class Speaker {
-  constructor({ onAudio = () => {}, onPosition = () => {}, onStart = () => {} } = {}) {
+  // onAudioError(err): the sound stopped (a device lost, the browser suspended it) while a take played
+  // or was synthesised; called once a failure. A take being synthesised is also rejected with `err`.
+  constructor({ onAudio = () => {}, onPosition = () => {}, onStart = () => {}, onAudioError = () => {} } = {}) {
     this.onAudio = onAudio;
     this.onPosition = onPosition;
     this.onStart = onStart;
+    this.onAudioError = onAudioError;
     this.ctx = null;
     this.node = null;
     this.ws = null;
@@ -23,18 +39,74 @@ export class Speaker {
     this.numReports = 0;
   }
 
+  // The context and its player, made at the first Speak and resumed at each; an ApiError
+  // (code audio_unavailable or audio_blocked) that says what to do when the browser cannot play.
   async ensureAudio() {
     if (!this.ctx) {
-      this.ctx = new AudioContext({ sampleRate: SAMPLE_RATE, latencyHint: "interactive" });
-      await this.ctx.audioWorklet.addModule(new URL("./pcm-player.js", import.meta.url));
-      this.node = new AudioWorkletNode(this.ctx, "pcm-player", {
-        numberOfInputs: 0, outputChannelCount: [1],
-        processorOptions: { prebufferMs: PREBUFFER_MS, reportMs: REPORT_MS },
-      });
-      this.node.connect(this.ctx.destination);
-      this.node.port.onmessage = (e) => this.onWorklet(e.data);
+      try {
+        await this.openAudio();
+      } catch (err) {
+        this.closeAudio();  // (half made: the next Speak starts again, not at a player that is not there)
+        throw audioError("audio_unavailable", `The browser could not start playing sound: ${CHECK}`, err);
+      }
     }
-    if (this.ctx.state !== "running") await this.ctx.resume();
+    if (this.ctx.state === "running") return;
+    let timer;
+    const late = new Promise((resolve, reject) => {
+      timer = setTimeout(() => reject(new ApiError(0, "audio_blocked", AUDIO_BLOCKED)), RESUME_MS);
+    });
+    try {
+      await Promise.race([this.ctx.resume(), late]);  // (Chrome leaves a refused resume() pending)
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      this.closeAudio();
+      throw audioError("audio_unavailable", `The browser could not start playing sound: ${CHECK}`, err);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async openAudio() {
+    const ctx = new AudioContext({ sampleRate: SAMPLE_RATE, latencyHint: "interactive" });
+    this.ctx = ctx;
+    this.audioFailure = null;
+    await ctx.audioWorklet.addModule(new URL("./pcm-player.js", import.meta.url));
+    this.node = new AudioWorkletNode(ctx, "pcm-player", {
+      numberOfInputs: 0, outputChannelCount: [1],
+      processorOptions: { prebufferMs: PREBUFFER_MS, reportMs: REPORT_MS },
+    });
+    const node = this.node;
+    node.connect(ctx.destination);
+    node.port.onmessage = (e) => { if (node === this.node) this.onWorklet(e.data); };  // (not a closed one's)
+    node.onprocessorerror = () => this.audioFailed(ctx, "the player stopped");
+    // (Chrome: an error event when the output device fails; every browser: a state change when the
+    // system takes the device (suspended, or Safari's interrupted) or the context closes.)
+    ctx.addEventListener("error", (e) => this.audioFailed(ctx, "the sound device failed", e.error));
+    ctx.addEventListener("statechange", () => {
+      if (ctx.state !== "running") this.audioFailed(ctx, `the sound device was taken away (${ctx.state})`);
+    });
+  }
+
+  closeAudio() {
+    const ctx = this.ctx;
+    this.ctx = null;
+    this.node = null;
+    if (ctx && ctx.state !== "closed") ctx.close().catch(() => {});
+  }
+
+  // The sound stopped under a take: one failure, said once (the error event and the state changes
+  // that come with it are the same one); the take being spoken is cancelled; the next Speak opens
+  // the device again. Not while idle: the next Speak resumes a context suspended meanwhile.
+  audioFailed(ctx, what, cause = null) {
+    if (ctx !== this.ctx || this.audioFailure) return;
+    if (!this.current && this.playerState === "idle") return;
+    const err = audioError("audio_failed", `Playback stopped: ${what}; ${CHECK}`, cause);
+    this.audioFailure = err;
+    this.playerState = "idle";
+    if (this.current && this.ws && this.ws.readyState === WebSocket.OPEN) this.send({ type: "response.cancel" });
+    this.closeAudio();
+    this.fail(err);
+    this.onAudioError(err);
   }
 
   onWorklet(msg) {
@@ -89,8 +161,9 @@ export class Speaker {
     this.waiters = [];
     for (const w of waiters) w.reject(err);
     if (this.current) {
-      const { reject } = this.current;
+      const { reject, stopTimer } = this.current;
       this.current = null;
+      clearTimeout(stopTimer);
       this.node && this.node.port.postMessage({ type: "end" });
       reject(err);
     }

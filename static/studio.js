@@ -13,13 +13,20 @@ let families = {};  // model id -> family (GET /v1/models)
 const SPEED_FAMILIES = JSON.parse($("speed").dataset.families);
 let endPlayback = null;  // resolves the wait for playback to end: "ended" or "stopped"
 let waiting = null;  // the Speak waiting for its first audio ({model}), else null
+let audioFailure = null;  // why the sound stopped under the take playing out (Speaker's onAudioError)
 
 // For tests and the curious: the take in progress and the last one done.
 window.voxgate = { playedMs: 0, positionReports: 0, lastDone: null, playerState: "idle", takes: 0, lastKept: null,
                   loadingSeen: null };
 
+// The sound failing (a device lost) while a take plays out ends it, said once by speakTake; one
+// still being synthesised is rejected with the same error, said by speakTake's catch.
 const speaker = new Speaker({
   onStart: () => { waiting = null; say(status, "Playing…", "busy"); },
+  onAudioError: (err) => {
+    audioFailure = err;
+    if (endPlayback) endPlayback("failed");
+  },
   onAudio: (pcm) => wave.add(pcm),
   onPosition: (playedMs, msg) => {
     window.voxgate.playedMs = playedMs;
@@ -212,7 +219,8 @@ async function speakTake() {
   } catch (err) {
     setBusy(false);
     waiting = null;
-    sayError(status, err, err.field ? `Error (${err.field})` : "Error");
+    // (the sound's own errors say what happened in full: "Error: " would only make them longer)
+    sayError(status, err, err.field ? `Error (${err.field})` : /^audio_/.test(err.code) ? "" : "Error");
     if (err.field === "session.voice") {  // (e.g. a preset deleted in another tab): offer what there is now
       await loadVoices({ keep: true }).catch(() => {});
       status.append(" The voices and presets are read again.");
@@ -236,6 +244,12 @@ async function speakTake() {
   }
   setBusy(false);
   const heardMs = Math.min(speaker.playedMs, done.audio_ms);
+  if (ending === "failed") {
+    const kept = $("keep").checked && heardMs > 0;
+    say(status, audioFailure.message + (kept ? ` The take keeps the ${fmtDuration(heardMs)} heard.` : ""), "error");
+    if (kept) await keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });
+    return;
+  }
   if (ending === "stopped") {
     const kept = $("keep").checked && heardMs > 0;
     say(status, `Stopped after ${fmtDuration(heardMs)} of ${fmtDuration(done.audio_ms)}` +

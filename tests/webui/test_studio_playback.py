@@ -87,3 +87,91 @@ def test_escape_stops_what_plays_but_not_in_a_dialog(server: LiveServer, page: s
     page.keyboard.press("Escape")
     page.wait_for_function("document.querySelector('#takes li.take audio').paused", timeout=5_000)
     assert not replay.evaluate("(a) => a.ended")  # paused part way, not played out
+
+
+# The browser's sound, as it fails on a user's machine: each AudioContext made is kept in
+# window.contexts, and window.refuseSound makes resume() wait for ever (Chrome's answer to a page its
+# autoplay policy does not let play) with the context "suspended"; window.failPlayer makes loading the
+# player's AudioWorklet module fail; window.said lists what #status said.
+SOUND = """
+window.contexts = [];
+window.refuseSound = false;
+const Real = window.AudioContext;
+window.AudioContext = class extends Real {
+  constructor(...args) { super(...args); window.contexts.push(this); }
+  get state() { return window.refuseSound ? "suspended" : super.state; }
+  resume() { return window.refuseSound ? new Promise(() => {}) : super.resume(); }
+};
+window.failPlayer = false;  // the player's module not loaded (as when the browser aborts it)
+const addModule = AudioWorklet.prototype.addModule;
+AudioWorklet.prototype.addModule = function (...args) {
+  return window.failPlayer ? Promise.reject(new DOMException("Unable to load a worklet's module.", "AbortError"))
+                           : addModule.apply(this, args);
+};
+window.said = [];
+document.addEventListener("DOMContentLoaded", () => new MutationObserver(() => {
+  window.said.push(document.querySelector("#status").textContent);
+}).observe(document.querySelector("#status"), { childList: true, characterData: true, subtree: true }));
+"""
+
+
+def test_sound_the_browser_will_not_play_is_said_once_not_waited_for(server: LiveServer,
+                                                                     page: sync_api.Page) -> None:
+    """A Speak the browser did not let play sound (autoplay refused: Chrome leaves resume() pending)
+    waited on "Synthesising…" for ever, with Speak disabled; a context that failed half made (no player)
+    answered the next Speak with "Error: Cannot read properties of null"."""
+    page.add_init_script(SOUND)
+    open_studio(page, server.url)
+    page.evaluate("window.refuseSound = true")
+    page.fill("#text", "Not heard.")
+    for _ in range(2):  # the same words each time, not a new error
+        page.click("#speak")
+        page.locator("#status", has_text="The browser has not let this page play sound").wait_for(timeout=10_000)
+        assert page.is_enabled("#speak") and page.is_disabled("#stop")
+    errors = [s for s in page.evaluate("window.said") if s.startswith("The browser")]
+    assert len(set(errors)) == 1 and "allow sound for this site" in errors[0], errors
+    assert page.get_attribute("#status", "data-kind") == "error"
+
+    # Allowed now: the same page speaks.
+    page.evaluate("window.refuseSound = false")
+    page.click("#speak")
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+
+    # A player that could not be made: said, and made again by the next Speak.
+    open_studio(page, server.url)
+    page.evaluate("window.failPlayer = true")
+    page.click("#speak")
+    page.locator("#status", has_text="The browser could not start playing sound").wait_for(timeout=10_000)
+    assert "AbortError" in page.inner_text("#status") and page.is_enabled("#speak")
+    page.evaluate("window.failPlayer = false")
+    page.click("#speak")
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+
+
+def test_sound_lost_while_a_take_plays_ends_it_with_one_message(server: LiveServer, page: sync_api.Page) -> None:
+    """The sound device going away mid-take (Chrome fires an error event; the system suspends the
+    context) left the page on "Playing…" for ever, Stop the only way out."""
+    page.add_init_script(SOUND)
+    open_studio(page, server.url)
+    before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
+    page.fill("#text", LONG_TEXT)
+    for n, lose in enumerate(["ctx.dispatchEvent(new Event('error')); ctx.suspend().catch(() => {})",
+                              "ctx.suspend()"]):
+        page.click("#speak")
+        page.wait_for_function("window.voxgate.playedMs > 500", timeout=60_000)
+        page.evaluate("window.said = []")
+        page.evaluate(f"() => {{ const ctx = window.contexts[{n}]; {lose}; }}")
+        page.locator("#status", has_text="Playback stopped: the sound device").wait_for(timeout=10_000)
+        assert page.is_enabled("#speak") and page.is_disabled("#stop")
+        page.wait_for_timeout(500)  # (the state changes that come with it)
+        said = page.evaluate("window.said")
+        assert len([s for s in said if s.startswith("Playback stopped")]) == 1, said
+        assert "connected" in said[-1] and not said[-1].startswith("Error"), said
+        assert server.wait_idle() == 0  # the synthesis was cancelled, or had ended
+
+    # The next Speak opens the sound again.
+    page.fill("#text", "Heard again.")
+    page.click("#speak")
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+    assert page.evaluate("window.contexts.length") == 3
+    assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) >= before + 1
