@@ -21,6 +21,19 @@ function audioError(code, message, cause = null) {
   return new ApiError(0, code, `${message}${why}.`);
 }
 
+// Why the session's connection closed, from its close event: "The realtime connection closed" said
+// neither that the server had stopped (a restart, Ctrl-C) nor what to do (found by a studio-user trial).
+export function closedMessage({ code, reason }) {
+  if (code === 1012 || code === 1013 || code === 1001) {
+    return `The server closed the connection (${reason || "it is stopping or restarting"}): press Speak again once it is back`;
+  }
+  if (code === 1006) {
+    return "The connection to the server was lost (the server stopped, or the network dropped): "
+      + "press Speak again once it is back";
+  }
+  return `The realtime connection closed (code ${code}${reason ? `: ${reason}` : ""})`;
+}
+
 export class Speaker {
   // onAudioError(err): the sound stopped (a device lost, the browser suspended it) while a take played
   // or was synthesised; called once a failure. A take being synthesised is also rejected with `err`.
@@ -143,9 +156,9 @@ export class Speaker {
     ws.binaryType = "arraybuffer";
     this.ws = ws;
     ws.onmessage = (e) => this.onMessage(e.data);
-    ws.onclose = () => {
+    ws.onclose = (e) => {
       if (this.ws === ws) this.ws = null;
-      this.fail(new ApiError(0, "connection_closed", "The realtime connection closed"));
+      this.fail(new ApiError(0, "connection_closed", closedMessage(e)));
     };
     return this.expect(["session.created"]);
   }

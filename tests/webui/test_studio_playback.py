@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -175,3 +176,22 @@ def test_sound_lost_while_a_take_plays_ends_it_with_one_message(server: LiveServ
     page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
     assert page.evaluate("window.contexts.length") == 3
     assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) >= before + 1
+
+
+def test_a_server_stopping_mid_take_is_said_with_what_to_do(tmp_path: Path, page: sync_api.Page) -> None:
+    """The server stopped (Ctrl-C, a restart) while a take was spoken: the studio said only "Error:
+    The realtime connection closed", not that the server had gone, nor what to do."""
+    stopping = run_server(tmp_path, graceful_shutdown_s=1.0)
+    server = next(stopping)
+    try:
+        open_studio(page, server.url)
+        page.uncheck("#keep")
+        page.fill("#text", LONG_TEXT * 3)
+        page.click("#speak")
+        page.wait_for_function("window.voxgate.playedMs > 500", timeout=60_000)
+    finally:
+        stopping.close()  # (the server's shutdown: sessions still speaking are closed with 1012)
+    page.locator("#status", has_text="The server closed the connection").wait_for(timeout=15_000)
+    said = page.inner_text("#status")
+    assert "press Speak again once it is back" in said and "realtime connection closed" not in said, said
+    assert page.is_enabled("#speak")
