@@ -120,7 +120,7 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
                                                      "path's)",
                                           "requestBody": _body({**preset, "required": []})},
         ("DELETE", "/v1/presets/{name}"): {"summary": "Delete a preset", "responses": {"204": {}}},
-        ("GET", "/v1/takes"): {"summary": "Studio takes, newest first",
+        ("GET", "/v1/takes"): {"summary": "Studio takes, newest first (`limit` of them; `total`: how many there are)",
                                "parameters": [_query("limit", _number(1, 1000, "integer"))]},
         ("POST", "/v1/takes"): {
             "summary": "Keep a take: raw PCM16 streamed to disk (fields in the query), or JSON with base64 audio",

@@ -115,10 +115,32 @@ function showTakes(data) {
   if (hadFocus && !list.contains(document.activeElement)) $("takes-h").focus();
 }
 
+// The newest `listed` takes are listed (GET /v1/takes' limit); the page says how many more there are,
+// and Show more lists 100 more, up to the API's 1000 (it listed the newest 100 as if they were all:
+// the others, still on the server's disk, were out of reach).
+const PAGE = 100;
+const MOST = 1000;
+let listed = PAGE;
+
+function showMore(shown, total) {
+  $("takes-more").hidden = total <= shown;
+  $("takes-more-text").textContent = `The newest ${shown} of ${total} takes are listed`
+    + (shown >= MOST ? ` (the most this page lists; GET /v1/takes lists them too).` : ".");
+  $("takes-more-button").hidden = shown >= MOST;
+  $("takes-more-button").textContent = `Show ${Math.min(PAGE, total - shown, MOST - shown)} more`;
+}
+
+$("takes-more-button").addEventListener("click", async () => {
+  listed = Math.min(listed + PAGE, MOST);
+  await loadTakes();
+  if ($("takes-more").hidden || $("takes-more-button").hidden) $("takes-h").focus();  // (the button went)
+});
+
 export async function loadTakes() {
   try {
-    const { data } = await api("GET", "/v1/takes");
+    const { data, total } = await api("GET", `/v1/takes?limit=${listed}`);
     showTakes(data);
+    showMore(data.length, total);
     if (/^Could not load takes/.test($("takes-status").textContent)) say($("takes-status"), "");
     $("takes-empty").hidden = data.length > 0;
     window.voxgate.takes = data.length;

@@ -127,6 +127,15 @@ def test_missing_takes_and_bad_queries(client: httpx.Client) -> None:
     assert len(client.get("/v1/takes", params={"limit": "1"}).json()["data"]) == 1
 
 
+def test_the_list_says_how_many_takes_there_are(client: httpx.Client) -> None:
+    """A list cut at its limit did not say there were more (the studio showed the newest 100 as all)."""
+    for _ in range(3):
+        client.post("/v1/takes", json=take_body()).raise_for_status()
+    everything = client.get("/v1/takes", params={"limit": "1000"}).json()
+    cut = client.get("/v1/takes", params={"limit": "2"}).json()
+    assert len(cut["data"]) == 2 and cut["total"] == everything["total"] == len(everything["data"]) >= 3
+
+
 def test_stats_has_engine_state_and_recent_utterances(client: httpx.Client) -> None:
     before = client.get("/v1/stats").json()
     response = client.post("/v1/audio/speech", json={"input": "Counting the milliseconds.", "response_format": "pcm"})

@@ -136,3 +136,24 @@ def test_takes_made_in_the_same_second_have_distinct_labels(server: LiveServer, 
     page.wait_for_function("document.querySelectorAll('#takes li.take').length === 2")
     replays = labels(page, "audio")
     assert len(set(replays)) == 2 and replays[0] == f"{replays[1]} (2)", replays
+
+
+def test_takes_past_the_first_hundred_are_said_and_can_be_listed(server: LiveServer, page: sync_api.Page) -> None:
+    """The studio listed the newest 100 takes (GET /v1/takes' default limit) as if they were all: the
+    others, still on the server's disk, could not be replayed, downloaded or deleted from the page."""
+    for take in httpx.get(f"{server.url}/v1/takes", params={"limit": 1000}).json()["data"]:
+        httpx.delete(f"{server.url}/v1/takes/{take['id']}").raise_for_status()
+    oldest = add_take(server, "The oldest take.", seconds=0.05)
+    for i in range(102):
+        add_take(server, f"Take number {i}.", seconds=0.05)
+    open_studio(page, server.url)
+    page.wait_for_function("document.querySelectorAll('#takes li.take').length === 100")
+    more = page.locator("#takes-more")
+    more.wait_for()
+    assert more.inner_text().startswith("The newest 100 of 103 takes are listed.")
+    page.get_by_role("button", name="Show 3 more").click()
+    page.wait_for_function("document.querySelectorAll('#takes li.take').length === 103")
+    assert more.is_hidden() and page.evaluate("document.activeElement.id") == "takes-h"
+    page.locator(f"li[data-take-id='{oldest['id']}']").get_by_role("button", name="Delete").click()
+    page.wait_for_function("document.querySelectorAll('#takes li.take').length === 102")
+    assert more.is_hidden()
