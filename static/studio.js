@@ -252,7 +252,9 @@ async function speakTake() {
   }
   if (ending === "stopped") {
     const kept = $("keep").checked && heardMs > 0;
-    say(status, `Stopped after ${fmtDuration(heardMs)} of ${fmtDuration(done.audio_ms)}` +
+    // (stopped before any audio, e.g. while the model loaded: it said "Stopped after 0.0 s of 0.0 s.")
+    say(status, !done.audio_ms && !heardMs ? "Stopped before any audio came." :
+        `Stopped after ${fmtDuration(heardMs)} of ${fmtDuration(done.audio_ms)}` +
         (kept ? `; the take keeps the ${fmtDuration(heardMs)} heard.` : "."));
     if (kept) await keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });
     return;

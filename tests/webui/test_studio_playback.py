@@ -4,6 +4,7 @@ model to load said why, and the keyboard stops what plays. Headless Debian Chrom
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,33 @@ def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api
     page.click("#speak")
     page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
     assert page.evaluate("window.voxgate.loadingSeen") is None
+
+
+def test_a_take_stopped_while_the_model_loads_says_so(server: LiveServer, page: sync_api.Page,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped while its model loaded, a take said "Stopped after 0.0 s of 0.0 s." (once the cancelled
+    utterance's end came, over the "Stopped." said at once)."""
+    residency = server.app_state.residency
+    load = residency._loader
+    loading = threading.Event()
+
+    def slow_load(*args: Any) -> Any:
+        loading.set()  # (the text was sent: its utterance asked for the model)
+        time.sleep(2.0)  # (in the load's worker thread): a load the page can be seen waiting for
+        return load(*args)
+
+    monkeypatch.setattr(residency, "_loader", slow_load)
+    httpx.post(f"{server.url}/v1/models/piper-joe/unload", json={})
+    open_studio(page, server.url)
+    before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
+    page.fill("#text", "Stopped before a word of it.")
+    page.click("#speak")
+    assert loading.wait(30)
+    page.click("#stop")
+    page.wait_for_function("window.voxgate.lastDone !== null && window.voxgate.lastDone.cancelled", timeout=10_000)
+    assert page.inner_text("#status") == "Stopped before any audio came."
+    assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) == before  # nothing heard, nothing kept
+    assert server.wait_idle() == 0
 
 
 def test_escape_stops_what_plays_but_not_in_a_dialog(server: LiveServer, page: sync_api.Page) -> None:
