@@ -151,13 +151,15 @@ export class Speaker {
 
   open() {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) return Promise.resolve();
+    if (this.ws) this.ws.close();  // (still opening for a Speak that was stopped meanwhile)
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime`);
     ws.binaryType = "arraybuffer";
     this.ws = ws;
     ws.onmessage = (e) => this.onMessage(e.data);
     ws.onclose = (e) => {
-      if (this.ws === ws) this.ws = null;
+      if (this.ws !== ws) return;  // (one given up while it opened: a Stop then)
+      this.ws = null;
       this.fail(new ApiError(0, "connection_closed", closedMessage(e)));
     };
     return this.expect(["session.created"]);
@@ -221,15 +223,26 @@ export class Speaker {
                   clientTtfaMs: cur.firstAudioAt == null ? null : cur.firstAudioAt - cur.sentAt });
   }
 
-  // Speak `text`; resolves {done, chunks (Int16Array[]), sampleRate, clientTtfaMs}.
+  // Speak `text`; resolves {done, chunks (Int16Array[]), sampleRate, clientTtfaMs}. Rejects with an
+  // ApiError: code "stopped" when stop() came before the text was sent (nothing was spoken).
   async speak({ text, model, voice, speed }) {
     if (this.current) throw new ApiError(0, "busy", "Already speaking: stop first");
-    await this.ensureAudio();
-    await this.connect();
-    const session = { model, voice, sample_rate: this.ctx.sampleRate, format: "pcm16" };
-    if (speed != null) session.speed = speed;
-    this.send({ type: "session.update", session });
-    await this.expect(["session.updated"]);
+    const start = { stopped: false };
+    this.starting = start;
+    const step = async (promise) => {
+      await promise;
+      if (start.stopped) throw new ApiError(0, "stopped", "Stopped before the text was sent");
+    };
+    try {
+      await step(this.ensureAudio());
+      await step(this.connect());
+      const session = { model, voice, sample_rate: this.ctx.sampleRate, format: "pcm16" };
+      if (speed != null) session.speed = speed;
+      this.send({ type: "session.update", session });
+      await step(this.expect(["session.updated"]));
+    } finally {
+      if (this.starting === start) this.starting = null;
+    }
     this.node.port.postMessage({ type: "start" });
     const result = new Promise((resolve, reject) => {
       this.current = { resolve, reject, chunks: [], sampleRate: this.ctx.sampleRate, sentAt: performance.now(),
@@ -240,8 +253,15 @@ export class Speaker {
     return result;
   }
 
-  // Cancel the utterance now: the worklet drops its buffer, the server stops the engine.
+  // Cancel the utterance now: the worklet drops its buffer, the server stops the engine. A Speak still
+  // starting (the sound, the connection, the session: a slow network) sends no text: a Stop then was
+  // ignored, and the take played once the session was ready (found by a studio-user trial).
   stop() {
+    if (this.starting) {
+      this.starting.stopped = true;
+      this.starting = null;
+      this.fail(new ApiError(0, "stopped", "Stopped before the text was sent"));  // (the wait for the server)
+    }
     if (this.node) this.node.port.postMessage({ type: "clear" });
     const cur = this.current;
     if (cur && !cur.stopped) {

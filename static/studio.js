@@ -217,6 +217,7 @@ async function speakTake() {
   try {
     result = await speaker.speak(settings);
   } catch (err) {
+    if (err.code === "stopped") return;  // (Stop before the text went: stop() has said so)
     setBusy(false);
     waiting = null;
     // (the sound's own errors say what happened in full: "Error: " would only make them longer)

@@ -4,6 +4,7 @@ model to load said why, and the keyboard stops what plays. Headless Debian Chrom
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.realtime import Session
 from tests.conftest import LiveServer, run_server
 from tests.webui.conftest import HAS_CHROMIUM, LONG_TEXT, open_studio
 
@@ -77,6 +79,33 @@ def test_a_take_stopped_while_the_model_loads_says_so(server: LiveServer, page: 
     assert page.inner_text("#status") == "Stopped before any audio came."
     assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) == before  # nothing heard, nothing kept
     assert server.wait_idle() == 0
+
+
+def test_a_stop_before_the_session_is_ready_is_not_ignored(server: LiveServer, page: sync_api.Page,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Stop pressed while the Speak was still getting its session ready (a slow network, a busy
+    server) was ignored: the text was sent once the session was ready, and the take played after all."""
+    update = Session.update
+
+    async def slow_update(self: Session, session: Any) -> None:
+        await asyncio.sleep(1.0)  # (the answer a slow network or server gives): a Stop comes before it
+        await update(self, session)
+
+    monkeypatch.setattr(Session, "update", slow_update)
+    open_studio(page, server.url)
+    page.uncheck("#keep")
+    sent: list[str] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda frame: sent.append(str(frame))))
+    page.fill("#text", "The words of the take that was stopped.")
+    page.click("#speak")
+    page.click("#stop")
+    assert page.inner_text("#status") == "Stopped." and page.is_enabled("#speak")
+    page.fill("#text", "The words of the next take.")
+    page.click("#speak")  # (its session is answered after the first's)
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+    spoken = [frame for frame in sent if "text.append" in frame]
+    assert spoken and all("the next take" in frame for frame in spoken), spoken
+    assert page.evaluate("window.voxgate.lastDone.audio_ms") > 500
 
 
 def test_escape_stops_what_plays_but_not_in_a_dialog(server: LiveServer, page: sync_api.Page) -> None:
