@@ -107,6 +107,9 @@ async function applyImport(replace) {
   try {
     await api("POST", `/v1/projects/${projectId}/import`, { ...preview, apply: true, replace });
     discardPreview();
+    // The text is in the passages now: it stayed in the box, where Preview and Add added it again.
+    $("i-text").value = "";
+    $("i-file").value = "";
     say($("i-status"), replace ? "Passages replaced." : "Passages added.", "ok");
     await reload();
   } catch (err) {

@@ -355,3 +355,23 @@ def project_state_id(base: str, n: int) -> str:
     """The id of passage `n` (1-based) of the project at `base`."""
     passage_id: str = httpx.get(base).json()["passages"][n - 1]["id"]
     return passage_id
+
+
+def test_an_added_text_leaves_the_import_box(server: LiveServer, page: Any, tmp_path: Path) -> None:
+    """Once its passages were added, the text (and the file chosen) stayed in the import form, where a
+    second Preview and Add added every passage again."""
+    project = httpx.post(f"{server.url}/v1/projects", json={"name": "Import once"}).json()
+    page.goto(f"{server.url}/projects/{project['id']}")
+    page.wait_for_function("window.voxgate.project !== null")
+    story = tmp_path / "story.txt"
+    story.write_text("One.\n\nTwo.", encoding="utf-8")
+    page.set_input_files("#i-file", str(story))
+    page.wait_for_function("document.querySelector('#i-text').value.includes('Two.')")
+    page.get_by_role("button", name="Preview the split").click()
+    page.get_by_role("button", name="Add these passages").click()
+    page.wait_for_function("window.voxgate.project.passages.length === 2")
+    assert page.input_value("#i-text") == "" and page.evaluate("document.querySelector('#i-file').files.length") == 0
+    page.get_by_role("button", name="Preview the split").click()
+    page.locator("#i-status[data-kind='error']", has_text="Choose a file or paste a text first").wait_for()
+    assert page.is_hidden("#preview")
+    assert len(httpx.get(f"{server.url}/v1/projects/{project['id']}").json()["passages"]) == 2
