@@ -119,9 +119,24 @@ async function loadModels({ keep = false } = {}) {
 function applyScope() {
   const speechOnly = signedInScope() === "speech";
   if (speechOnly && !$("keep").disabled) $("keep").checked = false;
-  if (!speechOnly && $("keep").disabled) $("keep").checked = true;
+  if (!speechOnly && $("keep").disabled) $("keep").checked = keepWanted();
   $("keep").disabled = speechOnly;
   $("keep-note").hidden = !speechOnly;
+}
+
+// Keep takes as the user left it, in this browser (localStorage): unchecked, it came back checked at
+// the next visit, and every take was kept again (found by a studio-user trial). Checked by default.
+const KEEP_KEY = "voxgate.studio.keep";
+
+function keepWanted() {
+  try { return localStorage.getItem(KEEP_KEY) !== "off"; } catch { return true; /* storage off */ }
+}
+
+function rememberKeep() {
+  try {
+    if ($("keep").checked) localStorage.removeItem(KEEP_KEY);
+    else localStorage.setItem(KEEP_KEY, "off");
+  } catch { /* storage off or full: this visit only */ }
 }
 
 // The speech LMs speak at their own pace (the API answers `X-Voxgate-Speed: ignored`): the slider
@@ -320,6 +335,8 @@ $("text").addEventListener("keydown", (e) => {
 restoreDraft($("text"));
 updateCount();
 setSpeed(1);
+$("keep").checked = keepWanted();
+$("keep").addEventListener("change", rememberKeep);
 applyScope();
 new ResizeObserver(() => wave.draw()).observe($("wave"));
 loadModels()

@@ -51,6 +51,12 @@ def page(browser: Any) -> Iterator[Any]:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     yield page
+    # What a test left in this browser's storage (the studio's draft, its Keep takes) is not the next
+    # test's: the profile lasts the module.
+    try:
+        page.evaluate("() => { try { localStorage.clear(); } catch { /* a page with no storage */ } }")
+    except sync_api.Error:  # (a page closed or navigating away: nothing to clear there)
+        pass
     page.close()
     assert not errors, errors
 

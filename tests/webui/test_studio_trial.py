@@ -245,3 +245,20 @@ def test_the_speed_slider_is_off_for_a_model_that_speaks_at_its_own_pace(
     page.focus("#speed")
     page.keyboard.press("ArrowRight")
     assert page.inner_text("#speed-out") == "1.05×"
+
+
+def test_keep_takes_stays_as_it_was_left(server: LiveServer, page: sync_api.Page) -> None:
+    """Keep takes, unchecked, came back checked at the next visit: every take was kept again."""
+    open_studio(page, server)
+    assert page.is_checked("#keep")
+    page.uncheck("#keep")
+    open_studio(page, server)
+    assert not page.is_checked("#keep")
+    before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
+    page.fill("#text", "Not kept.")
+    page.click("#speak")
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+    assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) == before
+    page.check("#keep")
+    open_studio(page, server)
+    assert page.is_checked("#keep")
