@@ -49,7 +49,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 
 from engine.types import InvalidInput, UnknownModel
 from gateway.audio import MEDIA_TYPES, encode_whole, wav_header
-from gateway.disk_space import check_disk
+from gateway.disk_space import check_disk, full_disk_error
 from gateway.errors import ApiError, read_json
 from gateway.json_input import finite_number
 from gateway.library import Library
@@ -109,11 +109,15 @@ class TakeStore:
     def _write(self, name: str, sample_rate: int, pcm16: bytes) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f"{name}.part"
-        with open(partial, "wb") as fh:
-            fh.write(wav_header(sample_rate, len(pcm16) // 2))
-            fh.write(pcm16)
-            os.fsync(fh.fileno())
-        os.replace(partial, self.folder / name)
+        try:
+            with open(partial, "wb") as fh:
+                fh.write(wav_header(sample_rate, len(pcm16) // 2))
+                fh.write(pcm16)
+                os.fsync(fh.fileno())
+            os.replace(partial, self.folder / name)
+        except BaseException as error:  # (a full disk is a 507, as check_disk's; no partial file stays)
+            partial.unlink(missing_ok=True)
+            raise full_disk_error(error) or error
 
     async def add_stream(self, take: dict[str, Any], chunks: AsyncIterator[bytes],
                          max_bytes: int = MAX_TAKE_AUDIO_BYTES) -> dict[str, Any]:
@@ -144,9 +148,9 @@ class TakeStore:
             finally:
                 await asyncio.to_thread(fh.close)
             await asyncio.to_thread(os.replace, partial, self.folder / name)
-        except BaseException:
+        except BaseException as error:
             await asyncio.to_thread(partial.unlink, missing_ok=True)
-            raise
+            raise full_disk_error(error) or error
         return await self._insert(take, take_id, name, num_bytes)
 
     async def sweep(self) -> tuple[int, int]:

@@ -220,3 +220,30 @@ def test_a_streamed_take_that_says_it_is_over_the_limit_is_refused_unread(server
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     assert b'"audio_too_large"' in answer
+
+
+def test_a_take_the_full_disk_cuts_short_is_a_507_and_leaves_no_file(tmp_path: Any,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that filled between the check and the write (ENOSPC, here /dev/full under the partial file's
+    name) answered 500, and a take sent whole left its `.part` behind: now the 507 of a full disk, no file."""
+    import asyncio
+    import uuid
+
+    from gateway.errors import ApiError
+
+    store = takes.TakeStore(None, tmp_path / "takes")  # type: ignore[arg-type]  # (no row is written)
+    (tmp_path / "takes").mkdir()
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=1))
+    partial = tmp_path / "takes" / f"take-{uuid.UUID(int=1).hex[:12]}.wav.part"
+
+    async def pieces() -> Any:
+        yield tone()
+
+    for write in (lambda: store.add({"sample_rate": RATE}, tone()),
+                  lambda: store.add_stream({"sample_rate": RATE}, pieces())):
+        partial.symlink_to("/dev/full")  # every write: ENOSPC
+        with pytest.raises(ApiError) as refused:
+            asyncio.run(write())
+        assert refused.value.status == 507 and refused.value.code == "insufficient_storage"
+        assert refused.value.field == "audio" and "disk is full" in str(refused.value)
+        assert list((tmp_path / "takes").iterdir()) == []
