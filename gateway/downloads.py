@@ -44,6 +44,7 @@ from gateway.partials import part_size
 from gateway.pubsub import Broker, Subscription
 from gateway.settings import MB, format_mb
 from gateway.transfer import FileFetcher
+from models import InvalidModel
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +313,9 @@ class DownloadManager:
             raise DownloadError("install_failed", f"cannot move {model.id!r} into place: {error}", 500) from error
 
     async def _register_folder(self, download: Download, final: Path) -> Path:
-        """Record the installed folder in the library; a failure removes it (nothing broken stays)."""
+        """Record the installed folder in the library; a failure removes it (nothing broken stays):
+        DownloadError `registration_failed`, 502 where the family's checks refused the files the source
+        served (InvalidModel: a file cut short, a config without what the family needs), else 500."""
         model = download.model
         try:
             await self._register(model, final)
@@ -324,8 +327,9 @@ class DownloadManager:
                 message = getattr(error, "message", None) or str(error)
                 log.warning("model %s was downloaded but could not be registered: %s", model.id, message)
                 shown = without_paths(message, ModelSpec(model.id, model.family, final))  # (the log has them)
+                status = 502 if isinstance(error, InvalidModel) else 500
                 raise DownloadError("registration_failed", f"{model.id!r} was downloaded but could not be "
-                                    f"registered, so it was removed: {shown}", 500) from error
+                                    f"registered, so it was removed: {shown}", status) from error
             raise
         return final
 
