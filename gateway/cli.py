@@ -272,7 +272,10 @@ async def _keys(args: argparse.Namespace) -> int:
                 print(f"error: {len(found)} active keys match {args.key!r}: {', '.join(k.key_id for k in found)}; "
                       "none was revoked: revoke one by its id", file=sys.stderr)
                 return 2
-            print(f"revoked {found[0].key_id} ({found[0].name})")
+            from gateway.revocation import REVOCATION_CHECK_S
+
+            print(f"revoked {found[0].key_id} ({found[0].name}); a running server refuses it at once and closes "
+                  f"the WebSocket sessions opened with it within {REVOCATION_CHECK_S:g} s")
     finally:
         await library.close()
     return 0

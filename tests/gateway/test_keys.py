@@ -133,7 +133,8 @@ def test_a_name_picks_out_one_key(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["keys", "list", *data]) == 0
     assert capsys.readouterr().out.count("\tactive\t") == 2
     assert main(["keys", "revoke", ids[1], *data]) == 0
-    assert capsys.readouterr().out == f"revoked {ids[1]} (agent)\n"
+    assert capsys.readouterr().out == (f"revoked {ids[1]} (agent); a running server refuses it at once and closes "
+                                       "the WebSocket sessions opened with it within 2 s\n")
     assert main(["keys", "revoke", "agent", *data]) == 0  # one left: the name picks it
     assert main(["keys", "create", "agent", *data]) == 0  # a revoked key's name can be used again
 
