@@ -171,16 +171,21 @@ export class Speaker {
     return new Promise((resolve, reject) => this.waiters.push({ types, resolve, reject }));
   }
 
+  // A take that fails part way (the connection lost, its synthesis failed, the sound gone) is rejected
+  // with `err.partial` ({chunks, sampleRate, stopped}: the audio that came, and whether stop() came
+  // first) when any came: what was buffered plays out, and the caller decides what to keep and when to
+  // say it (it waits for the end of the playback, or stops it), as for a take that ends.
   fail(err) {
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w.reject(err);
-    if (this.current) {
-      const { reject, stopTimer } = this.current;
+    const cur = this.current;
+    if (cur) {
       this.current = null;
-      clearTimeout(stopTimer);
+      clearTimeout(cur.stopTimer);
       this.node && this.node.port.postMessage({ type: "end" });
-      reject(err);
+      if (cur.chunks.length) err.partial = { chunks: cur.chunks, sampleRate: cur.sampleRate, stopped: cur.stopped };
+      cur.reject(err);
     }
   }
 

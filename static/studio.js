@@ -229,19 +229,24 @@ async function speakTake() {
   waiting = wait;
   watchLoad(wait);
   let result;
+  let failure = null;  // what ended a take part way, after some of its audio came
   try {
     result = await speaker.speak(settings);
   } catch (err) {
     if (err.code === "stopped") return;  // (Stop before the text went: stop() has said so)
-    setBusy(false);
     waiting = null;
-    // (the sound's own errors say what happened in full: "Error: " would only make them longer)
-    sayError(status, err, err.field ? `Error (${err.field})` : /^audio_/.test(err.code) ? "" : "Error");
-    if (err.field === "session.voice") {  // (e.g. a preset deleted in another tab): offer what there is now
-      await loadVoices({ keep: true }).catch(() => {});
-      status.append(" The voices and presets are read again.");
+    if (err.partial) {  // (audio came first: the take ends as below, what came played out, then said)
+      failure = err;
+      result = partialResult(err.partial);
+    } else {
+      setBusy(false);
+      say(status, failureText(err), "error");
+      if (err.field === "session.voice") {  // (e.g. a preset deleted in another tab): offer what there is now
+        await loadVoices({ keep: true }).catch(() => {});
+        status.append(" The voices and presets are read again.");
+      }
+      return;
     }
-    return;
   }
   const { done } = result;
   waiting = null;
@@ -251,32 +256,53 @@ async function speakTake() {
   $("stalls").textContent = String(done.stalls);
   $("audio-ms").textContent = fmtDuration(done.audio_ms);
   // "Done" is said when the listener has heard it all, not when synthesis ends; a take
-  // stopped part way keeps only what was heard.
-  let ending = done.cancelled ? "stopped" : "ended";
-  if (!done.cancelled && speaker.playerState !== "idle") {
-    say(status, `Playing… (all ${fmtDuration(done.audio_ms)} synthesised)`, "busy");
+  // stopped part way keeps only what was heard. One that failed part way (the connection lost, its
+  // synthesis failed) plays what came first, then says why it ended: the error was said at once, with
+  // Speak enabled while the audio played on, and what was heard was not kept (found by a helper's review).
+  let ending = done.cancelled ? "stopped" : failure && /^audio_/.test(failure.code) ? "failed" : "ended";
+  if (ending === "ended" && speaker.playerState !== "idle") {
+    say(status, failure ? `Playing the ${fmtDuration(done.audio_ms)} that came before the take failed…`
+      : `Playing… (all ${fmtDuration(done.audio_ms)} synthesised)`, "busy");
     ending = await new Promise((resolve) => { endPlayback = resolve; });
     endPlayback = null;
   }
   setBusy(false);
   const heardMs = Math.min(speaker.playedMs, done.audio_ms);
-  if (ending === "failed") {
-    const kept = $("keep").checked && heardMs > 0;
-    say(status, audioFailure.message + (kept ? ` The take keeps the ${fmtDuration(heardMs)} heard.` : ""), "error");
-    if (kept) await keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });
+  const kept = $("keep").checked && heardMs > 0;
+  const heard = fmtDuration(heardMs);
+  const keepHeard = () => keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });
+  if (ending === "failed" || (failure && ending === "ended")) {  // (the sound went, or what came has played)
+    say(status, (ending === "failed" ? audioFailure.message : failureText(failure))
+      + (kept ? ` The take keeps the ${heard} heard.` : ""), "error");
+    if (kept) await keepHeard();
     return;
   }
   if (ending === "stopped") {
-    const kept = $("keep").checked && heardMs > 0;
     // (stopped before any audio, e.g. while the model loaded: it said "Stopped after 0.0 s of 0.0 s.")
-    say(status, !done.audio_ms && !heardMs ? "Stopped before any audio came." :
-        `Stopped after ${fmtDuration(heardMs)} of ${fmtDuration(done.audio_ms)}` +
-        (kept ? `; the take keeps the ${fmtDuration(heardMs)} heard.` : "."));
-    if (kept) await keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });
+    const stopped = !done.audio_ms && !heardMs ? "Stopped before any audio came." :
+      `Stopped after ${heard} of ${fmtDuration(done.audio_ms)}${failure ? " that came" : ""}`
+      + (kept ? `; the take keeps the ${heard} heard.` : ".");
+    // (a Stop while what came before a failure played: the failure is said too)
+    say(status, failure && !done.cancelled ? `${failureText(failure)} ${stopped}` : stopped);
+    if (kept) await keepHeard();
     return;
   }
   say(status, `Done: ${fmtDuration(done.audio_ms)} of audio, TTFA ${fmtMs(done.ttfa_ms)}, ${done.stalls} stall${done.stalls === 1 ? "" : "s"}.`, "ok");
   if ($("keep").checked && result.chunks.length) await keepTake(settings, result);
+}
+
+// Why a take failed, as a sentence. (The sound's own errors say what happened in full: "Error: " would
+// only make them longer.)
+function failureText(err) {
+  const text = /^audio_/.test(err.code) ? err.message : `${err.field ? `Error (${err.field})` : "Error"}: ${err.message}`;
+  return /[.!?]$/.test(text) ? text : `${text}.`;
+}
+
+// The take so far of a Speak that failed part way (speaker.js: `err.partial`), as a result to end.
+function partialResult({ chunks, sampleRate, stopped }) {
+  const audioMs = (1000 * chunks.reduce((n, c) => n + c.length, 0)) / sampleRate;
+  return { chunks, sampleRate, done: { type: "utterance.done", utterance_id: null, audio_ms: audioMs, ttfa_ms: null,
+                                       stalls: 0, cancelled: stopped } };
 }
 
 function stop() {

@@ -248,7 +248,54 @@ def test_a_server_stopping_mid_take_is_said_with_what_to_do(tmp_path: Path, page
         page.wait_for_function("window.voxgate.playedMs > 500", timeout=60_000)
     finally:
         stopping.close()  # (the server's shutdown: sessions still speaking are closed with 1012)
-    page.locator("#status", has_text="The server closed the connection").wait_for(timeout=15_000)
+    # What came before the close plays out (test below); stopped, the close is said with the Stop.
+    page.locator("#status", has_text="that came before the take failed").wait_for(timeout=15_000)
+    page.click("#stop")
     said = page.inner_text("#status")
+    assert "The server closed the connection" in said and "Stopped after" in said, said
     assert "press Speak again once it is back" in said and "realtime connection closed" not in said, said
     assert page.is_enabled("#speak")
+
+
+def test_a_connection_lost_mid_take_plays_what_came_then_says_so(server: LiveServer, page: sync_api.Page,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The realtime connection lost part way through a take (a server restart, a network drop): the
+    error was said at once and Speak enabled while the audio that had come played on, and what was
+    heard was not kept, where a Stop or a lost sound device keeps it. Now what came plays out, Speak
+    waits for it, and one message says why the take ended and what it keeps."""
+    on_audio = Session.on_audio
+    sent_ms: list[float] = []  # the audio each take had sent when its connection was closed
+
+    async def cut_off(self: Session, utterance: Any, pcm: Any, words: Any, estimated: bool) -> None:
+        await on_audio(self, utterance, pcm, words, estimated)
+        if len(pcm):  # (one chunk, then the connection closes)
+            sent_ms.append(1000 * len(pcm) / utterance.sample_rate)
+            await self.connection.close(1012, "it is restarting")
+
+    monkeypatch.setattr(Session, "on_audio", cut_off)
+    page.add_init_script(SOUND)  # (window.said)
+    open_studio(page, server.url)
+    before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
+    page.fill("#text", LONG_TEXT)
+    page.click("#speak")
+    page.locator("#status", has_text="that came before the take failed").wait_for(timeout=60_000)
+    assert page.is_disabled("#speak") and page.is_enabled("#stop")  # (it plays)
+    page.locator("#status", has_text="The server closed the connection").wait_for(timeout=30_000)
+    said = page.inner_text("#status")
+    assert "(it is restarting): press Speak again once it is back." in said, said
+    assert said.endswith(" heard.") and "The take keeps the" in said, said
+    assert page.is_enabled("#speak") and page.evaluate("window.voxgate.playerState") == "idle"
+    assert len([s for s in page.evaluate("window.said") if "closed the connection" in s]) == 1  # said once
+    page.wait_for_function(f"window.voxgate.takes === {before + 1}", timeout=30_000)
+    assert abs(page.evaluate("window.voxgate.lastKept.audio_ms") - sent_ms[0]) < 50  # all that came, heard
+
+    # Stopped while what came plays: the Stop says so, with the failure, and keeps what was heard.
+    page.click("#speak")
+    page.locator("#status", has_text="that came before the take failed").wait_for(timeout=60_000)
+    page.wait_for_function("window.voxgate.playedMs > 300", timeout=10_000)  # (some heard, by the reports)
+    page.click("#stop")
+    said = page.inner_text("#status")
+    assert said.startswith("Error: The server closed the connection") and "Stopped after" in said, said
+    assert "that came; the take keeps the" in said and page.is_enabled("#speak"), said
+    page.wait_for_function(f"window.voxgate.takes === {before + 2}", timeout=30_000)
+    assert page.evaluate("window.voxgate.lastKept.audio_ms") < sent_ms[1]
