@@ -203,16 +203,34 @@ function showDownload(item, d) {
   keepFocus([item.cancel, item.install, item.dismiss, item.heading], () => updateDownload(item, d));
 }
 
+// The bar and its line. A total that still counts a catalog size marked approximate (`total_is_approximate`:
+// the source has not said that file's size yet) is "about" that, and so are the percent and the time left
+// drawn from it, which change when it does (as `voxgate models install` says); once more has come than
+// that total, how much is left is not known: the bar shows activity, not a place, and the line what came.
+// Done, every byte is there: what came is the size.
+function progressOf(d) {
+  const ended = d.state === "done";
+  const about = d.total_is_approximate && !ended ? "about " : "";
+  if (about && d.bytes_done >= d.bytes_total) {
+    return { value: null, percent: null, amount: `${fmtBytes(d.bytes_done)} so far (the total is not known yet)`, eta: null };
+  }
+  const percent = ended ? 100 : d.percent;
+  return { value: percent, percent: `${about}${percent}%`, eta: `ETA ${about}${fmtEta(d.eta_s)}`,
+           amount: `${fmtBytes(d.bytes_done)} of ${about}${fmtBytes(ended ? d.bytes_done : d.bytes_total)}` };
+}
+
 function updateDownload(item, d) {
   item.downloadId = d.id;
   item.downloadState = d.state;
   item.box.hidden = false;
-  item.progress.value = d.percent;
-  item.progress.setAttribute("aria-valuetext", `${d.percent}%`);
-  const parts = [`${d.percent}%`, `${fmtBytes(d.bytes_done)} of ${fmtBytes(d.bytes_total)}`];
-  if (d.state === "downloading") parts.push(`${fmtBytes(d.rate_bps)}/s`, `ETA ${fmtEta(d.eta_s)}`);
+  const shown = progressOf(d);
+  if (shown.value === null) item.progress.removeAttribute("value");  // (indeterminate)
+  else item.progress.value = shown.value;
+  item.progress.setAttribute("aria-valuetext", shown.percent || shown.amount);
+  const parts = [shown.percent, shown.amount];
+  if (d.state === "downloading") parts.push(`${fmtBytes(d.rate_bps)}/s`, shown.eta);
   else parts.push(d.state);
-  item.text.textContent = parts.join(" · ");
+  item.text.textContent = parts.filter(Boolean).join(" · ");
   const active = !FINAL.has(d.state);
   item.cancel.hidden = !active;
   item.cancel.disabled = false;
@@ -220,7 +238,6 @@ function updateDownload(item, d) {
   item.dismiss.disabled = false;
   item.install.disabled = active || d.state === "done";
   if (d.state === "done") {
-    item.progress.value = 100;
     // Whether it is installed is the library's word, not the download's: a model installed
     // and then deleted keeps a finished download, which must not make it look installed.
     refreshInstalled(item);

@@ -25,15 +25,21 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 MIRROR_BYTES_PER_S = 40_000_000  # slow enough to watch the progress bar move
 SLOW_MIRROR_BYTES_PER_S = 2_000_000  # files under slow/: time to press Cancel
+CY_APPROXIMATE_BYTES = 20_000_000  # the catalog's guess at a voice file of ~63 MB, sent with no Content-Length
 
 pytestmark = pytest.mark.skipif(not HAS_CHROMIUM, reason="needs Chromium (scripts/test.sh installs it)")
 
 
 class _Mirror(http.server.SimpleHTTPRequestHandler):
-    """Serves the mirror folder at a bounded rate."""
+    """Serves the mirror folder at a bounded rate; files under nolength/ slowly and without their size
+    (no Content-Length: the body ends when the connection closes, as some sources send it)."""
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if not (keyword.lower() == "content-length" and self.path.startswith("/nolength/")):
+            super().send_header(keyword, value)
 
     def copyfile(self, source: Any, outputfile: Any) -> None:
-        rate = SLOW_MIRROR_BYTES_PER_S if self.path.startswith("/slow/") else MIRROR_BYTES_PER_S
+        rate = SLOW_MIRROR_BYTES_PER_S if self.path.startswith(("/slow/", "/nolength/")) else MIRROR_BYTES_PER_S
         while chunk := source.read(64 * 1024):
             try:
                 outputfile.write(chunk)
@@ -54,6 +60,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     shutil.copy(config, root / "amy.onnx.json")
     (root / "slow").mkdir()
     (root / "slow" / "bob.onnx").symlink_to(onnx)
+    (root / "nolength").mkdir()
+    (root / "nolength" / "cy.onnx").symlink_to(onnx)
     (root / "catalog.json").write_text(json.dumps({"version": 1, "models": [
         {"id": "amy", "family": "piper", "name": "Amy", "languages": ["en-US"], "licence": "MIT",
          "files": [{"url": "amy.onnx", "size_bytes": onnx.stat().st_size, "sha256": None},
@@ -63,6 +71,9 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             {"url": "slow/bob.onnx", "size_bytes": onnx.stat().st_size, "sha256": None},
             {"url": "amy.onnx.json", "dest": "bob.onnx.json", "size_bytes": config.stat().st_size, "sha256": None}]},
         {"id": "gone", "family": "piper", "name": "Gone", "files": [{"url": "gone.onnx", "size_bytes": 1000}]},
+        {"id": "cy", "family": "piper", "name": "Cy", "files": [  # its voice file's size a guess, under the real one
+            {"url": "nolength/cy.onnx", "size_bytes": CY_APPROXIMATE_BYTES, "size_is_approximate": True, "sha256": None},
+            {"url": "amy.onnx.json", "dest": "cy.onnx.json", "size_bytes": config.stat().st_size, "sha256": None}]},
     ]}))
     mirror = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_Mirror, directory=str(root)))
     thread = threading.Thread(target=mirror.serve_forever, daemon=True)
@@ -128,6 +139,31 @@ def test_install_from_the_catalog_with_live_progress(server: LiveServer, page: s
     gone.locator(".status", has_text="Install failed").wait_for(state="detached")
     assert not any(d["model_id"] == "gone" for d in httpx.get(f"{server.url}/v1/library/downloads").json()["data"])
 
+
+
+def test_a_download_whose_total_is_approximate_says_about(server: LiveServer, page: sync_api.Page) -> None:
+    """Downloads carry `total_is_approximate` (a catalog size marked approximate that the source has not
+    confirmed): the page showed that total, and the percent and time left drawn from it, as exact, and
+    100% with "ETA 0 s" once more had come than the guess (the CLI says "about")."""
+    page.goto(f"{server.url}/library")
+    cy = page.locator("li[data-catalog='cy']")
+    cy.get_by_role("button", name="Install Cy").click()
+    page.wait_for_function("(d => d && d.rate_bps > 0 && d.total_is_approximate && d.bytes_done < d.bytes_total)"
+                           "(window.voxgate.downloads.cy)", timeout=30_000)
+    text = cy.locator(".progress span").inner_text()
+    assert "B of about 20 MB" in text and "ETA about " in text, text
+    assert text.startswith("about ") and "%" in text, text
+    assert cy.locator("progress").get_attribute("aria-valuetext").startswith("about ")
+
+    # More has come than the catalog's guess: what is left is not known, and not shown as 100% or 0 s.
+    page.wait_for_function("(d => d.state === 'downloading' && d.bytes_done > d.bytes_total)"
+                           "(window.voxgate.downloads.cy)", timeout=60_000)
+    text = cy.locator(".progress span").inner_text()
+    assert "B so far (the total is not known yet)" in text and "%" not in text and "ETA" not in text, text
+    assert cy.locator("progress").evaluate("(p) => !p.hasAttribute('value')")  # (indeterminate)
+    cy.get_by_role("button", name="Cancel the download of Cy").click()
+    cy.locator(".status", has_text="Cancelled.").wait_for()
+    assert cy.locator(".progress span").inner_text().endswith(" · cancelled")
 
 
 def test_a_deleted_catalog_model_can_be_installed_again(server: LiveServer, page: sync_api.Page) -> None:
