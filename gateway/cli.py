@@ -318,7 +318,7 @@ def parser() -> argparse.ArgumentParser:
                                 "digit first, at most 128 characters; no catalog model's id")
     a.add_argument("--name", help="a display name, 1-200 characters (default: the id)")
     a.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a model option, repeatable (README: Model options), e.g. --option max_running=8")
+                   help="a model option, repeatable for other options, each once (README: Model options), e.g. --option max_running=8")
     common(a)
     a.set_defaults(func=lambda args: asyncio.run(cli_models.add(args, settings_from_args(args))))
     rm = m.add_parser("remove", help="remove a model, as DELETE /v1/library/models/{id} does (with no server "

@@ -75,6 +75,8 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
         key, equals, raw = item.partition("=")
         if not key or not equals:
             return _error(f"--option {item!r} is not KEY=VALUE")
+        if key in options:  # (the last one won, in silence: a typo'd value may be the one kept)
+            return _error(f"--option {key} is given twice; give each option once")
         try:
             options[key] = json.loads(raw)
         except ValueError:

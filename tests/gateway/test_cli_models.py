@@ -268,3 +268,13 @@ def test_add_refuses_a_name_the_api_refuses_and_stores_path_options_absolute(
     with local_client(create_app(load_settings(env={}, data_dir=data, min_free_memory_mb=0))) as client:
         assert client.get("/v1/models/named").json()["name"] == "Bob's voice"
         assert client.post("/v1/models/split/load", json={}).json()["loaded"] is True
+
+
+def test_add_refuses_an_option_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial's finding: `--option workers=1 --option workers=3` registered workers=3 in silence
+    (the last won), so a value the user meant to correct, or a typo, could be the one kept."""
+    folder, data = _voice(tmp_path, "bob"), tmp_path / "data"
+    assert _add(data, folder, "--option", "workers=1", "--option", "workers=3") == 2
+    assert capsys.readouterr().err == "error: --option workers is given twice; give each option once\n"
+    assert "bob" not in _listed(data, capsys)
+    assert _add(data, folder, "--option", "workers=1", "--option", "num_threads=1") == 0
