@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
@@ -57,6 +58,19 @@ def embedded_model_info() -> dict[str, Any]:
     return dict(piper.validate(piper.embedded_model_path()))
 
 
+def config_clash(entries: Sequence[Mapping[str, Any]], installed: list[dict[str, Any]]) -> str | None:
+    """Why a `[[models]]` entry cannot be registered over the library's model of its id: one not
+    from the config file (`voxgate models add`, the HTTP install), which the entry replaced in
+    silence, its family, folder and options with it; None when none clashes."""
+    held = {str(record["id"]): record for record in installed if record["source"] != "config"}
+    for entry in entries:
+        if (record := held.get(str(entry["id"]))) is not None:
+            return (f"[[models]] {entry['id']!r} in the config file: a model of that id is installed, not from the "
+                    f"config file ({record['family']}, {record['path'] or 'embedded'}); give the entry another id, "
+                    f"or remove that model first: voxgate models remove {entry['id']}")
+    return None
+
+
 async def register_models(library: Library, settings: Settings, catalog: Catalog) -> None:
     """The embedded voice on first start; `[[models]]` from the config file every start
     (ValueError naming the entry that cannot be: a catalog model's id, an unknown family)."""
@@ -64,6 +78,8 @@ async def register_models(library: Library, settings: Settings, catalog: Catalog
         problem = config_entry_problem(catalog, str(entry["id"]))
         if problem:
             raise ValueError(problem)
+    if problem := config_clash(settings.models, await library.list_models()):
+        raise ValueError(problem)
     if await library.get_model(EMBEDDED_MODEL["id"]) is None:
         try:
             info = await run_in_threadpool(embedded_model_info)

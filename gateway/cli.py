@@ -26,6 +26,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from engine.config import MECHANISMS
 from models import FAMILIES
@@ -159,7 +160,7 @@ def devices_problem(devices: tuple[str, ...]) -> str | None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from gateway.app import create_app
+    from gateway.app import config_clash, create_app
     from gateway.keys import no_key_message
     from gateway.server import Server
     from gateway.server_lock import serve_problem
@@ -190,8 +191,9 @@ def serve(args: argparse.Namespace) -> int:
     # A library that cannot be opened (LibraryUnavailable) stops the start here in one line, not in the lifespan's
     # traceback; and so does a default_model set to a model that is not there (every request without a model would
     # be a 404); left at its default (the embedded voice, not installed on this machine) it is a warning.
-    installed = asyncio.run(_model_ids(settings))
-    problem = preload_problem(settings, installed, sources.get("preload_models"))
+    models = asyncio.run(_models(settings))
+    installed = [str(record["id"]) for record in models]
+    problem = config_clash(settings.models, models) or preload_problem(settings, installed, sources.get("preload_models"))
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -223,12 +225,12 @@ async def _count_keys(settings: Settings) -> int:
         await library.close()
 
 
-async def _model_ids(settings: Settings) -> list[str]:
+async def _models(settings: Settings) -> list[dict[str, Any]]:
     from gateway.library import Library
 
     library = await Library.open(settings.db_path)
     try:
-        return [str(record["id"]) for record in await library.list_models()]
+        return await library.list_models()
     finally:
         await library.close()
 

@@ -200,6 +200,9 @@ class Settings:
             problem = model_id_problem(entry["id"])
             if problem:  # the rule every model's id keeps (gateway/library.py)
                 raise ValueError(f"[[models]] entry {entry['id']!r}: {problem}")
+            if [other["id"] for other in self.models if isinstance(other, Mapping)].count(entry["id"]) > 1:
+                raise ValueError(f"[[models]] entry {entry['id']!r} is in the config file more than once; "
+                                 "give each entry its own id")  # (the last one was registered, in silence)
             for key, value in entry.items():
                 if _is_path_key(key) and not (isinstance(value, str) and value):
                     raise ValueError(f"[[models]] entry {entry['id']!r}: {key} must be a non-empty string "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,46 @@ def test_no_model_takes_the_embedded_voices_id(tmp_path: Path, capsys: pytest.Ca
                  str(data)]) == 2
     assert capsys.readouterr().err == ("error: 'piper-joe' is the id of the embedded voice; pick another --id\n")
     assert asyncio.run(_models(data)) == []
+
+
+def test_a_config_entry_does_not_replace_a_model_added_otherwise(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A [[models]] entry with the id of a model `voxgate models add` (or the HTTP install) had
+    registered replaced that model at the next start, in silence: its family, folder and options
+    went, and so did the presets' voices of it (found by a new-user trial). The start is refused,
+    naming the entry and the model, and the library keeps the model as it was. An id given to two
+    entries (the last one was registered) is refused too."""
+    mine, other = _voice(tmp_path, "mine"), _voice(tmp_path, "other")
+    data = tmp_path / "data"
+    assert main(["models", "add", "--family", "piper", "--path", str(mine), "--option", "workers=1",
+                 "--data-dir", str(data)]) == 0
+    config = tmp_path / "voxgate.toml"
+    config.write_text(f'[[models]]\nid = "mine"\nfamily = "piper"\npath = "{other}"\n')
+    problem = (f"[[models]] 'mine' in the config file: a model of that id is installed, not from the config file "
+               f"(piper, {mine}); give the entry another id, or remove that model first: voxgate models remove mine")
+    with pytest.raises(ValueError, match=re.escape(problem)):  # (an app's start first: without the check, the
+        with local_client(create_app(load_settings(config, env={}, data_dir=data))):  # CLI would serve on)
+            pass
+    refused_at_start(config, data, problem, capsys)
+
+    async def held() -> dict[str, object]:
+        from gateway.library import Library
+        library = await Library.open(data / "voxgate.db")
+        try:
+            record = await library.get_model("mine")
+            assert record is not None
+            return record
+        finally:
+            await library.close()
+    record = asyncio.run(held())
+    assert (record["path"], record["options"], record["source"]) == (str(mine), {"workers": 1}, "local")
+
+    config.write_text(f'[[models]]\nid = "twice"\nfamily = "piper"\npath = "{mine}"\n'
+                      f'[[models]]\nid = "twice"\nfamily = "piper"\npath = "{other}"\n')
+    with pytest.raises(ValueError, match="'twice' is in the config file more than once"):
+        load_settings(config, env={}, data_dir=data)
+    capsys.readouterr()
+    assert main(["serve", "--config", str(config), "--data-dir", str(data)]) == 2
+    assert capsys.readouterr().err == ("error: invalid settings: [[models]] entry 'twice' is in the config file more "
+                                       "than once; give each entry its own id\n")
+    assert "twice" not in asyncio.run(_models(data))
