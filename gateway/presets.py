@@ -118,6 +118,9 @@ async def _described(state: AppState, preset: dict[str, Any], models: dict[str, 
         bases[preset["model_id"]] = await is_base(state, preset["model_id"])
     if problem is None and bases[preset["model_id"]] and await store(state).get(preset["voice"]) is None:
         problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
+    elif problem is None and preset["voice"] not in voices[preset["model_id"]]:  # (another model under its id since)
+        problem = (f"model {preset['model_id']!r} has no voice {preset['voice']!r} (voices: "
+                   f"{', '.join(voices[preset['model_id']])}); edit the preset's voice")
     if problem is None and record is not None:
         try:
             family(record["family"]).validate_settings(preset["settings"], record["options"])

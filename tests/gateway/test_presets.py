@@ -110,3 +110,29 @@ def test_the_voices_list_says_of_each_preset_what_the_presets_list_says(tmp_path
                     preset = presets[voice["name"]]
                     assert (voice["usable"], voice["problem"]) == (preset["usable"], preset["problem"]), voice
                 assert [v["usable"] for v in sorted(listed, key=lambda v: v["name"])] == [True, False]
+
+
+def test_a_preset_whose_voice_its_model_no_longer_has_is_not_usable(tmp_path: Path, orpheus_tiny: Path) -> None:
+    """A trial's finding: a model deleted and another added under its id (another family) left its
+    presets listed `usable: true` with no `problem`, while every request with one was a 404
+    (`model 'mine' has no voice 'default'`). The preset is listed as not usable, saying why."""
+    from gateway.cli import main
+    from tests.gateway.test_cli_models import _voice
+
+    folder = _voice(tmp_path / "voices", "mine")
+    assert main(["models", "add", "--family", "piper", "--path", str(folder), "--data-dir", str(tmp_path)]) == 0
+    for server in run_server(tmp_path):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            created = client.post("/v1/presets", json={"name": "calm", "model": "mine", "voice": "default"})
+            assert created.json()["usable"] is True, created.text
+            assert client.delete("/v1/library/models/mine").status_code == 200
+            assert main(["models", "add", "--family", "orpheus", "--path", str(orpheus_tiny), "--id", "mine",
+                         "--data-dir", str(tmp_path)]) == 0
+            preset = client.get("/v1/presets/calm").json()
+            assert preset["usable"] is False and preset["problem"].startswith(
+                "model 'mine' has no voice 'default' (voices: tara, "), preset
+            listed = [v for v in client.get("/v1/audio/voices", params={"model": "mine"}).json()["data"]
+                      if v["kind"] == "preset"]
+            assert [(v["usable"], v["problem"]) for v in listed] == [(False, preset["problem"])]
+            refused = client.post("/v1/audio/speech", json={"voice": "calm", "input": "Hi."})
+            assert refused.status_code == 404 and refused.json()["error"]["param"] == "voice"
