@@ -178,6 +178,9 @@ class Settings:
             raise ValueError(f"realtime_first_chars must be >= 0, got {self.realtime_first_chars}")
         if self.first_segment_chars < 0:
             raise ValueError(f"first_segment_chars must be >= 0 (0: off), got {self.first_segment_chars}")
+        if len(set(self.preload_models)) > self.max_loaded_models:  # (each one loaded evicted the one before)
+            raise ValueError(f"preload_models names {len(set(self.preload_models))} models, more than max_loaded_models "
+                             f"({self.max_loaded_models}) keeps loaded; name fewer, or raise max_loaded_models")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
         from gateway.limits import parse_rate  # (limits imports nothing of ours at module level)

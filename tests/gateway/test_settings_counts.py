@@ -43,3 +43,15 @@ def test_a_models_own_max_running_has_the_settings_bound(tmp_path: Path, capsys:
     assert main([*base, "--id", "wide", "--option", "max_running=4097"]) == 2
     assert capsys.readouterr().err.strip() == "error: options.max_running must be an integer from 1 to 4096, got 4097"
     assert main([*base, "--id", "wide", "--option", "max_running=4096"]) == 0
+
+
+def test_more_preload_models_than_max_loaded_models_is_refused() -> None:
+    """A trial's finding: `VOXGATE_PRELOAD_MODELS=a,b VOXGATE_MAX_LOADED_MODELS=1` started, loading a
+    and then evicting it at once to load b (`unloaded (max_loaded_models)`), in silence: a model the
+    user asked to have ready was not. The start is refused in one line naming both settings."""
+    env = {"VOXGATE_PRELOAD_MODELS": "orph,qvd", "VOXGATE_MAX_LOADED_MODELS": "1"}
+    with pytest.raises(ValueError, match=r"preload_models names 2 models, more than max_loaded_models \(1\) keeps "
+                                         r"loaded; name fewer, or raise max_loaded_models"):
+        load_settings(env=env)
+    assert load_settings(env={**env, "VOXGATE_MAX_LOADED_MODELS": "2"}).preload_models == ("orph", "qvd")
+    assert load_settings(env={**env, "VOXGATE_PRELOAD_MODELS": "orph,orph"}).max_loaded_models == 1
