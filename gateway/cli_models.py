@@ -126,7 +126,7 @@ async def remove(args: argparse.Namespace, settings: Settings) -> int:
     including one from before the id rule (`a/b`), which no API path can name."""
     from gateway.app import EMBEDDED_MODEL
     from gateway.library import Library
-    from gateway.library_api import delete_downloaded_folder, folder_users, presets_using, protected_message
+    from gateway.library_removal import delete_downloaded_folder, folder_users, presets_using, protected_message
     from gateway.server_lock import alone
 
     with alone(settings.data_dir) as holder:
