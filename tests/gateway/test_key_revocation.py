@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from gateway.cli import main
 from tests.conftest import LiveServer, run_server
-from tests.gateway.test_cartesia import BASE
+from tests.gateway.test_crash import _events_until_closed
 from tests.gateway.test_keys import create_key
 from tests.gateway.test_realtime import collect_utterance, recv_event
 
@@ -51,13 +50,7 @@ def cartesia(server: LiveServer, key: str) -> ClientConnection:
 
 def closed(ws: ClientConnection) -> tuple[list[dict[str, Any]], int, str]:
     """The JSON messages until the close (audio skipped), the close's code and reason."""
-    messages = []
-    with pytest.raises(ConnectionClosed) as error:
-        while True:
-            raw = ws.recv(timeout=30)
-            if isinstance(raw, str):
-                messages.append(json.loads(raw))
-    frame = error.value.rcvd
+    messages, frame = _events_until_closed(ws)
     assert frame is not None
     return messages, frame.code, frame.reason
 
