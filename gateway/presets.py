@@ -116,8 +116,9 @@ async def _described(state: AppState, preset: dict[str, Any], models: dict[str, 
                        "instead of this preset; create it again under another name")
     if problem is None and preset["model_id"] not in bases:
         bases[preset["model_id"]] = await is_base(state, preset["model_id"])
-    if problem is None and bases[preset["model_id"]] and await store(state).get(preset["voice"]) is None:
-        problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
+    if problem is None and bases[preset["model_id"]]:  # (a Base model speaks in reference voices only)
+        if await store(state).get(preset["voice"]) is None:
+            problem = f"reference voice {preset['voice']!r} is gone (/v1/voices/references)"
     elif problem is None and preset["voice"] not in voices[preset["model_id"]]:  # (another model under its id since)
         problem = (f"model {preset['model_id']!r} has no voice {preset['voice']!r} (voices: "
                    f"{', '.join(voices[preset['model_id']])}); edit the preset's voice")
