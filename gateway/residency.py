@@ -48,7 +48,7 @@ from gateway.memory import return_freed
 from gateway.placement import memory_message, plan
 from gateway.resident import (
     SUBMIT_GRACE_S, UNLOAD_REASONS, InsufficientMemory, Lease, LoadFailed, ModelBusy, Resident, ResidentState,
-    ServerBusy, ShuttingDown, close_runners, describe, status_fields, without_frames,
+    ServerBusy, ShuttingDown, check_files, close_runners, describe, status_fields, without_frames,
 )
 from gateway.settings import MB as MB  # MB: the unit of min_free_memory_mb
 
@@ -297,18 +297,8 @@ class Residency:
         return victims, devices, blocked
 
     async def _check_files(self, spec: ModelSpec) -> None:
-        """Raise LoadFailed (a 503 not to retry: its cause is InvalidModel) where a load of `spec` would fail for
-        good (`LoadErrors.refusal`: its files broken, or unchanged since such a load), before
-        anything is evicted for it; a client retrying a broken model must not unload healthy ones."""
-        try:
-            error = await asyncio.to_thread(self.load_errors.refusal, spec, self.device)
-        except Exception:  # a check that breaks refuses nothing: the load says what is wrong
-            log.exception("could not check the files of model %s before loading it", spec.model_id)
-            return
-        if error is not None:
-            log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, describe(error))
-            raise LoadFailed(f"model {spec.model_id!r} failed to load: {without_paths(describe(error), spec)}",
-                             field="model") from error
+        """gateway/resident.py `check_files`, in a thread: before anything is evicted for `spec`."""
+        await asyncio.to_thread(check_files, self.load_errors, spec, self.device)
 
     def _begin_load(self, spec: ModelSpec, footprints: dict[str, int]) -> None:
         resident = Resident(spec, footprints, last_used_s=time.monotonic())

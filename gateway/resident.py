@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.runner import Runner
 from engine.types import EngineError, Overloaded
-from gateway.model_spec import ModelSpec
+from gateway.model_spec import LoadErrors, ModelSpec, without_paths
 
 if TYPE_CHECKING:
     from gateway.residency import Residency
+
+log = logging.getLogger(__name__)
 
 
 class ServerBusy(Overloaded):
@@ -139,6 +142,21 @@ def without_frames(error: BaseException) -> BaseException:
 def describe(error: BaseException) -> str:
     """An error's message for a log line or a LoadFailed: its `message`, its text, or its type."""
     return getattr(error, "message", None) or str(error) or type(error).__name__
+
+
+def check_files(load_errors: LoadErrors, spec: ModelSpec, device: str) -> None:
+    """Raise LoadFailed (a 503 not to retry: its cause is InvalidModel) where a load of `spec` would fail for
+    good (`LoadErrors.refusal`: its files broken, or unchanged since such a load), before anything is evicted
+    for it: a client retrying a broken model must not unload healthy ones. Blocking (reads files)."""
+    try:
+        error = load_errors.refusal(spec, device)
+    except Exception:  # a check that breaks refuses nothing: the load says what is wrong
+        log.exception("could not check the files of model %s before loading it", spec.model_id)
+        return
+    if error is not None:
+        log.warning("model %s not loaded, nothing unloaded for it: %s", spec.model_id, describe(error))
+        raise LoadFailed(f"model {spec.model_id!r} failed to load: {without_paths(describe(error), spec)}",
+                         field="model") from error
 
 
 def status_fields(resident: Resident | None, busy: bool) -> dict[str, Any]:
