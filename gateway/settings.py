@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.config import MAX_RUNNING, MECHANISMS
+from gateway.keys import MAX_CONCURRENT
 from gateway.origins import check_browser_names
 
 
@@ -42,9 +43,10 @@ _ABOVE_0 = ("realtime_messages_per_s", "memory_factor", "send_timeout_s", "heade
 _AT_LEAST_1 = ("max_input_chars", "max_pending_chars", "max_body_bytes", "max_json_depth")
 # The settings that size concurrency or a queue: (least, most, what the least means). Past the most a value
 # bounds nothing (a realtime_message_burst of 10**400 from VOXGATE_* failed every WebSocket session: a float
-# overflow; cpu_workers 10**400 every request), so it is refused as a typo. key_max_concurrent: as a key's own.
-_COUNTS = {"max_running": (1, MAX_RUNNING, ""), "max_waiting": (1, 1_000_000, ""), "key_max_concurrent": (1, 1_000_000, ""),
-           "max_loaded_models": (1, 1024, ""), "realtime_message_burst": (1, 1_000_000, ""),
+# overflow; cpu_workers 10**400 every request), so it is refused as a typo. key_max_concurrent: a key's own bound.
+_COUNTS = {"max_running": (1, MAX_RUNNING, ""), "max_waiting": (1, 1_000_000, ""),
+           "key_max_concurrent": (1, MAX_CONCURRENT, ""), "max_loaded_models": (1, 1024, ""),
+           "realtime_message_burst": (1, 1_000_000, ""),
            "cpu_workers": (0, 1024, " (0: one per CPU core)")}
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
