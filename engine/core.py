@@ -171,7 +171,8 @@ class EngineCore:
         stats: dict[str, Any] = {
             "waiting": len(scheduler.waiting), "running": len(scheduler.running), "has_backbone": has_backbone,
             "last_batch": batch, "lanes": dict(batch) if has_backbone else {"synth": len(plan.codec)},
-            "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "graphs": graphs,
+            "prefill_deferrals": scheduler.num_deferred, "refused": scheduler.num_refused, "cut": scheduler.num_cut,
+            "graphs": graphs,
             "est_codec_ms": round(self.cost.codec_ms(1, 8), 2),
             "host_ms_p50": round(statistics.median(self.host_ms), 4) if self.host_ms else None,
             "first_chunks": list(self.first_chunks)}

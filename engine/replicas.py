@@ -17,7 +17,7 @@ from engine.core import EngineCore
 from engine.request import Prepared, Request
 from engine.types import SpeechRequest
 
-_SUMMED = ("waiting", "running", "prefill_deferrals")  # stats added up over replicas (and the dicts below)
+_SUMMED = ("waiting", "running", "prefill_deferrals", "cut")  # stats added up over replicas (and the dicts below)
 
 
 def headroom_ms(core: EngineCore, request: Request, now: float, num_pending: int = 0) -> float:

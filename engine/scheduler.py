@@ -12,6 +12,7 @@ look at requests something happened to (`watch`), planned chunks (`ready`), near
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from engine.config import EngineConfig
@@ -22,6 +23,8 @@ from engine.plan import CodecItem, Plan, Tokens
 from engine.request import Request, RequestStatus
 from engine.runner import Runner
 from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, InputTooLong, Overloaded
+
+log = logging.getLogger("voxgate.engine")
 
 
 class Scheduler:
@@ -40,6 +43,7 @@ class Scheduler:
         self.waiting: list[Request] = []
         self.running: dict[str, Request] = {}
         self.num_deferred = self.num_refused = 0  # prefills deferred (iterations), requests refused: metrics
+        self.num_cut = 0  # requests whose audio ended at their token limit, before the model's end of speech: metrics
         self._step_ms = cost.step_ms.default_ms  # this iteration's step estimate
         self._longest: Request | None = None  # the request using the most KV positions (stays so as all grow)
         # Ordered sets (dicts: a fixed order): maybe paused (over max_unread_ms unread); chunk maybe due.
@@ -286,9 +290,25 @@ class Scheduler:
             if len(request.tokens) >= request.max_tokens:  # (runners flag it too)
                 ends.append(request)
         for request in ends:
+            if request.is_stopped:  # (at its limit and flagged by the runner in the same step)
+                continue
+            if len(request.tokens) >= request.max_tokens and not request.is_forced:
+                self._cut(request)
             request.is_stopped = request.plan.is_final = True  # a trailing partial frame is dropped
             self.decoding.pop(request, None)
             self.watch[request] = None
+
+    def _cut(self, request: Request) -> None:
+        """A request stopped by its token limit, not by the model's end of speech: its audio ends
+        mid-speech. Counted (`num_cut`) and logged, naming the limit that cut it."""
+        self.num_cut += 1
+        sampling = request.prepared.sampling
+        wanted = sampling.max_tokens if sampling is not None else request.max_tokens
+        why = (f"its max_tokens ({wanted})" if request.max_tokens >= wanted else
+               f"the model's max_seq_len ({self.kv.max_seq_len if self.kv else 0} positions, "
+               f"{len(request.prepared.prompt_ids)} of them its prompt)")
+        log.warning("request %s: audio cut after %d tokens at %s, before the model's end of speech",
+                    request.request_id, len(request.tokens), why)
 
     def postprocess_codec(self, items: Sequence[CodecItem], outs: Sequence[ChunkOut],
                           now: float) -> list[tuple[str, AudioChunk | EngineError]]:

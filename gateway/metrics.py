@@ -33,7 +33,9 @@ every 0.25 s while they work), so the engine's step loop does nothing more per s
   (gateway/memory.py: idle trims of the C heap, and the RSS they gave back);
 - counters `voxgate_prefill_deferrals_total` (iterations a prefill waited for running
   streams), `voxgate_refused_requests_total` (503 `overloaded`: queue full, or first audio
-  predicted too late), `voxgate_cuda_graph_hits_total` / `voxgate_cuda_graph_misses_total`
+  predicted too late), `voxgate_cut_requests_total` (speech LMs: requests whose audio ended at
+  their `max_tokens`, or at the KV slot's `max_seq_len`, before the model's end of speech: cut
+  mid-speech; each is also logged), `voxgate_cuda_graph_hits_total` / `voxgate_cuda_graph_misses_total`
   (speech LMs: GPU decode steps replayed from a captured graph / run eagerly).
 
 Engine counters start again from 0 when a model is loaded again (Prometheus' `rate` allows
@@ -204,6 +206,8 @@ class _EngineCollector:
         refused = CounterMetricFamily("voxgate_refused_requests",
                                       "Requests refused as overloaded (queue full or first audio predicted late)",
                                       labels=model)
+        cut = CounterMetricFamily("voxgate_cut_requests", "Requests whose audio ended at their token limit "
+                                  "(max_tokens or max_seq_len) before the model's end of speech", labels=model)
         hits = CounterMetricFamily("voxgate_cuda_graph_hits", "Decode steps replayed from a captured CUDA graph",
                                    labels=model)
         misses = CounterMetricFamily("voxgate_cuda_graph_misses",
@@ -222,6 +226,7 @@ class _EngineCollector:
             refused.add_metric(labels, stats["refused"])
             graphs = stats.get("graphs") or {}
             if stats["has_backbone"]:  # a synthesiser has no decode step, so no graphs to count
+                cut.add_metric(labels, stats.get("cut", 0))
                 hits.add_metric(labels, graphs.get("hit", 0))
                 misses.add_metric(labels, graphs.get("miss", 0))
-        yield from (waiting, running, batch, step, host, deferrals, refused, hits, misses)
+        yield from (waiting, running, batch, step, host, deferrals, refused, cut, hits, misses)

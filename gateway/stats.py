@@ -2,6 +2,7 @@
 
   {"time", "device", "devices", "policy", "sessions", "requests",
    "models": {id: {"waiting", "running", "has_backbone", "worker", "prefill_deferrals", "refused",
+                   "cut" (speech LMs: requests whose audio ended at their token limit, before the end of speech),
                    "est_codec_ms", "est_step_ms", "est_prefill_ms" (256 tokens; speech LMs),
                    "host_ms_p50" (null before a step),
                    "graphs": {"hit", "miss"} (speech LMs' decode CUDA graphs; {} for a synthesiser),

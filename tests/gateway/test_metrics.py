@@ -229,7 +229,7 @@ class _Residency:
 
 
 def test_engine_figures_are_read_at_scrape_time_in_base_units() -> None:
-    lm = {"waiting": 3, "running": 17, "has_backbone": True, "prefill_deferrals": 5, "refused": 2,
+    lm = {"waiting": 3, "running": 17, "has_backbone": True, "prefill_deferrals": 5, "refused": 2, "cut": 6,
           "last_batch": {"prefill": 1, "decode": 17, "urgent": 2, "background": 8},
           "lanes": {"prefill": 1, "decode": 17, "urgent": 2, "background": 8},
           "graphs": {"hit": 120, "miss": 4}, "est_step_ms": 12.5, "est_codec_ms": 3.0, "host_ms_p50": 0.11}
@@ -246,6 +246,7 @@ def test_engine_figures_are_read_at_scrape_time_in_base_units() -> None:
     assert value(samples, "voxgate_step_host_median_seconds", model="orpheus") == pytest.approx(0.00011)
     assert value(samples, "voxgate_prefill_deferrals_total", model="orpheus") == 5
     assert value(samples, "voxgate_refused_requests_total", model="orpheus") == 2
+    assert value(samples, "voxgate_cut_requests_total", model="orpheus") == 6
     assert value(samples, "voxgate_cuda_graph_hits_total", model="orpheus") == 120
     assert value(samples, "voxgate_cuda_graph_misses_total", model="orpheus") == 4
     lm["running"], lm["graphs"] = 2, {"hit": 130, "miss": 4}  # a later scrape reads the engine again
