@@ -97,7 +97,19 @@ async def register_models(library: Library, settings: Settings, catalog: Catalog
         info = await run_in_threadpool(family(str(entry["family"])).validate, path, options)
         await library.add_model(str(entry["id"]), str(entry["family"]), str(entry.get("name", entry["id"])),
                                 str(path), info["voices"], options, info.get("size_bytes", 0),
-                                source="config", replace=True)
+                                source="config", replace=True, model_type=info.get("model_type"))
+    await record_model_types(library)
+
+
+async def record_model_types(library: Library) -> None:
+    """Record the type of each Qwen3-TTS model registered before types were kept (migration
+    0006), read from its folder while that is readable (one small config.json each)."""
+    from gateway.models_api import model_type  # (it reads the folder first)
+
+    for record in await library.list_models():
+        if record["family"] == "qwen3_tts" and record.get("model_type") is None \
+                and (kind := await model_type(record)) is not None:
+            await library.set_model_type(str(record["id"]), kind)
 
 
 def create_app(settings: Settings) -> Starlette:

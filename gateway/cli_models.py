@@ -106,10 +106,11 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
             return _error(taken)
         try:  # a server or another `models add` may register the id since the check
             await library.add_model(model_id, args.family, (args.name or model_id).strip(), str(path), info["voices"],
-                                    options, size_bytes=info.get("size_bytes", 0), source="local")
+                                    options, size_bytes=info.get("size_bytes", 0), source="local",
+                                    model_type=info.get("model_type"))
         except ModelExists:
             return _error(taken)
-        record = {"id": model_id, "family": args.family, "path": str(path)}
+        record = {"id": model_id, "family": args.family, "path": str(path), "model_type": info.get("model_type")}
         voices = _voices(*await library_voices(library, settings.data_dir, record))
     finally:
         await library.close()

@@ -239,21 +239,29 @@ class Library:
 
     async def add_model(self, model_id: str, family: str, name: str, path: str | None,
                         voices: list[str], options: dict[str, Any] | None = None,
-                        size_bytes: int = 0, source: str = "local", replace: bool = False) -> None:
+                        size_bytes: int = 0, source: str = "local", replace: bool = False,
+                        model_type: str | None = None) -> None:
         """Register a model and its voices in one transaction; ModelExists (nothing written) if
-        the id is taken, also when another writer took it after the caller's own check."""
+        the id is taken, also when another writer took it after the caller's own check.
+        `model_type`: a Qwen3-TTS model's `tts_model_type` (its family's `validate` says it)."""
         async with self.transaction() as db:
             if replace:
                 await db.execute("DELETE FROM models WHERE id = ?", (model_id,))
             cur = await db.execute(
-                "INSERT INTO models (id, family, name, path, options, size_bytes, source, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (model_id, family, name, path, json.dumps(options or {}), size_bytes, source, time.time()))
+                "INSERT INTO models (id, family, name, path, options, size_bytes, source, created_at, model_type)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (model_id, family, name, path, json.dumps(options or {}), size_bytes, source, time.time(),
+                 model_type))
             if cur.rowcount == 0:
                 raise ModelExists(model_id)  # (the transaction rolls back)
             await db.executemany(
                 "INSERT INTO voices (model_id, name, position) VALUES (?, ?, ?)",
                 [(model_id, voice, i) for i, voice in enumerate(voices)])
+
+    async def set_model_type(self, model_id: str, model_type: str) -> None:
+        """Record the type read from a model's folder (one registered before it was kept)."""
+        async with self.transaction() as db:
+            await db.execute("UPDATE models SET model_type = ? WHERE id = ?", (model_type, model_id))
 
     async def remove_model(self, model_id: str) -> bool:
         async with self.transaction() as db:

@@ -73,7 +73,8 @@ def catalog_registrar(library: Library) -> Register:
         info = await run_in_threadpool(family(model.family).validate, path, options)
         voices = list(info.get("voices") or model.voices)
         await library.add_model(model.id, model.family, model.name, str(path), voices, options,
-                                int(info.get("size_bytes") or 0), source="catalog")
+                                int(info.get("size_bytes") or 0), source="catalog",
+                                model_type=info.get("model_type"))
 
     return register
 
@@ -229,12 +230,17 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     name = model_id if name is None else name.strip()
     try:  # a request (or `voxgate models add`) for the same id may have got there since the check
         await state.library.add_model(model_id, family_name, name, str(path), list(info["voices"]), options,
-                                      int(info.get("size_bytes") or 0), source="local")
+                                      int(info.get("size_bytes") or 0), source="local",
+                                      model_type=info.get("model_type"))
     except ModelExists:
         raise taken from None
     log.info("model %s registered from %s (%s)", model_id, path, family_name)
+    from gateway.clone_voices import model_voices  # (it imports gateway.models_api, which routes import)
+
+    record = {"id": model_id, "family": family_name, "path": str(path), "model_type": info.get("model_type")}
     return JSONResponse({"id": model_id, "family": family_name, "name": name, "path": str(path),
-                         "voices": list(info["voices"]), "source": "local"}, status_code=201)
+                         # as GET /v1/models lists them: a Base model's are the reference voices
+                         "voices": (await model_voices(state, record))[0], "source": "local"}, status_code=201)
 
 
 async def list_downloads(request: Request) -> JSONResponse:

@@ -21,10 +21,14 @@ from models import InvalidModel, family
 async def model_type(record: dict[str, Any]) -> str | None:
     """A Qwen3-TTS model's `tts_model_type` from its folder's config.json: `custom_voice`
     (named speakers), `voice_design` (a voice from a description: `/v1/audio/design`) or
-    `base` (cloning); None for a family without model types, or a folder that went bad."""
+    `base` (cloning); None for a family without model types. A folder that went missing or bad
+    says the type recorded when the model was registered (the library's `model_type`), so a
+    Base model still lists its reference voices, not `default` (its load fails, naming the file:
+    `load_error`); None if none was recorded (a model registered before it was kept)."""
     if record["family"] != "qwen3_tts" or not record.get("path"):
         return None
-    return await asyncio.to_thread(_model_type_at, Path(record["path"]))
+    read = await asyncio.to_thread(_model_type_at, Path(record["path"]))
+    return read if read is not None else record.get("model_type")
 
 
 def _model_type_at(path: Path) -> str | None:

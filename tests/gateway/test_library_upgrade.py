@@ -38,6 +38,9 @@ def _old_database(path: Path, versions: list[int], monkeypatch: pytest.MonkeyPat
         asyncio.run(go())
 
 
+NEXT = migration_files()[-1][0] + 1  # a test's own migration, after the shipped ones
+
+
 def _versions(path: Path) -> list[int]:
     return [r[0] for r in sqlite3.connect(path).execute("SELECT version FROM schema_version ORDER BY version")]
 
@@ -101,15 +104,15 @@ def test_a_database_from_a_newer_version_is_refused_in_one_line_and_left_alone(
 def test_a_failed_migration_rolls_back_and_stops_the_start_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     _old_database(tmp_path / "voxgate.db", [1, 2, 3, 4, 5], monkeypatch)
-    bad = (6, "0006_bad.sql", "ALTER TABLE takes ADD COLUMN rating INTEGER;\nCREATE TABLE takes (id TEXT);\n")
+    bad = (NEXT, f"{NEXT:04d}_bad.sql", "ALTER TABLE takes ADD COLUMN rating INTEGER;\nCREATE TABLE takes (id TEXT);\n")
     monkeypatch.setattr("gateway.library.migration_files", lambda: migration_files() + [bad])
     assert main(["serve", "--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: the library database {tmp_path / 'voxgate.db'} could not be upgraded: "
-                          "migration 0006_bad.sql failed (table takes already exists); it was rolled back")
+                          f"migration {NEXT:04d}_bad.sql failed (table takes already exists); it was rolled back")
     assert err.count("\n") == 1 and "Traceback" not in err
     db = sqlite3.connect(tmp_path / "voxgate.db")
-    assert _versions(tmp_path / "voxgate.db") == [1, 2, 3, 4, 5]
+    assert _versions(tmp_path / "voxgate.db") == list(range(1, NEXT))  # the shipped ones after 5 are in
     assert "rating" not in [r[1] for r in db.execute("PRAGMA table_info(takes)")]
     assert (tmp_path / "voxgate.db.schema-5.bak").exists()
 
@@ -143,7 +146,7 @@ def test_a_migration_that_rebuilds_a_table_keeps_the_rows_that_refer_to_it(
     path = tmp_path / "voxgate.db"
     _old_database(path, [1, 2, 3, 4, 5], monkeypatch)
     _project(path)
-    rebuild = (6, "0006_passage_notes.sql", REBUILD_PASSAGES)
+    rebuild = (NEXT, f"{NEXT:04d}_passage_notes.sql", REBUILD_PASSAGES)
     monkeypatch.setattr("gateway.library.migration_files", lambda: migration_files() + [rebuild])
 
     async def go() -> None:
@@ -162,9 +165,10 @@ def test_a_migration_that_breaks_a_reference_is_refused(tmp_path: Path, monkeypa
     path = tmp_path / "voxgate.db"
     _old_database(path, [1, 2, 3, 4, 5], monkeypatch)
     _project(path)
-    dangling = (6, "0006_dangling.sql", "DROP TABLE passages;\nCREATE TABLE passages (id TEXT PRIMARY KEY);\n")
+    dangling = (NEXT, f"{NEXT:04d}_dangling.sql",
+                "DROP TABLE passages;\nCREATE TABLE passages (id TEXT PRIMARY KEY);\n")
     monkeypatch.setattr("gateway.library.migration_files", lambda: migration_files() + [dangling])
-    with pytest.raises(LibraryUnavailable, match="0006_dangling.sql failed .*refer.* rolled back"):
+    with pytest.raises(LibraryUnavailable, match=f"{NEXT:04d}_dangling.sql failed .*refer.* rolled back"):
         asyncio.run(_open_close(path))
     assert sqlite3.connect(path).execute("SELECT id FROM passages").fetchall() == [("psg-1",)]
 
