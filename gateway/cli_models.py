@@ -56,6 +56,7 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.library import Library, ModelExists, default_model_id, model_id_problem
     from gateway.library_api import MAX_MODEL_NAME_CHARS, model_name_ok
     from models import FAMILIES, FamilyUnavailable, InvalidModel, family
+    from models.folder_family import other_family
     from models.model_options import is_path
 
     if args.id is not None and (problem := model_id_problem(args.id)):
@@ -95,6 +96,9 @@ async def add(args: argparse.Namespace, settings: Settings) -> int:
     try:
         info = module.validate(path, options)
     except InvalidModel as error:
+        if (other := other_family(path, args.family)) is not None:  # (its own check names only a missing file)
+            return _error(f"--family {args.family}: {path}: {other[1]}; add it with --family {other[0]} "
+                          f"(its own check said: {error.message})")
         return _error(error.message)
     except (OSError, ValueError) as error:
         return _error(f"{path}: {error}")

@@ -46,6 +46,7 @@ from gateway.resident import unload_removed
 from gateway.state import AppState
 from gateway.voices import model_alias
 from models import FAMILIES, InvalidModel, family
+from models.folder_family import other_family
 from models.model_options import check_options, is_path
 
 log = logging.getLogger(__name__)
@@ -206,14 +207,22 @@ async def _install_folder(state: AppState, data: dict[str, Any]) -> JSONResponse
     path = Path(raw_path).expanduser()
     invalid = ApiError(422, "invalid_model_folder", f"{raw_path!r} is not a valid {family_name} model folder "
                        "under the local_model_roots", field="path")
+    under_roots = False
     try:
         path = await run_in_threadpool(path.resolve)  # symlinks out of a root do not count as in it
         if not path.is_absolute() or not _under_roots(path, roots):
             raise InvalidModel(f"{path} is outside the local_model_roots")
+        under_roots = True
         options = await run_in_threadpool(_rooted_path_options, options, getattr(module, "OPTIONS", {}), roots)
         info = await run_in_threadpool(module.validate, path, options)
     except (InvalidModel, OSError, ValueError) as error:
         log.info("local install of %r refused: %s", raw_path, getattr(error, "message", None) or error)
+        # A folder under the roots of another family's layout: say which (anyone who may install may
+        # install it, so this tells nothing the install would not); the rest stays one error
+        other = await run_in_threadpool(other_family, path, family_name) if under_roots else None
+        if other is not None:
+            raise ApiError(422, "invalid_model_folder", f"{raw_path!r} is not a {family_name} model folder: "
+                           f"{other[1]}; install it with family {other[0]!r}", field="family") from None
         raise invalid from None
     model_id = given_id if given_id is not None else default_model_id(path)
     problem = model_id_problem(model_id)
