@@ -30,7 +30,7 @@ from starlette.responses import FileResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.audio import OUTPUT_RATE, to_pcm16, wav_header
-from gateway.projects_audio import Loudness, Piece, check_measurable, loudness_gain, render
+from gateway.projects_audio import Loudness, Piece, check_measurable, loudness_gain, ms_to_samples, render
 
 EXPORT_DIR = ".exports"
 _SOUNDFILE = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
@@ -139,6 +139,38 @@ def export_file(pieces: list[Piece], fmt: str, target_lufs: float | None, folder
         raise
     headers["X-Voxgate-Duration-Ms"] = f"{1000.0 * num_samples / OUTPUT_RATE:.1f}"
     return path, headers
+
+
+def export_samples(pieces: list[Piece], out_rate: int = OUTPUT_RATE) -> int:
+    """How many samples `rendered(pieces)` makes at `out_rate`, from each take's file header
+    (`soundfile.info`: no sample is read) and the pauses, as `render` counts them (a take at another
+    rate: round(n * out_rate / rate)). Raises what soundfile raises for a file it cannot open."""
+    total = 0
+    for piece in pieces:
+        if piece.path is None:
+            total += ms_to_samples(piece.pause_ms, out_rate)
+            continue
+        info = sf.info(str(piece.path))
+        frames, rate = int(info.frames), int(info.samplerate)
+        lo = 0 if piece.start_ms is None else max(0, ms_to_samples(piece.start_ms, rate))
+        hi = frames if piece.end_ms is None else min(frames, ms_to_samples(piece.end_ms, rate))
+        kept = max(lo, hi) - lo
+        total += kept if rate == out_rate else int(round(kept * out_rate / rate))
+    return total
+
+
+def head_headers(pieces: list[Piece], fmt: str, target_lufs: float | None) -> dict[str, str]:
+    """The headers of `export_file`'s answer that are known without rendering (HEAD):
+    X-Voxgate-Duration-Ms, and for WAV (PCM16) its Content-Length. Not the loudness headers (they
+    need the programme measured) nor a compressed file's size. InvalidInput naming `loudness`, as
+    the export, when `target_lufs` is given and the audio is too short to measure."""
+    num_samples = export_samples(pieces)
+    if target_lufs is not None:
+        check_measurable(num_samples, OUTPUT_RATE)
+    headers = {"X-Voxgate-Duration-Ms": f"{1000.0 * num_samples / OUTPUT_RATE:.1f}"}
+    if fmt == "wav":
+        headers["Content-Length"] = str(len(wav_header(OUTPUT_RATE, 0)) + 2 * num_samples)
+    return headers
 
 
 class TemporaryFileResponse(FileResponse):

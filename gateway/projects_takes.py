@@ -39,7 +39,7 @@ from gateway.projects_api import context, existing_passage, existing_project, pa
 from gateway.projects_audio import (
     EXPORT_FORMATS, FRAME_MS, Piece, delete_range, ms_to_samples, read_pcm16, render, silence_bounds,
 )
-from gateway.projects_export import TemporaryFileResponse, export_file
+from gateway.projects_export import TemporaryFileResponse, export_file, head_headers
 from gateway.projects_store import ProjectStore
 
 DEFAULT_CONTEXT_MS = 2000.0
@@ -243,18 +243,43 @@ async def export(request: Request) -> Response:
         if i < len(passages) - 1:
             pieces.append(Piece(pause_ms=_pause_after(project, passage)))
             duration_ms += _pause_after(project, passage)
+    if request.method == "HEAD":  # (Starlette runs GET's handler for HEAD: it rendered the whole programme)
+        return await _export_head(request, store, project, chosen, pieces, fmt, target)
     # Written to a temporary file piece by piece (as PCM16 at most: the compressed formats are smaller).
     await run_in_threadpool(store.check_disk, ms_to_samples(duration_ms, OUTPUT_RATE) * 2 + 44, "format")
     try:
         path, headers = await _rendered(store, chosen, lambda: export_file(pieces, fmt, target, store.folder))
     except OSError as error:  # (a take's file gone is the 500 it was; a disk full meanwhile: the 507)
         raise full_disk_error(error, "format") or error
+    headers["Content-Disposition"] = _disposition(project, fmt)
+    return TemporaryFileResponse(path, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+async def _export_head(request: Request, store: ProjectStore, project: dict[str, Any],
+                       chosen: list[tuple[dict[str, Any], dict[str, Any]]], pieces: list[Piece], fmt: str,
+                       target: float | None) -> Response:
+    """HEAD of the export, nothing rendered: GET's refusals (its 404 for a take's file gone, the 400
+    for audio too short to measure), its Content-Type, Content-Disposition and X-Voxgate-Duration-Ms
+    from the takes' file headers, and a WAV's Content-Length; no loudness headers, no size for a
+    compressed format (they need the rendering)."""
+    gone = await run_in_threadpool(_audio_gone, store, chosen)
+    if gone is not None:
+        raise gone
+    headers = await run_in_threadpool(head_headers, pieces, fmt, target)
+    headers.update({"Content-Disposition": _disposition(project, fmt), "Accept-Ranges": "bytes"})
+    response = Response(None, media_type=MEDIA_TYPES[fmt], headers=headers)
+    if "Content-Length" not in headers:  # (Response sets 0 for its empty body: GET's size is unknown)
+        del response.headers["content-length"]
+    return response
+
+
+def _disposition(project: dict[str, Any], fmt: str) -> str:
+    """The export's Content-Disposition: an attachment named after the project."""
     filename = ascii_filename(project["name"]) or project["id"]
     disposition = f'attachment; filename="{filename}.{fmt}"'  # (ASCII: every client reads it)
     if filename != project["name"]:  # the name itself too, for clients that read RFC 6266's filename*
         disposition += f"; filename*=utf-8''{quote(project['name'] + '.' + fmt, safe='')}"
-    headers["Content-Disposition"] = disposition
-    return TemporaryFileResponse(path, media_type=MEDIA_TYPES[fmt], headers=headers)
+    return disposition
 
 
 def ascii_filename(name: str) -> str:

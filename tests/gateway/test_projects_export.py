@@ -118,3 +118,36 @@ def test_a_chosen_takes_file_gone_is_a_404_naming_its_passage_not_a_500(tmp_path
                 assert f"passage 1 ({first['id']})" in error["message"] and first["chosen_take"] in error["message"]
             assert not (tmp_path / "projects" / EXPORT_DIR).exists() or \
                 list((tmp_path / "projects" / EXPORT_DIR).iterdir()) == []
+
+
+def test_head_says_the_exports_headers_without_rendering_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starlette runs GET's handler for HEAD: HEAD rendered (and measured) the whole programme into a
+    file to send only its headers. Now it reads the takes' file headers: GET's type, file name,
+    duration and a WAV's size; the loudness headers (which need the measurement) are left out."""
+    from gateway import projects_takes
+
+    renders: list[str] = []
+    real = projects_takes.export_file
+    monkeypatch.setattr(projects_takes, "export_file", lambda *a: renders.append(a[1]) or real(*a))
+    for live in run_server(tmp_path):
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            pid = imported(client, new_project(client, name="Émile 1")["id"], "One passage.\n\nAnd another one.")["id"]
+            assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
+            assert wait_job(client, pid)["done"] == 2
+            url = f"/v1/projects/{pid}/export"
+            for params in ({"format": "wav"}, {"format": "mp3"}, {"format": "wav", "loudness": -18}):
+                head = client.head(url, params=params)
+                assert head.status_code == 200 and head.content == b"" and renders == [], (params, renders)
+                got = client.get(url, params=params)
+                assert got.status_code == 200
+                renders.clear()
+                for name in ("content-type", "content-disposition", "x-voxgate-duration-ms", "accept-ranges"):
+                    assert head.headers[name] == got.headers[name], (name, params)
+                if params["format"] == "wav":
+                    assert head.headers["content-length"] == got.headers["content-length"] == str(len(got.content))
+                else:  # a compressed file's size is known once it is written
+                    assert "content-length" not in head.headers, head.headers
+                assert "x-voxgate-gain-db" not in head.headers
+            assert client.head(url, params={"format": "ogg"}).status_code == 400  # GET's refusals, no body
+            assert client.head(f"/v1/projects/{pid}x/export").status_code == 404
+            assert renders == []
