@@ -22,7 +22,7 @@ times, phone numbers, decades, and the order of the number passes), `quantities`
 percentages, units, durations, fractions, ratios, `100k`), `number_words` (a number's
 words), `symbols` (emoji, `C#` and `C++`, `&` and `/` between words, markup characters), `normalize`
 (the passes in order), `segments` (sentences per language), `stream` (incremental
-cutting), `language`, `options`.
+cutting; `nesting`: the code spans, links and tags open where it would cut), `language`, `options`.
 """
 
 from gateway.text.language import model_language

@@ -31,6 +31,7 @@ from gateway.text import language, markup
 from gateway.text.characters import (
     CJK_CLAUSE, CJK_PUNCT, CLAUSE_PUNCT, CLOSERS, OPENERS, SENTENCE_PUNCT, clean_piece, is_thai,
 )
+from gateway.text.nesting import Nesting
 from gateway.text.normalize import Item, Pause, add_item, normalize_text
 from gateway.text.options import TextOptions
 from gateway.text.segments import is_speakable, split_segments
@@ -74,12 +75,7 @@ class TextStream:
 
     def _reset(self) -> None:
         self._pos = 0
-        self._ticks = 0  # backticks seen (odd: a code span is open)
-        self._brackets = 0
-        self._dest = 0  # "](" ... ")" of a link
-        self._tag = -1  # index of an open "<tag", or -1
-        self._tag_edge = -1  # where the last tag began or ended: a hard cut there leaves tags whole
-        self._escaped = False
+        self._nesting = Nesting()  # code spans, links and tags open at _pos
         self._newline = -1  # a newline whose cut waits for the next line's first character
         self._candidate = -1  # a boundary (index of the space after it) waiting for the next word
         self._candidate_kind = ""
@@ -99,8 +95,9 @@ class TextStream:
 
     def check(self, piece: str) -> None:
         """Raise InvalidInput if appending `piece` would complete an unreadable SSML tag."""
-        if self.options.normalize and ("<" in piece or ">" in piece or self._tag >= 0):
-            markup.check_ssml((self._text[self._tag:] if self._tag >= 0 else "") + piece, self.field)
+        tag = self._nesting.tag
+        if self.options.normalize and ("<" in piece or ">" in piece or tag >= 0):
+            markup.check_ssml((self._text[tag:] if tag >= 0 else "") + piece, self.field)
 
     def append(self, piece: str) -> list[Item]:
         piece = clean_piece(piece)
@@ -195,13 +192,13 @@ class TextStream:
             indented = text[newline + 1] in " \t" and previous_kind == "text"
             if not indented and not self._continues(previous_kind, ch):
                 return newline + 1
-        self._balance(ch, i)
+        self._nesting.see(text, i)
         if ch.isspace():
             cut = self._decide_pending(i)
             if cut is not None:
                 return cut
             self._new_candidate(i)
-            if ch != "\n" and self._is_balanced() and self._line_kind != "table":
+            if ch != "\n" and self._nesting.closed and self._line_kind != "table":
                 self._note_early_cut(i, before_word=False)
         elif self._candidate >= 0:
             cut = self._decide_pending(i)
@@ -213,7 +210,7 @@ class TextStream:
             cut = self._decide_pending(i)
             if cut is not None:
                 return cut
-        if ch.isalpha() and i > 1 and text[i - 1] in " \t" and self._is_balanced():
+        if ch.isalpha() and i > 1 and text[i - 1] in " \t" and self._nesting.closed:
             if text[i - 2].isalpha() and i - 1 <= (self.first_chars if self.is_first else MAX_UNIT_CHARS):
                 self._last_space = i - 1  # between two words ("10:30 am", "5 km" stay whole)
             if self._line_kind != "table":
@@ -238,36 +235,9 @@ class TextStream:
             return ch == "|"
         return ch.isalpha()
 
-    def _balance(self, ch: str, i: int) -> None:
-        if self._escaped:
-            self._escaped = False
-            return
-        if ch == "\\":
-            self._escaped = True
-        elif ch == "`":
-            self._ticks += 1
-        elif self._ticks % 2:
-            return  # inside a code span nothing else counts
-        elif self._tag >= 0:
-            if ch == ">":
-                self._tag, self._tag_edge = -1, i + 1
-        elif ch == "[":
-            self._brackets += 1
-        elif ch == "]":
-            self._brackets = max(0, self._brackets - 1)
-        elif ch == "(" and i > 0 and self._text[i - 1] == "]":
-            self._dest += 1
-        elif ch == ")" and self._dest:
-            self._dest -= 1
-        elif i > 0 and self._text[i - 1] == "<" and (ch.isalpha() or ch in "/!"):
-            self._tag = self._tag_edge = i - 1
-
-    def _is_balanced(self) -> bool:
-        return not (self._ticks % 2 or self._brackets or self._dest or self._tag >= 0)
-
     def _new_candidate(self, i: int) -> None:
         """A boundary may sit at i (a space, or the character after a CJK mark)."""
-        if self._candidate >= 0 or self._line_kind == "table" or not self._is_balanced():
+        if self._candidate >= 0 or self._line_kind == "table" or not self._nesting.closed:
             return
         j = i
         while j > 0 and self._text[j - 1] in CLOSERS:
@@ -349,7 +319,7 @@ class TextStream:
         if self._last_space > 0:
             return self._last_space
         # No space: not inside a tag (`<break time="10s"/>` run on past the limit was read as words).
-        return self._tag_edge if self._tag_edge > 0 else i
+        return self._nesting.tag_edge if self._nesting.tag_edge > 0 else i
 
     # -- output ---------------------------------------------------------------------------
 
