@@ -109,3 +109,17 @@ def test_the_folder_install_answers_a_base_models_voices_as_the_listing_does(
         added = client.post("/v1/library/install", json={"path": str(folder), "family": "qwen3_tts", "id": "b"})
         assert added.status_code == 201, added.text
         assert added.json()["voices"] == ["alice"]
+
+
+def test_a_request_to_a_base_model_whose_folder_is_gone_is_a_503_that_the_listing_then_shows(
+        qwen3_tts_tiny: Path, tmp_path: Path) -> None:
+    """Its reference voice is taken as a voice of it (as before the folder went), and the load says
+    which file is missing: 503 model_load_failed, then `load_error` in GET /v1/models."""
+    data, folder = _base(qwen3_tts_tiny, tmp_path)
+    _listing(data)  # uploads alice
+    shutil.rmtree(folder)
+    with local_client(create_app(load_settings(env={}, data_dir=data))) as client:
+        spoken = client.post("/v1/audio/speech", json={"model": "tiny-base", "voice": "alice", "input": "Hi."})
+        assert spoken.status_code == 503 and spoken.json()["error"]["code"] == "model_load_failed", spoken.text
+        listed = client.get("/v1/models/tiny-base").json()
+        assert listed["voices"] == ["alice"] and listed["load_error"]["retryable"] is False, listed
