@@ -7,7 +7,8 @@
 //               {type: "end"} no more audio will come: play out what is buffered;
 //               {type: "clear"} stop now and drop the buffer.
 // Messages out: {played, buffered, state, underruns}, with played and buffered in samples,
-//               every `reportMs` of audio time while active and at every state change.
+//               every `reportMs` of audio time while active and at every state change; the one
+//               that answers "clear" has `cleared: true` (its `played` is where the stop came).
 // States: idle -> buffering (waits for `prebufferMs`, or the end) -> playing; a dry buffer
 // before the end is an underrun: back to buffering.
 class PcmPlayer extends AudioWorkletProcessor {
@@ -44,14 +45,16 @@ class PcmPlayer extends AudioWorkletProcessor {
       const played = this.played;
       this.reset("idle");
       this.played = played;
+      this.report({ cleared: true });
+      return;
     }
     this.report();
   }
 
-  report() {
+  report(extra = {}) {
     this.sinceReport = 0;
     this.port.postMessage({ played: this.played, buffered: this.buffered, state: this.state,
-                            underruns: this.underruns });
+                            underruns: this.underruns, ...extra });
   }
 
   setState(state) {

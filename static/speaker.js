@@ -7,6 +7,7 @@ import { ApiError, errorOf, fetchSigned } from "./common.js";
 export const SAMPLE_RATE = 24000;
 const PREBUFFER_MS = 80;  // jitter buffer before playback starts (and after an underrun)
 const REPORT_MS = 200;    // playback.position five times a second
+const CLEARED_MS = 300;   // the worklet's answer to "clear", waited for at most this long
 const RESUME_MS = 3000;   // a context not running by then was not let play (autoplay policy, no device)
 
 // The sound could not start or went away. Said once, in words a listener can act on: the browser's
@@ -48,6 +49,8 @@ export class Speaker {
     this.waiters = [];      // {types, resolve, reject}: the next matching server event
     this.current = null;    // the utterance being spoken
     this.playedMs = 0;
+    this.clearing = null;   // the worklet's position when stop() cleared it (a Promise of ms), else null
+    this.onCleared = null;
     this.playerState = "idle";
     this.numReports = 0;
   }
@@ -133,7 +136,23 @@ export class Speaker {
       this.send({ type: "playback.position", played_ms: this.playedMs, playing: active });
       this.numReports += 1;
     }
+    if (msg.cleared && this.onCleared) this.onCleared();
     this.onPosition(this.playedMs, msg);
+  }
+
+  // Where playback was when stop() came, in ms: the worklet's own position as it was cleared. playedMs
+  // is its latest report, up to REPORT_MS behind: a take stopped part way was kept that much shorter
+  // than what had been heard (found by a helper's review). Not stopped: playedMs.
+  stoppedAtMs() {
+    return this.clearing || Promise.resolve(this.playedMs);
+  }
+
+  clearPlayer() {
+    this.clearing = new Promise((resolve) => {
+      const timer = setTimeout(() => { this.onCleared = null; resolve(this.playedMs); }, CLEARED_MS);
+      this.onCleared = () => { clearTimeout(timer); this.onCleared = null; resolve(this.playedMs); };
+    });
+    this.node.port.postMessage({ type: "clear" });
   }
 
   // Open the session; a handshake refused for want of a key cannot be told from other closes in a
@@ -234,6 +253,7 @@ export class Speaker {
     if (this.current) throw new ApiError(0, "busy", "Already speaking: stop first");
     const start = { stopped: false };
     this.starting = start;
+    this.clearing = null;
     const step = async (promise) => {
       await promise;
       if (start.stopped) throw new ApiError(0, "stopped", "Stopped before the text was sent");
@@ -267,7 +287,7 @@ export class Speaker {
       this.starting = null;
       this.fail(new ApiError(0, "stopped", "Stopped before the text was sent"));  // (the wait for the server)
     }
-    if (this.node) this.node.port.postMessage({ type: "clear" });
+    if (this.node && !this.clearing) this.clearPlayer();  // (a second Stop: the first one's position)
     const cur = this.current;
     if (cur && !cur.stopped) {
       cur.stopped = true;

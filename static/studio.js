@@ -266,8 +266,9 @@ async function speakTake() {
     ending = await new Promise((resolve) => { endPlayback = resolve; });
     endPlayback = null;
   }
+  // (stopped: where the player was at the Stop, not its latest report, up to 200 ms before)
+  const heardMs = Math.min(ending === "stopped" ? await speaker.stoppedAtMs() : speaker.playedMs, done.audio_ms);
   setBusy(false);
-  const heardMs = Math.min(speaker.playedMs, done.audio_ms);
   const kept = $("keep").checked && heardMs > 0;
   const heard = fmtDuration(heardMs);
   const keepHeard = () => keepTake(settings, { ...result, chunks: head(result.chunks, Math.round((heardMs / 1000) * result.sampleRate)) });

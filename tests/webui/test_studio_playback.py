@@ -76,6 +76,8 @@ def test_a_take_stopped_while_the_model_loads_says_so(server: LiveServer, page: 
     assert loading.wait(30)
     page.click("#stop")
     page.wait_for_function("window.voxgate.lastDone !== null && window.voxgate.lastDone.cancelled", timeout=10_000)
+    # (said once the player has told where it stopped: a moment after the Stop)
+    page.locator("#status", has_text="Stopped before").wait_for(timeout=5_000)
     assert page.inner_text("#status") == "Stopped before any audio came."
     assert len(httpx.get(f"{server.url}/v1/takes").json()["data"]) == before  # nothing heard, nothing kept
     assert server.wait_idle() == 0
@@ -251,6 +253,7 @@ def test_a_server_stopping_mid_take_is_said_with_what_to_do(tmp_path: Path, page
     # What came before the close plays out (test below); stopped, the close is said with the Stop.
     page.locator("#status", has_text="that came before the take failed").wait_for(timeout=15_000)
     page.click("#stop")
+    page.locator("#status", has_text="Stopped after").wait_for(timeout=5_000)  # (once the player said where)
     said = page.inner_text("#status")
     assert "The server closed the connection" in said and "Stopped after" in said, said
     assert "press Speak again once it is back" in said and "realtime connection closed" not in said, said
@@ -294,6 +297,7 @@ def test_a_connection_lost_mid_take_plays_what_came_then_says_so(server: LiveSer
     page.locator("#status", has_text="that came before the take failed").wait_for(timeout=60_000)
     page.wait_for_function("window.voxgate.playedMs > 300", timeout=10_000)  # (some heard, by the reports)
     page.click("#stop")
+    page.locator("#status", has_text="Stopped after").wait_for(timeout=5_000)
     said = page.inner_text("#status")
     assert said.startswith("Error: The server closed the connection") and "Stopped after" in said, said
     assert "that came; the take keeps the" in said and page.is_enabled("#speak"), said
