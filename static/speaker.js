@@ -191,8 +191,8 @@ export class Speaker {
   }
 
   // A take that fails part way (the connection lost, its synthesis failed, the sound gone) is rejected
-  // with `err.partial` ({chunks, sampleRate, stopped}: the audio that came, and whether stop() came
-  // first) when any came: what was buffered plays out, and the caller decides what to keep and when to
+  // with `err.partial` ({chunks, sampleRate, stopped, clientTtfaMs}: the audio that came, whether stop()
+  // came first, and when its first audio came, as this page measured it) when any came: what was buffered plays out, and the caller decides what to keep and when to
   // say it (it waits for the end of the playback, or stops it), as for a take that ends.
   fail(err) {
     const waiters = this.waiters;
@@ -203,7 +203,10 @@ export class Speaker {
       this.current = null;
       clearTimeout(cur.stopTimer);
       this.node && this.node.port.postMessage({ type: "end" });
-      if (cur.chunks.length) err.partial = { chunks: cur.chunks, sampleRate: cur.sampleRate, stopped: cur.stopped };
+      if (cur.chunks.length) {
+        err.partial = { chunks: cur.chunks, sampleRate: cur.sampleRate, stopped: cur.stopped,
+                        clientTtfaMs: clientTtfa(cur) };
+      }
       cur.reject(err);
     }
   }
@@ -243,8 +246,7 @@ export class Speaker {
     this.current = null;
     clearTimeout(cur.stopTimer);
     this.node.port.postMessage({ type: "end" });
-    cur.resolve({ done, chunks: cur.chunks, sampleRate: cur.sampleRate,
-                  clientTtfaMs: cur.firstAudioAt == null ? null : cur.firstAudioAt - cur.sentAt });
+    cur.resolve({ done, chunks: cur.chunks, sampleRate: cur.sampleRate, clientTtfaMs: clientTtfa(cur) });
   }
 
   // Speak `text`; resolves {done, chunks (Int16Array[]), sampleRate, clientTtfaMs}. Rejects with an
@@ -297,12 +299,17 @@ export class Speaker {
       const receivedMs = (1000 * cur.chunks.reduce((n, c) => n + c.length, 0)) / cur.sampleRate;
       cur.stopTimer = setTimeout(() => {
         if (this.current === cur) {
-          this.finish({ type: "utterance.done", utterance_id: null, audio_ms: receivedMs, ttfa_ms: null,
-                        stalls: 0, cancelled: true });
+          this.finish({ type: "utterance.done", utterance_id: null, audio_ms: receivedMs, ttfa_ms: clientTtfa(cur),
+                        stalls: null, cancelled: true });  // (stalls: the server never said)
         }
       }, 1500);
     }
   }
+}
+
+// From the text sent to the first audio received, in ms, as this page measured it (null: none came).
+function clientTtfa(cur) {
+  return cur.firstAudioAt == null ? null : cur.firstAudioAt - cur.sentAt;
 }
 
 // Int16Array chunks -> base64 of their little-endian bytes (for POST /v1/takes).

@@ -253,7 +253,7 @@ async function speakTake() {
   applyScope();  // (a sign-in the Speak led to may have come since)
   window.voxgate.lastDone = done;
   $("ttfa").textContent = fmtMs(done.ttfa_ms);
-  $("stalls").textContent = String(done.stalls);
+  $("stalls").textContent = done.stalls == null ? "–" : String(done.stalls);  // (null: the server never said)
   $("audio-ms").textContent = fmtDuration(done.audio_ms);
   // "Done" is said when the listener has heard it all, not when synthesis ends; a take
   // stopped part way keeps only what was heard. One that failed part way (the connection lost, its
@@ -299,11 +299,14 @@ function failureText(err) {
   return /[.!?]$/.test(text) ? text : `${text}.`;
 }
 
-// The take so far of a Speak that failed part way (speaker.js: `err.partial`), as a result to end.
-function partialResult({ chunks, sampleRate, stopped }) {
+// The take so far of a Speak that failed part way (speaker.js: `err.partial`), as a result to end. No
+// utterance.done came: its TTFA is the one this page measured, its stalls unknown (null, shown "–"): it
+// said "0" stalls and no TTFA though audio had come (found by a helper's review).
+function partialResult({ chunks, sampleRate, stopped, clientTtfaMs }) {
   const audioMs = (1000 * chunks.reduce((n, c) => n + c.length, 0)) / sampleRate;
-  return { chunks, sampleRate, done: { type: "utterance.done", utterance_id: null, audio_ms: audioMs, ttfa_ms: null,
-                                       stalls: 0, cancelled: stopped } };
+  return { chunks, sampleRate, clientTtfaMs,
+           done: { type: "utterance.done", utterance_id: null, audio_ms: audioMs, ttfa_ms: clientTtfaMs,
+                   stalls: null, cancelled: stopped } };
 }
 
 function stop() {

@@ -6,10 +6,12 @@ measured). Headless Debian Chromium via Playwright.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
+from gateway.realtime import Session
 from tests.conftest import LiveServer, run_server
 from tests.webui.conftest import HAS_CHROMIUM, LONG_TEXT, open_studio
 
@@ -53,3 +55,31 @@ def test_a_take_stopped_part_way_keeps_all_that_was_heard(server: LiveServer, pa
     said = page.inner_text("#status")
     heard = f"{played / 1000:.1f} s"
     assert f"Stopped after {heard} of" in said and f"the take keeps the {heard} heard." in said, (said, played)
+
+
+def test_a_take_that_failed_part_way_shows_the_ttfa_measured_and_stalls_unknown(
+        server: LiveServer, page: sync_api.Page, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take whose connection was lost after some audio came showed "0" stalls and no TTFA ("–"), though
+    audio had come and the page had measured when: no utterance.done came to say either."""
+    on_audio = Session.on_audio
+
+    async def cut_off(self: Session, utterance: Any, pcm: Any, words: Any, estimated: bool) -> None:
+        await on_audio(self, utterance, pcm, words, estimated)
+        if len(pcm):  # (one chunk, then the connection closes)
+            await self.connection.close(1012, "it is restarting")
+
+    monkeypatch.setattr(Session, "on_audio", cut_off)
+    open_studio(page, server.url)
+    before = len(httpx.get(f"{server.url}/v1/takes").json()["data"])
+    page.fill("#text", LONG_TEXT)
+    page.click("#speak")
+    page.locator("#status", has_text="The server closed the connection").wait_for(timeout=60_000)
+    page.wait_for_function(f"window.voxgate.takes === {before + 1}", timeout=30_000)
+    done = page.evaluate("window.voxgate.lastDone")
+    assert done["ttfa_ms"] is not None and 0 < done["ttfa_ms"] < 60_000, done
+    assert done["stalls"] is None, done  # (unknown: the server never said)
+    assert page.inner_text("#ttfa") not in ("–", "") and page.inner_text("#stalls") == "–"
+    said = page.inner_text("#status")
+    assert "stall" not in said, said
+    take = httpx.get(f"{server.url}/v1/takes").json()["data"][0]
+    assert take["ttfa_ms"] is not None and abs(take["ttfa_ms"] - done["ttfa_ms"]) < 1, (take, done)
