@@ -4,7 +4,13 @@ import { Speaker } from "./speaker.js";
 
 const formStatus = $("form-status");
 const listStatus = $("list-status");
-const speaker = new Speaker();
+// What came before a Try failed part way plays out (speaker.js: `err.partial`), then the row says why it
+// ended: endPlayback ends that wait ("ended", "failed": the sound went, or "superseded": another Try).
+let endPlayback = null;
+const speaker = new Speaker({
+  onPosition: (playedMs, msg) => { if (msg.state === "idle" && !speaker.current && endPlayback) endPlayback("ended"); },
+  onAudioError: () => { if (endPlayback) endPlayback("failed"); },
+});
 let editing = null;  // the preset name being edited, or null when creating
 const FAMILY_SETTINGS = JSON.parse($("p-settings").dataset.settings);  // family -> [[name, hint], ...]
 let families = {};  // model id -> family
@@ -147,16 +153,29 @@ function endEdit() {
 }
 
 // Speak the sample sentence with a preset name or explicit settings; report in `where`.
+// A Try that failed part way said "Could not speak: ..." at once while the audio that had come played
+// on, with Try enabled again (found by a helper's review). As in the studio, what came plays out first,
+// Try disabled ("Playing the 1.3 s that came before it failed…"), then the row says why it ended.
 async function tryVoice(settings, where, button) {
   const text = $("sample").value.trim() || $("sample").defaultValue;
   if (speaker.current) { speaker.stop(); }
+  if (endPlayback) endPlayback("superseded");  // (this Try's audio takes the player's place)
   button.disabled = true;
   say(where, "Speaking…", "busy");
   try {
     const { done } = await speaker.speak({ text, ...settings });
     say(where, `Spoke ${(done.audio_ms / 1000).toFixed(1)} s, TTFA ${fmtMs(done.ttfa_ms)}.`, "ok");
   } catch (err) {
-    sayError(where, err, "Could not speak");
+    if (err.partial && !/^audio_/.test(err.code) && speaker.playerState !== "idle") {
+      const cameMs = (1000 * err.partial.chunks.reduce((n, c) => n + c.length, 0)) / err.partial.sampleRate;
+      say(where, `Playing the ${(cameMs / 1000).toFixed(1)} s that came before it failed…`, "busy");
+      const ending = await new Promise((resolve) => { endPlayback = resolve; });
+      endPlayback = null;
+      sayError(where, err, ending === "ended" ? `Could not speak it all (the ${(cameMs / 1000).toFixed(1)} s `
+        + "that came has played)" : "Could not speak");
+    } else {
+      sayError(where, err, "Could not speak");
+    }
   } finally {
     button.disabled = false;
   }
