@@ -175,10 +175,14 @@ function warnBeforeLeaving(event) {
 // A model not loaded yet is loaded by the Speak that needs it (Piper ~2-5 s, a speech LM longer), and
 // that wait said "Synthesising…" with no sign why (found by a new-user trial). GET /v1/models/{id} says
 // whether the model is loaded: until it is (or the first audio comes, or the Speak ends), the status
-// says it is loading, once (a live region re-read at every poll would drown the page).
+// says it is loading, once (a live region re-read at every poll would drown the page). Asked at once,
+// then less and less often: every 0.4 s for as long as a load took was 150 requests for a minute's load
+// (the server has no event stream for loads; the first audio ends the wait anyway).
 const LOAD_POLL_MS = 400;
+const LOAD_POLL_MAX_MS = 2000;
 async function watchLoad(wait) {
   let said = false;
+  let delay = LOAD_POLL_MS;
   for (;;) {
     let model;
     try {
@@ -196,7 +200,8 @@ async function watchLoad(wait) {
       window.voxgate.loadingSeen = wait.model;
       said = true;
     }
-    await new Promise((resolve) => setTimeout(resolve, LOAD_POLL_MS));
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 1.5, LOAD_POLL_MAX_MS);
     if (waiting !== wait) return;
   }
 }

@@ -54,6 +54,34 @@ def test_the_status_says_the_model_is_loading(server: LiveServer, page: sync_api
     assert page.evaluate("window.voxgate.loadingSeen") is None
 
 
+def test_a_long_model_load_is_polled_less_and_less_often(server: LiveServer, page: sync_api.Page,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for a model to load asked GET /v1/models/{id} every 0.4 s for as long as the load took
+    (150 requests for a minute's load): now at once, then less and less often (up to every 2 s)."""
+    residency = server.app_state.residency
+    load = residency._loader
+
+    def slow_load(*args: Any) -> Any:
+        time.sleep(6.0)  # (in the load's worker thread): a long load
+        return load(*args)
+
+    monkeypatch.setattr(residency, "_loader", slow_load)
+    httpx.post(f"{server.url}/v1/models/piper-joe/unload", json={})
+    open_studio(page, server.url)
+    page.uncheck("#keep")
+    asked: list[float] = []
+    page.on("request", lambda r: asked.append(time.monotonic()) if r.url.endswith("/v1/models/piper-joe") else None)
+    page.fill("#text", "Said once the model has loaded.")
+    clicked = time.monotonic()
+    page.click("#speak")
+    page.locator("#status", has_text="Loading the model piper-joe").wait_for(timeout=10_000)
+    assert time.monotonic() - clicked < 2.0  # (said as soon as it was seen: no slower at the start)
+    page.locator("#status", has_text="Done:").wait_for(timeout=60_000)
+    during = [t - clicked for t in asked]
+    # (every 0.4 s: 2.5 a second; now 4 in the first 2 s, then one each 2 s)
+    assert 3 <= len(during) <= 5 + during[-1] / 2, during
+
+
 def test_a_take_stopped_while_the_model_loads_says_so(server: LiveServer, page: sync_api.Page,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Stopped while its model loaded, a take said "Stopped after 0.0 s of 0.0 s." (once the cancelled
