@@ -61,8 +61,8 @@ def _operations(settings: Settings) -> dict[tuple[str, str], Schema]:
     take_fields: dict[str, Schema] = {
         "text": text, "model": _string(), "voice": _string(minLength=1, maxLength=128), "speed": speed,
         "sample_rate": {"type": "integer", "enum": SAMPLE_RATES}, "ttfa_ms": {"type": ["number", "null"], "minimum": 0},
-        "stalls": _number(0, kind="integer")}
-    take_query = [_query(k, v if k != "ttfa_ms" else _number(0),
+        "stalls": {"type": ["integer", "null"], "minimum": 0}}
+    take_query = [_query(k, v if k not in ("ttfa_ms", "stalls") else _number(0, kind="integer" if k == "stalls" else "number"),
                          "required with an audio/pcm body" if k in ("text", "model", "voice", "sample_rate") else "")
                   for k, v in take_fields.items()]
     text_options: dict[str, Schema] = {"normalize": {"type": "boolean"}, "code": {"enum": list(CODE_MODES)},

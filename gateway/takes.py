@@ -11,7 +11,8 @@
   DELETE /v1/takes/{id}              204
 
 The browser uploads what it received over /v1/realtime, with the `ttfa_ms` and `stalls`
-of that utterance's `utterance.done`: the server keeps no audio of realtime sessions, so
+of that utterance's `utterance.done` (either null, or left out, when unknown: a take that ended
+early has none; its TTFA is then the page's own measure): the server keeps no audio of realtime sessions, so
 agents' sessions cost nothing and the studio keeps exactly the audio it played.
 
 The audio is stored as a PCM16 WAV file under `<data_dir>/takes/`, not as a BLOB: the
@@ -250,7 +251,7 @@ async def _validated(state: AppState, data: dict[str, Any], fields: frozenset[st
         raise InvalidInput(f"sample_rate is required: one of {rates}" if sample_rate is None
                            else f"sample_rate must be one of {rates}", field="sample_rate")
     ttfa_ms = _number(data, "ttfa_ms", optional=True)
-    stalls = _number(data, "stalls", integer=True) if "stalls" in data else 0
+    stalls = _number(data, "stalls", integer=True, optional=True)  # (null or left out: unknown, as ttfa_ms)
     return {"text": text, "model_id": model_id, "voice": voice, "speed": speed, "sample_rate": sample_rate,
             "ttfa_ms": ttfa_ms, "stalls": stalls}
 

@@ -63,6 +63,11 @@ function nameRow(li, name) {
   li.querySelector(".take-when").textContent = name;
 }
 
+// (null: unknown, a take that ended early with no utterance.done to say)
+function stallsText(stalls) {
+  return stalls == null ? "stalls unknown" : `${stalls} stall${stalls === 1 ? "" : "s"}`;
+}
+
 function takeItem(take) {
   const text = take.text.length > 160 ? `${take.text.slice(0, 160)}…` : take.text;
   const audio = el("audio", { controls: true, preload: "none", src: `${take.audio_url}?format=wav` });
@@ -90,7 +95,7 @@ function takeItem(take) {
   return el("li", { class: "take", "data-take-id": take.id },
     el("p", { class: "take-text", text }),
     el("p", { class: "muted small",
-              text: `${take.model} · ${take.voice} · ${take.speed}× · ${fmtDuration(take.audio_ms)} · TTFA ${fmtMs(take.ttfa_ms)} · ${take.stalls} stall${take.stalls === 1 ? "" : "s"} · ` },
+              text: `${take.model} · ${take.voice} · ${take.speed}× · ${fmtDuration(take.audio_ms)} · TTFA ${fmtMs(take.ttfa_ms)} · ${stallsText(take.stalls)} · ` },
       el("span", { class: "take-when" })),
     el("div", { class: "take-actions" }, audio, el("span", { class: "downloads" }, ...downloads), del),
     itemStatus);

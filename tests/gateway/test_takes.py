@@ -97,6 +97,19 @@ def test_a_take_without_its_sample_rate_is_told_it_is_required(client: httpx.Cli
     assert wrong.json()["error"]["message"] == "sample_rate must be one of 8000, 16000, 22050, 24000, 44100, 48000"
 
 
+def test_a_takes_stalls_may_be_unknown(client: httpx.Client) -> None:
+    """A take that ended early (no utterance.done) has no stalls to say: it was kept with 0, and listed
+    as "0 stalls". Null or left out, they are unknown (null), as ttfa_ms is."""
+    for body in (take_body(stalls=None), take_body(stalls=..., ttfa_ms=...)):
+        created = client.post("/v1/takes", json=body)
+        assert created.status_code == 201, created.text
+        assert created.json()["stalls"] is None and client.get(f"/v1/takes/{created.json()['id']}").json()["stalls"] is None
+    query = {"text": "Hello there.", "model": "piper-joe", "voice": "default", "sample_rate": RATE, "ttfa_ms": 80}
+    streamed = client.post("/v1/takes", params=query, content=tone(), headers={"Content-Type": "audio/pcm"})
+    assert streamed.status_code == 201 and streamed.json()["stalls"] is None, streamed.text
+    assert client.post("/v1/takes", json=take_body(stalls=0)).json()["stalls"] == 0  # (known: none)
+
+
 def test_take_audio_over_the_limit_is_413(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(takes, "MAX_TAKE_AUDIO_BYTES", 1000)
     response = client.post("/v1/takes", json=take_body())

@@ -83,3 +83,6 @@ def test_a_take_that_failed_part_way_shows_the_ttfa_measured_and_stalls_unknown(
     assert "stall" not in said, said
     take = httpx.get(f"{server.url}/v1/takes").json()["data"][0]
     assert take["ttfa_ms"] is not None and abs(take["ttfa_ms"] - done["ttfa_ms"]) < 1, (take, done)
+    assert take["stalls"] is None, take  # (kept as unknown, not 0) ...
+    row = page.locator(f"#takes li[data-take-id='{take['id']}']").inner_text()
+    assert "stalls unknown" in row and "0 stalls" not in row, row  # ... and listed so
