@@ -118,6 +118,12 @@ class TextContext:
         await self.on_error(self.stream, error)
 
     async def append(self, text: str) -> None:
+        """Buffer `text`; InvalidInput (field `context_id`) once the context's input has ended, unless
+        the text is only whitespace: a client's end of input (LiveKit's " " with `continue: false`)
+        or keep-alive after the end has nothing to speak, and the error would end the context with
+        the turn it is still speaking."""
+        if self.closing and not text.strip():
+            return
         if self.closing:
             raise InvalidInput(f"context {self.context_id!r} is closed; open a new one", field="context_id")
         if self.failed:

@@ -257,6 +257,20 @@ def test_text_after_a_contexts_input_ended_ends_it_with_its_error(server: LiveSe
     assert server.wait_idle() == 0
 
 
+@pytest.mark.parametrize("extra", [{"transcript": " ", "flush": True}, {"transcript": " ", "continue": False},
+                                   {"transcript": "", "flush": True}])
+def test_whitespace_after_a_contexts_input_ended_leaves_its_turn_alone(server: LiveServer, extra: dict[str, Any]) -> None:
+    """A client's end of input or keep-alive (" ") after `continue: false` has nothing to speak: found by a
+    new-user trial, it was an error that ended the context with the whole turn unspoken (0 chunks)."""
+    with socket(server) as ws:
+        ws.send(json.dumps({**BASE, "context_id": "c1", "transcript": "Hello there. A complete turn.", "continue": False}))
+        ws.send(json.dumps({**BASE, "context_id": "c1", **extra}))
+        messages = until_done(ws, "c1")
+        assert messages[-1]["type"] == "done" and any(m["type"] == "chunk" for m in messages), messages
+        assert not any(m["type"] == "error" for m in messages), messages
+    assert server.wait_idle() == 0
+
+
 def test_too_much_text_waiting_ends_the_context_with_one_error(tmp_path: Path) -> None:
     """Text past `max_pending_chars` waiting to be spoken: a 422 naming `transcript`, and the context
     ends with it (other contexts on the socket go on)."""
