@@ -46,8 +46,8 @@ from babel.dates import get_date_format, get_month_names, parse_pattern
 from gateway.text import language, quantities, symbols
 from gateway.text.links import words as link_words
 from gateway.text.number_words import (
-    DECADE_YEARS, SIGN, YEAR_LANGUAGES, cardinal, digits, english_plural, number_pattern, ordinal, parse_number, scale_word, signed,
-    year,
+    DECADE_YEARS, SIGN, YEAR_LANGUAGES, cardinal, decimal_word, digits, english_plural, number_pattern, ordinal,
+    parse_number, scale_word, signed, year,
 )
 
 ORDINAL_SUFFIXES = {"en": r"st|nd|rd|th", "fr": r"er|re|e|ème|eme", "es": r"º|ª|\.º|\.ª", "it": r"º|ª",
@@ -69,6 +69,9 @@ REGNAL_NAMES = frozenset(
     "David Robert Otto Rudolf Wilhelm Karl Gustav Christian Frederik Olaf Haakon Carl Juan Felipe".split())
 # Words before which `2.10` is a version, "two point ten" (English; `v2.10` too).
 VERSION_CUES = r"version|ver\.|release|update"
+# The most digits a number is read as a number with: num2words reads a decimal through a float, whose
+# words go wrong past 15 digits (and past 30 a whole number's); a longer one is read digit by digit.
+MAX_NUMBER_DIGITS = 15
 YEARS = r"1[1-9]\d\d|20\d\d"  # what a four-digit number in a range ("1939-1945") is read as a year
 DIGIT_CUES = r"zip(?: code)?|postcode|postal code|pin|passcode|code|ext\.?|extension"
 # Words after which a bare `30s` is seconds, not a decade (English; `quantities.seconds` reads it).
@@ -122,6 +125,19 @@ def _time_words(hour: int, minute: int, meridiem: str, lang: str) -> str:
     return f"{spoken} {meridiem}" if meridiem else spoken
 
 
+def long_number_words(text: str, mark: str, lang: str) -> str:
+    """A number of more than `MAX_NUMBER_DIGITS` digits (`mark`: the locale's decimal mark): its digits
+    one by one, but a decimal's whole part as its number where that is short enough, and its mark as
+    num2words' word ("three point one four one five nine two six five three five ...")."""
+    whole, _, fraction = text.partition(mark)
+    point = decimal_word(lang)
+    if not fraction or point is None:
+        return digits(text, lang)
+    figures = re.sub(r"\D", "", whole)
+    said = cardinal(int(figures), lang) if len(figures) <= MAX_NUMBER_DIGITS else digits(figures, lang)
+    return f"{said} {point} {digits(fraction, lang)}"
+
+
 def phone_words(text: str, lang: str) -> str:
     """`+1 (555) 123-4567` -> "plus one, five five five, one two three, four five six seven"."""
     groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
@@ -134,7 +150,7 @@ _ROMAN_VALUES = {"I": 1, "V": 5, "X": 10}
 
 @lru_cache(maxsize=64)
 def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
-    num, group, _ = number_pattern(lang)
+    num, group, mark = number_pattern(lang)
     base = language.base(lang)
     us_dates = language.region_code(lang) in ("en", "en_US")
 
@@ -211,10 +227,10 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         return f" number {cardinal(int(m['n']), lang)} "
 
     def plain_words(text: str, sign: str | None) -> str:
-        figures = text.replace(",", "").replace(".", "").replace(" ", "")
-        if (len(figures) >= 10 or (len(figures) > 1 and figures[0] == "0" and not re.search(r"[.,]", text))) \
-                and not sign:
-            return digits(text, lang)  # an id, a phone or a code: read digit by digit
+        if text.isdigit() and (len(text) >= 10 or (len(text) > 1 and text[0] == "0")) and not sign:
+            return digits(text, lang)  # a plain run of digits (an id, a phone or a code): digit by digit
+        if sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS:
+            return signed(long_number_words(text, mark, lang), sign, lang)
         try:
             value = number(text)
         except InvalidOperation:

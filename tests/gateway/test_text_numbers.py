@@ -1,0 +1,57 @@
+"""Long numbers, numbers beside brackets, and date shapes that are no date (docs/text.md; found by a
+new-user trial)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.text import TextOptions, normalize_text
+
+
+def spoken(text: str, lang: str = "en_US") -> str:
+    """What `text` is read as (the segments joined)."""
+    return " ".join(str(item) for item in normalize_text(text, TextOptions(language=lang)))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # Ten or more digits with a decimal point or grouping commas were read digit by digit, the
+    # point and commas lost, as if they were a phone number or an id.
+    ("Revenue was 12,345,678.99 dollars", "Revenue was twelve million three hundred and forty-five thousand six "
+                                          "hundred and seventy-eight point nine nine dollars"),
+    ("1,234,567,890", "one billion two hundred and thirty-four million five hundred and sixty-seven thousand "
+                      "eight hundred and ninety"),
+    ("0.123456789", "zero point one two three four five six seven eight nine"),
+    ("3.141592653", "three point one four one five nine two six five three"),
+    ("99.99999999", "ninety-nine point nine nine nine nine nine nine nine nine"),
+    ("-1,234,567,890", "minus one billion two hundred and thirty-four million five hundred and sixty-seven "
+                       "thousand eight hundred and ninety"),
+    ("999,999,999,999,999", "nine hundred and ninety-nine trillion nine hundred and ninety-nine billion nine "
+                            "hundred and ninety-nine million nine hundred and ninety-nine thousand nine hundred "
+                            "and ninety-nine"),  # 15 digits: the longest read as a number
+])
+def test_a_long_number_with_a_point_or_grouping_commas_is_a_number(text: str, expected: str) -> None:
+    assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    ("1.234.567.890", "de_DE", "eine Milliarde zweihundertvierunddreißig Millionen "
+                               "fünfhundertsiebenundsechzigtausendachthundertneunzig"),
+    ("0,123456789", "de_DE", "null Komma eins zwei drei vier fünf sechs sieben acht neun"),
+])
+def test_a_long_number_in_the_locales_marks_is_a_number(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("5551234567", "five five five one two three four five six seven"),  # a plain run: digit by digit
+    ("007", "zero zero seven"),
+    # Past 15 digits num2words reads through a float and gets digits wrong: digit by digit, the
+    # decimal point said.
+    ("1,000,000,000,000,000", "one zero zero zero zero zero zero zero zero zero zero zero zero zero zero zero"),
+    ("3.14159265358979323846", "three point one four one five nine two six five three five eight nine seven "
+                               "nine three two three eight four six"),
+    ("123,456,789,012.34567", "one hundred and twenty-three billion four hundred and fifty-six million seven "
+                              "hundred and eighty-nine thousand and twelve point three four five six seven"),
+])
+def test_digit_runs_and_numbers_past_fifteen_digits_are_read_digit_by_digit(text: str, expected: str) -> None:
+    assert spoken(text) == expected
