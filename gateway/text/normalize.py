@@ -17,6 +17,8 @@ from gateway.text.options import TextOptions
 from gateway.text.segments import clean, is_speakable
 
 _BEFORE_PUNCT = re.compile(r"\s+([.,!?;:…%)\]}。！？，；：、])")
+# "print( one)": a number pass's words come with spaces around them, the one after a bracket kept.
+_AFTER_OPEN = re.compile(r"([(\[{])\s+")
 _REPEATED = re.compile(r"([.,;:!?])(?:\s*[.,;:])+")
 _PAUSE_SPLIT = re.compile(f"([{chr(markup.PAUSE_BASE)}-{chr(markup.PAUSE_BASE + markup.MAX_PAUSES - 1)}])")
 
@@ -47,8 +49,10 @@ def add_item(items: list[Item], item: Item) -> None:
 
 
 def tidy(text: str) -> str:
-    """One space between words, none before punctuation, no doubled punctuation."""
+    """One space between words, none before punctuation or after an opening bracket, no doubled
+    punctuation."""
     text = re.sub(r"\s+", " ", text)
+    text = _AFTER_OPEN.sub(r"\1", text)
     text = re.sub(r"(?<=\w)-\s+(?=\w)", " ", text)  # "COVID- nineteen" after a number pass
     text = _BEFORE_PUNCT.sub(r"\1", text)
     text = _REPEATED.sub(r"\1", text)

@@ -55,3 +55,14 @@ def test_a_long_number_in_the_locales_marks_is_a_number(text: str, lang: str, ex
 ])
 def test_digit_runs_and_numbers_past_fifteen_digits_are_read_digit_by_digit(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "code", "expected"), [
+    # A number pass's words came with a space before them, kept after an opening bracket: "print( one)".
+    ("print(1)", "speak", "print(one)"),
+    ("`print(1)`", "inline", "print(one)"),
+    ("x=(1+2)*3", "speak", "x=(one + two) three"),  # `*` is markup, not read (docs/text.md)
+    ("It costs ($5) or [2 km] {3}.", "inline", "It costs (five dollars) or [two kilometers] {three}."),
+])
+def test_no_space_after_an_opening_bracket(text: str, code: str, expected: str) -> None:
+    assert " ".join(str(item) for item in normalize_text(text, TextOptions(code=code))) == expected
