@@ -83,23 +83,25 @@ SECONDS_CUES = frozenset({"every", "after", "within", "wait", "for", "in", "time
 _DE_OBLIQUE = re.compile(r"(?:^|\s)(?:am|vom|zum|beim|im|dem|den|ab|bis|seit|für|über)\s*$", re.IGNORECASE)
 
 
-def date_words(date: datetime.date, lang: str, before: str = "") -> str:
-    """A date as the locale's long form says it: "March fifteenth, twenty twenty-four"; `before`:
-    the text ahead of it (German inflects the day after "am", "vom", "bis", ...)."""
+def date_words(date: datetime.date | tuple[int, int, int], lang: str, before: str = "") -> str:
+    """A date (or a (year, month, day) whose month lacks the day, `2024-02-30`) as the locale's long
+    form says it: "March fifteenth, twenty twenty-four"; `before`: the text ahead of it (German
+    inflects the day after "am", "vom", "bis", ...)."""
+    date_year, month, day = (date.year, date.month, date.day) if isinstance(date, datetime.date) else date
     loc = language.locale(lang)
     template = str(parse_pattern(str(get_date_format("long", locale=loc).pattern)).format)  # "%(d)s. %(MMMM)s %(y)s"
     base = language.base(lang)
     fields: dict[str, str] = {}
     for name in re.findall(r"%\((\w+)\)s", template):
         if name.startswith("d"):
-            fields[name] = ordinal(date.day, lang) if base in ORDINAL_DAY_LANGUAGES or (
-                base == "fr" and date.day == 1) else cardinal(date.day, lang)
+            fields[name] = ordinal(day, lang) if base in ORDINAL_DAY_LANGUAGES or (
+                base == "fr" and day == 1) else cardinal(day, lang)
         elif name in ("M", "MM", "L", "LL"):
-            fields[name] = cardinal(date.month, lang)
+            fields[name] = cardinal(month, lang)
         elif name.startswith(("M", "L")):
-            fields[name] = str(get_month_names("wide", locale=loc)[date.month])
+            fields[name] = str(get_month_names("wide", locale=loc)[month])
         elif name.startswith(("y", "u")):
-            fields[name] = year(date.year, lang)
+            fields[name] = year(date_year, lang)
         else:
             fields[name] = ""
     if base == "de" and _DE_OBLIQUE.search(before[-12:]):
@@ -138,6 +140,12 @@ def long_number_words(text: str, mark: str, lang: str) -> str:
     return f"{said} {point} {digits(fraction, lang)}"
 
 
+def is_date(month: int, day: int) -> bool:
+    """Whether a month and day can be read as a date: 1-12 and 1-31, also where the month has fewer
+    days (`2024-02-30` is read "February thirtieth", as a reader would, not checked)."""
+    return 1 <= month <= 12 and 1 <= day <= 31
+
+
 def phone_words(text: str, lang: str) -> str:
     """`+1 (555) 123-4567` -> "plus one, five five five, one two three, four five six seven"."""
     groups = [digits(group, lang) for group in re.findall(r"\d+", text)]
@@ -163,20 +171,26 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
             return m.group(0)
         return f"{m['cue'] or ''} {phone_words(m['n'], lang)} "
 
-    def iso_date(m: re.Match[str]) -> str:
-        try:
-            day = datetime.date(int(m["y"]), int(m["mo"]), int(m["d"]))
-            return f" {date_words(day, lang, m.string[:m.start()])} "
-        except ValueError:
-            return m.group(0)
+    def a_date(y: int, month: int, day: int, m: re.Match[str]) -> str:
+        return f" {date_words((y, month, day), lang, m.string[:m.start()])} "
+
+    def no_date(*parts: str) -> str:  # "13/13/2024": its numbers, a pause between them, the year a year's
+        return " " + ", ".join(year(int(p), lang) if len(p) == 4 else cardinal(int(p), lang) for p in parts) + " "
+
+    def iso_date(m: re.Match[str]) -> str:  # "2024-02-30" too: a day its month lacks is read as written
+        if is_date(int(m["mo"]), int(m["d"])):
+            return a_date(int(m["y"]), int(m["mo"]), int(m["d"]), m)
+        return no_date(m["y"], m["mo"], m["d"])
+
+    def dotted_date(m: re.Match[str]) -> str:  # "15.03.2024"; "1.13.2024" is left to the version pass
+        return a_date(int(m["y"]), int(m["mo"]), int(m["d"]), m) if is_date(int(m["mo"]), int(m["d"])) else m.group(0)
 
     def slash_date(m: re.Match[str]) -> str:
         a, b, y = int(m["a"]), int(m["b"]), int(m["y"])
-        month, day = (a, b) if us_dates else (b, a)
-        try:
-            return f" {date_words(datetime.date(y, month, day), lang, m.string[:m.start()])} "
-        except ValueError:
-            return m.group(0)
+        for month, day in ((a, b), (b, a)) if us_dates else ((b, a), (a, b)):  # "13/12/2024": day first only
+            if is_date(month, day):
+                return a_date(y, month, day, m)
+        return no_date(m["a"], m["b"], m["y"])
 
     def clock(m: re.Match[str]) -> str:
         meridiem = f"{m['ap'].upper()}M" if m["ap"] else ""
@@ -263,7 +277,7 @@ def _passes(lang: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     passes += [
         (r"(?<![\d-])(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?![\d-])", iso_date),
         (r"(?<![\d/])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4})(?![\d/])", slash_date),
-        (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", iso_date),
+        (r"(?<![\d.])(?P<d>\d{1,2})\.(?P<mo>\d{1,2})\.(?P<y>\d{4})(?![\d]|\.\d)", dotted_date),
         (r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<mi>[0-5]\d)(?::[0-5]\d)?(?![\d:]|[.,]\d)"
          r"(?:\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]|[,;:]))?)?", clock),
         (r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])(?P<mi>)\s?(?P<ap>[AaPp])\.?\s?[Mm]\b(?:\.(?=\s[a-z]|[,;:]))?", clock),

@@ -66,3 +66,17 @@ def test_digit_runs_and_numbers_past_fifteen_digits_are_read_digit_by_digit(text
 ])
 def test_no_space_after_an_opening_bracket(text: str, code: str, expected: str) -> None:
     assert " ".join(str(item) for item in normalize_text(text, TextOptions(code=code))) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "expected"), [
+    # A date shape that is no date kept its separators, read "02" as "zero two" and the year as a count.
+    ("2024-02-30", "en_US", "February thirtieth, twenty twenty-four"),  # a day its month lacks: read as written
+    ("2/29/2023", "en_US", "February twenty-ninth, twenty twenty-three"),
+    ("13/12/2024", "en_US", "December thirteenth, twenty twenty-four"),  # only day-first can be a date
+    ("13/13/2024", "en_US", "thirteen, thirteen, twenty twenty-four"),  # no month 13: its numbers
+    ("2024-13-45", "en_US", "twenty twenty-four, thirteen, forty-five"),
+    ("2024-02-00", "en_US", "twenty twenty-four, two, zero"),
+    ("31.02.2024", "de_DE", "einunddreißigste Februar zweitausendvierundzwanzig"),
+])
+def test_a_date_shape_that_is_no_date(text: str, lang: str, expected: str) -> None:
+    assert spoken(text, lang) == expected
