@@ -111,6 +111,9 @@ def unit_name(unit: str, count: int, lang: str) -> str:
     return unit_words(Decimal(count), unit, lang).replace(cardinal(count, lang), "", 1).strip()
 
 
+FLOAT_DIGITS = 15  # a float holds 15 significant decimal digits exactly
+
+
 def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str:
     """`3.50`, `USD` -> "three dollars, fifty cents"; `0.99` -> "ninety-nine cents";
     with `scale` 6: `2.5` -> "two point five million dollars"."""
@@ -124,6 +127,11 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
         cents = amount * 100
         if amount < 1 and cents == cents.to_integral_value() and len(forms) > 1 and forms[1]:
             return f"{cardinal(int(cents), lang)} {converter.pluralize(int(cents), forms[1])}"  # not "zero dollars"
+        if len(amount.as_tuple().digits) > FLOAT_DIGITS and len(forms) > 1 and forms[1]:
+            # (num2words reads currency through a float: past 15 digits its words go wrong, "..., zero cents")
+            units, hundredths = int(amount), int((amount - int(amount)) * 100)
+            return (f"{cardinal(units, lang)} {converter.pluralize(units, forms[0])}, "
+                    f"{cardinal(hundredths, lang)} {converter.pluralize(hundredths, forms[1])}")
         try:
             words = str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
             amount_words, comma, cents_words = words.rpartition(",")  # "..., fifty-six cents": the one pause kept

@@ -80,3 +80,18 @@ def test_no_space_after_an_opening_bracket(text: str, code: str, expected: str) 
 ])
 def test_a_date_shape_that_is_no_date(text: str, lang: str, expected: str) -> None:
     assert spoken(text, lang) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # num2words reads currency through a float: past 15 digits the cents became "zero" and the last
+    # dollar digits wrong, silently (found by the helper that fixed the long numbers).
+    ("$12,345,678,901,234,567.99", "twelve quadrillion three hundred and forty-five trillion six hundred and "
+                                   "seventy-eight billion nine hundred and one million two hundred and thirty-four "
+                                   "thousand five hundred and sixty-seven dollars, ninety-nine cents"),
+    ("$1,234,567,890,123,456.01", "one quadrillion two hundred and thirty-four trillion five hundred and sixty-seven "
+                                  "billion eight hundred and ninety million one hundred and twenty-three thousand "
+                                  "four hundred and fifty-six dollars, one cent"),
+    ("$3.50", "three dollars, fifty cents"),  # (the float path still reads the short ones)
+])
+def test_long_money_amounts_keep_every_digit(text: str, expected: str) -> None:
+    assert spoken(text) == expected
