@@ -84,6 +84,11 @@ def unknown_default_model(default_model: str, installed: str, asked: object = No
                         "and restart", field=field)
 
 
+async def _unknown_model(library: Library, model: object, model_field: str) -> UnknownModel:
+    known = ", ".join(m["id"] for m in await library.list_models())
+    return UnknownModel(f"unknown model {_shown(model)}; installed: {known}", field=model_field)
+
+
 async def resolve(library: Library, *, model: object, voice: object, speed: object | None,
                   default_model: str, default_voice: str, preset_may_switch_model: bool = False,
                   model_field: str = "model", voice_field: str = "voice") -> Choice:
@@ -111,6 +116,8 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
         assert record is not None
         return Choice(model_id, voice, speed_value if speed_value is not None else 1.0, family=record["family"])
 
+    if record is None and explicit_model and not preset_may_switch_model:  # (before a preset is judged against it)
+        raise await _unknown_model(library, model, model_field)
     preset = await library.find_preset(voice) if voice else None
     if preset is not None:
         if explicit_model and preset["model_id"] != model_id and not preset_may_switch_model:
@@ -125,10 +132,10 @@ async def resolve(library: Library, *, model: object, voice: object, speed: obje
                       dict(preset["settings"]), preset=preset["name"], family=preset_model["family"])
 
     if record is None:
-        known = ", ".join(m["id"] for m in await library.list_models())
         if not explicit_model:  # no model of its own to name: the setting it fell to is the problem
+            known = ", ".join(m["id"] for m in await library.list_models())
             raise unknown_default_model(default_model, known, model, model_field)
-        raise UnknownModel(f"unknown model {_shown(model)}; installed: {known}", field=model_field)
+        raise await _unknown_model(library, model, model_field)
     model_default = default_voice if default_voice in voices else (voices[0] if voices else default_voice)
     if not voice or voice in OPENAI_VOICES:
         voice = model_default

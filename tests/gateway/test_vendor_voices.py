@@ -1,7 +1,7 @@
 """A vendor voice id that names a speaker preset of another model than the request's `model_id`:
 the error names the vendor's own field (ElevenLabs `voice_id`, in the path; Cartesia `voice.id`,
 or `voice` when it is a string) in the vendor's error shape, on every ElevenLabs and Cartesia
-route, through a real server with two models."""
+route, through a real server with two models; and an unknown model with a preset (every route)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,37 @@ def test_a_model_id_that_is_no_string_is_named_model_id(live: LiveServer) -> Non
     assert response.status_code == 400 and response.json()["error"]["field"] == "model_id", response.text
     response = httpx.post(f"{live.url}/tts/bytes", json={"model_id": 3, "transcript": "hi", "output_format": FORMAT})
     assert response.status_code == 400 and response.json()["error"]["field"] == "model_id", response.text
+
+
+def _unknown_model(error: dict[str, Any], field: str) -> None:
+    assert error["code"] == "unknown_model" and error["field"] == field, error
+    assert error["message"].startswith("unknown model 'nope'; installed: "), error
+
+
+def test_an_unknown_model_with_a_preset_is_an_unknown_model_on_every_route(live: LiveServer) -> None:
+    """`{"model": "nope", "voice": "fixed"}` was a 400 about the preset ("'fixed' is a preset of model
+    'joe-two', not of 'nope'") where `{"model": "nope"}` alone is a 404 unknown_model: the model is
+    checked before the preset is judged (found by a new-user trial)."""
+    response = httpx.post(f"{live.url}/v1/audio/speech", json={"input": "hi", "model": "nope", "voice": "fixed"})
+    assert response.status_code == 404, response.text
+    _unknown_model(response.json()["error"], "model")
+    response = httpx.post(f"{live.url}/v1/text/normalize", json={"input": "hi", "model": "nope", "voice": "fixed"})
+    assert response.status_code == 404, response.text
+    _unknown_model(response.json()["error"], "model")
+    for path in EL_PATHS:
+        response = httpx.post(f"{live.url}/v1/text-to-speech/fixed{path}", json={"text": "hi", "model_id": "nope"})
+        assert response.status_code == 404, response.text
+        _unknown_model(response.json()["error"], "model_id")
+    body = {"model_id": "nope", "transcript": "hi", "voice": {"mode": "id", "id": "fixed"}, "output_format": FORMAT}
+    response = httpx.post(f"{live.url}/tts/bytes", json=body)
+    assert response.status_code == 404, response.text
+    _unknown_model(response.json()["error"], "model_id")
+    with connect(f"{live.ws_url}/v1/realtime", open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {"model": "nope", "voice": "fixed"}}))
+        event = json.loads(ws.recv(timeout=10))
+        assert event["type"] == "error", event
+        _unknown_model(event["error"], "session.model")
+        ws.send(json.dumps({"type": "session.update", "session": {"voice": "fixed"}}))  # the session lives on
+        updated = json.loads(ws.recv(timeout=10))
+        assert updated["type"] == "session.updated" and updated["session"]["model"] == "joe-two", updated
