@@ -9,10 +9,10 @@ parameter), and its routes are then checked like ours.
 Scopes: `public` (pages, assets, health, the API schema), `read` (any valid key),
 `speech`, `admin` (gateway/keys.py). With `auth` required (the default off loopback)
 every non-public request needs a key; on loopback a key is optional, but once the server
-has a key, a key that is sent must be valid (a server without any ignores what a client
-sends: agent clients always send something). A secret in a query parameter (`api_key`, and
-`SECRET_PARAMS`) is replaced by `redacted` in the scope before anything else runs
-(RedactQuerySecrets), so no log line shows it, refused or not.
+has an active key, a key that is sent must be valid (a server without any ignores a key it
+never issued: agent clients always send something; one it revoked is refused even then).
+A secret in a query parameter (`api_key`, and `SECRET_PARAMS`) is replaced by `redacted` in
+the scope before anything else runs (RedactQuerySecrets), so no log line shows it, refused or not.
 
 A POST without a key must not have a body type a web page can send cross-site without
 a CORS preflight (a form, `text/plain`, or none): 415. That is what keeps `/unload`
@@ -164,13 +164,19 @@ class KeyCheck:
         self.app = app
 
     @staticmethod
-    async def _keys_in_use(state: AppState) -> bool:
-        """Whether a presented key must be valid: keys are required, or some key exists.
+    async def _refused(state: AppState, secret: str) -> bool:
+        """Whether a presented key that is no active key is refused: keys are required, or some key
+        is active, or it is a key this server revoked.
 
         Agent clients always send a key (pipecat and LiveKit want one), so a server that
-        has none and needs none ignores it and serves them as it serves any other client.
+        has none and needs none ignores one it never issued and serves them as it serves any other
+        client; but a revoked key is refused even then (found by a new-user trial: revoking the last
+        key on loopback made the server serve it again).
         """
-        return state.settings.keys_required or (state.keys is not None and await state.keys.count_active() > 0)
+        if state.settings.keys_required:
+            return True
+        keys = state.keys
+        return keys is not None and (await keys.count_active() > 0 or await keys.is_revoked(secret))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -189,7 +195,7 @@ class KeyCheck:
                 if key is not None:
                     note(key=key.key_id)  # (its id, never the secret: the access line)
                 if key is None:
-                    if await self._keys_in_use(state):
+                    if await self._refused(state, secret):
                         await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",
                                    field, {"WWW-Authenticate": "Bearer"})
                         return

@@ -276,8 +276,13 @@ async def _keys(args: argparse.Namespace) -> int:
                 return 2
             from gateway.revocation import REVOCATION_CHECK_S
 
-            print(f"revoked {found[0].key_id} ({found[0].name}); a running server refuses it at once and closes "
-                  f"the WebSocket sessions opened with it within {REVOCATION_CHECK_S:g} s")
+            said = (f"revoked {found[0].key_id} ({found[0].name}); a running server refuses it at once and closes "
+                    f"the WebSocket sessions opened with it within {REVOCATION_CHECK_S:g} s")
+            if not await store.count_active():  # (keys optional on loopback: no key at all is then served)
+                said += ("; no active key remains: a server where keys are optional (on loopback, auth \"auto\"; "
+                         "or auth \"off\") now serves requests without a key, one that requires keys refuses "
+                         "every request until you create one")
+            print(said)
     finally:
         await library.close()
     return 0

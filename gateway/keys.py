@@ -138,6 +138,14 @@ class KeyStore:
                 await db.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (time.time(), found[0].key_id))
         return found
 
+    async def is_revoked(self, secret: str) -> bool:
+        """Whether `secret` is a key of this store that was revoked (and none active has that text)."""
+        if not secret.startswith(KEY_PREFIX) or len(secret) > 128:
+            return False
+        async with self.library.db.execute("SELECT 1 FROM api_keys WHERE secret_sha256 = ? AND revoked_at IS NOT NULL",
+                                           (digest(secret),)) as cur:
+            return await cur.fetchone() is not None
+
     async def lookup(self, secret: str) -> ApiKey | None:
         """The active key whose text is `secret`, or None (unknown or revoked)."""
         if not secret.startswith(KEY_PREFIX) or len(secret) > 128:

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from gateway.cli import main
@@ -91,3 +93,33 @@ def test_sessions_of_a_revoked_key_are_closed_on_every_protocol(keyed: tuple[Liv
     assert server.wait_idle() == 0  # the revoked session's engine request was freed
     assert server.app_state.limits is not None and not server.app_state.limits.in_flight  # and its slots
 
+
+
+def test_the_last_key_revoked_on_loopback_is_still_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a new-user trial: on loopback (keys optional) revoking the only active key made the
+    server ignore keys, so a request presenting the revoked key was served (200), though the CLI
+    said a running server refuses it at once. A key the server knows to be revoked is refused
+    (401 invalid_api_key) over HTTP and WebSocket; a key never issued is still ignored while no
+    key is active (agent clients always send some key), and no key is needed."""
+    doomed = create_key(tmp_path, "third")
+    for server in run_server(tmp_path):
+        with realtime(server, doomed) as open_session:
+            capsys.readouterr()
+            revoke(tmp_path, "third")
+            said = capsys.readouterr().out
+            assert "refuses it at once" in said and "no active key remains" in said, said
+            messages, code, _ = closed(open_session)
+            assert code == 1008 and [m["error"]["code"] for m in messages if m["type"] == "error"] == \
+                ["api_key_revoked"], messages
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            refused = client.get("/v1/models", headers={"Authorization": f"Bearer {doomed}"})
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["error"]["code"] == "invalid_api_key", refused.text
+            assert client.get("/v1/models", headers={"Authorization": "Bearer vxg_never_issued"}).status_code == 200
+            assert client.get("/v1/models").status_code == 200
+        with pytest.raises(InvalidStatus) as denied:
+            connect(f"{server.ws_url}/v1/realtime?api_key={doomed}", open_timeout=10)
+        assert denied.value.response.status_code == 401
+        assert json.loads(denied.value.response.body or b"{}")["error"]["code"] == "invalid_api_key"
+        with realtime(server, "vxg_never_issued"):
+            pass
