@@ -18,7 +18,8 @@ the time from the request's arrival to its end, the body bytes sent, an error's 
 the API's JSON error body), and what the route added with `note` (its key, model,
 voice, TTFA, audio, stalls; a session's utterances). A response whose body did not reach its
 end says so in `cut=` (the client left, it was abandoned as a slow reader, or the server shut
-down). 5xx lines are warnings; the rest are info, so `log_level = "warning"` keeps only them.
+down). A client that left while sending its body is status 0 (its body stalled past
+`body_timeout_s`: 408 `request_timeout`, the answer the connection got). 5xx lines are warnings; the rest are info, so `log_level = "warning"` keeps only them.
 
 `voxgate_http_requests_total{method,route,status,code}` counts the same lines, by the route's
 template (`/v1/models/{model_id}`, also for a request refused before routing; `unmatched` for no
@@ -47,6 +48,10 @@ _ERROR_BODY_MAX = 16384  # an error body larger than this is not parsed for its 
 _STARTS = ("http.response.start", "websocket.http.response.start")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "WS"})  # others: `other`
 _BODIES = ("http.response.body", "websocket.http.response.body")
+# A request scope's key, set by gateway/errors.py when the client left while sending its body: the
+# (status, code) the line gives instead of the answer made for no one (0: no answer reached the client;
+# 408 `request_timeout`: gateway/http_protocol.py answered a stalled body itself).
+CLIENT_GONE = "voxgate.client_gone"
 
 
 def note(**fields: Any) -> None:
@@ -175,6 +180,8 @@ class AccessLog:
         method = "WS" if websocket else scope.get("method", "-")
         status = seen["status"] if seen["status"] is not None else 0  # 0: no answer (the client left first)
         code = error_code(bytes(seen["error"])) if seen["error"] else None
+        if CLIENT_GONE in scope:  # (the route's answer to a client gone mid-body reached no one)
+            status, code = scope[CLIENT_GONE]
         path = printable(scope.get("path", ""))
         query = scope.get("query_string", b"")
         if query:

@@ -25,7 +25,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.types import EngineError, Overloaded
-from gateway.access_log import printable
+from gateway.access_log import CLIENT_GONE, printable
 from models import InvalidModel
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,8 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     server, so one info line and no traceback. What the route held is freed as the exception unwinds it (an
     upload's partial file, a key's slot: gateway/auth.py); the answer reaches no one."""
     stalled = request.scope.get(BODY_TIMED_OUT)
+    # (the access line's status: not this 400's, which reaches no one; gateway/access_log.py)
+    request.scope[CLIENT_GONE] = (0, None) if stalled is None else (408, "request_timeout")
     if stalled is not None:
         log.info("%s %s: no byte of the request body came for %g s: answered 408", request.method,
                  printable(request.url.path), stalled)

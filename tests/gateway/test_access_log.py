@@ -171,3 +171,37 @@ def test_a_path_cannot_forge_log_lines(keyed: tuple[LiveServer, str]) -> None:
     assert all(c.isprintable() for c in line), line
     assert access_log.printable("voice\x1b[2J") == "voice%1B[2J"
     assert all(c.isprintable() or c == "\\" for c in access_log._value("a\x1bb\u2028"))
+
+
+MULTIPART = (b'--b\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n'
+             b"RIFF" + b"\0" * 500_000)
+UPLOADS = {  # a route that reads a body, its Content-Type, its Content-Length, and the part sent before leaving
+    "/v1/takes?text=hello&model=piper-joe&voice=default&sample_rate=24000": ("audio/pcm", 2_000_000, b"\0" * 500_000),
+    "/v1/voices/references": ("multipart/form-data; boundary=b", 2_000_000, MULTIPART),
+    "/v1/audio/clone": ("multipart/form-data; boundary=b", 2_000_000, MULTIPART),
+    "/v1/audio/speech": ("application/json", 60_000, b'{"input": "Hello'),
+    "/v1/projects/{project}/import": ("application/json", 60_000, b'{"text": "Hello'),
+}
+
+
+def test_a_client_that_leaves_mid_upload_is_status_0(keyed: tuple[LiveServer, str]) -> None:
+    """Found by a new-user trial: a client that closed its socket part way through a take's upload was
+    logged as status 400 with no error code (the answer Starlette's ClientDisconnect handler made for
+    no one), where status 0 means the client left before an answer. So on every route reading a body."""
+    import socket
+
+    live, key = keyed
+    project = httpx.post(f"{live.url}/v1/projects", json={"name": "Upload"}, headers=bearer(key))
+    assert project.status_code == 201, project.text
+    port = int(live.url.rsplit(":", 1)[1])
+    for template, (content_type, length, sent) in UPLOADS.items():
+        path = template.format(project=project.json()["id"])
+        with server_log("gateway.access") as records:
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                             f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n".encode() + sent)
+                time.sleep(0.3)  # (the route is reading the body)
+            line = access_line(records, f"POST {path} ")
+        status, request_id, _, size, *rest = line.split(" ", 2)[2].split()
+        assert (status, size) == ("0", "0B") and request_id.startswith("req_"), line
+        assert not rest or "=" in rest[0], line  # no error code: nothing was wrong but the client's leaving

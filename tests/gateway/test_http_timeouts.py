@@ -92,7 +92,7 @@ def test_a_body_that_stops_coming_gets_408_and_frees_what_it_held(
     assert main(["keys", "create", "t", "--scope", "speech", "--scope", "admin", "--data-dir", str(data)]) == 0
     secret = capsys.readouterr().out.strip()
     caplog.set_level(logging.INFO, logger="gateway.errors")
-    with server_log() as records:
+    with server_log() as records, server_log("gateway.access") as access:
         for path, (content_type, start) in BODIES.items():
             with socket.create_connection(("127.0.0.1", _port(live))) as sock:
                 sent = time.monotonic()
@@ -111,6 +111,9 @@ def test_a_body_that_stops_coming_gets_408_and_frees_what_it_held(
         for path in BODIES]
     assert not list((data / "takes").glob("*.part"))  # the take's partial upload is removed
     assert live.app_state.engine.num_requests() == 0
+    # The access line says what the client got (it said 400 with no code: the route's answer to no one).
+    lines = [r.getMessage() for r in access if r.getMessage().startswith("POST ")]
+    assert [line.split()[2:3] + line.split()[6:7] for line in lines] == [["408", "request_timeout"]] * len(BODIES), lines
 
 
 def test_a_slow_body_that_keeps_coming_is_read_whole(bounded: LiveServer) -> None:
