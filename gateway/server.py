@@ -12,7 +12,7 @@ idle connections; `WebSocketProtocol` leaves open sessions to the drain), `Serve
 2. running responses get until `graceful_shutdown_s` - `margin` to finish, and so do
    WebSocket sessions: each is closed with 1012 as soon as it speaks nothing
    (gateway/connection.py `end_if_idle`: its utterance in progress goes on to its end);
-3. then the sessions still open are closed with 1012 as uvicorn would have at once, every
+3. then the sessions still open are closed with 1012 (`server is shutting down`), every
    write still waiting, or started later, fails (`WriteGuard.abort_all`), so the streams
    end and cancel their engine requests, and the connections still open (slow clients)
    are aborted, so nothing is left for uvicorn to cancel.
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WS_MAX_MESSAGE_BYTES = 1 << 20  # uvicorn closes a session (1009) whose message is larger
 PONG_FRAME = b"\x8a"  # a server's pong frame starts so: FIN, opcode 0xA (no extensions, unmasked)
+SHUTDOWN_REASON = "server is shutting down"  # a session's close reason (1012) at a shutdown (gateway/connection.py)
 
 
 def shutdown_margin_s(grace_s: float) -> float:
@@ -105,8 +106,16 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         super().shutdown()
 
     def close_now(self) -> None:
-        """What uvicorn's shutdown does at once: 1012 to the client, a disconnect to the app."""
-        super().shutdown()
+        """What uvicorn's shutdown does at once: 1012 to the client, a disconnect to the app; with the
+        reason a session closed earlier in the drain gets (uvicorn sends none: found by a new-user trial)."""
+        if self.close_sent or not self.handshake_complete or self.initial_response is not None:
+            super().shutdown()
+            return
+        self.stop_keepalive()
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": 1012, "reason": SHUTDOWN_REASON})
+        self.conn.send_close(1012, SHUTDOWN_REASON)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.transport.close()
 
 
 # uvicorn's lines for each WebSocket (its access line, `... "WebSocket /v1/realtime" [accepted]`, and
