@@ -4,9 +4,9 @@ The export was rendered whole in memory: float32 for every sample (345 MB an hou
 float64 copy or more for the loudness measurement, and the encoded file besides, so a long
 project could take gigabytes per request. Here the memory is one take at a time: each piece is
 read, resampled and written to the encoder (libsndfile through soundfile; WAV as PCM16 with its
-header patched at the end) in turn, into `<data_dir>/projects/.exports/` (a folder no project
-has, so a start's sweep removes what a kill left: gateway/projects_sweep.py), and the route
-sends it with `TemporaryFileResponse`, which deletes it once sent (or the client left).
+header patched at the end) in turn, into `<data_dir>/projects/.exports/` (the projects' own
+folder: a start's sweep keeps it and removes what a kill left in it, gateway/projects_sweep.py),
+and the route sends it with `TemporaryFileResponse`, which deletes it once sent (or the client left).
 
 Loudness (`loudness=` LUFS) needs the whole programme's integrated loudness before the first
 sample is written: a first pass measures it per ITU-R BS.1770-4 as pyloudnorm does, with

@@ -7,16 +7,32 @@ import asyncio
 import json
 import logging
 import shutil
+from pathlib import Path
 
+from gateway.projects_export import EXPORT_DIR
 from gateway.projects_store import ProjectStore
 from gateway.strays import remove_strays
 
 log = logging.getLogger(__name__)
 
 
+def _empty(folder: Path) -> int:
+    """Remove what `folder` holds (exports a kill left: an export's file goes once it is sent); returns how
+    many files and folders went."""
+    removed = 0
+    for path in folder.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 async def sweep_projects(store: ProjectStore) -> tuple[int, int]:
-    """Remove partial files (`.part`), audio files no take names (as its audio or in its undo history), and
-    the folders of projects that are gone, under `store.folder`; returns (files, folders) removed. Only a
+    """Remove partial files (`.part`), audio files no take names (as its audio or in its undo history),
+    the folders of projects that are gone, and exports a kill left in `EXPORT_DIR` (the folder itself is
+    kept), under `store.folder`; returns (files, folders) removed, logged only when some were. Only a
     server's start-up calls this, inside the data dir's exclusive lock, as `TakeStore.sweep` (found by a
     new-user trial: nothing removed such files, while the takes folder had its sweep)."""
     if not store.folder.is_dir():
@@ -31,7 +47,9 @@ async def sweep_projects(store: ProjectStore) -> tuple[int, int]:
     def sweep() -> tuple[int, int]:
         files = folders = 0
         for folder in (path for path in store.folder.iterdir() if path.is_dir()):
-            if folder.name not in projects:
+            if folder.name == EXPORT_DIR:  # the projects' own: kept (the next export made it again), emptied
+                files += _empty(folder)
+            elif folder.name not in projects:
                 shutil.rmtree(folder, ignore_errors=True)
                 folders += 1
             else:

@@ -259,3 +259,35 @@ def test_a_failed_write_of_a_take_leaves_no_partial_file(tmp_path: Path) -> None
     with pytest.raises(TypeError):
         write_wav(tmp_path / "take.wav", 24000, Unwritable())  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_start_keeps_the_exports_folder_and_logs_only_what_it_removed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Found by a new-user trial: every start logged `projects: removed 0 file(s) and 1 folder(s) no project or
+    take names`: the sweep removed `.exports` (no project's id), the projects' own folder, which the next export
+    made again. It is kept; an export a kill left in it is removed, and a start with nothing to remove is quiet."""
+    import asyncio
+    import logging
+
+    from gateway.library import Library
+    from gateway.projects_export import EXPORT_DIR
+    from gateway.projects_store import ProjectStore
+    from gateway.projects_sweep import sweep_projects
+
+    exports = tmp_path / "projects" / EXPORT_DIR
+    exports.mkdir(parents=True)
+    (exports / "export-000000000000.wav").write_bytes(b"RIFF")  # a kill while an export was sent
+
+    async def sweeps() -> list[tuple[int, int]]:
+        library = await Library.open(tmp_path / "voxgate.db")
+        try:
+            store = ProjectStore(library, tmp_path / "projects")
+            return [await sweep_projects(store), await sweep_projects(store)]
+        finally:
+            await library.close()
+
+    caplog.set_level(logging.INFO, logger="gateway.projects_sweep")
+    assert asyncio.run(sweeps()) == [(1, 0), (0, 0)]
+    assert exports.is_dir() and list(exports.iterdir()) == []
+    assert [r.getMessage() for r in caplog.records if r.name == "gateway.projects_sweep"] == [
+        "projects: removed 1 file(s) and 0 folder(s) no project or take names"]
