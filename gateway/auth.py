@@ -164,9 +164,11 @@ class KeyCheck:
         self.app = app
 
     @staticmethod
-    async def _refused(state: AppState, secret: str) -> bool:
+    async def _refused(state: AppState, secret: str, field: str) -> bool:
         """Whether a presented key that is no active key is refused: keys are required, or some key
-        is active, or it is a key this server revoked.
+        is active, or it is a key this server revoked, but not in the studio's sign-in cookie
+        (`field` "Cookie"): a browser still signed in with the last key, revoked, would be asked
+        for a key where none exists, when the server serves the page without one.
 
         Agent clients always send a key (pipecat and LiveKit want one), so a server that
         has none and needs none ignores one it never issued and serves them as it serves any other
@@ -176,7 +178,9 @@ class KeyCheck:
         if state.settings.keys_required:
             return True
         keys = state.keys
-        return keys is not None and (await keys.count_active() > 0 or await keys.is_revoked(secret))
+        if keys is None or await keys.count_active() > 0:
+            return keys is not None
+        return field != "Cookie" and await keys.is_revoked(secret)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -195,7 +199,7 @@ class KeyCheck:
                 if key is not None:
                     note(key=key.key_id)  # (its id, never the secret: the access line)
                 if key is None:
-                    if await self._refused(state, secret):
+                    if await self._refused(state, secret, field):
                         await deny(scope, receive, send, 401, "invalid_api_key", "the API key is unknown or revoked",
                                    field, {"WWW-Authenticate": "Bearer"})
                         return

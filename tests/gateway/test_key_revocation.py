@@ -117,6 +117,8 @@ def test_the_last_key_revoked_on_loopback_is_still_refused(tmp_path: Path, capsy
             assert refused.json()["error"]["code"] == "invalid_api_key", refused.text
             assert client.get("/v1/models", headers={"Authorization": "Bearer vxg_never_issued"}).status_code == 200
             assert client.get("/v1/models").status_code == 200
+            # The studio's sign-in cookie with it: the page is served as to anyone (no key asked).
+            assert client.get("/v1/models", headers={"Cookie": f"voxgate_key={doomed}"}).status_code == 200
         with pytest.raises(InvalidStatus) as denied:
             connect(f"{server.ws_url}/v1/realtime?api_key={doomed}", open_timeout=10)
         assert denied.value.response.status_code == 401
