@@ -273,7 +273,8 @@ class ElevenLabsSocket(VendorSocket):
                 raise InvalidInput('a message needs "text", "flush", "close_context" or "close_socket"',
                                    field="text")
             context = await self.open(context_id, message)
-        if text and context.closing and not self.multi:  # (TextContext.append's message names contexts)
+        if text and text.strip() and context.closing and not self.multi:  # (TextContext.append's names contexts;
+            # whitespace there is let pass, as TextContext.append lets it: a keep-alive has nothing to speak)
             raise InvalidInput("the input ended (an empty text ends it); /stream-input takes one input a connection: "
                                "open a new connection", field="text")
         if text and not (text.isspace() and not context.feed.has_pending):  # (" " alone: a keep-alive)

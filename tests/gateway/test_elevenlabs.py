@@ -173,6 +173,20 @@ def test_text_after_stream_inputs_end_says_to_open_a_new_connection(server: Live
     assert server.wait_idle() == 0
 
 
+def test_a_keep_alive_after_stream_inputs_end_is_let_pass(server: LiveServer) -> None:
+    """Whitespace after the end of input (a client's keep-alive) has nothing to speak: it was an
+    `invalid_input` error ahead of the turn's audio (found by a review of fc3e882, which let it pass
+    for contexts only)."""
+    url = f"{server.ws_url}/v1/text-to-speech/rachel/stream-input?model_id=eleven_turbo_v2&output_format=pcm_24000"
+    with connect(url, open_timeout=10) as ws:
+        ws.send(json.dumps({"text": "Hello there. A complete turn. "}))
+        ws.send(json.dumps({"text": ""}))
+        ws.send(json.dumps({"text": " "}))
+        messages = until_final(ws)
+    assert messages[-1] == {"isFinal": True} and audio_of(messages), messages[-1:]
+    assert not any("error" in m for m in messages), [m for m in messages if "error" in m]
+
+
 @pytest.mark.parametrize(("output_format", "check"), [
     ("pcm_32000", "pcm"), ("ulaw_8000", "ULAW"), ("alaw_8000", "ALAW"), ("mp3_22050_32", "MP3"),
     ("opus_48000_64", "OGG"),
