@@ -37,7 +37,7 @@ number is: `-5°C` "minus five degrees Celsius", `-$20` "minus twenty dollars".
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Callable, Iterable
 
 from babel.numbers import format_decimal, get_currency_name
@@ -46,8 +46,8 @@ from num2words import CONVERTER_CLASSES, num2words
 
 from gateway.text import language
 from gateway.text.number_words import (
-    DECADE_YEARS, SIGN, cardinal, english_plural, money_pattern, number_pattern, ordinal, parse_money, parse_number, scaled,
-    signed, ungrouped, year,
+    DECADE_YEARS, SIGN, cardinal, decimal_word, digits, english_plural, money_pattern, number_pattern, ordinal,
+    parse_money, parse_number, scaled, signed, ungrouped, year,
 )
 
 CURRENCY_SYMBOLS = {"US$": "USD", "A$": "AUD", "C$": "CAD", "R$": "BRL", "$": "USD", "€": "EUR", "£": "GBP",
@@ -123,15 +123,14 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
     if scale:
         name = converter.pluralize(2, forms[0]) if forms else get_currency_name(code, count=2, locale=language.locale(lang))
         return f"{scaled(amount, scale, lang)} {name}"
+    if amount != amount.to_integral_value():
+        rounded = amount.quantize(Decimal("0.01"), ROUND_HALF_UP)  # (as num2words rounds a float's cents)
+        if len(rounded.as_tuple().digits) > FLOAT_DIGITS:  # a float would get its digits wrong, silently
+            return _long_money(rounded, code, lang)
     if amount != amount.to_integral_value() and forms:
         cents = amount * 100
         if amount < 1 and cents == cents.to_integral_value() and len(forms) > 1 and forms[1]:
             return f"{cardinal(int(cents), lang)} {converter.pluralize(int(cents), forms[1])}"  # not "zero dollars"
-        if len(amount.as_tuple().digits) > FLOAT_DIGITS and len(forms) > 1 and forms[1]:
-            # (num2words reads currency through a float: past 15 digits its words go wrong, "..., zero cents")
-            units, hundredths = int(amount), int((amount - int(amount)) * 100)
-            return (f"{cardinal(units, lang)} {converter.pluralize(units, forms[0])}, "
-                    f"{cardinal(hundredths, lang)} {converter.pluralize(hundredths, forms[1])}")
         try:
             words = str(num2words(float(amount), lang=num_lang, to="currency", currency=code))
             amount_words, comma, cents_words = words.rpartition(",")  # "..., fifty-six cents": the one pause kept
@@ -143,6 +142,27 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
     name = converter.pluralize(count, forms[0]) if forms else get_currency_name(
         code, count=count, locale=language.locale(lang))
     return f"{cardinal(amount if whole is None else whole, lang)} {name}"
+
+
+def _long_money(amount: Decimal, code: str, lang: str) -> str:
+    """An amount of more than `FLOAT_DIGITS` digits (to the cent), every digit kept: num2words reads
+    currency, and some languages' decimals, through a float. Its whole part and its cents apart
+    ("..., ninety-nine cents"); where num2words has no cent name, the cents after the decimal word
+    ("... point eight nine dollars"), or, with no decimal word either (Japanese), as a number after
+    the currency's name."""
+    converter = CONVERTER_CLASSES[language.number_language(lang)]
+    forms = getattr(converter, "CURRENCY_FORMS", {}).get(code)
+    units, hundredths = int(amount), int((amount - int(amount)) * 100)
+    name = converter.pluralize(units, forms[0]) if forms else get_currency_name(
+        code, count=units, locale=language.locale(lang))
+    if not hundredths:
+        return f"{cardinal(units, lang)} {name}"
+    if forms and len(forms) > 1 and forms[1]:
+        return f"{cardinal(units, lang)} {name}, {cardinal(hundredths, lang)} {converter.pluralize(hundredths, forms[1])}"
+    point = decimal_word(lang)
+    if point is not None:
+        return f"{cardinal(units, lang)} {point} {digits(f'{hundredths:02d}', lang)} {name}"
+    return f"{cardinal(units, lang)} {name} {cardinal(hundredths, lang)}"
 
 
 def fraction_words(numerator: int, denominator: int, whole: int | None = None) -> str:

@@ -95,3 +95,18 @@ def test_a_date_shape_that_is_no_date(text: str, lang: str, expected: str) -> No
 ])
 def test_long_money_amounts_keep_every_digit(text: str, expected: str) -> None:
     assert spoken(text) == expected
+
+
+@pytest.mark.parametrize(("text", "lang", "has", "lacks"), [
+    # (a review of the fix above) Japanese has no num2words currency words: its float path rounded
+    # the last digit up and lost the cents
+    ("$12345678901234567.89", "ja_JP", "四千五百六十七 米ドル 八十九", "五百六十八"),
+    # to the cent as the float path rounds ("$5.999": "six dollars"), not cut off
+    ("$1234567890123456.005", "en_US", "four hundred and fifty-six dollars, one cent", "zero cents"),
+    ("$123456789012345.999", "en_US", "three hundred and forty-six dollars", "cents"),
+    # 13 digits and cents to round: the float path, which reads it right
+    ("$1234567890123.4567", "en_US", "twenty-three dollars, forty-six cents", "forty-five"),
+])
+def test_long_money_rounds_to_the_cent_in_every_language(text: str, lang: str, has: str, lacks: str) -> None:
+    said = spoken(text, lang)
+    assert has in said and lacks not in said, said
