@@ -18,7 +18,8 @@ from gateway.text.segments import clean, is_speakable
 
 _BEFORE_PUNCT = re.compile(r"\s+([.,!?;:…%)\]}。！？，；：、])")
 # "print( one)": a number pass's words come with spaces around them, the one after a bracket kept.
-_AFTER_OPEN = re.compile(r"([(\[{])\s+")
+# Only a bracket that closes later: an emoticon's ("sad :-( really") keeps the space to the next word.
+_AFTER_OPEN = re.compile(r"([(\[{])\s+(?=[^(){}\[\]]*[)\]}])")
 _REPEATED = re.compile(r"([.,;:!?])(?:\s*[.,;:])+")
 _PAUSE_SPLIT = re.compile(f"([{chr(markup.PAUSE_BASE)}-{chr(markup.PAUSE_BASE + markup.MAX_PAUSES - 1)}])")
 

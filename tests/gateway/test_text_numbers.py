@@ -63,6 +63,8 @@ def test_digit_runs_and_numbers_past_fifteen_digits_are_read_digit_by_digit(text
     ("`print(1)`", "inline", "print(one)"),
     ("x=(1+2)*3", "speak", "x=(one + two) three"),  # `*` is markup, not read (docs/text.md)
     ("It costs ($5) or [2 km] {3}.", "inline", "It costs (five dollars) or [two kilometers] {three}."),
+    # A bracket that closes nothing (an emoticon) keeps its space (a review: "sad:-(really")
+    ("I am sad :-( really", "inline", "I am sad:-( really"),
 ])
 def test_no_space_after_an_opening_bracket(text: str, code: str, expected: str) -> None:
     assert " ".join(str(item) for item in normalize_text(text, TextOptions(code=code))) == expected
