@@ -262,10 +262,8 @@ async def _export_head(request: Request, store: ProjectStore, project: dict[str,
     for audio too short to measure), its Content-Type, Content-Disposition and X-Voxgate-Duration-Ms
     from the takes' file headers, and a WAV's Content-Length; no loudness headers, no size for a
     compressed format (they need the rendering)."""
-    gone = await run_in_threadpool(_audio_gone, store, chosen)
-    if gone is not None:
-        raise gone
-    headers = await run_in_threadpool(head_headers, pieces, fmt, target)
+    # (as GET: the 404 for a take's file gone before the headers are read, or while they are)
+    headers = await _rendered(store, chosen, lambda: head_headers(pieces, fmt, target))
     headers.update({"Content-Disposition": _disposition(project, fmt), "Accept-Ranges": "bytes"})
     response = Response(None, media_type=MEDIA_TYPES[fmt], headers=headers)
     if "Content-Length" not in headers:  # (Response sets 0 for its empty body: GET's size is unknown)

@@ -151,3 +151,29 @@ def test_head_says_the_exports_headers_without_rendering_it(tmp_path: Path, monk
             assert client.head(url, params={"format": "ogg"}).status_code == 400  # GET's refusals, no body
             assert client.head(f"/v1/projects/{pid}x/export").status_code == 404
             assert renders == []
+
+
+def test_a_take_file_gone_while_head_reads_it_is_the_404_get_gives(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """HEAD checked the files once, then read their headers: a file gone in between was a 500 (a review);
+    it is GET's 404 naming the passage, checked again after the failure as GET does."""
+    from gateway import projects_takes
+
+    real = projects_takes.head_headers
+    doomed: list[Path] = []
+
+    def gone_meanwhile(*args: object) -> dict[str, str]:
+        for path in doomed:
+            path.unlink()
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(projects_takes, "head_headers", gone_meanwhile)
+    for live in run_server(tmp_path):
+        with httpx.Client(base_url=live.url, timeout=60) as client:
+            pid = imported(client, new_project(client)["id"], "One passage.\n\nAnd another one.")["id"]
+            assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
+            assert wait_job(client, pid)["done"] == 2
+            first = client.get(f"/v1/projects/{pid}").json()["passages"][0]
+            doomed.append(tmp_path / "projects" / pid / f"{first['chosen_take']}-0.wav")
+            head = client.head(f"/v1/projects/{pid}/export")
+            assert head.status_code == 404 and head.content == b"", head.status_code
