@@ -24,7 +24,7 @@ from engine.request import Request, RequestStatus
 from engine.runner import Runner
 from engine.types import AudioChunk, ChunkOut, EngineError, GenerationFailed, InputTooLong, Overloaded
 
-log = logging.getLogger("voxgate.engine")
+log = logging.getLogger(__name__)
 
 
 class Scheduler:

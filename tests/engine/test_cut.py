@@ -37,7 +37,7 @@ def with_options(s: SpeechRequest, **options: object) -> SpeechRequest:
 def test_a_request_ended_by_its_max_tokens_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     clock = SimClock()
     c = core(lm(clock), clock)
-    with caplog.at_level(logging.WARNING, logger="voxgate.engine"):
+    with caplog.at_level(logging.WARNING, logger="engine.scheduler"):
         chunks = speak(c, with_options(spec("a"), max_tokens=70))  # the simulator never samples the stop token
     assert sum(len(x.pcm) for x in chunks) > 0
     assert c.scheduler.num_cut == 1 and c.stats()["cut"] == 1
@@ -52,7 +52,7 @@ def test_the_kv_slot_that_cuts_a_request_is_named(caplog: pytest.LogCaptureFixtu
     c = core(lm(clock, max_seq_len=100), clock)
     s = spec("b")
     prompt = len(c.runner.spec.prepare(s).prompt_ids)
-    with caplog.at_level(logging.WARNING, logger="voxgate.engine"):
+    with caplog.at_level(logging.WARNING, logger="engine.scheduler"):
         speak(c, s)
     [record] = [r for r in caplog.records if "cut" in r.getMessage()]
     assert f"max_seq_len (100 positions, {prompt} of them its prompt)" in record.getMessage()
@@ -62,7 +62,7 @@ def test_the_kv_slot_that_cuts_a_request_is_named(caplog: pytest.LogCaptureFixtu
 def test_an_end_of_speech_or_a_forced_length_is_not_a_cut(caplog: pytest.LogCaptureFixture) -> None:
     clock = SimClock()
     c = core(lm(clock), clock)
-    with caplog.at_level(logging.WARNING, logger="voxgate.engine"):
+    with caplog.at_level(logging.WARNING, logger="engine.scheduler"):
         speak(c, spec("forced", frames=12))  # force_tokens: exactly that many tokens, as asked
         s = with_options(spec("stops"), max_tokens=70)
         c.add(s, c.runner.spec.prepare(s))
