@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from babel.numbers import format_decimal, get_currency_name
 from babel.units import format_unit
@@ -126,7 +126,7 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
     if amount != amount.to_integral_value():
         rounded = amount.quantize(Decimal("0.01"), ROUND_HALF_UP)  # (as num2words rounds a float's cents)
         if len(rounded.as_tuple().digits) > FLOAT_DIGITS:  # a float would get its digits wrong, silently
-            return _long_money(rounded, code, lang)
+            return _long_money(rounded, code, lang, converter, forms)
     if amount != amount.to_integral_value() and forms:
         cents = amount * 100
         if amount < 1 and cents == cents.to_integral_value() and len(forms) > 1 and forms[1]:
@@ -144,14 +144,12 @@ def currency_words(amount: Decimal, code: str, lang: str, scale: int = 0) -> str
     return f"{cardinal(amount if whole is None else whole, lang)} {name}"
 
 
-def _long_money(amount: Decimal, code: str, lang: str) -> str:
+def _long_money(amount: Decimal, code: str, lang: str, converter: Any, forms: Any) -> str:
     """An amount of more than `FLOAT_DIGITS` digits (to the cent), every digit kept: num2words reads
     currency, and some languages' decimals, through a float. Its whole part and its cents apart
     ("..., ninety-nine cents"); where num2words has no cent name, the cents after the decimal word
     ("... point eight nine dollars"), or, with no decimal word either (Japanese), as a number after
-    the currency's name."""
-    converter = CONVERTER_CLASSES[language.number_language(lang)]
-    forms = getattr(converter, "CURRENCY_FORMS", {}).get(code)
+    the currency's name. `converter`, `forms`: `currency_words`' num2words converter and its forms."""
     units, hundredths = int(amount), int((amount - int(amount)) * 100)
     name = converter.pluralize(units, forms[0]) if forms else get_currency_name(
         code, count=units, locale=language.locale(lang))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -101,14 +102,19 @@ def test_an_export_is_sent_from_a_file_that_is_then_gone_and_a_full_disk_is_a_50
             assert not exports.exists() or list(exports.iterdir()) == []
 
 
+def _generated(client: httpx.Client) -> tuple[str, dict[str, Any]]:
+    """A project of two passages, both generated: its id and its first passage."""
+    pid = imported(client, new_project(client)["id"], "One passage.\n\nAnd another one.")["id"]
+    assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
+    assert wait_job(client, pid)["done"] == 2
+    return pid, client.get(f"/v1/projects/{pid}").json()["passages"][0]
+
+
 def test_a_chosen_takes_file_gone_is_a_404_naming_its_passage_not_a_500(tmp_path: Path) -> None:
     """A take's file deleted by hand: the export and the join read it as a 500 with a traceback in the log."""
     for live in run_server(tmp_path):
         with httpx.Client(base_url=live.url, timeout=60) as client:
-            pid = imported(client, new_project(client)["id"], "One passage.\n\nAnd another one.")["id"]
-            assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
-            assert wait_job(client, pid)["done"] == 2
-            first = client.get(f"/v1/projects/{pid}").json()["passages"][0]
+            pid, first = _generated(client)
             (tmp_path / "projects" / pid / f"{first['chosen_take']}-0.wav").unlink()
             for url in (f"/v1/projects/{pid}/export", f"/v1/projects/{pid}/passages/{first['id']}/join"):
                 response = client.get(url)
@@ -170,10 +176,7 @@ def test_a_take_file_gone_while_head_reads_it_is_the_404_get_gives(tmp_path: Pat
     monkeypatch.setattr(projects_takes, "head_headers", gone_meanwhile)
     for live in run_server(tmp_path):
         with httpx.Client(base_url=live.url, timeout=60) as client:
-            pid = imported(client, new_project(client)["id"], "One passage.\n\nAnd another one.")["id"]
-            assert client.post(f"/v1/projects/{pid}/generate", json={}).status_code == 202
-            assert wait_job(client, pid)["done"] == 2
-            first = client.get(f"/v1/projects/{pid}").json()["passages"][0]
+            pid, first = _generated(client)
             doomed.append(tmp_path / "projects" / pid / f"{first['chosen_take']}-0.wav")
             head = client.head(f"/v1/projects/{pid}/export")
             assert head.status_code == 404 and head.content == b"", head.status_code
